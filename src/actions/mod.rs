@@ -1,0 +1,1 @@
+//! Signals and renice, with identity checks and typed errors.

@@ -1,0 +1,130 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// The default NVML library: the one the dynamic loader finds, as the driver installs it.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "torchtop",
+    version,
+    about = "GPU, process, host and PyTorch-allocator monitor for training machines"
+)]
+pub struct Cli {
+    /// Refresh interval in seconds (minimum 0.1).
+    #[arg(short = 'd', long = "delay", value_name = "SECONDS", default_value_t = 1.0,
+          value_parser = parse_delay)]
+    pub delay: f64,
+
+    /// The NVML library file to load.
+    #[arg(long = "nvml-lib", value_name = "PATH", env = "TORCHTOP_NVML_LIB",
+          default_value = DEFAULT_NVML_LIB)]
+    pub nvml_lib: PathBuf,
+
+    /// Print one summary and exit, without a terminal UI.
+    #[arg(long)]
+    pub once: bool,
+
+    /// With --once: print one JSON document instead of text.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+
+    /// How long --once waits for a GPU (or the driver) before reporting it as stale.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_timeout)]
+    pub timeout: f64,
+
+    /// Turn off every action key (signals, renice, snapshots).
+    #[arg(long, env = "TORCHTOP_READONLY", value_parser = clap::builder::BoolishValueParser::new(),
+          default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub readonly: bool,
+
+    /// A TOML config file with rule thresholds.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Print the default config and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    /// Draw without colours (also when NO_COLOR is set).
+    #[arg(long)]
+    pub no_color: bool,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run a command with the torchtop agent started in every Python process it launches.
+    Run {
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Start the agent inside a running Python process.
+    Attach {
+        /// The process id.
+        pid: u32,
+    },
+}
+
+fn parse_delay(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !value.is_finite() || value < 0.1 {
+        return Err(format!(
+            "the delay must be at least 0.1 seconds, not {text}"
+        ));
+    }
+    Ok(value)
+}
+
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("the timeout must be above 0 seconds, not {text}"));
+    }
+    Ok(value)
+}
+
+impl Cli {
+    /// Whether colours are off: the flag, or a non-empty NO_COLOR (see no-color.org).
+    pub fn colors_disabled(&self) -> bool {
+        self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_has_a_floor() {
+        assert!(Cli::try_parse_from(["torchtop", "-d", "0.05"]).is_err());
+        let cli = Cli::try_parse_from(["torchtop", "-d", "0.1"]).unwrap();
+        assert_eq!(cli.delay, 0.1);
+        assert_eq!(Cli::try_parse_from(["torchtop"]).unwrap().delay, 1.0);
+    }
+
+    #[test]
+    fn json_needs_once() {
+        assert!(Cli::try_parse_from(["torchtop", "--json"]).is_err());
+        assert!(Cli::try_parse_from(["torchtop", "--once", "--json"]).is_ok());
+    }
+
+    #[test]
+    fn run_takes_the_rest_of_the_line() {
+        let cli = Cli::try_parse_from(["torchtop", "run", "--", "python", "-c", "pass"]).unwrap();
+        match cli.command {
+            Some(Command::Run { command }) => assert_eq!(command, ["python", "-c", "pass"]),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! The GPU source trait. The real implementation is [`super::nvml::NvmlSource`]; unit tests use
+//! small fakes, end-to-end tests the fake `libnvidia-ml.so.1` under `tests/fake-nvml`.
+
+use crate::model::{DriverInfo, GpuProcess, GpuSample};
+
+/// One reading of one GPU: its figures and the processes on it (GPU-side fields only).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceReading {
+    pub sample: GpuSample,
+    pub processes: Vec<GpuProcess>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceError {
+    /// The driver says the GPU is gone (NVML_ERROR_GPU_IS_LOST).
+    Lost(String),
+    /// Any other failure to read the device as a whole.
+    Failed(String),
+}
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceError::Lost(why) => write!(f, "GPU lost: {why}"),
+            DeviceError::Failed(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// A GPU driver. Calls may block for a long time; callers run them on worker threads.
+pub trait GpuSource: Send + Sync {
+    /// Library and versions, or why the driver could not be used.
+    fn driver_info(&self) -> DriverInfo;
+    /// How many GPUs the driver sees now.
+    fn device_count(&self) -> Result<u32, String>;
+    /// A reader for one GPU. Readers cache what does not change and keep per-device state
+    /// (such as the last process-utilization timestamp).
+    fn open_device(&self, index: u32) -> Box<dyn DeviceReader>;
+}
+
+pub trait DeviceReader: Send {
+    fn read(&mut self) -> Result<DeviceReading, DeviceError>;
+}

@@ -1,0 +1,14 @@
+//! Data sources and the sampler.
+//!
+//! Every source that can block (the NVIDIA driver above all) runs on a thread of its own; the
+//! sampler gathers what arrived by each tick's deadline and publishes one immutable
+//! [`Snapshot`](crate::model::Snapshot). Nothing in here is ever called from the UI task.
+
+pub mod agent;
+pub mod gpu;
+pub mod host;
+pub mod nvml;
+pub mod procfs;
+pub mod sampler;
+
+pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};

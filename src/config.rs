@@ -1,0 +1,1 @@
+//! The TOML config file: thresholds and windows for the rules.

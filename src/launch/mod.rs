@@ -1,0 +1,1 @@
+//! `torchtop run` and `torchtop attach`: putting the agent into Python programs.

@@ -1,0 +1,26 @@
+//! torchtop: a terminal monitor for machines that train PyTorch models.
+//!
+//! The engine and the screen are kept apart:
+//! - [`model`]: plain data (snapshot, GPU, process, host, allocator stats, history).
+//! - [`collect`]: the data sources (NVML, /proc, agent sockets), each behind a trait, and the
+//!   sampler that runs them off the UI task and publishes immutable snapshots.
+//! - [`rules`]: warnings as pure functions of the snapshot history.
+//! - [`actions`]: signals and renice, with typed errors and identity checks.
+//! - [`ui`]: one pure render function per panel; drawing only reads.
+//! - [`app`]: the state machine that turns keys and snapshots into view state; no I/O.
+//! - [`event`]: the select loop over input, snapshots and signals.
+//! - [`report`]: `--once` text and JSON.
+//! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
+
+pub mod actions;
+pub mod app;
+pub mod cli;
+pub mod collect;
+pub mod config;
+pub mod event;
+pub mod launch;
+pub mod model;
+pub mod report;
+pub mod rules;
+pub mod terminal;
+pub mod ui;

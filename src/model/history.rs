@@ -1,0 +1,175 @@
+//! Recent values per GPU and per agent, for the sparklines. Fed one snapshot at a time.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::Snapshot;
+
+/// How much history the sparklines keep, in wall time.
+pub const HISTORY_SPAN_SECONDS: f64 = 300.0;
+
+/// A bounded series of samples; `None` is a gap (the value was N/A at that sample).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    values: VecDeque<Option<f64>>,
+    capacity: usize,
+}
+
+impl Series {
+    pub fn with_capacity(capacity: usize) -> Self {
+        Series {
+            values: VecDeque::with_capacity(capacity.min(4096)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn push(&mut self, value: Option<f64>) {
+        if self.values.len() == self.capacity {
+            self.values.pop_front();
+        }
+        self.values.push_back(value);
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Option<f64>> + ExactSizeIterator + '_ {
+        self.values.iter().copied()
+    }
+
+    /// The newest `n` samples, oldest first.
+    pub fn last_n(&self, n: usize) -> impl Iterator<Item = Option<f64>> + '_ {
+        self.values
+            .iter()
+            .skip(self.values.len().saturating_sub(n))
+            .copied()
+    }
+
+    pub fn latest(&self) -> Option<f64> {
+        self.values.back().copied().flatten()
+    }
+}
+
+/// The history of one GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuHistory {
+    pub utilization_percent: Series,
+    pub memory_used_bytes: Series,
+    pub power_w: Series,
+}
+
+/// The history of one process's allocator on one device.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllocatorHistory {
+    pub allocated_bytes: Series,
+    pub reserved_bytes: Series,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct History {
+    capacity: usize,
+    pub gpus: BTreeMap<u32, GpuHistory>,
+    /// Keyed by (pid, device index).
+    pub allocators: BTreeMap<(u32, u32), AllocatorHistory>,
+}
+
+impl History {
+    /// A history long enough to hold `HISTORY_SPAN_SECONDS` at one sample per `interval_seconds`.
+    pub fn for_interval(interval_seconds: f64) -> Self {
+        let samples = (HISTORY_SPAN_SECONDS / interval_seconds.max(0.05)).ceil() as usize + 1;
+        History {
+            capacity: samples.clamp(2, 6001),
+            ..Default::default()
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn record(&mut self, snapshot: &Snapshot) {
+        let capacity = self.capacity;
+        let new_series = || Series::with_capacity(capacity);
+        for gpu in &snapshot.gpus {
+            let entry = self.gpus.entry(gpu.index).or_insert_with(|| GpuHistory {
+                utilization_percent: new_series(),
+                memory_used_bytes: new_series(),
+                power_w: new_series(),
+            });
+            entry
+                .utilization_percent
+                .push(gpu.utilization_percent.map(f64::from));
+            entry
+                .memory_used_bytes
+                .push(gpu.memory_used_bytes.map(|b| b as f64));
+            entry.power_w.push(gpu.power_w);
+        }
+        let mut seen = Vec::new();
+        for process in &snapshot.processes {
+            let Some(torch) = &process.torch else {
+                continue;
+            };
+            for device in &torch.devices {
+                let key = (process.pid, device.index);
+                if seen.contains(&key) {
+                    continue;
+                }
+                seen.push(key);
+                let entry = self
+                    .allocators
+                    .entry(key)
+                    .or_insert_with(|| AllocatorHistory {
+                        allocated_bytes: new_series(),
+                        reserved_bytes: new_series(),
+                    });
+                entry
+                    .allocated_bytes
+                    .push(device.allocated_bytes.map(|b| b as f64));
+                entry
+                    .reserved_bytes
+                    .push(device.reserved_bytes.map(|b| b as f64));
+            }
+        }
+        self.allocators.retain(|key, _| seen.contains(key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GpuSample;
+
+    #[test]
+    fn keeps_five_minutes_at_one_hertz_and_drops_the_oldest() {
+        let mut history = History::for_interval(1.0);
+        assert!(history.capacity() >= 300);
+        for i in 0..400u32 {
+            let mut snap = Snapshot::default();
+            snap.gpus.push(GpuSample {
+                index: 0,
+                utilization_percent: Some(i % 101),
+                ..Default::default()
+            });
+            history.record(&snap);
+        }
+        let util = &history.gpus[&0].utilization_percent;
+        assert_eq!(util.len(), history.capacity());
+        assert_eq!(util.latest(), Some(f64::from(399 % 101)));
+    }
+
+    #[test]
+    fn missing_values_are_gaps_not_zero() {
+        let mut history = History::for_interval(1.0);
+        let mut snap = Snapshot::default();
+        snap.gpus.push(GpuSample {
+            index: 3,
+            ..Default::default()
+        });
+        history.record(&snap);
+        assert_eq!(history.gpus[&3].power_w.iter().next(), Some(None));
+    }
+}

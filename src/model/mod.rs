@@ -1,0 +1,19 @@
+//! Plain data shared by every part of torchtop: what the collectors publish and what the UI,
+//! the rules and `--once` read. Nothing here does I/O. Every value a source may fail to report
+//! is an `Option`; `None` is shown as N/A and serialized as JSON `null`, never as 0.
+
+pub mod gpu;
+pub mod history;
+pub mod host;
+pub mod process;
+pub mod snapshot;
+pub mod torch;
+pub mod warning;
+
+pub use gpu::{DriverInfo, GpuSample, GpuState};
+pub use history::History;
+pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
+pub use process::{GpuProcess, LaunchEnv, ProcessKind};
+pub use snapshot::Snapshot;
+pub use torch::{DeviceAllocatorStats, TorchInfo};
+pub use warning::{Severity, Subject, Warning};

@@ -1,0 +1,90 @@
+//! A process that holds a GPU, joined with what /proc says about it.
+
+use serde::{Deserialize, Serialize};
+
+use super::torch::TorchInfo;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessKind {
+    Compute,
+    Graphics,
+    /// Listed by NVML both as compute and as graphics.
+    Both,
+}
+
+impl ProcessKind {
+    pub fn short(self) -> &'static str {
+        match self {
+            ProcessKind::Compute => "C",
+            ProcessKind::Graphics => "G",
+            ProcessKind::Both => "C+G",
+        }
+    }
+}
+
+/// One (process, GPU) pair. A process on two GPUs appears twice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub gpu: u32,
+    pub kind: ProcessKind,
+    pub gpu_memory_bytes: Option<u64>,
+    /// SM utilization from NVML's process-utilization samples.
+    pub sm_percent: Option<u32>,
+    /// False when the pid is not in this machine's /proc (another container, or already gone).
+    pub visible: bool,
+    pub user: Option<String>,
+    pub uid: Option<u32>,
+    pub command: Option<String>,
+    pub ppid: Option<u32>,
+    /// Start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, the
+    /// process's identity.
+    pub start_ticks: Option<u64>,
+    pub cpu_percent: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub running_seconds: Option<f64>,
+    pub nice: Option<i32>,
+    /// Launcher variables (rank, CUDA_VISIBLE_DEVICES, ...); `None` where environ is unreadable.
+    pub env: Option<LaunchEnv>,
+    /// Allocator figures published by an agent inside the process; `None` without one.
+    pub torch: Option<TorchInfo>,
+}
+
+impl GpuProcess {
+    /// A row for a pid NVML reported, before /proc has been joined in.
+    pub fn new(pid: u32, gpu: u32, kind: ProcessKind) -> Self {
+        GpuProcess {
+            pid,
+            gpu,
+            kind,
+            gpu_memory_bytes: None,
+            sm_percent: None,
+            visible: false,
+            user: None,
+            uid: None,
+            command: None,
+            ppid: None,
+            start_ticks: None,
+            cpu_percent: None,
+            rss_bytes: None,
+            running_seconds: None,
+            nice: None,
+            env: None,
+            torch: None,
+        }
+    }
+}
+
+/// The launcher's variables from /proc/PID/environ, read once per process where readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LaunchEnv {
+    pub cuda_visible_devices: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    pub torchelastic_run_id: Option<String>,
+    pub master_addr: Option<String>,
+    pub master_port: Option<String>,
+    pub pytorch_cuda_alloc_conf: Option<String>,
+}

@@ -1,0 +1,41 @@
+//! One immutable picture of the machine, published by the sampler once per refresh.
+
+use serde::{Deserialize, Serialize};
+
+use super::{DriverInfo, GpuProcess, GpuSample, HostSnapshot, Warning};
+
+/// The version of the `--once --json` document; bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Snapshot {
+    pub schema: u32,
+    /// RFC 3339, UTC.
+    pub time: String,
+    /// The same moment as seconds since the Unix epoch.
+    pub unix_seconds: f64,
+    pub driver: DriverInfo,
+    pub host: HostSnapshot,
+    pub gpus: Vec<GpuSample>,
+    pub processes: Vec<GpuProcess>,
+    pub warnings: Vec<Warning>,
+}
+
+impl Snapshot {
+    pub fn at(time: std::time::SystemTime) -> Self {
+        let unix_seconds = time
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        Snapshot {
+            schema: SCHEMA_VERSION,
+            time: humantime::format_rfc3339_seconds(time).to_string(),
+            unix_seconds,
+            ..Default::default()
+        }
+    }
+
+    pub fn gpu(&self, index: u32) -> Option<&GpuSample> {
+        self.gpus.iter().find(|g| g.index == index)
+    }
+}

@@ -1,0 +1,1 @@
+//! Warnings as pure functions of the snapshot history.
