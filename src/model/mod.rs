@@ -13,7 +13,7 @@ pub mod warning;
 pub use gpu::{DriverInfo, GpuSample, GpuState};
 pub use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
-pub use process::{GpuProcess, LaunchEnv, ProcessKind};
+pub use process::{GpuProcess, HostProcess, LaunchEnv, ProcessKind};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
 pub use warning::{Severity, Subject, Warning};

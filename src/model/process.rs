@@ -45,6 +45,9 @@ pub struct GpuProcess {
     pub rss_bytes: Option<u64>,
     pub running_seconds: Option<f64>,
     pub nice: Option<i32>,
+    /// Direct children (DataLoader workers and the like): how many, and their summed CPU%.
+    pub children_count: Option<u32>,
+    pub children_cpu_percent: Option<f64>,
     /// Launcher variables (rank, CUDA_VISIBLE_DEVICES, ...); `None` where environ is unreadable.
     pub env: Option<LaunchEnv>,
     /// Allocator figures published by an agent inside the process; `None` without one.
@@ -70,6 +73,8 @@ impl GpuProcess {
             rss_bytes: None,
             running_seconds: None,
             nice: None,
+            children_count: None,
+            children_cpu_percent: None,
             env: None,
             torch: None,
         }
@@ -87,4 +92,23 @@ pub struct LaunchEnv {
     pub master_addr: Option<String>,
     pub master_port: Option<String>,
     pub pytorch_cuda_alloc_conf: Option<String>,
+}
+
+/// Any host process, as the tree view and the job grouping see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HostProcess {
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_ticks: u64,
+    pub uid: Option<u32>,
+    pub user: Option<String>,
+    /// The short name from /proc/PID/stat.
+    pub comm: String,
+    /// The full command line; `None` where unreadable or empty (kernel threads, zombies).
+    pub command: Option<String>,
+    /// One-letter state from /proc/PID/stat (R, S, D, Z, T, ...).
+    pub state: char,
+    pub cpu_percent: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub nice: Option<i32>,
 }
