@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent};
 
 use crate::model::{History, Snapshot};
 use crate::ui::ViewState;
@@ -63,5 +63,9 @@ impl App {
             }
             _ => Effect::None,
         }
+    }
+
+    pub fn on_mouse(&mut self, _mouse: MouseEvent) -> Effect {
+        Effect::None
     }
 }

@@ -1,1 +1,102 @@
-//! placeholder
+//! The event loop: one `select!` over key presses, new snapshots and termination signals.
+//! Pending input is drained before drawing once, so a burst of keys costs one frame; nothing
+//! here waits on a collector, so keys answer at once even while the driver hangs.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossterm::event::{Event, EventStream, KeyEventKind};
+use futures_util::{FutureExt, StreamExt};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use crate::app::{App, Effect};
+use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
+use crate::model::Snapshot;
+use crate::terminal::{TerminalGuard, Tui};
+use crate::ui;
+
+/// Runs the monitor until the user quits or a termination signal arrives.
+pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut guard = TerminalGuard::enter()?;
+    let result = runtime.block_on(event_loop(&mut guard.terminal, app, config, loader));
+    drop(guard);
+    // Collector threads may be stuck in the driver; they are never joined.
+    runtime.shutdown_timeout(Duration::from_millis(10));
+    result
+}
+
+async fn event_loop(
+    terminal: &mut Tui,
+    mut app: App,
+    config: SamplerConfig,
+    loader: GpuLoader,
+) -> io::Result<()> {
+    let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(Snapshot::default()));
+    sampler::spawn_loop(config, loader, move |snapshot| {
+        snapshots_tx.send(Arc::new(snapshot)).is_ok()
+    });
+    let mut input = EventStream::new();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    draw(terminal, &app)?;
+    loop {
+        let mut effect = tokio::select! {
+            event = input.next() => match event {
+                Some(Ok(event)) => handle_event(&mut app, event),
+                Some(Err(_)) | None => Effect::Quit,
+            },
+            changed = snapshots.changed() => match changed {
+                Ok(()) => {
+                    app.on_snapshot(snapshots.borrow_and_update().clone());
+                    Effect::Redraw
+                }
+                Err(_) => Effect::Quit,
+            },
+            _ = terminate.recv() => Effect::Quit,
+            _ = hangup.recv() => Effect::Quit,
+            _ = interrupt.recv() => Effect::Quit,
+        };
+        while effect != Effect::Quit {
+            let Some(Some(Ok(event))) = input.next().now_or_never() else {
+                break;
+            };
+            effect = merge(effect, handle_event(&mut app, event));
+        }
+        match effect {
+            Effect::Quit => return Ok(()),
+            Effect::Redraw => draw(terminal, &app)?,
+            Effect::None => {}
+        }
+    }
+}
+
+fn handle_event(app: &mut App, event: Event) -> Effect {
+    match event {
+        Event::Key(key) if key.kind != KeyEventKind::Release => app.on_key(key),
+        Event::Mouse(mouse) => app.on_mouse(mouse),
+        Event::Resize(_, _) => Effect::Redraw,
+        _ => Effect::None,
+    }
+}
+
+fn merge(a: Effect, b: Effect) -> Effect {
+    match (a, b) {
+        (Effect::Quit, _) | (_, Effect::Quit) => Effect::Quit,
+        (Effect::Redraw, _) | (_, Effect::Redraw) => Effect::Redraw,
+        _ => Effect::None,
+    }
+}
+
+fn draw(terminal: &mut Tui, app: &App) -> io::Result<()> {
+    use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+    crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
+    terminal.draw(|frame| ui::draw(frame, app))?;
+    crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
+    Ok(())
+}

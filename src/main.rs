@@ -1,6 +1,67 @@
-use clap::Parser;
+//! The `torchtop` binary: parse the command line and hand over to the library.
 
-fn main() {
-    let cli = torchtop::cli::Cli::parse();
-    println!("{cli:?}");
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use torchtop::app::App;
+use torchtop::cli::{Cli, Command};
+use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(command) = &cli.command {
+        return run_command(command);
+    }
+    let config = SamplerConfig::for_interval(
+        Duration::from_secs_f64(cli.delay),
+        cli.nvml_lib.display().to_string(),
+    );
+    let loader = nvml_loader(cli.nvml_lib.clone());
+    if cli.once {
+        return print_once(&cli, config, loader);
+    }
+    let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
+    match torchtop::event::run_tui(app, config, loader) {
+        Ok(()) => exit_now(ExitCode::SUCCESS),
+        Err(error) => {
+            eprintln!("torchtop: {error}");
+            exit_now(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn print_once(
+    cli: &Cli,
+    config: SamplerConfig,
+    loader: torchtop::collect::sampler::GpuLoader,
+) -> ExitCode {
+    let snapshot = Sampler::start(config, loader).once(
+        Duration::from_secs_f64(cli.timeout),
+        Duration::from_millis(40),
+    );
+    let out = if cli.json {
+        torchtop::report::json(&snapshot)
+    } else {
+        torchtop::report::text(&snapshot)
+    };
+    println!("{}", out.trim_end());
+    exit_now(ExitCode::SUCCESS)
+}
+
+fn run_command(command: &Command) -> ExitCode {
+    match command {
+        Command::Run { .. } | Command::Attach { .. } => {
+            eprintln!("torchtop: this command is not available in this build yet");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Leaves without waiting for collector threads, which may be stuck in the driver.
+fn exit_now(code: ExitCode) -> ExitCode {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let status = if code == ExitCode::SUCCESS { 0 } else { 1 };
+    std::process::exit(status)
 }

@@ -1,1 +1,135 @@
-//! placeholder
+//! `--once`: one snapshot as a compact text summary (like gpustat) or as one JSON document.
+//! Works without a terminal: nothing here touches the TTY.
+
+use std::fmt::Write as _;
+
+use crate::model::{GpuSample, GpuState, Snapshot};
+
+/// The JSON document, as documented in README.md.
+pub fn json(snapshot: &Snapshot) -> String {
+    serde_json::to_string_pretty(snapshot).unwrap_or_else(|e| {
+        format!("{{\"schema\":1,\"error\":\"could not serialize the snapshot: {e}\"}}")
+    })
+}
+
+/// The text summary: a header, one line per GPU with its processes, the host, the warnings.
+pub fn text(snapshot: &Snapshot) -> String {
+    let mut out = String::new();
+    let host = snapshot.host.hostname.as_deref().unwrap_or("localhost");
+    let driver = &snapshot.driver;
+    let _ = writeln!(
+        out,
+        "{host}  {}  driver {}  CUDA {}",
+        snapshot.time,
+        or_na(driver.driver_version.as_deref()),
+        or_na(driver.cuda_version.as_deref()),
+    );
+    if let Some(error) = &driver.error {
+        let _ = writeln!(out, "GPU: {error}");
+    } else if snapshot.gpus.is_empty() {
+        let _ = writeln!(out, "GPU: the driver found no GPUs");
+    }
+    for gpu in &snapshot.gpus {
+        let _ = writeln!(out, "{}", gpu_line(gpu));
+        for process in snapshot.processes.iter().filter(|p| p.gpu == gpu.index) {
+            let _ = writeln!(
+                out,
+                "      {:>7} {:<10} {:>9}  {}",
+                process.pid,
+                process.user.as_deref().unwrap_or("N/A"),
+                bytes(process.gpu_memory_bytes),
+                process.command.as_deref().unwrap_or(if process.visible {
+                    "N/A"
+                } else {
+                    "(not visible here)"
+                }),
+            );
+        }
+    }
+    let _ = writeln!(out, "{}", host_line(snapshot));
+    for warning in &snapshot.warnings {
+        let _ = writeln!(
+            out,
+            "{:?} {}: {}",
+            warning.severity, warning.id, warning.message
+        );
+    }
+    out
+}
+
+fn gpu_line(gpu: &GpuSample) -> String {
+    let state = match gpu.state {
+        GpuState::Ok => String::new(),
+        GpuState::Stale => " [stale]".to_string(),
+        GpuState::Lost => " [lost]".to_string(),
+    };
+    format!(
+        "[{}] {}{state} | {} {} | {} / {} | {} / {}",
+        gpu.index,
+        or_na(gpu.name.as_deref()),
+        unit(gpu.temperature_c.map(f64::from), "°C", 0),
+        unit(gpu.utilization_percent.map(f64::from), "%", 0),
+        bytes(gpu.memory_used_bytes),
+        bytes(gpu.memory_total_bytes),
+        unit(gpu.power_w, "W", 0),
+        unit(gpu.power_limit_w, "W", 0),
+    )
+}
+
+fn host_line(snapshot: &Snapshot) -> String {
+    let host = &snapshot.host;
+    let load = host
+        .load
+        .map(|l| format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen))
+        .unwrap_or_else(|| "N/A".into());
+    format!(
+        "host: CPU {} | RAM {} used, {} available of {} | swap {} / {} | swappiness {} | overcommit {} | load {load}",
+        unit(host.cpu_percent, "%", 0),
+        bytes(host.memory.used_bytes),
+        bytes(host.memory.available_bytes),
+        bytes(host.memory.total_bytes),
+        bytes(host.swap.used_bytes),
+        bytes(host.swap.total_bytes),
+        host.vm.swappiness.map_or("N/A".into(), |v| v.to_string()),
+        host.vm.overcommit_memory.map_or("N/A".into(), |v| v.to_string()),
+    )
+}
+
+fn or_na(value: Option<&str>) -> &str {
+    value.unwrap_or("N/A")
+}
+
+fn unit(value: Option<f64>, suffix: &str, decimals: usize) -> String {
+    value.map_or("N/A".into(), |v| format!("{v:.decimals$}{suffix}"))
+}
+
+fn bytes(value: Option<u64>) -> String {
+    value.map_or("N/A".into(), |b| {
+        format!("{:.1}GiB", b as f64 / (1024.0 * 1024.0 * 1024.0))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_values_are_na_in_text_and_null_in_json() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.gpus.push(GpuSample {
+            index: 0,
+            name: Some("Test GPU".into()),
+            ..Default::default()
+        });
+        let text = text(&snapshot);
+        assert!(
+            text.contains("[0] Test GPU | N/A N/A | N/A / N/A | N/A / N/A"),
+            "{text}"
+        );
+        let doc: serde_json::Value = serde_json::from_str(&json(&snapshot)).unwrap();
+        assert_eq!(doc["schema"], 1);
+        assert_eq!(doc["time"], "1970-01-01T00:00:00Z");
+        assert!(doc["gpus"][0]["power_w"].is_null());
+        assert_eq!(doc["gpus"][0]["state"], "ok");
+    }
+}

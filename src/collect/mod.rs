@@ -12,3 +12,11 @@ pub mod procfs;
 pub mod sampler;
 
 pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The production GPU loader: NVML from `library`.
+pub fn nvml_loader(library: PathBuf) -> sampler::GpuLoader {
+    Box::new(move || Arc::new(nvml::NvmlSource::load(&library)) as Arc<dyn GpuSource>)
+}

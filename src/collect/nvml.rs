@@ -1,1 +1,461 @@
-//! placeholder
+//! The real GPU source: NVIDIA's NVML, loaded at run time through nvml-wrapper.
+//!
+//! Loading and every device call may block (a GPU off the bus, a stuck driver), so callers run
+//! them on worker threads, one per GPU. A field the device does not report, or whose symbol the
+//! library lacks, is `None`. What never changes (name, UUID, bus id, ECC mode) is read once.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::{Device, Nvml};
+
+use super::gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
+use crate::model::{DriverInfo, GpuProcess, GpuSample, ProcessKind};
+
+/// How long a per-process SM% sample stays current when NVML sends no newer one.
+const PROCESS_UTIL_FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// Throttle-reason bits from NVML's header, with the names torchtop reports.
+const THROTTLE_NAMES: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+pub struct NvmlSource {
+    /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
+    /// stuck in the driver must never be joined or have the library unloaded under it.
+    nvml: Option<&'static Nvml>,
+    info: DriverInfo,
+}
+
+impl NvmlSource {
+    /// Loads and initializes NVML from `library`. Blocks for as long as `nvmlInit` does.
+    pub fn load(library: &Path) -> Self {
+        let mut info = DriverInfo {
+            library: library.display().to_string(),
+            ..Default::default()
+        };
+        match Nvml::builder().lib_path(library.as_os_str()).init() {
+            Ok(nvml) => {
+                let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+                info.nvml_loaded = true;
+                info.driver_version = nvml.sys_driver_version().ok();
+                info.nvml_version = nvml.sys_nvml_version().ok();
+                info.cuda_version = nvml.sys_cuda_driver_version().ok().map(format_cuda_version);
+                info.gpu_count = nvml.device_count().ok();
+                NvmlSource {
+                    nvml: Some(nvml),
+                    info,
+                }
+            }
+            Err(error) => {
+                info.error = Some(describe_init_error(library, error));
+                NvmlSource { nvml: None, info }
+            }
+        }
+    }
+}
+
+impl GpuSource for NvmlSource {
+    fn driver_info(&self) -> DriverInfo {
+        self.info.clone()
+    }
+
+    fn device_count(&self) -> Result<u32, String> {
+        match self.nvml {
+            Some(nvml) => nvml.device_count().map_err(|e| e.to_string()),
+            None => Ok(0),
+        }
+    }
+
+    fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
+        Box::new(NvmlDevice {
+            nvml: self.nvml,
+            index,
+            device: None,
+            fixed: FixedFields::default(),
+            last_util_timestamp: 0,
+            process_sm: HashMap::new(),
+        })
+    }
+}
+
+/// "12040" -> "12.4", as nvidia-smi shows the CUDA driver version.
+fn format_cuda_version(version: i32) -> String {
+    format!("{}.{}", version / 1000, (version % 1000) / 10)
+}
+
+fn describe_init_error(library: &Path, error: NvmlError) -> String {
+    match error {
+        NvmlError::LibloadingError(e) => {
+            format!("NVML could not be loaded from {}: {e}", library.display())
+        }
+        NvmlError::DriverNotLoaded => format!(
+            "NVML was loaded from {}, but the NVIDIA driver is not running",
+            library.display()
+        ),
+        other => {
+            let headline = other.to_string();
+            let code: u32 = other.into();
+            match library_error_string(library, code) {
+                Some(detail) if !detail.is_empty() && detail != headline => {
+                    format!(
+                        "NVML from {} failed to start: {headline} ({detail})",
+                        library.display()
+                    )
+                }
+                _ => format!(
+                    "NVML from {} failed to start: {headline}",
+                    library.display()
+                ),
+            }
+        }
+    }
+}
+
+/// The library's own sentence for an error code, which can say more than the code's name.
+fn library_error_string(library: &Path, code: u32) -> Option<String> {
+    // SAFETY: loading runs the library's initializers, which the failed init already ran; the
+    // symbol is checked before the call and the returned pointer is a static C string.
+    unsafe {
+        let lib = nvml_wrapper_sys::bindings::NvmlLib::new(library).ok()?;
+        let function = lib.nvmlErrorString.as_ref().ok()?;
+        let text = function(code);
+        if text.is_null() {
+            return None;
+        }
+        Some(CStr::from_ptr(text).to_string_lossy().into_owned())
+    }
+}
+
+/// What is read once per device and kept.
+#[derive(Default)]
+struct FixedFields {
+    read: bool,
+    name: Option<String>,
+    uuid: Option<String>,
+    bus_id: Option<String>,
+    ecc_enabled: Option<bool>,
+    fan_count: Option<u32>,
+}
+
+struct NvmlDevice {
+    nvml: Option<&'static Nvml>,
+    index: u32,
+    device: Option<Device<'static>>,
+    fixed: FixedFields,
+    last_util_timestamp: u64,
+    /// pid -> (SM%, when it was sampled).
+    process_sm: HashMap<u32, (u32, Instant)>,
+}
+
+/// Turns one call's result into a field value, noting a lost GPU on the way.
+struct Reader {
+    lost: bool,
+}
+
+impl Reader {
+    fn get<T>(&mut self, result: Result<T, NvmlError>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(NvmlError::GpuLost) => {
+                self.lost = true;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl DeviceReader for NvmlDevice {
+    fn read(&mut self) -> Result<DeviceReading, DeviceError> {
+        let device = self.take_device()?;
+        let reading = self.read_with(&device);
+        self.device = Some(device);
+        reading
+    }
+}
+
+impl NvmlDevice {
+    fn read_with(&mut self, device: &Device<'static>) -> Result<DeviceReading, DeviceError> {
+        let mut reader = Reader { lost: false };
+        if !self.fixed.read {
+            self.fixed = read_fixed(device, &mut reader);
+        }
+        let mut sample = read_sample(device, &mut reader, &self.fixed);
+        sample.index = self.index;
+        let processes = self.read_processes(device, &mut reader);
+        if reader.lost {
+            return Err(DeviceError::Lost(
+                "the driver reports the GPU has fallen off the bus".into(),
+            ));
+        }
+        Ok(DeviceReading { sample, processes })
+    }
+
+    /// The cached handle, or a new one. The caller puts it back.
+    fn take_device(&mut self) -> Result<Device<'static>, DeviceError> {
+        if let Some(device) = self.device.take() {
+            return Ok(device);
+        }
+        let nvml = self
+            .nvml
+            .ok_or_else(|| DeviceError::Failed("NVML is not loaded".into()))?;
+        match nvml.device_by_index(self.index) {
+            Ok(device) => Ok(device),
+            Err(NvmlError::GpuLost) => Err(DeviceError::Lost(
+                "the driver reports the GPU has fallen off the bus".into(),
+            )),
+            Err(e) => Err(DeviceError::Failed(format!(
+                "GPU {} could not be opened: {e}",
+                self.index
+            ))),
+        }
+    }
+
+    fn read_processes(&mut self, device: &Device, reader: &mut Reader) -> Vec<GpuProcess> {
+        let compute = reader
+            .get(device.running_compute_processes())
+            .unwrap_or_default();
+        let graphics = reader
+            .get(device.running_graphics_processes())
+            .unwrap_or_default();
+        let mut rows = merge_process_lists(self.index, &compute, &graphics);
+        self.update_process_sm(device, reader);
+        let now = Instant::now();
+        for row in &mut rows {
+            row.sm_percent = self
+                .process_sm
+                .get(&row.pid)
+                .filter(|(_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR)
+                .map(|(sm, _)| *sm);
+        }
+        rows
+    }
+
+    fn update_process_sm(&mut self, device: &Device, reader: &mut Reader) {
+        let samples = match device.process_utilization_stats(self.last_util_timestamp) {
+            Ok(samples) => samples,
+            Err(NvmlError::NotFound) => Vec::new(),
+            Err(e) => {
+                reader.get::<()>(Err(e));
+                return;
+            }
+        };
+        let now = Instant::now();
+        for sample in samples {
+            self.last_util_timestamp = self.last_util_timestamp.max(sample.timestamp);
+            // Zombie processes have been seen to report absurd values and pid 0.
+            if sample.pid == 0 || sample.sm_util > 100 {
+                continue;
+            }
+            self.process_sm.insert(sample.pid, (sample.sm_util, now));
+        }
+        self.process_sm
+            .retain(|_, (_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR);
+    }
+}
+
+fn read_fixed(device: &Device, reader: &mut Reader) -> FixedFields {
+    FixedFields {
+        read: true,
+        name: reader.get(device.name()),
+        uuid: reader.get(device.uuid()),
+        bus_id: reader.get(device.pci_info()).map(|pci| pci.bus_id),
+        ecc_enabled: reader
+            .get(device.is_ecc_enabled())
+            .map(|ecc| ecc.currently_enabled),
+        fan_count: reader.get(device.num_fans()),
+    }
+}
+
+fn read_sample(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> GpuSample {
+    let utilization = reader.get(device.utilization_rates());
+    let memory = reader.get(device.memory_info());
+    let throttle_mask = reader
+        .get(device.current_throttle_reasons())
+        .map(|reasons: ThrottleReasons| reasons.bits());
+    let ecc_on = fixed.ecc_enabled == Some(true);
+    let mut ecc_count = |kind| {
+        if ecc_on {
+            reader.get(device.total_ecc_errors(kind, EccCounter::Volatile))
+        } else {
+            None
+        }
+    };
+    let ecc_volatile_corrected = ecc_count(MemoryError::Corrected);
+    let ecc_volatile_uncorrected = ecc_count(MemoryError::Uncorrected);
+    GpuSample {
+        name: fixed.name.clone(),
+        uuid: fixed.uuid.clone(),
+        bus_id: fixed.bus_id.clone(),
+        utilization_percent: utilization.as_ref().map(|u| u.gpu),
+        memory_utilization_percent: utilization.as_ref().map(|u| u.memory),
+        memory_used_bytes: memory.as_ref().map(|m| m.used),
+        memory_total_bytes: memory.as_ref().map(|m| m.total),
+        temperature_c: reader.get(device.temperature(TemperatureSensor::Gpu)),
+        power_w: reader.get(device.power_usage()).map(milliwatts_to_watts),
+        power_limit_w: reader
+            .get(device.enforced_power_limit())
+            .map(milliwatts_to_watts),
+        fan_percent: match fixed.fan_count {
+            Some(0) => None,
+            _ => reader.get(device.fan_speed(0)),
+        },
+        sm_clock_mhz: reader.get(device.clock_info(Clock::SM)),
+        memory_clock_mhz: reader.get(device.clock_info(Clock::Memory)),
+        pcie_rx_kib_s: reader.get(device.pcie_throughput(PcieUtilCounter::Receive)),
+        pcie_tx_kib_s: reader.get(device.pcie_throughput(PcieUtilCounter::Send)),
+        encoder_percent: reader
+            .get(device.encoder_utilization())
+            .map(|u| u.utilization),
+        decoder_percent: reader
+            .get(device.decoder_utilization())
+            .map(|u| u.utilization),
+        performance_state: reader
+            .get(device.performance_state())
+            .and_then(pstate_number),
+        throttle_reasons: throttle_mask.map(throttle_reason_names),
+        throttle_mask,
+        ecc_enabled: fixed.ecc_enabled,
+        ecc_volatile_corrected,
+        ecc_volatile_uncorrected,
+        ..Default::default()
+    }
+}
+
+fn milliwatts_to_watts(milliwatts: u32) -> f64 {
+    f64::from(milliwatts) / 1000.0
+}
+
+fn pstate_number(state: PerformanceState) -> Option<u32> {
+    use PerformanceState::*;
+    let number = match state {
+        Zero => 0,
+        One => 1,
+        Two => 2,
+        Three => 3,
+        Four => 4,
+        Five => 5,
+        Six => 6,
+        Seven => 7,
+        Eight => 8,
+        Nine => 9,
+        Ten => 10,
+        Eleven => 11,
+        Twelve => 12,
+        Thirteen => 13,
+        Fourteen => 14,
+        Fifteen => 15,
+        Unknown => return None,
+    };
+    Some(number)
+}
+
+/// Names of the set throttle-reason bits; unknown bits are reported by number.
+pub fn throttle_reason_names(mask: u64) -> Vec<String> {
+    let mut names: Vec<String> = THROTTLE_NAMES
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .map(|(_, name)| (*name).to_string())
+        .collect();
+    let known: u64 = THROTTLE_NAMES.iter().map(|(bit, _)| bit).sum();
+    let unknown = mask & !known;
+    if unknown != 0 {
+        names.push(format!("unknown_0x{unknown:x}"));
+    }
+    names
+}
+
+/// One row per pid; a pid listed as both compute and graphics becomes one `Both` row.
+fn merge_process_lists(
+    gpu: u32,
+    compute: &[ProcessInfo],
+    graphics: &[ProcessInfo],
+) -> Vec<GpuProcess> {
+    let mut rows: Vec<GpuProcess> = Vec::with_capacity(compute.len() + graphics.len());
+    for (list, kind) in [
+        (compute, ProcessKind::Compute),
+        (graphics, ProcessKind::Graphics),
+    ] {
+        for info in list {
+            let memory = match info.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            };
+            if let Some(row) = rows.iter_mut().find(|r| r.pid == info.pid) {
+                if row.kind != kind {
+                    row.kind = ProcessKind::Both;
+                }
+                row.gpu_memory_bytes = row.gpu_memory_bytes.max(memory);
+                continue;
+            }
+            let mut row = GpuProcess::new(info.pid, gpu, kind);
+            row.gpu_memory_bytes = memory;
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_version_is_major_dot_minor() {
+        assert_eq!(format_cuda_version(12040), "12.4");
+        assert_eq!(format_cuda_version(11080), "11.8");
+    }
+
+    #[test]
+    fn throttle_bits_become_names_and_unknown_bits_survive() {
+        assert_eq!(
+            throttle_reason_names(0x4 | 0x40),
+            ["sw_power_cap", "hw_thermal_slowdown"]
+        );
+        assert_eq!(throttle_reason_names(0x1000), ["unknown_0x1000"]);
+        assert!(throttle_reason_names(0).is_empty());
+    }
+
+    #[test]
+    fn a_pid_in_both_lists_is_one_row() {
+        let info = |pid, bytes| ProcessInfo {
+            pid,
+            used_gpu_memory: UsedGpuMemory::Used(bytes),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        };
+        let rows = merge_process_lists(2, &[info(10, 100), info(11, 5)], &[info(10, 50)]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].kind, ProcessKind::Both);
+        assert_eq!(rows[0].gpu_memory_bytes, Some(100));
+        assert_eq!(rows[1].gpu, 2);
+    }
+
+    #[test]
+    fn a_missing_library_says_which_file() {
+        let source = NvmlSource::load(Path::new("/nonexistent/libnvidia-ml.so.1"));
+        let info = source.driver_info();
+        assert!(!info.nvml_loaded);
+        let error = info.error.unwrap();
+        assert!(error.contains("/nonexistent/libnvidia-ml.so.1"), "{error}");
+        assert_eq!(source.device_count(), Ok(0));
+    }
+}

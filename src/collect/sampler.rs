@@ -1,1 +1,578 @@
-//! placeholder
+//! The sampler: runs every source off the UI task and assembles one immutable snapshot a tick.
+//!
+//! Threads, and why:
+//! - one *driver* thread loads the GPU library (nvmlInit can take seconds) and answers GPU-count
+//!   requests;
+//! - one *worker* thread per GPU, with at most one request in flight, so a GPU whose driver
+//!   calls hang delays nobody: its worker stays blocked, the tick's deadline passes, and the GPU
+//!   is published as stale with its last figures;
+//! - the *sampler* thread itself, which reads the host (cheap /proc files), joins the GPU
+//!   processes with /proc, and publishes.
+//!
+//! Stuck threads are never joined: the process exits around them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::gpu::{DeviceError, DeviceReading, GpuSource};
+use super::host::HostCollector;
+use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState, Snapshot};
+
+/// Builds the GPU source; runs on the driver thread because loading may block.
+pub type GpuLoader = Box<dyn FnOnce() -> Arc<dyn GpuSource> + Send>;
+
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// Time between snapshots.
+    pub interval: Duration,
+    /// A GPU without a reading for this long is published as stale.
+    pub stale_after: Duration,
+    /// How long one tick waits for the GPU workers before publishing without the late ones.
+    pub gpu_wait: Duration,
+    /// How often the GPU count is asked again (GPUs can appear and disappear).
+    pub recount_every: Duration,
+    pub proc_root: PathBuf,
+    /// The library the loader will try, for messages while it is still loading.
+    pub library_label: String,
+}
+
+impl SamplerConfig {
+    pub fn for_interval(interval: Duration, library_label: String) -> Self {
+        SamplerConfig {
+            interval,
+            stale_after: Duration::from_secs(3),
+            gpu_wait: (interval / 2).min(Duration::from_millis(500)),
+            recount_every: Duration::from_secs(5),
+            proc_root: PathBuf::from("/proc"),
+            library_label,
+        }
+    }
+}
+
+/// Messages from the driver thread.
+enum DriverEvent {
+    Loaded {
+        source: Arc<dyn GpuSource>,
+        count: Result<u32, String>,
+    },
+    Count(Result<u32, String>),
+}
+
+/// A reading from a GPU worker, tagged with the worker's generation.
+struct WorkerResult {
+    index: u32,
+    generation: u64,
+    reading: Result<DeviceReading, DeviceError>,
+}
+
+/// The sampler's view of one GPU worker.
+struct GpuWorker {
+    generation: u64,
+    requests: SyncSender<()>,
+    /// When the request now in flight was sent, if any.
+    pending_since: Option<Instant>,
+    created: Instant,
+    last_reading: Option<DeviceReading>,
+    last_ok: Option<Instant>,
+    lost: Option<String>,
+    last_error: Option<String>,
+}
+
+pub struct Sampler {
+    config: SamplerConfig,
+    driver_events: Receiver<DriverEvent>,
+    count_requests: Option<SyncSender<()>>,
+    source: Option<Arc<dyn GpuSource>>,
+    driver: DriverInfo,
+    driver_loaded_at: Option<Instant>,
+    last_count_request: Instant,
+    workers: BTreeMap<u32, GpuWorker>,
+    results_tx: Sender<WorkerResult>,
+    results_rx: Receiver<WorkerResult>,
+    next_generation: u64,
+    host: HostCollector,
+}
+
+impl Sampler {
+    /// Starts the driver thread; GPU workers follow once the library is loaded.
+    pub fn start(config: SamplerConfig, loader: GpuLoader) -> Self {
+        let (events_tx, driver_events) = mpsc::channel();
+        let (count_tx, count_rx) = mpsc::sync_channel::<()>(1);
+        thread::Builder::new()
+            .name("torchtop-driver".into())
+            .spawn(move || run_driver_thread(loader, events_tx, count_rx))
+            .expect("spawning a thread only fails when the OS is out of resources");
+        let (results_tx, results_rx) = mpsc::channel();
+        let host = HostCollector::new(config.proc_root.clone());
+        let driver = DriverInfo {
+            library: config.library_label.clone(),
+            error: Some("loading the GPU library".into()),
+            ..Default::default()
+        };
+        Sampler {
+            config,
+            driver_events,
+            count_requests: Some(count_tx),
+            source: None,
+            driver,
+            driver_loaded_at: None,
+            last_count_request: Instant::now(),
+            workers: BTreeMap::new(),
+            results_tx,
+            results_rx,
+            next_generation: 0,
+            host,
+        }
+    }
+
+    /// One snapshot: ask every idle GPU for a reading, wait up to `gpu_wait` for the answers,
+    /// then read the host and publish what is known.
+    pub fn tick(&mut self) -> Snapshot {
+        let started = Instant::now();
+        self.drain_driver_events();
+        self.request_count_if_due(started);
+        let asked = self.request_readings(started);
+        self.collect_readings(&asked, started + self.config.gpu_wait);
+        let host = self.host.sample_host();
+        let mut processes = self.gpu_processes();
+        self.host.join_processes(&mut processes);
+        let now = Instant::now();
+        let mut snapshot = Snapshot::at(SystemTime::now());
+        snapshot.driver = self.driver.clone();
+        snapshot.host = host;
+        snapshot.gpus = self.gpu_samples(now);
+        snapshot.processes = processes;
+        snapshot
+    }
+
+    /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
+    /// measures CPU figures over at least `cpu_window`.
+    pub fn once(mut self, timeout: Duration, cpu_window: Duration) -> Snapshot {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        self.host.sample_host();
+        self.wait_for_driver(deadline);
+        // In a single shot, whatever answered before the deadline is current.
+        self.config.stale_after = timeout + cpu_window;
+        let asked = self.request_readings(Instant::now());
+        self.collect_readings(&asked, deadline);
+        let mut processes = self.gpu_processes();
+        self.host.join_processes(&mut processes);
+        let primed = Instant::now();
+        let until = (started + cpu_window).max(primed + cpu_window / 2);
+        thread::sleep(until.saturating_duration_since(primed));
+        let host = self.host.sample_host();
+        self.host.join_processes(&mut processes);
+        let now = Instant::now();
+        let mut snapshot = Snapshot::at(SystemTime::now());
+        if self.driver_loaded_at.is_none() {
+            self.driver.error = Some(format!(
+                "the GPU library {} did not finish loading within {:.1} s (the driver may be hung)",
+                self.config.library_label,
+                timeout.as_secs_f64()
+            ));
+        }
+        snapshot.driver = self.driver.clone();
+        snapshot.host = host;
+        snapshot.gpus = self.gpu_samples(now);
+        snapshot.processes = processes;
+        snapshot
+    }
+
+    fn wait_for_driver(&mut self, deadline: Instant) {
+        while self.driver_loaded_at.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.driver_events.recv_timeout(left) {
+                Ok(event) => self.apply_driver_event(event),
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn drain_driver_events(&mut self) {
+        while let Ok(event) = self.driver_events.try_recv() {
+            self.apply_driver_event(event);
+        }
+    }
+
+    fn apply_driver_event(&mut self, event: DriverEvent) {
+        match event {
+            DriverEvent::Loaded { source, count } => {
+                self.driver = source.driver_info();
+                self.driver_loaded_at = Some(Instant::now());
+                self.source = Some(source);
+                self.apply_count(count);
+            }
+            DriverEvent::Count(count) => self.apply_count(count),
+        }
+    }
+
+    fn apply_count(&mut self, count: Result<u32, String>) {
+        if !self.driver.nvml_loaded {
+            return;
+        }
+        let count = match count {
+            Ok(count) => count,
+            Err(why) => {
+                self.driver.error = Some(format!("the GPU count could not be read: {why}"));
+                return;
+            }
+        };
+        self.driver.error = None;
+        self.driver.gpu_count = Some(count);
+        self.workers.retain(|index, _| *index < count);
+        for index in 0..count {
+            if !self.workers.contains_key(&index) {
+                self.spawn_worker(index);
+            }
+        }
+    }
+
+    fn spawn_worker(&mut self, index: u32) {
+        let Some(source) = self.source.clone() else {
+            return;
+        };
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let (requests, request_rx) = mpsc::sync_channel::<()>(1);
+        let results = self.results_tx.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("torchtop-gpu{index}"))
+            .spawn(move || {
+                let mut reader = source.open_device(index);
+                while request_rx.recv().is_ok() {
+                    let reading = reader.read();
+                    let result = WorkerResult {
+                        index,
+                        generation,
+                        reading,
+                    };
+                    if results.send(result).is_err() {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            return;
+        }
+        self.workers.insert(
+            index,
+            GpuWorker {
+                generation,
+                requests,
+                pending_since: None,
+                created: Instant::now(),
+                last_reading: None,
+                last_ok: None,
+                lost: None,
+                last_error: None,
+            },
+        );
+    }
+
+    fn request_count_if_due(&mut self, now: Instant) {
+        if self.source.is_none()
+            || now.duration_since(self.last_count_request) < self.config.recount_every
+        {
+            return;
+        }
+        self.last_count_request = now;
+        if let Some(requests) = &self.count_requests {
+            if let Err(TrySendError::Disconnected(_)) = requests.try_send(()) {
+                self.count_requests = None;
+            }
+        }
+    }
+
+    /// Sends a request to every GPU that has none in flight; returns those asked.
+    fn request_readings(&mut self, now: Instant) -> Vec<u32> {
+        let mut asked = Vec::new();
+        for (index, worker) in &mut self.workers {
+            if worker.pending_since.is_some() || worker.lost.is_some() {
+                continue;
+            }
+            if worker.requests.try_send(()).is_ok() {
+                worker.pending_since = Some(now);
+                asked.push(*index);
+            }
+        }
+        asked
+    }
+
+    fn collect_readings(&mut self, asked: &[u32], deadline: Instant) {
+        let mut waiting: Vec<u32> = asked.to_vec();
+        while let Ok(result) = self.results_rx.try_recv() {
+            self.apply_result(result, &mut waiting);
+        }
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.results_rx.recv_timeout(left) {
+                Ok(result) => self.apply_result(result, &mut waiting),
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn apply_result(&mut self, result: WorkerResult, waiting: &mut Vec<u32>) {
+        let Some(worker) = self.workers.get_mut(&result.index) else {
+            return;
+        };
+        if worker.generation != result.generation {
+            return;
+        }
+        waiting.retain(|i| *i != result.index);
+        worker.pending_since = None;
+        match result.reading {
+            Ok(reading) => {
+                worker.last_reading = Some(reading);
+                worker.last_ok = Some(Instant::now());
+                worker.last_error = None;
+            }
+            Err(DeviceError::Lost(why)) => worker.lost = Some(why),
+            Err(DeviceError::Failed(why)) => worker.last_error = Some(why),
+        }
+    }
+
+    fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
+        self.workers
+            .iter()
+            .map(|(index, worker)| self.gpu_sample(*index, worker, now))
+            .collect()
+    }
+
+    fn gpu_sample(&self, index: u32, worker: &GpuWorker, now: Instant) -> GpuSample {
+        let mut sample = worker
+            .last_reading
+            .as_ref()
+            .map(|r| r.sample.clone())
+            .unwrap_or_default();
+        sample.index = index;
+        let since_ok = now.duration_since(worker.last_ok.unwrap_or(worker.created));
+        if let Some(why) = &worker.lost {
+            sample.state = GpuState::Lost;
+            sample.error = Some(why.clone());
+        } else if worker.last_ok.is_none() || since_ok > self.config.stale_after {
+            sample.state = GpuState::Stale;
+            sample.stale_seconds = Some(round_tenths(since_ok.as_secs_f64()));
+            sample.error = worker
+                .last_error
+                .clone()
+                .or_else(|| Some("the driver has not answered for this GPU".into()));
+        } else {
+            sample.state = GpuState::Ok;
+            sample.error = worker.last_error.clone();
+        }
+        sample
+    }
+
+    /// The processes of every GPU that is not lost, from each GPU's latest reading.
+    fn gpu_processes(&self) -> Vec<GpuProcess> {
+        self.workers
+            .values()
+            .filter(|w| w.lost.is_none())
+            .filter_map(|w| w.last_reading.as_ref())
+            .flat_map(|r| r.processes.iter().cloned())
+            .collect()
+    }
+}
+
+fn round_tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
+}
+
+fn run_driver_thread(loader: GpuLoader, events: Sender<DriverEvent>, counts: Receiver<()>) {
+    let source = loader();
+    let count = source.device_count();
+    if events
+        .send(DriverEvent::Loaded {
+            source: source.clone(),
+            count,
+        })
+        .is_err()
+    {
+        return;
+    }
+    while counts.recv().is_ok() {
+        if events
+            .send(DriverEvent::Count(source.device_count()))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
+/// false.
+pub fn spawn_loop<F>(config: SamplerConfig, loader: GpuLoader, mut publish: F)
+where
+    F: FnMut(Snapshot) -> bool + Send + 'static,
+{
+    thread::Builder::new()
+        .name("torchtop-sampler".into())
+        .spawn(move || {
+            let interval = config.interval;
+            let mut sampler = Sampler::start(config, loader);
+            let mut next = Instant::now();
+            loop {
+                if !publish(sampler.tick()) {
+                    return;
+                }
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now;
+                }
+                thread::sleep(next - now);
+            }
+        })
+        .expect("spawning a thread only fails when the OS is out of resources");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::gpu::DeviceReader;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A source whose GPU `hang` blocks forever and whose GPU `lose` reports lost.
+    struct FakeSource {
+        count: AtomicU32,
+        hang: Option<u32>,
+        lose: Option<u32>,
+    }
+
+    struct FakeReader {
+        index: u32,
+        hang: bool,
+        lose: bool,
+    }
+
+    impl DeviceReader for FakeReader {
+        fn read(&mut self) -> Result<DeviceReading, DeviceError> {
+            if self.hang {
+                thread::sleep(Duration::from_secs(3600));
+            }
+            if self.lose {
+                return Err(DeviceError::Lost("gone".into()));
+            }
+            let mut reading = DeviceReading::default();
+            reading.sample.name = Some(format!("Fake {}", self.index));
+            reading.sample.utilization_percent = Some(40 + self.index);
+            reading.processes.push(GpuProcess::new(
+                1000 + self.index,
+                self.index,
+                crate::model::ProcessKind::Compute,
+            ));
+            Ok(reading)
+        }
+    }
+
+    impl GpuSource for FakeSource {
+        fn driver_info(&self) -> DriverInfo {
+            DriverInfo {
+                nvml_loaded: true,
+                library: "fake".into(),
+                driver_version: Some("1.0".into()),
+                ..Default::default()
+            }
+        }
+        fn device_count(&self) -> Result<u32, String> {
+            Ok(self.count.load(Ordering::SeqCst))
+        }
+        fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
+            Box::new(FakeReader {
+                index,
+                hang: self.hang == Some(index),
+                lose: self.lose == Some(index),
+            })
+        }
+    }
+
+    fn config() -> SamplerConfig {
+        let mut config = SamplerConfig::for_interval(Duration::from_millis(100), "fake".into());
+        config.gpu_wait = Duration::from_millis(200);
+        config.stale_after = Duration::from_millis(300);
+        config
+    }
+
+    fn loader(count: u32, hang: Option<u32>, lose: Option<u32>) -> GpuLoader {
+        Box::new(move || {
+            Arc::new(FakeSource {
+                count: AtomicU32::new(count),
+                hang,
+                lose,
+            }) as Arc<dyn GpuSource>
+        })
+    }
+
+    #[test]
+    fn a_hung_gpu_is_stale_while_the_others_update() {
+        let mut sampler = Sampler::start(config(), loader(3, Some(1), None));
+        sampler.wait_for_driver(Instant::now() + Duration::from_secs(2));
+        let started = Instant::now();
+        let first = sampler.tick();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a hung GPU blocked the tick"
+        );
+        assert_eq!(first.gpus.len(), 3);
+        assert_eq!(first.gpus[0].state, GpuState::Ok);
+        assert_eq!(first.gpus[0].utilization_percent, Some(40));
+        assert_eq!(first.gpus[1].state, GpuState::Stale);
+        assert_eq!(first.gpus[1].utilization_percent, None);
+        assert_eq!(first.gpus[2].state, GpuState::Ok);
+        let pids: Vec<u32> = first.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, [1000, 1002]);
+        thread::sleep(Duration::from_millis(350));
+        let later = sampler.tick();
+        assert_eq!(later.gpus[0].state, GpuState::Ok);
+        assert_eq!(later.gpus[1].state, GpuState::Stale);
+        assert!(later.gpus[1].stale_seconds.unwrap() >= 0.3);
+    }
+
+    #[test]
+    fn a_lost_gpu_is_lost_and_its_processes_go() {
+        let mut sampler = Sampler::start(config(), loader(2, None, Some(0)));
+        sampler.wait_for_driver(Instant::now() + Duration::from_secs(2));
+        let snapshot = sampler.tick();
+        assert_eq!(snapshot.gpus[0].state, GpuState::Lost);
+        assert_eq!(snapshot.gpus[1].state, GpuState::Ok);
+        assert!(snapshot.processes.iter().all(|p| p.gpu == 1));
+    }
+
+    #[test]
+    fn once_gives_up_on_a_hung_gpu_after_the_timeout() {
+        let sampler = Sampler::start(config(), loader(2, Some(0), None));
+        let started = Instant::now();
+        let snapshot = sampler.once(Duration::from_millis(400), Duration::from_millis(10));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert_eq!(snapshot.gpus[0].state, GpuState::Stale);
+        assert_eq!(snapshot.gpus[1].state, GpuState::Ok);
+    }
+
+    #[test]
+    fn once_reports_a_hung_library_load() {
+        let hung: GpuLoader = Box::new(|| {
+            thread::sleep(Duration::from_secs(3600));
+            unreachable!()
+        });
+        let snapshot = Sampler::start(config(), hung)
+            .once(Duration::from_millis(200), Duration::from_millis(10));
+        assert!(!snapshot.driver.nvml_loaded);
+        assert!(snapshot
+            .driver
+            .error
+            .unwrap()
+            .contains("did not finish loading"));
+        assert!(snapshot.gpus.is_empty());
+    }
+}
