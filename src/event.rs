@@ -45,6 +45,7 @@ async fn event_loop(
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     draw(terminal, &app)?;
+    panic_if_asked_by_a_test();
     loop {
         let mut effect = tokio::select! {
             event = input.next() => match event {
@@ -99,4 +100,12 @@ fn draw(terminal: &mut Tui, app: &App) -> io::Result<()> {
     terminal.draw(|frame| ui::draw(frame, app))?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
     Ok(())
+}
+
+/// Fault injection for the terminal-restore test: `TORCHTOP_TEST_PANIC=1` panics after the
+/// first frame, so the test can check that the panic hook puts the terminal back.
+fn panic_if_asked_by_a_test() {
+    if std::env::var_os("TORCHTOP_TEST_PANIC").is_some_and(|v| v == "1") {
+        panic!("TORCHTOP_TEST_PANIC is set: panicking on purpose");
+    }
 }

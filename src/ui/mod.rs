@@ -15,6 +15,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         .gpus
         .iter()
         .map(|g| format!("{} {}", g.index, g.name.as_deref().unwrap_or("N/A")))
+        .chain(app.snapshot.driver.error.clone())
         .collect();
     frame.render_widget(Paragraph::new(names.join("\n")), frame.area());
 }

@@ -1,0 +1,11 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+pub mod pty;
+
+use std::path::PathBuf;
+
+/// The torchtop binary that cargo built for these tests.
+pub fn torchtop_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_torchtop"))
+}
