@@ -2,12 +2,14 @@
 //! the rules and `--once` read. Nothing here does I/O. Every value a source may fail to report
 //! is an `Option`; `None` is shown as N/A and serialized as JSON `null`, never as 0.
 
+pub mod filter;
 pub mod gpu;
 pub mod history;
 pub mod host;
 pub mod process;
 pub mod snapshot;
 pub mod torch;
+pub mod tree;
 pub mod warning;
 
 pub use gpu::{DriverInfo, GpuSample, GpuState};

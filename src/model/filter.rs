@@ -1,0 +1,338 @@
+//! Choosing rows: the `/` text filter, tagged rows and the targets of an action, and the sort
+//! orders of the process table. Pure functions over the model; no I/O.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use super::process::GpuProcess;
+use crate::actions::ProcessIdentity;
+
+/// True when `filter` is empty, is a case-insensitive part of the command or the user, or is
+/// the start of the pid ("12" matches 1234).
+pub fn matches(filter: &str, p: &GpuProcess) -> bool {
+    let needle = filter.trim();
+    if needle.is_empty() {
+        return true;
+    }
+    if p.pid.to_string().starts_with(needle) {
+        return true;
+    }
+    let needle = needle.to_lowercase();
+    [p.command.as_deref(), p.user.as_deref()]
+        .into_iter()
+        .flatten()
+        .any(|text| text.to_lowercase().contains(&needle))
+}
+
+/// Tagged processes, keyed by identity so a tag never moves to a new process that reuses the
+/// pid.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tags {
+    tagged: BTreeSet<ProcessIdentity>,
+}
+
+impl Tags {
+    pub fn new() -> Self {
+        Tags::default()
+    }
+
+    /// Tags an untagged process and untags a tagged one; returns whether it is now tagged.
+    pub fn toggle(&mut self, id: ProcessIdentity) -> bool {
+        if self.tagged.remove(&id) {
+            false
+        } else {
+            self.tagged.insert(id);
+            true
+        }
+    }
+
+    pub fn contains(&self, id: &ProcessIdentity) -> bool {
+        self.tagged.contains(id)
+    }
+
+    /// Whether this row's process is tagged; a row without a start time never is.
+    pub fn contains_row(&self, p: &GpuProcess) -> bool {
+        ProcessIdentity::of_gpu_process(p).is_some_and(|id| self.contains(&id))
+    }
+
+    pub fn clear(&mut self) {
+        self.tagged.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tagged.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tagged.len()
+    }
+
+    /// Tagged identities, by pid.
+    pub fn iter(&self) -> impl Iterator<Item = &ProcessIdentity> {
+        self.tagged.iter()
+    }
+
+    /// Drops tags of processes that are no longer among `rows` (exited, or pid reused).
+    pub fn retain_alive(&mut self, rows: &[GpuProcess]) {
+        let alive: BTreeSet<ProcessIdentity> = rows
+            .iter()
+            .filter_map(ProcessIdentity::of_gpu_process)
+            .collect();
+        self.tagged.retain(|id| alive.contains(id));
+    }
+}
+
+/// What an action applies to: the tagged processes (by pid), or else the selected one.
+pub fn action_targets(tags: &Tags, selected: Option<ProcessIdentity>) -> Vec<ProcessIdentity> {
+    if tags.is_empty() {
+        selected.into_iter().collect()
+    } else {
+        tags.iter().copied().collect()
+    }
+}
+
+/// A column the process table can be sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SortKey {
+    Pid,
+    User,
+    Gpu,
+    GpuMemory,
+    Sm,
+    Cpu,
+    Rss,
+    Time,
+    Command,
+}
+
+impl SortKey {
+    /// Every key, in the order of the sort menu and of stepping.
+    pub const ALL: [SortKey; 9] = [
+        SortKey::Pid,
+        SortKey::User,
+        SortKey::Gpu,
+        SortKey::GpuMemory,
+        SortKey::Sm,
+        SortKey::Cpu,
+        SortKey::Rss,
+        SortKey::Time,
+        SortKey::Command,
+    ];
+
+    /// The column heading it sorts.
+    pub fn label(self) -> &'static str {
+        match self {
+            SortKey::Pid => "PID",
+            SortKey::User => "USER",
+            SortKey::Gpu => "GPU",
+            SortKey::GpuMemory => "GPU MEM",
+            SortKey::Sm => "SM%",
+            SortKey::Cpu => "CPU%",
+            SortKey::Rss => "RSS",
+            SortKey::Time => "TIME",
+            SortKey::Command => "COMMAND",
+        }
+    }
+
+    /// The next key in [`SortKey::ALL`], wrapping around.
+    pub fn next(self) -> SortKey {
+        let i = self.position();
+        SortKey::ALL[(i + 1) % SortKey::ALL.len()]
+    }
+
+    /// The previous key in [`SortKey::ALL`], wrapping around.
+    pub fn prev(self) -> SortKey {
+        let i = self.position();
+        SortKey::ALL[(i + SortKey::ALL.len() - 1) % SortKey::ALL.len()]
+    }
+
+    fn position(self) -> usize {
+        SortKey::ALL.iter().position(|&k| k == self).unwrap_or(0)
+    }
+}
+
+/// Sorts ascending by `key`, or descending with `reverse`. Rows whose value is missing (N/A)
+/// go last in both directions; ties are broken by pid then GPU, always ascending, so the order
+/// is stable between refreshes.
+pub fn sort_processes(rows: &mut [GpuProcess], key: SortKey, reverse: bool) {
+    rows.sort_by(|a, b| {
+        compare_by(key, a, b, reverse)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.gpu.cmp(&b.gpu))
+    });
+}
+
+fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Ordering {
+    match key {
+        SortKey::Pid => directed(a.pid.cmp(&b.pid), reverse),
+        SortKey::Gpu => directed(a.gpu.cmp(&b.gpu), reverse),
+        SortKey::User => missing_last(lower(&a.user), lower(&b.user), reverse, Ord::cmp),
+        SortKey::Command => missing_last(lower(&a.command), lower(&b.command), reverse, Ord::cmp),
+        SortKey::GpuMemory => {
+            missing_last(a.gpu_memory_bytes, b.gpu_memory_bytes, reverse, Ord::cmp)
+        }
+        SortKey::Sm => missing_last(a.sm_percent, b.sm_percent, reverse, Ord::cmp),
+        SortKey::Rss => missing_last(a.rss_bytes, b.rss_bytes, reverse, Ord::cmp),
+        SortKey::Cpu => missing_last(a.cpu_percent, b.cpu_percent, reverse, f64_cmp),
+        SortKey::Time => missing_last(a.running_seconds, b.running_seconds, reverse, f64_cmp),
+    }
+}
+
+fn directed(order: Ordering, reverse: bool) -> Ordering {
+    if reverse {
+        order.reverse()
+    } else {
+        order
+    }
+}
+
+fn missing_last<T>(
+    a: Option<T>,
+    b: Option<T>,
+    reverse: bool,
+    cmp: impl Fn(&T, &T) -> Ordering,
+) -> Ordering {
+    match (a, b) {
+        (Some(a), Some(b)) => directed(cmp(&a, &b), reverse),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+fn f64_cmp(a: &f64, b: &f64) -> Ordering {
+    a.total_cmp(b)
+}
+
+fn lower(text: &Option<String>) -> Option<String> {
+    text.as_ref().map(|t| t.to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ProcessKind;
+
+    fn row(pid: u32, user: &str, command: &str) -> GpuProcess {
+        let mut p = GpuProcess::new(pid, 0, ProcessKind::Compute);
+        p.user = Some(user.to_string());
+        p.command = Some(command.to_string());
+        p.start_ticks = Some(u64::from(pid) * 100);
+        p
+    }
+
+    fn id(pid: u32) -> ProcessIdentity {
+        ProcessIdentity::new(pid, u64::from(pid) * 100)
+    }
+
+    fn pids(rows: &[GpuProcess]) -> Vec<u32> {
+        rows.iter().map(|r| r.pid).collect()
+    }
+
+    #[test]
+    fn filter_matches_command_user_and_pid_prefix() {
+        let p = row(4321, "Alice", "python Train.py --lr 3e-4");
+        for hit in [
+            "", "  ", "train", "TRAIN.PY", "alice", "ALI", "43", "4321", " 4321 ",
+        ] {
+            assert!(matches(hit, &p), "{hit:?} should match");
+        }
+        for miss in ["bob", "321", "43210", "eval"] {
+            assert!(!matches(miss, &p), "{miss:?} should not match");
+        }
+    }
+
+    #[test]
+    fn filter_on_a_row_without_proc_data_uses_the_pid_only() {
+        let p = GpuProcess::new(555, 0, ProcessKind::Compute);
+        assert!(matches("55", &p));
+        assert!(!matches("python", &p));
+    }
+
+    #[test]
+    fn tags_toggle_and_follow_identity_not_pid() {
+        let mut tags = Tags::new();
+        assert!(tags.toggle(id(10)));
+        assert!(tags.toggle(id(20)));
+        assert!(!tags.toggle(id(20)));
+        assert!(tags.contains(&id(10)));
+        assert!(!tags.contains(&id(20)));
+        // Same pid, another start time: another process, not tagged.
+        assert!(!tags.contains(&ProcessIdentity::new(10, 1)));
+        let mut reused = row(10, "bob", "sleep");
+        reused.start_ticks = Some(1);
+        assert!(!tags.contains_row(&reused));
+        assert!(tags.contains_row(&row(10, "alice", "python")));
+        tags.clear();
+        assert!(tags.is_empty());
+    }
+
+    #[test]
+    fn retain_alive_drops_exited_and_reused_processes() {
+        let mut tags = Tags::new();
+        for pid in [10, 20, 30] {
+            tags.toggle(id(pid));
+        }
+        let mut reused = row(30, "bob", "sleep");
+        reused.start_ticks = Some(5);
+        tags.retain_alive(&[row(10, "a", "x"), reused]);
+        assert_eq!(tags.iter().copied().collect::<Vec<_>>(), vec![id(10)]);
+    }
+
+    #[test]
+    fn actions_target_tagged_rows_else_the_selection() {
+        let mut tags = Tags::new();
+        assert_eq!(action_targets(&tags, Some(id(7))), vec![id(7)]);
+        assert_eq!(action_targets(&tags, None), vec![]);
+        tags.toggle(id(30));
+        tags.toggle(id(10));
+        assert_eq!(action_targets(&tags, Some(id(7))), vec![id(10), id(30)]);
+    }
+
+    #[test]
+    fn missing_values_sort_last_in_both_directions() {
+        let mut rows: Vec<GpuProcess> = [(1, Some(300)), (2, None), (3, Some(100)), (4, Some(200))]
+            .into_iter()
+            .map(|(pid, mem)| {
+                let mut p = row(pid, "u", "c");
+                p.gpu_memory_bytes = mem;
+                p
+            })
+            .collect();
+        sort_processes(&mut rows, SortKey::GpuMemory, false);
+        assert_eq!(pids(&rows), [3, 4, 1, 2]);
+        sort_processes(&mut rows, SortKey::GpuMemory, true);
+        assert_eq!(pids(&rows), [1, 4, 3, 2]);
+    }
+
+    #[test]
+    fn float_and_text_keys_sort_with_ties_by_pid() {
+        let mut rows: Vec<GpuProcess> = [(5, 50.0, "bob"), (2, 50.0, "Carol"), (9, 1.5, "alice")]
+            .into_iter()
+            .map(|(pid, cpu, user)| {
+                let mut p = row(pid, user, "c");
+                p.cpu_percent = Some(cpu);
+                p
+            })
+            .collect();
+        rows.push(GpuProcess::new(1, 0, ProcessKind::Compute));
+        sort_processes(&mut rows, SortKey::Cpu, true);
+        assert_eq!(pids(&rows), [2, 5, 9, 1]);
+        sort_processes(&mut rows, SortKey::User, false);
+        assert_eq!(pids(&rows), [9, 5, 2, 1]);
+        sort_processes(&mut rows, SortKey::User, true);
+        assert_eq!(pids(&rows), [2, 5, 9, 1]);
+        sort_processes(&mut rows, SortKey::Pid, true);
+        assert_eq!(pids(&rows), [9, 5, 2, 1]);
+    }
+
+    #[test]
+    fn sort_keys_step_and_wrap() {
+        assert_eq!(SortKey::Pid.next(), SortKey::User);
+        assert_eq!(SortKey::Command.next(), SortKey::Pid);
+        assert_eq!(SortKey::Pid.prev(), SortKey::Command);
+        for key in SortKey::ALL {
+            assert_eq!(key.next().prev(), key);
+        }
+    }
+}
