@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -38,6 +39,8 @@ pub struct SamplerConfig {
     pub proc_root: PathBuf,
     /// The library the loader will try, for messages while it is still loading.
     pub library_label: String,
+    /// Set by the UI while the tree view is open: each tick then scans every host process.
+    pub want_process_table: Arc<AtomicBool>,
 }
 
 impl SamplerConfig {
@@ -49,6 +52,7 @@ impl SamplerConfig {
             recount_every: Duration::from_secs(5),
             proc_root: PathBuf::from("/proc"),
             library_label,
+            want_process_table: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -146,6 +150,9 @@ impl Sampler {
         snapshot.host = host;
         snapshot.gpus = self.gpu_samples(now);
         snapshot.processes = processes;
+        if self.config.want_process_table.load(Ordering::Relaxed) {
+            snapshot.host_processes = self.host.process_table();
+        }
         snapshot
     }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{DriverInfo, GpuProcess, GpuSample, HostSnapshot, Warning};
+use super::{DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Warning};
 
 /// The version of the `--once --json` document; bump on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<GpuProcess>,
     pub warnings: Vec<Warning>,
+    /// Every host process, only while the tree view asks for it (it costs a full /proc scan).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_processes: Vec<HostProcess>,
 }
 
 impl Snapshot {
