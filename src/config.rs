@@ -230,7 +230,10 @@ impl Default for ThrottleConfig {
         ThrottleConfig {
             enabled: true,
             min_utilization_percent: 50.0,
-            reasons: THROTTLE_REASON_NAMES.iter().map(|s| s.to_string()).collect(),
+            reasons: THROTTLE_REASON_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         }
     }
 }
@@ -289,12 +292,13 @@ pub fn load(path: &Path) -> Result<Config, String> {
 /// Parses and checks config text; the error names the line and the key.
 pub fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
-    config.rules.check().map_err(|(key, problem)| {
-        match find_key_line(text, &key) {
+    config
+        .rules
+        .check()
+        .map_err(|(key, problem)| match find_key_line(text, &key) {
             Some(line) => format!("line {line}: key `{key}` {problem}"),
             None => format!("key `{key}` {problem}"),
-        }
-    })?;
+        })?;
     Ok(config)
 }
 
@@ -322,7 +326,11 @@ fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
 /// The 1-based line holding a byte offset.
 fn line_of_offset(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// The field serde names in "unknown field `x`, expected ...".
@@ -433,7 +441,10 @@ impl RulesConfig {
             }
         }
         let non_negative = [
-            ("oom_risk.oom_window_seconds", self.oom_risk.oom_window_seconds),
+            (
+                "oom_risk.oom_window_seconds",
+                self.oom_risk.oom_window_seconds,
+            ),
             (
                 "fragmentation.min_inactive_split_mib",
                 self.fragmentation.min_inactive_split_mib,
@@ -445,8 +456,14 @@ impl RulesConfig {
             ("leak.window_seconds", self.leak.window_seconds),
             ("leak.min_rise_mib", self.leak.min_rise_mib),
             ("leak.max_fallback_mib", self.leak.max_fallback_mib),
-            ("gpu_starved.window_seconds", self.gpu_starved.window_seconds),
-            ("gpu_starved.min_memory_mib", self.gpu_starved.min_memory_mib),
+            (
+                "gpu_starved.window_seconds",
+                self.gpu_starved.window_seconds,
+            ),
+            (
+                "gpu_starved.min_memory_mib",
+                self.gpu_starved.min_memory_mib,
+            ),
             (
                 "gpu_starved.worker_busy_percent",
                 self.gpu_starved.worker_busy_percent,
@@ -573,7 +590,10 @@ mod tests {
         let text = "# thresholds\n[rules]\noom_risk.memory_fraction = \"high\"\n";
         let error = parse(text).unwrap_err();
         assert!(error.contains("line 3"), "{error}");
-        assert!(error.contains("`rules.oom_risk.memory_fraction`"), "{error}");
+        assert!(
+            error.contains("`rules.oom_risk.memory_fraction`"),
+            "{error}"
+        );
         assert!(error.contains("string"), "{error}");
     }
 
@@ -592,7 +612,10 @@ mod tests {
             "line 3: key `rules.oom_risk.memory_fraction` must be a fraction from 0 to 1 (got 1.5)"
         );
         let error = parse("[rules.throttle]\nreasons = [\"hot\"]\n").unwrap_err();
-        assert!(error.starts_with("line 2: key `rules.throttle.reasons`"), "{error}");
+        assert!(
+            error.starts_with("line 2: key `rules.throttle.reasons`"),
+            "{error}"
+        );
         assert!(error.contains("\"hot\""), "{error}");
     }
 

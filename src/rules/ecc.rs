@@ -47,13 +47,20 @@ fn rising(index: u32, points: &[Point<GpuPoint>], config: &EccConfig) -> Option<
     let message = format!(
         "GPU {index} reported {} ECC error{} in the last {}",
         parts.join(" and "),
-        if new_corrected + new_uncorrected == 1 { "" } else { "s" },
+        if new_corrected + new_uncorrected == 1 {
+            ""
+        } else {
+            "s"
+        },
         fmt_seconds(config.window_seconds),
     );
     let evidence = vec![
         ("new uncorrected", new_uncorrected.to_string()),
         ("new corrected", new_corrected.to_string()),
-        ("volatile uncorrected", fmt_opt(uncorrected.map(|(_, now)| now))),
+        (
+            "volatile uncorrected",
+            fmt_opt(uncorrected.map(|(_, now)| now)),
+        ),
         ("volatile corrected", fmt_opt(corrected.map(|(_, now)| now))),
     ];
     Some(warning(
@@ -98,7 +105,11 @@ mod tests {
         let warnings = replay_default(10, counts(|_| 5, |s| u64::from(s >= 8)));
         let w = find(&warnings, "ecc", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Critical);
-        assert!(w.message.contains("1 new uncorrected ECC error"), "{}", w.message);
+        assert!(
+            w.message.contains("1 new uncorrected ECC error"),
+            "{}",
+            w.message
+        );
     }
 
     #[test]

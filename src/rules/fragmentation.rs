@@ -10,8 +10,8 @@ use crate::config::FragmentationConfig;
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
-    counter_rise, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint,
-    Inputs, Point, BYTES_PER_MIB,
+    counter_rise, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs, Point,
+    BYTES_PER_MIB,
 };
 
 pub const ID: &str = "fragmentation";
@@ -110,7 +110,14 @@ fn fragmented(
             alloc_conf.unwrap_or("N/A").to_string(),
         ),
     ];
-    let mut found = warning(ID, Severity::Warn, Subject::Process { pid }, message, evidence, "");
+    let mut found = warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid },
+        message,
+        evidence,
+        "",
+    );
     found.remedy = remedy(alloc_conf);
     Some(found)
 }
@@ -124,7 +131,8 @@ fn ratio(point: &AllocPoint) -> Option<f64> {
 /// The inactive-split share of reserved memory, when it passes both thresholds.
 fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> {
     let share = ratio(point)?;
-    let large_enough = point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib * BYTES_PER_MIB;
+    let large_enough =
+        point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib * BYTES_PER_MIB;
     (share >= config.inactive_split_fraction && large_enough).then_some(share)
 }
 
@@ -165,7 +173,10 @@ mod tests {
     #[test]
     fn a_healthy_allocator_and_a_tiny_process_stay_silent() {
         let healthy = replay_default(3, |s| with_stats(s, split(20 * GIB, GIB), None));
-        assert!(with_id(&healthy, "fragmentation").is_empty(), "{healthy:#?}");
+        assert!(
+            with_id(&healthy, "fragmentation").is_empty(),
+            "{healthy:#?}"
+        );
         // 50% split, but only 100 MiB of it: below the absolute minimum.
         let tiny = replay_default(3, |s| with_stats(s, split(200 * MIB, 100 * MIB), None));
         assert!(with_id(&tiny, "fragmentation").is_empty(), "{tiny:#?}");
@@ -191,7 +202,11 @@ mod tests {
         let on = Some("expandable_segments:True");
         let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), on));
         let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
-        assert!(w.remedy.starts_with("expandable_segments is already on"), "{}", w.remedy);
+        assert!(
+            w.remedy.starts_with("expandable_segments is already on"),
+            "{}",
+            w.remedy
+        );
         let r#async = Some("backend:cudaMallocAsync");
         let quiet = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), r#async));
         assert!(with_id(&quiet, "fragmentation").is_empty());
@@ -201,7 +216,9 @@ mod tests {
     fn a_lower_minimum_makes_a_small_process_fire() {
         let mut config = RulesConfig::default();
         config.fragmentation.min_inactive_split_mib = 50.0;
-        let warnings = replay(config, 0, |s| with_stats(s, split(200 * MIB, 100 * MIB), None));
+        let warnings = replay(config, 0, |s| {
+            with_stats(s, split(200 * MIB, 100 * MIB), None)
+        });
         assert_eq!(with_id(&warnings, "fragmentation").len(), 1);
     }
 }

@@ -10,7 +10,9 @@
 use crate::config::GpuStarvedConfig;
 use crate::model::{ProcessKind, Severity, Subject, Warning};
 
-use super::{fmt_opt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB};
+use super::{
+    fmt_opt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB,
+};
 
 pub const ID: &str = "gpu-starved";
 
@@ -200,12 +202,23 @@ mod tests {
 
     #[test]
     fn low_utilization_with_saturated_workers_blames_data_loading() {
-        let warnings = replay_default(60, history(low, |_, p| {
-            p.children_cpu_percent = Some(390.0);
-        }));
+        let warnings = replay_default(
+            60,
+            history(low, |_, p| {
+                p.children_cpu_percent = Some(390.0);
+            }),
+        );
         let w = find(&warnings, "gpu-starved", &Subject::Process { pid: 5 });
-        assert!(w.message.contains("4 DataLoader workers look saturated"), "{}", w.message);
-        assert!(w.message.contains("data loading is the bottleneck"), "{}", w.message);
+        assert!(
+            w.message.contains("4 DataLoader workers look saturated"),
+            "{}",
+            w.message
+        );
+        assert!(
+            w.message.contains("data loading is the bottleneck"),
+            "{}",
+            w.message
+        );
         assert_eq!(evidence(w, "cpu per worker"), "98%");
         assert_eq!(evidence(w, "utilization source"), "process SM (NVML)");
         assert!(w.remedy.contains("num_workers"));
@@ -214,36 +227,56 @@ mod tests {
 
     #[test]
     fn no_workers_and_a_busy_main_process_blames_num_workers_zero() {
-        let warnings = replay_default(60, history(low, |_, p| {
-            p.children_count = Some(0);
-            p.children_cpu_percent = Some(0.0);
-            p.cpu_percent = Some(99.0);
-        }));
+        let warnings = replay_default(
+            60,
+            history(low, |_, p| {
+                p.children_count = Some(0);
+                p.children_cpu_percent = Some(0.0);
+                p.cpu_percent = Some(99.0);
+            }),
+        );
         let w = find(&warnings, "gpu-starved", &Subject::Process { pid: 5 });
         assert!(w.message.contains("num_workers=0"), "{}", w.message);
     }
 
     #[test]
     fn a_saturated_host_is_named() {
-        let warnings = replay_default(60, history(low, |s, _| {
-            s.host.cpu_percent = Some(97.0);
-        }));
+        let warnings = replay_default(
+            60,
+            history(low, |s, _| {
+                s.host.cpu_percent = Some(97.0);
+            }),
+        );
         let w = find(&warnings, "gpu-starved", &Subject::Process { pid: 5 });
-        assert!(w.message.contains("host CPU is saturated (97%)"), "{}", w.message);
+        assert!(
+            w.message.contains("host CPU is saturated (97%)"),
+            "{}",
+            w.message
+        );
     }
 
     #[test]
     fn idle_cpus_say_the_wait_is_elsewhere() {
         let warnings = replay_default(60, history(low, |_, _| {}));
         let w = find(&warnings, "gpu-starved", &Subject::Process { pid: 5 });
-        assert!(w.message.contains("neither its DataLoader workers"), "{}", w.message);
+        assert!(
+            w.message.contains("neither its DataLoader workers"),
+            "{}",
+            w.message
+        );
     }
 
     #[test]
     fn the_gpu_utilization_stands_in_when_nvml_has_no_process_figure() {
-        let warnings = replay_default(60, history(|_| None, |s, _| {
-            s.gpus[0].utilization_percent = Some(3);
-        }));
+        let warnings = replay_default(
+            60,
+            history(
+                |_| None,
+                |s, _| {
+                    s.gpus[0].utilization_percent = Some(3);
+                },
+            ),
+        );
         let w = find(&warnings, "gpu-starved", &Subject::Process { pid: 5 });
         assert_eq!(evidence(w, "utilization source"), "whole GPU");
         assert_eq!(evidence(w, "mean utilization"), "3%");
@@ -255,9 +288,12 @@ mod tests {
         assert!(with_id(&busy, "gpu-starved").is_empty(), "{busy:#?}");
         let short = replay_default(30, history(low, |_, _| {}));
         assert!(with_id(&short, "gpu-starved").is_empty(), "{short:#?}");
-        let small = replay_default(60, history(low, |_, p| {
-            p.gpu_memory_bytes = Some(200 * MIB);
-        }));
+        let small = replay_default(
+            60,
+            history(low, |_, p| {
+                p.gpu_memory_bytes = Some(200 * MIB);
+            }),
+        );
         assert!(with_id(&small, "gpu-starved").is_empty(), "{small:#?}");
         let xorg = replay_default(60, history(low, |_, p| p.kind = ProcessKind::Graphics));
         assert!(with_id(&xorg, "gpu-starved").is_empty(), "{xorg:#?}");
@@ -269,6 +305,9 @@ mod tests {
         assert!(with_id(&replay_default(60, &moderate), "gpu-starved").is_empty());
         let mut config = RulesConfig::default();
         config.gpu_starved.max_utilization_percent = 50.0;
-        assert_eq!(with_id(&replay(config, 60, moderate), "gpu-starved").len(), 1);
+        assert_eq!(
+            with_id(&replay(config, 60, moderate), "gpu-starved").len(),
+            1
+        );
     }
 }

@@ -10,7 +10,9 @@ use crate::config::ImbalanceConfig;
 use crate::model::{Severity, Subject, Warning};
 
 use super::jobs::{group_jobs, Job, JobRank};
-use super::{fmt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB};
+use super::{
+    fmt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB,
+};
 
 pub const ID: &str = "imbalance";
 
@@ -65,12 +67,15 @@ fn rank_load<'a>(rank: &'a JobRank, points: &[Point<ProcPoint>]) -> RankLoad<'a>
     }
 }
 
+/// A rank with one of its means.
+type Ranked<'a> = (&'a RankLoad<'a>, f64);
+
 /// The smallest and largest known value with their ranks.
 fn extremes<'a>(
     loads: &'a [RankLoad<'a>],
     value: impl Fn(&RankLoad) -> Option<f64>,
-) -> Option<((&'a RankLoad<'a>, f64), (&'a RankLoad<'a>, f64))> {
-    let known: Vec<(&RankLoad, f64)> = loads
+) -> Option<(Ranked<'a>, Ranked<'a>)> {
+    let known: Vec<Ranked> = loads
         .iter()
         .filter_map(|l| value(l).map(|v| (l, v)))
         .collect();
@@ -134,7 +139,12 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
         .iter()
         .map(|l| {
             (
-                format!("{} (pid {}, GPU {})", rank_name(l.rank), l.rank.pid, l.rank.gpu),
+                format!(
+                    "{} (pid {}, GPU {})",
+                    rank_name(l.rank),
+                    l.rank.pid,
+                    l.rank.gpu
+                ),
                 format!(
                     "{}, {}",
                     l.memory.map_or_else(|| "N/A".into(), fmt_bytes),
@@ -194,7 +204,9 @@ mod tests {
         let w = find(
             &warnings,
             "imbalance",
-            &Subject::Job { id: "torchelastic run run7".into() },
+            &Subject::Job {
+                id: "torchelastic run run7".into(),
+            },
         );
         assert!(w.message.contains("rank 0 uses 60.0 GiB"), "{}", w.message);
         assert_eq!(evidence(w, "memory spread"), "30.0 GiB");
@@ -208,7 +220,11 @@ mod tests {
         let warnings = replay_default(30, job(|_| 30 * GIB, |r| if r == 5 { 40 } else { 97 }));
         let w = with_id(&warnings, "imbalance");
         assert_eq!(w.len(), 1, "{warnings:#?}");
-        assert!(w[0].message.contains("against 40% on rank 5"), "{}", w[0].message);
+        assert!(
+            w[0].message.contains("against 40% on rank 5"),
+            "{}",
+            w[0].message
+        );
     }
 
     #[test]

@@ -90,7 +90,12 @@ fn job_key(process: &GpuProcess) -> Option<String> {
         return None;
     }
     let env = process.env.as_ref();
-    let non_empty = |v: &Option<String>| v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+    let non_empty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
     let run_id = env
         .and_then(|e| non_empty(&e.torchelastic_run_id))
         .filter(|id| id != "none");
@@ -98,7 +103,9 @@ fn job_key(process: &GpuProcess) -> Option<String> {
         return Some(format!("torchelastic run {run_id}"));
     }
     if let Some(port) = env.and_then(|e| non_empty(&e.master_port)) {
-        let addr = env.and_then(|e| non_empty(&e.master_addr)).unwrap_or_default();
+        let addr = env
+            .and_then(|e| non_empty(&e.master_addr))
+            .unwrap_or_default();
         return Some(format!("job {addr}:{port}"));
     }
     process.ppid.map(|ppid| format!("job under pid {ppid}"))
@@ -174,7 +181,10 @@ mod tests {
         let jobs = group_jobs(&processes);
         assert_eq!(jobs.len(), 1, "a lone rank is not a job: {jobs:#?}");
         assert_eq!(jobs[0].id, "job under pid 30");
-        assert_eq!(jobs[0].ranks.iter().map(|r| r.pid).collect::<Vec<_>>(), [32, 31]);
+        assert_eq!(
+            jobs[0].ranks.iter().map(|r| r.pid).collect::<Vec<_>>(),
+            [32, 31]
+        );
     }
 
     #[test]

@@ -272,7 +272,8 @@ impl Engine {
             }
         }
         self.processes.retain(|key, _| seen_processes.contains(key));
-        self.allocators.retain(|key, _| seen_allocators.contains(key));
+        self.allocators
+            .retain(|key, _| seen_allocators.contains(key));
 
         let host = &snapshot.host;
         let point = HostPoint {
@@ -379,7 +380,8 @@ fn snapshot_time(snapshot: &Snapshot) -> String {
         return snapshot.time.clone();
     }
     let seconds = snapshot.unix_seconds;
-    if !seconds.is_finite() || seconds < 0.0 || seconds > 253_402_300_799.0 {
+    // Up to the last second of year 9999, the most RFC 3339 can write.
+    if !(0.0..=253_402_300_799.0).contains(&seconds) {
         return "N/A".to_string();
     }
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(seconds);
@@ -547,7 +549,10 @@ mod tests {
             window.push(f64::from(t) * 0.01, t, 1_000.0);
         }
         assert!(window.points.len() <= MAX_POINTS);
-        assert!(window.covering(150.0).is_some(), "thinning keeps the time span");
+        assert!(
+            window.covering(150.0).is_some(),
+            "thinning keeps the time span"
+        );
         window.push(1.0, 7, 1_000.0);
         assert_eq!(window.points.len(), 1);
         window.push(f64::NAN, 8, 1_000.0);
@@ -596,7 +601,11 @@ mod tests {
         process.env.as_mut().unwrap().cuda_visible_devices = Some("0".into());
         assert_eq!(torch_device_on(&process, &gpus), None);
         process.env.as_mut().unwrap().cuda_visible_devices = None;
-        assert_eq!(torch_device_on(&process, &gpus), None, "cuda:3 is not reported");
+        assert_eq!(
+            torch_device_on(&process, &gpus),
+            None,
+            "cuda:3 is not reported"
+        );
     }
 
     #[test]

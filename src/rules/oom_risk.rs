@@ -203,8 +203,7 @@ mod tests {
     fn reserved_near_total_warns_on_the_process_instead_of_the_gpu() {
         let warnings = replay_default(0, |_| {
             let mut snap = one_gpu(97);
-            snap.processes[0].torch =
-                Some(torch_on(vec![device(0, 60 * GIB, 77 * GIB)]));
+            snap.processes[0].torch = Some(torch_on(vec![device(0, 60 * GIB, 77 * GIB)]));
             snap
         });
         let found = with_id(&warnings, "oom-risk");

@@ -7,7 +7,10 @@
 use crate::config::SwapConfig;
 use crate::model::{Severity, Subject, VmSettings, Warning};
 
-use super::{fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, HostPoint, Inputs, Point, BYTES_PER_MIB};
+use super::{
+    fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, HostPoint, Inputs, Point,
+    BYTES_PER_MIB,
+};
 
 pub const ID: &str = "swap";
 
@@ -32,7 +35,9 @@ fn pressure(
     config: &SwapConfig,
 ) -> Option<Warning> {
     let growth = swap_growth(window).filter(|&g| {
-        g > 0 && g as f64 >= config.min_growth_mib * BYTES_PER_MIB && now.swap_used_bytes.is_some_and(|u| u > 0)
+        g > 0
+            && g as f64 >= config.min_growth_mib * BYTES_PER_MIB
+            && now.swap_used_bytes.is_some_and(|u| u > 0)
     });
     let available_share = match (now.memory_available_bytes, now.memory_total_bytes) {
         (Some(available), Some(total)) if total > 0 => Some(available as f64 / total as f64),
@@ -84,7 +89,14 @@ fn pressure(
         ("vm.swappiness", fmt_opt(vm.swappiness)),
         ("vm.overcommit_memory", fmt_opt(vm.overcommit_memory)),
     ];
-    Some(warning(ID, severity, Subject::Host, message, evidence, REMEDY))
+    Some(warning(
+        ID,
+        severity,
+        Subject::Host,
+        message,
+        evidence,
+        REMEDY,
+    ))
 }
 
 /// Swap used now minus at the window's start, when both are known and it grew.
@@ -127,16 +139,24 @@ mod tests {
     fn low_available_ram_fires_at_once_and_both_together_are_critical() {
         let low = replay_default(0, host(|_| 0, 3 * GIB));
         let w = find(&low, "swap", &Subject::Host);
-        assert!(w.message.contains("only 3.0 GiB of 64.0 GiB RAM is available (5%)"), "{}", w.message);
+        assert!(
+            w.message
+                .contains("only 3.0 GiB of 64.0 GiB RAM is available (5%)"),
+            "{}",
+            w.message
+        );
         let both = replay_default(60, host(|s| GIB + u64::from(s) * 4 * MIB, 3 * GIB));
-        assert_eq!(find(&both, "swap", &Subject::Host).severity, Severity::Critical);
+        assert_eq!(
+            find(&both, "swap", &Subject::Host).severity,
+            Severity::Critical
+        );
     }
 
     #[test]
     fn steady_swap_and_plenty_of_ram_stay_silent() {
         let warnings = replay_default(120, host(|_| 2 * GIB, 30 * GIB));
         assert!(with_id(&warnings, "swap").is_empty(), "{warnings:#?}");
-        let unknown = replay_default(5, |s| at(s));
+        let unknown = replay_default(5, at);
         assert!(with_id(&unknown, "swap").is_empty(), "{unknown:#?}");
     }
 

@@ -2,8 +2,7 @@
 
 use crate::config::RulesConfig;
 use crate::model::{
-    DeviceAllocatorStats, GpuProcess, GpuSample, ProcessKind, Snapshot, Subject, TorchInfo,
-    Warning,
+    DeviceAllocatorStats, GpuProcess, GpuSample, ProcessKind, Snapshot, Subject, TorchInfo, Warning,
 };
 
 use super::Engine;
@@ -75,11 +74,7 @@ pub fn torch_on(devices: Vec<DeviceAllocatorStats>) -> TorchInfo {
 
 /// Feeds one snapshot per second from `start` for `seconds`, built by `make(t)`, and returns
 /// the warnings of the last evaluation.
-pub fn replay(
-    config: RulesConfig,
-    seconds: u32,
-    make: impl Fn(u32) -> Snapshot,
-) -> Vec<Warning> {
+pub fn replay(config: RulesConfig, seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
     let mut engine = Engine::new(config);
     let mut last = Vec::new();
     for step in 0..=seconds {

@@ -69,7 +69,10 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
         ("utilization", format!("{utilization}%")),
         ("temperature", fmt_opt(temperature)),
         ("power", fmt_opt(power)),
-        ("sm clock", fmt_opt(gpu.sm_clock_mhz.map(|c| format!("{c} MHz")))),
+        (
+            "sm clock",
+            fmt_opt(gpu.sm_clock_mhz.map(|c| format!("{c} MHz"))),
+        ),
         ("fan", fmt_opt(gpu.fan_percent.map(|f| format!("{f}%")))),
     ];
     Some(warning(
@@ -113,12 +116,19 @@ mod tests {
     #[test]
     fn a_power_cap_alone_is_info() {
         let warnings = replay_default(0, |_| hot(&["sw_power_cap"], 98));
-        assert_eq!(find(&warnings, "throttle", &Subject::Gpu { index: 2 }).severity, Severity::Info);
+        assert_eq!(
+            find(&warnings, "throttle", &Subject::Gpu { index: 2 }).severity,
+            Severity::Info
+        );
     }
 
     #[test]
     fn an_idle_gpu_or_no_reasons_stay_silent() {
-        assert!(with_id(&replay_default(0, |_| hot(&["hw_slowdown"], 10)), "throttle").is_empty());
+        assert!(with_id(
+            &replay_default(0, |_| hot(&["hw_slowdown"], 10)),
+            "throttle"
+        )
+        .is_empty());
         assert!(with_id(&replay_default(0, |_| hot(&[], 99)), "throttle").is_empty());
         let mut unknown = hot(&["hw_slowdown"], 99);
         unknown.gpus[0].utilization_percent = None;
@@ -135,9 +145,20 @@ mod tests {
 
     #[test]
     fn a_lower_load_threshold_fires_where_the_default_does_not() {
-        assert!(with_id(&replay_default(0, |_| hot(&["hw_slowdown"], 30)), "throttle").is_empty());
+        assert!(with_id(
+            &replay_default(0, |_| hot(&["hw_slowdown"], 30)),
+            "throttle"
+        )
+        .is_empty());
         let mut config = RulesConfig::default();
         config.throttle.min_utilization_percent = 20.0;
-        assert_eq!(with_id(&replay(config, 0, |_| hot(&["hw_slowdown"], 30)), "throttle").len(), 1);
+        assert_eq!(
+            with_id(
+                &replay(config, 0, |_| hot(&["hw_slowdown"], 30)),
+                "throttle"
+            )
+            .len(),
+            1
+        );
     }
 }
