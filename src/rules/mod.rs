@@ -674,6 +674,23 @@ mod tests {
     }
 
     #[test]
+    fn a_config_file_changes_what_fires() {
+        let snap = |t: f64| {
+            let mut snap = snapshot(t);
+            snap.gpus = vec![gpu(0, 70 * GIB, 80 * GIB, 90)];
+            snap
+        };
+        let mut default_engine = Engine::new(RulesConfig::default());
+        assert!(default_engine.evaluate(&snap(1.0)).is_empty());
+        let text = "[rules.oom_risk]\nmemory_fraction = 0.85\n";
+        let config = crate::config::parse(text).expect("valid config");
+        let mut engine = Engine::new(config.rules);
+        let warnings = engine.evaluate(&snap(1.0));
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert_eq!(warnings[0].id, "oom-risk");
+    }
+
+    #[test]
     fn a_disabled_rule_stays_quiet() {
         let mut config = RulesConfig::default();
         config.oom_risk.enabled = false;
