@@ -1,0 +1,224 @@
+//! `fragmentation`: cached memory the allocator cannot hand out or give back.
+//!
+//! Fires for one process's allocator on one device when its inactive-split memory (split
+//! blocks that can be neither reused for larger requests nor released) is both a large share of
+//! reserved memory and large in absolute terms, or when `num_alloc_retries` (cache flushed and
+//! cudaMalloc retried after a failure) rose within the window. Skipped under the
+//! `cudaMallocAsync` backend, whose counters are zero by construction.
+
+use crate::config::FragmentationConfig;
+use crate::model::{Severity, Subject, Warning};
+
+use super::{
+    counter_rise, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs, Point,
+    BYTES_PER_MIB,
+};
+
+pub const ID: &str = "fragmentation";
+
+const EXPANDABLE: &str = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow \
+in place instead of being split.";
+
+const STEADY_SHAPES: &str = "Keep tensor shapes steady (pad or bucket variable-length batches) so \
+freed blocks fit the next request; call torch.cuda.empty_cache() only where it helps, after a \
+one-off peak such as evaluation, not every step.";
+
+/// The remedy, noting when expandable segments are already on.
+fn remedy(alloc_conf: Option<&str>) -> String {
+    match alloc_conf {
+        Some(conf) if conf.contains("expandable_segments:True") => {
+            format!("expandable_segments is already on ({conf}). {STEADY_SHAPES}")
+        }
+        _ => format!("{EXPANDABLE} {STEADY_SHAPES}"),
+    }
+}
+
+pub(crate) fn check(inputs: &Inputs, config: &FragmentationConfig) -> Vec<Warning> {
+    inputs
+        .allocators
+        .iter()
+        .filter_map(|(&(pid, index), tracked)| {
+            let alloc_conf = inputs.process(pid).and_then(alloc_conf);
+            let points = tracked.window.recent(config.retries_window_seconds);
+            fragmented(pid, index, points, alloc_conf.as_deref(), config)
+        })
+        .collect()
+}
+
+/// The allocator settings the process runs with: from its agent, else from its environment.
+fn alloc_conf(process: &crate::model::GpuProcess) -> Option<String> {
+    let from_agent = process.torch.as_ref().and_then(|t| t.alloc_conf.clone());
+    from_agent.or_else(|| process.env.as_ref()?.pytorch_cuda_alloc_conf.clone())
+}
+
+fn fragmented(
+    pid: u32,
+    index: u32,
+    points: &[Point<AllocPoint>],
+    alloc_conf: Option<&str>,
+    config: &FragmentationConfig,
+) -> Option<Warning> {
+    if alloc_conf.is_some_and(|c| c.contains("cudaMallocAsync")) {
+        return None;
+    }
+    let latest = points.last()?.v;
+    let split = split_share(&latest, config);
+    let retries = counter_rise(points, |a| a.alloc_retries).filter(|&(rise, _)| rise > 0);
+    if split.is_none() && retries.is_none() {
+        return None;
+    }
+    let mut reasons = Vec::new();
+    if let Some(share) = split {
+        reasons.push(format!(
+            "{} of its {} reserved is split blocks it can neither reuse nor release ({})",
+            fmt_opt_bytes(latest.inactive_split_bytes),
+            fmt_opt_bytes(latest.reserved_bytes),
+            fmt_percent(share * 100.0),
+        ));
+    }
+    if let Some((rise, _)) = retries {
+        reasons.push(format!(
+            "cudaMalloc failed and was retried after a cache flush {rise} time{} in the last {}",
+            if rise == 1 { "" } else { "s" },
+            fmt_seconds(config.retries_window_seconds),
+        ));
+    }
+    let message = format!(
+        "pid {pid}'s allocator on cuda:{index} is fragmented: {}",
+        reasons.join("; ")
+    );
+    let evidence = vec![
+        ("device", format!("cuda:{index}")),
+        ("reserved", fmt_opt_bytes(latest.reserved_bytes)),
+        ("allocated", fmt_opt_bytes(latest.allocated_bytes)),
+        ("inactive split", fmt_opt_bytes(latest.inactive_split_bytes)),
+        (
+            "split share",
+            split
+                .or_else(|| ratio(&latest))
+                .map_or_else(|| "N/A".into(), |s| fmt_percent(s * 100.0)),
+        ),
+        (
+            "num_alloc_retries",
+            retries
+                .map(|(_, now)| now)
+                .or(latest.alloc_retries)
+                .map_or_else(|| "N/A".into(), |n| n.to_string()),
+        ),
+        (
+            "PYTORCH_CUDA_ALLOC_CONF",
+            alloc_conf.unwrap_or("N/A").to_string(),
+        ),
+    ];
+    let mut found = warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid },
+        message,
+        evidence,
+        "",
+    );
+    found.remedy = remedy(alloc_conf);
+    Some(found)
+}
+
+fn ratio(point: &AllocPoint) -> Option<f64> {
+    let split = point.inactive_split_bytes? as f64;
+    let reserved = point.reserved_bytes.filter(|&r| r > 0)? as f64;
+    Some(split / reserved)
+}
+
+/// The inactive-split share of reserved memory, when it passes both thresholds.
+fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> {
+    let share = ratio(point)?;
+    let large_enough =
+        point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib * BYTES_PER_MIB;
+    (share >= config.inactive_split_fraction && large_enough).then_some(share)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{DeviceAllocatorStats, Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    fn with_stats(step: u32, stats: DeviceAllocatorStats, conf: Option<&str>) -> Snapshot {
+        let mut snap = at(step);
+        snap.gpus = vec![gpu(0, 40 * GIB, 80 * GIB, 90)];
+        let mut p = process(9, 0, 40 * GIB);
+        let mut torch = torch_on(vec![stats]);
+        torch.alloc_conf = conf.map(str::to_string);
+        p.torch = Some(torch);
+        snap.processes = vec![p];
+        snap
+    }
+
+    fn split(reserved: u64, inactive: u64) -> DeviceAllocatorStats {
+        let mut d = device(0, reserved / 2, reserved);
+        d.inactive_split_bytes = Some(inactive);
+        d
+    }
+
+    #[test]
+    fn a_large_inactive_split_share_fires_and_names_expandable_segments() {
+        let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), None));
+        let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
+        assert_eq!(evidence(w, "split share"), "40%");
+        assert_eq!(evidence(w, "inactive split"), "8.0 GiB");
+        assert!(w
+            .remedy
+            .contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+    }
+
+    #[test]
+    fn a_healthy_allocator_and_a_tiny_process_stay_silent() {
+        let healthy = replay_default(3, |s| with_stats(s, split(20 * GIB, GIB), None));
+        assert!(
+            with_id(&healthy, "fragmentation").is_empty(),
+            "{healthy:#?}"
+        );
+        // 50% split, but only 100 MiB of it: below the absolute minimum.
+        let tiny = replay_default(3, |s| with_stats(s, split(200 * MIB, 100 * MIB), None));
+        assert!(with_id(&tiny, "fragmentation").is_empty(), "{tiny:#?}");
+    }
+
+    #[test]
+    fn rising_alloc_retries_fire_and_a_steady_count_does_not() {
+        let retries = |count: u64| {
+            let mut d = split(20 * GIB, 0);
+            d.alloc_retries = Some(count);
+            d
+        };
+        let rising = replay_default(4, |s| with_stats(s, retries(u64::from(s / 2)), None));
+        let w = find(&rising, "fragmentation", &Subject::Process { pid: 9 });
+        assert!(w.message.contains("retried"), "{}", w.message);
+        assert_eq!(evidence(w, "num_alloc_retries"), "2");
+        let steady = replay_default(4, |s| with_stats(s, retries(5), None));
+        assert!(with_id(&steady, "fragmentation").is_empty(), "{steady:#?}");
+    }
+
+    #[test]
+    fn the_remedy_notices_expandable_segments_already_on_and_async_is_skipped() {
+        let on = Some("expandable_segments:True");
+        let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), on));
+        let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
+        assert!(
+            w.remedy.starts_with("expandable_segments is already on"),
+            "{}",
+            w.remedy
+        );
+        let r#async = Some("backend:cudaMallocAsync");
+        let quiet = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), r#async));
+        assert!(with_id(&quiet, "fragmentation").is_empty());
+    }
+
+    #[test]
+    fn a_lower_minimum_makes_a_small_process_fire() {
+        let mut config = RulesConfig::default();
+        config.fragmentation.min_inactive_split_mib = 50.0;
+        let warnings = replay(config, 0, |s| {
+            with_stats(s, split(200 * MIB, 100 * MIB), None)
+        });
+        assert_eq!(with_id(&warnings, "fragmentation").len(), 1);
+    }
+}

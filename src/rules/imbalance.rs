@@ -1,0 +1,248 @@
+//! `imbalance`: the ranks of one distributed job differ in GPU memory or utilization.
+//!
+//! For each job from [`group_jobs`](super::jobs::group_jobs), each rank's GPU memory (NVML's
+//! figure for the process) and utilization (the process's SM figure, else its GPU's) are
+//! averaged over a full window. The job is imbalanced when the memory spread reaches both the
+//! share of the largest rank and the absolute minimum, or the utilization spread reaches its
+//! threshold. Ranks without a full window are left out; at least two must remain.
+
+use crate::config::ImbalanceConfig;
+use crate::model::{Severity, Subject, Warning};
+
+use super::jobs::{group_jobs, Job, JobRank};
+use super::{
+    fmt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB,
+};
+
+pub const ID: &str = "imbalance";
+
+const REMEDY: &str = "Give every rank the same per-rank batch (a DistributedSampler over the \
+dataset) and initialize DDP/FSDP the same way on every rank; move work done only on rank 0 \
+(logging, evaluation, checkpoint saving, torch.load without map_location, which loads onto \
+GPU 0) off the training path; for a model that does not fit evenly, consider FSDP.";
+
+/// One rank's means over the window.
+#[derive(Debug, Clone, PartialEq)]
+struct RankLoad<'a> {
+    rank: &'a JobRank,
+    memory: Option<f64>,
+    utilization: Option<f64>,
+}
+
+pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
+    group_jobs(&inputs.snapshot.processes)
+        .iter()
+        .filter_map(|job| {
+            let loads: Vec<RankLoad> = job
+                .ranks
+                .iter()
+                .filter_map(|rank| {
+                    let tracked = inputs.processes.get(&(rank.pid, rank.gpu))?;
+                    let points = tracked.window.covering(config.window_seconds)?;
+                    Some(rank_load(rank, points))
+                })
+                .collect();
+            imbalanced(job, &loads, config)
+        })
+        .collect()
+}
+
+fn rank_load<'a>(rank: &'a JobRank, points: &[Point<ProcPoint>]) -> RankLoad<'a> {
+    let own = mean(points.iter().filter_map(|p| p.v.sm_percent.map(f64::from)));
+    let whole = || {
+        mean(
+            points
+                .iter()
+                .filter_map(|p| p.v.gpu_utilization_percent.map(f64::from)),
+        )
+    };
+    RankLoad {
+        rank,
+        memory: mean(
+            points
+                .iter()
+                .filter_map(|p| p.v.gpu_memory_bytes.map(|b| b as f64)),
+        ),
+        utilization: own.or_else(whole),
+    }
+}
+
+/// A rank with one of its means.
+type Ranked<'a> = (&'a RankLoad<'a>, f64);
+
+/// The smallest and largest known value with their ranks.
+fn extremes<'a>(
+    loads: &'a [RankLoad<'a>],
+    value: impl Fn(&RankLoad) -> Option<f64>,
+) -> Option<(Ranked<'a>, Ranked<'a>)> {
+    let known: Vec<Ranked> = loads
+        .iter()
+        .filter_map(|l| value(l).map(|v| (l, v)))
+        .collect();
+    if known.len() < 2 {
+        return None;
+    }
+    let low = *known.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let high = *known.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some((low, high))
+}
+
+fn rank_name(rank: &JobRank) -> String {
+    match rank.rank {
+        Some(r) => format!("rank {r}"),
+        None => format!("pid {}", rank.pid),
+    }
+}
+
+fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option<Warning> {
+    let mut findings = Vec::new();
+    let mut spreads = Vec::new();
+    if let Some(((low, low_v), (high, high_v))) = extremes(loads, |l| l.memory) {
+        let spread = high_v - low_v;
+        spreads.push(("memory spread", fmt_bytes(spread)));
+        let wide = spread >= config.memory_spread_fraction * high_v
+            && spread >= config.min_memory_spread_mib * BYTES_PER_MIB;
+        if wide && spread > 0.0 {
+            findings.push(format!(
+                "{} uses {} of GPU memory against {} on {}",
+                rank_name(high.rank),
+                fmt_bytes(high_v),
+                fmt_bytes(low_v),
+                rank_name(low.rank),
+            ));
+        }
+    }
+    if let Some(((low, low_v), (high, high_v))) = extremes(loads, |l| l.utilization) {
+        let spread = high_v - low_v;
+        spreads.push(("utilization spread", format!("{spread:.0} points")));
+        if spread >= config.utilization_spread_percent && spread > 0.0 {
+            findings.push(format!(
+                "{} runs at {} utilization against {} on {}",
+                rank_name(high.rank),
+                fmt_percent(high_v),
+                fmt_percent(low_v),
+                rank_name(low.rank),
+            ));
+        }
+    }
+    if findings.is_empty() {
+        return None;
+    }
+    let message = format!(
+        "{} is out of balance over {}: {}",
+        job.id,
+        fmt_seconds(config.window_seconds),
+        findings.join("; ")
+    );
+    let mut evidence: Vec<(&str, String)> = spreads;
+    let per_rank: Vec<(String, String)> = loads
+        .iter()
+        .map(|l| {
+            (
+                format!(
+                    "{} (pid {}, GPU {})",
+                    rank_name(l.rank),
+                    l.rank.pid,
+                    l.rank.gpu
+                ),
+                format!(
+                    "{}, {}",
+                    l.memory.map_or_else(|| "N/A".into(), fmt_bytes),
+                    l.utilization.map_or_else(|| "N/A".into(), fmt_percent),
+                ),
+            )
+        })
+        .collect();
+    evidence.push(("ranks", loads.len().to_string()));
+    let mut found = warning(
+        ID,
+        Severity::Warn,
+        Subject::Job { id: job.id.clone() },
+        message,
+        evidence,
+        REMEDY,
+    );
+    found.evidence.extend(per_rank);
+    Some(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{LaunchEnv, Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    /// An 8-rank torchrun job; rank r holds `memory(r)` and runs at `util(r)`.
+    fn job(
+        memory: impl Fn(u32) -> u64 + Copy,
+        util: impl Fn(u32) -> u32 + Copy,
+    ) -> impl Fn(u32) -> Snapshot {
+        move |step| {
+            let mut snap = at(step);
+            for r in 0..8 {
+                snap.gpus.push(gpu(r, memory(r) + GIB, 80 * GIB, util(r)));
+                let mut p = process(100 + r, r, memory(r));
+                p.sm_percent = Some(util(r));
+                p.env = Some(LaunchEnv {
+                    rank: Some(r),
+                    local_rank: Some(r),
+                    world_size: Some(8),
+                    torchelastic_run_id: Some("run7".into()),
+                    master_port: Some("29500".into()),
+                    ..Default::default()
+                });
+                snap.processes.push(p);
+            }
+            snap
+        }
+    }
+
+    #[test]
+    fn one_rank_with_far_more_memory_fires_on_the_job() {
+        let heavy_rank0 = |r: u32| if r == 0 { 60 * GIB } else { 30 * GIB };
+        let warnings = replay_default(30, job(heavy_rank0, |_| 95));
+        let w = find(
+            &warnings,
+            "imbalance",
+            &Subject::Job {
+                id: "torchelastic run run7".into(),
+            },
+        );
+        assert!(w.message.contains("rank 0 uses 60.0 GiB"), "{}", w.message);
+        assert_eq!(evidence(w, "memory spread"), "30.0 GiB");
+        assert_eq!(evidence(w, "ranks"), "8");
+        assert_eq!(evidence(w, "rank 0 (pid 100, GPU 0)"), "60.0 GiB, 95%");
+        assert!(w.remedy.contains("DistributedSampler"));
+    }
+
+    #[test]
+    fn one_slow_rank_fires_on_utilization() {
+        let warnings = replay_default(30, job(|_| 30 * GIB, |r| if r == 5 { 40 } else { 97 }));
+        let w = with_id(&warnings, "imbalance");
+        assert_eq!(w.len(), 1, "{warnings:#?}");
+        assert!(
+            w[0].message.contains("against 40% on rank 5"),
+            "{}",
+            w[0].message
+        );
+    }
+
+    #[test]
+    fn a_balanced_job_and_a_short_history_stay_silent() {
+        let near = |r: u32| 30 * GIB + u64::from(r) * 100 * MIB;
+        let balanced = replay_default(60, job(near, |r| 90 + r));
+        assert!(with_id(&balanced, "imbalance").is_empty(), "{balanced:#?}");
+        let heavy = |r: u32| if r == 0 { 60 * GIB } else { 30 * GIB };
+        let short = replay_default(20, job(heavy, |_| 95));
+        assert!(with_id(&short, "imbalance").is_empty(), "{short:#?}");
+    }
+
+    #[test]
+    fn a_tighter_spread_fires_where_the_default_does_not() {
+        let uneven = job(|_| 30 * GIB, |r| if r == 3 { 75 } else { 95 });
+        assert!(with_id(&replay_default(30, &uneven), "imbalance").is_empty());
+        let mut config = RulesConfig::default();
+        config.imbalance.utilization_spread_percent = 15.0;
+        assert_eq!(with_id(&replay(config, 30, uneven), "imbalance").len(), 1);
+    }
+}

@@ -1,0 +1,208 @@
+//! Grouping GPU processes into distributed jobs (torchrun, DDP, FSDP).
+//!
+//! A process belongs to a job when it knows its rank or a world size above one (from its
+//! agent's hello, else from RANK / WORLD_SIZE in its environment). Processes share a job when
+//! they share, in this order of preference: a TORCHELASTIC_RUN_ID (other than torchrun's
+//! default "none"), a MASTER_ADDR:MASTER_PORT, or a parent process (mp.spawn and launchers that
+//! set the rendezvous in code). A job needs at least two processes.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::GpuProcess;
+
+/// One process of a job on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRank {
+    pub pid: u32,
+    /// The NVML GPU index.
+    pub gpu: u32,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+}
+
+/// The processes of one distributed job on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    /// Human-readable and stable while the job runs: "torchelastic run abc", "job
+    /// localhost:29500", "job under pid 1234".
+    pub id: String,
+    /// Ordered by rank, then pid and GPU.
+    pub ranks: Vec<JobRank>,
+}
+
+/// The jobs among `processes`, ordered by id.
+pub fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
+    let mut groups: BTreeMap<String, Vec<JobRank>> = BTreeMap::new();
+    for process in processes {
+        let Some(key) = job_key(process) else {
+            continue;
+        };
+        let ranks = groups.entry(key).or_default();
+        if ranks
+            .iter()
+            .any(|r| r.pid == process.pid && r.gpu == process.gpu)
+        {
+            continue;
+        }
+        ranks.push(job_rank(process));
+    }
+    groups
+        .into_iter()
+        .filter(|(_, ranks)| distinct_pids(ranks) >= 2)
+        .map(|(id, mut ranks)| {
+            ranks.sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
+            Job { id, ranks }
+        })
+        .collect()
+}
+
+fn distinct_pids(ranks: &[JobRank]) -> usize {
+    let mut pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len()
+}
+
+fn job_rank(process: &GpuProcess) -> JobRank {
+    let torch = process.torch.as_ref();
+    let env = process.env.as_ref();
+    JobRank {
+        pid: process.pid,
+        gpu: process.gpu,
+        rank: torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank)),
+        local_rank: torch
+            .and_then(|t| t.local_rank)
+            .or(env.and_then(|e| e.local_rank)),
+        world_size: torch
+            .and_then(|t| t.world_size)
+            .or(env.and_then(|e| e.world_size)),
+    }
+}
+
+/// The job a process belongs to, as its human-readable id.
+fn job_key(process: &GpuProcess) -> Option<String> {
+    let identity = job_rank(process);
+    let distributed = identity.rank.is_some() || identity.world_size.is_some_and(|w| w > 1);
+    if !distributed {
+        return None;
+    }
+    let env = process.env.as_ref();
+    let non_empty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let run_id = env
+        .and_then(|e| non_empty(&e.torchelastic_run_id))
+        .filter(|id| id != "none");
+    if let Some(run_id) = run_id {
+        return Some(format!("torchelastic run {run_id}"));
+    }
+    if let Some(port) = env.and_then(|e| non_empty(&e.master_port)) {
+        let addr = env
+            .and_then(|e| non_empty(&e.master_addr))
+            .unwrap_or_default();
+        return Some(format!("job {addr}:{port}"));
+    }
+    process.ppid.map(|ppid| format!("job under pid {ppid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LaunchEnv, TorchInfo};
+    use crate::rules::testkit::process;
+
+    fn ranked(pid: u32, gpu: u32, env: LaunchEnv) -> GpuProcess {
+        let mut p = process(pid, gpu, 1 << 30);
+        p.env = Some(env);
+        p
+    }
+
+    fn torchrun(rank: u32, run_id: &str, port: &str) -> LaunchEnv {
+        LaunchEnv {
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(4),
+            torchelastic_run_id: Some(run_id.into()),
+            master_addr: Some("127.0.0.1".into()),
+            master_port: Some(port.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn torchrun_processes_group_by_run_id_in_rank_order() {
+        let processes = vec![
+            ranked(12, 2, torchrun(2, "abc", "29500")),
+            ranked(10, 0, torchrun(0, "abc", "29500")),
+            ranked(11, 1, torchrun(1, "abc", "29500")),
+            ranked(20, 3, torchrun(0, "xyz", "29501")),
+            ranked(21, 4, torchrun(1, "xyz", "29501")),
+        ];
+        let jobs = group_jobs(&processes);
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["torchelastic run abc", "torchelastic run xyz"]);
+        let ranks: Vec<Option<u32>> = jobs[0].ranks.iter().map(|r| r.rank).collect();
+        assert_eq!(ranks, [Some(0), Some(1), Some(2)]);
+        assert_eq!(jobs[0].ranks[2].pid, 12);
+        assert_eq!(jobs[0].ranks[2].world_size, Some(4));
+    }
+
+    #[test]
+    fn the_default_run_id_falls_back_to_the_master_port() {
+        let processes = vec![
+            ranked(10, 0, torchrun(0, "none", "29500")),
+            ranked(11, 1, torchrun(1, "none", "29500")),
+            ranked(20, 2, torchrun(0, "none", "29600")),
+            ranked(21, 3, torchrun(1, "none", "29600")),
+        ];
+        let ids: Vec<String> = group_jobs(&processes).into_iter().map(|j| j.id).collect();
+        assert_eq!(ids, ["job 127.0.0.1:29500", "job 127.0.0.1:29600"]);
+    }
+
+    #[test]
+    fn agent_hellos_group_by_parent_when_the_environment_is_unreadable() {
+        let hello = |pid: u32, rank: u32, ppid: u32| {
+            let mut p = process(pid, rank, 1 << 30);
+            p.ppid = Some(ppid);
+            p.torch = Some(TorchInfo {
+                rank: Some(rank),
+                world_size: Some(2),
+                ..Default::default()
+            });
+            p
+        };
+        let processes = vec![hello(31, 1, 30), hello(32, 0, 30), hello(41, 0, 40)];
+        let jobs = group_jobs(&processes);
+        assert_eq!(jobs.len(), 1, "a lone rank is not a job: {jobs:#?}");
+        assert_eq!(jobs[0].id, "job under pid 30");
+        assert_eq!(
+            jobs[0].ranks.iter().map(|r| r.pid).collect::<Vec<_>>(),
+            [32, 31]
+        );
+    }
+
+    #[test]
+    fn plain_processes_and_single_process_jobs_are_not_jobs() {
+        let single = LaunchEnv {
+            world_size: Some(1),
+            master_port: Some("29500".into()),
+            ..Default::default()
+        };
+        let processes = vec![
+            process(1, 0, 1 << 30),
+            process(2, 1, 1 << 30),
+            ranked(3, 2, single.clone()),
+            ranked(4, 3, single),
+            // One process on two GPUs is one rank, not two.
+            ranked(5, 4, torchrun(0, "solo", "1")),
+            ranked(5, 5, torchrun(0, "solo", "1")),
+        ];
+        assert!(group_jobs(&processes).is_empty());
+    }
+}

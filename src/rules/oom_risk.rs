@@ -1,0 +1,296 @@
+//! `oom-risk`: GPU memory close to the device's total, and CUDA out-of-memory errors.
+//!
+//! Warn when a process's allocator reserved memory reaches `memory_fraction` of its GPU's total
+//! (the subject is the process, since the remedy is in its code), otherwise when the GPU's used
+//! memory does (the subject is the GPU, with its largest holder as evidence). Critical when the
+//! allocator's `num_ooms` rose within `oom_window_seconds`.
+
+use crate::config::OomRiskConfig;
+use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Subject, Warning};
+
+use super::{
+    counter_rise, fmt_bytes, fmt_opt_bytes, fmt_percent, fmt_seconds, torch_device_on, warning,
+    AllocPoint, Inputs, Point,
+};
+
+pub const ID: &str = "oom-risk";
+
+const REMEDY: &str = "Lower the batch size; train in mixed precision (torch.autocast with a \
+GradScaler); keep the effective batch with gradient accumulation over smaller micro-batches; \
+recompute activations with activation checkpointing (torch.utils.checkpoint); if the model still \
+does not fit, shard it with FSDP or offload parameters and optimizer state to the CPU.";
+
+pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
+    let snapshot = inputs.snapshot;
+    let mut found = Vec::new();
+    for gpu in &snapshot.gpus {
+        let holders: Vec<&GpuProcess> = snapshot
+            .processes
+            .iter()
+            .filter(|p| p.gpu == gpu.index)
+            .collect();
+        let by_process: Vec<Warning> = holders
+            .iter()
+            .filter_map(|p| {
+                let device = torch_device_on(p, &snapshot.gpus)?;
+                reserved_near_full(p, device, gpu, config)
+            })
+            .collect();
+        if by_process.is_empty() {
+            found.extend(gpu_near_full(gpu, &holders, config));
+        }
+        found.extend(by_process);
+    }
+    for (&(pid, index), tracked) in inputs.allocators {
+        let points = tracked.window.recent(config.oom_window_seconds);
+        found.extend(ooms_rising(pid, index, points, config));
+    }
+    found
+}
+
+/// A process's reserved memory at or above the fraction of its GPU's total.
+fn reserved_near_full(
+    process: &GpuProcess,
+    device: &DeviceAllocatorStats,
+    gpu: &GpuSample,
+    config: &OomRiskConfig,
+) -> Option<Warning> {
+    let total = gpu.memory_total_bytes.filter(|&t| t > 0)?;
+    let reserved = device.reserved_bytes?;
+    let fraction = reserved as f64 / total as f64;
+    if fraction < config.memory_fraction {
+        return None;
+    }
+    let message = format!(
+        "pid {} has reserved {} of GPU {}'s {} ({}) through PyTorch's allocator: the next \
+         larger allocation may fail with CUDA out of memory",
+        process.pid,
+        fmt_bytes(reserved as f64),
+        gpu.index,
+        fmt_bytes(total as f64),
+        fmt_percent(fraction * 100.0),
+    );
+    let evidence = vec![
+        ("gpu", gpu.index.to_string()),
+        ("device", format!("cuda:{}", device.index)),
+        ("reserved", fmt_bytes(reserved as f64)),
+        ("allocated", fmt_opt_bytes(device.allocated_bytes)),
+        ("peak allocated", fmt_opt_bytes(device.peak_allocated_bytes)),
+        ("gpu used", fmt_opt_bytes(gpu.memory_used_bytes)),
+        ("gpu total", fmt_bytes(total as f64)),
+        ("reserved share", fmt_percent(fraction * 100.0)),
+        ("threshold", fmt_percent(config.memory_fraction * 100.0)),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid: process.pid },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+/// A GPU's used memory at or above the fraction of its total.
+fn gpu_near_full(
+    gpu: &GpuSample,
+    holders: &[&GpuProcess],
+    config: &OomRiskConfig,
+) -> Option<Warning> {
+    let fraction = gpu.memory_fraction()?;
+    if fraction < config.memory_fraction {
+        return None;
+    }
+    let largest = holders
+        .iter()
+        .filter(|p| p.gpu_memory_bytes.is_some())
+        .max_by_key(|p| p.gpu_memory_bytes);
+    let message = format!(
+        "GPU {} has {} of {} in use ({}): a process that allocates more will fail with CUDA \
+         out of memory",
+        gpu.index,
+        fmt_opt_bytes(gpu.memory_used_bytes),
+        fmt_opt_bytes(gpu.memory_total_bytes),
+        fmt_percent(fraction * 100.0),
+    );
+    let largest_holder = largest.map_or_else(
+        || "N/A".to_string(),
+        |p| format!("pid {} ({})", p.pid, fmt_opt_bytes(p.gpu_memory_bytes)),
+    );
+    let evidence = vec![
+        ("used", fmt_opt_bytes(gpu.memory_used_bytes)),
+        ("total", fmt_opt_bytes(gpu.memory_total_bytes)),
+        ("used share", fmt_percent(fraction * 100.0)),
+        ("threshold", fmt_percent(config.memory_fraction * 100.0)),
+        ("processes", holders.len().to_string()),
+        ("largest holder", largest_holder),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        Subject::Gpu { index: gpu.index },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+/// The allocator's OOM count rose within the window.
+fn ooms_rising(
+    pid: u32,
+    index: u32,
+    points: &[Point<AllocPoint>],
+    config: &OomRiskConfig,
+) -> Option<Warning> {
+    let (rise, now) = counter_rise(points, |a| a.ooms)?;
+    if rise == 0 {
+        return None;
+    }
+    let latest = points.last()?.v;
+    let message = format!(
+        "pid {pid} hit {rise} CUDA out-of-memory error{} on cuda:{index} in the last {}",
+        if rise == 1 { "" } else { "s" },
+        fmt_seconds(config.oom_window_seconds),
+    );
+    let evidence = vec![
+        ("device", format!("cuda:{index}")),
+        ("num_ooms", now.to_string()),
+        ("new ooms", rise.to_string()),
+        ("reserved", fmt_opt_bytes(latest.reserved_bytes)),
+        ("allocated", fmt_opt_bytes(latest.allocated_bytes)),
+    ];
+    Some(warning(
+        ID,
+        Severity::Critical,
+        Subject::Process { pid },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{LaunchEnv, Severity, Subject};
+    use crate::rules::testkit::*;
+
+    fn one_gpu(used_percent: u64) -> crate::model::Snapshot {
+        let mut snap = at(0);
+        snap.gpus = vec![gpu(0, 80 * GIB * used_percent / 100, 80 * GIB, 90)];
+        snap.processes = vec![process(42, 0, 80 * GIB * used_percent / 100)];
+        snap
+    }
+
+    #[test]
+    fn ninety_six_percent_used_warns_on_the_gpu() {
+        let warnings = replay_default(0, |_| one_gpu(96));
+        let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
+        assert_eq!(w.severity, Severity::Warn);
+        assert_eq!(evidence(w, "used share"), "96%");
+        assert_eq!(evidence(w, "largest holder"), "pid 42 (76.8 GiB)");
+        assert!(w.remedy.contains("GradScaler"));
+        assert!(w.remedy.contains("FSDP"));
+    }
+
+    #[test]
+    fn eighty_percent_is_silent() {
+        let warnings = replay_default(5, |_| one_gpu(80));
+        assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");
+    }
+
+    #[test]
+    fn reserved_near_total_warns_on_the_process_instead_of_the_gpu() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(97);
+            snap.processes[0].torch = Some(torch_on(vec![device(0, 60 * GIB, 77 * GIB)]));
+            snap
+        });
+        let found = with_id(&warnings, "oom-risk");
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].subject, Subject::Process { pid: 42 });
+        assert_eq!(evidence(found[0], "reserved"), "77.0 GiB");
+    }
+
+    #[test]
+    fn reserved_is_matched_to_the_gpu_through_cuda_visible_devices() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = at(0);
+            snap.gpus = vec![gpu(0, GIB, 80 * GIB, 0), gpu(1, 78 * GIB, 80 * GIB, 90)];
+            let mut p = process(42, 1, 78 * GIB);
+            p.env = Some(LaunchEnv {
+                cuda_visible_devices: Some("1".into()),
+                ..Default::default()
+            });
+            p.torch = Some(torch_on(vec![device(0, 70 * GIB, 77 * GIB)]));
+            snap.processes = vec![p];
+            snap
+        });
+        let w = find(&warnings, "oom-risk", &Subject::Process { pid: 42 });
+        assert_eq!(evidence(w, "gpu"), "1");
+        assert_eq!(evidence(w, "device"), "cuda:0");
+    }
+
+    #[test]
+    fn a_rising_oom_count_is_critical_and_an_old_one_is_not() {
+        let make = |ooms_at: fn(u32) -> u64| {
+            move |step: u32| {
+                let mut snap = one_gpu(50);
+                snap.unix_seconds = T0 + f64::from(step);
+                snap.time = rfc3339(snap.unix_seconds);
+                snap.processes[0].torch = Some(torch_on(vec![with_ooms(
+                    device(0, 30 * GIB, 39 * GIB),
+                    ooms_at(step),
+                )]));
+                snap
+            }
+        };
+        let rising = replay_default(3, make(|step| if step >= 2 { 3 } else { 2 }));
+        let w = find(&rising, "oom-risk", &Subject::Process { pid: 42 });
+        assert_eq!(w.severity, Severity::Critical);
+        assert_eq!(evidence(w, "new ooms"), "1");
+        assert_eq!(evidence(w, "num_ooms"), "3");
+
+        let steady = replay_default(3, make(|_| 2));
+        assert!(with_id(&steady, "oom-risk").is_empty(), "{steady:#?}");
+    }
+
+    #[test]
+    fn the_critical_state_ends_when_the_window_passes() {
+        let mut config = RulesConfig::default();
+        config.oom_risk.oom_window_seconds = 5.0;
+        let warnings = replay(config, 10, |step| {
+            let mut snap = one_gpu(50);
+            snap.unix_seconds = T0 + f64::from(step);
+            snap.processes[0].torch = Some(torch_on(vec![with_ooms(
+                device(0, GIB, GIB),
+                u64::from(step >= 1),
+            )]));
+            snap
+        });
+        assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_lower_threshold_fires_where_the_default_does_not() {
+        let mut config = RulesConfig::default();
+        config.oom_risk.memory_fraction = 0.75;
+        assert!(with_id(&replay_default(0, |_| one_gpu(80)), "oom-risk").is_empty());
+        let warnings = replay(config, 0, |_| one_gpu(80));
+        let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
+        assert_eq!(evidence(w, "threshold"), "75%");
+    }
+
+    #[test]
+    fn unknown_memory_figures_never_fire() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = at(0);
+            let mut g = gpu(0, 0, 0, 90);
+            g.memory_used_bytes = None;
+            g.memory_total_bytes = Some(80 * GIB);
+            snap.gpus = vec![g];
+            snap
+        });
+        assert!(warnings.is_empty(), "{warnings:#?}");
+    }
+}

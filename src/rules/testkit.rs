@@ -1,0 +1,119 @@
+//! Hand-built snapshots and histories for the rule tests.
+
+use crate::config::RulesConfig;
+use crate::model::{
+    DeviceAllocatorStats, GpuProcess, GpuSample, ProcessKind, Snapshot, Subject, TorchInfo, Warning,
+};
+
+use super::Engine;
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+pub fn rfc3339(t: f64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t);
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+/// An empty snapshot at `t` seconds since the epoch.
+pub fn snapshot(t: f64) -> Snapshot {
+    Snapshot {
+        schema: crate::model::snapshot::SCHEMA_VERSION,
+        time: rfc3339(t),
+        unix_seconds: t,
+        ..Default::default()
+    }
+}
+
+pub fn gpu(index: u32, used: u64, total: u64, utilization: u32) -> GpuSample {
+    GpuSample {
+        index,
+        name: Some("Test GPU".into()),
+        memory_used_bytes: Some(used),
+        memory_total_bytes: Some(total),
+        utilization_percent: Some(utilization),
+        ..Default::default()
+    }
+}
+
+/// A visible compute process holding `memory` on `gpu`.
+pub fn process(pid: u32, gpu: u32, memory: u64) -> GpuProcess {
+    GpuProcess {
+        gpu_memory_bytes: Some(memory),
+        visible: true,
+        command: Some(format!("python train.py --pid {pid}")),
+        start_ticks: Some(1_000 + u64::from(pid)),
+        ppid: Some(1),
+        ..GpuProcess::new(pid, gpu, ProcessKind::Compute)
+    }
+}
+
+pub fn device(index: u32, allocated: u64, reserved: u64) -> DeviceAllocatorStats {
+    DeviceAllocatorStats {
+        index,
+        allocated_bytes: Some(allocated),
+        reserved_bytes: Some(reserved),
+        inactive_split_bytes: Some(0),
+        alloc_retries: Some(0),
+        ooms: Some(0),
+        ..Default::default()
+    }
+}
+
+pub fn with_ooms(mut device: DeviceAllocatorStats, ooms: u64) -> DeviceAllocatorStats {
+    device.ooms = Some(ooms);
+    device
+}
+
+pub fn torch_on(devices: Vec<DeviceAllocatorStats>) -> TorchInfo {
+    TorchInfo {
+        devices,
+        ..Default::default()
+    }
+}
+
+/// Feeds one snapshot per second from `start` for `seconds`, built by `make(t)`, and returns
+/// the warnings of the last evaluation.
+pub fn replay(config: RulesConfig, seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
+    let mut engine = Engine::new(config);
+    let mut last = Vec::new();
+    for step in 0..=seconds {
+        last = engine.evaluate(&make(step));
+    }
+    last
+}
+
+/// `replay` with the default config.
+pub fn replay_default(seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
+    replay(RulesConfig::default(), seconds, make)
+}
+
+/// The warnings with this id.
+pub fn with_id<'a>(warnings: &'a [Warning], id: &str) -> Vec<&'a Warning> {
+    warnings.iter().filter(|w| w.id == id).collect()
+}
+
+/// The one warning with this id and subject; panics with the list when missing.
+pub fn find<'a>(warnings: &'a [Warning], id: &str, subject: &Subject) -> &'a Warning {
+    warnings
+        .iter()
+        .find(|w| w.id == id && &w.subject == subject)
+        .unwrap_or_else(|| panic!("no {id} on {subject:?} in {warnings:#?}"))
+}
+
+/// The evidence value under `name`.
+pub fn evidence<'a>(warning: &'a Warning, name: &str) -> &'a str {
+    warning
+        .evidence
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no evidence {name} in {:#?}", warning.evidence))
+}
+
+/// Snapshot times start here so `since` looks like a real date.
+pub const T0: f64 = 1_700_000_000.0;
+
+pub fn at(step: u32) -> Snapshot {
+    snapshot(T0 + f64::from(step))
+}

@@ -1,0 +1,164 @@
+//! `throttle`: a GPU under load whose clocks are held down by power or heat.
+//!
+//! Reads `GpuSample::throttle_reasons`, whose names the NVML collector produces exactly as:
+//! `sw_power_cap` (the board reached its power limit), `hw_slowdown` (hardware slowdown, heat or
+//! power), `hw_thermal_slowdown`, `hw_power_brake_slowdown` (an external power brake) and
+//! `sw_thermal_slowdown` (the driver cooling the GPU). Only the configured reasons count, and
+//! only while utilization reaches the load threshold. A power cap alone is `info` (common and
+//! often intended); any slowdown is `warn`.
+
+use crate::config::ThrottleConfig;
+use crate::model::{GpuSample, Severity, Subject, Warning};
+
+use super::{fmt_opt, warning, Inputs};
+
+pub const ID: &str = "throttle";
+
+const REMEDY: &str = "For heat (thermal or hw slowdown): check cooling, airflow, fans, dust and \
+the inlet temperature, and nvidia-smi -q -d TEMPERATURE,PERFORMANCE. For power (sw_power_cap): \
+the board is at its power limit; check nvidia-smi -q -d POWER and, if the power supply allows, \
+raise the limit within the board's maximum (nvidia-smi -pl), or accept the clocks. \
+hw_power_brake_slowdown means the system's power brake fired: check the power supply.";
+
+pub(crate) fn check(inputs: &Inputs, config: &ThrottleConfig) -> Vec<Warning> {
+    inputs
+        .snapshot
+        .gpus
+        .iter()
+        .filter_map(|gpu| throttled(gpu, config))
+        .collect()
+}
+
+fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
+    let utilization = gpu.utilization_percent?;
+    if f64::from(utilization) < config.min_utilization_percent {
+        return None;
+    }
+    let active: Vec<&str> = gpu
+        .throttle_reasons
+        .as_ref()?
+        .iter()
+        .map(String::as_str)
+        .filter(|r| config.reasons.iter().any(|c| c == r))
+        .collect();
+    if active.is_empty() {
+        return None;
+    }
+    let severity = if active.iter().all(|&r| r == "sw_power_cap") {
+        Severity::Info
+    } else {
+        Severity::Warn
+    };
+    let temperature = gpu.temperature_c.map(|t| format!("{t} °C"));
+    let power = match (gpu.power_w, gpu.power_limit_w) {
+        (Some(p), Some(l)) => Some(format!("{p:.0}/{l:.0} W")),
+        (Some(p), None) => Some(format!("{p:.0} W")),
+        _ => None,
+    };
+    let mut details = vec![format!("{utilization}% utilization")];
+    details.extend(temperature.clone());
+    details.extend(power.clone());
+    let message = format!(
+        "GPU {}'s clocks are held down by {} ({})",
+        gpu.index,
+        active.join(", "),
+        details.join(", "),
+    );
+    let evidence = vec![
+        ("reasons", active.join(", ")),
+        ("utilization", format!("{utilization}%")),
+        ("temperature", fmt_opt(temperature)),
+        ("power", fmt_opt(power)),
+        (
+            "sm clock",
+            fmt_opt(gpu.sm_clock_mhz.map(|c| format!("{c} MHz"))),
+        ),
+        ("fan", fmt_opt(gpu.fan_percent.map(|f| format!("{f}%")))),
+    ];
+    Some(warning(
+        ID,
+        severity,
+        Subject::Gpu { index: gpu.index },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{Severity, Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    fn hot(reasons: &[&str], utilization: u32) -> Snapshot {
+        let mut snap = at(0);
+        let mut g = gpu(2, 10 * GIB, 80 * GIB, utilization);
+        g.temperature_c = Some(89);
+        g.power_w = Some(300.0);
+        g.power_limit_w = Some(300.0);
+        g.throttle_reasons = Some(reasons.iter().map(|r| r.to_string()).collect());
+        snap.gpus = vec![g];
+        snap
+    }
+
+    #[test]
+    fn thermal_slowdown_under_load_warns_with_temperature_and_power() {
+        let warnings = replay_default(0, |_| hot(&["hw_thermal_slowdown", "sw_power_cap"], 98));
+        let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
+        assert_eq!(w.severity, Severity::Warn);
+        assert_eq!(evidence(w, "reasons"), "hw_thermal_slowdown, sw_power_cap");
+        assert_eq!(evidence(w, "temperature"), "89 °C");
+        assert_eq!(evidence(w, "power"), "300/300 W");
+        assert!(w.remedy.contains("cooling"));
+    }
+
+    #[test]
+    fn a_power_cap_alone_is_info() {
+        let warnings = replay_default(0, |_| hot(&["sw_power_cap"], 98));
+        assert_eq!(
+            find(&warnings, "throttle", &Subject::Gpu { index: 2 }).severity,
+            Severity::Info
+        );
+    }
+
+    #[test]
+    fn an_idle_gpu_or_no_reasons_stay_silent() {
+        assert!(with_id(
+            &replay_default(0, |_| hot(&["hw_slowdown"], 10)),
+            "throttle"
+        )
+        .is_empty());
+        assert!(with_id(&replay_default(0, |_| hot(&[], 99)), "throttle").is_empty());
+        let mut unknown = hot(&["hw_slowdown"], 99);
+        unknown.gpus[0].utilization_percent = None;
+        assert!(with_id(&replay_default(0, |_| unknown.clone()), "throttle").is_empty());
+    }
+
+    #[test]
+    fn reasons_left_out_of_the_config_do_not_count() {
+        let mut config = RulesConfig::default();
+        config.throttle.reasons = vec!["hw_thermal_slowdown".into()];
+        let warnings = replay(config, 0, |_| hot(&["sw_power_cap"], 98));
+        assert!(with_id(&warnings, "throttle").is_empty(), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_lower_load_threshold_fires_where_the_default_does_not() {
+        assert!(with_id(
+            &replay_default(0, |_| hot(&["hw_slowdown"], 30)),
+            "throttle"
+        )
+        .is_empty());
+        let mut config = RulesConfig::default();
+        config.throttle.min_utilization_percent = 20.0;
+        assert_eq!(
+            with_id(
+                &replay(config, 0, |_| hot(&["hw_slowdown"], 30)),
+                "throttle"
+            )
+            .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! `zombie-memory`: GPU memory held by a pid that is not in this machine's /proc.
+//!
+//! Fires when a (pid, GPU) pair NVML lists has been invisible in /proc for at least
+//! `min_seconds` (so a process exiting between the driver read and the /proc read stays quiet).
+//! A pid from another container or PID namespace looks exactly the same, and the message says so.
+
+use crate::config::ZombieMemoryConfig;
+use crate::model::{Severity, Subject, Warning};
+
+use super::{fmt_opt_bytes, fmt_seconds, warning, Inputs, Point, ProcPoint};
+
+pub const ID: &str = "zombie-memory";
+
+const REMEDY: &str = "If the pid runs in another container, look there (or run nvidia-smi on the \
+host). Otherwise find what still holds the GPU (fuser -v /dev/nvidia*, or lsof /dev/nvidia*) and \
+end the stray process, e.g. a DataLoader worker or child left behind by a crashed run; a defunct \
+process's memory is freed once its parent reaps it. If nothing holds it, resetting the GPU \
+(nvidia-smi -r) frees it.";
+
+pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning> {
+    inputs
+        .processes
+        .iter()
+        .filter_map(|(&(pid, gpu), tracked)| {
+            let points = tracked.window.covering(config.min_seconds)?;
+            missing(pid, gpu, points, config)
+        })
+        .collect()
+}
+
+fn missing(
+    pid: u32,
+    gpu: u32,
+    points: &[Point<ProcPoint>],
+    config: &ZombieMemoryConfig,
+) -> Option<Warning> {
+    if points.iter().any(|p| p.v.visible) {
+        return None;
+    }
+    let memory = points.last()?.v.gpu_memory_bytes;
+    let span = points.last()?.t - points.first()?.t;
+    let message = format!(
+        "pid {pid} holds {} on GPU {gpu} but is not in /proc: it has exited while the driver \
+         still holds its memory, or it runs in another container or PID namespace",
+        fmt_opt_bytes(memory),
+    );
+    let evidence = vec![
+        ("gpu", gpu.to_string()),
+        ("gpu memory", fmt_opt_bytes(memory)),
+        ("missing for", fmt_seconds(span.max(config.min_seconds))),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    fn ghost(visible: impl Fn(u32) -> bool + Copy) -> impl Fn(u32) -> Snapshot {
+        move |step| {
+            let mut snap = at(step);
+            snap.gpus = vec![gpu(1, 5 * GIB, 80 * GIB, 0)];
+            let mut p = process(4242, 1, 3 * GIB);
+            p.visible = visible(step);
+            if !p.visible {
+                p.command = None;
+                p.start_ticks = None;
+            }
+            snap.processes = vec![p];
+            snap
+        }
+    }
+
+    #[test]
+    fn memory_held_by_a_missing_pid_fires_and_mentions_containers() {
+        let warnings = replay_default(5, ghost(|_| false));
+        let w = find(&warnings, "zombie-memory", &Subject::Process { pid: 4242 });
+        assert!(w.message.contains("3.0 GiB on GPU 1"), "{}", w.message);
+        assert!(w.message.contains("another container"), "{}", w.message);
+        assert!(w.remedy.contains("fuser"));
+    }
+
+    #[test]
+    fn visible_pids_and_a_brief_race_stay_silent() {
+        let visible = replay_default(5, ghost(|_| true));
+        assert!(with_id(&visible, "zombie-memory").is_empty());
+        // Missing only in the last sample: shorter than min_seconds.
+        let race = replay_default(5, ghost(|s| s < 5));
+        assert!(with_id(&race, "zombie-memory").is_empty(), "{race:#?}");
+        // A single snapshot is not enough either with the default.
+        assert!(with_id(&replay_default(0, ghost(|_| false)), "zombie-memory").is_empty());
+    }
+
+    #[test]
+    fn a_zero_wait_fires_on_a_single_snapshot() {
+        let mut config = RulesConfig::default();
+        config.zombie_memory.min_seconds = 0.0;
+        let warnings = replay(config, 0, ghost(|_| false));
+        assert_eq!(with_id(&warnings, "zombie-memory").len(), 1);
+    }
+}
