@@ -10,13 +10,28 @@ use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.print_config {
+        print!("{}", torchtop::config::print_default());
+        return ExitCode::SUCCESS;
+    }
     if let Some(command) = &cli.command {
         return run_command(command);
     }
-    let config = SamplerConfig::for_interval(
+    let rules = match &cli.config {
+        Some(path) => match torchtop::config::load(path) {
+            Ok(config) => config.rules,
+            Err(error) => {
+                eprintln!("torchtop: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Default::default(),
+    };
+    let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(cli.delay),
         cli.nvml_lib.display().to_string(),
     );
+    config.rules = rules;
     let loader = nvml_loader(cli.nvml_lib.clone());
     if cli.once {
         return print_once(&cli, config, loader);

@@ -13,15 +13,17 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::gpu::{DeviceError, DeviceReading, GpuSource};
 use super::host::HostCollector;
+use crate::config::RulesConfig;
 use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState, Snapshot};
+use crate::rules::Engine;
 
 /// Builds the GPU source; runs on the driver thread because loading may block.
 pub type GpuLoader = Box<dyn FnOnce() -> Arc<dyn GpuSource> + Send>;
@@ -41,6 +43,8 @@ pub struct SamplerConfig {
     pub library_label: String,
     /// Set by the UI while the tree view is open: each tick then scans every host process.
     pub want_process_table: Arc<AtomicBool>,
+    /// Thresholds and windows of the warning rules.
+    pub rules: RulesConfig,
 }
 
 impl SamplerConfig {
@@ -53,6 +57,7 @@ impl SamplerConfig {
             proc_root: PathBuf::from("/proc"),
             library_label,
             want_process_table: Arc::new(AtomicBool::new(false)),
+            rules: RulesConfig::default(),
         }
     }
 }
@@ -99,6 +104,7 @@ pub struct Sampler {
     results_rx: Receiver<WorkerResult>,
     next_generation: u64,
     host: HostCollector,
+    rules: Engine,
 }
 
 impl Sampler {
@@ -112,6 +118,7 @@ impl Sampler {
             .expect("spawning a thread only fails when the OS is out of resources");
         let (results_tx, results_rx) = mpsc::channel();
         let host = HostCollector::new(config.proc_root.clone());
+        let rules = Engine::new(config.rules.clone());
         let driver = DriverInfo {
             library: config.library_label.clone(),
             error: Some("loading the GPU library".into()),
@@ -130,6 +137,7 @@ impl Sampler {
             results_rx,
             next_generation: 0,
             host,
+            rules,
         }
     }
 
@@ -153,6 +161,7 @@ impl Sampler {
         if self.config.want_process_table.load(Ordering::Relaxed) {
             snapshot.host_processes = self.host.process_table();
         }
+        snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot
     }
 
@@ -187,6 +196,7 @@ impl Sampler {
         snapshot.host = host;
         snapshot.gpus = self.gpu_samples(now);
         snapshot.processes = processes;
+        snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot
     }
 
