@@ -9,8 +9,9 @@ use crate::app::App;
 use super::format::pad_left_aligned;
 use super::theme::Theme;
 
-/// Columns per GPU: memory bar, utilization bar, two spaces.
+/// Columns per GPU: memory bar, utilization bar, two spaces; one space when that is too wide.
 pub const GROUP_WIDTH: u16 = 4;
+const NARROW_GROUP_WIDTH: u16 = 3;
 const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
 const MISSING: &str = "·";
 
@@ -25,6 +26,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     );
     let bar_height = area.height - 2;
     let label_y = area.bottom() - 1;
+    let group = group_width(app.snapshot.gpus.len(), area.width);
     let mut x = area.x + 1;
     for gpu in &app.snapshot.gpus {
         if x + 2 > area.right() {
@@ -50,12 +52,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             theme.utilization_bar(),
             theme,
         );
-        let label = Rect::new(x, label_y, GROUP_WIDTH.min(area.right() - x), 1);
+        let label = Rect::new(x, label_y, group.min(area.right() - x), 1);
         frame.render_widget(
             Paragraph::new(gpu.index.to_string()).style(theme.label()),
             label,
         );
-        x += GROUP_WIDTH;
+        x += group;
     }
 }
 
@@ -89,6 +91,14 @@ pub fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
     (0..usize::from(height))
         .map(|row| total.saturating_sub(row * 8).min(8))
         .collect()
+}
+
+fn group_width(gpu_count: usize, width: u16) -> u16 {
+    if gpu_count * usize::from(GROUP_WIDTH) < usize::from(width) {
+        GROUP_WIDTH
+    } else {
+        NARROW_GROUP_WIDTH
+    }
 }
 
 #[cfg(test)]

@@ -30,21 +30,27 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             app.delay_seconds
         ),
     ];
+    let clock_text = clock_text(&snapshot.time);
+    let width = clock_text.len() as u16;
+    let room = usize::from(area.width.saturating_sub(width));
     let mut spans = vec![Span::styled("torchtop", theme.brand())];
+    let mut used = "torchtop".len();
     for field in fields {
+        if used + 2 + field.chars().count() > room {
+            continue;
+        }
+        used += 2 + field.chars().count();
         spans.push(Span::raw("  "));
         spans.push(Span::styled(field, theme.plain()));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
-    let clock = Paragraph::new(clock_text(&snapshot.time)).alignment(Alignment::Right);
-    let width = clock_text(&snapshot.time).len() as u16;
+    let clock = Paragraph::new(clock_text).alignment(Alignment::Right);
     let clock_area = Rect::new(
         area.right().saturating_sub(width),
         area.y,
         width.min(area.width),
         1,
     );
-    frame.render_widget(ratatui::widgets::Clear, clock_area);
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
 

@@ -101,7 +101,7 @@ fn compact_title(width: u16, span: &str) -> String {
         title += &pad_left_aligned(name, usize::from(segment + 1));
     }
     title.truncate(title.trim_end().len());
-    format!("{title}  (last {span}, newest at the right)")
+    format!("{title}  (last {span})")
 }
 
 fn segment_width(width: u16) -> u16 {

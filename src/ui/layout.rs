@@ -11,7 +11,7 @@ use super::{allocator, processes};
 pub const MIN_WIDTH: u16 = 60;
 pub const MIN_HEIGHT: u16 = 16;
 /// From this width the allocator panel sits beside the process table instead of below it.
-pub const WIDE_WIDTH: u16 = 140;
+pub const WIDE_WIDTH: u16 = 160;
 /// Balance bars on the left, host figures on the right, under one title line.
 const MIDDLE_HEIGHT: u16 = 5;
 /// The process table's header and this many rows are always kept.

@@ -34,13 +34,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let rows = visible_rows(app);
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
+    let columns = Columns::for_width(area.width);
     let body: Vec<Row> = rows
         .iter()
         .enumerate()
         .skip(first)
         .take(height)
         .map(|(i, process)| {
-            let row = table_row(process, theme);
+            let row = table_row(process, &columns, theme);
             if i == app.view.selected {
                 row.style(theme.selected())
             } else {
@@ -48,8 +49,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             }
         })
         .collect();
-    let table = Table::new(body, widths())
-        .header(header(rows.len()).style(theme.title()))
+    let table = Table::new(body, columns.widths())
+        .header(columns.keep(header(rows.len())).style(theme.title()))
         .column_spacing(1);
     frame.render_widget(table, area);
     if rows.is_empty() && area.height > 1 {
@@ -65,24 +66,53 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-fn widths() -> [Constraint; 10] {
-    [
-        Constraint::Length(7),
-        Constraint::Length(8),
-        Constraint::Length(3),
-        Constraint::Length(4),
-        Constraint::Length(7),
-        Constraint::Length(4),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(8),
-        Constraint::Fill(1),
-    ]
+/// Widths of PID, USER, GPU, TYPE, GPU-MEM, SM%, CPU%, RSS, TIME; COMMAND takes the rest.
+const WIDTHS: [u16; 9] = [7, 8, 3, 4, 7, 4, 6, 7, 8];
+/// RSS and TIME, dropped first when the terminal is narrow.
+const OPTIONAL: [usize; 2] = [7, 8];
+/// Below this width RSS and TIME give their room to COMMAND.
+const ALL_COLUMNS_WIDTH: u16 = 80;
+
+/// Which columns fit: all of them, or all but RSS and TIME.
+struct Columns {
+    all: bool,
 }
 
-fn header(count: usize) -> Row<'static> {
+impl Columns {
+    fn for_width(width: u16) -> Self {
+        Columns {
+            all: width >= ALL_COLUMNS_WIDTH,
+        }
+    }
+
+    fn shown(&self, column: usize) -> bool {
+        self.all || !OPTIONAL.contains(&column)
+    }
+
+    fn widths(&self) -> Vec<Constraint> {
+        let mut widths: Vec<Constraint> = (0..WIDTHS.len())
+            .filter(|c| self.shown(*c))
+            .map(|c| Constraint::Length(WIDTHS[c]))
+            .collect();
+        widths.push(Constraint::Fill(1));
+        widths
+    }
+
+    /// The row with the cells of hidden columns left out.
+    fn keep(&self, cells: Vec<Cell<'static>>) -> Row<'static> {
+        Row::new(
+            cells
+                .into_iter()
+                .enumerate()
+                .filter(|(c, _)| *c >= WIDTHS.len() || self.shown(*c))
+                .map(|(_, cell)| cell),
+        )
+    }
+}
+
+fn header(count: usize) -> Vec<Cell<'static>> {
     let right = |text: &str| Cell::from(Line::from(text.to_string()).right_aligned());
-    Row::new(vec![
+    vec![
         right("PID"),
         Cell::from("USER"),
         right("GPU"),
@@ -93,10 +123,10 @@ fn header(count: usize) -> Row<'static> {
         right("RSS"),
         right("TIME"),
         Cell::from(format!("COMMAND ({count} rows)")),
-    ])
+    ]
 }
 
-fn table_row(process: &GpuProcess, theme: Theme) -> Row<'static> {
+fn table_row(process: &GpuProcess, columns: &Columns, theme: Theme) -> Row<'static> {
     let right = |text: String| Cell::from(Line::from(text).right_aligned());
     let cpu = process
         .cpu_percent
@@ -107,7 +137,7 @@ fn table_row(process: &GpuProcess, theme: Theme) -> Row<'static> {
     } else {
         NOT_VISIBLE.to_string()
     };
-    let row = Row::new(vec![
+    let row = columns.keep(vec![
         right(process.pid.to_string()),
         Cell::from(format::truncate(process.user.as_deref().unwrap_or(NA), 8)),
         right(process.gpu.to_string()),

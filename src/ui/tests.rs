@@ -466,7 +466,12 @@ fn every_size_from_the_minimum_up_draws_without_panicking() {
         let s = screen(&app, w, h);
         assert!(s.contains("torchtop"), "{w}x{h}:\n{s}");
         assert!(s.contains("PID"), "{w}x{h}:\n{s}");
+        assert!(s.contains("COMMAND"), "{w}x{h}:\n{s}");
     }
+    let narrow = screen(&eight_gpu_app(), 60, 16);
+    assert!(narrow.contains("+4 more GPUs"), "{narrow}");
+    let labels = narrow.lines().nth(row_of(&narrow, "BALANCE") + 4).unwrap();
+    assert!(labels.starts_with(" 0  1  2  3  4  5  6  7"), "{narrow}");
 }
 
 #[test]

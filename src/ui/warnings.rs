@@ -17,7 +17,7 @@ use super::theme::Theme;
 /// The warnings in the order the panel lists them: most severe first, otherwise as raised.
 pub fn ordered(app: &App) -> Vec<&Warning> {
     let mut warnings: Vec<&Warning> = app.snapshot.warnings.iter().collect();
-    warnings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    warnings.sort_by_key(|w| std::cmp::Reverse(w.severity));
     warnings
 }
 
