@@ -1,0 +1,115 @@
+//! Balance across GPUs: for each GPU a memory bar and a utilization bar side by side, drawn
+//! vertically so that eight GPUs fit in a third of an 80-column screen and a skewed job stands
+//! out at a glance.
+
+use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
+
+use crate::app::App;
+
+use super::format::pad_left_aligned;
+use super::theme::Theme;
+
+/// Columns per GPU: memory bar, utilization bar, two spaces; one space when that is too wide.
+pub const GROUP_WIDTH: u16 = 4;
+const NARROW_GROUP_WIDTH: u16 = 3;
+const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
+const MISSING: &str = "·";
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+    if area.height < 3 {
+        return;
+    }
+    let title = pad_left_aligned("BALANCE mem|util", usize::from(area.width));
+    frame.render_widget(
+        Paragraph::new(title).style(theme.title()),
+        Rect { height: 1, ..area },
+    );
+    let bar_height = area.height - 2;
+    let label_y = area.bottom() - 1;
+    let group = group_width(app.snapshot.gpus.len(), area.width);
+    let mut x = area.x + 1;
+    for gpu in &app.snapshot.gpus {
+        if x + 2 > area.right() {
+            break;
+        }
+        let utilization = gpu.utilization_percent.map(|u| f64::from(u) / 100.0);
+        let top = area.y + 1;
+        draw_bar(
+            frame,
+            x,
+            top,
+            bar_height,
+            gpu.memory_fraction(),
+            theme.memory_bar(),
+            theme,
+        );
+        draw_bar(
+            frame,
+            x + 1,
+            top,
+            bar_height,
+            utilization,
+            theme.utilization_bar(),
+            theme,
+        );
+        let label = Rect::new(x, label_y, group.min(area.right() - x), 1);
+        frame.render_widget(
+            Paragraph::new(gpu.index.to_string()).style(theme.label()),
+            label,
+        );
+        x += group;
+    }
+}
+
+fn draw_bar(
+    frame: &mut Frame,
+    x: u16,
+    top: u16,
+    height: u16,
+    fraction: Option<f64>,
+    style: Style,
+    theme: Theme,
+) {
+    let buffer = frame.buffer_mut();
+    let bottom = top + height - 1;
+    let Some(fraction) = fraction else {
+        buffer[(x, bottom)]
+            .set_symbol(MISSING)
+            .set_style(theme.dim());
+        return;
+    };
+    for (row, eighths) in column_cells(fraction, height).into_iter().enumerate() {
+        buffer[(x, bottom - row as u16)]
+            .set_symbol(LEVELS[eighths])
+            .set_style(style);
+    }
+}
+
+/// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8).
+pub fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
+    let total = (fraction.clamp(0.0, 1.0) * f64::from(height) * 8.0).round() as usize;
+    (0..usize::from(height))
+        .map(|row| total.saturating_sub(row * 8).min(8))
+        .collect()
+}
+
+fn group_width(gpu_count: usize, width: u16) -> u16 {
+    if gpu_count * usize::from(GROUP_WIDTH) < usize::from(width) {
+        GROUP_WIDTH
+    } else {
+        NARROW_GROUP_WIDTH
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_fill_from_the_bottom_in_eighths() {
+        assert_eq!(column_cells(1.0, 3), vec![8, 8, 8]);
+        assert_eq!(column_cells(0.5, 3), vec![8, 4, 0]);
+        assert_eq!(column_cells(0.0, 2), vec![0, 0]);
+        assert_eq!(column_cells(7.0, 1), vec![8]);
+    }
+}

@@ -1,0 +1,321 @@
+//! The GPU table: one main line per GPU, plus detail lines (clocks, PCIe, encoder, throttle
+//! reasons, ECC, bus id, UUID) when the layout has room. Also the messages shown instead of the
+//! table when NVML is missing, finds no GPUs, or has not been sampled yet.
+
+use ratatui::{
+    layout::Rect,
+    style::Style,
+    text::{Line, Span},
+    widgets::{Paragraph, Wrap},
+    Frame,
+};
+
+use crate::app::App;
+use crate::model::{GpuSample, GpuState, Snapshot};
+
+use super::format::{self, pad_left_aligned, pad_right_aligned, NA};
+use super::theme::Theme;
+
+/// From this width the main line carries bars and longer labels.
+const WIDE: u16 = 120;
+/// Throttle reasons that mean the GPU is held back by heat or hardware, not just idle or capped.
+const SEVERE_THROTTLE: [&str; 2] = ["thermal", "hw_"];
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, detail_lines: u16) {
+    if area.height == 0 {
+        return;
+    }
+    let columns = Columns::for_width(area.width);
+    let title_area = Rect { height: 1, ..area };
+    frame.render_widget(
+        Paragraph::new(columns.title()).style(theme.title()),
+        title_area,
+    );
+    let body = Rect {
+        y: area.y + 1,
+        height: area.height - 1,
+        ..area
+    };
+    if let Some(message) = unavailable_message(&app.snapshot) {
+        let text = Paragraph::new(message)
+            .style(theme.warn())
+            .wrap(Wrap { trim: true });
+        frame.render_widget(text, body);
+        return;
+    }
+    let lines = gpu_lines(&app.snapshot.gpus, &columns, theme, detail_lines, body);
+    frame.render_widget(Paragraph::new(lines), body);
+}
+
+/// What to say instead of the table, when there is no GPU to show.
+pub fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
+    let driver = &snapshot.driver;
+    if snapshot.time.is_empty() {
+        return Some("waiting for the first sample...".to_string());
+    }
+    if !driver.nvml_loaded {
+        let error = driver.error.as_deref().unwrap_or("unknown error");
+        return Some(format!(
+            "NVML could not be loaded from {}: {error}",
+            driver.library
+        ));
+    }
+    if snapshot.gpus.is_empty() {
+        let version = driver.driver_version.as_deref().unwrap_or(NA);
+        return Some(format!("NVIDIA driver {version} found no GPUs"));
+    }
+    None
+}
+
+fn gpu_lines(
+    gpus: &[GpuSample],
+    columns: &Columns,
+    theme: Theme,
+    detail_lines: u16,
+    body: Rect,
+) -> Vec<Line<'static>> {
+    let per_gpu = 1 + usize::from(detail_lines);
+    let room = usize::from(body.height);
+    let shown = if gpus.len() * per_gpu <= room {
+        gpus.len()
+    } else {
+        room.saturating_sub(1) / per_gpu
+    };
+    let mut lines = Vec::new();
+    for gpu in &gpus[..shown] {
+        lines.push(columns.main_line(gpu, theme));
+        if detail_lines > 0 {
+            let mut detail = detail(gpu, theme, body.width);
+            detail.resize(usize::from(detail_lines), Line::default());
+            lines.extend(detail);
+        }
+    }
+    if shown < gpus.len() {
+        let hidden = gpus.len() - shown;
+        lines.push(Line::styled(
+            format!("  +{hidden} more GPUs: enlarge the terminal to see them"),
+            theme.dim(),
+        ));
+    }
+    lines
+}
+
+/// The widths of the main line's columns at one terminal width.
+struct Columns {
+    wide: bool,
+    name: usize,
+    bar: usize,
+    show_memory_util: bool,
+    show_fan_and_pstate: bool,
+}
+
+impl Columns {
+    fn for_width(width: u16) -> Self {
+        let width = usize::from(width);
+        let wide = width >= usize::from(WIDE);
+        let show_memory_util = width >= 70;
+        let show_fan_and_pstate = width >= 80;
+        let mut fixed = 4 + 5 + 12 + 5 + 10 + 1 + state_width(wide);
+        fixed += if show_memory_util { 5 } else { 0 };
+        fixed += if show_fan_and_pstate { 5 + 4 } else { 0 };
+        let (name, bar) = if wide {
+            let spare = width.saturating_sub(fixed + 28);
+            let bar = (spare / 2).saturating_sub(1).max(8);
+            (width.saturating_sub(fixed + 2 * (bar + 1)).max(4), bar)
+        } else {
+            (width.saturating_sub(fixed).max(4), 0)
+        };
+        Columns {
+            wide,
+            name,
+            bar,
+            show_memory_util,
+            show_fan_and_pstate,
+        }
+    }
+
+    fn title(&self) -> String {
+        let mut out = format!("{:>3} {}", "GPU", pad_left_aligned("NAME", self.name));
+        out += &self.with_bar("UTIL", 4);
+        if self.show_memory_util {
+            out += " MEMU";
+        }
+        out += &self.with_bar("MEMORY", 11);
+        out += " TEMP     POWER";
+        if self.show_fan_and_pstate {
+            out += "  FAN   P";
+        }
+        out += &format!(" {}", pad_left_aligned("STATE", state_width(self.wide)));
+        out
+    }
+
+    /// A column title over a value of `width`; when wide, left-aligned over the bar before it.
+    fn with_bar(&self, title: &str, width: usize) -> String {
+        if self.wide {
+            format!(" {}", pad_left_aligned(title, width + self.bar + 1))
+        } else {
+            format!(" {}", pad_right_aligned(title, width))
+        }
+    }
+
+    fn main_line(&self, gpu: &GpuSample, theme: Theme) -> Line<'static> {
+        let values = if gpu.state == GpuState::Ok {
+            theme.plain()
+        } else {
+            theme.dim()
+        };
+        let mut spans = vec![
+            Span::styled(format!("{:>3} ", gpu.index), theme.label()),
+            Span::styled(pad_left_aligned(&self.name_of(gpu), self.name), values),
+        ];
+        let utilization = gpu.utilization_percent.map(|u| f64::from(u) / 100.0);
+        self.push_bar(&mut spans, utilization, theme.utilization_bar());
+        spans.push(Span::styled(
+            format!(" {:>4}", format::percent(gpu.utilization_percent)),
+            values,
+        ));
+        if self.show_memory_util {
+            let text = format::percent(gpu.memory_utilization_percent);
+            spans.push(Span::styled(format!(" {text:>4}"), values));
+        }
+        self.push_bar(&mut spans, gpu.memory_fraction(), theme.memory_bar());
+        let memory = format::used_of_total(gpu.memory_used_bytes, gpu.memory_total_bytes);
+        spans.push(Span::styled(
+            format!(" {memory:>11}"),
+            theme.level(gpu.memory_fraction()),
+        ));
+        let temperature = format::celsius(gpu.temperature_c);
+        spans.push(Span::styled(
+            format!(" {temperature:>4}"),
+            theme.temperature(gpu.temperature_c),
+        ));
+        let power = format::power_of_limit(gpu.power_w, gpu.power_limit_w);
+        spans.push(Span::styled(format!(" {power:>9}"), values));
+        if self.show_fan_and_pstate {
+            let fan = format::percent(gpu.fan_percent);
+            let pstate = gpu
+                .performance_state
+                .map_or(NA.to_string(), |p| format!("P{p}"));
+            spans.push(Span::styled(format!(" {fan:>4} {pstate:>3}"), values));
+        }
+        let (badge, style) = state_badge(gpu, self.wide, theme);
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(badge, style));
+        Line::from(spans)
+    }
+
+    fn name_of(&self, gpu: &GpuSample) -> String {
+        let name = gpu.name.as_deref().unwrap_or(NA);
+        if self.wide {
+            name.to_string()
+        } else {
+            name.trim_start_matches("NVIDIA ").to_string()
+        }
+    }
+
+    fn push_bar(&self, spans: &mut Vec<Span<'static>>, fraction: Option<f64>, style: Style) {
+        if self.wide {
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(horizontal_bar(fraction, self.bar), style));
+        }
+    }
+}
+
+fn state_width(wide: bool) -> usize {
+    if wide {
+        16
+    } else {
+        12
+    }
+}
+
+/// The state badge: OK, THROTTLED, STALE, UNRESPONSIVE (stale over 10 s) or LOST.
+pub fn state_badge(gpu: &GpuSample, wide: bool, theme: Theme) -> (String, Style) {
+    match gpu.state {
+        GpuState::Ok if severely_throttled(gpu) => ("THROTTLED".to_string(), theme.warn()),
+        GpuState::Ok => ("OK".to_string(), theme.good()),
+        GpuState::Lost => ("LOST".to_string(), theme.critical()),
+        GpuState::Stale => match gpu.stale_seconds {
+            Some(s) if s > 10.0 && wide => (format!("UNRESPONSIVE {s:.0}s"), theme.critical()),
+            Some(s) if s > 10.0 => ("UNRESPONSIVE".to_string(), theme.critical()),
+            Some(s) => (format!("STALE {s:.0}s"), theme.warn()),
+            None => ("STALE".to_string(), theme.warn()),
+        },
+    }
+}
+
+fn severely_throttled(gpu: &GpuSample) -> bool {
+    gpu.throttle_reasons.as_ref().is_some_and(|reasons| {
+        reasons
+            .iter()
+            .any(|r| SEVERE_THROTTLE.iter().any(|s| r.contains(s)))
+    })
+}
+
+/// A left-to-right bar of `width` cells in eighths; "N/A" text when the value is missing.
+pub fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
+    const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
+    let Some(fraction) = fraction else {
+        return pad_left_aligned(NA, width);
+    };
+    let eighths = (fraction.clamp(0.0, 1.0) * (width * 8) as f64).round() as usize;
+    let mut bar = "█".repeat(eighths / 8);
+    if eighths % 8 > 0 {
+        bar.push(PARTS[eighths % 8]);
+    }
+    let filled = bar.chars().count();
+    bar + &" ".repeat(width.saturating_sub(filled))
+}
+
+/// The detail lines of one GPU packed to `width`: clocks, PCIe, codecs, throttle reasons, ECC
+/// (only where it is on), bus id, UUID and the last error.
+pub fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
+    let mut pieces = vec![
+        format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
+        format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
+        format!(
+            "PCIe rx {} tx {}",
+            format::kib_rate(gpu.pcie_rx_kib_s),
+            format::kib_rate(gpu.pcie_tx_kib_s)
+        ),
+        format!(
+            "enc {} dec {}",
+            format::percent(gpu.encoder_percent),
+            format::percent(gpu.decoder_percent)
+        ),
+        format!("throttle {}", throttle_text(gpu)),
+        format!("bus {}", format::text(gpu.bus_id.as_deref())),
+    ];
+    if gpu.ecc_enabled == Some(true) {
+        pieces.push(format!(
+            "ECC corrected {} uncorrected {}",
+            format::count(gpu.ecc_volatile_corrected),
+            format::count(gpu.ecc_volatile_uncorrected)
+        ));
+    }
+    pieces.push(gpu.uuid.clone().unwrap_or_else(|| format!("uuid {NA}")));
+    if let Some(error) = &gpu.error {
+        pieces.push(format!("error: {error}"));
+    }
+    let pieces = pieces
+        .into_iter()
+        .map(|p| vec![Span::styled(p, theme.dim())])
+        .collect();
+    format::pack(pieces, usize::from(width), 6)
+}
+
+/// Detail lines the busiest GPU needs at this width; every GPU gets that many.
+pub fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
+    gpus.iter()
+        .map(|g| detail(g, Theme::new(false), width).len() as u16)
+        .max()
+        .unwrap_or(0)
+}
+
+fn throttle_text(gpu: &GpuSample) -> String {
+    match &gpu.throttle_reasons {
+        None => NA.to_string(),
+        Some(reasons) if reasons.is_empty() => "none".to_string(),
+        Some(reasons) => reasons.join(","),
+    }
+}

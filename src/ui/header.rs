@@ -1,0 +1,66 @@
+//! The top line: program, host, driver and CUDA versions, GPU count, refresh delay and time.
+
+use ratatui::{
+    layout::{Alignment, Rect},
+    text::{Line, Span},
+    widgets::Paragraph,
+    Frame,
+};
+
+use crate::app::App;
+
+use super::{format::NA, theme::Theme};
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+    let snapshot = &app.snapshot;
+    let driver = &snapshot.driver;
+    let gpus = match (driver.nvml_loaded, driver.gpu_count) {
+        (true, Some(n)) => format!("{n} GPU{}", if n == 1 { "" } else { "s" }),
+        (true, None) => format!("{} GPUs", snapshot.gpus.len()),
+        (false, _) => "no NVML".to_string(),
+    };
+    let fields = [
+        snapshot.host.hostname.as_deref().unwrap_or(NA).to_string(),
+        format!("driver {}", driver.driver_version.as_deref().unwrap_or(NA)),
+        format!("CUDA {}", driver.cuda_version.as_deref().unwrap_or(NA)),
+        gpus,
+        format!(
+            "{}{:.1}s",
+            if area.width >= 100 { "every " } else { "" },
+            app.delay_seconds
+        ),
+    ];
+    let clock_text = clock_text(&snapshot.time);
+    let width = clock_text.len() as u16;
+    let room = usize::from(area.width.saturating_sub(width));
+    let mut spans = vec![Span::styled("torchtop", theme.brand())];
+    let mut used = "torchtop".len();
+    for field in fields {
+        if used + 2 + field.chars().count() > room {
+            continue;
+        }
+        used += 2 + field.chars().count();
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled(field, theme.plain()));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    let clock = Paragraph::new(clock_text).alignment(Alignment::Right);
+    let clock_area = Rect::new(
+        area.right().saturating_sub(width),
+        area.y,
+        width.min(area.width),
+        1,
+    );
+    frame.render_widget(clock.style(theme.label()), clock_area);
+}
+
+/// " 12:34:56 UTC" from an RFC 3339 UTC time; empty before the first sample.
+fn clock_text(time: &str) -> String {
+    match time.split_once('T') {
+        Some((_, rest)) => {
+            let clock: String = rest.chars().take(8).collect();
+            format!(" {clock} UTC")
+        }
+        None => String::new(),
+    }
+}

@@ -1,0 +1,86 @@
+//! The help overlay: every key torchtop answers to.
+
+use ratatui::{
+    layout::Rect,
+    text::Line,
+    widgets::{Block, Borders, Clear, Paragraph},
+    Frame,
+};
+
+use crate::app::App;
+
+use super::theme::Theme;
+
+/// Sections of (keys, what they do).
+const KEYS: [(&str, &[(&str, &str)]); 3] = [
+    (
+        "General",
+        &[
+            ("q Esc Ctrl-C", "quit (Esc closes an open dialog first)"),
+            ("j k Up Down", "select a process"),
+            ("PgUp PgDn", "select a page up or down"),
+            ("Home End", "select the first or last process"),
+            ("? h", "show or hide this help"),
+        ],
+    ),
+    (
+        "Processes",
+        &[
+            (
+                "Space",
+                "tag or untag the process; actions apply to tagged ones",
+            ),
+            ("T K I", "send SIGTERM, SIGKILL, SIGINT (asks first)"),
+            ("F9", "menu of signals"),
+            ("F7 F8", "nice value one lower or one higher"),
+            ("n", "type a nice value (-20 to 19)"),
+            ("/", "filter by command, user or pid"),
+            ("t", "tree view with parents and children"),
+            ("F6 r", "choose the sort column, reverse the order"),
+        ],
+    ),
+    (
+        "PyTorch and warnings",
+        &[
+            ("s", "ask the agent for a memory snapshot file"),
+            ("w", "show the evidence and remedy of a warning"),
+        ],
+    ),
+];
+
+const KEY_WIDTH: usize = 14;
+
+pub fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
+    let lines = help_lines(app.readonly, theme);
+    let width = screen.width.min(72);
+    let height = screen.height.min(lines.len() as u16 + 2);
+    let area = Rect::new(
+        screen.x + (screen.width - width) / 2,
+        screen.y + (screen.height - height) / 2,
+        width,
+        height,
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" torchtop keys ")
+        .title_bottom(" ? or Esc: close ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn help_lines(readonly: bool, theme: Theme) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    if readonly {
+        lines.push(Line::styled(
+            "READ-ONLY: the process action keys are turned off",
+            theme.readonly_badge(),
+        ));
+    }
+    for (section, keys) in KEYS {
+        lines.push(Line::styled(section, theme.label()));
+        for (key, meaning) in keys {
+            lines.push(Line::from(format!("  {key:<KEY_WIDTH$}{meaning}")));
+        }
+    }
+    lines
+}

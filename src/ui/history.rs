@@ -1,0 +1,228 @@
+//! Sparklines of utilization, memory used and power per GPU. The whole history span (5 minutes)
+//! is squeezed into the width available, newest sample at the right edge.
+
+use ratatui::{
+    layout::Rect,
+    style::Style,
+    text::Line,
+    widgets::{Paragraph, RenderDirection, Sparkline},
+    Frame,
+};
+
+use crate::app::App;
+use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
+use crate::model::GpuSample;
+
+use super::format::{self, pad_left_aligned};
+use super::theme::Theme;
+
+const GPU_LABEL_WIDTH: u16 = 5;
+const METRIC_LABEL_WIDTH: u16 = 7;
+const VALUE_WIDTH: u16 = 9;
+const BYTES_PER_MIB: f64 = 1024.0 * 1024.0;
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, rows_per_gpu: u16) {
+    if area.height == 0 {
+        return;
+    }
+    let span = format!("{:.0} min", HISTORY_SPAN_SECONDS / 60.0);
+    let title = if rows_per_gpu >= 3 {
+        format!("HISTORY  last {span}, newest at the right")
+    } else {
+        compact_title(area.width, &span)
+    };
+    frame.render_widget(
+        Paragraph::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
+        Rect { height: 1, ..area },
+    );
+    let capacity = app.history.capacity();
+    let mut y = area.y + 1;
+    for gpu in &app.snapshot.gpus {
+        if y + rows_per_gpu > area.bottom() {
+            break;
+        }
+        let empty = GpuHistory::default();
+        let history = app.history.gpus.get(&gpu.index).unwrap_or(&empty);
+        let row = Rect::new(area.x, y, area.width, rows_per_gpu);
+        let metrics = metrics(gpu, history, theme);
+        if rows_per_gpu >= 3 {
+            render_stacked(frame, row, gpu.index, &metrics, capacity, theme);
+        } else {
+            render_side_by_side(frame, row, gpu.index, &metrics, capacity, theme);
+        }
+        y += rows_per_gpu;
+    }
+}
+
+/// One metric's sparkline: its series, the top of its scale, and the current value as text.
+struct Metric<'a> {
+    name: &'static str,
+    series: &'a Series,
+    /// Converts a sample into the sparkline's integer units.
+    unit: f64,
+    max: Option<u64>,
+    current: String,
+    style: Style,
+}
+
+fn metrics<'a>(gpu: &GpuSample, history: &'a GpuHistory, theme: Theme) -> [Metric<'a>; 3] {
+    [
+        Metric {
+            name: "util",
+            series: &history.utilization_percent,
+            unit: 1.0,
+            max: Some(100),
+            current: format::percent(gpu.utilization_percent),
+            style: theme.utilization_bar(),
+        },
+        Metric {
+            name: "memory",
+            series: &history.memory_used_bytes,
+            unit: BYTES_PER_MIB,
+            max: gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
+            current: format::opt_bytes_short(gpu.memory_used_bytes),
+            style: theme.memory_bar(),
+        },
+        Metric {
+            name: "power",
+            series: &history.power_w,
+            unit: 1.0,
+            max: gpu.power_limit_w.map(|w| w.round() as u64),
+            current: format::watts(gpu.power_w),
+            style: theme.power_bar(),
+        },
+    ]
+}
+
+fn compact_title(width: u16, span: &str) -> String {
+    let segment = segment_width(width);
+    let mut title = pad_left_aligned("HIST", usize::from(GPU_LABEL_WIDTH));
+    for name in ["util", "memory", "power"] {
+        title += &pad_left_aligned(name, usize::from(segment + 1));
+    }
+    title.truncate(title.trim_end().len());
+    format!("{title}  (last {span})")
+}
+
+fn segment_width(width: u16) -> u16 {
+    (width.saturating_sub(GPU_LABEL_WIDTH) / 3).saturating_sub(1)
+}
+
+fn render_side_by_side(
+    frame: &mut Frame,
+    row: Rect,
+    index: u32,
+    metrics: &[Metric],
+    capacity: usize,
+    theme: Theme,
+) {
+    frame.render_widget(
+        Paragraph::new(format!("{index:>3}")).style(theme.label()),
+        Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
+    );
+    let segment = segment_width(row.width);
+    for (i, metric) in metrics.iter().enumerate() {
+        let x = row.x + GPU_LABEL_WIDTH + i as u16 * (segment + 1);
+        render_sparkline(
+            frame,
+            Rect::new(x, row.y, segment, 1),
+            metric,
+            capacity,
+            theme,
+        );
+    }
+}
+
+fn render_stacked(
+    frame: &mut Frame,
+    row: Rect,
+    index: u32,
+    metrics: &[Metric],
+    capacity: usize,
+    theme: Theme,
+) {
+    let label_width = GPU_LABEL_WIDTH + METRIC_LABEL_WIDTH;
+    let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
+    for (i, metric) in metrics.iter().enumerate() {
+        let y = row.y + i as u16;
+        let gpu = if i == 0 {
+            format!("{index:>3}")
+        } else {
+            String::new()
+        };
+        let label = format!("{gpu:<5}{:<7}", metric.name);
+        frame.render_widget(
+            Paragraph::new(label).style(theme.label()),
+            Rect::new(row.x, y, label_width, 1),
+        );
+        let spark = Rect::new(row.x + label_width, y, spark_width, 1);
+        render_sparkline(frame, spark, metric, capacity, theme);
+        let value = Line::from(format!("{:>9}", metric.current));
+        frame.render_widget(
+            Paragraph::new(value).style(theme.plain()),
+            Rect::new(spark.right(), y, VALUE_WIDTH, 1),
+        );
+    }
+}
+
+fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, capacity: usize, theme: Theme) {
+    let bucket = bucket_size(capacity, usize::from(area.width));
+    let data = newest_first_buckets(metric.series, bucket, usize::from(area.width))
+        .into_iter()
+        .map(|v| v.map(|v| (v / metric.unit).round() as u64));
+    let mut sparkline = Sparkline::default()
+        .data(data)
+        .direction(RenderDirection::RightToLeft)
+        .style(metric.style)
+        .absent_value_symbol("·")
+        .absent_value_style(theme.dim());
+    if let Some(max) = metric.max.filter(|m| *m > 0) {
+        sparkline = sparkline.max(max);
+    }
+    frame.render_widget(sparkline, area);
+}
+
+/// How many samples each column stands for, so that a full history fits in `width` columns.
+pub fn bucket_size(capacity: usize, width: usize) -> usize {
+    if width == 0 {
+        return 1;
+    }
+    capacity.div_ceil(width).max(1)
+}
+
+/// The series averaged over buckets of `bucket` samples, newest bucket first, at most `count`
+/// buckets. A bucket with no value at all is a gap (`None`).
+pub fn newest_first_buckets(series: &Series, bucket: usize, count: usize) -> Vec<Option<f64>> {
+    let newest_first: Vec<Option<f64>> = series.iter().rev().collect();
+    newest_first
+        .chunks(bucket.max(1))
+        .take(count)
+        .map(|chunk| {
+            let present: Vec<f64> = chunk.iter().flatten().copied().collect();
+            (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_minutes_fit_in_the_width() {
+        assert_eq!(bucket_size(301, 60), 6);
+        assert_eq!(bucket_size(301, 400), 1);
+        assert_eq!(bucket_size(301, 0), 1);
+    }
+
+    #[test]
+    fn buckets_average_and_keep_gaps() {
+        let mut series = Series::with_capacity(10);
+        for v in [Some(1.0), None, None, Some(2.0), Some(4.0)] {
+            series.push(v);
+        }
+        let buckets = newest_first_buckets(&series, 2, 10);
+        assert_eq!(buckets, vec![Some(3.0), None, Some(1.0)]);
+        assert_eq!(newest_first_buckets(&series, 2, 1), vec![Some(3.0)]);
+    }
+}

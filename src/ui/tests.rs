@@ -1,0 +1,649 @@
+//! Render tests: hand-built snapshots drawn on ratatui's TestBackend at 80x24 and 200x50, with
+//! insta snapshots of the text and assertions on what must (not) be on screen.
+
+use std::sync::Arc;
+
+use ratatui::{backend::TestBackend, buffer::Buffer, style::Color, Terminal};
+
+use crate::app::App;
+use crate::model::{
+    DeviceAllocatorStats, DriverInfo, GpuProcess, GpuSample, GpuState, HostSnapshot, LoadAverage,
+    MemoryInfo, ProcessKind, Severity, Snapshot, Subject, SwapInfo, TorchInfo, VmSettings, Warning,
+};
+
+const GIB: u64 = 1024 * 1024 * 1024;
+const TIME: &str = "2025-06-01T12:34:56Z";
+const HISTORY_SAMPLES: u32 = 320;
+
+// ---- fixtures -------------------------------------------------------------------------------
+
+fn driver() -> DriverInfo {
+    DriverInfo {
+        nvml_loaded: true,
+        error: None,
+        library: "libnvidia-ml.so.1".to_string(),
+        driver_version: Some("550.54.15".to_string()),
+        cuda_version: Some("12.4".to_string()),
+        nvml_version: Some("12.550.54.15".to_string()),
+        gpu_count: Some(0),
+    }
+}
+
+fn host() -> HostSnapshot {
+    HostSnapshot {
+        hostname: Some("trainbox-07".to_string()),
+        memory: MemoryInfo {
+            total_bytes: Some(2048 * GIB),
+            available_bytes: Some(1536 * GIB),
+            used_bytes: Some(512 * GIB),
+        },
+        swap: SwapInfo {
+            total_bytes: Some(8 * GIB),
+            used_bytes: Some(0),
+        },
+        vm: VmSettings {
+            swappiness: Some(60),
+            overcommit_memory: Some(0),
+        },
+        cpu_percent: Some(37.5),
+        cpu_count: Some(224),
+        load: Some(LoadAverage {
+            one: 81.25,
+            five: 79.5,
+            fifteen: 70.0,
+        }),
+        uptime_seconds: Some(9.0 * 86_400.0 + 4.0 * 3600.0),
+    }
+}
+
+/// A busy H100 at sample `t`; GPU 3 lags behind the others, as in a skewed job.
+fn gpu(index: u32, t: u32) -> GpuSample {
+    let wave = (t + index * 10) % 60;
+    let utilization = if index == 3 { 20 + wave / 4 } else { 40 + wave };
+    GpuSample {
+        index,
+        name: Some("NVIDIA H100 80GB HBM3".to_string()),
+        uuid: Some(format!("GPU-{index:08x}-5a7b-4c3d-9e8f-0123456789ab")),
+        bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
+        state: GpuState::Ok,
+        stale_seconds: None,
+        error: None,
+        utilization_percent: Some(utilization),
+        memory_utilization_percent: Some(utilization / 2),
+        memory_used_bytes: Some((40 + u64::from(index) * 4) * GIB + u64::from(t) * 1024 * 1024),
+        memory_total_bytes: Some(80 * GIB),
+        temperature_c: Some(55 + index * 3),
+        power_w: Some(300.0 + f64::from(utilization) * 4.0),
+        power_limit_w: Some(700.0),
+        fan_percent: None,
+        sm_clock_mhz: Some(1980),
+        memory_clock_mhz: Some(2619),
+        pcie_rx_kib_s: Some(1_200_000),
+        pcie_tx_kib_s: Some(350_000),
+        encoder_percent: Some(0),
+        decoder_percent: Some(0),
+        performance_state: Some(0),
+        throttle_mask: Some(0),
+        throttle_reasons: Some(if index == 5 {
+            vec!["sw_power_cap".to_string()]
+        } else {
+            Vec::new()
+        }),
+        ecc_enabled: Some(true),
+        ecc_volatile_corrected: Some(0),
+        ecc_volatile_uncorrected: Some(0),
+    }
+}
+
+fn process(k: u32, gpu: u32) -> GpuProcess {
+    let users = ["alice", "bob", "carol", "dave"];
+    GpuProcess {
+        gpu_memory_bytes: Some(9 * GIB),
+        sm_percent: Some(85 - k % 20),
+        visible: true,
+        user: Some(users[(k % 4) as usize].to_string()),
+        uid: Some(1000 + k % 4),
+        command: Some(format!(
+            "/usr/bin/python3 train.py --config configs/llama.yaml --shard {k}"
+        )),
+        ppid: Some(4000),
+        start_ticks: Some(100_000 + u64::from(k)),
+        cpu_percent: Some(99.5 - f64::from(k)),
+        rss_bytes: Some(14 * GIB + u64::from(k) * GIB / 3),
+        running_seconds: Some(3723.0 + f64::from(k) * 7200.0),
+        nice: Some(0),
+        ..GpuProcess::new(20_000 + k, gpu, ProcessKind::Compute)
+    }
+}
+
+fn snapshot_with(gpus: Vec<GpuSample>, processes: Vec<GpuProcess>) -> Snapshot {
+    let mut driver = driver();
+    driver.gpu_count = Some(gpus.len() as u32);
+    Snapshot {
+        schema: 1,
+        time: TIME.to_string(),
+        unix_seconds: 1_748_781_296.0,
+        driver,
+        host: host(),
+        gpus,
+        processes,
+        warnings: Vec::new(),
+    }
+}
+
+fn busy_snapshot(gpu_count: u32, processes_per_gpu: u32, t: u32) -> Snapshot {
+    let gpus = (0..gpu_count).map(|i| gpu(i, t)).collect();
+    let processes = (0..gpu_count * processes_per_gpu)
+        .map(|k| process(k, k % gpu_count))
+        .collect();
+    snapshot_with(gpus, processes)
+}
+
+/// An app that has seen `HISTORY_SAMPLES` snapshots made by `make(t)`.
+fn app_after(make: impl Fn(u32) -> Snapshot) -> App {
+    let mut app = App::new(1.0, true, false);
+    for t in 0..HISTORY_SAMPLES {
+        app.on_snapshot(Arc::new(make(t)));
+    }
+    app
+}
+
+fn eight_gpu_app() -> App {
+    app_after(|t| busy_snapshot(8, 8, t))
+}
+
+fn torch_info(rank: u32, t: u32) -> TorchInfo {
+    let grow = u64::from(t) * 16 * 1024 * 1024;
+    TorchInfo {
+        python: Some("3.12.3".to_string()),
+        torch: Some("2.11.0".to_string()),
+        rank: Some(rank),
+        local_rank: Some(rank),
+        world_size: Some(8),
+        alloc_conf: None,
+        step: Some(1200 + u64::from(t)),
+        step_time_seconds: Some(0.512),
+        devices: vec![DeviceAllocatorStats {
+            index: 0,
+            allocated_bytes: Some(30 * GIB + grow),
+            reserved_bytes: Some(36 * GIB + grow),
+            active_bytes: Some(31 * GIB),
+            inactive_split_bytes: Some(GIB + GIB / 4),
+            requested_bytes: Some(30 * GIB),
+            peak_allocated_bytes: Some(38 * GIB),
+            segments: Some(412),
+            alloc_retries: Some(3),
+            ooms: Some(0),
+            non_pytorch_bytes: Some(GIB + GIB / 2),
+        }],
+        age_seconds: Some(0.4),
+    }
+}
+
+fn torch_app() -> App {
+    app_after(|t| {
+        let mut snapshot = busy_snapshot(8, 1, t);
+        for (rank, p) in snapshot.processes.iter_mut().enumerate() {
+            p.torch = Some(torch_info(rank as u32, t));
+        }
+        snapshot
+    })
+}
+
+fn app_with(snapshot: Snapshot) -> App {
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot));
+    app
+}
+
+fn na_gpu() -> GpuSample {
+    GpuSample {
+        index: 0,
+        ..Default::default()
+    }
+}
+
+fn warning(id: &str, severity: Severity, subject: Subject, message: &str) -> Warning {
+    Warning {
+        id: id.to_string(),
+        severity,
+        subject,
+        message: message.to_string(),
+        evidence: vec![("memory used".to_string(), "78.2GiB of 80.0GiB".to_string())],
+        remedy: "Lower the batch size or enable activation checkpointing.".to_string(),
+        since: TIME.to_string(),
+    }
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+fn render(app: &App, width: u16, height: u16) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal
+        .draw(|frame| super::draw(frame, app))
+        .expect("draw");
+    terminal.backend().buffer().clone()
+}
+
+fn text(buffer: &Buffer) -> String {
+    let area = buffer.area;
+    (0..area.height)
+        .map(|y| {
+            (0..area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn screen(app: &App, width: u16, height: u16) -> String {
+    text(&render(app, width, height))
+}
+
+fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?} in\n{screen}"))
+}
+
+fn row_of(screen: &str, needle: &str) -> usize {
+    screen
+        .lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?} in\n{screen}"))
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+#[test]
+fn one_gpu() {
+    let app = app_after(|t| busy_snapshot(1, 3, t));
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("one_gpu_80x24", small);
+    insta::assert_snapshot!("one_gpu_200x50", large);
+    for s in [&small, &large] {
+        assert!(s.contains("H100 80GB HBM3"));
+        assert!(s.contains("driver 550.54.15"));
+        assert!(s.contains("CUDA 12.4"));
+        assert!(s.contains("1 GPU "));
+        assert!(s.contains("12:34:56 UTC"));
+        assert!(s.contains("HIST"), "history shown for one GPU:\n{s}");
+        assert!(s.contains("swappiness 60"));
+        assert!(s.contains("overcommit_memory 0"));
+        assert!(s.contains("load 81.25 79.50 70.00"));
+    }
+    assert!(large.contains("GPU-00000000-5a7b-4c3d-9e8f-0123456789ab"));
+    assert!(large.contains("bus 00000000:18:00.0"));
+    assert!(large.contains("ECC corrected 0 uncorrected 0"));
+}
+
+#[test]
+fn eight_gpus_with_64_processes() {
+    let app = eight_gpu_app();
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("eight_gpus_80x24", small);
+    insta::assert_snapshot!("eight_gpus_200x50", large);
+    for s in [&small, &large] {
+        assert!(s.contains("8 GPUs"));
+        assert!(s.contains("COMMAND (64 rows)"));
+    }
+    for index in 0..8 {
+        let gpu_row = row_of(&small, "GPU NAME") + 1 + index;
+        let line = small.lines().nth(gpu_row).unwrap_or_default();
+        assert!(
+            line.starts_with(&format!("  {index} H100 80GB HBM3")),
+            "GPU {index} on its own line:\n{small}"
+        );
+        let wide = line_with(&large, &format!("  {index} NVIDIA H100 80GB HBM3"));
+        assert!(wide.contains('█') && wide.ends_with("OK"), "{wide}");
+    }
+    let labels = small.lines().nth(row_of(&small, "BALANCE") + 4).unwrap();
+    assert!(
+        labels.starts_with(" 0   1   2   3   4   5   6   7   "),
+        "balance labels for all 8 GPUs in 80 columns:\n{small}"
+    );
+    assert!(small.lines().all(|l| l.chars().count() <= 80));
+    assert!(
+        large.contains("HIST"),
+        "history in the wide layout:\n{large}"
+    );
+    assert!(large.contains("GPU-00000007-5a7b-4c3d-9e8f-0123456789ab"));
+    assert!(large.contains("throttle sw_power_cap"));
+}
+
+#[test]
+fn balance_bars_show_the_lagging_gpu() {
+    let app = eight_gpu_app();
+    let buffer = render(&app, 80, 24);
+    let s = text(&buffer);
+    let bottom = (row_of(&s, "BALANCE") + 3) as u16;
+    // Column 1 + 4*i is GPU i's memory bar, the next column its utilization bar.
+    let eighths = |x: u16| -> usize {
+        (bottom - 2..=bottom)
+            .map(|y| {
+                let symbol = buffer[(x, y)].symbol();
+                " ▁▂▃▄▅▆▇█"
+                    .chars()
+                    .position(|c| symbol.starts_with(c))
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    let utilization: Vec<usize> = (0..8).map(|i| eighths(2 + 4 * i)).collect();
+    let memory: Vec<usize> = (0..8).map(|i| eighths(1 + 4 * i)).collect();
+    // At sample 319: GPU 3 at 32%, GPU 4 at 99%; memory grows 40 -> 68 GiB of 80.
+    assert_eq!(utilization[3], 8, "{s}");
+    assert_eq!(utilization[4], 24, "{s}");
+    assert!(memory.windows(2).all(|w| w[0] <= w[1]), "{memory:?}");
+    assert_eq!((memory[0], memory[7]), (12, 20), "{s}");
+}
+
+#[test]
+fn no_driver() {
+    let mut snapshot = snapshot_with(Vec::new(), Vec::new());
+    snapshot.driver = DriverInfo {
+        nvml_loaded: false,
+        error: Some("libnvidia-ml.so.1: cannot open shared object file".to_string()),
+        library: "libnvidia-ml.so.1".to_string(),
+        ..Default::default()
+    };
+    let app = app_with(snapshot);
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("no_driver_80x24", small);
+    insta::assert_snapshot!("no_driver_200x50", large);
+    for s in [&small, &large] {
+        assert!(s.contains("NVML could not be loaded from libnvidia-ml.so.1"));
+        assert!(s.contains("no NVML"));
+        assert!(s.contains("used 512.0GiB"), "host still drawn:\n{s}");
+    }
+    assert!(large.contains(
+        "NVML could not be loaded from libnvidia-ml.so.1: libnvidia-ml.so.1: cannot open shared object file"
+    ));
+}
+
+#[test]
+fn gpu_with_missing_fields_reads_na_never_zero() {
+    let mut missing = process(0, 0);
+    missing.gpu_memory_bytes = None;
+    missing.sm_percent = None;
+    missing.cpu_percent = None;
+    missing.rss_bytes = None;
+    missing.running_seconds = None;
+    let app = app_with(snapshot_with(vec![na_gpu()], vec![missing]));
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("na_fields_80x24", small);
+    insta::assert_snapshot!("na_fields_200x50", large);
+    for s in [&small, &large] {
+        let gpu_line = s.lines().nth(row_of(s, "GPU NAME") + 1).unwrap();
+        assert!(gpu_line.contains("N/A/N/A"), "{gpu_line}");
+        for zero in ["0W", " 0%", "0C", "0.0G", "P0"] {
+            assert!(!gpu_line.contains(zero), "{zero:?} in {gpu_line:?}");
+        }
+        let process_line = line_with(s, "20000");
+        assert_eq!(process_line.matches("N/A").count(), 5, "{process_line}");
+    }
+    let detail = line_with(&large, "SM N/A");
+    assert!(detail.contains("PCIe rx N/A tx N/A  enc N/A dec N/A  throttle N/A"));
+    assert!(!detail.contains("ECC"), "ECC only when it is on: {detail}");
+}
+
+#[test]
+fn stale_and_lost_gpus_are_flagged() {
+    let mut stale = gpu(0, 0);
+    stale.state = GpuState::Stale;
+    stale.stale_seconds = Some(4.0);
+    let mut unresponsive = gpu(1, 0);
+    unresponsive.state = GpuState::Stale;
+    unresponsive.stale_seconds = Some(14.0);
+    let mut lost = gpu(2, 0);
+    lost.state = GpuState::Lost;
+    lost.error = Some("GPU is lost".to_string());
+    let app = app_with(snapshot_with(vec![stale, unresponsive, lost], Vec::new()));
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("stale_lost_80x24", small);
+    insta::assert_snapshot!("stale_lost_200x50", large);
+    for s in [&small, &large] {
+        assert!(line_with(s, "STALE 4s").trim_start().starts_with('0'));
+        assert!(line_with(s, "UNRESPONSIVE").trim_start().starts_with('1'));
+        assert!(line_with(s, "LOST").trim_start().starts_with('2'));
+        assert!(s.contains("no processes on the GPUs"));
+    }
+    assert!(large.contains("UNRESPONSIVE 14s"));
+    assert!(large.contains("error: GPU is lost"));
+}
+
+#[test]
+fn zero_gpus() {
+    let app = app_with(snapshot_with(Vec::new(), Vec::new()));
+    let small = screen(&app, 80, 24);
+    insta::assert_snapshot!("zero_gpus_80x24", small);
+    assert!(small.contains("NVIDIA driver 550.54.15 found no GPUs"));
+    assert!(small.contains("0 GPUs"));
+    assert!(screen(&app, 200, 50).contains("NVIDIA driver 550.54.15 found no GPUs"));
+}
+
+#[test]
+fn before_the_first_sample() {
+    let app = App::new(1.0, true, false);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("waiting for the first sample..."), "{s}");
+    assert!(s.contains("N/A"));
+}
+
+#[test]
+fn too_small_terminal_gets_a_message() {
+    let app = eight_gpu_app();
+    let s = screen(&app, 40, 10);
+    insta::assert_snapshot!("too_small_40x10", s);
+    assert!(s.contains("torchtop needs at least 60x16"));
+    assert!(s.contains("(now 40x10)"));
+    assert!(!s.contains("H100"));
+    assert!(screen(&app, 59, 30).contains("(now 59x30)"));
+    assert!(!screen(&app, 60, 16).contains("needs at least"));
+}
+
+#[test]
+fn every_size_from_the_minimum_up_draws_without_panicking() {
+    let app = torch_app();
+    for (w, h) in [
+        (60, 16),
+        (61, 17),
+        (79, 23),
+        (100, 30),
+        (139, 40),
+        (140, 41),
+        (250, 80),
+    ] {
+        let s = screen(&app, w, h);
+        assert!(s.contains("torchtop"), "{w}x{h}:\n{s}");
+        assert!(s.contains("PID"), "{w}x{h}:\n{s}");
+        assert!(s.contains("COMMAND"), "{w}x{h}:\n{s}");
+    }
+    let narrow = screen(&eight_gpu_app(), 60, 16);
+    assert!(narrow.contains("+4 more GPUs"), "{narrow}");
+    let labels = narrow.lines().nth(row_of(&narrow, "BALANCE") + 4).unwrap();
+    assert!(labels.starts_with(" 0  1  2  3  4  5  6  7"), "{narrow}");
+}
+
+#[test]
+fn no_color_theme_uses_modifiers_only() {
+    let mut app = torch_app();
+    app.colors = false;
+    app.readonly = true;
+    app.status = Some("sent SIGTERM to 20000".to_string());
+    let mut snapshot = (*app.snapshot).clone();
+    snapshot.warnings.push(warning(
+        "oom-risk",
+        Severity::Critical,
+        Subject::Gpu { index: 2 },
+        "GPU memory 97% used",
+    ));
+    app.on_snapshot(Arc::new(snapshot));
+    for (w, h) in [(80, 24), (200, 50)] {
+        let buffer = render(&app, w, h);
+        for cell in buffer.content() {
+            assert_eq!(cell.fg, Color::Reset, "fg colour at {w}x{h}");
+            assert_eq!(cell.bg, Color::Reset, "bg colour at {w}x{h}");
+        }
+        let selected = row_of(&text(&buffer), "20000") as u16;
+        let modifier = buffer[(0, selected)].modifier;
+        assert!(modifier.contains(ratatui::style::Modifier::REVERSED));
+    }
+    insta::assert_snapshot!("no_color_80x24", screen(&app, 80, 24));
+    let colored = render(&eight_gpu_app(), 80, 24);
+    assert!(colored.content().iter().any(|c| c.fg != Color::Reset));
+}
+
+#[test]
+fn torch_stats_of_the_selected_process() {
+    let app = torch_app();
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 200, 50);
+    insta::assert_snapshot!("torch_80x24", small);
+    insta::assert_snapshot!("torch_200x50", large);
+    for s in [&small, &large] {
+        assert!(s.contains("PYTORCH pid 20000  rank 0/8  step 1519  0.512s/step"));
+        assert!(s.contains("inactive-split 1.2GiB"));
+        assert!(s.contains("non-PyTorch 1.5GiB"));
+        assert!(s.contains("retries 3"));
+        assert!(s.contains("[torch r0/8]"));
+        let sparkline = |name: &str, bar: char| {
+            s.lines()
+                .any(|l| l.contains(&format!(" {name} ")) && l.contains(bar))
+        };
+        assert!(sparkline("allocated", '▅'), "{s}");
+        assert!(sparkline("reserved", '▇'), "{s}");
+    }
+}
+
+#[test]
+fn selection_scrolls_into_view_and_is_highlighted() {
+    let mut app = eight_gpu_app();
+    let size = ratatui::layout::Rect::new(0, 0, 80, 24);
+    app.view
+        .set_page_rows(super::process_rows_visible(size, &app));
+    assert_eq!(app.view.page_rows, 7);
+    for _ in 0..50 {
+        app.view.select_next(64);
+    }
+    let buffer = render(&app, 80, 24);
+    let s = text(&buffer);
+    let row = row_of(&s, "20050") as u16;
+    assert_eq!(buffer[(3, row)].bg, Color::Blue, "{s}");
+    assert!(!s.contains("20000 "), "first rows scrolled away:\n{s}");
+    let last = s.lines().nth(22).unwrap();
+    assert!(last.contains("20050"), "selection at the bottom edge:\n{s}");
+}
+
+#[test]
+fn hidden_processes_stay_listed() {
+    let mut hidden = GpuProcess::new(777_777, 0, ProcessKind::Both);
+    hidden.gpu_memory_bytes = Some(2 * GIB);
+    let app = app_with(snapshot_with(vec![gpu(0, 0)], vec![hidden]));
+    let s = screen(&app, 80, 24);
+    let line = line_with(&s, "777777");
+    assert!(line.contains("not visible here"), "{line}");
+    assert!(line.contains("C+G"));
+    assert!(line.contains("2.0G"));
+}
+
+#[test]
+fn warnings_most_severe_first_and_expandable() {
+    let mut snapshot = busy_snapshot(2, 2, 0);
+    snapshot.warnings = vec![
+        warning(
+            "swap",
+            Severity::Warn,
+            Subject::Host,
+            "swap in use and growing",
+        ),
+        warning(
+            "oom-risk",
+            Severity::Critical,
+            Subject::Gpu { index: 1 },
+            "GPU memory 97% used",
+        ),
+        warning(
+            "leak",
+            Severity::Info,
+            Subject::Process { pid: 20001 },
+            "allocated keeps rising",
+        ),
+    ];
+    let mut app = app_with(snapshot);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("WARNINGS (3)"));
+    assert!(row_of(&s, "CRIT oom-risk") < row_of(&s, "+2 more"), "{s}");
+    let wide = screen(&app, 200, 50);
+    let rows: Vec<usize> = ["CRIT oom-risk", "WARN swap", "INFO leak"]
+        .iter()
+        .map(|w| row_of(&wide, w))
+        .collect();
+    assert!(rows.windows(2).all(|w| w[0] + 1 == w[1]), "{wide}");
+    app.view.toggle_warnings_expanded();
+    let expanded = screen(&app, 80, 24);
+    insta::assert_snapshot!("warning_expanded_80x24", expanded);
+    assert!(expanded.contains("CRIT oom-risk on GPU 1"));
+    assert!(expanded.contains("memory used: 78.2GiB of 80.0GiB"));
+    assert!(expanded.contains("Lower the batch size"));
+}
+
+#[test]
+fn help_overlay_lists_the_keys() {
+    let mut app = eight_gpu_app();
+    app.view.toggle_help();
+    app.readonly = true;
+    let s = screen(&app, 80, 24);
+    insta::assert_snapshot!("help_80x24", s);
+    for key in [
+        "Ctrl-C",
+        "PgUp PgDn",
+        "Space",
+        "T K I",
+        "F9",
+        "F7 F8",
+        "F6 r",
+        "/",
+        "READ-ONLY",
+    ] {
+        assert!(s.contains(key), "{key} missing:\n{s}");
+    }
+}
+
+#[test]
+fn status_line_shows_the_last_outcome_and_readonly() {
+    let mut app = eight_gpu_app();
+    app.status = Some("process 1234 has exited".to_string());
+    app.readonly = true;
+    let s = screen(&app, 80, 24);
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("process 1234 has exited"), "{last}");
+    assert!(last.ends_with("READ-ONLY"), "{last}");
+}
+
+#[test]
+fn history_puts_the_newest_sample_at_the_right() {
+    let app = app_after(|t| {
+        let mut snapshot = busy_snapshot(1, 0, t);
+        let busy = t + 10 >= HISTORY_SAMPLES;
+        snapshot.gpus[0].utilization_percent = Some(if busy { 100 } else { 0 });
+        snapshot
+    });
+    let s = screen(&app, 80, 24);
+    let util: Vec<char> = line_with(&s, "  0  util").chars().collect();
+    // Label 12 columns, sparkline, then 9 columns for the current value.
+    let spark = &util[12..71];
+    assert_eq!(spark[58], '█', "{s}");
+    assert_eq!(spark[57], '▅', "{s}");
+    assert!(spark[..57].iter().all(|c| *c == ' '), "{s}");
+    assert!(util.iter().collect::<String>().ends_with("100%"));
+}
