@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "PROTOCOL_VERSION"]
+__all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "last_error", "PROTOCOL_VERSION"]
 __version__ = "1.0.0"
 
 PROTOCOL_VERSION = 1
@@ -45,9 +45,13 @@ _lock = threading.Lock()
 _agent = None
 _fork_hook_installed = False
 _exit_hook_installed = False
+# Why the last start() returned None, for callers that cannot see stderr (torchtop attach).
+last_error = None
 
 
 def _warn(message):
+    global last_error
+    last_error = message
     try:
         sys.stderr.write("torchtop_agent: %s\n" % message)
         sys.stderr.flush()
