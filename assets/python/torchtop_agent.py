@@ -17,6 +17,8 @@ Devices reported: once CUDA is initialized, every device index below
 bytes current or peak, or a cumulative segment/allocation count above zero). Reading
 ``memory_stats(i)`` only reads the allocator's counters; it creates no CUDA context. A device
 that was reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish.
+With the cudaMallocAsync backend (whose statistics come from the driver) only the current device
+and devices already seen in use are read.
 """
 
 import atexit
@@ -171,6 +173,7 @@ class _Agent:
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.thread = None
+        self.next_tick = time.monotonic()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def bind(self):
@@ -233,9 +236,9 @@ class _Agent:
 
     # ---- main loop -------------------------------------------------------------------------
     def _loop(self):
-        next_tick = time.monotonic()
+        self.next_tick = time.monotonic()
         while not self.stopping:
-            timeout = max(0.0, next_tick - time.monotonic())
+            timeout = max(0.0, self.next_tick - time.monotonic())
             try:
                 events = self.selector.select(timeout)
             except (OSError, ValueError):
@@ -248,10 +251,10 @@ class _Agent:
             if self.pending_events:
                 self._flush_events()
             now = time.monotonic()
-            if now >= next_tick:
+            if now >= self.next_tick:
                 if self.clients:
                     self._tick()
-                next_tick = now + self.interval_ms / 1000.0
+                self.next_tick = now + self.interval_ms / 1000.0
 
     def _dispatch(self, key, mask):
         if key.data == "listener":
@@ -442,7 +445,7 @@ class _Agent:
         except Exception:
             return []
         devices = []
-        for index in range(count):
+        for index in self._candidate_devices(torch, count):
             try:
                 stats = torch.cuda.memory_stats(index)
             except Exception:
@@ -454,6 +457,19 @@ class _Agent:
             self.used_devices.add(index)
             devices.append({"index": index, "stats": dict(stats)})
         return devices
+
+    def _candidate_devices(self, torch, count):
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))
+        if "cudaMallocAsync" not in conf:
+            return range(count)
+        # The cudaMallocAsync backend asks the driver for its figures, which may touch the
+        # device: stay on the current device and those already known to be in use.
+        candidates = set(self.used_devices)
+        try:
+            candidates.add(int(torch.cuda.current_device()))
+        except Exception:
+            pass
+        return sorted(i for i in candidates if 0 <= i < count)
 
     def _stats(self):
         self.seq += 1
@@ -536,6 +552,7 @@ class _Agent:
                 if not isinstance(ms, int) or isinstance(ms, bool) or not MIN_INTERVAL_MS <= ms <= MAX_INTERVAL_MS:
                     raise ValueError("ms must be an integer from %d to %d" % (MIN_INTERVAL_MS, MAX_INTERVAL_MS))
                 self.interval_ms = ms
+                self.next_tick = min(self.next_tick, time.monotonic() + ms / 1000.0)
                 reply.update(ok=True, interval_ms=ms)
             elif cmd == "reset_peak":
                 reply.update(ok=True, devices=self._reset_peak())

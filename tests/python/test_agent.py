@@ -188,6 +188,22 @@ class MessageTests(AgentCase):
         later = c.read_until(lambda m: m["type"] == "stats" and m["seq"] > first["seq"] + 1)
         self.assertEqual([d["index"] for d in later["devices"]], [1])
 
+    def test_cuda_malloc_async_reads_only_the_current_device(self):
+        torch.cuda._fake_init([0, 1])
+        old = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        try:
+            c = self.connect(self.start())
+            stats = c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= 3)
+        finally:
+            if old is None:
+                os.environ.pop("PYTORCH_CUDA_ALLOC_CONF")
+            else:
+                os.environ["PYTORCH_CUDA_ALLOC_CONF"] = old
+        self.assertEqual([d["index"] for d in stats["devices"]], [0])
+        read = {x[1] for x in torch.cuda._calls if isinstance(x, tuple) and x[0] == "memory_stats"}
+        self.assertEqual(read, {0}, "device 1 must not be touched")
+
     def test_step_number_and_step_time(self):
         c = self.connect(self.start())
         for _ in range(4):
@@ -316,9 +332,11 @@ class CommandTests(AgentCase):
 
     def test_set_interval(self):
         c = self.connect(self.start(interval_ms=1000))
+        t0 = time.monotonic()
         reply = self.command(c, 7, "set_interval", ms=40)
         self.assertEqual((reply["ok"], reply["interval_ms"]), (True, 40))
         stats = c.read_until(lambda m: m["type"] == "stats" and m["interval_ms"] == 40)
+        self.assertLess(time.monotonic() - t0, 0.5, "the new interval applies at once")
         t0 = time.monotonic()
         c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= stats["seq"] + 3)
         self.assertLess(time.monotonic() - t0, 0.9, "stats now come every 40 ms")

@@ -85,3 +85,11 @@ def memory_stats(device=None):
 def reset_peak_memory_stats(device=None):
     _calls.append(("reset_peak_memory_stats", device))
     _peak_resets.append(device)
+
+
+_current = 0
+
+
+def current_device():
+    _calls.append("current_device")
+    return _current
