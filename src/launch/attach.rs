@@ -242,28 +242,6 @@ fn has_cap_sys_ptrace() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
 }
 
-fn is_descendant_of_us(pid: u32) -> bool {
-    let me = std::process::id();
-    let mut current = pid;
-    for _ in 0..4096 {
-        if current == me {
-            return true;
-        }
-        let Ok(status) = fs::read_to_string(format!("/proc/{current}/status")) else {
-            return false;
-        };
-        let parent = status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|p| p.trim().parse().ok());
-        match parent {
-            Some(p) if p > 1 => current = p,
-            _ => return false,
-        }
-    }
-    false
-}
-
 fn scope_text(scope: Option<u32>) -> String {
     scope.map_or(
         "kernel.yama.ptrace_scope is not set (no Yama)".to_string(),
@@ -278,8 +256,9 @@ fn check_ptrace(target: &Target) -> Result<(), String> {
     let why = match scope {
         Some(3) => Some("ptrace is disabled entirely until reboot".to_string()),
         Some(2) if !privileged => Some("only processes with CAP_SYS_PTRACE may attach; run torchtop attach as root".to_string()),
-        Some(1) if !privileged && !is_descendant_of_us(target.pid) => Some(
-            "a process may trace only its own descendants; run torchtop attach as root, or set kernel.yama.ptrace_scope to 0"
+        // The tracer is gdb or a helper interpreter, never an ancestor of the target.
+        Some(1) if !privileged => Some(
+            "only a process's ancestors may trace it, and the injector is not one; run torchtop attach as root, or set kernel.yama.ptrace_scope to 0"
                 .to_string(),
         ),
         _ => None,
