@@ -444,9 +444,13 @@ impl AgentHub {
             return Err(format!("the agent of pid {pid} has disconnected"));
         }
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
-        (&conn.writer)
-            .write_all(cmd.to_line(id).as_bytes())
-            .map_err(|e| format!("could not send a command to the agent of pid {pid}: {e}"))?;
+        if let Err(e) = (&conn.writer).write_all(cmd.to_line(id).as_bytes()) {
+            // Part of the line may have gone out; the stream is no longer well framed.
+            conn.close();
+            return Err(format!(
+                "could not send a command to the agent of pid {pid}: {e}"
+            ));
+        }
         Ok(id)
     }
 
