@@ -1,0 +1,55 @@
+"""Installed by `torchtop run`: starts the torchtop agent in every Python process.
+
+It first runs any other sitecustomize found later on sys.path, so an existing one keeps working,
+then starts the agent. Nothing here may break the program: every failure is reported on stderr
+and swallowed.
+"""
+
+
+def _torchtop_bootstrap():
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def chain_next_sitecustomize():
+        import importlib.machinery
+        import importlib.util
+
+        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None:
+            return
+        ours = sys.modules.get("sitecustomize")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules["sitecustomize"] = ours
+            raise
+
+    try:
+        chain_next_sitecustomize()
+    except Exception:
+        import traceback
+
+        sys.stderr.write("Error in the sitecustomize that torchtop chains to:\n")
+        traceback.print_exc()
+
+    if os.environ.get("TORCHTOP_AGENT_DISABLE"):
+        return
+    try:
+        import torchtop_agent
+
+        interval = os.environ.get("TORCHTOP_AGENT_INTERVAL_MS", "1000")
+        torchtop_agent.start(interval_ms=int(interval) if interval.isdigit() else 1000)
+    except Exception as e:
+        try:
+            sys.stderr.write("torchtop: the agent did not start: %r\n" % (e,))
+        except Exception:
+            pass
+
+
+_torchtop_bootstrap()
+del _torchtop_bootstrap

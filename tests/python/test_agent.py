@@ -1,0 +1,506 @@
+"""Tests of the torchtop Python agent against a stand-in torch (no CUDA needed).
+
+Run from the repository root: python3 -m unittest discover -s tests/python -v
+"""
+
+import atexit
+import contextlib
+import io
+import json
+import os
+import pickle
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+AGENT_DIR = os.path.join(ROOT, "assets", "python")
+FAKE_TORCH_DIR = os.path.join(HERE, "fake_torch")
+
+sys.path.insert(0, AGENT_DIR)
+sys.path.insert(0, FAKE_TORCH_DIR)
+
+import torch  # noqa: E402  (the stand-in)
+import torchtop_agent  # noqa: E402
+
+assert torch.__version__.endswith("+fake"), "tests must run against the stand-in torch"
+
+WAIT = 5.0
+
+
+class Client:
+    """A minimal protocol client: reads JSON lines, sends raw bytes."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(WAIT)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def read(self):
+        """The next message, or None at end of stream."""
+        while b"\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line.decode("utf-8"))
+
+    def read_until(self, predicate):
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            msg = self.read()
+            if msg is None:
+                raise AssertionError("connection closed while waiting")
+            if predicate(msg):
+                return msg
+        raise AssertionError("no matching message within %s s" % WAIT)
+
+    def send(self, obj_or_bytes):
+        data = obj_or_bytes if isinstance(obj_or_bytes, bytes) else (json.dumps(obj_or_bytes) + "\n").encode()
+        self.sock.sendall(data)
+
+    def closed_by_peer(self):
+        """True when the agent ends the stream (after any messages already queued)."""
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.sock.close()
+
+
+def reset_fake_torch():
+    cuda = torch.cuda
+    cuda._initialized = False
+    cuda._used.clear()
+    cuda._reads.clear()
+    cuda._overrides.clear()
+    cuda._peak_resets.clear()
+    del cuda._calls[:]
+    del torch._C._oom_observers[:]
+
+
+class AgentCase(unittest.TestCase):
+    def setUp(self):
+        reset_fake_torch()
+        self.tmp = tempfile.mkdtemp(prefix="tt-agent-")
+        self.dir = os.path.join(self.tmp, "sockets")
+        self.clients = []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        torchtop_agent.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, interval_ms=50):
+        path = torchtop_agent.start(interval_ms=interval_ms, socket_dir=self.dir)
+        self.assertIsNotNone(path)
+        return path
+
+    def connect(self, path):
+        c = Client(path)
+        self.clients.append(c)
+        return c
+
+
+class MessageTests(AgentCase):
+    def test_hello_fields(self):
+        env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+               "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            path = self.start(interval_ms=250)
+            hello = self.connect(path).read()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.assertEqual(hello["v"], 1)
+        self.assertEqual(hello["type"], "hello")
+        self.assertEqual(hello["pid"], os.getpid())
+        self.assertEqual(hello["argv"], sys.argv)
+        self.assertEqual(hello["python"], "%d.%d.%d" % sys.version_info[:3])
+        self.assertEqual(hello["torch"], "2.11.0+fake")
+        self.assertEqual((hello["rank"], hello["local_rank"], hello["world_size"]), (3, 1, 8))
+        self.assertEqual(hello["alloc_conf"], "expandable_segments:True")
+        self.assertEqual(hello["interval_ms"], 250)
+
+    def test_socket_path_follows_pid(self):
+        path = self.start()
+        self.assertEqual(path, os.path.join(self.dir, "%d.sock" % os.getpid()))
+        self.assertEqual(torchtop_agent.socket_path(), path)
+
+    def test_start_is_idempotent(self):
+        first = self.start()
+        self.assertEqual(torchtop_agent.start(interval_ms=999, socket_dir=self.dir + "-other"), first)
+        self.assertFalse(os.path.exists(self.dir + "-other"))
+
+    def test_no_devices_and_no_stats_calls_before_cuda_init(self):
+        c = self.connect(self.start())
+        stats = c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= 3)
+        self.assertEqual(stats["devices"], [])
+        self.assertFalse([x for x in torch.cuda._calls if isinstance(x, tuple)],
+                         "memory_stats must not be called before CUDA is initialized")
+
+    def test_stats_carry_memory_stats_unchanged_and_seq_increases(self):
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        self.assertEqual(c.read()["type"], "hello")
+        seen = [c.read_until(lambda m: m["type"] == "stats") for _ in range(4)]
+        seqs = [m["seq"] for m in seen]
+        self.assertEqual(seqs, sorted(set(seqs)), "seq must strictly increase")
+        reference = torch.cuda.memory_stats(0)
+        for m in seen:
+            self.assertEqual([d["index"] for d in m["devices"]], [0], "only the used device")
+            stats = m["devices"][0]["stats"]
+            self.assertEqual(list(stats.keys()), list(reference.keys()), "keys pass through as-is")
+            self.assertIsInstance(stats["allocated_bytes.all.current"], int)
+            self.assertIsInstance(m["ts"], float)
+            self.assertIsNone(m["step"])
+        values = [m["devices"][0]["stats"]["allocated_bytes.all.current"] for m in seen]
+        self.assertEqual(len(set(values)), len(values), "values change between reads")
+
+    def test_device_stays_reported_once_used(self):
+        torch.cuda._fake_init([1])
+        c = self.connect(self.start())
+        first = c.read_until(lambda m: m["type"] == "stats" and m["devices"])
+        self.assertEqual([d["index"] for d in first["devices"]], [1])
+        torch.cuda._used.discard(1)  # all its counters read zero now, as after empty_cache + reset
+        later = c.read_until(lambda m: m["type"] == "stats" and m["seq"] > first["seq"] + 1)
+        self.assertEqual([d["index"] for d in later["devices"]], [1])
+
+    def test_cuda_malloc_async_reads_only_the_current_device(self):
+        torch.cuda._fake_init([0, 1])
+        old = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        try:
+            c = self.connect(self.start())
+            stats = c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= 3)
+        finally:
+            if old is None:
+                os.environ.pop("PYTORCH_CUDA_ALLOC_CONF")
+            else:
+                os.environ["PYTORCH_CUDA_ALLOC_CONF"] = old
+        self.assertEqual([d["index"] for d in stats["devices"]], [0])
+        read = {x[1] for x in torch.cuda._calls if isinstance(x, tuple) and x[0] == "memory_stats"}
+        self.assertEqual(read, {0}, "device 1 must not be touched")
+
+    def test_step_number_and_step_time(self):
+        c = self.connect(self.start())
+        for _ in range(4):
+            torchtop_agent.step()
+            time.sleep(0.02)
+        stats = c.read_until(lambda m: m["type"] == "stats" and m["step"] == 4)
+        self.assertGreaterEqual(stats["step_time_s"], 0.015)
+        self.assertLess(stats["step_time_s"], 1.0)
+
+    def test_hello_is_resent_when_torch_facts_change(self):
+        saved = sys.modules.pop("torch")
+        try:
+            c = self.connect(self.start())
+            self.assertIsNone(c.read()["torch"])
+        finally:
+            sys.modules["torch"] = saved
+        hello = c.read_until(lambda m: m["type"] == "hello")
+        self.assertEqual(hello["torch"], "2.11.0+fake")
+
+    def test_oom_observer_event_without_duplicate(self):
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        c.read_until(lambda m: m["type"] == "stats" and m["devices"])
+        self.assertEqual(len(torch._C._oom_observers), 1, "observer attached once")
+        torch.cuda._fake_oom(0, requested=123)
+        event = c.read_until(lambda m: m["type"] == "event")
+        self.assertEqual((event["kind"], event["device"], event["source"]), ("oom", 0, "observer"))
+        self.assertEqual(event["requested_bytes"], 123)
+        # The counter rise that follows is the same OOM: no second event.
+        after = c.read_until(lambda m: m["type"] == "stats" and m["devices"][0]["stats"]["num_ooms"] == 1)
+        nxt = c.read_until(lambda m: m["type"] in ("stats", "event") and m.get("seq", 0) > after["seq"] + 2)
+        self.assertEqual(nxt["type"], "stats")
+
+    def test_oom_event_from_counter(self):
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        c.read_until(lambda m: m["type"] == "stats" and m["devices"])
+        torch.cuda._fake_set(0, "num_ooms", 2)
+        event = c.read_until(lambda m: m["type"] == "event")
+        self.assertEqual((event["kind"], event["source"], event["num_ooms"]), ("oom", "num_ooms", 2))
+
+
+class PermissionTests(AgentCase):
+    def test_dir_is_0700_and_socket_0600(self):
+        path = self.start()
+        d = os.lstat(self.dir)
+        self.assertEqual(stat.S_IMODE(d.st_mode), 0o700)
+        self.assertEqual(d.st_uid, os.getuid())
+        s = os.lstat(path)
+        self.assertTrue(stat.S_ISSOCK(s.st_mode))
+        self.assertEqual(stat.S_IMODE(s.st_mode), 0o600)
+
+    def assert_refused(self, directory, needle):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertIsNone(torchtop_agent.start(interval_ms=50, socket_dir=directory))
+        self.assertIn(needle, err.getvalue())
+        self.assertIsNone(torchtop_agent.socket_path())
+
+    def test_refuses_symlinked_dir(self):
+        real = os.path.join(self.tmp, "real")
+        os.mkdir(real, 0o700)
+        link = os.path.join(self.tmp, "link")
+        os.symlink(real, link)
+        self.assert_refused(link, "symlink")
+        self.assertEqual(os.listdir(real), [])
+
+    def test_refuses_group_or_world_accessible_dir(self):
+        os.mkdir(self.dir, 0o700)
+        os.chmod(self.dir, 0o755)
+        self.assert_refused(self.dir, "mode 755")
+
+    @unittest.skipUnless(os.getuid() == 0, "needs root to chown a directory to another user")
+    def test_refuses_dir_of_another_user(self):
+        os.mkdir(self.dir, 0o700)
+        os.chown(self.dir, 65534, 65534)
+        self.assert_refused(self.dir, "owned by uid 65534")
+
+    def test_replaces_stale_socket_of_same_pid(self):
+        os.mkdir(self.dir, 0o700)
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(os.path.join(self.dir, "%d.sock" % os.getpid()))
+        stale.close()
+        c = self.connect(self.start())
+        self.assertEqual(c.read()["type"], "hello")
+
+
+class ForkTests(AgentCase):
+    def test_forked_child_neither_serves_nor_removes_the_socket(self):
+        path = self.start()
+        listener_inode = os.fstat(torchtop_agent._agent.listener.fileno()).st_ino
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            os.close(r)
+            problems = []
+            if torchtop_agent.socket_path() is not None:
+                problems.append("child reports a socket")
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    if os.readlink("/proc/self/fd/" + fd) == "socket:[%d]" % listener_inode:
+                        problems.append("child holds the listening socket (fd %s)" % fd)
+                except OSError:
+                    pass
+            torchtop_agent.step()  # must be harmless in the child
+            atexit._run_exitfuncs()  # what a normal exit of the child runs
+            if not os.path.exists(path):
+                problems.append("child removed the parent's socket")
+            os.write(w, "; ".join(problems).encode() or b"ok")
+            os._exit(0)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        report = os.read(r, 4096).decode()
+        os.close(r)
+        self.assertEqual(status, 0)
+        self.assertEqual(report, "ok")
+        self.assertTrue(os.path.exists(path))
+        hello = self.connect(path).read()
+        self.assertEqual(hello["pid"], os.getpid(), "the parent still serves")
+
+
+class CommandTests(AgentCase):
+    def command(self, client, cmd_id, cmd, **extra):
+        client.send(dict({"v": 1, "type": "cmd", "id": cmd_id, "cmd": cmd}, **extra))
+        return client.read_until(lambda m: m["type"] == "reply" and m["id"] == cmd_id)
+
+    def test_set_interval(self):
+        c = self.connect(self.start(interval_ms=1000))
+        t0 = time.monotonic()
+        reply = self.command(c, 7, "set_interval", ms=40)
+        self.assertEqual((reply["ok"], reply["interval_ms"]), (True, 40))
+        stats = c.read_until(lambda m: m["type"] == "stats" and m["interval_ms"] == 40)
+        self.assertLess(time.monotonic() - t0, 0.5, "the new interval applies at once")
+        t0 = time.monotonic()
+        c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= stats["seq"] + 3)
+        self.assertLess(time.monotonic() - t0, 0.9, "stats now come every 40 ms")
+
+    def test_set_interval_rejects_bad_values(self):
+        c = self.connect(self.start())
+        for i, ms in enumerate(["fast", 0, True, 10 ** 9]):
+            reply = self.command(c, i, "set_interval", ms=ms)
+            self.assertFalse(reply["ok"], ms)
+            self.assertIn("ms must be", reply["error"])
+
+    def test_reset_peak(self):
+        c = self.connect(self.start())
+        early = self.command(c, 1, "reset_peak")
+        self.assertFalse(early["ok"])
+        self.assertIn("CUDA is not initialized", early["error"])
+        torch.cuda._fake_init([0, 1])
+        reply = self.command(c, 2, "reset_peak")
+        self.assertTrue(reply["ok"])
+        self.assertEqual(reply["devices"], [0, 1])
+        self.assertEqual(torch.cuda._peak_resets, [0, 1])
+
+    def test_snapshot_file_beside_socket(self):
+        torch.cuda._fake_init([0])
+        path = self.start()
+        c = self.connect(path)
+        reply = self.command(c, 3, "snapshot")
+        self.assertTrue(reply["ok"], reply)
+        snap = reply["path"]
+        self.assertEqual(os.path.dirname(snap), os.path.dirname(path))
+        self.assertEqual(stat.S_IMODE(os.lstat(snap).st_mode), 0o600)
+        self.assertEqual(os.path.getsize(snap), reply["bytes"])
+        with open(snap, "rb") as f:
+            data = pickle.load(f)
+        self.assertEqual(data["segments"][0]["blocks"][0]["state"], "active_allocated")
+        second = self.command(c, 4, "snapshot")
+        self.assertNotEqual(second["path"], snap, "a second snapshot never overwrites the first")
+
+    def test_unknown_command_and_unknown_type(self):
+        c = self.connect(self.start())
+        c.send({"v": 1, "type": "future-thing", "x": 1})
+        reply = self.command(c, 9, "dance", extra_field=True)
+        self.assertFalse(reply["ok"])
+        self.assertIn("unknown command", reply["error"])
+
+
+class BadClientTests(AgentCase):
+    BAD = {
+        "garbage": b"this is not json\n",
+        "not utf-8": b"\xff\xfe{}\n",
+        "version 2": b'{"v":2,"type":"cmd","id":1,"cmd":"reset_peak"}\n',
+        "not an object": b"[1,2,3]\n",
+        "cmd without id": b'{"v":1,"type":"cmd","cmd":"reset_peak"}\n',
+        "oversized": b"{" + b" " * ((1 << 20) + 10),
+    }
+
+    def test_bad_client_dropped_other_keeps_working(self):
+        path = self.start()
+        good = self.connect(path)
+        for name, payload in self.BAD.items():
+            with self.subTest(name):
+                bad = self.connect(path)
+                try:
+                    bad.send(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                bad.sock.settimeout(2.0)
+                self.assertTrue(bad.closed_by_peer(), "%s must drop the client" % name)
+                good.send({"v": 1, "type": "cmd", "id": 100, "cmd": "set_interval", "ms": 50})
+                reply = good.read_until(lambda m: m["type"] == "reply" and m["id"] == 100)
+                self.assertTrue(reply["ok"])
+        self.assertEqual(good.read_until(lambda m: m["type"] == "stats")["v"], 1)
+
+    def test_many_clients_at_once(self):
+        path = self.start()
+        clients = [self.connect(path) for _ in range(5)]
+        for c in clients:
+            self.assertEqual(c.read()["type"], "hello")
+            self.assertEqual(c.read_until(lambda m: m["type"] == "stats")["v"], 1)
+
+
+def run_python(code, env_extra=None, timeout=20):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class ProcessTests(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tt-agent-proc-")
+        self.dir = os.path.join(self.tmp, "sockets")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_socket_removed_at_exit(self):
+        out = run_python("""
+            import sys, os
+            sys.path.insert(0, %r)
+            import torchtop_agent
+            path = torchtop_agent.start(socket_dir=%r)
+            print(path, os.path.exists(path), flush=True)
+            sys.exit(0)
+        """ % (AGENT_DIR, self.dir))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        path, existed = out.stdout.split()
+        self.assertEqual(existed, "True")
+        self.assertFalse(os.path.exists(path), "socket must be gone after exit")
+
+    def test_agent_never_imports_torch(self):
+        out = run_python("""
+            import sys, json, socket, time
+            sys.path.insert(0, %r)
+            sys.path.insert(0, %r)   # the stand-in torch is importable, so a stray import would work
+            import torchtop_agent
+            path = torchtop_agent.start(interval_ms=20, socket_dir=%r)
+            c = socket.socket(socket.AF_UNIX); c.settimeout(5); c.connect(path)
+            f = c.makefile("rb")
+            hello = json.loads(f.readline())
+            stats = [json.loads(f.readline()) for _ in range(3)]
+            print(json.dumps({"torch_loaded": "torch" in sys.modules, "hello_torch": hello["torch"],
+                              "devices": [s["devices"] for s in stats]}))
+        """ % (AGENT_DIR, FAKE_TORCH_DIR, self.dir))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertFalse(result["torch_loaded"])
+        self.assertIsNone(result["hello_torch"])
+        self.assertEqual(result["devices"], [[], [], []])
+
+    def site_env(self, site_dir, extra_paths=()):
+        return {"PYTHONPATH": os.pathsep.join([site_dir] + list(extra_paths)),
+                "TORCHTOP_AGENT_DIR": self.dir}
+
+    def test_sitecustomize_starts_agent_and_chains_existing_one(self):
+        other = os.path.join(self.tmp, "other")
+        os.mkdir(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import os\nos.environ['CHAINED_SITECUSTOMIZE'] = 'yes'\n")
+        out = run_python("""
+            import os, torchtop_agent
+            print(torchtop_agent.socket_path(), os.environ.get('CHAINED_SITECUSTOMIZE'))
+        """, self.site_env(AGENT_DIR, [other]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        path, chained = out.stdout.split()
+        self.assertEqual(path, os.path.join(self.dir, "%s.sock" % path.rsplit("/", 1)[1].split(".")[0]))
+        self.assertEqual(chained, "yes")
+        self.assertFalse(os.path.exists(path), "removed at exit")
+
+    def test_sitecustomize_never_breaks_the_program(self):
+        other = os.path.join(self.tmp, "other")
+        os.mkdir(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("raise RuntimeError('broken user sitecustomize')\n")
+        real = os.path.join(self.tmp, "real")
+        os.mkdir(real, 0o700)
+        os.symlink(real, self.dir)  # the agent must refuse this directory
+        out = run_python("print('program ran')", self.site_env(AGENT_DIR, [other]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "program ran")
+        self.assertIn("broken user sitecustomize", out.stderr)
+        self.assertIn("symlink", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
