@@ -1,12 +1,35 @@
-//! The state machine: snapshots and key presses in, view state out. No I/O happens here, so
-//! every transition is unit-testable.
+//! The state machine: snapshots, key presses, mouse clicks and action outcomes in; view state,
+//! dialogs and [`Effect`]s out. No I/O happens here, so every transition is unit-testable:
+//! an action leaves as an [`ActionRequest`] in [`Effect::Act`], the event loop runs it off the
+//! UI task, and its [`ActionReport`] comes back through [`App::on_action_done`].
+//!
+//! The rows the user sees ([`App::rows`]) are the only rows the selection, the tags and the
+//! actions use; see [`rows`].
 
+pub mod request;
+pub mod rows;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
 
+use crate::actions::{ActionError, ProcessIdentity, Signal, NICE_MAX, NICE_MIN};
+use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::{History, Snapshot};
-use crate::ui::ViewState;
+use crate::ui::{self, ViewState};
+
+pub use request::{Action, ActionReport, ActionRequest, ActionTarget};
+pub use rows::{ProcessRow, RowKey, RowRef, RowSettings};
+
+/// The sentence for any action key pressed under `--readonly`.
+pub const READONLY_REFUSAL: &str =
+    "read-only mode: signals and renice are turned off (--readonly)";
 
 /// What the event loop must do after the app handled an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,6 +39,39 @@ pub enum Effect {
     /// The view changed: draw again.
     Redraw,
     Quit,
+    /// Run this request off the UI task, then hand the report to [`App::on_action_done`].
+    Act(ActionRequest),
+}
+
+/// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
+/// [`ViewState`] and are handled in `Normal`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Normal,
+    /// Typing the `/` filter; the text lives in [`RowSettings::filter`] and applies live.
+    Filter,
+    /// Asking before a signal is sent to `targets`.
+    Confirm {
+        signal: Signal,
+        targets: Vec<ActionTarget>,
+    },
+    /// F9: choosing a signal; `selected` indexes [`Signal::ALL`].
+    SignalMenu {
+        selected: usize,
+        targets: Vec<ActionTarget>,
+    },
+    /// `n`: typing a nice value.
+    NiceInput {
+        text: String,
+        /// Why the last Enter was refused, shown in the dialog.
+        error: Option<String>,
+        targets: Vec<ActionTarget>,
+        /// The nice value shown on the row, when there is one target.
+        current: Option<i32>,
+    },
+    /// F6: choosing the sort column; `selected` indexes [`SortKey::ALL`].
+    SortMenu { selected: usize },
 }
 
 pub struct App {
@@ -27,6 +83,16 @@ pub struct App {
     pub delay_seconds: f64,
     /// One sentence for the status line: the outcome of the last action.
     pub status: Option<String>,
+    pub mode: Mode,
+    /// Filter, sort order and tree view.
+    pub settings: RowSettings,
+    pub tags: Tags,
+    /// Shared with the sampler: set while the tree view needs every host process.
+    pub want_process_table: Arc<AtomicBool>,
+    /// The rows of the current snapshot under `settings`, in display order.
+    rows: Vec<RowRef>,
+    /// The selected row's process, followed across refreshes.
+    selected_key: Option<RowKey>,
 }
 
 impl App {
@@ -39,33 +105,539 @@ impl App {
             colors,
             delay_seconds,
             status: None,
+            mode: Mode::Normal,
+            settings: RowSettings::default(),
+            tags: Tags::new(),
+            want_process_table: Arc::new(AtomicBool::new(false)),
+            rows: Vec::new(),
+            selected_key: None,
         }
+    }
+
+    // ---- rows and selection ----------------------------------------------------------------
+
+    /// The process rows on screen, in order: filtered and sorted, or the tree.
+    pub fn rows(&self) -> Vec<ProcessRow<'_>> {
+        self.rows
+            .iter()
+            .map(|r| rows::materialize(&self.snapshot, r))
+            .collect()
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn selected_row(&self) -> Option<ProcessRow<'_>> {
+        self.rows
+            .get(self.view.selected)
+            .map(|r| rows::materialize(&self.snapshot, r))
+    }
+
+    /// Whether the process on this row is tagged.
+    pub fn is_tagged(&self, row: &ProcessRow<'_>) -> bool {
+        row.identity().is_some_and(|id| self.tags.contains(&id))
     }
 
     pub fn on_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         self.history.record(&snapshot);
         self.snapshot = snapshot;
-        self.view.clamp_to(self.snapshot.processes.len());
+        self.drop_tags_of_exited_processes();
+        self.refresh_rows();
     }
 
+    /// Records the terminal's size: page keys move by the table's height, and clicks are
+    /// mapped to rows through the same layout drawing uses.
+    pub fn set_screen(&mut self, screen: Rect) {
+        self.view.screen = screen;
+        let page = ui::process_rows_visible(screen, self);
+        self.view.set_page_rows(page);
+    }
+
+    /// Recomputes the rows after the snapshot or the settings changed, keeping the selection on
+    /// the same process when it is still listed.
+    fn refresh_rows(&mut self) {
+        self.rows = rows::compute_rows(&self.snapshot, &self.settings);
+        let found = self.selected_key.and_then(|key| {
+            self.rows
+                .iter()
+                .position(|r| rows::materialize(&self.snapshot, r).key() == key)
+        });
+        match found {
+            Some(index) => self.view.select_index(index, self.rows.len()),
+            None => self.view.clamp_to(self.rows.len()),
+        }
+        self.remember_selection();
+    }
+
+    fn remember_selection(&mut self) {
+        self.selected_key = self.selected_row().map(|r| r.key());
+    }
+
+    fn drop_tags_of_exited_processes(&mut self) {
+        if self.tags.is_empty() {
+            return;
+        }
+        let alive: std::collections::BTreeSet<ProcessIdentity> = self
+            .snapshot
+            .processes
+            .iter()
+            .filter_map(ProcessIdentity::of_gpu_process)
+            .chain(
+                self.snapshot
+                    .host_processes
+                    .iter()
+                    .map(ProcessIdentity::of_host_process),
+            )
+            .collect();
+        let gone: Vec<ProcessIdentity> = self
+            .tags
+            .iter()
+            .filter(|id| !alive.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.tags.toggle(id);
+        }
+    }
+
+    // ---- input -----------------------------------------------------------------------------
+
     pub fn on_key(&mut self, key: KeyEvent) -> Effect {
-        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        match key.code {
-            KeyCode::Char('c') if ctrl => Effect::Quit,
-            KeyCode::Char('q') | KeyCode::Esc => Effect::Quit,
-            KeyCode::Down | KeyCode::Char('j') => {
-                self.view.select_next(self.snapshot.processes.len());
-                Effect::Redraw
+        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+            return Effect::Quit;
+        }
+        match self.mode.clone() {
+            Mode::Normal if self.view.show_help => self.on_help_key(key),
+            Mode::Normal => self.on_normal_key(key),
+            Mode::Filter => self.on_filter_key(key),
+            Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
+            Mode::SignalMenu { selected, targets } => {
+                self.on_signal_menu_key(key, selected, targets)
             }
-            KeyCode::Up | KeyCode::Char('k') => {
-                self.view.select_previous();
+            Mode::NiceInput { .. } => self.on_nice_key(key),
+            Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
+        }
+    }
+
+    pub fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
+        if self.mode != Mode::Normal || self.view.show_help {
+            return Effect::None;
+        }
+        match mouse.kind {
+            MouseEventKind::Down(MouseButton::Left) => {
+                match self.row_at(mouse.column, mouse.row) {
+                    Some(index) => {
+                        self.view.select_index(index, self.rows.len());
+                        self.remember_selection();
+                        Effect::Redraw
+                    }
+                    None => Effect::None,
+                }
+            }
+            MouseEventKind::ScrollDown => self.move_selection(|v, n| v.select_next(n)),
+            MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
+            _ => Effect::None,
+        }
+    }
+
+    /// The index of the row drawn at screen cell (`column`, `y`), if a row is drawn there.
+    fn row_at(&self, column: u16, y: u16) -> Option<usize> {
+        let ui::layout::Plan::Screen(areas) = ui::layout::plan(self.view.screen, self) else {
+            return None;
+        };
+        let table = areas.processes;
+        let body_top = table.y + 1;
+        let inside = column >= table.x && column < table.right();
+        if !inside || y < body_top || y >= table.bottom() {
+            return None;
+        }
+        let height = usize::from(table.height - 1);
+        let first = ui::first_visible_row(self.view.offset, self.view.selected, height);
+        let index = first + usize::from(y - body_top);
+        (index < self.rows.len()).then_some(index)
+    }
+
+    /// Puts the outcome of an action in the status line.
+    pub fn on_action_done(&mut self, report: &ActionReport) {
+        self.status = Some(report.sentence());
+    }
+
+    fn on_help_key(&mut self, key: KeyEvent) -> Effect {
+        match key.code {
+            KeyCode::Char('q') => Effect::Quit,
+            KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('h') => {
+                self.view.show_help = false;
                 Effect::Redraw
             }
             _ => Effect::None,
         }
     }
 
-    pub fn on_mouse(&mut self, _mouse: MouseEvent) -> Effect {
-        Effect::None
+    fn on_normal_key(&mut self, key: KeyEvent) -> Effect {
+        match key.code {
+            KeyCode::Char('q') => Effect::Quit,
+            KeyCode::Esc => self.escape(),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(|v, n| v.select_next(n)),
+            KeyCode::Up | KeyCode::Char('k') => self.move_selection(|v, _| v.select_previous()),
+            KeyCode::PageDown => self.move_selection(|v, n| v.page_down(n)),
+            KeyCode::PageUp => self.move_selection(|v, _| v.page_up()),
+            KeyCode::Home => self.move_selection(|v, _| v.select_first()),
+            KeyCode::End => self.move_selection(|v, n| v.select_last(n)),
+            KeyCode::Char(' ') => self.toggle_tag(),
+            KeyCode::Char('U') => self.untag_all(),
+            KeyCode::Char('T') => self.ask_to_signal(Signal::Term),
+            KeyCode::Char('K') => self.ask_to_signal(Signal::Kill),
+            KeyCode::Char('I') => self.ask_to_signal(Signal::Int),
+            KeyCode::F(9) => self.open_signal_menu(),
+            KeyCode::F(7) => self.adjust_nice(-1),
+            KeyCode::F(8) => self.adjust_nice(1),
+            KeyCode::Char('n') => self.open_nice_input(),
+            KeyCode::Char('/') => {
+                self.mode = Mode::Filter;
+                Effect::Redraw
+            }
+            KeyCode::Char('t') => self.toggle_tree(),
+            KeyCode::F(6) => self.open_sort_menu(),
+            KeyCode::Char('>') => self.set_sort(self.settings.sort.next(), self.settings.reverse),
+            KeyCode::Char('<') => self.set_sort(self.settings.sort.prev(), self.settings.reverse),
+            KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
+            KeyCode::Char('?') | KeyCode::Char('h') => {
+                self.view.toggle_help();
+                Effect::Redraw
+            }
+            KeyCode::Char('w') => {
+                self.view.toggle_warnings_expanded();
+                Effect::Redraw
+            }
+            _ => Effect::None,
+        }
+    }
+
+    /// Esc closes an overlay, then clears a kept filter, and only then quits.
+    fn escape(&mut self) -> Effect {
+        if self.view.close_overlays() {
+            return Effect::Redraw;
+        }
+        if !self.settings.filter.is_empty() {
+            self.set_filter(String::new());
+            return Effect::Redraw;
+        }
+        Effect::Quit
+    }
+
+    fn move_selection(&mut self, step: impl FnOnce(&mut ViewState, usize)) -> Effect {
+        step(&mut self.view, self.rows.len());
+        self.remember_selection();
+        Effect::Redraw
+    }
+
+    // ---- tags and targets ------------------------------------------------------------------
+
+    /// Space: tags or untags the selected process and moves down, as in htop.
+    fn toggle_tag(&mut self) -> Effect {
+        let Some(row) = self.selected_row() else {
+            return Effect::None;
+        };
+        match row.identity() {
+            Some(id) => {
+                self.tags.toggle(id);
+                self.move_selection(|v, n| v.select_next(n))
+            }
+            None => {
+                self.status = Some(not_visible(row.pid));
+                Effect::Redraw
+            }
+        }
+    }
+
+    fn untag_all(&mut self) -> Effect {
+        self.tags.clear();
+        Effect::Redraw
+    }
+
+    /// The tagged processes among the rows on screen, or else the selected one; an error
+    /// sentence when there is nothing to act on.
+    fn targets(&self) -> Result<Vec<ActionTarget>, String> {
+        let rows = self.rows();
+        let mut on_screen: BTreeMap<ProcessIdentity, ActionTarget> = BTreeMap::new();
+        let mut tagged = Tags::new();
+        for row in &rows {
+            let Some(id) = row.identity() else { continue };
+            if self.tags.contains(&id) && !tagged.contains(&id) {
+                tagged.toggle(id);
+            }
+            on_screen.entry(id).or_insert_with(|| ActionTarget {
+                identity: id,
+                user: row.user().map(str::to_string),
+                command: row.command(),
+            });
+        }
+        let selected = rows.get(self.view.selected);
+        if tagged.is_empty() {
+            match selected {
+                None => return Err("no process is selected".to_string()),
+                Some(row) if row.identity().is_none() => return Err(not_visible(row.pid)),
+                Some(_) => {}
+            }
+        }
+        let chosen = action_targets(&tagged, selected.and_then(|r| r.identity()));
+        Ok(chosen
+            .iter()
+            .filter_map(|id| on_screen.get(id).cloned())
+            .collect())
+    }
+
+    /// Runs `open` with the targets, or refuses under `--readonly` or without a target.
+    fn with_targets(&mut self, open: impl FnOnce(&mut Self, Vec<ActionTarget>) -> Effect) -> Effect {
+        if self.readonly {
+            self.status = Some(READONLY_REFUSAL.to_string());
+            return Effect::Redraw;
+        }
+        match self.targets() {
+            Ok(targets) => open(self, targets),
+            Err(sentence) => {
+                self.status = Some(sentence);
+                Effect::Redraw
+            }
+        }
+    }
+
+    // ---- signals ---------------------------------------------------------------------------
+
+    fn ask_to_signal(&mut self, signal: Signal) -> Effect {
+        self.with_targets(|app, targets| {
+            app.mode = Mode::Confirm { signal, targets };
+            Effect::Redraw
+        })
+    }
+
+    fn open_signal_menu(&mut self) -> Effect {
+        self.with_targets(|app, targets| {
+            app.mode = Mode::SignalMenu {
+                selected: 0,
+                targets,
+            };
+            Effect::Redraw
+        })
+    }
+
+    fn on_confirm_key(&mut self, key: KeyEvent, signal: Signal, targets: Vec<ActionTarget>) -> Effect {
+        match key.code {
+            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
+                self.mode = Mode::Normal;
+                self.status = None;
+                Effect::Act(ActionRequest {
+                    action: Action::Signal(signal),
+                    targets,
+                })
+            }
+            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+                self.mode = Mode::Normal;
+                self.status = Some(format!("{signal} not sent"));
+                Effect::Redraw
+            }
+            _ => Effect::None,
+        }
+    }
+
+    fn on_signal_menu_key(
+        &mut self,
+        key: KeyEvent,
+        selected: usize,
+        targets: Vec<ActionTarget>,
+    ) -> Effect {
+        let count = Signal::ALL.len();
+        let selected = match key.code {
+            KeyCode::Esc | KeyCode::F(9) => {
+                self.mode = Mode::Normal;
+                return Effect::Redraw;
+            }
+            KeyCode::Enter => {
+                let signal = Signal::ALL[selected.min(count - 1)];
+                self.mode = Mode::Confirm { signal, targets };
+                return Effect::Redraw;
+            }
+            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(count - 1),
+            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
+            KeyCode::Home => 0,
+            KeyCode::End => count - 1,
+            KeyCode::Char(c) => match c.to_digit(10) {
+                Some(d) if (1..=count as u32).contains(&d) => d as usize - 1,
+                _ => return Effect::None,
+            },
+            _ => return Effect::None,
+        };
+        self.mode = Mode::SignalMenu { selected, targets };
+        Effect::Redraw
+    }
+
+    // ---- nice ------------------------------------------------------------------------------
+
+    fn adjust_nice(&mut self, delta: i32) -> Effect {
+        self.with_targets(|app, targets| {
+            app.status = None;
+            Effect::Act(ActionRequest {
+                action: Action::AdjustNice(delta),
+                targets,
+            })
+        })
+    }
+
+    fn open_nice_input(&mut self) -> Effect {
+        let current = self.selected_row().and_then(|r| r.nice());
+        self.with_targets(|app, targets| {
+            let current = if targets.len() == 1 { current } else { None };
+            app.mode = Mode::NiceInput {
+                text: String::new(),
+                error: None,
+                targets,
+                current,
+            };
+            Effect::Redraw
+        })
+    }
+
+    fn on_nice_key(&mut self, key: KeyEvent) -> Effect {
+        let Mode::NiceInput {
+            text,
+            error,
+            targets,
+            ..
+        } = &mut self.mode
+        else {
+            return Effect::None;
+        };
+        match key.code {
+            KeyCode::Esc => {
+                self.mode = Mode::Normal;
+                Effect::Redraw
+            }
+            KeyCode::Backspace => {
+                text.pop();
+                *error = None;
+                Effect::Redraw
+            }
+            KeyCode::Char(c) if (c.is_ascii_digit() || c == '-' || c == '+') && text.len() < 4 => {
+                text.push(c);
+                *error = None;
+                Effect::Redraw
+            }
+            KeyCode::Enter => match parse_nice(text) {
+                Ok(nice) => {
+                    let targets = std::mem::take(targets);
+                    self.mode = Mode::Normal;
+                    self.status = None;
+                    Effect::Act(ActionRequest {
+                        action: Action::SetNice(nice),
+                        targets,
+                    })
+                }
+                Err(sentence) => {
+                    *error = Some(sentence);
+                    Effect::Redraw
+                }
+            },
+            _ => Effect::None,
+        }
+    }
+
+    // ---- filter, sort, tree ----------------------------------------------------------------
+
+    fn on_filter_key(&mut self, key: KeyEvent) -> Effect {
+        match key.code {
+            KeyCode::Esc => {
+                self.mode = Mode::Normal;
+                self.set_filter(String::new());
+            }
+            KeyCode::Enter => {
+                self.mode = Mode::Normal;
+                self.view.select_first();
+                self.remember_selection();
+            }
+            KeyCode::Backspace => {
+                let mut text = self.settings.filter.clone();
+                text.pop();
+                self.set_filter(text);
+            }
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+                let text = format!("{}{c}", self.settings.filter);
+                self.set_filter(text);
+            }
+            _ => return Effect::None,
+        }
+        Effect::Redraw
+    }
+
+    fn set_filter(&mut self, text: String) {
+        self.settings.filter = text;
+        self.refresh_rows();
+    }
+
+    fn open_sort_menu(&mut self) -> Effect {
+        let selected = SortKey::ALL
+            .iter()
+            .position(|&k| k == self.settings.sort)
+            .unwrap_or(0);
+        self.mode = Mode::SortMenu { selected };
+        Effect::Redraw
+    }
+
+    fn on_sort_menu_key(&mut self, key: KeyEvent, selected: usize) -> Effect {
+        let count = SortKey::ALL.len();
+        let selected = match key.code {
+            KeyCode::Esc | KeyCode::F(6) => {
+                self.mode = Mode::Normal;
+                return Effect::Redraw;
+            }
+            KeyCode::Enter => {
+                self.mode = Mode::Normal;
+                return self.set_sort(SortKey::ALL[selected.min(count - 1)], self.settings.reverse);
+            }
+            KeyCode::Char('r') => {
+                return self.set_sort(self.settings.sort, !self.settings.reverse);
+            }
+            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(count - 1),
+            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
+            _ => return Effect::None,
+        };
+        self.mode = Mode::SortMenu { selected };
+        Effect::Redraw
+    }
+
+    fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {
+        self.settings.sort = key;
+        self.settings.reverse = reverse;
+        self.refresh_rows();
+        Effect::Redraw
+    }
+
+    /// `t`: the tree needs every host process, which the sampler reads only while asked.
+    fn toggle_tree(&mut self) -> Effect {
+        self.settings.tree = !self.settings.tree;
+        self.want_process_table
+            .store(self.settings.tree, Ordering::Relaxed);
+        self.refresh_rows();
+        Effect::Redraw
+    }
+}
+
+fn not_visible(pid: u32) -> String {
+    format!(
+        "process {pid} is not visible in /proc here (another container, or it exited): \
+         torchtop will not act on it"
+    )
+}
+
+/// The nice value typed in the `n` dialog, or the sentence that says why it is refused.
+fn parse_nice(text: &str) -> Result<i32, String> {
+    let value: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("type a whole number from {NICE_MIN} to {NICE_MAX}"))?;
+    if (NICE_MIN..=NICE_MAX).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ActionError::InvalidNice { value }.to_string())
     }
 }

@@ -1,6 +1,8 @@
-//! The event loop: one `select!` over key presses, new snapshots and termination signals.
-//! Pending input is drained before drawing once, so a burst of keys costs one frame; nothing
-//! here waits on a collector, so keys answer at once even while the driver hangs.
+//! The event loop: one `select!` over key presses, new snapshots, finished actions and
+//! termination signals. Pending input is drained before drawing once, so a burst of keys costs
+//! one frame; nothing here waits on a collector or on an action (signals and renice run on
+//! tokio's blocking pool and report back through a channel), so keys answer at once even while
+//! the driver hangs.
 
 use std::io;
 use std::sync::Arc;
@@ -9,9 +11,10 @@ use std::time::Duration;
 use crossterm::event::{Event, EventStream, KeyEventKind};
 use futures_util::{FutureExt, StreamExt};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::app::{App, Effect};
+use crate::actions::{adjust_nice, renice, send_signal};
+use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
 use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 use crate::model::Snapshot;
 use crate::terminal::{TerminalGuard, Tui};
@@ -44,10 +47,11 @@ async fn event_loop(
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    draw(terminal, &app)?;
+    let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
+    draw(terminal, &mut app)?;
     panic_if_asked_by_a_test();
     loop {
-        let mut effect = tokio::select! {
+        let effect = tokio::select! {
             event = input.next() => match event {
                 Some(Ok(event)) => handle_event(&mut app, event),
                 Some(Err(_)) | None => Effect::Quit,
@@ -59,19 +63,25 @@ async fn event_loop(
                 }
                 Err(_) => Effect::Quit,
             },
+            Some(report) = reports.recv() => {
+                app.on_action_done(&report);
+                Effect::Redraw
+            }
             _ = terminate.recv() => Effect::Quit,
             _ = hangup.recv() => Effect::Quit,
             _ = interrupt.recv() => Effect::Quit,
         };
+        let mut effect = start_action(effect, &reports_tx);
         while effect != Effect::Quit {
             let Some(Some(Ok(event))) = input.next().now_or_never() else {
                 break;
             };
-            effect = merge(effect, handle_event(&mut app, event));
+            let next = start_action(handle_event(&mut app, event), &reports_tx);
+            effect = merge(effect, next);
         }
         match effect {
             Effect::Quit => return Ok(()),
-            Effect::Redraw => draw(terminal, &app)?,
+            Effect::Redraw | Effect::Act(_) => draw(terminal, &mut app)?,
             Effect::None => {}
         }
     }
@@ -86,6 +96,32 @@ fn handle_event(app: &mut App, event: Event) -> Effect {
     }
 }
 
+/// Hands an action to the blocking pool; its report arrives later through `reports`.
+fn start_action(effect: Effect, reports: &mpsc::UnboundedSender<ActionReport>) -> Effect {
+    let Effect::Act(request) = effect else {
+        return effect;
+    };
+    let reports = reports.clone();
+    tokio::task::spawn_blocking(move || {
+        let _ = reports.send(perform(request));
+    });
+    Effect::Redraw
+}
+
+/// Runs `request` against each target in turn. Blocks on /proc reads and system calls.
+pub fn perform(request: ActionRequest) -> ActionReport {
+    let results = request
+        .targets
+        .iter()
+        .map(|target| match request.action {
+            Action::Signal(signal) => send_signal(&target.identity, signal).map(|()| None),
+            Action::SetNice(nice) => renice(&target.identity, nice).map(Some),
+            Action::AdjustNice(delta) => adjust_nice(&target.identity, delta).map(Some),
+        })
+        .collect();
+    ActionReport { request, results }
+}
+
 fn merge(a: Effect, b: Effect) -> Effect {
     match (a, b) {
         (Effect::Quit, _) | (_, Effect::Quit) => Effect::Quit,
@@ -94,8 +130,12 @@ fn merge(a: Effect, b: Effect) -> Effect {
     }
 }
 
-fn draw(terminal: &mut Tui, app: &App) -> io::Result<()> {
+/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks).
+fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+    let size = terminal.size()?;
+    app.set_screen(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+    let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
     terminal.draw(|frame| ui::draw(frame, app))?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;

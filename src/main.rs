@@ -37,6 +37,8 @@ fn main() -> ExitCode {
         return print_once(&cli, config, loader);
     }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
+    // The tree view switches the sampler's full process scan on and off through this flag.
+    config.want_process_table = app.want_process_table.clone();
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {

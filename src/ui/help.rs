@@ -16,8 +16,8 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "General",
         &[
-            ("q Esc Ctrl-C", "quit (Esc closes an open dialog first)"),
-            ("j k Up Down", "select a process"),
+            ("q Esc Ctrl-C", "quit (Esc first closes a dialog or clears a filter)"),
+            ("j k Up Down", "select a process (or click it, or scroll)"),
             ("PgUp PgDn", "select a page up or down"),
             ("Home End", "select the first or last process"),
             ("? h", "show or hide this help"),
@@ -26,17 +26,14 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "Processes",
         &[
-            (
-                "Space",
-                "tag or untag the process; actions apply to tagged ones",
-            ),
+            ("Space U", "tag or untag and move down; U untags all"),
             ("T K I", "send SIGTERM, SIGKILL, SIGINT (asks first)"),
-            ("F9", "menu of signals"),
-            ("F7 F8", "nice value one lower or one higher"),
+            ("F9", "menu of signals (asks first)"),
+            ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
             ("n", "type a nice value (-20 to 19)"),
-            ("/", "filter by command, user or pid"),
+            ("/", "filter by command, user or pid; Enter keeps"),
             ("t", "tree view with parents and children"),
-            ("F6 r", "choose the sort column, reverse the order"),
+            ("F6 < > r", "sort menu, previous/next column, reverse"),
         ],
     ),
     (

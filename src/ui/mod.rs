@@ -4,6 +4,7 @@
 
 pub mod allocator;
 pub mod balance;
+pub mod dialog;
 pub mod format;
 pub mod gpus;
 pub mod header;
@@ -46,6 +47,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.view.show_help {
         help::render(frame, screen, app, theme);
     }
+    dialog::render(frame, screen, app, theme);
 }
 
 /// How many process rows a terminal of `size` shows, for [`ViewState::set_page_rows`].

@@ -2,6 +2,8 @@
 //! process table, the selected warning, and which overlays are open. Only the key handler changes
 //! it; drawing reads it.
 
+use ratatui::layout::Rect;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ViewState {
     /// Index of the selected row in the process table.
@@ -17,6 +19,8 @@ pub struct ViewState {
     pub warnings_expanded: bool,
     /// Index of the selected warning, in the panel's order (most severe first).
     pub selected_warning: usize,
+    /// The terminal's size at the last draw, to map mouse clicks to rows.
+    pub screen: Rect,
 }
 
 impl ViewState {
@@ -29,6 +33,12 @@ impl ViewState {
 
     pub fn select_previous(&mut self) {
         self.selected = self.selected.saturating_sub(1);
+        self.keep_selection_visible();
+    }
+
+    /// Selects row `index` (clamped to the `rows` there are) and scrolls it into view.
+    pub fn select_index(&mut self, index: usize, rows: usize) {
+        self.selected = index.min(rows.saturating_sub(1));
         self.keep_selection_visible();
     }
 

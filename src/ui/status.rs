@@ -1,4 +1,5 @@
-//! The bottom line: the outcome of the last action, key hints, and a READ-ONLY badge.
+//! The bottom line: the `/` filter prompt while it is typed, else the outcome of the last
+//! action and key hints; a READ-ONLY badge at the right.
 
 use ratatui::{
     layout::Rect,
@@ -7,21 +8,21 @@ use ratatui::{
     Frame,
 };
 
-use crate::app::App;
+use crate::app::{App, Mode};
 
 use super::theme::Theme;
 
-const HINTS: &str = "q quit  ? help  j/k select  w warnings  s snapshot";
+const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
+const FILTER_HINTS: &str = "Enter keep  Esc clear";
 const READONLY: &str = " READ-ONLY ";
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
-    let mut spans = Vec::new();
-    if let Some(status) = &app.status {
-        spans.push(Span::styled(format!(" {status} "), theme.warn()));
-        spans.push(Span::raw(" "));
-    }
-    spans.push(Span::styled(format!(" {HINTS}"), theme.dim()));
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    let line = if app.mode == Mode::Filter {
+        filter_prompt(app, theme)
+    } else {
+        outcome_and_hints(app, theme)
+    };
+    frame.render_widget(Paragraph::new(line), area);
     if app.readonly {
         let width = (READONLY.len() as u16).min(area.width);
         let badge = Rect::new(area.right() - width, area.y, width, 1);
@@ -30,4 +31,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             badge,
         );
     }
+}
+
+fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(" filter: ", theme.label()),
+        Span::styled(format!("{}_", app.settings.filter), theme.selected()),
+        Span::styled(
+            format!("  {} rows  {FILTER_HINTS}", app.row_count()),
+            theme.dim(),
+        ),
+    ])
+}
+
+fn outcome_and_hints(app: &App, theme: Theme) -> Line<'static> {
+    let mut spans = Vec::new();
+    if let Some(status) = &app.status {
+        spans.push(Span::styled(format!(" {status} "), theme.warn()));
+        spans.push(Span::raw(" "));
+    }
+    spans.push(Span::styled(format!(" {HINTS}"), theme.dim()));
+    Line::from(spans)
 }

@@ -128,6 +128,7 @@ fn snapshot_with(gpus: Vec<GpuSample>, processes: Vec<GpuProcess>) -> Snapshot {
         gpus,
         processes,
         warnings: Vec::new(),
+        host_processes: Vec::new(),
     }
 }
 

@@ -60,6 +60,14 @@ impl Theme {
         )
     }
 
+    /// Rows tagged with Space.
+    pub fn tagged(self) -> Style {
+        self.pick(
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+            Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+        )
+    }
+
     pub fn good(self) -> Style {
         self.pick(Style::new().fg(Color::Green), Style::new())
     }

@@ -1,0 +1,381 @@
+//! The rows of the process table as the user sees them: the snapshot's GPU processes filtered
+//! by the `/` text and sorted, or the tree view. Drawing, selection, tags and actions all read
+//! this one list, so an action always names a row that was on screen.
+//!
+//! The order is computed once per change (snapshot, filter, sort, tree) into [`RowRef`]s,
+//! which hold indices into the snapshot, and turned into borrowed [`ProcessRow`]s on demand.
+
+use std::collections::HashMap;
+
+use crate::actions::ProcessIdentity;
+use crate::model::filter::{matches, sort_processes, SortKey};
+use crate::model::tree::{build_tree, TreeRole};
+use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
+
+/// How the table is arranged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowSettings {
+    /// The `/` text; empty shows every row.
+    pub filter: String,
+    pub sort: SortKey,
+    /// Descending instead of ascending.
+    pub reverse: bool,
+    pub tree: bool,
+}
+
+impl Default for RowSettings {
+    fn default() -> Self {
+        RowSettings {
+            filter: String::new(),
+            sort: SortKey::Gpu,
+            reverse: false,
+            tree: false,
+        }
+    }
+}
+
+/// One row, by indices into the snapshot it was computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowRef {
+    /// Indices into `snapshot.processes`: one in the flat table; every GPU the process holds in
+    /// the tree, none for a process without a GPU.
+    pub gpus: Vec<usize>,
+    /// Index into `snapshot.host_processes` (tree view only).
+    pub host: Option<usize>,
+    /// Tree guides ("│  └─ ") and why the row is in the tree; `None` in the flat table.
+    pub tree: Option<(String, TreeRole)>,
+}
+
+/// A row ready to draw or act on.
+#[derive(Debug, Clone)]
+pub struct ProcessRow<'a> {
+    pub pid: u32,
+    pub gpus: Vec<&'a GpuProcess>,
+    pub host: Option<&'a HostProcess>,
+    pub tree: Option<(&'a str, TreeRole)>,
+}
+
+/// What the selection follows across refreshes: the process, and the GPU of its row in the flat
+/// table (a process on two GPUs has two rows there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RowKey {
+    pub pid: u32,
+    pub start_ticks: Option<u64>,
+    pub gpu: Option<u32>,
+}
+
+impl<'a> ProcessRow<'a> {
+    /// Pid and start time; `None` where /proc does not show the process, which then must not
+    /// be acted on.
+    pub fn identity(&self) -> Option<ProcessIdentity> {
+        match self.host {
+            Some(host) => Some(ProcessIdentity::of_host_process(host)),
+            None => self
+                .gpus
+                .iter()
+                .find(|g| g.visible)
+                .and_then(|g| ProcessIdentity::of_gpu_process(g)),
+        }
+    }
+
+    pub fn key(&self) -> RowKey {
+        RowKey {
+            pid: self.pid,
+            start_ticks: self.identity().map(|id| id.start_ticks),
+            gpu: match self.tree {
+                Some(_) => None,
+                None => self.gpus.first().map(|g| g.gpu),
+            },
+        }
+    }
+
+    /// Whether /proc shows the process on this machine.
+    pub fn visible(&self) -> bool {
+        self.host.is_some() || self.gpus.iter().any(|g| g.visible)
+    }
+
+    pub fn user(&self) -> Option<&'a str> {
+        self.host
+            .and_then(|h| h.user.as_deref())
+            .or_else(|| self.gpus.iter().find_map(|g| g.user.as_deref()))
+    }
+
+    /// The command line; a process without one (a zombie, a kernel thread) shows its short
+    /// name in brackets, as ps does.
+    pub fn command(&self) -> Option<String> {
+        if let Some(command) = self.gpus.iter().find_map(|g| g.command.as_deref()) {
+            return Some(command.to_string());
+        }
+        let host = self.host?;
+        Some(match &host.command {
+            Some(command) => command.clone(),
+            None => format!("[{}]", host.comm),
+        })
+    }
+
+    pub fn is_gpu(&self) -> bool {
+        !self.gpus.is_empty()
+    }
+
+    pub fn cpu_percent(&self) -> Option<f64> {
+        self.gpu_or_host(|g| g.cpu_percent, |h| h.cpu_percent)
+    }
+
+    pub fn rss_bytes(&self) -> Option<u64> {
+        self.gpu_or_host(|g| g.rss_bytes, |h| h.rss_bytes)
+    }
+
+    pub fn nice(&self) -> Option<i32> {
+        self.gpu_or_host(|g| g.nice, |h| h.nice)
+    }
+
+    /// The GPU memory of every GPU on the row, summed; `None` if any is unknown.
+    pub fn gpu_memory_bytes(&self) -> Option<u64> {
+        if self.gpus.is_empty() {
+            return None;
+        }
+        self.gpus.iter().map(|g| g.gpu_memory_bytes).sum()
+    }
+
+    /// SM utilization over every GPU on the row, summed; `None` if any is unknown.
+    pub fn sm_percent(&self) -> Option<u32> {
+        if self.gpus.is_empty() {
+            return None;
+        }
+        self.gpus.iter().map(|g| g.sm_percent).sum()
+    }
+
+    pub fn running_seconds(&self) -> Option<f64> {
+        self.gpus.first().and_then(|g| g.running_seconds)
+    }
+
+    /// The kind of GPU use; a process both computing and drawing on several GPUs reads "Both".
+    pub fn kind(&self) -> Option<ProcessKind> {
+        let first = self.gpus.first()?.kind;
+        Some(if self.gpus.iter().all(|g| g.kind == first) {
+            first
+        } else {
+            ProcessKind::Both
+        })
+    }
+
+    fn gpu_or_host<T>(
+        &self,
+        from_gpu: impl Fn(&GpuProcess) -> Option<T>,
+        from_host: impl Fn(&HostProcess) -> Option<T>,
+    ) -> Option<T> {
+        self.gpus
+            .first()
+            .and_then(|g| from_gpu(g))
+            .or_else(|| self.host.and_then(from_host))
+    }
+}
+
+/// The rows of `snapshot` under `settings`, in display order.
+pub fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
+    let rows = if settings.tree {
+        tree_rows(snapshot)
+    } else {
+        sorted_rows(&snapshot.processes, settings.sort, settings.reverse)
+    };
+    if settings.filter.trim().is_empty() {
+        return rows;
+    }
+    rows.into_iter()
+        .filter(|r| row_matches(&settings.filter, &materialize(snapshot, r)))
+        .collect()
+}
+
+/// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
+pub fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
+    let gpus: Vec<&GpuProcess> = row
+        .gpus
+        .iter()
+        .filter_map(|&i| snapshot.processes.get(i))
+        .collect();
+    let host = row.host.and_then(|i| snapshot.host_processes.get(i));
+    let pid = host
+        .map(|h| h.pid)
+        .or_else(|| gpus.first().map(|g| g.pid))
+        .unwrap_or(0);
+    ProcessRow {
+        pid,
+        gpus,
+        host,
+        tree: row.tree.as_ref().map(|(prefix, role)| (prefix.as_str(), *role)),
+    }
+}
+
+fn tree_rows(snapshot: &Snapshot) -> Vec<RowRef> {
+    build_tree(&snapshot.processes, &snapshot.host_processes)
+        .into_iter()
+        .map(|row| RowRef {
+            gpus: row.gpu,
+            host: row.host,
+            tree: Some((row.prefix, row.role)),
+        })
+        .collect()
+}
+
+/// Sorts copies of the rows with the model's order, then maps them back to their indices by
+/// (pid, GPU), which NVML reports once per GPU.
+fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<RowRef> {
+    let mut positions: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+    for (i, p) in processes.iter().enumerate().rev() {
+        positions.entry((p.pid, p.gpu)).or_default().push(i);
+    }
+    let mut sorted = processes.to_vec();
+    sort_processes(&mut sorted, key, reverse);
+    sorted
+        .iter()
+        .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
+        .map(|i| RowRef {
+            gpus: vec![i],
+            host: None,
+            tree: None,
+        })
+        .collect()
+}
+
+/// The `/` filter on any row: the model's rule (pid prefix, or part of the command or user).
+fn row_matches(filter: &str, row: &ProcessRow<'_>) -> bool {
+    if let Some(gpu) = row.gpus.first() {
+        if matches(filter, gpu) {
+            return true;
+        }
+    }
+    let Some(host) = row.host else {
+        return false;
+    };
+    let mut probe = GpuProcess::new(host.pid, 0, ProcessKind::Compute);
+    probe.user = host.user.clone();
+    probe.command = Some(host.command.clone().unwrap_or_else(|| host.comm.clone()));
+    matches(filter, &probe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu_row(pid: u32, gpu: u32, command: &str, memory_gib: u64) -> GpuProcess {
+        let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
+        p.visible = true;
+        p.user = Some("alice".to_string());
+        p.command = Some(command.to_string());
+        p.start_ticks = Some(u64::from(pid) * 10);
+        p.gpu_memory_bytes = Some(memory_gib << 30);
+        p
+    }
+
+    fn host(pid: u32, ppid: u32, command: Option<&str>, comm: &str) -> HostProcess {
+        HostProcess {
+            pid,
+            ppid,
+            start_ticks: u64::from(pid) * 10,
+            user: Some("bob".to_string()),
+            comm: comm.to_string(),
+            command: command.map(str::to_string),
+            state: 'S',
+            ..HostProcess::default()
+        }
+    }
+
+    fn pids(snapshot: &Snapshot, rows: &[RowRef]) -> Vec<u32> {
+        rows.iter().map(|r| materialize(snapshot, r).pid).collect()
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            processes: vec![
+                gpu_row(300, 1, "python eval.py", 5),
+                gpu_row(200, 0, "python train.py", 30),
+                gpu_row(200, 1, "python train.py", 20),
+            ],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn flat_rows_sort_by_the_chosen_key_and_filter_on_text() {
+        let snap = snapshot();
+        let mut settings = RowSettings::default();
+        let rows = compute_rows(&snap, &settings);
+        assert_eq!(pids(&snap, &rows), [200, 200, 300]);
+        assert_eq!(rows[1].gpus, [2]);
+        settings.sort = SortKey::GpuMemory;
+        settings.reverse = true;
+        assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [200, 200, 300]);
+        settings.reverse = false;
+        assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [300, 200, 200]);
+        settings.filter = "EVAL".to_string();
+        assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [300]);
+        settings.filter = "nothing".to_string();
+        assert!(compute_rows(&snap, &settings).is_empty());
+    }
+
+    #[test]
+    fn tree_rows_include_children_without_a_gpu_and_filter_on_them() {
+        let mut snap = snapshot();
+        snap.host_processes = vec![
+            host(100, 1, Some("torchrun --nproc 2 train.py"), "torchrun"),
+            host(200, 100, Some("python train.py"), "python"),
+            host(300, 100, Some("python eval.py"), "python"),
+            host(210, 200, None, "pt_data_worker"),
+        ];
+        let settings = RowSettings {
+            tree: true,
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &settings);
+        assert_eq!(pids(&snap, &rows), [100, 200, 210, 300]);
+        let rank = materialize(&snap, &rows[1]);
+        assert_eq!(rank.gpus.len(), 2, "one row for both GPUs");
+        assert_eq!(rank.gpu_memory_bytes(), Some(50 << 30));
+        assert_eq!(rank.identity(), Some(ProcessIdentity::new(200, 2000)));
+        assert_eq!(rank.key().gpu, None);
+        let worker = materialize(&snap, &rows[2]);
+        assert!(!worker.is_gpu());
+        assert_eq!(worker.command().as_deref(), Some("[pt_data_worker]"));
+        assert_eq!(worker.tree, Some(("│  └─ ", TreeRole::Descendant)));
+
+        let filtered = RowSettings {
+            filter: "data_worker".to_string(),
+            ..settings.clone()
+        };
+        assert_eq!(pids(&snap, &compute_rows(&snap, &filtered)), [210]);
+        let by_user = RowSettings {
+            filter: "BOB".to_string(),
+            ..settings
+        };
+        assert_eq!(compute_rows(&snap, &by_user).len(), 4);
+    }
+
+    #[test]
+    fn tree_before_the_process_table_arrives_shows_the_gpu_rows() {
+        let snap = snapshot();
+        let settings = RowSettings {
+            tree: true,
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &settings);
+        assert_eq!(pids(&snap, &rows), [200, 300]);
+        let rank = materialize(&snap, &rows[0]);
+        assert!(rank.host.is_none());
+        assert_eq!(rank.identity(), Some(ProcessIdentity::new(200, 2000)));
+        assert_eq!(rank.user(), Some("alice"));
+    }
+
+    #[test]
+    fn a_row_not_visible_in_proc_has_no_identity() {
+        let mut p = gpu_row(400, 0, "x", 1);
+        p.visible = false;
+        let snap = Snapshot {
+            processes: vec![p],
+            ..Snapshot::default()
+        };
+        let rows = compute_rows(&snap, &RowSettings::default());
+        let row = materialize(&snap, &rows[0]);
+        assert!(!row.visible());
+        assert_eq!(row.identity(), None);
+    }
+}

@@ -1,0 +1,521 @@
+//! The state machine, key by key: no terminal, no processes touched.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
+
+use super::*;
+use crate::model::{GpuProcess, HostProcess, ProcessKind};
+
+fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
+    let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
+    p.visible = true;
+    p.user = Some(user.to_string());
+    p.command = Some(command.to_string());
+    p.start_ticks = Some(u64::from(pid) * 7);
+    p.nice = Some(0);
+    p.gpu_memory_bytes = Some(u64::from(pid) << 20);
+    p
+}
+
+/// Four rows in GPU order: 100 and 300 on GPU 0, 200 and an invisible 400 on GPU 1.
+fn snapshot() -> Snapshot {
+    Snapshot {
+        processes: vec![
+            gpu_process(100, 0, "alice", "python train.py --rank 0"),
+            gpu_process(300, 0, "carol", "python bench.py"),
+            gpu_process(200, 1, "bob", "python eval.py"),
+            GpuProcess::new(400, 1, ProcessKind::Compute),
+        ],
+        ..Snapshot::default()
+    }
+}
+
+fn app() -> App {
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot()));
+    app
+}
+
+fn press(app: &mut App, code: KeyCode) -> Effect {
+    app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn type_text(app: &mut App, text: &str) {
+    for c in text.chars() {
+        press(app, KeyCode::Char(c));
+    }
+}
+
+fn pids(app: &App) -> Vec<u32> {
+    app.rows().iter().map(|r| r.pid).collect()
+}
+
+fn selected_pid(app: &App) -> Option<u32> {
+    app.selected_row().map(|r| r.pid)
+}
+
+fn id(pid: u32) -> ProcessIdentity {
+    ProcessIdentity::new(pid, u64::from(pid) * 7)
+}
+
+fn target_ids(targets: &[ActionTarget]) -> Vec<ProcessIdentity> {
+    targets.iter().map(|t| t.identity).collect()
+}
+
+fn select(app: &mut App, pid: u32) {
+    press(app, KeyCode::Home);
+    while selected_pid(app) != Some(pid) {
+        let before = app.view.selected;
+        press(app, KeyCode::Down);
+        assert_ne!(app.view.selected, before, "{pid} is not listed");
+    }
+}
+
+#[test]
+fn rows_start_in_gpu_order() {
+    assert_eq!(pids(&app()), [100, 300, 200, 400]);
+}
+
+#[test]
+fn filter_applies_live_and_enter_selects_the_first_match() {
+    let mut app = app();
+    select(&mut app, 200);
+    assert_eq!(press(&mut app, KeyCode::Char('/')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Filter);
+    type_text(&mut app, "py");
+    assert_eq!(pids(&app), [100, 300, 200], "live, by command");
+    // Typed keys are text, not commands: 't' is no tree and 'h' no help here.
+    type_text(&mut app, "thon b");
+    assert_eq!(pids(&app), [300]);
+    press(&mut app, KeyCode::Backspace);
+    press(&mut app, KeyCode::Backspace);
+    type_text(&mut app, " ");
+    assert_eq!(app.settings.filter, "python ");
+    assert_eq!(press(&mut app, KeyCode::Enter), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(app.settings.filter, "python ");
+    assert_eq!(app.view.selected, 0);
+    assert_eq!(selected_pid(&app), Some(100));
+}
+
+#[test]
+fn filter_matches_user_and_pid_prefix() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('/'));
+    type_text(&mut app, "CAROL");
+    assert_eq!(pids(&app), [300]);
+    app.set_filter(String::new());
+    type_text(&mut app, "40");
+    assert_eq!(pids(&app), [400]);
+}
+
+#[test]
+fn esc_in_the_prompt_clears_the_filter_and_esc_after_enter_too() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('/'));
+    type_text(&mut app, "eval");
+    assert_eq!(pids(&app), [200]);
+    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(app.settings.filter, "");
+    assert_eq!(pids(&app).len(), 4);
+
+    press(&mut app, KeyCode::Char('/'));
+    type_text(&mut app, "eval");
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw, "clears, not quits");
+    assert_eq!(pids(&app).len(), 4);
+    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Quit);
+}
+
+#[test]
+fn space_tags_and_k_targets_the_tagged_rows() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char(' '));
+    assert_eq!(selected_pid(&app), Some(300), "Space moves down");
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Char(' '));
+    assert!(app.tags.contains(&id(100)) && app.tags.contains(&id(200)));
+    assert!(!app.tags.contains(&id(300)));
+
+    assert_eq!(press(&mut app, KeyCode::Char('K')), Effect::Redraw);
+    let Mode::Confirm { signal, targets } = app.mode.clone() else {
+        panic!("no confirmation: {:?}", app.mode);
+    };
+    assert_eq!(signal, Signal::Kill);
+    assert_eq!(target_ids(&targets), [id(100), id(200)]);
+    assert_eq!(targets[0].user.as_deref(), Some("alice"));
+    assert_eq!(
+        targets[0].command.as_deref(),
+        Some("python train.py --rank 0")
+    );
+
+    let effect = press(&mut app, KeyCode::Char('y'));
+    assert_eq!(
+        effect,
+        Effect::Act(ActionRequest {
+            action: Action::Signal(Signal::Kill),
+            targets,
+        })
+    );
+    assert_eq!(app.mode, Mode::Normal);
+}
+
+#[test]
+fn a_tagged_row_hidden_by_the_filter_is_not_a_target() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char(' '));
+    press(&mut app, KeyCode::Char('/'));
+    type_text(&mut app, "eval");
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Char('T'));
+    let Mode::Confirm { targets, .. } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(target_ids(targets), [id(200)]);
+}
+
+#[test]
+fn enter_confirms_and_n_or_esc_cancel() {
+    for (key, sends) in [
+        (KeyCode::Enter, true),
+        (KeyCode::Char('y'), true),
+        (KeyCode::Char('n'), false),
+        (KeyCode::Esc, false),
+    ] {
+        let mut app = app();
+        select(&mut app, 300);
+        press(&mut app, KeyCode::Char('T'));
+        let effect = press(&mut app, key);
+        assert_eq!(app.mode, Mode::Normal, "{key:?}");
+        match effect {
+            Effect::Act(request) => {
+                assert!(sends, "{key:?} sent");
+                assert_eq!(request.action, Action::Signal(Signal::Term));
+                assert_eq!(target_ids(&request.targets), [id(300)]);
+            }
+            other => {
+                assert!(!sends, "{key:?} gave {other:?}");
+                assert_eq!(app.status.as_deref(), Some("SIGTERM not sent"));
+            }
+        }
+    }
+}
+
+#[test]
+fn other_keys_in_the_confirmation_do_nothing() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('I'));
+    for key in [KeyCode::Char('q'), KeyCode::Char('K'), KeyCode::Down] {
+        assert_eq!(press(&mut app, key), Effect::None);
+    }
+    assert!(matches!(
+        app.mode,
+        Mode::Confirm {
+            signal: Signal::Int,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn readonly_refuses_every_action_key() {
+    let mut app = app();
+    app.readonly = true;
+    for key in [
+        KeyCode::Char('T'),
+        KeyCode::Char('K'),
+        KeyCode::Char('I'),
+        KeyCode::F(9),
+        KeyCode::F(7),
+        KeyCode::F(8),
+        KeyCode::Char('n'),
+    ] {
+        app.status = None;
+        assert_eq!(press(&mut app, key), Effect::Redraw, "{key:?}");
+        assert_eq!(app.mode, Mode::Normal, "{key:?}");
+        assert_eq!(app.status.as_deref(), Some(READONLY_REFUSAL), "{key:?}");
+    }
+    assert!(READONLY_REFUSAL.contains("--readonly"));
+}
+
+#[test]
+fn a_row_not_visible_in_proc_is_never_offered() {
+    let mut app = app();
+    select(&mut app, 400);
+    for key in [KeyCode::Char('K'), KeyCode::F(9), KeyCode::F(8), KeyCode::Char(' ')] {
+        app.status = None;
+        let effect = press(&mut app, key);
+        assert!(!matches!(effect, Effect::Act(_)), "{key:?}");
+        assert_eq!(app.mode, Mode::Normal);
+        let status = app.status.clone().unwrap_or_default();
+        assert!(
+            status.starts_with("process 400 is not visible in /proc here"),
+            "{key:?}: {status}"
+        );
+    }
+    assert!(app.tags.is_empty());
+}
+
+#[test]
+fn f7_and_f8_renice_by_one_as_in_htop() {
+    let mut app = app();
+    select(&mut app, 200);
+    let request = |delta| {
+        Effect::Act(ActionRequest {
+            action: Action::AdjustNice(delta),
+            targets: vec![ActionTarget {
+                identity: id(200),
+                user: Some("bob".to_string()),
+                command: Some("python eval.py".to_string()),
+            }],
+        })
+    };
+    assert_eq!(press(&mut app, KeyCode::F(7)), request(-1));
+    assert_eq!(press(&mut app, KeyCode::F(8)), request(1));
+}
+
+#[test]
+fn the_nice_dialog_takes_a_value_in_range() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('n'));
+    let Mode::NiceInput { current, .. } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(*current, Some(0));
+    type_text(&mut app, "25");
+    assert_eq!(press(&mut app, KeyCode::Enter), Effect::Redraw);
+    let Mode::NiceInput { error, .. } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(
+        error.as_deref(),
+        Some("nice value 25 is out of range: it must be from -20 to 19")
+    );
+    press(&mut app, KeyCode::Backspace);
+    press(&mut app, KeyCode::Backspace);
+    type_text(&mut app, "x-5");
+    match press(&mut app, KeyCode::Enter) {
+        Effect::Act(request) => {
+            assert_eq!(request.action, Action::SetNice(-5));
+            assert_eq!(target_ids(&request.targets), [id(100)]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(app.mode, Mode::Normal);
+
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(press(&mut app, KeyCode::Enter), Effect::Redraw, "empty");
+    assert!(matches!(app.mode, Mode::NiceInput { error: Some(_), .. }));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Normal);
+}
+
+#[test]
+fn the_signal_menu_leads_to_a_confirmation() {
+    let mut app = app();
+    select(&mut app, 300);
+    press(&mut app, KeyCode::F(9));
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Down);
+    assert!(matches!(app.mode, Mode::SignalMenu { selected: 2, .. }));
+    press(&mut app, KeyCode::Char('6'));
+    assert!(matches!(app.mode, Mode::SignalMenu { selected: 5, .. }));
+    press(&mut app, KeyCode::Enter);
+    let Mode::Confirm { signal, targets } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(*signal, Signal::Cont);
+    assert_eq!(target_ids(targets), [id(300)]);
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::F(9));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Normal);
+}
+
+#[test]
+fn sort_menu_stepping_and_reverse() {
+    let mut app = app();
+    press(&mut app, KeyCode::F(6));
+    assert_eq!(app.mode, Mode::SortMenu { selected: 2 }, "starts on GPU");
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.settings.sort, SortKey::GpuMemory);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(pids(&app), [100, 200, 300, 400], "ascending, unknown last");
+    press(&mut app, KeyCode::Char('r'));
+    assert!(app.settings.reverse);
+    assert_eq!(pids(&app), [300, 200, 100, 400]);
+    press(&mut app, KeyCode::Char('<'));
+    assert_eq!(app.settings.sort, SortKey::Gpu);
+    press(&mut app, KeyCode::Char('<'));
+    press(&mut app, KeyCode::Char('r'));
+    assert_eq!(app.settings.sort, SortKey::User);
+    assert_eq!(pids(&app), [100, 200, 300, 400]);
+    press(&mut app, KeyCode::Char('>'));
+    assert_eq!(app.settings.sort, SortKey::Gpu);
+}
+
+#[test]
+fn the_selection_follows_its_process_across_refreshes() {
+    let mut app = app();
+    select(&mut app, 200);
+    let mut next = snapshot();
+    next.processes
+        .insert(0, gpu_process(50, 0, "dave", "python new.py"));
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(selected_pid(&app), Some(200));
+    assert_eq!(app.view.selected, 3);
+
+    // The process exits: the selection stays at its place, on a row that exists.
+    let mut gone = snapshot();
+    gone.processes.retain(|p| p.pid != 200);
+    app.on_snapshot(Arc::new(gone));
+    assert_eq!(app.view.selected, 2);
+    assert_eq!(selected_pid(&app), Some(400));
+}
+
+#[test]
+fn tags_of_exited_or_reused_pids_are_dropped() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char(' '));
+    press(&mut app, KeyCode::Char(' '));
+    assert_eq!(app.tags.len(), 2);
+    let mut next = snapshot();
+    next.processes[0].start_ticks = Some(1); // pid 100 now names another process
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(app.tags.iter().copied().collect::<Vec<_>>(), [id(300)]);
+}
+
+fn host(pid: u32, ppid: u32, comm: &str) -> HostProcess {
+    HostProcess {
+        pid,
+        ppid,
+        start_ticks: u64::from(pid) * 7,
+        user: Some("alice".to_string()),
+        comm: comm.to_string(),
+        command: Some(comm.to_string()),
+        state: 'S',
+        ..HostProcess::default()
+    }
+}
+
+#[test]
+fn the_tree_asks_for_the_process_table_and_acts_on_children() {
+    let mut app = app();
+    assert!(!app.want_process_table.load(Ordering::Relaxed));
+    press(&mut app, KeyCode::Char('t'));
+    assert!(app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(pids(&app), [100, 200, 300, 400], "GPU rows until the table comes");
+
+    let mut next = snapshot();
+    next.host_processes = vec![
+        host(90, 1, "torchrun"),
+        host(100, 90, "python"),
+        host(110, 100, "pt_data_worker"),
+        host(200, 90, "python"),
+        host(300, 1, "python"),
+    ];
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(pids(&app), [90, 100, 110, 200, 300, 400]);
+    select(&mut app, 110);
+    press(&mut app, KeyCode::Char('K'));
+    let Mode::Confirm { targets, .. } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(target_ids(targets), [id(110)]);
+    assert_eq!(targets[0].command.as_deref(), Some("pt_data_worker"));
+    press(&mut app, KeyCode::Esc);
+
+    press(&mut app, KeyCode::Char('t'));
+    assert!(!app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(pids(&app), [100, 300, 200, 400]);
+}
+
+#[test]
+fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
+    let mut app = app();
+    app.set_screen(Rect::new(0, 0, 100, 30));
+    let ui::layout::Plan::Screen(areas) = ui::layout::plan(app.view.screen, &app) else {
+        panic!("screen too small");
+    };
+    let table = areas.processes;
+    let click = |row: u16| MouseEvent {
+        kind: MouseEventKind::Down(crossterm::event::MouseButton::Left),
+        column: table.x + 10,
+        row,
+        modifiers: KeyModifiers::NONE,
+    };
+    assert_eq!(app.on_mouse(click(table.y + 3)), Effect::Redraw);
+    assert_eq!(selected_pid(&app), Some(200));
+    assert_eq!(app.on_mouse(click(table.y)), Effect::None, "the header");
+    assert_eq!(app.on_mouse(click(table.y + 4 + 1)), Effect::None, "no row");
+    assert_eq!(selected_pid(&app), Some(200));
+    let wheel = MouseEvent {
+        kind: MouseEventKind::ScrollDown,
+        ..click(0)
+    };
+    app.on_mouse(wheel);
+    assert_eq!(selected_pid(&app), Some(400));
+}
+
+#[test]
+fn page_keys_move_by_the_tables_height() {
+    let mut app = App::new(1.0, true, false);
+    let mut many = snapshot();
+    many.processes = (0..40)
+        .map(|k| gpu_process(1000 + k, 0, "u", "python"))
+        .collect();
+    app.on_snapshot(Arc::new(many));
+    app.set_screen(Rect::new(0, 0, 100, 30));
+    let page = app.view.page_rows;
+    assert!(page > 3, "{page}");
+    press(&mut app, KeyCode::PageDown);
+    assert_eq!(app.view.selected, page);
+    press(&mut app, KeyCode::End);
+    assert_eq!(selected_pid(&app), Some(1039));
+    press(&mut app, KeyCode::PageUp);
+    assert_eq!(app.view.selected, 39 - page);
+}
+
+#[test]
+fn help_esc_and_quit_keys() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('?'));
+    assert!(app.view.show_help);
+    assert_eq!(press(&mut app, KeyCode::Char('K')), Effect::None, "help has the keys");
+    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw);
+    assert!(!app.view.show_help);
+    press(&mut app, KeyCode::Char('h'));
+    assert!(app.view.show_help);
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('/'));
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(app.on_key(ctrl_c), Effect::Quit, "even while typing");
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw, "typed");
+}
+
+#[test]
+fn an_action_report_becomes_the_status_sentence() {
+    let mut app = app();
+    let report = ActionReport {
+        request: ActionRequest {
+            action: Action::Signal(Signal::Term),
+            targets: vec![ActionTarget {
+                identity: id(100),
+                user: None,
+                command: Some("python train.py".to_string()),
+            }],
+        },
+        results: vec![Ok(None)],
+    };
+    app.on_action_done(&report);
+    assert_eq!(
+        app.status.as_deref(),
+        Some("sent SIGTERM to 100 (python train.py)")
+    );
+}

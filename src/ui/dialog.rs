@@ -1,0 +1,239 @@
+//! The dialogs of [`Mode`]: the confirmation before a signal, the F9 signal menu, the `n` nice
+//! prompt and the F6 sort menu, each a centred popup drawn over the panels. The `/` filter
+//! prompt lives in the status line instead (see [`super::status`]), so the rows it filters stay
+//! in sight.
+
+use ratatui::{
+    layout::Rect,
+    style::Style,
+    text::{Line, Span},
+    widgets::{Block, Borders, Clear, Paragraph},
+    Frame,
+};
+
+use crate::actions::{Signal, NICE_MAX, NICE_MIN};
+use crate::app::{ActionTarget, App, Mode};
+use crate::model::filter::SortKey;
+
+use super::format::{self, NA};
+use super::theme::Theme;
+
+/// Targets listed by name in a dialog; the rest are counted.
+const LISTED_TARGETS: usize = 8;
+const MAX_WIDTH: u16 = 76;
+
+pub fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
+    match &app.mode {
+        Mode::Confirm { signal, targets } => confirm(frame, screen, *signal, targets, theme),
+        Mode::SignalMenu { selected, targets } => {
+            signal_menu(frame, screen, *selected, targets, theme)
+        }
+        Mode::NiceInput {
+            text,
+            error,
+            targets,
+            current,
+        } => nice_input(frame, screen, text, error.as_deref(), targets, *current, theme),
+        Mode::SortMenu { selected } => sort_menu(frame, screen, app, *selected, theme),
+        Mode::Normal | Mode::Filter => {}
+    }
+}
+
+fn confirm(frame: &mut Frame, screen: Rect, signal: Signal, targets: &[ActionTarget], theme: Theme) {
+    let question = match targets.len() {
+        1 => format!("Send {signal} to this process?"),
+        n => format!("Send {signal} to these {n} processes?"),
+    };
+    let mut lines = vec![Line::styled(question, theme.warn()), Line::raw("")];
+    lines.extend(target_table(targets, theme));
+    let popup = Popup {
+        title: format!(" {signal} "),
+        hint: " y or Enter: send   n or Esc: cancel ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+fn signal_menu(
+    frame: &mut Frame,
+    screen: Rect,
+    selected: usize,
+    targets: &[ActionTarget],
+    theme: Theme,
+) {
+    let mut lines: Vec<Line> = Signal::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, signal)| {
+            let text = format!(
+                " {}  {:<8}{:>3}  {}",
+                i + 1,
+                signal.name(),
+                signal.number(),
+                meaning(*signal)
+            );
+            let style = if i == selected {
+                theme.selected()
+            } else {
+                Style::new()
+            };
+            Line::styled(text, style)
+        })
+        .collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(format!("to {}", who(targets)), theme.label()));
+    let popup = Popup {
+        title: " Send a signal ".to_string(),
+        hint: " 1-8 or arrows, Enter: choose   Esc: close ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+fn meaning(signal: Signal) -> &'static str {
+    match signal {
+        Signal::Term => "ask it to end",
+        Signal::Kill => "end it at once",
+        Signal::Int => "interrupt, as Ctrl-C",
+        Signal::Hup => "hang up",
+        Signal::Stop => "pause it",
+        Signal::Cont => "resume it",
+        Signal::Usr1 => "user signal 1",
+        Signal::Usr2 => "user signal 2",
+    }
+}
+
+fn nice_input(
+    frame: &mut Frame,
+    screen: Rect,
+    text: &str,
+    error: Option<&str>,
+    targets: &[ActionTarget],
+    current: Option<i32>,
+    theme: Theme,
+) {
+    let mut lines = vec![Line::styled(format!("for {}", who(targets)), theme.label())];
+    if let Some(current) = current {
+        lines.push(Line::raw(format!("now: {current}")));
+    }
+    lines.push(Line::from(vec![
+        Span::raw(format!("new value ({NICE_MIN} to {NICE_MAX}): ")),
+        Span::styled(format!("{text}_"), theme.selected()),
+    ]));
+    if let Some(error) = error {
+        lines.push(Line::styled(error.to_string(), theme.critical()));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        "lower is more CPU; going below the current value needs root",
+        theme.dim(),
+    ));
+    let popup = Popup {
+        title: " Nice value ".to_string(),
+        hint: " Enter: set   Esc: cancel ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+fn sort_menu(frame: &mut Frame, screen: Rect, app: &App, selected: usize, theme: Theme) {
+    let mut lines: Vec<Line> = SortKey::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let current = if *key == app.settings.sort {
+                "  (now)"
+            } else {
+                ""
+            };
+            let style = if i == selected {
+                theme.selected()
+            } else {
+                Style::new()
+            };
+            Line::styled(format!(" {:<10}{current}", key.label()), style)
+        })
+        .collect();
+    let order = if app.settings.reverse {
+        "descending ▼"
+    } else {
+        "ascending ▲"
+    };
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(format!("order: {order} (r reverses)"), theme.label()));
+    if app.settings.tree {
+        lines.push(Line::styled("the tree view keeps its own order", theme.dim()));
+    }
+    let popup = Popup {
+        title: " Sort by ".to_string(),
+        hint: " Enter: sort   r: reverse   Esc: close ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+/// "1234 (python3 train.py)" for one target, "3 processes" for several.
+fn who(targets: &[ActionTarget]) -> String {
+    match targets {
+        [one] => one.label(),
+        many => format!("{} processes", many.len()),
+    }
+}
+
+/// PID, USER and COMMAND of each target, the command cut to the dialog's width.
+fn target_table(targets: &[ActionTarget], theme: Theme) -> Vec<Line<'static>> {
+    let command_width = usize::from(MAX_WIDTH) - 4 - 8 - 10;
+    let mut lines = vec![Line::styled(
+        format!("{:>7}  {:<8}  COMMAND", "PID", "USER"),
+        theme.label(),
+    )];
+    for target in targets.iter().take(LISTED_TARGETS) {
+        lines.push(Line::raw(format!(
+            "{:>7}  {:<8}  {}",
+            target.pid(),
+            format::truncate(target.user.as_deref().unwrap_or(NA), 8),
+            format::truncate(target.command.as_deref().unwrap_or(NA), command_width)
+        )));
+    }
+    if targets.len() > LISTED_TARGETS {
+        lines.push(Line::styled(
+            format!("… and {} more", targets.len() - LISTED_TARGETS),
+            theme.dim(),
+        ));
+    }
+    lines
+}
+
+/// A bordered box centred on the screen, sized to its lines.
+struct Popup {
+    title: String,
+    hint: &'static str,
+}
+
+impl Popup {
+    fn draw(&self, frame: &mut Frame, screen: Rect, lines: Vec<Line<'_>>) {
+        let widest = lines
+            .iter()
+            .map(Line::width)
+            .chain([self.title.chars().count(), self.hint.chars().count()])
+            .max()
+            .unwrap_or(0);
+        let width = (widest as u16 + 4).min(MAX_WIDTH).min(screen.width);
+        let height = (lines.len() as u16 + 2).min(screen.height);
+        let area = centred(screen, width, height);
+        let block = Block::default()
+            .borders(Borders::ALL)
+            .title(self.title.clone())
+            .title_bottom(self.hint);
+        frame.render_widget(Clear, area);
+        frame.render_widget(
+            Paragraph::new(lines).block(block.padding(ratatui::widgets::Padding::horizontal(1))),
+            area,
+        );
+    }
+}
+
+fn centred(screen: Rect, width: u16, height: u16) -> Rect {
+    Rect::new(
+        screen.x + (screen.width - width) / 2,
+        screen.y + (screen.height - height) / 2,
+        width,
+        height,
+    )
+}
