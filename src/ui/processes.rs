@@ -186,18 +186,15 @@ fn header(app: &App, count: usize) -> Vec<Cell<'static>> {
     ]
 }
 
-/// "(64 rows)", "(3 of 64 rows, filter "train")", "(tree, 12 rows)".
+/// "(64 rows)", "(2 of 64)" under a filter, "(tree, 12 rows)". The filter text and the
+/// tag count are in the status line, which has the room.
 fn row_summary(app: &App, shown: usize) -> String {
     let tree = if app.settings.tree { "tree, " } else { "" };
-    let filter = app.settings.filter.trim();
-    let tags = match app.tags.len() {
-        0 => String::new(),
-        n => format!(", {n} tagged"),
-    };
-    if filter.is_empty() {
-        format!("({tree}{shown} rows{tags})")
+    if app.settings.filter.trim().is_empty() {
+        format!("({tree}{shown} rows)")
     } else {
-        format!("({tree}{shown} match \"{filter}\"{tags})")
+        let total = app.snapshot.processes.len();
+        format!("({tree}{shown} of {total})")
     }
 }
 

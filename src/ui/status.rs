@@ -1,5 +1,5 @@
-//! The bottom line: the `/` filter prompt while it is typed, else the outcome of the last
-//! action and key hints; a READ-ONLY badge at the right.
+//! The bottom line: the `/` filter prompt while it is typed; else the kept filter and the tag
+//! count, the outcome of the last action, and key hints; a READ-ONLY badge at the right.
 
 use ratatui::{
     layout::Rect,
@@ -46,6 +46,16 @@ fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
 
 fn outcome_and_hints(app: &App, theme: Theme) -> Line<'static> {
     let mut spans = Vec::new();
+    let filter = app.settings.filter.trim();
+    if !filter.is_empty() {
+        spans.push(Span::styled(format!(" filter \"{filter}\" "), theme.selected()));
+        spans.push(Span::raw(" "));
+    }
+    if !app.tags.is_empty() {
+        let tagged = format!(" {} tagged ", app.tags.len());
+        spans.push(Span::styled(tagged, theme.tagged()));
+        spans.push(Span::raw(" "));
+    }
     if let Some(status) = &app.status {
         spans.push(Span::styled(format!(" {status} "), theme.warn()));
         spans.push(Span::raw(" "));

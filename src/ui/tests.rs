@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ratatui::{backend::TestBackend, buffer::Buffer, style::Color, Terminal};
 
-use crate::app::App;
+use crate::app::{App, Mode};
 use crate::model::{
     DeviceAllocatorStats, DriverInfo, GpuProcess, GpuSample, GpuState, HostSnapshot, LoadAverage,
     MemoryInfo, ProcessKind, Severity, Snapshot, Subject, SwapInfo, TorchInfo, VmSettings, Warning,
@@ -536,13 +536,15 @@ fn selection_scrolls_into_view_and_is_highlighted() {
     for _ in 0..50 {
         app.view.select_next(64);
     }
+    let pid = app.rows()[50].pid.to_string();
+    let first = app.rows()[0].pid.to_string();
     let buffer = render(&app, 80, 24);
     let s = text(&buffer);
-    let row = row_of(&s, "20050") as u16;
+    let row = row_of(&s, &pid) as u16;
     assert_eq!(buffer[(3, row)].bg, Color::Blue, "{s}");
-    assert!(!s.contains("20000 "), "first rows scrolled away:\n{s}");
+    assert!(!s.contains(&format!("{first} ")), "first rows scrolled away:\n{s}");
     let last = s.lines().nth(22).unwrap();
-    assert!(last.contains("20050"), "selection at the bottom edge:\n{s}");
+    assert!(last.contains(&pid), "selection at the bottom edge:\n{s}");
 }
 
 #[test]
@@ -550,11 +552,13 @@ fn hidden_processes_stay_listed() {
     let mut hidden = GpuProcess::new(777_777, 0, ProcessKind::Both);
     hidden.gpu_memory_bytes = Some(2 * GIB);
     let app = app_with(snapshot_with(vec![gpu(0, 0)], vec![hidden]));
-    let s = screen(&app, 80, 24);
+    let s = screen(&app, 100, 24);
     let line = line_with(&s, "777777");
     assert!(line.contains("not visible here"), "{line}");
-    assert!(line.contains("C+G"));
+    assert!(line.contains("C+G"), "TYPE shows from 100 columns: {line}");
     assert!(line.contains("2.0G"));
+    let narrow = screen(&app, 80, 24);
+    assert!(line_with(&narrow, "777777").contains("not visible here"));
 }
 
 #[test]
@@ -612,7 +616,8 @@ fn help_overlay_lists_the_keys() {
         "T K I",
         "F9",
         "F7 F8",
-        "F6 r",
+        "F6 < > r",
+        "Space U",
         "/",
         "READ-ONLY",
     ] {
@@ -647,4 +652,169 @@ fn history_puts_the_newest_sample_at_the_right() {
     assert_eq!(spark[57], '▅', "{s}");
     assert!(spark[..57].iter().all(|c| *c == ' '), "{s}");
     assert!(util.iter().collect::<String>().ends_with("100%"));
+}
+
+// ---- dialogs, filter prompt, tree ---------------------------------------------------------
+
+/// An app that knows its screen, as the event loop tells it before each frame.
+fn sized(mut app: App, width: u16, height: u16) -> App {
+    app.set_screen(ratatui::layout::Rect::new(0, 0, width, height));
+    app
+}
+
+fn key(app: &mut App, code: crossterm::event::KeyCode) {
+    app.on_key(crossterm::event::KeyEvent::new(
+        code,
+        crossterm::event::KeyModifiers::NONE,
+    ));
+}
+
+fn type_keys(app: &mut App, text: &str) {
+    for c in text.chars() {
+        key(app, crossterm::event::KeyCode::Char(c));
+    }
+}
+
+#[test]
+fn confirm_dialog_names_pid_user_and_command_of_each_target() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(2, 2, 0)), 80, 24);
+    key(&mut app, KeyCode::Char(' '));
+    key(&mut app, KeyCode::Char(' '));
+    key(&mut app, KeyCode::Char('K'));
+    assert!(matches!(app.mode, Mode::Confirm { .. }), "{:?}", app.mode);
+    let s = screen(&app, 80, 24);
+    insta::assert_snapshot!("confirm_kill_80x24", s);
+    assert!(s.contains("Send SIGKILL to these 2 processes?"), "{s}");
+    let first = line_with(&s, "20000  alice");
+    assert!(first.contains("/usr/bin/python3 train.py"), "{first}");
+    assert!(s.contains("20002  carol"), "{s}");
+    assert!(s.contains("y or Enter: send"), "{s}");
+    let last = s.lines().last().unwrap();
+    assert!(last.starts_with(" 2 tagged "), "the status line counts tags:\n{s}");
+}
+
+#[test]
+fn tagged_rows_carry_a_marker() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(1, 3, 0)), 80, 24);
+    key(&mut app, KeyCode::Char(' '));
+    let s = screen(&app, 80, 24);
+    assert!(line_with(&s, "20000").starts_with("*  20000"), "{s}");
+    assert!(line_with(&s, "20001").starts_with("   20001"), "{s}");
+}
+
+#[test]
+fn signal_menu_lists_every_signal_with_the_choice_highlighted() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(1, 3, 0)), 80, 24);
+    key(&mut app, KeyCode::F(9));
+    key(&mut app, KeyCode::Down);
+    let buffer = render(&app, 80, 24);
+    let s = text(&buffer);
+    insta::assert_snapshot!("signal_menu_80x24", s);
+    let names = [
+        "SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGSTOP", "SIGCONT", "SIGUSR1", "SIGUSR2",
+    ];
+    let rows: Vec<usize> = names.iter().map(|n| row_of(&s, n)).collect();
+    assert!(rows.windows(2).all(|w| w[0] + 1 == w[1]), "{s}");
+    let kill_row = rows[1] as u16;
+    let x = line_with(&s, "SIGKILL").find("SIGKILL").unwrap() as u16;
+    assert_eq!(buffer[(x, kill_row)].bg, Color::Blue, "SIGKILL is the choice");
+    assert!(s.contains("to 20000 (/usr/bin/python3"), "{s}");
+}
+
+#[test]
+fn nice_and_sort_dialogs_draw() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(1, 3, 0)), 80, 24);
+    key(&mut app, KeyCode::Char('n'));
+    type_keys(&mut app, "30");
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("new value (-20 to 19): 30_"), "{s}");
+    assert!(s.contains("nice value 30 is out of range"), "{s}");
+    assert!(s.contains("now: 0"), "{s}");
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::F(6));
+    key(&mut app, KeyCode::Down);
+    let s = screen(&app, 80, 24);
+    let now = line_with(&s, "(now)");
+    assert!(now.contains(" GPU ") && !now.contains("GPU MEM"), "{s}");
+    assert!(s.contains("order: ascending"), "{s}");
+    key(&mut app, KeyCode::Enter);
+    key(&mut app, KeyCode::Char('r'));
+    let s = screen(&app, 80, 24);
+    assert!(line_with(&s, "COMMAND").contains("GPU-MEM▼"), "{s}");
+    assert!(!line_with(&s, "COMMAND").contains("GPU▲"), "{s}");
+}
+
+#[test]
+fn filter_prompt_in_the_status_line_and_the_rows_it_keeps() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(2, 4, 0)), 80, 24);
+    key(&mut app, KeyCode::Char('/'));
+    type_keys(&mut app, "carol");
+    let s = screen(&app, 80, 24);
+    insta::assert_snapshot!("filter_prompt_80x24", s);
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("filter: carol_"), "{last}");
+    assert!(last.contains("2 rows"), "{last}");
+    assert!(line_with(&s, "COMMAND").contains("(2 of 8)"), "{s}");
+    assert!(s.contains("20002 carol") && s.contains("20006 carol"), "{s}");
+    assert!(!s.contains("alice"), "{s}");
+    type_keys(&mut app, "zzz");
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("no process matches \"carolzzz\""), "{s}");
+    key(&mut app, KeyCode::Backspace);
+    key(&mut app, KeyCode::Backspace);
+    key(&mut app, KeyCode::Backspace);
+    key(&mut app, KeyCode::Enter);
+    let kept = screen(&app, 80, 24);
+    let last = kept.lines().last().unwrap();
+    assert!(last.starts_with(" filter \"carol\" "), "{last}");
+    assert!(line_with(&kept, "20002").contains("carol"), "{kept}");
+}
+
+fn host_process(pid: u32, ppid: u32, comm: &str) -> crate::model::HostProcess {
+    crate::model::HostProcess {
+        pid,
+        ppid,
+        start_ticks: 100_000 + u64::from(pid),
+        user: Some("alice".to_string()),
+        comm: comm.to_string(),
+        command: Some(comm.to_string()),
+        state: 'S',
+        cpu_percent: Some(12.5),
+        rss_bytes: Some(GIB),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn tree_view_draws_parents_and_workers_with_guides() {
+    use crossterm::event::KeyCode;
+    let mut snapshot = busy_snapshot(2, 1, 0);
+    snapshot.processes[0].pid = 200;
+    snapshot.processes[1].pid = 300;
+    snapshot.host_processes = vec![
+        host_process(100, 1, "torchrun --nproc-per-node 2 train.py"),
+        host_process(200, 100, "python train.py"),
+        host_process(300, 100, "python train.py"),
+        host_process(210, 200, "pt_data_worker"),
+        host_process(211, 200, "pt_data_worker"),
+    ];
+    let mut app = sized(app_with(snapshot), 100, 24);
+    key(&mut app, KeyCode::Char('t'));
+    let s = screen(&app, 100, 24);
+    insta::assert_snapshot!("tree_100x24", s);
+    assert!(line_with(&s, "COMMAND").contains("(tree, 5 rows)"), "{s}");
+    let launcher = line_with(&s, "torchrun");
+    assert!(launcher.contains(" - "), "no GPU on the launcher: {launcher}");
+    assert!(line_with(&s, " 210 ").contains("│  ├─ pt_data_worker"), "{s}");
+    assert!(line_with(&s, " 211 ").contains("│  └─ pt_data_worker"), "{s}");
+    let rank = line_with(&s, "  300 ");
+    assert!(rank.contains("└─ [torch") || rank.contains("└─ /usr/bin/python3"), "{rank}");
+    assert!(rank.contains("9.0G"), "GPU rows keep their figures: {rank}");
+    assert!(row_of(&s, "torchrun") < row_of(&s, " 210 "));
 }
