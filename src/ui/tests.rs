@@ -127,7 +127,7 @@ fn snapshot_with(gpus: Vec<GpuSample>, processes: Vec<GpuProcess>) -> Snapshot {
         host: host(),
         gpus,
         processes,
-        warnings: Vec::new(),
+        ..Default::default()
     }
 }
 
