@@ -785,6 +785,46 @@ pcie_rx_kbs = { fn = "noise", mean = 1000, amplitude = 100 }
         assert_eq!(parse_bus_id("nonsense"), None);
     }
 
+    /// Replaces `{{pid:N}}` with 1000 + N, as the tests' template helper would with real pids.
+    fn with_pids(template: &str) -> String {
+        let mut out = String::new();
+        let mut rest = template;
+        while let Some(start) = rest.find("{{pid:") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 6..];
+            let end = after.find("}}").unwrap();
+            out.push_str(&(1000 + after[..end].parse::<u32>().unwrap()).to_string());
+            rest = &after[end + 2..];
+        }
+        out + rest
+    }
+
+    #[test]
+    fn every_fixture_parses_except_the_bad_one() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            let text = with_pids(&std::fs::read_to_string(&path).unwrap());
+            let parsed = Scenario::parse(&text);
+            if path.ends_with("bad_scenario.toml") {
+                let err = parsed.unwrap_err();
+                assert!(err.starts_with("line 7:"), "{err}");
+            } else {
+                parsed.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
+            checked += 1;
+        }
+        assert!(
+            checked >= 10,
+            "only {checked} fixtures found in {}",
+            dir.display()
+        );
+    }
+
     #[test]
     fn default_machine_has_one_gpu() {
         assert_eq!(Scenario::default_machine().gpus.len(), 1);

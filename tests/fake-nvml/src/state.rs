@@ -29,7 +29,7 @@ struct Runtime {
 
 struct WatchedFile {
     path: PathBuf,
-    stamp: Option<(SystemTime, u64)>,
+    stamp: Option<FileStamp>,
     last_check: Instant,
 }
 
@@ -64,9 +64,14 @@ fn wall_clock_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-fn file_stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {
+/// What tells an edited scenario file apart: modification time, size, and inode (an editor or
+/// a test that writes aside and renames gives a new inode).
+type FileStamp = (SystemTime, u64, u64);
+
+fn file_stamp(path: &PathBuf) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
 /// `nvmlInit*`: reads the scenario named by the environment, resets t to 0 and counts one more
