@@ -45,6 +45,14 @@ fn init(scenario: &ScenarioFile) -> Nvml {
     init_with(Some(scenario.path())).expect("the fake library initializes")
 }
 
+/// The error of an init that must fail.
+fn init_error(scenario: &Path) -> NvmlError {
+    match init_with(Some(scenario)) {
+        Ok(_) => panic!("init with {} must fail", scenario.display()),
+        Err(e) => e,
+    }
+}
+
 /// The library's own `nvmlErrorString` for `code`.
 fn error_string(code: u32) -> String {
     // SAFETY: the fake library is loaded already; nvmlErrorString returns a static C string.
@@ -187,6 +195,30 @@ temperature_c = { fn = "square", low = 40, high = 80, period_s = 0.6 }
         seen_high && seen_low,
         "the square wave moved between its levels"
     );
+}
+
+#[test]
+fn wall_time_origin_gives_every_process_the_same_values() {
+    let _guard = serialized();
+    let scenario = ScenarioFile::new(
+        "[system]\ntime_origin = \"wall\"\n[[gpu]]\n\
+         utilization_gpu = { fn = \"ramp\", from = 0, to = 100, duration_s = 100, repeat = true }\n",
+    );
+    let nvml = init(&scenario);
+    let got = f64::from(
+        nvml.device_by_index(0)
+            .unwrap()
+            .utilization_rates()
+            .unwrap()
+            .gpu,
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let want = now % 100.0;
+    let distance = (got - want).abs().min(100.0 - (got - want).abs());
+    assert!(distance <= 1.5, "got {got}, the wall clock says {want}");
 }
 
 #[test]
@@ -430,9 +462,7 @@ fn process_utilization_samples_are_newer_than_last_seen() {
 fn bad_scenario_init_error_names_the_line() {
     let _guard = serialized();
     let scenario = ScenarioFile::new(&common::fake_nvml::fixture_text("bad_scenario.toml"));
-    let error = init_with(Some(scenario.path()))
-        .err()
-        .expect("init must fail");
+    let error = init_error(scenario.path());
     assert!(matches!(error, NvmlError::Unknown), "{error:?}");
     let sentence = error_string(999);
     assert!(
@@ -491,18 +521,14 @@ fn live_edit_of_scenario_is_picked_up() {
 fn init_failure_gives_the_scenario_code() {
     let _guard = serialized();
     let scenario = ScenarioFile::new(&common::fake_nvml::fixture_text("init_failure.toml"));
-    let error = init_with(Some(scenario.path()))
-        .err()
-        .expect("init must fail");
+    let error = init_error(scenario.path());
     assert!(matches!(error, NvmlError::DriverNotLoaded), "{error:?}");
     assert_eq!(error_string(9), "Driver Not Loaded");
 
     let custom = ScenarioFile::new(
         "[init]\nfail = \"NO_PERMISSION\"\nmessage = \"no access to /dev/nvidiactl\"\n",
     );
-    let error = init_with(Some(custom.path()))
-        .err()
-        .expect("init must fail");
+    let error = init_error(custom.path());
     assert!(matches!(error, NvmlError::NoPermission), "{error:?}");
     assert_eq!(error_string(4), "no access to /dev/nvidiactl");
 }

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
-use crate::scenario::{Field, ProcessSpec};
+use crate::scenario::{Field, ProcessSpec, TimeOrigin};
 use crate::state::{self, DeviceView};
 
 fn guard(f: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
@@ -432,6 +432,14 @@ export! {
             }
         })
     }
+    /// Windows driver model (WDDM/TCC): not supported on Linux, as the real library answers.
+    fn nvmlDeviceGetDriverModel(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
+        driver_model(device, current, pending)
+    }
+    /// Windows driver model (WDDM/TCC): not supported on Linux, as the real library answers.
+    fn nvmlDeviceGetDriverModel_v2(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) {
+        driver_model(device, current, pending)
+    }
     /// Whether a display is active on the GPU.
     fn nvmlDeviceGetDisplayActive(device: nvmlDevice_t, isActive: *mut c_uint) {
         state::device_call(device, Field::Display, |v| {
@@ -444,6 +452,13 @@ export! {
             put(display, c_uint::from(v.gpu().display_active))
         })
     }
+}
+
+fn driver_model(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+    if current.is_null() || pending.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    state::device_call(device, Field::Display, |_| NVML_ERROR_NOT_SUPPORTED)
 }
 
 fn handle_by_index(index: c_uint, device: *mut nvmlDevice_t) -> nvmlReturn_t {
@@ -646,7 +661,11 @@ fn process_samples(
     let g = v.gpu();
     let tick = (v.t / g.sample_interval_s).floor();
     let sample_t = tick * g.sample_interval_s;
-    let timestamp = v.started_wall_us + (sample_t * 1e6) as u64;
+    let origin_us = match v.scenario.system.time_origin {
+        TimeOrigin::Init => v.started_wall_us,
+        TimeOrigin::Wall => 0,
+    };
+    let timestamp = origin_us + (sample_t * 1e6) as u64;
     if timestamp <= last_seen {
         // SAFETY: count was checked non-null by the exported caller.
         unsafe { *count = 0 };

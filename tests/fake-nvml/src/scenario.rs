@@ -32,6 +32,20 @@ pub struct System {
     pub nvml_version: String,
     /// CUDA driver version as NVML encodes it: 1000 * major + 10 * minor (12040 = 12.4).
     pub cuda_driver_version: i32,
+    /// What t counts from.
+    pub time_origin: TimeOrigin,
+}
+
+/// What t (the argument of every metric function) counts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeOrigin {
+    /// Seconds since this process's last `nvmlInit`.
+    #[default]
+    Init,
+    /// Seconds since the Unix epoch: separate processes (torchtop, nvtop, nvitop side by side)
+    /// see the same values at the same moment.
+    Wall,
 }
 
 impl Default for System {
@@ -40,6 +54,7 @@ impl Default for System {
             driver_version: "550.54.15".into(),
             nvml_version: "12.550.54.15".into(),
             cuda_driver_version: 12040,
+            time_origin: TimeOrigin::Init,
         }
     }
 }
@@ -768,6 +783,17 @@ pcie_rx_kbs = { fn = "noise", mean = 1000, amplitude = 100 }
             err.starts_with("line 2:") && err.contains("colour"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn time_origin_is_init_unless_wall() {
+        assert_eq!(
+            Scenario::parse("").unwrap().system.time_origin,
+            TimeOrigin::Init
+        );
+        let s = Scenario::parse("[system]\ntime_origin = \"wall\"\n").unwrap();
+        assert_eq!(s.system.time_origin, TimeOrigin::Wall);
+        assert!(Scenario::parse("[system]\ntime_origin = \"boot\"\n").is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::abi::{self, nvmlDevice_t, nvmlReturn_t};
-use crate::scenario::{Field, GpuSpec, Scenario, MAX_GPUS};
+use crate::scenario::{Field, GpuSpec, Scenario, TimeOrigin, MAX_GPUS};
 
 /// Names the scenario file; read again by every init call.
 pub const SCENARIO_ENV: &str = "TORCHTOP_FAKE_NVML_SCENARIO";
@@ -156,7 +156,10 @@ pub fn error_string(code: nvmlReturn_t) -> &'static CStr {
 
 impl Runtime {
     fn t(&self) -> f64 {
-        self.started.elapsed().as_secs_f64()
+        match self.scenario.system.time_origin {
+            TimeOrigin::Init => self.started.elapsed().as_secs_f64(),
+            TimeOrigin::Wall => wall_clock_us() as f64 / 1e6,
+        }
     }
 
     /// Re-reads the scenario file when its stamp changed. A file that does not parse leaves the
