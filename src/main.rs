@@ -68,10 +68,23 @@ fn print_once(
 
 fn run_command(command: &Command) -> ExitCode {
     match command {
-        Command::Run { .. } | Command::Attach { .. } => {
-            eprintln!("torchtop: this command is not available in this build yet");
-            ExitCode::FAILURE
-        }
+        Command::Run { command } => match torchtop::launch::run(command) {
+            Ok(never) => match never {},
+            Err(error) => {
+                eprintln!("torchtop run: {error}");
+                ExitCode::from(127)
+            }
+        },
+        Command::Attach { pid } => match torchtop::launch::attach(*pid) {
+            Ok(message) => {
+                println!("{message}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("torchtop attach: {error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -381,6 +381,8 @@ pub struct AgentHub {
     conns: HashMap<u32, Connection>,
     retry_at: HashMap<u32, Instant>,
     log: VecDeque<String>,
+    /// Lines ever logged, so a reader can tell which are new after the ring dropped old ones.
+    log_total: usize,
     replies: Vec<(u32, AgentReply)>,
     events: Vec<(u32, AgentEvent)>,
     last_dir_problem: Option<String>,
@@ -394,6 +396,7 @@ impl AgentHub {
             conns: HashMap::new(),
             retry_at: HashMap::new(),
             log: VecDeque::new(),
+            log_total: 0,
             replies: Vec::new(),
             events: Vec::new(),
             last_dir_problem: None,
@@ -477,7 +480,13 @@ impl AgentHub {
         self.log.iter().cloned().collect()
     }
 
+    /// How many lines were ever logged.
+    pub fn log_total(&self) -> usize {
+        self.log_total
+    }
+
     fn push_log(&mut self, line: String) {
+        self.log_total += 1;
         if self.log.len() == LOG_CAPACITY {
             self.log.pop_front();
         }

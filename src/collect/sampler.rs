@@ -11,7 +11,7 @@
 //!
 //! Stuck threads are never joined: the process exits around them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -19,11 +19,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::agent::{AgentCommand, AgentHub};
 use super::gpu::{DeviceError, DeviceReading, GpuSource};
 use super::host::HostCollector;
 use crate::config::RulesConfig;
-use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState, Snapshot};
-use crate::rules::Engine;
+use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState, Snapshot, TorchInfo};
+use crate::rules::{torch_device_on, Engine};
 
 /// Builds the GPU source; runs on the driver thread because loading may block.
 pub type GpuLoader = Box<dyn FnOnce() -> Arc<dyn GpuSource> + Send>;
@@ -45,6 +46,15 @@ pub struct SamplerConfig {
     pub want_process_table: Arc<AtomicBool>,
     /// Thresholds and windows of the warning rules.
     pub rules: RulesConfig,
+    /// Where the agents inside training processes put their sockets.
+    pub agent_dir: PathBuf,
+}
+
+/// Something the UI asks of the sampler between ticks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SamplerRequest {
+    /// Send a command to the agent inside process `pid`.
+    Agent { pid: u32, command: AgentCommand },
 }
 
 impl SamplerConfig {
@@ -58,6 +68,7 @@ impl SamplerConfig {
             library_label,
             want_process_table: Arc::new(AtomicBool::new(false)),
             rules: RulesConfig::default(),
+            agent_dir: super::agent::default_socket_dir(),
         }
     }
 }
@@ -105,6 +116,10 @@ pub struct Sampler {
     next_generation: u64,
     host: HostCollector,
     rules: Engine,
+    agents: AgentHub,
+    /// Outcomes of agent commands and dropped agent connections, for the next snapshot.
+    notices: Vec<String>,
+    agent_log_seen: usize,
 }
 
 impl Sampler {
@@ -119,6 +134,7 @@ impl Sampler {
         let (results_tx, results_rx) = mpsc::channel();
         let host = HostCollector::new(config.proc_root.clone());
         let rules = Engine::new(config.rules.clone());
+        let agents = AgentHub::new(config.agent_dir.clone());
         let driver = DriverInfo {
             library: config.library_label.clone(),
             error: Some("loading the GPU library".into()),
@@ -138,6 +154,9 @@ impl Sampler {
             next_generation: 0,
             host,
             rules,
+            agents,
+            notices: Vec::new(),
+            agent_log_seen: 0,
         }
     }
 
@@ -152,12 +171,15 @@ impl Sampler {
         let host = self.host.sample_host();
         let mut processes = self.gpu_processes();
         self.host.join_processes(&mut processes);
+        let torch = self.agents.poll();
         let now = Instant::now();
         let mut snapshot = Snapshot::at(SystemTime::now());
         snapshot.driver = self.driver.clone();
         snapshot.host = host;
         snapshot.gpus = self.gpu_samples(now);
+        join_torch(&mut processes, &torch, &snapshot.gpus);
         snapshot.processes = processes;
+        snapshot.notices = self.take_notices();
         if self.config.want_process_table.load(Ordering::Relaxed) {
             snapshot.host_processes = self.host.process_table();
         }
@@ -171,6 +193,7 @@ impl Sampler {
         let started = Instant::now();
         let deadline = started + timeout;
         self.host.sample_host();
+        self.agents.poll();
         self.wait_for_driver(deadline);
         // In a single shot, whatever answered before the deadline is current.
         self.config.stale_after = timeout + cpu_window;
@@ -183,6 +206,7 @@ impl Sampler {
         thread::sleep(until.saturating_duration_since(primed));
         let host = self.host.sample_host();
         self.host.join_processes(&mut processes);
+        let torch = self.poll_agents_until_heard(deadline);
         let now = Instant::now();
         let mut snapshot = Snapshot::at(SystemTime::now());
         if self.driver_loaded_at.is_none() {
@@ -195,9 +219,52 @@ impl Sampler {
         snapshot.driver = self.driver.clone();
         snapshot.host = host;
         snapshot.gpus = self.gpu_samples(now);
+        join_torch(&mut processes, &torch, &snapshot.gpus);
         snapshot.processes = processes;
+        snapshot.notices = self.take_notices();
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot
+    }
+
+    /// Polls the agents until each connected one has sent stats, or the deadline passes.
+    fn poll_agents_until_heard(&mut self, deadline: Instant) -> HashMap<u32, TorchInfo> {
+        loop {
+            let torch = self.agents.poll();
+            let all_heard = torch.values().all(|info| info.age_seconds.is_some());
+            if all_heard || Instant::now() >= deadline {
+                return torch;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Carries out a request from the UI; its outcome shows in the next snapshot's notices.
+    pub fn handle(&mut self, request: SamplerRequest) {
+        match request {
+            SamplerRequest::Agent { pid, command } => {
+                let label = command_label(&command);
+                match self.agents.request(pid, command) {
+                    Ok(_) => self
+                        .notices
+                        .push(format!("asked the agent of {pid} for {label}")),
+                    Err(why) => self.notices.push(why),
+                }
+            }
+        }
+    }
+
+    fn take_notices(&mut self) -> Vec<String> {
+        for (pid, reply) in self.agents.take_replies() {
+            self.notices.push(describe_reply(pid, &reply));
+        }
+        // The log is a bounded ring: take the new lines from its end.
+        let log = self.agents.log();
+        let total = self.agents.log_total();
+        let fresh = total.saturating_sub(self.agent_log_seen).min(log.len());
+        self.agent_log_seen = total;
+        self.notices
+            .extend(log[log.len() - fresh..].iter().cloned());
+        std::mem::take(&mut self.notices)
     }
 
     fn wait_for_driver(&mut self, deadline: Instant) {
@@ -397,6 +464,45 @@ impl Sampler {
     }
 }
 
+/// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the
+/// memory outside PyTorch's allocator on that row's GPU.
+fn join_torch(processes: &mut [GpuProcess], torch: &HashMap<u32, TorchInfo>, gpus: &[GpuSample]) {
+    for process in processes.iter_mut() {
+        let Some(info) = torch.get(&process.pid) else {
+            continue;
+        };
+        process.torch = Some(info.clone());
+        let device = torch_device_on(process, gpus).map(|d| d.index);
+        let nvml_bytes = process.gpu_memory_bytes;
+        if let (Some(index), Some(info)) = (device, process.torch.as_mut()) {
+            if let Some(stats) = info.devices.iter_mut().find(|d| d.index == index) {
+                stats.non_pytorch_bytes = match (nvml_bytes, stats.reserved_bytes) {
+                    (Some(used), Some(reserved)) => Some(used.saturating_sub(reserved)),
+                    _ => None,
+                };
+            }
+        }
+    }
+}
+
+fn command_label(command: &AgentCommand) -> &'static str {
+    match command {
+        AgentCommand::SetInterval { .. } => "a new interval",
+        AgentCommand::ResetPeak => "a peak reset",
+        AgentCommand::Snapshot => "a memory snapshot",
+    }
+}
+
+fn describe_reply(pid: u32, reply: &super::agent::AgentReply) -> String {
+    let what = reply.cmd.as_deref().unwrap_or("command");
+    match (reply.ok, &reply.path, &reply.error) {
+        (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
+        (true, None, _) => format!("agent of {pid}: {what} done"),
+        (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
+        (false, _, None) => format!("agent of {pid}: {what} failed"),
+    }
+}
+
 fn round_tenths(seconds: f64) -> f64 {
     (seconds * 10.0).round() / 10.0
 }
@@ -424,11 +530,16 @@ fn run_driver_thread(loader: GpuLoader, events: Sender<DriverEvent>, counts: Rec
 }
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
-/// false.
-pub fn spawn_loop<F>(config: SamplerConfig, loader: GpuLoader, mut publish: F)
+/// false. Requests sent on the returned channel are carried out as they arrive, between ticks.
+pub fn spawn_loop<F>(
+    config: SamplerConfig,
+    loader: GpuLoader,
+    mut publish: F,
+) -> Sender<SamplerRequest>
 where
     F: FnMut(Snapshot) -> bool + Send + 'static,
 {
+    let (requests_tx, requests) = mpsc::channel();
     thread::Builder::new()
         .name("torchtop-sampler".into())
         .spawn(move || {
@@ -444,10 +555,15 @@ where
                 if next < now {
                     next = now;
                 }
-                thread::sleep(next - now);
+                while let Ok(request) =
+                    requests.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    sampler.handle(request);
+                }
             }
         })
         .expect("spawning a thread only fails when the OS is out of resources");
+    requests_tx
 }
 
 #[cfg(test)]

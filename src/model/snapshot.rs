@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<GpuProcess>,
     pub warnings: Vec<Warning>,
+    /// Outcomes of agent commands and other one-off news since the previous snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
     /// Every host process, only while the tree view asks for it (it costs a full /proc scan).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_processes: Vec<HostProcess>,

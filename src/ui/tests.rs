@@ -127,8 +127,7 @@ fn snapshot_with(gpus: Vec<GpuSample>, processes: Vec<GpuProcess>) -> Snapshot {
         host: host(),
         gpus,
         processes,
-        warnings: Vec::new(),
-        host_processes: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod fake_nvml;
 pub mod pty;
 
 use std::path::PathBuf;

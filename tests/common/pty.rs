@@ -137,3 +137,21 @@ impl PtySession {
         self.parser.lock().unwrap().screen().alternate_screen()
     }
 }
+
+#[allow(dead_code)]
+impl PtySession {
+    /// Whether any cell on screen has a foreground or background colour set.
+    pub fn any_colour_on_screen(&self) -> bool {
+        let parser = self.parser.lock().unwrap();
+        let screen = parser.screen();
+        let (rows, cols) = screen.size();
+        (0..rows).any(|r| {
+            (0..cols).any(|c| {
+                screen.cell(r, c).is_some_and(|cell| {
+                    cell.fgcolor() != vt100::Color::Default
+                        || cell.bgcolor() != vt100::Color::Default
+                })
+            })
+        })
+    }
+}

@@ -1,0 +1,210 @@
+//! The fake `libnvidia-ml.so.1` (tests/fake-nvml) as the integration tests use it: built once
+//! per test process, scenario files written from text or from the fixtures in tests/fixtures
+//! (with the pids of real child processes filled in), and the environment that points torchtop
+//! at both.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Environment variable naming the scenario file the fake library reads at init.
+pub const SCENARIO_ENV: &str = "TORCHTOP_FAKE_NVML_SCENARIO";
+/// Environment variable naming the NVML library torchtop loads.
+pub const NVML_LIB_ENV: &str = "TORCHTOP_NVML_LIB";
+
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fake_target_dir() -> PathBuf {
+    repo_root().join("target").join("fake-nvml")
+}
+
+/// Builds the fake library (once per test process) and returns the path of its copy named
+/// `libnvidia-ml.so.1`, in a directory that holds nothing else (fit for `LD_LIBRARY_PATH`).
+pub fn fake_nvml_library() -> PathBuf {
+    static LIBRARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match LIBRARY.get_or_init(build_and_install) {
+        Ok(path) => path.clone(),
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// The directory holding `libnvidia-ml.so.1`, for `LD_LIBRARY_PATH`.
+pub fn fake_nvml_library_dir() -> PathBuf {
+    let library = fake_nvml_library();
+    library
+        .parent()
+        .expect("the library path has a directory")
+        .to_path_buf()
+}
+
+fn build_and_install() -> Result<PathBuf, String> {
+    let target = fake_target_dir();
+    // A target dir of its own, so this never waits on the lock of the build running the tests.
+    let output = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "fake-nvml", "--target-dir"])
+        .arg(&target)
+        .current_dir(repo_root())
+        .env_remove("CARGO_TARGET_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run cargo to build the fake NVML library: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "building the fake NVML library failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let built = target.join("debug").join("libnvidia_ml.so");
+    let lib_dir = target.join("lib");
+    std::fs::create_dir_all(&lib_dir)
+        .map_err(|e| format!("cannot create {}: {e}", lib_dir.display()))?;
+    let installed = lib_dir.join("libnvidia-ml.so.1");
+    // Copy under a private name, then rename: test binaries running at once each see a whole file.
+    let staging = lib_dir.join(format!(".libnvidia-ml.so.1.{}", std::process::id()));
+    std::fs::copy(&built, &staging).map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
+    std::fs::rename(&staging, &installed)
+        .map_err(|e| format!("cannot install {}: {e}", installed.display()))?;
+    Ok(installed)
+}
+
+/// `tests/fixtures/<name>`.
+pub fn fixture_path(name: &str) -> PathBuf {
+    repo_root().join("tests").join("fixtures").join(name)
+}
+
+/// The text of a fixture; panics with the path if it cannot be read.
+pub fn fixture_text(name: &str) -> String {
+    let path = fixture_path(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+}
+
+/// Replaces each `{{pid:N}}` in a scenario template with `pids[N % pids.len()]` (so a short
+/// list of pids is reused). Panics if the template has placeholders and `pids` is empty.
+pub fn fill_pids(template: &str, pids: &[u32]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{pid:") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + "{{pid:".len()..];
+        let end = after
+            .find("}}")
+            .unwrap_or_else(|| panic!("unterminated {{{{pid:N}}}} in scenario template"));
+        let n: usize = after[..end]
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("bad placeholder {{{{pid:{}}}}}", &after[..end]));
+        assert!(!pids.is_empty(), "the scenario template needs pids");
+        out.push_str(&pids[n % pids.len()].to_string());
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A scenario written to a file of its own under target/fake-nvml/tmp; removed on drop.
+pub struct ScenarioFile {
+    path: PathBuf,
+}
+
+impl ScenarioFile {
+    /// Writes `text` as a new scenario file.
+    pub fn new(text: &str) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let dir = fake_target_dir().join("tmp");
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("scenario-{}-{n}.toml", std::process::id()));
+        let file = ScenarioFile { path };
+        file.rewrite(text);
+        file
+    }
+
+    /// A fixture from tests/fixtures with `{{pid:N}}` filled from `pids`.
+    pub fn from_fixture(name: &str, pids: &[u32]) -> Self {
+        Self::new(&fill_pids(&fixture_text(name), pids))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the file's content in one step (write aside, then rename), so a client that
+    /// reloads it never reads half a file.
+    pub fn rewrite(&self, text: &str) {
+        let staging = self.path.with_extension("toml.new");
+        std::fs::write(&staging, text)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", staging.display()));
+        std::fs::rename(&staging, &self.path)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", self.path.display()));
+    }
+
+    /// The environment that makes torchtop load the fake library with this scenario.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                NVML_LIB_ENV.to_string(),
+                fake_nvml_library().display().to_string(),
+            ),
+            (SCENARIO_ENV.to_string(), self.path.display().to_string()),
+        ]
+    }
+}
+
+impl Drop for ScenarioFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Borrows `(String, String)` pairs as the `(&str, &str)` pairs `PtySession::spawn` takes.
+pub fn env_refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// Real child processes (`sleep`) whose pids a scenario can name; killed and reaped on drop.
+pub struct Sleepers {
+    children: Vec<Child>,
+}
+
+impl Sleepers {
+    pub fn spawn(count: usize) -> Self {
+        let children = (0..count)
+            .map(|_| {
+                Command::new("sleep")
+                    .arg("600")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn a sleep process")
+            })
+            .collect();
+        Sleepers { children }
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+
+    /// Kills and reaps the `i`-th child, so its pid no longer exists.
+    pub fn kill(&mut self, i: usize) {
+        let child = &mut self.children[i];
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! `torchtop --once` (text and JSON) as a script would run it: the built binary, no TTY, the fake
+//! `libnvidia-ml.so.1` chosen by `--nvml-lib`/`TORCHTOP_NVML_LIB`, and real child processes as the
+//! GPU processes.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_nvml::{fake_nvml_library, ScenarioFile, Sleepers};
+use serde_json::Value;
+
+fn run_once(scenario: &ScenarioFile, extra_args: &[&str]) -> (Output, Duration) {
+    let started = Instant::now();
+    let output = Command::new(common::torchtop_binary())
+        .arg("--once")
+        .args(extra_args)
+        .envs(scenario.env())
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run torchtop --once");
+    (output, started.elapsed())
+}
+
+fn once_json(scenario: &ScenarioFile, extra_args: &[&str]) -> (Value, Duration) {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra_args);
+    let (output, took) = run_once(scenario, &args);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    (doc, took)
+}
+
+fn gpu_block(name: &str, extra: &str) -> String {
+    format!(
+        "[[gpu]]\nname = \"{name}\"\nmemory_total_mib = 81920\nmemory_used_mib = 1024\nutilization_gpu = 10\n{extra}\n"
+    )
+}
+
+#[test]
+fn json_reports_the_scenario_values_and_joins_real_processes() {
+    let sleepers = Sleepers::spawn(2);
+    let pids = sleepers.pids();
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &pids);
+    let (doc, _) = once_json(&scenario, &[]);
+
+    assert_eq!(doc["schema"], 1);
+    assert!(doc["time"].as_str().unwrap().ends_with('Z'));
+    let driver = &doc["driver"];
+    assert_eq!(driver["nvml_loaded"], true);
+    assert!(driver["error"].is_null());
+    assert_eq!(driver["driver_version"], "550.54.15");
+    assert_eq!(driver["cuda_version"], "12.4");
+    assert_eq!(driver["library"], fake_nvml_library().display().to_string());
+
+    let gpu = &doc["gpus"][0];
+    assert_eq!(doc["gpus"].as_array().unwrap().len(), 1);
+    assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(gpu["uuid"], "GPU-4d3f1c2a-6b7e-4f10-9a2b-0c1d2e3f4a5b");
+    assert_eq!(gpu["bus_id"], "00000000:18:00.0");
+    assert_eq!(gpu["state"], "ok");
+    assert_eq!(gpu["utilization_percent"], 87);
+    assert_eq!(gpu["memory_utilization_percent"], 45);
+    assert_eq!(gpu["memory_used_bytes"], 40960u64 * 1024 * 1024);
+    assert_eq!(gpu["temperature_c"], 64);
+    assert_eq!(gpu["power_w"], 412.5);
+    assert_eq!(gpu["power_limit_w"], 700.0);
+    assert_eq!(gpu["fan_percent"], 40);
+    assert_eq!(gpu["sm_clock_mhz"], 1755);
+    assert_eq!(gpu["memory_clock_mhz"], 2619);
+    assert_eq!(gpu["pcie_rx_kib_s"], 120000);
+    assert_eq!(gpu["decoder_percent"], 3);
+    assert_eq!(gpu["performance_state"], 0);
+    assert_eq!(gpu["throttle_reasons"], serde_json::json!(["sw_power_cap"]));
+    assert_eq!(gpu["ecc_volatile_corrected"], 2);
+
+    let processes = doc["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2);
+    let first = processes
+        .iter()
+        .find(|p| p["pid"] == pids[0])
+        .expect("first pid listed");
+    assert_eq!(first["gpu"], 0);
+    assert_eq!(first["kind"], "compute");
+    assert_eq!(first["gpu_memory_bytes"], 30720u64 * 1024 * 1024);
+    assert_eq!(first["sm_percent"], 70);
+    assert_eq!(first["visible"], true);
+    assert_eq!(first["command"], "sleep 600");
+    assert_eq!(first["ppid"], std::process::id());
+    assert!(first["user"].is_string());
+    assert!(first["rss_bytes"].as_u64().unwrap() > 0);
+    assert!(first["torch"].is_null());
+
+    let host = &doc["host"];
+    assert!(host["memory"]["total_bytes"].as_u64().unwrap() > 0);
+    assert!(host["memory"]["available_bytes"].as_u64().is_some());
+    assert!(host["swap"]["total_bytes"].as_u64().is_some());
+    assert!(host["vm"]["swappiness"].as_u64().is_some());
+    assert!(host["vm"]["overcommit_memory"].as_u64().is_some());
+    assert!(host["load"].is_object());
+    assert!(doc["warnings"].is_array());
+}
+
+#[test]
+fn a_moving_value_is_within_its_range() {
+    let text = format!(
+        "[system]\ntime_origin = \"wall\"\n{}",
+        gpu_block(
+            "Sine GPU",
+            "utilization_memory = { fn = \"sine\", mean = 50, amplitude = 20, period_s = 10 }\npower_w = { fn = \"ramp\", from = 100, to = 300, duration_s = 60, repeat = true }"
+        )
+    );
+    let scenario = ScenarioFile::new(&text);
+    let (doc, _) = once_json(&scenario, &[]);
+    let memory_util = doc["gpus"][0]["memory_utilization_percent"]
+        .as_u64()
+        .unwrap();
+    assert!((30..=70).contains(&memory_util), "{memory_util}");
+    let power = doc["gpus"][0]["power_w"].as_f64().unwrap();
+    assert!((100.0..=300.0).contains(&power), "{power}");
+}
+
+#[test]
+fn unsupported_fields_are_null_never_zero() {
+    let sleepers = Sleepers::spawn(1);
+    let scenario = ScenarioFile::from_fixture("na_fields.toml", &sleepers.pids());
+    let (doc, _) = once_json(&scenario, &[]);
+    let gpu = &doc["gpus"][0];
+    let nulls: Vec<&str> = [
+        "fan_percent",
+        "power_w",
+        "temperature_c",
+        "ecc_volatile_corrected",
+        "encoder_percent",
+    ]
+    .into_iter()
+    .filter(|k| gpu[*k].is_null())
+    .collect();
+    assert!(
+        nulls.len() >= 3,
+        "expected unsupported fields to be null: {gpu}"
+    );
+    for key in nulls {
+        assert!(!gpu[key].is_number(), "{key} must be null");
+    }
+}
+
+#[test]
+fn text_summary_works_without_a_tty() {
+    let sleepers = Sleepers::spawn(2);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    let (output, _) = run_once(&scenario, &[]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("[0] NVIDIA H100 80GB HBM3"), "{text}");
+    assert!(text.contains("87%"), "{text}");
+    assert!(text.contains(&sleepers.pids()[0].to_string()), "{text}");
+    assert!(text.contains("host: CPU"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no escape codes in a pipe: {text:?}"
+    );
+}
+
+#[test]
+fn init_failure_is_a_clear_message_and_the_host_still_reports() {
+    let scenario = ScenarioFile::new(&common::fake_nvml::fixture_text("init_failure.toml"));
+    let (doc, _) = once_json(&scenario, &[]);
+    assert_eq!(doc["driver"]["nvml_loaded"], false);
+    let error = doc["driver"]["error"].as_str().unwrap();
+    assert!(error.contains("driver is not running"), "{error}");
+    assert!(doc["gpus"].as_array().unwrap().is_empty());
+    assert!(doc["host"]["memory"]["total_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_missing_library_names_the_file_tried() {
+    let output = Command::new(common::torchtop_binary())
+        .args(["--once", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .env_remove("TORCHTOP_NVML_LIB")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("NVML could not be loaded from /nonexistent/libnvidia-ml.so.1"),
+        "{text}"
+    );
+    assert!(text.contains("host: CPU"), "{text}");
+}
+
+#[test]
+fn a_bad_scenario_error_names_the_line() {
+    let scenario = ScenarioFile::new(&common::fake_nvml::fixture_text("bad_scenario.toml"));
+    let (doc, _) = once_json(&scenario, &[]);
+    let error = doc["driver"]["error"].as_str().unwrap();
+    assert!(error.contains("line 7"), "{error}");
+}
+
+#[test]
+fn a_driver_with_zero_gpus_says_so() {
+    let scenario = ScenarioFile::new("[system]\ndriver_version = \"550.54.15\"\n");
+    let (doc, _) = once_json(&scenario, &[]);
+    assert_eq!(doc["driver"]["nvml_loaded"], true);
+    assert_eq!(doc["driver"]["gpu_count"], 0);
+    assert!(doc["gpus"].as_array().unwrap().is_empty());
+    let (output, _) = run_once(&scenario, &[]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("found no GPUs"), "{text}");
+}
+
+#[test]
+fn a_hung_gpu_is_given_up_on_after_the_timeout_and_reported_stale() {
+    let scenario = ScenarioFile::new(&common::fake_nvml::fixture_text("hung_gpu.toml"));
+    let (doc, took) = once_json(&scenario, &[]);
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(4),
+        "default wait is 2 s, took {took:?}"
+    );
+    assert_eq!(doc["gpus"][0]["state"], "ok");
+    assert_eq!(doc["gpus"][1]["state"], "stale");
+
+    let (doc, took) = once_json(&scenario, &["--timeout", "0.5"]);
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+    assert_eq!(doc["gpus"][1]["state"], "stale");
+}
+
+#[test]
+fn a_lost_gpu_is_reported_lost_and_the_rest_keeps_working() {
+    let text = format!(
+        "{}{}",
+        gpu_block("Healthy", ""),
+        gpu_block("Fallen", "lost_after_s = 0")
+    );
+    let scenario = ScenarioFile::new(&text);
+    let (doc, _) = once_json(&scenario, &[]);
+    assert_eq!(doc["gpus"][0]["state"], "ok");
+    assert_eq!(doc["gpus"][0]["utilization_percent"], 10);
+    assert_eq!(doc["gpus"][1]["state"], "lost");
+}
+
+#[test]
+fn a_process_that_vanished_stays_listed_as_not_visible() {
+    let mut sleepers = Sleepers::spawn(2);
+    let pids = sleepers.pids();
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &pids);
+    sleepers.kill(1);
+    let (doc, _) = once_json(&scenario, &[]);
+    let processes = doc["processes"].as_array().unwrap();
+    let gone = processes
+        .iter()
+        .find(|p| p["pid"] == pids[1])
+        .expect("row kept");
+    assert_eq!(gone["visible"], false);
+    assert!(gone["command"].is_null());
+    assert_eq!(gone["gpu_memory_bytes"], 10240u64 * 1024 * 1024);
+    let alive = processes.iter().find(|p| p["pid"] == pids[0]).unwrap();
+    assert_eq!(alive["visible"], true);
+}
+
+#[test]
+fn the_env_var_chooses_the_library_and_the_flag_wins_over_it() {
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[1, 1]);
+    let (doc, _) = once_json(&scenario, &["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]);
+    assert_eq!(doc["driver"]["nvml_loaded"], false);
+    assert_eq!(doc["driver"]["library"], "/nonexistent/libnvidia-ml.so.1");
+}
