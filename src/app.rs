@@ -28,8 +28,7 @@ pub use request::{Action, ActionReport, ActionRequest, ActionTarget};
 pub use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
 /// The sentence for any action key pressed under `--readonly`.
-pub const READONLY_REFUSAL: &str =
-    "read-only mode: signals and renice are turned off (--readonly)";
+pub const READONLY_REFUSAL: &str = "read-only mode: signals and renice are turned off (--readonly)";
 
 /// What the event loop must do after the app handled an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,16 +224,14 @@ impl App {
             return Effect::None;
         }
         match mouse.kind {
-            MouseEventKind::Down(MouseButton::Left) => {
-                match self.row_at(mouse.column, mouse.row) {
-                    Some(index) => {
-                        self.view.select_index(index, self.rows.len());
-                        self.remember_selection();
-                        Effect::Redraw
-                    }
-                    None => Effect::None,
+            MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
+                Some(index) => {
+                    self.view.select_index(index, self.rows.len());
+                    self.remember_selection();
+                    Effect::Redraw
                 }
-            }
+                None => Effect::None,
+            },
             MouseEventKind::ScrollDown => self.move_selection(|v, n| v.select_next(n)),
             MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
             _ => Effect::None,
@@ -389,7 +386,10 @@ impl App {
     }
 
     /// Runs `open` with the targets, or refuses under `--readonly` or without a target.
-    fn with_targets(&mut self, open: impl FnOnce(&mut Self, Vec<ActionTarget>) -> Effect) -> Effect {
+    fn with_targets(
+        &mut self,
+        open: impl FnOnce(&mut Self, Vec<ActionTarget>) -> Effect,
+    ) -> Effect {
         if self.readonly {
             self.status = Some(READONLY_REFUSAL.to_string());
             return Effect::Redraw;
@@ -422,7 +422,12 @@ impl App {
         })
     }
 
-    fn on_confirm_key(&mut self, key: KeyEvent, signal: Signal, targets: Vec<ActionTarget>) -> Effect {
+    fn on_confirm_key(
+        &mut self,
+        key: KeyEvent,
+        signal: Signal,
+        targets: Vec<ActionTarget>,
+    ) -> Effect {
         match key.code {
             KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
                 self.mode = Mode::Normal;

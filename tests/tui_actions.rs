@@ -69,14 +69,12 @@ fn start(extra_env: &[(&str, &str)]) -> (Children, ScenarioFile, PtySession) {
     ]);
     let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[children.pid(0), children.pid(1)]);
     let mut env = scenario.env();
-    env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let session = PtySession::spawn(
-        &common::torchtop_binary(),
-        &[],
-        &env_refs(&env),
-        120,
-        40,
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
     );
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 120, 40);
     let both = [children.pid(0).to_string(), children.pid(1).to_string()];
     assert!(
         session.wait_for(Duration::from_secs(15), |s| s.contains("victim")
@@ -134,11 +132,17 @@ fn filter_to_the_child_press_k_then_y_and_it_is_killed() {
         .wait_exit(0, Duration::from_secs(5))
         .unwrap_or_else(|| panic!("the child still runs:\n{}", session.screen()));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-    wait_for_text(&session, &format!("sent SIGKILL to {victim} (torchtop-e2e-victim"));
+    wait_for_text(
+        &session,
+        &format!("sent SIGKILL to {victim} (torchtop-e2e-victim"),
+    );
     assert!(children.running(1), "the bystander is untouched");
 
     session.send(b"q");
-    assert!(session.wait_exit(Duration::from_secs(3)).is_some(), "q quits");
+    assert!(
+        session.wait_exit(Duration::from_secs(3)).is_some(),
+        "q quits"
+    );
 }
 
 #[test]
@@ -146,7 +150,10 @@ fn readonly_refuses_every_action_key_with_a_sentence() {
     let (mut children, _scenario, mut session) = start(&[("TORCHTOP_READONLY", "1")]);
     filter_to(&mut session, "victim");
     session.send(b"K");
-    wait_for_text(&session, "read-only mode: signals and renice are turned off");
+    wait_for_text(
+        &session,
+        "read-only mode: signals and renice are turned off",
+    );
     session.send(b"T");
     session.send(F8);
     std::thread::sleep(Duration::from_millis(300));

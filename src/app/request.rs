@@ -52,8 +52,11 @@ impl ActionReport {
     /// One sentence for the status line.
     pub fn sentence(&self) -> String {
         let targets = &self.request.targets;
-        let failures: Vec<&ActionError> =
-            self.results.iter().filter_map(|r| r.as_ref().err()).collect();
+        let failures: Vec<&ActionError> = self
+            .results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .collect();
         if targets.len() == 1 {
             return match &self.results[..] {
                 [Ok(value)] => success_one(self.request.action, &targets[0], *value),

@@ -202,7 +202,10 @@ pub fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a
         pid,
         gpus,
         host,
-        tree: row.tree.as_ref().map(|(prefix, role)| (prefix.as_str(), *role)),
+        tree: row
+            .tree
+            .as_ref()
+            .map(|(prefix, role)| (prefix.as_str(), *role)),
     }
 }
 
@@ -304,9 +307,15 @@ mod tests {
         assert_eq!(rows[1].gpus, [2]);
         settings.sort = SortKey::GpuMemory;
         settings.reverse = true;
-        assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [200, 200, 300]);
+        assert_eq!(
+            pids(&snap, &compute_rows(&snap, &settings)),
+            [200, 200, 300]
+        );
         settings.reverse = false;
-        assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [300, 200, 200]);
+        assert_eq!(
+            pids(&snap, &compute_rows(&snap, &settings)),
+            [300, 200, 200]
+        );
         settings.filter = "EVAL".to_string();
         assert_eq!(pids(&snap, &compute_rows(&snap, &settings)), [300]);
         settings.filter = "nothing".to_string();

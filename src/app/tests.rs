@@ -126,7 +126,11 @@ fn esc_in_the_prompt_clears_the_filter_and_esc_after_enter_too() {
     press(&mut app, KeyCode::Char('/'));
     type_text(&mut app, "eval");
     press(&mut app, KeyCode::Enter);
-    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw, "clears, not quits");
+    assert_eq!(
+        press(&mut app, KeyCode::Esc),
+        Effect::Redraw,
+        "clears, not quits"
+    );
     assert_eq!(pids(&app).len(), 4);
     assert_eq!(press(&mut app, KeyCode::Esc), Effect::Quit);
 }
@@ -246,7 +250,12 @@ fn readonly_refuses_every_action_key() {
 fn a_row_not_visible_in_proc_is_never_offered() {
     let mut app = app();
     select(&mut app, 400);
-    for key in [KeyCode::Char('K'), KeyCode::F(9), KeyCode::F(8), KeyCode::Char(' ')] {
+    for key in [
+        KeyCode::Char('K'),
+        KeyCode::F(9),
+        KeyCode::F(8),
+        KeyCode::Char(' '),
+    ] {
         app.status = None;
         let effect = press(&mut app, key);
         assert!(!matches!(effect, Effect::Act(_)), "{key:?}");
@@ -409,7 +418,11 @@ fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     assert!(!app.want_process_table.load(Ordering::Relaxed));
     press(&mut app, KeyCode::Char('t'));
     assert!(app.want_process_table.load(Ordering::Relaxed));
-    assert_eq!(pids(&app), [100, 200, 300, 400], "GPU rows until the table comes");
+    assert_eq!(
+        pids(&app),
+        [100, 200, 300, 400],
+        "GPU rows until the table comes"
+    );
 
     let mut next = snapshot();
     next.host_processes = vec![
@@ -486,7 +499,11 @@ fn help_esc_and_quit_keys() {
     let mut app = app();
     press(&mut app, KeyCode::Char('?'));
     assert!(app.view.show_help);
-    assert_eq!(press(&mut app, KeyCode::Char('K')), Effect::None, "help has the keys");
+    assert_eq!(
+        press(&mut app, KeyCode::Char('K')),
+        Effect::None,
+        "help has the keys"
+    );
     assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw);
     assert!(!app.view.show_help);
     press(&mut app, KeyCode::Char('h'));

@@ -33,13 +33,27 @@ pub fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
             error,
             targets,
             current,
-        } => nice_input(frame, screen, text, error.as_deref(), targets, *current, theme),
+        } => nice_input(
+            frame,
+            screen,
+            text,
+            error.as_deref(),
+            targets,
+            *current,
+            theme,
+        ),
         Mode::SortMenu { selected } => sort_menu(frame, screen, app, *selected, theme),
         Mode::Normal | Mode::Filter => {}
     }
 }
 
-fn confirm(frame: &mut Frame, screen: Rect, signal: Signal, targets: &[ActionTarget], theme: Theme) {
+fn confirm(
+    frame: &mut Frame,
+    screen: Rect,
+    signal: Signal,
+    targets: &[ActionTarget],
+    theme: Theme,
+) {
     let question = match targets.len() {
         1 => format!("Send {signal} to this process?"),
         n => format!("Send {signal} to these {n} processes?"),
@@ -157,9 +171,15 @@ fn sort_menu(frame: &mut Frame, screen: Rect, app: &App, selected: usize, theme:
         "ascending ▲"
     };
     lines.push(Line::raw(""));
-    lines.push(Line::styled(format!("order: {order} (r reverses)"), theme.label()));
+    lines.push(Line::styled(
+        format!("order: {order} (r reverses)"),
+        theme.label(),
+    ));
     if app.settings.tree {
-        lines.push(Line::styled("the tree view keeps its own order", theme.dim()));
+        lines.push(Line::styled(
+            "the tree view keeps its own order",
+            theme.dim(),
+        ));
     }
     let popup = Popup {
         title: " Sort by ".to_string(),

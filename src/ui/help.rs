@@ -16,7 +16,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "General",
         &[
-            ("q Esc Ctrl-C", "quit (Esc first closes a dialog or clears a filter)"),
+            (
+                "q Esc Ctrl-C",
+                "quit (Esc first closes a dialog or clears a filter)",
+            ),
             ("j k Up Down", "select a process (or click it, or scroll)"),
             ("PgUp PgDn", "select a page up or down"),
             ("Home End", "select the first or last process"),

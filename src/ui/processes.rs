@@ -169,9 +169,8 @@ fn header(app: &App, count: usize) -> Vec<Cell<'static>> {
         Some(c) if c == column && !settings.tree => format!("{text}{arrow}"),
         _ => text.to_string(),
     };
-    let right = |column: usize, text: &str| {
-        Cell::from(Line::from(label(column, text)).right_aligned())
-    };
+    let right =
+        |column: usize, text: &str| Cell::from(Line::from(label(column, text)).right_aligned());
     vec![
         right(0, "PID"),
         Cell::from(label(1, "USER")),
@@ -182,7 +181,11 @@ fn header(app: &App, count: usize) -> Vec<Cell<'static>> {
         right(6, "CPU%"),
         right(7, "RSS"),
         right(8, "TIME"),
-        Cell::from(format!("{} {}", label(9, "COMMAND"), row_summary(app, count))),
+        Cell::from(format!(
+            "{} {}",
+            label(9, "COMMAND"),
+            row_summary(app, count)
+        )),
     ]
 }
 
@@ -225,7 +228,9 @@ fn row_cells(row: &ProcessRow<'_>, tagged: bool) -> Vec<Cell<'static>> {
         Cell::from(format::truncate(row.user().unwrap_or(NA), 8)),
         right(gpu_text(Some(gpus))),
         Cell::from(gpu_text(row.kind().map(|k| k.short().to_string()))),
-        right(gpu_text(Some(format::opt_bytes_short(row.gpu_memory_bytes())))),
+        right(gpu_text(Some(format::opt_bytes_short(
+            row.gpu_memory_bytes(),
+        )))),
         right(gpu_text(row.sm_percent().map(|s| s.to_string()))),
         right(
             row.cpu_percent()

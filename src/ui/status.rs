@@ -48,7 +48,10 @@ fn outcome_and_hints(app: &App, theme: Theme) -> Line<'static> {
     let mut spans = Vec::new();
     let filter = app.settings.filter.trim();
     if !filter.is_empty() {
-        spans.push(Span::styled(format!(" filter \"{filter}\" "), theme.selected()));
+        spans.push(Span::styled(
+            format!(" filter \"{filter}\" "),
+            theme.selected(),
+        ));
         spans.push(Span::raw(" "));
     }
     if !app.tags.is_empty() {

@@ -541,7 +541,10 @@ fn selection_scrolls_into_view_and_is_highlighted() {
     let s = text(&buffer);
     let row = row_of(&s, &pid) as u16;
     assert_eq!(buffer[(3, row)].bg, Color::Blue, "{s}");
-    assert!(!s.contains(&format!("{first} ")), "first rows scrolled away:\n{s}");
+    assert!(
+        !s.contains(&format!("{first} ")),
+        "first rows scrolled away:\n{s}"
+    );
     let last = s.lines().nth(22).unwrap();
     assert!(last.contains(&pid), "selection at the bottom edge:\n{s}");
 }
@@ -690,7 +693,10 @@ fn confirm_dialog_names_pid_user_and_command_of_each_target() {
     assert!(s.contains("20002  carol"), "{s}");
     assert!(s.contains("y or Enter: send"), "{s}");
     let last = s.lines().last().unwrap();
-    assert!(last.starts_with(" 2 tagged "), "the status line counts tags:\n{s}");
+    assert!(
+        last.starts_with(" 2 tagged "),
+        "the status line counts tags:\n{s}"
+    );
 }
 
 #[test]
@@ -719,7 +725,11 @@ fn signal_menu_lists_every_signal_with_the_choice_highlighted() {
     assert!(rows.windows(2).all(|w| w[0] + 1 == w[1]), "{s}");
     let kill_row = rows[1] as u16;
     let x = line_with(&s, "SIGKILL").find("SIGKILL").unwrap() as u16;
-    assert_eq!(buffer[(x, kill_row)].bg, Color::Blue, "SIGKILL is the choice");
+    assert_eq!(
+        buffer[(x, kill_row)].bg,
+        Color::Blue,
+        "SIGKILL is the choice"
+    );
     assert!(s.contains("to 20000 (/usr/bin/python3"), "{s}");
 }
 
@@ -760,7 +770,10 @@ fn filter_prompt_in_the_status_line_and_the_rows_it_keeps() {
     assert!(last.contains("filter: carol_"), "{last}");
     assert!(last.contains("2 rows"), "{last}");
     assert!(line_with(&s, "COMMAND").contains("(2 of 8)"), "{s}");
-    assert!(s.contains("20002 carol") && s.contains("20006 carol"), "{s}");
+    assert!(
+        s.contains("20002 carol") && s.contains("20006 carol"),
+        "{s}"
+    );
     assert!(!s.contains("alice"), "{s}");
     type_keys(&mut app, "zzz");
     let s = screen(&app, 80, 24);
@@ -809,11 +822,23 @@ fn tree_view_draws_parents_and_workers_with_guides() {
     insta::assert_snapshot!("tree_100x24", s);
     assert!(line_with(&s, "COMMAND").contains("(tree, 5 rows)"), "{s}");
     let launcher = line_with(&s, "torchrun");
-    assert!(launcher.contains(" - "), "no GPU on the launcher: {launcher}");
-    assert!(line_with(&s, " 210 ").contains("│  ├─ pt_data_worker"), "{s}");
-    assert!(line_with(&s, " 211 ").contains("│  └─ pt_data_worker"), "{s}");
+    assert!(
+        launcher.contains(" - "),
+        "no GPU on the launcher: {launcher}"
+    );
+    assert!(
+        line_with(&s, " 210 ").contains("│  ├─ pt_data_worker"),
+        "{s}"
+    );
+    assert!(
+        line_with(&s, " 211 ").contains("│  └─ pt_data_worker"),
+        "{s}"
+    );
     let rank = line_with(&s, "  300 ");
-    assert!(rank.contains("└─ [torch") || rank.contains("└─ /usr/bin/python3"), "{rank}");
+    assert!(
+        rank.contains("└─ [torch") || rank.contains("└─ /usr/bin/python3"),
+        "{rank}"
+    );
     assert!(rank.contains("9.0G"), "GPU rows keep their figures: {rank}");
     assert!(row_of(&s, "torchrun") < row_of(&s, " 210 "));
 }
