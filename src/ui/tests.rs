@@ -842,3 +842,28 @@ fn tree_view_draws_parents_and_workers_with_guides() {
     assert!(rank.contains("9.0G"), "GPU rows keep their figures: {rank}");
     assert!(row_of(&s, "torchrun") < row_of(&s, " 210 "));
 }
+
+#[test]
+fn dialogs_draw_on_any_screen_size_without_panicking() {
+    use crossterm::event::KeyCode;
+    let opening: [&[KeyCode]; 5] = [
+        &[KeyCode::Char('K')],
+        &[KeyCode::F(9)],
+        &[KeyCode::Char('n')],
+        &[KeyCode::F(6)],
+        &[KeyCode::Char('/'), KeyCode::Char('x')],
+    ];
+    for keys in opening {
+        let mut app = app_with(busy_snapshot(2, 12, 0));
+        for _ in 0..12 {
+            key(&mut app, KeyCode::Char(' '));
+        }
+        for code in keys {
+            key(&mut app, *code);
+        }
+        assert_ne!(app.mode, Mode::Normal, "{keys:?}");
+        for (width, height) in [(1, 1), (10, 3), (30, 8), (59, 15), (60, 16), (80, 24)] {
+            render(&app, width, height);
+        }
+    }
+}
