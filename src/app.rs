@@ -20,6 +20,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent,
 use ratatui::layout::Rect;
 
 use crate::actions::{ActionError, ProcessIdentity, Signal, NICE_MAX, NICE_MIN};
+use crate::collect::agent::AgentCommand;
+use crate::collect::sampler::SamplerRequest;
 use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::{History, Snapshot};
 use crate::ui::{self, ViewState};
@@ -28,7 +30,8 @@ pub use request::{Action, ActionReport, ActionRequest, ActionTarget};
 pub use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
 /// The sentence for any action key pressed under `--readonly`.
-pub const READONLY_REFUSAL: &str = "read-only mode: signals and renice are turned off (--readonly)";
+pub const READONLY_REFUSAL: &str =
+    "read-only mode: signals, renice and agent commands are turned off (--readonly)";
 
 /// What the event loop must do after the app handled an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub enum Effect {
     Quit,
     /// Run this request off the UI task, then hand the report to [`App::on_action_done`].
     Act(ActionRequest),
+    /// Pass this request to the sampler; its outcome comes back as a snapshot notice.
+    AskSampler(SamplerRequest),
 }
 
 /// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
@@ -139,6 +144,9 @@ impl App {
     }
 
     pub fn on_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        if let Some(notice) = snapshot.notices.last() {
+            self.status = Some(notice.clone());
+        }
         self.history.record(&snapshot);
         self.snapshot = snapshot;
         self.drop_tags_of_exited_processes();
@@ -307,8 +315,30 @@ impl App {
                 self.view.toggle_warnings_expanded();
                 Effect::Redraw
             }
+            KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
+            KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
             _ => Effect::None,
         }
+    }
+
+    /// `s` and `P`: a command for the agent inside the selected process.
+    fn ask_agent(&mut self, command: AgentCommand) -> Effect {
+        if self.readonly {
+            self.status = Some(READONLY_REFUSAL.to_string());
+            return Effect::Redraw;
+        }
+        let Some(row) = self.selected_row() else {
+            return Effect::None;
+        };
+        let pid = row.pid;
+        let has_agent = row.gpus.iter().any(|g| g.torch.is_some());
+        if !has_agent {
+            self.status = Some(format!(
+                "process {pid} has no torchtop agent: start it under `torchtop run` or use `torchtop attach {pid}`"
+            ));
+            return Effect::Redraw;
+        }
+        Effect::AskSampler(SamplerRequest::Agent { pid, command })
     }
 
     /// Esc closes an overlay, then clears a kept filter, and only then quits.

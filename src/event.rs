@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actions::{adjust_nice, renice, send_signal};
 use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
+use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::model::Snapshot;
 use crate::terminal::{TerminalGuard, Tui};
 use crate::ui;
@@ -40,7 +40,7 @@ async fn event_loop(
     loader: GpuLoader,
 ) -> io::Result<()> {
     let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(Snapshot::default()));
-    sampler::spawn_loop(config, loader, move |snapshot| {
+    let sampler_requests = sampler::spawn_loop(config, loader, move |snapshot| {
         snapshots_tx.send(Arc::new(snapshot)).is_ok()
     });
     let mut input = EventStream::new();
@@ -71,17 +71,21 @@ async fn event_loop(
             _ = hangup.recv() => Effect::Quit,
             _ = interrupt.recv() => Effect::Quit,
         };
-        let mut effect = start_action(effect, &reports_tx);
+        let mut effect = start_action(effect, &reports_tx, &sampler_requests);
         while effect != Effect::Quit {
             let Some(Some(Ok(event))) = input.next().now_or_never() else {
                 break;
             };
-            let next = start_action(handle_event(&mut app, event), &reports_tx);
+            let next = start_action(
+                handle_event(&mut app, event),
+                &reports_tx,
+                &sampler_requests,
+            );
             effect = merge(effect, next);
         }
         match effect {
             Effect::Quit => return Ok(()),
-            Effect::Redraw | Effect::Act(_) => draw(terminal, &mut app)?,
+            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) => draw(terminal, &mut app)?,
             Effect::None => {}
         }
     }
@@ -96,10 +100,21 @@ fn handle_event(app: &mut App, event: Event) -> Effect {
     }
 }
 
-/// Hands an action to the blocking pool; its report arrives later through `reports`.
-fn start_action(effect: Effect, reports: &mpsc::UnboundedSender<ActionReport>) -> Effect {
-    let Effect::Act(request) = effect else {
-        return effect;
+/// Hands an action to the blocking pool (its report arrives later through `reports`) or a
+/// request to the sampler (its outcome arrives as a snapshot notice).
+fn start_action(
+    effect: Effect,
+    reports: &mpsc::UnboundedSender<ActionReport>,
+    sampler: &std::sync::mpsc::Sender<SamplerRequest>,
+) -> Effect {
+    let request = match effect {
+        Effect::Act(request) => request,
+        Effect::AskSampler(request) => {
+            // The sampler thread only stops when the UI does; a failed send has no one to tell.
+            let _ = sampler.send(request);
+            return Effect::Redraw;
+        }
+        other => return other,
     };
     let reports = reports.clone();
     tokio::task::spawn_blocking(move || {

@@ -25,7 +25,7 @@ pub fn renice(target: &ProcessIdentity, nice: i32) -> Result<i32, ActionError> {
     renice_in(Path::new(PROC_ROOT), target, nice)
 }
 
-/// Moves the nice value of `target` by `delta` from its value now (F7: +1, F8: -1), as read
+/// Moves the nice value of `target` by `delta` from its value now (F7: -1, F8: +1), as read
 /// from /proc at the time of the action rather than from a possibly stale row.
 pub fn adjust_nice(target: &ProcessIdentity, delta: i32) -> Result<i32, ActionError> {
     let proc_root = Path::new(PROC_ROOT);

@@ -536,3 +536,52 @@ fn an_action_report_becomes_the_status_sentence() {
         Some("sent SIGTERM to 100 (python train.py)")
     );
 }
+
+#[test]
+fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
+    let mut with_agent = snapshot();
+    with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(with_agent));
+    select(&mut app, 100);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('s')),
+        Effect::AskSampler(SamplerRequest::Agent {
+            pid: 100,
+            command: AgentCommand::Snapshot
+        })
+    );
+    assert_eq!(
+        press(&mut app, KeyCode::Char('P')),
+        Effect::AskSampler(SamplerRequest::Agent {
+            pid: 100,
+            command: AgentCommand::ResetPeak
+        })
+    );
+    select(&mut app, 300);
+    assert_eq!(press(&mut app, KeyCode::Char('s')), Effect::Redraw);
+    assert!(app
+        .status
+        .as_deref()
+        .unwrap()
+        .contains("process 300 has no torchtop agent"));
+
+    let mut readonly = App::new(1.0, true, true);
+    readonly.on_snapshot(app.snapshot.clone());
+    select(&mut readonly, 100);
+    assert_eq!(press(&mut readonly, KeyCode::Char('s')), Effect::Redraw);
+    assert_eq!(readonly.status.as_deref(), Some(READONLY_REFUSAL));
+}
+
+#[test]
+fn a_sampler_notice_shows_in_the_status_line() {
+    let mut app = app();
+    let mut next = snapshot();
+    next.notices
+        .push("agent of 100: snapshot written to /tmp/x.pickle".into());
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(
+        app.status.as_deref(),
+        Some("agent of 100: snapshot written to /tmp/x.pickle")
+    );
+}
