@@ -11,7 +11,9 @@ use tch::{Device, Kind, Reduction, Tensor};
 use super::libtorch::LibtorchSource;
 
 const INPUTS: i64 = 512;
-const HIDDEN: i64 = 2048;
+/// Hidden width on a GPU; the CPU gets a narrower net so the demo still moves along.
+const HIDDEN_CUDA: i64 = 2048;
+const HIDDEN_CPU: i64 = 256;
 const OUTPUTS: i64 = 64;
 const BATCH: i64 = 256;
 /// A progress line every this many steps.
@@ -35,27 +37,32 @@ pub fn demo(steps: Option<u64>) -> Result<(), String> {
     } else {
         Device::Cpu
     };
+    let hidden = if device.is_cuda() {
+        HIDDEN_CUDA
+    } else {
+        HIDDEN_CPU
+    };
     println!(
-        "training an MLP ({INPUTS}-{HIDDEN}-{HIDDEN}-{OUTPUTS}, batch {BATCH}) on {}",
+        "training an MLP ({INPUTS}-{hidden}-{hidden}-{OUTPUTS}, batch {BATCH}) on {}",
         describe(device)
     );
-    let outcome = train(device, steps);
+    let outcome = train(device, hidden, steps);
     super::stop();
     outcome
 }
 
-fn train(device: Device, steps: Option<u64>) -> Result<(), String> {
+fn train(device: Device, hidden: i64, steps: Option<u64>) -> Result<(), String> {
     tch::manual_seed(0);
     let vs = nn::VarStore::new(device);
     let root = vs.root();
     let net = nn::seq()
-        .add(nn::linear(&root / "l1", INPUTS, HIDDEN, Default::default()))
+        .add(nn::linear(&root / "l1", INPUTS, hidden, Default::default()))
         .add_fn(|x| x.relu())
-        .add(nn::linear(&root / "l2", HIDDEN, HIDDEN, Default::default()))
+        .add(nn::linear(&root / "l2", hidden, hidden, Default::default()))
         .add_fn(|x| x.relu())
         .add(nn::linear(
             &root / "l3",
-            HIDDEN,
+            hidden,
             OUTPUTS,
             Default::default(),
         ));

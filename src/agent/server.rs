@@ -65,6 +65,7 @@ impl Agent {
             clients: Vec::new(),
             seq: 0,
             seen_ooms: BTreeMap::new(),
+            next_tick: Instant::now() + Duration::from_millis(clamp_interval(interval)),
             logged: HashSet::new(),
             stopping: stopping.clone(),
         };
@@ -148,26 +149,26 @@ struct Server {
     clients: Vec<Client>,
     seq: u64,
     seen_ooms: BTreeMap<u32, i64>,
+    next_tick: Instant,
     logged: HashSet<String>,
     stopping: Arc<AtomicBool>,
 }
 
 impl Server {
     fn run(&mut self) {
-        let mut next_tick = Instant::now() + Duration::from_millis(self.interval_ms);
         while !self.stopping.load(Ordering::SeqCst) {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            let wait = self.next_tick.saturating_duration_since(Instant::now());
             if let Err(error) = self.poll_once(wait) {
                 self.log(&format!("the agent stopped: poll failed: {error}"));
                 return;
             }
             let now = Instant::now();
-            if now >= next_tick {
+            if now >= self.next_tick {
                 if !self.clients.is_empty() {
                     let stats = self.stats();
                     self.broadcast(&stats);
                 }
-                next_tick = now + Duration::from_millis(self.interval_ms);
+                self.next_tick = now + Duration::from_millis(self.interval_ms);
             }
         }
     }
@@ -351,6 +352,9 @@ impl Server {
         match ms.and_then(Value::as_u64) {
             Some(ms) if (MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&ms) => {
                 self.interval_ms = ms;
+                // A shorter interval takes effect now, not after the old one runs out.
+                let sooner = Instant::now() + Duration::from_millis(ms);
+                self.next_tick = self.next_tick.min(sooner);
                 Ok(json!({"interval_ms": ms}))
             }
             _ => Err(format!(

@@ -97,15 +97,18 @@ mod tests {
     use super::*;
 
     fn sample() -> ShimDeviceStats {
-        let mut stats = ShimDeviceStats::default();
-        // all.current, all.peak, all.allocated, all.freed, small_pool.current, ...
-        stats.allocated_bytes = [100, 200, 300, 400, 1, 2, 3, 4, 99, 198, 297, 396];
-        stats.reserved_bytes[0] = 2 << 20;
-        stats.oversize_segments = [5, 6, 7, 8];
-        stats.num_alloc_retries = 3;
-        stats.num_ooms = 1;
-        stats.max_split_size = -1;
-        stats
+        let mut reserved_bytes = [0; 12];
+        reserved_bytes[0] = 2 << 20;
+        ShimDeviceStats {
+            // all.current, all.peak, all.allocated, all.freed, small_pool.current, ...
+            allocated_bytes: [100, 200, 300, 400, 1, 2, 3, 4, 99, 198, 297, 396],
+            reserved_bytes,
+            oversize_segments: [5, 6, 7, 8],
+            num_alloc_retries: 3,
+            num_ooms: 1,
+            max_split_size: -1,
+            ..ShimDeviceStats::default()
+        }
     }
 
     #[test]
@@ -134,8 +137,10 @@ mod tests {
     fn untouched_devices_are_not_used() {
         assert!(!ever_used(&ShimDeviceStats::default().flatten()));
         assert!(ever_used(&sample().flatten()));
-        let mut freed_everything = ShimDeviceStats::default();
-        freed_everything.num_device_alloc = 1;
+        let freed_everything = ShimDeviceStats {
+            num_device_alloc: 1,
+            ..ShimDeviceStats::default()
+        };
         assert!(ever_used(&freed_everything.flatten()));
     }
 }

@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
@@ -134,10 +134,19 @@ impl Peer {
         self.next_of("reply")
     }
 
-    /// Whether the agent closed this connection, reading through anything still queued.
+    /// Whether the agent closes this connection within 3 s, reading through anything queued.
     fn was_dropped(&mut self) -> bool {
-        let mut sink = Vec::new();
-        matches!(self.reader.read_to_end(&mut sink), Ok(_))
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut sink = [0u8; 65536];
+        while Instant::now() < deadline {
+            match self.reader.read(&mut sink) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        false
     }
 }
 
@@ -195,12 +204,18 @@ fn commands_are_answered() {
     let (agent, _) = serve(&dir.0, 1000, source.clone());
     let mut peer = Peer::connect(&agent);
 
+    peer.next_of("stats");
     let reply = peer.command(json!({"v":1,"type":"cmd","id":7,"cmd":"set_interval","ms":40}));
     assert_eq!(reply["id"], 7);
     assert_eq!(reply["ok"], true);
     assert_eq!(reply["interval_ms"], 40);
+    let asked = Instant::now();
     let next = peer.next_of("stats");
     assert_eq!(next["interval_ms"], 40, "the new interval is in force");
+    assert!(
+        asked.elapsed() < Duration::from_millis(700),
+        "a shorter interval does not wait out the old one"
+    );
 
     let reply = peer.command(json!({"v":1,"type":"cmd","id":8,"cmd":"set_interval","ms":1}));
     assert_eq!((&reply["id"], &reply["ok"]), (&json!(8), &json!(false)));
