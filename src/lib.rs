@@ -13,6 +13,7 @@
 //! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
 
 pub mod actions;
+pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod collect;

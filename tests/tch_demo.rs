@@ -1,0 +1,92 @@
+//! `torchtop demo` (feature `torch`, real libtorch): a tch program with the agent started shows
+//! up on its socket with hello and stats, marks steps, and removes its socket when it ends.
+
+#![cfg(all(feature = "torch", not(feature = "torch-doc-only")))]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Demo {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_demo() -> Demo {
+    let dir = std::env::temp_dir().join(format!("tt-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_torchtop"))
+        .args(["demo", "--steps", "1000000"])
+        .env("TORCHTOP_AGENT_DIR", &dir)
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "1")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    Demo { child, dir }
+}
+
+fn wait_for(path: &Path, present: bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if path.exists() == present {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn the_demo_publishes_hello_and_stats_and_cleans_up() {
+    let mut demo = start_demo();
+    let socket = demo.dir.join(format!("{}.sock", demo.child.id()));
+    assert!(wait_for(&socket, true), "no socket at {}", socket.display());
+
+    let stream = UnixStream::connect(&socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+
+    let hello = next();
+    assert_eq!(hello["type"], "hello");
+    assert_eq!(hello["pid"], demo.child.id());
+    assert_eq!(hello["torch"], "2.11.0");
+    assert_eq!(hello["python"], Value::Null);
+    assert_eq!(
+        (&hello["rank"], &hello["world_size"]),
+        (&0.into(), &1.into())
+    );
+
+    let first = next();
+    assert_eq!(first["type"], "stats");
+    let second = next();
+    assert!(second["seq"].as_u64() > first["seq"].as_u64());
+    let steps = second["step"].as_u64().expect("the demo marks steps");
+    assert!(steps >= 1);
+    assert!(second["devices"].is_array());
+
+    // SIGTERM ends the loop cleanly: exit status 0 and no socket left behind.
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(demo.child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = demo.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the socket is removed at exit");
+}
