@@ -70,6 +70,14 @@ pub enum Command {
         /// The process id.
         pid: u32,
     },
+    /// Train a small MLP with tch (libtorch) and the agent started: the allocator panel
+    /// without Python. On GPU 0 when CUDA is available, else on the CPU.
+    #[cfg(feature = "torch")]
+    Demo {
+        /// Stop after this many steps (default: run until Ctrl-C).
+        #[arg(long, value_name = "N")]
+        steps: Option<u64>,
+    },
 }
 
 fn parse_delay(text: &str) -> Result<f64, String> {

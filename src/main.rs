@@ -75,6 +75,14 @@ fn run_command(command: &Command) -> ExitCode {
                 ExitCode::from(127)
             }
         },
+        #[cfg(feature = "torch")]
+        Command::Demo { steps } => match torchtop::agent::demo::demo(*steps) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("torchtop demo: {error}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
                 println!("{message}");
