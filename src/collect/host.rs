@@ -1,21 +1,919 @@
-//! placeholder until the host collector lands: same API, no data.
-use std::path::PathBuf;
+//! The host collector: host totals, and /proc joined onto the GPU process rows.
+//!
+//! What it reads, so that its cost stays near the 5 ms of CPU per second budget:
+//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and the
+//!   two vm sysctls (a few microseconds each). The hostname is read once.
+//! - [`HostCollector::join_processes`], once per refresh: uptime, then for each distinct GPU
+//!   pid its `stat`, the `children` files of the threads known to fork (the main thread, plus
+//!   the ones found by a full walk of `task/` every [`CHILDREN_RESCAN`]), and each child's
+//!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
+//!   name) and cached; host processes that hold no GPU are not touched at all.
+//! - [`HostCollector::process_table`], only while the tree view is open: every pid's `stat`,
+//!   plus `status` and `cmdline` once per identity.
+//!
+//! CPU% is the growth of utime + stime since the previous sample of the same identity, over
+//! the wall time between the samples (100% = one core busy). Caches of pids not seen for
+//! [`EVICT_AFTER`] are dropped.
 
-use crate::model::{GpuProcess, HostProcess, HostSnapshot};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::collect::procfs::{self, CpuTimes, PidStat};
+use crate::model::{
+    GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
+};
+
+/// How often the whole `task/` directory of a GPU process is walked for threads that fork.
+pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
+/// Cached facts about a pid that has not been seen for this long are dropped.
+pub const EVICT_AFTER: Duration = Duration::from_secs(30);
+/// Two samples closer than this give the previous CPU% again instead of a noisy new one (the
+/// tree view and the GPU rows may sample the same pid within one refresh).
+const MIN_CPU_INTERVAL: Duration = Duration::from_millis(50);
 
 pub struct HostCollector {
-    _root: PathBuf,
+    root: PathBuf,
+    clock_ticks: u64,
+    page_size: u64,
+    hostname: Option<String>,
+    previous_cpu: Option<CpuTimes>,
+    identities: HashMap<u32, Identity>,
+    cpu_samples: HashMap<u32, CpuSample>,
+    user_names: HashMap<u32, String>,
+    last_eviction: Option<Instant>,
 }
 
+/// What does not change during a process's life (or changes only at exec, which renames it).
+#[derive(Debug, Clone)]
+struct Identity {
+    start_ticks: u64,
+    comm: String,
+    uid: Option<u32>,
+    user: Option<String>,
+    /// Outer `None`: unreadable; inner `None`: empty (kernel thread, zombie).
+    cmdline: Option<Option<String>>,
+    /// Outer `None`: not read yet (the tree view does not need it); inner `None`: unreadable.
+    env: Option<Option<LaunchEnv>>,
+    /// Threads other than the main one that have forked children, from the last full walk.
+    forking_threads: Vec<u32>,
+    children_scanned_at: Option<Instant>,
+    last_seen: Instant,
+}
+
+impl Identity {
+    /// Whether this cached identity still describes `stat`'s process. An empty command line
+    /// of a live user process is not trusted: it is also what a process shows in the middle
+    /// of exec (before the kernel has set up its arguments), so it is read again.
+    fn matches(&self, stat: &PidStat) -> bool {
+        let settled =
+            !matches!(self.cmdline, Some(None)) || stat.state == 'Z' || stat.is_kernel_thread();
+        settled && self.start_ticks == stat.start_ticks && self.comm == stat.comm
+    }
+
+    /// The command as a GPU row shows it: `[comm]` for an empty command line.
+    fn display_command(&self) -> Option<String> {
+        match &self.cmdline {
+            Some(Some(line)) => Some(line.clone()),
+            Some(None) => Some(format!("[{}]", self.comm)),
+            None => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CpuSample {
+    start_ticks: u64,
+    ticks: u64,
+    at: Instant,
+    percent: Option<f64>,
+    last_seen: Instant,
+}
+
+/// The /proc side of one GPU process row.
+#[derive(Debug, Clone)]
+struct JoinedProcess {
+    uid: Option<u32>,
+    user: Option<String>,
+    command: Option<String>,
+    ppid: u32,
+    start_ticks: u64,
+    cpu_percent: Option<f64>,
+    rss_bytes: u64,
+    running_seconds: Option<f64>,
+    nice: i32,
+    env: Option<LaunchEnv>,
+    children_count: Option<u32>,
+    children_cpu_percent: Option<f64>,
+}
+
+/// The pid exited (or was replaced) while its files were being read.
+struct Vanished;
+
 impl HostCollector {
+    /// `proc_root` is "/proc" in production, a fixture tree in tests.
     pub fn new(proc_root: PathBuf) -> Self {
-        HostCollector { _root: proc_root }
+        Self::with_units(
+            proc_root,
+            procfs::clock_ticks_per_second(),
+            procfs::page_size_bytes(),
+        )
     }
+
+    fn with_units(root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
+        HostCollector {
+            root,
+            clock_ticks,
+            page_size,
+            hostname: None,
+            previous_cpu: None,
+            identities: HashMap::new(),
+            cpu_samples: HashMap::new(),
+            user_names: HashMap::new(),
+            last_eviction: None,
+        }
+    }
+
+    /// Host totals. Any file that cannot be read leaves its fields `None`; CPU% is `None` on
+    /// the first call, as it needs two samples.
     pub fn sample_host(&mut self) -> HostSnapshot {
-        HostSnapshot::default()
+        let root = self.root.as_path();
+        if self.hostname.is_none() {
+            self.hostname = procfs::read_hostname(root).ok().flatten();
+        }
+        let meminfo = procfs::read_meminfo(root).ok().unwrap_or_default();
+        let stat = procfs::read_stat(root).ok();
+        let cpu_percent = match (&stat, &self.previous_cpu) {
+            (Some(now), Some(before)) => now.cpu.busy_percent_since(before),
+            _ => None,
+        };
+        if let Some(stat) = &stat {
+            self.previous_cpu = Some(stat.cpu);
+        }
+        HostSnapshot {
+            hostname: self.hostname.clone(),
+            memory: MemoryInfo {
+                total_bytes: meminfo.total_bytes,
+                available_bytes: meminfo.available_bytes,
+                used_bytes: checked_difference(meminfo.total_bytes, meminfo.available_bytes),
+            },
+            swap: SwapInfo {
+                total_bytes: meminfo.swap_total_bytes,
+                used_bytes: checked_difference(meminfo.swap_total_bytes, meminfo.swap_free_bytes),
+            },
+            vm: VmSettings {
+                swappiness: procfs::read_swappiness(root).ok(),
+                overcommit_memory: procfs::read_overcommit_memory(root).ok(),
+            },
+            cpu_percent,
+            cpu_count: stat.map(|s| s.cpu_count).filter(|n| *n > 0),
+            load: procfs::read_loadavg(root).ok(),
+            uptime_seconds: procfs::read_uptime(root).ok(),
+        }
     }
-    pub fn join_processes(&mut self, _processes: &mut [GpuProcess]) {}
+
+    /// Fills the host fields of every row from /proc. A pid on several GPUs is read once; a
+    /// pid that is not (or no longer) in /proc gets `visible = false` and `None` host fields.
+    pub fn join_processes(&mut self, processes: &mut [GpuProcess]) {
+        self.join_processes_at(processes, Instant::now());
+    }
+
+    fn join_processes_at(&mut self, processes: &mut [GpuProcess], now: Instant) {
+        let uptime = procfs::read_uptime(&self.root).ok();
+        let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
+        for row in processes.iter_mut() {
+            let found = joined
+                .entry(row.pid)
+                .or_insert_with(|| self.join_one(row.pid, uptime, now).ok());
+            apply_join(row, found.as_ref());
+        }
+        self.evict_stale(now);
+    }
+
+    /// Every process in the proc root, for the tree view and the job grouping.
     pub fn process_table(&mut self) -> Vec<HostProcess> {
-        Vec::new()
+        self.process_table_at(Instant::now())
+    }
+
+    fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
+        let pids = procfs::read_pids(&self.root).unwrap_or_default();
+        let mut table = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
+                continue;
+            };
+            let Ok(identity) = self.identity(&stat, false, now) else {
+                continue;
+            };
+            let (uid, user, cmdline) = (
+                identity.uid,
+                identity.user.clone(),
+                identity.cmdline.clone(),
+            );
+            table.push(HostProcess {
+                pid,
+                ppid: stat.ppid,
+                start_ticks: stat.start_ticks,
+                uid,
+                user,
+                command: cmdline.flatten(),
+                state: stat.state,
+                cpu_percent: self.cpu_percent(&stat, now),
+                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
+                nice: Some(stat.nice),
+                comm: stat.comm,
+            });
+        }
+        self.evict_stale(now);
+        table
+    }
+
+    fn join_one(
+        &mut self,
+        pid: u32,
+        uptime: Option<f64>,
+        now: Instant,
+    ) -> Result<JoinedProcess, Vanished> {
+        let stat = procfs::read_pid_stat(&self.root, pid).map_err(|_| Vanished)?;
+        let identity = self.identity(&stat, true, now)?.clone();
+        let cpu_percent = self.cpu_percent(&stat, now);
+        let (children_count, children_cpu_percent) = match self.child_pids(pid, now) {
+            Some(children) => {
+                let (count, cpu) = self.children_cpu(&children, now);
+                (Some(count), cpu)
+            }
+            None => (None, None),
+        };
+        let started = stat.start_ticks as f64 / self.clock_ticks as f64;
+        Ok(JoinedProcess {
+            uid: identity.uid,
+            user: identity.user.clone(),
+            command: identity.display_command(),
+            ppid: stat.ppid,
+            start_ticks: stat.start_ticks,
+            cpu_percent,
+            rss_bytes: stat.rss_pages.saturating_mul(self.page_size),
+            running_seconds: uptime.map(|up| (up - started).max(0.0)),
+            nice: stat.nice,
+            env: identity.env.flatten(),
+            children_count,
+            children_cpu_percent,
+        })
+    }
+
+    /// The cached identity of `stat`'s process, read on first sight (or after an exec or a
+    /// pid reuse). `with_env` also reads environ if that was not done yet.
+    fn identity(
+        &mut self,
+        stat: &PidStat,
+        with_env: bool,
+        now: Instant,
+    ) -> Result<&Identity, Vanished> {
+        let pid = stat.pid;
+        let cached = self.identities.get(&pid).filter(|id| id.matches(stat));
+        let known = cached.is_some();
+        let needs_env = with_env && cached.is_none_or(|id| id.env.is_none());
+        if !known || needs_env {
+            let mut identity = match self.identities.remove(&pid) {
+                Some(old) if known => old,
+                _ => self.read_identity(stat, now),
+            };
+            if with_env && identity.env.is_none() {
+                identity.env = Some(procfs::read_environ(&self.root, pid).ok());
+            }
+            self.confirm_same_process(stat)?;
+            self.identities.insert(pid, identity);
+        }
+        let identity = self.identities.get_mut(&pid).ok_or(Vanished)?;
+        identity.last_seen = now;
+        Ok(identity)
+    }
+
+    fn read_identity(&mut self, stat: &PidStat, now: Instant) -> Identity {
+        let status = procfs::read_pid_status(&self.root, stat.pid).ok();
+        let cmdline = procfs::read_cmdline(&self.root, stat.pid).ok();
+        let uid = status.map(|s| s.uid);
+        Identity {
+            start_ticks: stat.start_ticks,
+            comm: stat.comm.clone(),
+            uid,
+            user: uid.map(|uid| self.user_name(uid)),
+            cmdline,
+            env: None,
+            forking_threads: Vec::new(),
+            children_scanned_at: None,
+            last_seen: now,
+        }
+    }
+
+    /// Reads stat again after the identity files, so that a pid reused in between is not
+    /// given the previous owner's command line.
+    fn confirm_same_process(&self, stat: &PidStat) -> Result<(), Vanished> {
+        match procfs::read_pid_stat(&self.root, stat.pid) {
+            Ok(again) if again.start_ticks == stat.start_ticks => Ok(()),
+            _ => Err(Vanished),
+        }
+    }
+
+    fn user_name(&mut self, uid: u32) -> String {
+        self.user_names
+            .entry(uid)
+            .or_insert_with(|| procfs::user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .clone()
+    }
+
+    /// CPU% of `stat`'s process since its previous sample; `None` on first sight.
+    fn cpu_percent(&mut self, stat: &PidStat, now: Instant) -> Option<f64> {
+        let ticks = stat.cpu_ticks();
+        let fresh = CpuSample {
+            start_ticks: stat.start_ticks,
+            ticks,
+            at: now,
+            percent: None,
+            last_seen: now,
+        };
+        let sample = self.cpu_samples.entry(stat.pid).or_insert(fresh);
+        if sample.start_ticks != stat.start_ticks {
+            *sample = fresh;
+            return None;
+        }
+        sample.last_seen = now;
+        let elapsed = now.saturating_duration_since(sample.at);
+        if elapsed < MIN_CPU_INTERVAL {
+            return sample.percent;
+        }
+        let busy_seconds = ticks.saturating_sub(sample.ticks) as f64 / self.clock_ticks as f64;
+        let percent = busy_seconds * 100.0 / elapsed.as_secs_f64();
+        sample.ticks = ticks;
+        sample.at = now;
+        sample.percent = Some(percent);
+        Some(percent)
+    }
+
+    /// Direct children of `pid`, from the children files of its threads. `None` when the
+    /// kernel has no such files (built without CONFIG_PROC_CHILDREN).
+    fn child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
+        let root = self.root.as_path();
+        let identity = self.identities.get_mut(&pid)?;
+        let full_walk = identity
+            .children_scanned_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= CHILDREN_RESCAN);
+        let threads = if full_walk {
+            procfs::read_thread_ids(root, pid).ok()?
+        } else {
+            std::iter::once(pid)
+                .chain(identity.forking_threads.iter().copied())
+                .collect()
+        };
+        let mut children = Vec::new();
+        let mut forking = Vec::new();
+        let mut any_read = false;
+        let mut thread_gone = false;
+        for tid in threads {
+            match procfs::read_thread_children(root, pid, tid) {
+                Ok(found) => {
+                    any_read = true;
+                    if tid != pid && !found.is_empty() {
+                        forking.push(tid);
+                    }
+                    children.extend(found);
+                }
+                Err(_) => thread_gone = true,
+            }
+        }
+        if full_walk {
+            identity.forking_threads = forking;
+            identity.children_scanned_at = Some(now);
+        } else if thread_gone {
+            // A forking thread exited; its children moved to another thread, so walk all.
+            identity.children_scanned_at = None;
+        }
+        any_read.then_some(children)
+    }
+
+    /// How many of `children` are still there, and their summed CPU% (`None` while none of
+    /// them has two samples yet).
+    fn children_cpu(&mut self, children: &[u32], now: Instant) -> (u32, Option<f64>) {
+        let mut count = 0;
+        let mut total: Option<f64> = None;
+        for &child in children {
+            let Ok(stat) = procfs::read_pid_stat(&self.root, child) else {
+                continue;
+            };
+            count += 1;
+            if let Some(percent) = self.cpu_percent(&stat, now) {
+                total = Some(total.unwrap_or(0.0) + percent);
+            }
+        }
+        if count == 0 {
+            total = Some(0.0);
+        }
+        (count, total)
+    }
+
+    fn evict_stale(&mut self, now: Instant) {
+        let due = self
+            .last_eviction
+            .is_none_or(|at| now.saturating_duration_since(at) >= EVICT_AFTER / 3);
+        if !due {
+            return;
+        }
+        self.last_eviction = Some(now);
+        let fresh = |seen: Instant| now.saturating_duration_since(seen) < EVICT_AFTER;
+        self.identities.retain(|_, id| fresh(id.last_seen));
+        self.cpu_samples.retain(|_, s| fresh(s.last_seen));
+    }
+}
+
+fn checked_difference(total: Option<u64>, part: Option<u64>) -> Option<u64> {
+    total?.checked_sub(part?)
+}
+
+fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
+    row.visible = joined.is_some();
+    row.uid = joined.and_then(|j| j.uid);
+    row.user = joined.and_then(|j| j.user.clone());
+    row.command = joined.and_then(|j| j.command.clone());
+    row.ppid = joined.map(|j| j.ppid);
+    row.start_ticks = joined.map(|j| j.start_ticks);
+    row.cpu_percent = joined.and_then(|j| j.cpu_percent);
+    row.rss_bytes = joined.map(|j| j.rss_bytes);
+    row.running_seconds = joined.and_then(|j| j.running_seconds);
+    row.nice = joined.map(|j| j.nice);
+    row.env = joined.and_then(|j| j.env.clone());
+    row.children_count = joined.and_then(|j| j.children_count);
+    row.children_cpu_percent = joined.and_then(|j| j.children_cpu_percent);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::{Child, Command};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::model::ProcessKind;
+
+    fn fixture_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")
+    }
+
+    /// A collector over the fixture tree, with the units the fixture was written for.
+    fn fixture_collector() -> HostCollector {
+        HostCollector::with_units(fixture_root(), 100, 4096)
+    }
+
+    fn row(pid: u32, gpu: u32) -> GpuProcess {
+        GpuProcess::new(pid, gpu, ProcessKind::Compute)
+    }
+
+    /// A writable proc tree in the temp directory, removed on drop.
+    struct TempProc(PathBuf);
+
+    impl TempProc {
+        fn new() -> Self {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "torchtop-host-test-{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempProc(dir)
+        }
+
+        fn write(&self, path: &str, contents: &str) {
+            let path = self.0.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, contents).unwrap();
+        }
+
+        fn write_pid_stat(&self, pid: u32, ppid: u32, cpu_ticks: u64, start_ticks: u64) {
+            let text = format!(
+                "{pid} (worker) S {ppid} {pid} {ppid} 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 \
+                 {start_ticks} 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0\n"
+            );
+            self.write(&format!("{pid}/stat"), &text);
+        }
+    }
+
+    impl Drop for TempProc {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn host_totals_from_the_fixture() {
+        let mut collector = fixture_collector();
+        let host = collector.sample_host();
+        assert_eq!(host.hostname.as_deref(), Some("fixture-host"));
+        assert_eq!(host.memory.total_bytes, Some(16384000 * 1024));
+        assert_eq!(host.memory.available_bytes, Some(12000000 * 1024));
+        assert_eq!(host.memory.used_bytes, Some(4384000 * 1024));
+        assert_eq!(host.swap.total_bytes, Some(4096000 * 1024));
+        assert_eq!(host.swap.used_bytes, Some(1024000 * 1024));
+        assert_eq!(host.vm.swappiness, Some(60));
+        assert_eq!(host.vm.overcommit_memory, Some(1));
+        assert_eq!(host.cpu_count, Some(4));
+        assert_eq!(host.uptime_seconds, Some(1000.0));
+        let load = host.load.unwrap();
+        assert_eq!((load.one, load.five, load.fifteen), (1.5, 0.75, 0.25));
+        assert_eq!(host.cpu_percent, None, "CPU% needs two samples");
+    }
+
+    #[test]
+    fn host_cpu_percent_is_the_delta_between_samples() {
+        let tree = TempProc::new();
+        tree.write("stat", "cpu 100 0 100 700 100 0 0 0 0 0\ncpu0 1 1 1 1\n");
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        assert_eq!(collector.sample_host().cpu_percent, None);
+        // 400 more ticks, 100 of them idle or iowait: 75% busy.
+        tree.write("stat", "cpu 300 0 200 750 150 0 0 0 0 0\ncpu0 1 1 1 1\n");
+        assert_eq!(collector.sample_host().cpu_percent, Some(75.0));
+    }
+
+    #[test]
+    fn host_fields_of_unreadable_files_are_none() {
+        let tree = TempProc::new();
+        tree.write("meminfo", "MemTotal: 2048 kB\n");
+        tree.write("loadavg", "garbage\n");
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        let host = collector.sample_host();
+        assert_eq!(host.memory.total_bytes, Some(2048 * 1024));
+        assert_eq!(host.memory.available_bytes, None);
+        assert_eq!(host.memory.used_bytes, None);
+        assert_eq!(host.swap, SwapInfo::default());
+        assert_eq!(host.vm, VmSettings::default());
+        assert_eq!(host.load, None);
+        assert_eq!(host.cpu_count, None);
+        assert_eq!(host.uptime_seconds, None);
+        assert_eq!(host.hostname, None);
+    }
+
+    #[test]
+    fn join_fills_a_trainer_row_from_the_fixture() {
+        let mut collector = fixture_collector();
+        let mut rows = vec![row(1000, 0), row(1000, 1)];
+        collector.join_processes(&mut rows);
+        let trainer = &rows[0];
+        assert!(trainer.visible);
+        assert_eq!(trainer.uid, Some(0));
+        assert_eq!(trainer.user.as_deref(), Some("root"));
+        assert_eq!(
+            trainer.command.as_deref(),
+            Some("python3 train.py --epochs 10")
+        );
+        assert_eq!(trainer.ppid, Some(1));
+        assert_eq!(trainer.start_ticks, Some(50000));
+        assert_eq!(trainer.rss_bytes, Some(100 * 1024 * 1024));
+        assert_eq!(trainer.running_seconds, Some(500.0));
+        assert_eq!(trainer.nice, Some(0));
+        assert_eq!(trainer.cpu_percent, None, "first sight has no CPU%");
+        // 1001 and 1002 from the main thread, 1004 from thread 1003.
+        assert_eq!(trainer.children_count, Some(3));
+        assert_eq!(trainer.children_cpu_percent, None);
+        let env = trainer.env.as_ref().unwrap();
+        assert_eq!(env.rank, Some(0));
+        assert_eq!(env.world_size, Some(2));
+        assert_eq!(env.cuda_visible_devices.as_deref(), Some("0,1"));
+        assert_eq!(env.torchelastic_run_id.as_deref(), Some("job-17"));
+        assert_eq!(env.master_port.as_deref(), Some("29500"));
+        assert_eq!(
+            env.pytorch_cuda_alloc_conf.as_deref(),
+            Some("expandable_segments:True")
+        );
+        // The same pid on a second GPU gets the same host fields.
+        let mut second = rows[1].clone();
+        second.gpu = 0;
+        assert_eq!(&second, trainer);
+    }
+
+    #[test]
+    fn join_keeps_odd_and_partial_rows_and_marks_missing_pids_gone() {
+        let mut collector = fixture_collector();
+        let mut rows = vec![row(2000, 0), row(3000, 0), row(3100, 0), row(999_999, 0)];
+        collector.join_processes(&mut rows);
+
+        let weird = &rows[0];
+        assert!(weird.visible);
+        assert_eq!(weird.command.as_deref(), Some("[my (weird) proc]"));
+        assert_eq!(weird.uid, Some(54321));
+        assert_eq!(weird.user.as_deref(), Some("54321"), "no passwd entry");
+        assert_eq!(weird.nice, Some(-5));
+        assert_eq!(weird.env, Some(LaunchEnv::default()));
+        assert_eq!(weird.children_count, Some(0));
+        assert_eq!(weird.children_cpu_percent, Some(0.0));
+
+        // Only stat is there: what the other files would say is unknown, the row stays.
+        let bare = &rows[1];
+        assert!(bare.visible);
+        assert_eq!((bare.uid, bare.user.as_ref()), (None, None));
+        assert_eq!((bare.command.as_ref(), bare.env.as_ref()), (None, None));
+        assert_eq!(bare.ppid, Some(1));
+        assert_eq!(bare.rss_bytes, Some(10 * 4096));
+
+        let unreadable_env = &rows[2];
+        assert!(unreadable_env.visible);
+        assert_eq!(unreadable_env.env, None);
+        assert_eq!(unreadable_env.command.as_deref(), Some("python3 serve.py"));
+        assert_eq!(unreadable_env.children_count, None, "no task/ directory");
+        assert_eq!(unreadable_env.nice, Some(10));
+
+        assert!(!rows[3].visible);
+        assert_eq!(rows[3].pid, 999_999);
+    }
+
+    #[test]
+    fn join_clears_stale_host_fields_of_a_row() {
+        let mut collector = fixture_collector();
+        let mut stale = row(999_999, 0);
+        stale.visible = true;
+        stale.command = Some("old".into());
+        stale.cpu_percent = Some(12.0);
+        stale.children_count = Some(2);
+        let mut rows = vec![stale];
+        collector.join_processes(&mut rows);
+        assert!(!rows[0].visible);
+        assert_eq!(rows[0].command, None);
+        assert_eq!(rows[0].cpu_percent, None);
+        assert_eq!(rows[0].children_count, None);
+    }
+
+    #[test]
+    fn join_cpu_percent_from_tick_deltas_and_pid_reuse() {
+        let tree = TempProc::new();
+        tree.write("uptime", "100.00 50.00\n");
+        tree.write_pid_stat(500, 1, 1000, 2000);
+        tree.write("500/status", "Uid:\t7\t7\t7\t7\n");
+        tree.write("500/cmdline", "trainer\0");
+        tree.write("500/task/500/children", "501 ");
+        tree.write_pid_stat(501, 500, 10, 2100);
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        let t0 = Instant::now();
+        let mut rows = vec![row(500, 0)];
+        collector.join_processes_at(&mut rows, t0);
+        assert_eq!(rows[0].cpu_percent, None);
+        assert_eq!(rows[0].running_seconds, Some(80.0));
+
+        // One second later: 150 ticks (1.5 cores) for the process, 90 ticks for its child.
+        tree.write_pid_stat(500, 1, 1150, 2000);
+        tree.write_pid_stat(501, 500, 100, 2100);
+        collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1));
+        assert_eq!(rows[0].cpu_percent, Some(150.0));
+        assert_eq!(rows[0].children_count, Some(1));
+        assert_eq!(rows[0].children_cpu_percent, Some(90.0));
+
+        // A sample 10 ms later repeats the last figure instead of dividing by almost nothing.
+        collector.join_processes_at(&mut rows, t0 + Duration::from_millis(1010));
+        assert_eq!(rows[0].cpu_percent, Some(150.0));
+
+        // The pid is reused by a new process: a new identity, no CPU% yet, a fresh command.
+        tree.write_pid_stat(500, 1, 5, 9000);
+        tree.write("500/cmdline", "other\0");
+        collector.join_processes_at(&mut rows, t0 + Duration::from_secs(2));
+        assert!(rows[0].visible);
+        assert_eq!(rows[0].start_ticks, Some(9000));
+        assert_eq!(rows[0].cpu_percent, None);
+        assert_eq!(rows[0].command.as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn identity_files_are_read_once_per_identity() {
+        let tree = TempProc::new();
+        tree.write("uptime", "100.00 50.00\n");
+        tree.write_pid_stat(600, 1, 0, 500);
+        tree.write("600/status", "Uid:\t0\t0\t0\t0\n");
+        tree.write("600/cmdline", "first\0");
+        tree.write("600/environ", "RANK=1\0");
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        let mut rows = vec![row(600, 0)];
+        collector.join_processes(&mut rows);
+        tree.write("600/cmdline", "second\0");
+        tree.write("600/environ", "RANK=2\0");
+        collector.join_processes(&mut rows);
+        assert_eq!(rows[0].command.as_deref(), Some("first"));
+        assert_eq!(rows[0].env.as_ref().and_then(|e| e.rank), Some(1));
+    }
+
+    #[test]
+    fn an_empty_command_line_of_a_live_process_is_read_again() {
+        let tree = TempProc::new();
+        tree.write("uptime", "100.00 50.00\n");
+        tree.write_pid_stat(650, 1, 0, 500);
+        tree.write("650/status", "Uid:\t0\t0\t0\t0\n");
+        tree.write("650/cmdline", "");
+        tree.write("650/environ", "");
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        let mut rows = vec![row(650, 0)];
+        collector.join_processes(&mut rows);
+        assert_eq!(rows[0].command.as_deref(), Some("[worker]"));
+        // Exec finished: arguments and environment are there now.
+        tree.write("650/cmdline", "python\0train.py\0");
+        tree.write("650/environ", "LOCAL_RANK=3\0");
+        collector.join_processes(&mut rows);
+        assert_eq!(rows[0].command.as_deref(), Some("python train.py"));
+        assert_eq!(rows[0].env.as_ref().and_then(|e| e.local_rank), Some(3));
+    }
+
+    #[test]
+    fn children_of_new_forking_threads_are_found_at_the_next_full_walk() {
+        let tree = TempProc::new();
+        tree.write("uptime", "100.00 50.00\n");
+        tree.write_pid_stat(700, 1, 0, 500);
+        tree.write("700/status", "Uid:\t0\t0\t0\t0\n");
+        tree.write("700/cmdline", "trainer\0");
+        tree.write("700/task/700/children", "");
+        let mut collector = HostCollector::with_units(tree.0.clone(), 100, 4096);
+        let t0 = Instant::now();
+        let mut rows = vec![row(700, 0)];
+        collector.join_processes_at(&mut rows, t0);
+        assert_eq!(rows[0].children_count, Some(0));
+
+        tree.write("700/task/700/children", "701 ");
+        tree.write_pid_stat(701, 700, 0, 600);
+        tree.write("700/task/702/children", "703 ");
+        tree.write_pid_stat(703, 700, 0, 600);
+        // The main thread is read every time; other threads at the next walk.
+        collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1));
+        assert_eq!(rows[0].children_count, Some(1));
+        collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN + Duration::from_secs(1));
+        assert_eq!(rows[0].children_count, Some(2));
+        // Once known, the forking thread is read every time.
+        tree.write("700/task/702/children", "703 704 ");
+        tree.write_pid_stat(704, 700, 0, 600);
+        collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN + Duration::from_secs(2));
+        assert_eq!(rows[0].children_count, Some(3));
+    }
+
+    #[test]
+    fn caches_of_unseen_pids_are_evicted() {
+        let mut collector = fixture_collector();
+        let t0 = Instant::now();
+        collector.join_processes_at(&mut [row(1000, 0)], t0);
+        assert!(collector.identities.contains_key(&1000));
+        assert!(collector.cpu_samples.contains_key(&1001));
+        collector.join_processes_at(&mut [], t0 + EVICT_AFTER / 2);
+        assert!(collector.identities.contains_key(&1000));
+        collector.join_processes_at(&mut [], t0 + EVICT_AFTER + Duration::from_secs(1));
+        assert!(collector.identities.is_empty());
+        assert!(collector.cpu_samples.is_empty());
+    }
+
+    #[test]
+    fn process_table_of_the_fixture() {
+        let mut collector = fixture_collector();
+        let mut table = collector.process_table();
+        table.sort_by_key(|p| p.pid);
+        let pids: Vec<u32> = table.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![1, 1000, 1001, 1002, 1004, 2000, 3000, 3100]);
+        let weird = table.iter().find(|p| p.pid == 2000).unwrap();
+        assert_eq!(weird.comm, "my (weird) proc");
+        assert_eq!(weird.command, None);
+        assert_eq!(weird.user.as_deref(), Some("54321"));
+        assert_eq!(weird.nice, Some(-5));
+        let worker = table.iter().find(|p| p.pid == 1004).unwrap();
+        assert_eq!(worker.ppid, 1000);
+        assert_eq!(worker.state, 'S');
+        assert_eq!(worker.rss_bytes, Some(50 * 1024 * 1024));
+        assert_eq!(worker.start_ticks, 50100);
+        assert!(table.iter().all(|p| p.cpu_percent.is_none()));
+    }
+
+    // --- against the real /proc, with child processes of this test ---
+
+    /// A `sh -c` child that is killed and reaped on drop, so a failed assertion leaves no
+    /// busy loop behind.
+    struct ShChild(Child);
+
+    impl ShChild {
+        fn spawn(script: &str) -> Self {
+            ShChild(Command::new("sh").arg("-c").arg(script).spawn().unwrap())
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+
+        fn kill_and_reap(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    impl Drop for ShChild {
+        fn drop(&mut self) {
+            self.kill_and_reap();
+        }
+    }
+
+    fn wait_for_state(pid: u32, state: char) {
+        for _ in 0..200 {
+            match procfs::read_pid_stat(Path::new("/proc"), pid) {
+                Ok(stat) if stat.state == state => return,
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        panic!("pid {pid} never reached state {state}");
+    }
+
+    #[test]
+    fn real_proc_busy_child_then_gone() {
+        let mut child = ShChild::spawn("while :; do :; done");
+        let pid = child.pid();
+        let mut collector = HostCollector::new(PathBuf::from("/proc"));
+        let mut rows = vec![row(pid, 0)];
+        // spawn() returns while the child may still be inside exec, with no arguments or
+        // memory yet; the collector must pick the command line up once exec is done.
+        for _ in 0..200 {
+            collector.join_processes(&mut rows);
+            if rows[0].rss_bytes.is_some_and(|rss| rss > 0) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let first = rows[0].clone();
+        assert!(first.visible);
+        assert_eq!(first.ppid, Some(std::process::id()));
+        assert_eq!(first.command.as_deref(), Some("sh -c while :; do :; done"));
+        // SAFETY: getuid has no preconditions.
+        assert_eq!(first.uid, Some(unsafe { libc::getuid() }));
+        assert!(first.rss_bytes.is_some_and(|rss| rss > 0));
+        assert!(first
+            .running_seconds
+            .is_some_and(|s| (0.0..60.0).contains(&s)));
+
+        std::thread::sleep(Duration::from_millis(400));
+        collector.join_processes(&mut rows);
+        assert_eq!(rows[0].start_ticks, first.start_ticks);
+        let cpu = rows[0].cpu_percent.unwrap();
+        // A busy loop; the bar is low because CI shares two cores.
+        assert!(cpu > 20.0, "busy loop measured at {cpu}% CPU");
+
+        child.kill_and_reap();
+        collector.join_processes(&mut rows);
+        assert!(!rows[0].visible);
+        assert_eq!(rows[0].cpu_percent, None);
+        assert_eq!(rows[0].command, None);
+        assert_eq!(rows[0].start_ticks, None);
+    }
+
+    #[test]
+    fn real_proc_zombie_shows_its_name() {
+        let mut child = ShChild::spawn("exit 0");
+        let pid = child.pid();
+        wait_for_state(pid, 'Z');
+        let mut collector = HostCollector::new(PathBuf::from("/proc"));
+        let mut rows = vec![row(pid, 0)];
+        collector.join_processes(&mut rows);
+        child.kill_and_reap();
+        assert!(rows[0].visible);
+        assert_eq!(rows[0].command.as_deref(), Some("[sh]"));
+        assert_eq!(rows[0].ppid, Some(std::process::id()));
+    }
+
+    #[test]
+    fn real_proc_children_are_counted() {
+        let mut child = ShChild::spawn("sleep 30 & sleep 30 & wait");
+        let pid = child.pid();
+        let mut collector = HostCollector::new(PathBuf::from("/proc"));
+        let mut rows = vec![row(pid, 0)];
+        let mut count = None;
+        for _ in 0..200 {
+            collector.join_processes(&mut rows);
+            count = rows[0].children_count;
+            if count == Some(2) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sleepers = procfs::read_thread_children(Path::new("/proc"), pid, pid).unwrap();
+        for sleeper in &sleepers {
+            // SAFETY: kill has no memory preconditions; these are our grandchildren.
+            unsafe { libc::kill(*sleeper as libc::pid_t, libc::SIGKILL) };
+        }
+        child.kill_and_reap();
+        assert_eq!(count, Some(2));
+        assert_eq!(sleepers.len(), 2);
+    }
+
+    #[test]
+    fn real_proc_table_lists_this_process() {
+        let mut collector = HostCollector::new(PathBuf::from("/proc"));
+        let table = collector.process_table();
+        let me = table
+            .iter()
+            .find(|p| p.pid == std::process::id())
+            .expect("this test process is in the table");
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(me.ppid, unsafe { libc::getppid() } as u32);
+        assert!(me.command.is_some());
+        assert!(table.len() > 1);
+        std::thread::sleep(MIN_CPU_INTERVAL * 2);
+        let again = collector.process_table();
+        let me_again = again.iter().find(|p| p.pid == me.pid).unwrap();
+        assert_eq!(me_again.start_ticks, me.start_ticks);
+        assert!(me_again.cpu_percent.is_some());
     }
 }
