@@ -152,7 +152,7 @@ fn readonly_refuses_every_action_key_with_a_sentence() {
     session.send(b"K");
     wait_for_text(
         &session,
-        "read-only mode: signals and renice are turned off",
+        "read-only mode: signals, renice and agent commands are turned off",
     );
     session.send(b"T");
     session.send(F8);
