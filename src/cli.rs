@@ -28,9 +28,13 @@ pub struct Cli {
     #[arg(long)]
     pub once: bool,
 
-    /// With --once: print one JSON document instead of text.
-    #[arg(long, requires = "once")]
+    /// Print JSON instead of drawing: one document with --once, else one line per refresh.
+    #[arg(long)]
     pub json: bool,
+
+    /// With --json (and no --once): stop after this many documents.
+    #[arg(long, value_name = "N", requires = "json", conflicts_with = "once")]
+    pub samples: Option<u64>,
 
     /// How long --once waits for a GPU (or the driver) before reporting it as stale.
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_timeout)]
@@ -122,9 +126,12 @@ mod tests {
     }
 
     #[test]
-    fn json_needs_once() {
-        assert!(Cli::try_parse_from(["torchtop", "--json"]).is_err());
+    fn json_is_one_document_with_once_and_a_stream_without() {
         assert!(Cli::try_parse_from(["torchtop", "--once", "--json"]).is_ok());
+        let stream = Cli::try_parse_from(["torchtop", "--json", "--samples", "3"]).unwrap();
+        assert_eq!(stream.samples, Some(3));
+        assert!(Cli::try_parse_from(["torchtop", "--samples", "3"]).is_err());
+        assert!(Cli::try_parse_from(["torchtop", "--once", "--json", "--samples", "3"]).is_err());
     }
 
     #[test]

@@ -36,6 +36,18 @@ fn main() -> ExitCode {
     if cli.once {
         return print_once(&cli, config, loader);
     }
+    if cli.json {
+        return match torchtop::report::stream_json(config, loader, cli.samples) {
+            Ok(()) => exit_now(ExitCode::SUCCESS),
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                exit_now(ExitCode::SUCCESS)
+            }
+            Err(error) => {
+                eprintln!("torchtop: {error}");
+                exit_now(ExitCode::FAILURE)
+            }
+        };
+    }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
     // The tree view switches the sampler's full process scan on and off through this flag.
     config.want_process_table = app.want_process_table.clone();

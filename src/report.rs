@@ -2,8 +2,37 @@
 //! Works without a terminal: nothing here touches the TTY.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
+
+use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 
 use crate::model::{GpuSample, GpuState, Snapshot};
+
+/// Writes one compact JSON document per line for each snapshot the sampler publishes, until
+/// `samples` have been written or stdout is closed (a pipe into `head`, say).
+pub fn stream_json(
+    config: SamplerConfig,
+    loader: GpuLoader,
+    samples: Option<u64>,
+) -> std::io::Result<()> {
+    let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    let mut written = 0u64;
+    let _requests = sampler::spawn_loop(config, loader, move |snapshot| {
+        let line = serde_json::to_string(&snapshot).unwrap_or_default();
+        let mut out = std::io::stdout().lock();
+        if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+            let _ = done_tx.send(Err(error));
+            return false;
+        }
+        written += 1;
+        if samples.is_some_and(|n| written >= n) {
+            let _ = done_tx.send(Ok(()));
+            return false;
+        }
+        true
+    });
+    done.recv().unwrap_or(Ok(()))
+}
 
 /// The JSON document, as documented in README.md.
 pub fn json(snapshot: &Snapshot) -> String {

@@ -1,0 +1,352 @@
+//! End to end with the built binary, the fake NVML and real processes: a Python "training
+//! script" under `torchtop run` (with the stand-in torch) shows its allocator figures in the JSON
+//! and in the TUI, and the warning rules fire on an imbalanced 8-GPU job and on a leaking process
+//! when the config's windows allow it, and stay quiet with the defaults.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
+use common::pty::PtySession;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A private agent socket directory for one test.
+fn agent_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("torchtop-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A Python process that imports the stand-in torch, "uses" GPU 0 and idles: the agent comes
+/// from `torchtop run`'s sitecustomize, not from the script.
+struct TrainingScript {
+    child: Child,
+}
+
+impl TrainingScript {
+    fn start(agent_dir: &Path) -> Self {
+        let script =
+            "import time, torch\ntorch.cuda._fake_init((0,))\nwhile True:\n    time.sleep(0.05)\n";
+        let child = Command::new(common::torchtop_binary())
+            .args(["run", "--", "python3", "-c", script])
+            .env("PYTHONPATH", repo().join("tests/python/fake_torch"))
+            .env("TORCHTOP_AGENT_DIR", agent_dir)
+            .env("TORCHTOP_AGENT_INTERVAL_MS", "100")
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("torchtop run");
+        let started = TrainingScript { child };
+        let socket = agent_dir.join(format!("{}.sock", started.pid()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the agent socket {} never appeared",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for TrainingScript {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn one_gpu_with(pid: u32, used_mib: u64) -> String {
+    format!(
+        "[[gpu]]\nname = \"Agent GPU\"\nmemory_total_mib = 81920\nmemory_used_mib = 8192\n\
+         [[gpu.process]]\npid = {pid}\nused_memory_mib = {used_mib}\nsm_percent = 80\n"
+    )
+}
+
+fn torchtop(scenario: &ScenarioFile, agents: &Path, args: &[&str]) -> Vec<Value> {
+    let output = Command::new(common::torchtop_binary())
+        .args(args)
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", agents)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // One pretty document with --once, one per line when streaming: read them all in turn.
+    serde_json::Deserializer::from_slice(&output.stdout)
+        .into_iter::<Value>()
+        .map(|doc| doc.expect("valid JSON"))
+        .collect()
+}
+
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("torchtop-e2e-{name}-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn warning_ids(doc: &Value) -> Vec<String> {
+    doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_script_under_torchtop_run_shows_its_allocator_in_the_json() {
+    let agents = agent_dir("json");
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let docs = torchtop(&scenario, &agents, &["--once", "--json"]);
+    let process = &docs[0]["processes"][0];
+    assert_eq!(process["pid"], script.pid());
+    let torch = &process["torch"];
+    assert!(torch.is_object(), "no torch figures: {process}");
+    assert_eq!(torch["rank"], 0);
+    assert_eq!(torch["world_size"], 1);
+    let device = &torch["devices"][0];
+    assert_eq!(device["index"], 0);
+    let allocated = device["allocated_bytes"].as_u64().unwrap();
+    let reserved = device["reserved_bytes"].as_u64().unwrap();
+    // The stand-in's figures: 100 MiB plus 1 MiB per read.
+    assert!(
+        allocated > 100 * MIB && allocated < 400 * MIB,
+        "{allocated}"
+    );
+    assert!(device["peak_allocated_bytes"].as_u64().unwrap() > allocated);
+    assert_eq!(device["ooms"], 0);
+    let non_pytorch = device["non_pytorch_bytes"].as_u64().unwrap();
+    assert_eq!(
+        non_pytorch,
+        2048 * MIB - reserved,
+        "NVML's memory minus reserved"
+    );
+
+    // The stats change from one look to the next.
+    std::thread::sleep(Duration::from_millis(400));
+    let later = torchtop(&scenario, &agents, &["--once", "--json"]);
+    let allocated_later = later[0]["processes"][0]["torch"]["devices"][0]["allocated_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        allocated_later > allocated,
+        "{allocated_later} <= {allocated}"
+    );
+}
+
+#[test]
+fn a_script_under_torchtop_run_shows_its_allocator_in_the_tui() {
+    let agents = agent_dir("tui");
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 200, 50);
+    let panel = |s: &str| {
+        s.contains(&script.pid().to_string())
+            && [
+                "allocated",
+                "reserved",
+                "inactive-split",
+                "non-PyTorch",
+                "retries",
+            ]
+            .iter()
+            .all(|label| s.contains(label))
+    };
+    assert!(
+        session.wait_for(Duration::from_secs(10), panel),
+        "no allocator panel:\n{}",
+        session.screen()
+    );
+}
+
+#[test]
+fn a_leaking_process_is_warned_about_when_the_window_allows() {
+    let agents = agent_dir("leak");
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let config = config_file(
+        "leak",
+        "[rules.leak]\nwindow_seconds = 2.0\nmin_samples = 4\nmin_rise_mib = 4.0\n",
+    );
+    let docs = torchtop(
+        &scenario,
+        &agents,
+        &[
+            "--json",
+            "--samples",
+            "10",
+            "-d",
+            "0.4",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let last = docs.last().unwrap();
+    let leak = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == "leak");
+    let leak = leak.unwrap_or_else(|| panic!("no leak warning: {}", last["warnings"]));
+    assert_eq!(leak["subject"]["kind"], "process");
+    assert_eq!(leak["subject"]["pid"], script.pid());
+    assert!(leak["remedy"].as_str().unwrap().contains("snapshot"));
+
+    // The same run with the default two-minute window stays quiet.
+    let quiet = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "--samples", "4", "-d", "0.4"],
+    );
+    assert!(!warning_ids(quiet.last().unwrap()).contains(&"leak".to_string()));
+}
+
+/// Eight ranks of one job (RANK/WORLD_SIZE/MASTER_PORT in their environment), one per GPU,
+/// with rank 5 holding far more memory than the others.
+fn imbalanced_job() -> (Vec<Child>, ScenarioFile) {
+    let ranks: Vec<Child> = (0..8)
+        .map(|rank| {
+            Command::new("sleep")
+                .arg("600")
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", "8")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", "29555")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut text = String::new();
+    for (gpu, child) in ranks.iter().enumerate() {
+        let used = if gpu == 5 { 60_000 } else { 20_000 };
+        text.push_str(&format!(
+            "[[gpu]]\nname = \"H100 #{gpu}\"\nmemory_total_mib = 81920\nmemory_used_mib = {}\nutilization_gpu = 90\n\
+             [[gpu.process]]\npid = {}\nused_memory_mib = {used}\nsm_percent = 85\n",
+            used + 500,
+            child.id()
+        ));
+    }
+    (ranks, ScenarioFile::new(&text))
+}
+
+#[test]
+fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
+    let (mut ranks, scenario) = imbalanced_job();
+    let agents = agent_dir("imbalance");
+    let config = config_file("imbalance", "[rules.imbalance]\nwindow_seconds = 1.0\n");
+    let docs = torchtop(
+        &scenario,
+        &agents,
+        &[
+            "--json",
+            "--samples",
+            "6",
+            "-d",
+            "0.4",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let last = docs.last().unwrap();
+    let warning = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == "imbalance");
+    let warning = warning.unwrap_or_else(|| panic!("no imbalance warning: {}", last["warnings"]));
+    assert_eq!(warning["subject"]["kind"], "job");
+    assert!(
+        warning["message"].as_str().unwrap().contains('5'),
+        "{}",
+        warning["message"]
+    );
+
+    let quiet = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "--samples", "4", "-d", "0.4"],
+    );
+    assert!(
+        !warning_ids(quiet.last().unwrap()).contains(&"imbalance".to_string()),
+        "default window is 30 s"
+    );
+
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let args = ["--config", config.to_str().unwrap()];
+    let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&env), 200, 50);
+    assert!(
+        session.wait_for(Duration::from_secs(10), |s| s.contains("imbalance")),
+        "no imbalance in the warnings panel:\n{}",
+        session.screen()
+    );
+    for rank in &mut ranks {
+        let _ = rank.kill();
+        let _ = rank.wait();
+    }
+}
+
+#[test]
+fn a_hung_gpu_raises_no_warning_from_its_stale_figures_and_the_stream_goes_on() {
+    let sleepers = Sleepers::spawn(1);
+    let text = format!(
+        "[[gpu]]\nname = \"Healthy\"\nmemory_total_mib = 81920\nmemory_used_mib = 1024\nutilization_gpu = 90\n\
+         [[gpu]]\nname = \"Stuck\"\nmemory_total_mib = 81920\nmemory_used_mib = 80000\nutilization_gpu = 0\n\
+         hang = {{ after_s = 0, block_s = 3600 }}\n[[gpu.process]]\npid = {}\nused_memory_mib = 79000\n",
+        sleepers.pids()[0]
+    );
+    let scenario = ScenarioFile::new(&text);
+    let started = Instant::now();
+    let docs = torchtop(
+        &scenario,
+        &agent_dir("hung"),
+        &["--json", "--samples", "4", "-d", "0.5"],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "the stream stalled on the hung GPU"
+    );
+    assert_eq!(docs.len(), 4);
+    let last = docs.last().unwrap();
+    assert_eq!(last["gpus"][0]["state"], "ok");
+    assert_eq!(last["gpus"][1]["state"], "stale");
+    let about_gpu1 = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["subject"]["kind"] == "gpu" && w["subject"]["index"] == 1)
+        .count();
+    assert_eq!(
+        about_gpu1, 0,
+        "warnings from a GPU never read: {}",
+        last["warnings"]
+    );
+}
