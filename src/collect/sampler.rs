@@ -23,7 +23,9 @@ use super::agent::{AgentCommand, AgentHub};
 use super::gpu::{DeviceError, DeviceReading, GpuSource};
 use super::host::HostCollector;
 use crate::config::RulesConfig;
-use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState, Snapshot, TorchInfo};
+use crate::model::{
+    DriverInfo, GpuProcess, GpuSample, GpuState, HostSnapshot, Snapshot, TorchInfo,
+};
 use crate::rules::{torch_device_on, Engine};
 
 /// Builds the GPU source; runs on the driver thread because loading may block.
@@ -172,18 +174,29 @@ impl Sampler {
         let mut processes = self.gpu_processes();
         self.host.join_processes(&mut processes);
         let torch = self.agents.poll();
-        let now = Instant::now();
-        let mut snapshot = Snapshot::at(SystemTime::now());
-        snapshot.driver = self.driver.clone();
-        snapshot.host = host;
-        snapshot.gpus = self.gpu_samples(now);
-        join_torch(&mut processes, &torch, &snapshot.gpus);
-        snapshot.processes = processes;
-        snapshot.notices = self.take_notices();
+        let mut snapshot = self.assemble(host, processes, &torch);
         if self.config.want_process_table.load(Ordering::Relaxed) {
             snapshot.host_processes = self.host.process_table();
         }
         snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot
+    }
+
+    /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
+    /// agents' figures joined onto the processes.
+    fn assemble(
+        &mut self,
+        host: HostSnapshot,
+        mut processes: Vec<GpuProcess>,
+        torch: &HashMap<u32, TorchInfo>,
+    ) -> Snapshot {
+        let mut snapshot = Snapshot::at(SystemTime::now());
+        snapshot.driver = self.driver.clone();
+        snapshot.host = host;
+        snapshot.gpus = self.gpu_samples(Instant::now());
+        join_torch(&mut processes, torch, &snapshot.gpus);
+        snapshot.processes = processes;
+        snapshot.notices = self.take_notices();
         snapshot
     }
 
@@ -207,8 +220,6 @@ impl Sampler {
         let host = self.host.sample_host();
         self.host.join_processes(&mut processes);
         let torch = self.poll_agents_until_heard(deadline);
-        let now = Instant::now();
-        let mut snapshot = Snapshot::at(SystemTime::now());
         if self.driver_loaded_at.is_none() {
             self.driver.error = Some(format!(
                 "the GPU library {} did not finish loading within {:.1} s (the driver may be hung)",
@@ -216,12 +227,7 @@ impl Sampler {
                 timeout.as_secs_f64()
             ));
         }
-        snapshot.driver = self.driver.clone();
-        snapshot.host = host;
-        snapshot.gpus = self.gpu_samples(now);
-        join_torch(&mut processes, &torch, &snapshot.gpus);
-        snapshot.processes = processes;
-        snapshot.notices = self.take_notices();
+        let mut snapshot = self.assemble(host, processes, &torch);
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot
     }
