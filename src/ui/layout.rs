@@ -1,6 +1,6 @@
 //! Chooses where each panel goes for a given terminal size and snapshot. The GPUs and the
-//! process table always get a place; history sparklines, the per-GPU detail lines and larger
-//! sparklines are added in that order while rows are left.
+//! process table always get a place; history sparklines, a few more process rows, the per-GPU
+//! detail lines and larger sparklines are added in that order while rows are left.
 
 use ratatui::layout::Rect;
 
@@ -16,8 +16,8 @@ pub const WIDE_WIDTH: u16 = 160;
 const MIDDLE_HEIGHT: u16 = 5;
 /// The process table's header and this many rows are always kept.
 const MIN_PROCESS_HEIGHT: u16 = 3;
-/// Process rows to grant before the larger per-metric sparklines are.
-const COMFORTABLE_PROCESS_ROWS: u16 = 5;
+/// Process rows to grant before the GPU detail lines and the larger sparklines are.
+const COMFORTABLE_PROCESS_ROWS: u16 = 6;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -91,13 +91,16 @@ fn heights(area: Rect, app: &App) -> Heights {
     if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
         h.history = 1 + gpu_count;
     }
+    // Seeing the processes matters more than the per-GPU detail lines, when there are any.
+    let rows = u16::try_from(app.row_count()).unwrap_or(u16::MAX);
+    let unshown = rows.saturating_sub(MIN_PROCESS_HEIGHT - 1);
+    let extra = COMFORTABLE_PROCESS_ROWS.min(unshown).min(left);
+    left -= extra;
+    h.processes += extra;
     if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, detail_lines * gpu_count) {
         h.gpu_detail_lines = detail_lines;
         h.gpus += detail_lines * gpu_count;
     }
-    let extra = COMFORTABLE_PROCESS_ROWS.min(left);
-    left -= extra;
-    h.processes += extra;
     if h.history > 0 && gpu_count <= 4 && grant(&mut left, 2 * gpu_count) {
         h.history += 2 * gpu_count;
         h.history_rows_per_gpu = 3;
