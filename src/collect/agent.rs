@@ -736,11 +736,11 @@ mod tests {
 
     static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
-    /// A fresh 0700 socket directory, removed on drop.
-    struct TempDir(PathBuf);
+    /// A fresh 0700 socket directory in a scratch directory of its own, both removed on drop.
+    pub(super) struct TempDir(pub(super) PathBuf);
 
     impl TempDir {
-        fn new() -> Self {
+        pub(super) fn new() -> Self {
             let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
             let base = std::env::temp_dir().join(format!("tt-hub-{}-{n}", std::process::id()));
             let _ = fs::remove_dir_all(&base);

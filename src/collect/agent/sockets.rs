@@ -137,27 +137,12 @@ pub(crate) fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::agent::tests::TempDir;
     use std::os::unix::fs::PermissionsExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A directory under /tmp that is removed when the test ends.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new() -> TempDir {
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::SeqCst);
-            let path = std::env::temp_dir().join(format!("tt-sockdir-{}-{n}", std::process::id()));
-            let _ = fs::remove_dir_all(&path);
-            fs::create_dir(&path).unwrap();
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// A scratch directory, removed with the test's [`TempDir`].
+    fn scratch(temp: &TempDir) -> &Path {
+        temp.0.parent().expect("the socket directory has a parent")
     }
 
     #[test]
@@ -183,24 +168,25 @@ mod tests {
 
     #[test]
     fn own_socket_dir_is_created_0700_and_unsafe_dirs_are_refused() {
-        let base = TempDir::new();
-        let fresh = base.0.join("run/torchtop");
+        let temp = TempDir::new();
+        let base = scratch(&temp);
+        let fresh = base.join("run/torchtop");
         ensure_own_socket_dir(&fresh).unwrap();
         assert_eq!(fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
         ensure_own_socket_dir(&fresh).unwrap();
 
-        let link = base.0.join("link");
+        let link = base.join("link");
         std::os::unix::fs::symlink(&fresh, &link).unwrap();
         assert!(ensure_own_socket_dir(&link)
             .unwrap_err()
             .contains("symlink"));
 
-        let open = base.0.join("open");
+        let open = base.join("open");
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
         assert!(ensure_own_socket_dir(&open).unwrap_err().contains("0700"));
 
-        let file = base.0.join("file");
+        let file = base.join("file");
         fs::write(&file, "").unwrap();
         assert!(ensure_own_socket_dir(&file)
             .unwrap_err()
@@ -213,8 +199,8 @@ mod tests {
             println!("skipped: only root can make a directory of another uid");
             return;
         }
-        let base = TempDir::new();
-        let foreign = base.0.join("foreign");
+        let temp = TempDir::new();
+        let foreign = scratch(&temp).join("foreign");
         fs::create_dir(&foreign).unwrap();
         fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::chown(&foreign, Some(12345), Some(12345)).unwrap();
