@@ -3,70 +3,18 @@
 
 mod common;
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
 
-use common::fake_nvml::{env_refs, ScenarioFile};
+use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 
 /// The F8 key as xterm sends it.
 const F8: &[u8] = b"\x1b[19~";
 
-/// A `sleep` whose command line reads `name 600`, so the filter can find it.
-fn named_child(name: &str) -> Child {
-    Command::new("sleep")
-        .arg0(name)
-        .arg("600")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn a sleep process")
-}
-
-/// Kills and reaps children the test did not end itself.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Children {
-    fn pid(&self, i: usize) -> u32 {
-        self.0[i].id()
-    }
-
-    /// Waits for child `i` to end and reaps it; `None` if it still runs after `timeout`.
-    fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.0[i].try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn running(&mut self, i: usize) -> bool {
-        matches!(self.0[i].try_wait(), Ok(None))
-    }
-}
-
 /// Two GPU processes on one GPU: a victim and a bystander, both real children.
-fn start(extra_env: &[(&str, &str)]) -> (Children, ScenarioFile, PtySession) {
-    let children = Children(vec![
-        named_child("torchtop-e2e-victim"),
-        named_child("torchtop-e2e-bystander"),
-    ]);
+fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
+    let children = Sleepers::named(&["torchtop-e2e-victim", "torchtop-e2e-bystander"]);
     let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[children.pid(0), children.pid(1)]);
     let mut env = scenario.env();
     env.extend(

@@ -3,7 +3,9 @@
 //! agent does, so torchtop shows a tch program like a PyTorch one.
 //!
 //! This module owns:
-//! - the socket directory rules and the process-wide agent ([`start`], [`start_with`], [`step`]);
+//! - the process-wide agent ([`start`], [`start_with`], [`step`]); the socket directory rules
+//!   and checks are the client's ([`crate::collect::agent::default_socket_dir`],
+//!   [`crate::collect::agent::ensure_own_socket_dir`]), so both ends agree;
 //! - the server ([`Agent`]), which is plain Rust and tested with a fake [`AllocatorStatsSource`];
 //! - with the `torch` feature, the libtorch source (through the C++ shim in `shim.cpp`) and the
 //!   `torchtop demo` workload.
@@ -19,7 +21,6 @@ pub mod demo;
 pub mod libtorch;
 
 use std::collections::VecDeque;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -124,61 +125,6 @@ impl StepCounter {
     }
 }
 
-/// The socket directory: `$TORCHTOP_AGENT_DIR`, else `$XDG_RUNTIME_DIR/torchtop`, else
-/// `/tmp/torchtop-<uid>`. `var` reads the environment.
-pub fn socket_dir(var: impl Fn(&str) -> Option<String>, uid: u32) -> PathBuf {
-    let set = |name: &str| var(name).filter(|v| !v.is_empty());
-    if let Some(dir) = set("TORCHTOP_AGENT_DIR") {
-        return PathBuf::from(dir);
-    }
-    if let Some(runtime) = set("XDG_RUNTIME_DIR") {
-        return Path::new(&runtime).join("torchtop");
-    }
-    PathBuf::from(format!("/tmp/torchtop-{uid}"))
-}
-
-/// Creates the socket directory 0700, or checks an existing one: a real directory (not a
-/// symlink), owned by us, closed to everyone else. Returns why it is unusable.
-pub fn prepare_dir(dir: &Path) -> Result<(), String> {
-    let created = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    if let Err(error) = created {
-        if !dir.exists() {
-            return Err(format!("cannot create {}: {error}", dir.display()));
-        }
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
-    if meta.file_type().is_symlink() {
-        return Err(format!(
-            "{} is a symlink; refusing to use it",
-            dir.display()
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
-    }
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    if meta.uid() != me {
-        return Err(format!(
-            "{} is owned by uid {}, not by us (uid {me})",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "{} has mode {mode:o}; it must be open to its owner only (0700)",
-            dir.display()
-        ));
-    }
-    Ok(())
-}
-
 /// The steps of the process-wide agent; [`step`] marks them.
 fn global_steps() -> &'static Arc<StepCounter> {
     static STEPS: std::sync::OnceLock<Arc<StepCounter>> = std::sync::OnceLock::new();
@@ -199,9 +145,10 @@ mod global {
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
-    use super::{global_steps, prepare_dir, socket_dir, Agent, HelloFacts};
+    use super::{global_steps, Agent, HelloFacts};
     use crate::agent::libtorch::LibtorchSource;
     use crate::agent::AllocatorStatsSource;
+    use crate::collect::agent::{default_socket_dir, ensure_own_socket_dir};
 
     struct Running {
         agent: Agent,
@@ -250,12 +197,11 @@ mod global {
     }
 
     fn launch(interval: Duration, dir: Option<PathBuf>) -> Result<Agent, String> {
-        let var = |name: &str| std::env::var(name).ok();
-        // SAFETY: getuid has no preconditions.
-        let dir = dir.unwrap_or_else(|| socket_dir(var, unsafe { libc::getuid() }));
-        prepare_dir(&dir)?;
+        let dir = dir.unwrap_or_else(default_socket_dir);
+        ensure_own_socket_dir(&dir)?;
         let path = dir.join(format!("{}.sock", std::process::id()));
         let source = LibtorchSource::new();
+        let var = |name: &str| std::env::var(name).ok();
         let facts = HelloFacts::gather(var, source.torch_version());
         Agent::serve(
             &path,

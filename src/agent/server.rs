@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use super::{AllocatorStatsSource, HelloFacts, StepCounter};
+use crate::collect::agent::{effective_uid, peer_credentials};
 
 pub const PROTOCOL_VERSION: u64 = 1;
 /// The longest line either side may send.
@@ -40,7 +41,7 @@ pub struct Agent {
 impl Agent {
     /// Binds `path` (0600) and serves protocol v1 from a background thread.
     ///
-    /// The directory must already be safe (see [`super::prepare_dir`]); a stale socket of ours
+    /// The directory must already be safe (see [`crate::collect::agent::ensure_own_socket_dir`]); a stale socket of ours
     /// at `path` (a previous process with the same pid) is replaced.
     pub fn serve(
         path: &Path,
@@ -109,8 +110,7 @@ pub(crate) fn remove_socket(path: &Path) {
 
 fn bind(path: &Path) -> io::Result<UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
-        // SAFETY: getuid has no preconditions.
-        let ours = meta.uid() == unsafe { libc::getuid() };
+        let ours = meta.uid() == effective_uid();
         if meta.file_type().is_socket() && ours {
             std::fs::remove_file(path)?;
         }
@@ -501,34 +501,12 @@ fn drain(stream: &mut UnixStream) {
 
 /// Only our own user (or root) may talk to the agent, as the socket's mode already says.
 fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid for writes and `len` holds the buffer's size.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "refused a peer whose credentials could not be read: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: getuid has no preconditions.
-    let me = unsafe { libc::getuid() };
-    if cred.uid == me || cred.uid == 0 {
+    let (_, uid) = peer_credentials(stream)
+        .map_err(|e| format!("refused a peer whose credentials could not be read: {e}"))?;
+    if uid == effective_uid() || uid == 0 {
         Ok(())
     } else {
-        Err(format!("refused a peer of uid {}", cred.uid))
+        Err(format!("refused a peer of uid {uid}"))
     }
 }
 

@@ -364,60 +364,6 @@ fn a_regular_file_at_the_socket_path_is_not_clobbered() {
 }
 
 #[test]
-fn socket_dir_follows_the_rules() {
-    let env = |pairs: &'static [(&'static str, &'static str)]| {
-        move |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string())
-        }
-    };
-    let both = env(&[
-        ("TORCHTOP_AGENT_DIR", "/x/agents"),
-        ("XDG_RUNTIME_DIR", "/run/user/7"),
-    ]);
-    assert_eq!(socket_dir(both, 7), PathBuf::from("/x/agents"));
-    let xdg = env(&[("XDG_RUNTIME_DIR", "/run/user/7")]);
-    assert_eq!(socket_dir(xdg, 7), PathBuf::from("/run/user/7/torchtop"));
-    let empty = env(&[("TORCHTOP_AGENT_DIR", ""), ("XDG_RUNTIME_DIR", "")]);
-    assert_eq!(socket_dir(empty, 7), PathBuf::from("/tmp/torchtop-7"));
-}
-
-#[test]
-fn prepare_dir_creates_0700_and_refuses_unsafe_dirs() {
-    let base = TempDir::new();
-    let fresh = base.0.join("run/torchtop");
-    prepare_dir(&fresh).unwrap();
-    assert_eq!(std::fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
-    prepare_dir(&fresh).unwrap();
-
-    let link = base.0.join("link");
-    std::os::unix::fs::symlink(&fresh, &link).unwrap();
-    assert!(prepare_dir(&link).unwrap_err().contains("symlink"));
-
-    let open = base.0.join("open");
-    std::fs::create_dir(&open).unwrap();
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
-    assert!(prepare_dir(&open).unwrap_err().contains("0700"));
-
-    let file = base.0.join("file");
-    std::fs::write(&file, "").unwrap();
-    assert!(prepare_dir(&file).unwrap_err().contains("not a directory"));
-
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let foreign = base.0.join("foreign");
-        std::fs::create_dir(&foreign).unwrap();
-        std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::os::unix::fs::chown(&foreign, Some(12345), Some(12345)).unwrap();
-        assert!(prepare_dir(&foreign)
-            .unwrap_err()
-            .contains("owned by uid 12345"));
-    }
-}
-
-#[test]
 fn hello_facts_come_from_the_environment() {
     let vars = |name: &str| match name {
         "RANK" => Some("5".to_string()),

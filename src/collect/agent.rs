@@ -2,9 +2,9 @@
 //! reading their hello/stats lines, sending commands, and turning what they said into
 //! [`TorchInfo`].
 //!
-//! The module owns the socket directory rules ([`default_socket_dir`]), its security checks
-//! (owner, mode, no symlink, peer uid by `SO_PEERCRED`), stale socket clean-up, and one reader
-//! thread per connection. [`AgentHub::poll`] never blocks on an agent: connects are
+//! The module owns stale socket clean-up and one reader thread per connection; the socket
+//! directory rules ([`default_socket_dir`]) and security checks (owner, mode, no symlink, peer
+//! uid by `SO_PEERCRED`) live in `sockets`, shared with the tch agent server. [`AgentHub::poll`] never blocks on an agent: connects are
 //! non-blocking and reads happen on the reader threads, so a hung or hostile agent costs one
 //! thread and a log line, never a stalled monitor.
 
@@ -14,7 +14,7 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -26,6 +26,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use crate::model::{DeviceAllocatorStats, TorchInfo};
+
+mod sockets;
+
+pub use sockets::{
+    default_socket_dir, ensure_own_socket_dir, ensure_socket_dir, inspect_socket_dir,
+    socket_dir_from,
+};
+pub(crate) use sockets::{effective_uid, peer_credentials};
 
 /// The protocol version this client speaks; lines with another `v` drop the connection.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -39,88 +47,6 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 const RETRY_AFTER_BAD_INPUT: Duration = Duration::from_secs(30);
 const LOG_CAPACITY: usize = 64;
 const QUEUE_CAPACITY: usize = 256;
-
-/// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
-/// `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`. Empty values count as unset.
-pub fn socket_dir_from(
-    agent_dir: Option<&OsStr>,
-    xdg_runtime_dir: Option<&OsStr>,
-    uid: u32,
-) -> PathBuf {
-    match (
-        agent_dir.filter(|d| !d.is_empty()),
-        xdg_runtime_dir.filter(|d| !d.is_empty()),
-    ) {
-        (Some(dir), _) => PathBuf::from(dir),
-        (None, Some(runtime)) => Path::new(runtime).join("torchtop"),
-        (None, None) => PathBuf::from(format!("/tmp/torchtop-{uid}")),
-    }
-}
-
-/// The socket directory for this process's environment and user.
-pub fn default_socket_dir() -> PathBuf {
-    let agent_dir = std::env::var_os("TORCHTOP_AGENT_DIR");
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR");
-    socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
-}
-
-pub(crate) fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
-/// are root), mode 0700 or stricter. Returns its owner's uid, `Ok(None)` when it does not exist.
-pub fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
-    let meta = match fs::symlink_metadata(dir) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
-    };
-    if meta.file_type().is_symlink() {
-        return Err(format!(
-            "{} is a symlink; refusing to use it",
-            dir.display()
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
-    }
-    let me = effective_uid();
-    if meta.uid() != me && me != 0 {
-        return Err(format!(
-            "{} is owned by uid {}, not by us (uid {me})",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} has mode {:o}; it must be accessible by its owner only (0700)",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(Some(meta.uid()))
-}
-
-/// Creates `dir` with mode 0700 if it is missing (parents as needed), then checks it as
-/// [`inspect_socket_dir`] does.
-pub fn ensure_socket_dir(dir: &Path) -> Result<u32, String> {
-    if let Some(parent) = dir.parent() {
-        if !parent.as_os_str().is_empty() && !parent.exists() {
-            fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        }
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    inspect_socket_dir(dir)?
-        .ok_or_else(|| format!("{} vanished while being created", dir.display()))
-}
 
 /// A command torchtop can send to an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -623,7 +549,8 @@ fn open_connection(
     owner: u32,
 ) -> Result<(u32, Connection), (String, bool)> {
     let stream = connect_nonblocking(path).map_err(|e| (e, false))?;
-    let (peer_pid, peer_uid) = peer_credentials(&stream).map_err(|e| (e, false))?;
+    let (peer_pid, peer_uid) = peer_credentials(&stream)
+        .map_err(|e| (format!("cannot read the peer's credentials: {e}"), false))?;
     if peer_uid != owner {
         return Err((
             format!(
@@ -714,30 +641,6 @@ fn connect_nonblocking(path: &Path) -> Result<UnixStream, String> {
         });
     }
     Ok(UnixStream::from(owned))
-}
-
-/// The (pid, uid) of the process that listens on the other end, from `SO_PEERCRED`.
-fn peer_credentials(stream: &UnixStream) -> Result<(u32, u32), String> {
-    // SAFETY: ucred is plain old data; all-zero is a valid value.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred and len point to writable memory of the sizes passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::addr_of_mut!(cred).cast::<libc::c_void>(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "cannot read the peer's credentials: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    Ok((u32::try_from(cred.pid).unwrap_or(0), cred.uid))
 }
 
 fn read_loop(mut stream: UnixStream, state: &Mutex<ConnState>, stop: &AtomicBool) {
@@ -833,11 +736,11 @@ mod tests {
 
     static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
-    /// A fresh 0700 socket directory, removed on drop.
-    struct TempDir(PathBuf);
+    /// A fresh 0700 socket directory in a scratch directory of its own, both removed on drop.
+    pub(super) struct TempDir(pub(super) PathBuf);
 
     impl TempDir {
-        fn new() -> Self {
+        pub(super) fn new() -> Self {
             let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
             let base = std::env::temp_dir().join(format!("tt-hub-{}-{n}", std::process::id()));
             let _ = fs::remove_dir_all(&base);
@@ -910,27 +813,6 @@ mod tests {
 
     fn logged(hub: &AgentHub, needle: &str) -> bool {
         hub.log().iter().any(|line| line.contains(needle))
-    }
-
-    #[test]
-    fn socket_dir_rules() {
-        let os = |s: &'static str| Some(OsStr::new(s));
-        assert_eq!(
-            socket_dir_from(os("/x/agents"), os("/run/user/7"), 7),
-            PathBuf::from("/x/agents")
-        );
-        assert_eq!(
-            socket_dir_from(None, os("/run/user/7"), 7),
-            PathBuf::from("/run/user/7/torchtop")
-        );
-        assert_eq!(
-            socket_dir_from(os(""), os(""), 7),
-            PathBuf::from("/tmp/torchtop-7")
-        );
-        assert_eq!(
-            socket_dir_from(None, None, 0),
-            PathBuf::from("/tmp/torchtop-0")
-        );
     }
 
     #[test]

@@ -10,8 +10,8 @@ use crate::config::FragmentationConfig;
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
-    counter_rise, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs, Point,
-    BYTES_PER_MIB,
+    counter_rise, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs,
+    Point, BYTES_PER_MIB,
 };
 
 pub const ID: &str = "fragmentation";
@@ -94,21 +94,17 @@ fn fragmented(
         ("inactive split", fmt_opt_bytes(latest.inactive_split_bytes)),
         (
             "split share",
-            split
-                .or_else(|| ratio(&latest))
-                .map_or_else(|| "N/A".into(), |s| fmt_percent(s * 100.0)),
+            fmt_opt(
+                split
+                    .or_else(|| ratio(&latest))
+                    .map(|s| fmt_percent(s * 100.0)),
+            ),
         ),
         (
             "num_alloc_retries",
-            retries
-                .map(|(_, now)| now)
-                .or(latest.alloc_retries)
-                .map_or_else(|| "N/A".into(), |n| n.to_string()),
+            fmt_opt(retries.map(|(_, now)| now).or(latest.alloc_retries)),
         ),
-        (
-            "PYTORCH_CUDA_ALLOC_CONF",
-            alloc_conf.unwrap_or("N/A").to_string(),
-        ),
+        ("PYTORCH_CUDA_ALLOC_CONF", fmt_opt(alloc_conf)),
     ];
     let mut found = warning(
         ID,

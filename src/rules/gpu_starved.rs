@@ -11,7 +11,8 @@ use crate::config::GpuStarvedConfig;
 use crate::model::{ProcessKind, Severity, Subject, Warning};
 
 use super::{
-    fmt_opt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB,
+    covering, fmt_opt, fmt_percent, fmt_seconds, held_on_gpu_evidence, holds_on_gpu, mean, warning,
+    Inputs, Point, ProcPoint, BYTES_PER_MIB,
 };
 
 pub const ID: &str = "gpu-starved";
@@ -31,10 +32,8 @@ struct CpuSide {
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig) -> Vec<Warning> {
-    inputs
-        .processes
-        .iter()
-        .filter_map(|(&(pid, gpu), tracked)| {
+    covering(inputs.processes, config.window_seconds)
+        .filter_map(|((pid, gpu), points)| {
             let row = inputs
                 .snapshot
                 .processes
@@ -43,7 +42,6 @@ pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig) -> Vec<Warning> 
             if row.kind == ProcessKind::Graphics || !row.visible {
                 return None;
             }
-            let points = tracked.window.covering(config.window_seconds)?;
             starved(pid, gpu, points, config)
         })
         .collect()
@@ -67,25 +65,21 @@ fn starved(
     let cpu = cpu_side(points);
     let verdict = verdict(&cpu, config);
     let message = format!(
-        "pid {pid} holds {} on GPU {gpu} but its SM utilization averaged {} over {}: {verdict}",
-        fmt_opt_bytes(Some(memory)),
+        "{} but its SM utilization averaged {} over {}: {verdict}",
+        holds_on_gpu(pid, gpu, Some(memory)),
         fmt_percent(utilization),
         fmt_seconds(config.window_seconds),
     );
-    let format_cpu = |v: Option<f64>| v.map_or_else(|| "N/A".to_string(), fmt_percent);
-    let evidence = vec![
-        ("gpu", gpu.to_string()),
-        ("gpu memory", fmt_opt_bytes(Some(memory))),
+    let format_cpu = |v: Option<f64>| fmt_opt(v.map(fmt_percent));
+    let mut evidence = held_on_gpu_evidence(gpu, Some(memory));
+    evidence.extend([
         ("mean utilization", fmt_percent(utilization)),
         ("utilization source", source.to_string()),
-        (
-            "dataloader workers",
-            cpu.workers.map_or_else(|| "N/A".into(), |n| n.to_string()),
-        ),
+        ("dataloader workers", fmt_opt(cpu.workers)),
         ("cpu per worker", format_cpu(cpu.worker_cpu_each)),
         ("process cpu", format_cpu(cpu.main_cpu)),
         ("host cpu", format_cpu(cpu.host_cpu)),
-    ];
+    ]);
     Some(warning(
         ID,
         Severity::Warn,

@@ -11,7 +11,8 @@ use crate::model::{Severity, Subject, Warning};
 
 use super::jobs::{group_jobs, Job, JobRank};
 use super::{
-    fmt_bytes, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint, BYTES_PER_MIB,
+    fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint,
+    BYTES_PER_MIB,
 };
 
 pub const ID: &str = "imbalance";
@@ -147,8 +148,8 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
                 ),
                 format!(
                     "{}, {}",
-                    l.memory.map_or_else(|| "N/A".into(), fmt_bytes),
-                    l.utilization.map_or_else(|| "N/A".into(), fmt_percent),
+                    fmt_opt(l.memory.map(fmt_bytes)),
+                    fmt_opt(l.utilization.map(fmt_percent)),
                 ),
             )
         })

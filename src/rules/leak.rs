@@ -10,7 +10,7 @@
 use crate::config::LeakConfig;
 use crate::model::{Severity, Subject, Warning};
 
-use super::{fmt_bytes, fmt_percent, fmt_seconds, warning, Inputs, Point, BYTES_PER_MIB};
+use super::{covering, fmt_bytes, fmt_percent, fmt_seconds, warning, Inputs, Point, BYTES_PER_MIB};
 
 pub const ID: &str = "leak";
 
@@ -40,21 +40,15 @@ enum Source {
 
 pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
     let mut found = Vec::new();
-    for (&(pid, device), tracked) in inputs.allocators {
-        let Some(points) = tracked.window.covering(config.window_seconds) else {
-            continue;
-        };
+    for ((pid, device), points) in covering(inputs.allocators, config.window_seconds) {
         let series = known(points, |a| a.allocated_bytes);
         found.extend(leaking(pid, Source::Allocator { device }, &series, config));
     }
-    for (&(pid, gpu), tracked) in inputs.processes {
+    for ((pid, gpu), points) in covering(inputs.processes, config.window_seconds) {
         let has_agent = inputs.allocators.keys().any(|&(p, _)| p == pid);
         if has_agent {
             continue;
         }
-        let Some(points) = tracked.window.covering(config.window_seconds) else {
-            continue;
-        };
         let series = known(points, |p| p.gpu_memory_bytes);
         found.extend(leaking(pid, Source::Nvml { gpu }, &series, config));
     }

@@ -191,6 +191,17 @@ impl Inputs<'_> {
     }
 }
 
+/// Each tracked window with its (pid, GPU or torch device) key and the points spanning at least
+/// the last `seconds`; windows not watched that long yet are left out.
+pub(crate) fn covering<T>(
+    tracked: &BTreeMap<(u32, u32), Tracked<T>>,
+    seconds: f64,
+) -> impl Iterator<Item = ((u32, u32), &[Point<T>])> {
+    tracked
+        .iter()
+        .filter_map(move |(&key, t)| Some((key, t.window.covering(seconds)?)))
+}
+
 /// The warnings engine: owns the windows and the first-seen times.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -497,6 +508,19 @@ pub(crate) fn fmt_seconds(seconds: f64) -> String {
     } else {
         format!("{:.1} h", seconds / 3600.0)
     }
+}
+
+/// The opening of a per-(process, GPU) message: "pid 5 holds 20.0 GiB on GPU 0".
+pub(crate) fn holds_on_gpu(pid: u32, gpu: u32, memory: Option<u64>) -> String {
+    format!("pid {pid} holds {} on GPU {gpu}", fmt_opt_bytes(memory))
+}
+
+/// The evidence rows that go with [`holds_on_gpu`]; a rule appends its own.
+pub(crate) fn held_on_gpu_evidence(gpu: u32, memory: Option<u64>) -> Vec<(&'static str, String)> {
+    vec![
+        ("gpu", gpu.to_string()),
+        ("gpu memory", fmt_opt_bytes(memory)),
+    ]
 }
 
 /// A warning with `since` left empty; the engine fills it in.

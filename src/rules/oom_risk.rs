@@ -9,8 +9,8 @@ use crate::config::OomRiskConfig;
 use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Subject, Warning};
 
 use super::{
-    counter_rise, fmt_bytes, fmt_opt_bytes, fmt_percent, fmt_seconds, torch_device_on, warning,
-    AllocPoint, Inputs, Point,
+    counter_rise, fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, torch_device_on,
+    warning, AllocPoint, Inputs, Point,
 };
 
 pub const ID: &str = "oom-risk";
@@ -113,10 +113,8 @@ fn gpu_near_full(
         fmt_opt_bytes(gpu.memory_total_bytes),
         fmt_percent(fraction * 100.0),
     );
-    let largest_holder = largest.map_or_else(
-        || "N/A".to_string(),
-        |p| format!("pid {} ({})", p.pid, fmt_opt_bytes(p.gpu_memory_bytes)),
-    );
+    let largest_holder =
+        fmt_opt(largest.map(|p| format!("pid {} ({})", p.pid, fmt_opt_bytes(p.gpu_memory_bytes))));
     let evidence = vec![
         ("used", fmt_opt_bytes(gpu.memory_used_bytes)),
         ("total", fmt_opt_bytes(gpu.memory_total_bytes)),

@@ -76,15 +76,12 @@ fn pressure(
     );
     let evidence = vec![
         ("swap used", fmt_opt_bytes(now.swap_used_bytes)),
-        (
-            "swap growth",
-            swap_growth(window).map_or_else(|| "N/A".into(), |g| fmt_bytes(g as f64)),
-        ),
+        ("swap growth", fmt_opt_bytes(swap_growth(window))),
         ("available", fmt_opt_bytes(now.memory_available_bytes)),
         ("total", fmt_opt_bytes(now.memory_total_bytes)),
         (
             "available share",
-            available_share.map_or_else(|| "N/A".into(), |s| fmt_percent(s * 100.0)),
+            fmt_opt(available_share.map(|s| fmt_percent(s * 100.0))),
         ),
         ("vm.swappiness", fmt_opt(vm.swappiness)),
         ("vm.overcommit_memory", fmt_opt(vm.overcommit_memory)),

@@ -7,7 +7,9 @@
 use crate::config::ZombieMemoryConfig;
 use crate::model::{Severity, Subject, Warning};
 
-use super::{fmt_opt_bytes, fmt_seconds, warning, Inputs, Point, ProcPoint};
+use super::{
+    covering, fmt_seconds, held_on_gpu_evidence, holds_on_gpu, warning, Inputs, Point, ProcPoint,
+};
 
 pub const ID: &str = "zombie-memory";
 
@@ -18,13 +20,8 @@ process's memory is freed once its parent reaps it. If nothing holds it, resetti
 (nvidia-smi -r) frees it.";
 
 pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning> {
-    inputs
-        .processes
-        .iter()
-        .filter_map(|(&(pid, gpu), tracked)| {
-            let points = tracked.window.covering(config.min_seconds)?;
-            missing(pid, gpu, points, config)
-        })
+    covering(inputs.processes, config.min_seconds)
+        .filter_map(|((pid, gpu), points)| missing(pid, gpu, points, config))
         .collect()
 }
 
@@ -40,15 +37,12 @@ fn missing(
     let memory = points.last()?.v.gpu_memory_bytes;
     let span = points.last()?.t - points.first()?.t;
     let message = format!(
-        "pid {pid} holds {} on GPU {gpu} but is not in /proc: it has exited while the driver \
-         still holds its memory, or it runs in another container or PID namespace",
-        fmt_opt_bytes(memory),
+        "{} but is not in /proc: it has exited while the driver still holds its memory, or it \
+         runs in another container or PID namespace",
+        holds_on_gpu(pid, gpu, memory),
     );
-    let evidence = vec![
-        ("gpu", gpu.to_string()),
-        ("gpu memory", fmt_opt_bytes(memory)),
-        ("missing for", fmt_seconds(span.max(config.min_seconds))),
-    ];
+    let mut evidence = held_on_gpu_evidence(gpu, memory);
+    evidence.push(("missing for", fmt_seconds(span.max(config.min_seconds))));
     Some(warning(
         ID,
         Severity::Warn,

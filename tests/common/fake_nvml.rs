@@ -3,10 +3,12 @@
 //! (with the pids of real child processes filled in), and the environment that points torchtop
 //! at both.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Environment variable naming the scenario file the fake library reads at init.
 pub const SCENARIO_ENV: &str = "TORCHTOP_FAKE_NVML_SCENARIO";
@@ -174,22 +176,42 @@ pub struct Sleepers {
 
 impl Sleepers {
     pub fn spawn(count: usize) -> Self {
-        let children = (0..count)
-            .map(|_| {
-                Command::new("sleep")
-                    .arg("600")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn a sleep process")
-            })
-            .collect();
+        let children = (0..count).map(|_| sleep(None)).collect();
+        Sleepers { children }
+    }
+
+    /// One sleeper per name, each with a command line that reads `<name> 600`, so torchtop's
+    /// filter can find it.
+    pub fn named(names: &[&str]) -> Self {
+        let children = names.iter().map(|name| sleep(Some(name))).collect();
         Sleepers { children }
     }
 
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()
+    }
+
+    pub fn pid(&self, i: usize) -> u32 {
+        self.children[i].id()
+    }
+
+    /// Whether the `i`-th child still runs (it is reaped if it has ended).
+    pub fn running(&mut self, i: usize) -> bool {
+        matches!(self.children[i].try_wait(), Ok(None))
+    }
+
+    /// Waits for the `i`-th child to end and reaps it; `None` if it still runs after `timeout`.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.children[i].try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Kills and reaps the `i`-th child, so its pid no longer exists.
@@ -198,6 +220,20 @@ impl Sleepers {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+fn sleep(name: Option<&str>) -> Child {
+    let mut command = Command::new("sleep");
+    if let Some(name) = name {
+        command.arg0(name);
+    }
+    command
+        .arg("600")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a sleep process")
 }
 
 impl Drop for Sleepers {
