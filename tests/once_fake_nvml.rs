@@ -11,11 +11,12 @@ use common::fake_nvml::{fake_nvml_library, ScenarioFile, Sleepers};
 use serde_json::Value;
 
 fn run_once(scenario: &ScenarioFile, extra_args: &[&str]) -> (Output, Duration) {
+    let env = scenario.env();
     let started = Instant::now();
     let output = Command::new(common::torchtop_binary())
         .arg("--once")
         .args(extra_args)
-        .envs(scenario.env())
+        .envs(env)
         .env_remove("NO_COLOR")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
