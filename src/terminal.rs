@@ -1,7 +1,7 @@
 //! The terminal guard: raw mode and the alternate screen on the way in, and always restored on
 //! the way out: on drop, on panic, and when the event loop ends on SIGTERM or SIGHUP.
 
-use std::io::{self, Stdout, Write};
+use std::io::{self, BufWriter, Stdout, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossterm::event::{DisableMouseCapture, EnableMouseCapture};
@@ -15,7 +15,11 @@ use ratatui::Terminal;
 /// Whether the terminal is currently in torchtop's mode; restoring twice must be harmless.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
-pub type Tui = Terminal<CrosstermBackend<Stdout>>;
+/// Frames are written through a large buffer and flushed once per frame: stdout's own
+/// line buffer would turn one frame into many small writes.
+pub type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+
+const FRAME_BUFFER_BYTES: usize = 64 * 1024;
 
 pub struct TerminalGuard {
     pub terminal: Tui,
@@ -36,7 +40,8 @@ impl TerminalGuard {
             restore();
             return Err(error);
         }
-        match Terminal::new(CrosstermBackend::new(stdout)) {
+        let writer = BufWriter::with_capacity(FRAME_BUFFER_BYTES, stdout);
+        match Terminal::new(CrosstermBackend::new(writer)) {
             Ok(terminal) => Ok(TerminalGuard { terminal }),
             Err(error) => {
                 restore();

@@ -283,6 +283,8 @@ fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
         .find(|w| w["id"] == "imbalance");
     let warning = warning.unwrap_or_else(|| panic!("no imbalance warning: {}", last["warnings"]));
     assert_eq!(warning["subject"]["kind"], "job");
+    assert_eq!(last["jobs"][0]["id"], "job 127.0.0.1:29555");
+    assert_eq!(last["jobs"][0]["ranks"].as_array().unwrap().len(), 8);
     assert!(
         warning["message"].as_str().unwrap().contains('5'),
         "{}",
@@ -304,7 +306,8 @@ fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
     let args = ["--config", config.to_str().unwrap()];
     let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&env), 200, 50);
     assert!(
-        session.wait_for(Duration::from_secs(10), |s| s.contains("imbalance")),
+        session.wait_for(Duration::from_secs(10), |s| s.contains("imbalance")
+            && s.contains("JOB job 127.0.0.1:29555")),
         "no imbalance in the warnings panel:\n{}",
         session.screen()
     );

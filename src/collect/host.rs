@@ -4,8 +4,8 @@
 //! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and the
 //!   two vm sysctls (a few microseconds each). The hostname is read once.
 //! - [`HostCollector::join_processes`], once per refresh: uptime, then for each distinct GPU
-//!   pid its `stat`, the `children` files of the threads known to fork (the main thread, plus
-//!   the ones found by a full walk of `task/` every [`CHILDREN_RESCAN`]), and each child's
+//!   pid its `stat` (kept open and re-read with one `pread`), the `children` files of all its
+//!   threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
 //!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
 //!   name) and cached; host processes that hold no GPU are not touched at all.
 //! - [`HostCollector::process_table`], only while the tree view is open: every pid's `stat`,
@@ -24,7 +24,7 @@ use crate::model::{
     GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
 };
 
-/// How often the whole `task/` directory of a GPU process is walked for threads that fork.
+/// How often the `children` files of every thread of a GPU process are read.
 pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
 /// Cached facts about a pid that has not been seen for this long are dropped.
 pub const EVICT_AFTER: Duration = Duration::from_secs(30);
@@ -42,6 +42,8 @@ pub struct HostCollector {
     cpu_samples: HashMap<u32, CpuSample>,
     user_names: HashMap<u32, String>,
     last_eviction: Option<Instant>,
+    /// The stat files of the GPU processes, kept open: they are read every refresh.
+    stat_files: procfs::OpenStatFiles,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -55,8 +57,9 @@ struct Identity {
     cmdline: Option<Option<String>>,
     /// Outer `None`: not read yet (the tree view does not need it); inner `None`: unreadable.
     env: Option<Option<LaunchEnv>>,
-    /// Threads other than the main one that have forked children, from the last full walk.
-    forking_threads: Vec<u32>,
+    /// Direct children from the last walk of every thread's `children` file; `None` when the
+    /// kernel has no such files.
+    children: Option<Vec<u32>>,
     children_scanned_at: Option<Instant>,
     last_seen: Instant,
 }
@@ -131,6 +134,7 @@ impl HostCollector {
             cpu_samples: HashMap::new(),
             user_names: HashMap::new(),
             last_eviction: None,
+            stat_files: procfs::OpenStatFiles::default(),
         }
     }
 
@@ -234,7 +238,10 @@ impl HostCollector {
         uptime: Option<f64>,
         now: Instant,
     ) -> Result<JoinedProcess, Vanished> {
-        let stat = procfs::read_pid_stat(&self.root, pid).map_err(|_| Vanished)?;
+        let stat = self
+            .stat_files
+            .read(&self.root, pid)
+            .map_err(|_| Vanished)?;
         let identity = self.identity(&stat, true, now)?.clone();
         let cpu_percent = self.cpu_percent(&stat, now);
         let (children_count, children_cpu_percent) = match self.child_pids(pid, now) {
@@ -300,7 +307,7 @@ impl HostCollector {
             user: uid.map(|uid| self.user_name(uid)),
             cmdline,
             env: None,
-            forking_threads: Vec::new(),
+            children: None,
             children_scanned_at: None,
             last_seen: now,
         }
@@ -355,40 +362,25 @@ impl HostCollector {
     fn child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
         let root = self.root.as_path();
         let identity = self.identities.get_mut(&pid)?;
-        let full_walk = identity
+        let due = identity
             .children_scanned_at
             .is_none_or(|at| now.saturating_duration_since(at) >= CHILDREN_RESCAN);
-        let threads = if full_walk {
-            procfs::read_thread_ids(root, pid).ok()?
-        } else {
-            std::iter::once(pid)
-                .chain(identity.forking_threads.iter().copied())
-                .collect()
-        };
+        if !due {
+            return identity.children.clone();
+        }
+        // Workers are forked by any thread of the process, so every thread's list is read.
+        let threads = procfs::read_thread_ids(root, pid).ok()?;
         let mut children = Vec::new();
-        let mut forking = Vec::new();
         let mut any_read = false;
-        let mut thread_gone = false;
         for tid in threads {
-            match procfs::read_thread_children(root, pid, tid) {
-                Ok(found) => {
-                    any_read = true;
-                    if tid != pid && !found.is_empty() {
-                        forking.push(tid);
-                    }
-                    children.extend(found);
-                }
-                Err(_) => thread_gone = true,
+            if let Ok(found) = procfs::read_thread_children(root, pid, tid) {
+                any_read = true;
+                children.extend(found);
             }
         }
-        if full_walk {
-            identity.forking_threads = forking;
-            identity.children_scanned_at = Some(now);
-        } else if thread_gone {
-            // A forking thread exited; its children moved to another thread, so walk all.
-            identity.children_scanned_at = None;
-        }
-        any_read.then_some(children)
+        identity.children_scanned_at = Some(now);
+        identity.children = any_read.then_some(children);
+        identity.children.clone()
     }
 
     /// How many of `children` are still there, and their summed CPU% (`None` while none of
@@ -422,6 +414,8 @@ impl HostCollector {
         let fresh = |seen: Instant| now.saturating_duration_since(seen) < EVICT_AFTER;
         self.identities.retain(|_, id| fresh(id.last_seen));
         self.cpu_samples.retain(|_, s| fresh(s.last_seen));
+        let identities = &self.identities;
+        self.stat_files.retain(|pid| identities.contains_key(&pid));
     }
 }
 
@@ -718,7 +712,7 @@ mod tests {
     }
 
     #[test]
-    fn children_of_new_forking_threads_are_found_at_the_next_full_walk() {
+    fn children_are_found_at_the_next_walk_of_every_thread() {
         let tree = TempProc::new();
         tree.write("uptime", "100.00 50.00\n");
         tree.write_pid_stat(700, 1, 0, 500);
@@ -735,15 +729,16 @@ mod tests {
         tree.write_pid_stat(701, 700, 0, 600);
         tree.write("700/task/702/children", "703 ");
         tree.write_pid_stat(703, 700, 0, 600);
-        // The main thread is read every time; other threads at the next walk.
+        // Children lists are read at each walk, every CHILDREN_RESCAN, from every thread.
         collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1));
-        assert_eq!(rows[0].children_count, Some(1));
+        assert_eq!(rows[0].children_count, Some(0));
         collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN + Duration::from_secs(1));
         assert_eq!(rows[0].children_count, Some(2));
-        // Once known, the forking thread is read every time.
         tree.write("700/task/702/children", "703 704 ");
         tree.write_pid_stat(704, 700, 0, 600);
         collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN + Duration::from_secs(2));
+        assert_eq!(rows[0].children_count, Some(2));
+        collector.join_processes_at(&mut rows, t0 + 2 * CHILDREN_RESCAN + Duration::from_secs(2));
         assert_eq!(rows[0].children_count, Some(3));
     }
 
@@ -877,11 +872,11 @@ mod tests {
     fn real_proc_children_are_counted() {
         let mut child = ShChild::spawn("sleep 30 & sleep 30 & wait");
         let pid = child.pid();
-        let mut collector = HostCollector::new(PathBuf::from("/proc"));
         let mut rows = vec![row(pid, 0)];
         let mut count = None;
         for _ in 0..200 {
-            collector.join_processes(&mut rows);
+            // A new collector walks the children at once; a warm one waits CHILDREN_RESCAN.
+            HostCollector::new(PathBuf::from("/proc")).join_processes(&mut rows);
             count = rows[0].children_count;
             if count == Some(2) {
                 break;

@@ -21,6 +21,10 @@ use nvml_wrapper::{Device, Nvml};
 use super::gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
 use crate::model::{DriverInfo, GpuProcess, GpuSample, ProcessKind};
 
+/// Fields that change rarely (the power limit, ECC error counts) are read on every this many
+/// readings, and the last value is reported in between.
+const SLOW_EVERY: u32 = 10;
+
 /// How long a per-process SM% sample stays current when NVML sends no newer one.
 const PROCESS_UTIL_FRESH_FOR: Duration = Duration::from_secs(5);
 
@@ -90,6 +94,8 @@ impl GpuSource for NvmlSource {
             index,
             device: None,
             fixed: FixedFields::default(),
+            slow: SlowFields::default(),
+            readings: 0,
             last_util_timestamp: 0,
             process_sm: HashMap::new(),
         })
@@ -145,6 +151,14 @@ fn library_error_string(library: &Path, code: u32) -> Option<String> {
 }
 
 /// What is read once per device and kept.
+/// What is read every [`SLOW_EVERY`] readings.
+#[derive(Default, Clone)]
+struct SlowFields {
+    power_limit_w: Option<f64>,
+    ecc_volatile_corrected: Option<u64>,
+    ecc_volatile_uncorrected: Option<u64>,
+}
+
 #[derive(Default)]
 struct FixedFields {
     read: bool,
@@ -160,6 +174,8 @@ struct NvmlDevice {
     index: u32,
     device: Option<Device<'static>>,
     fixed: FixedFields,
+    slow: SlowFields,
+    readings: u32,
     last_util_timestamp: u64,
     /// pid -> (SM%, when it was sampled).
     process_sm: HashMap<u32, (u32, Instant)>,
@@ -198,7 +214,11 @@ impl NvmlDevice {
         if !self.fixed.read {
             self.fixed = read_fixed(device, &mut reader);
         }
-        let mut sample = read_sample(device, &mut reader, &self.fixed);
+        if self.readings % SLOW_EVERY == 0 {
+            self.slow = read_slow(device, &mut reader, &self.fixed);
+        }
+        self.readings = self.readings.wrapping_add(1);
+        let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
         sample.index = self.index;
         let processes = self.read_processes(device, &mut reader);
         if reader.lost {
@@ -285,12 +305,7 @@ fn read_fixed(device: &Device, reader: &mut Reader) -> FixedFields {
     }
 }
 
-fn read_sample(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> GpuSample {
-    let utilization = reader.get(device.utilization_rates());
-    let memory = reader.get(device.memory_info());
-    let throttle_mask = reader
-        .get(device.current_throttle_reasons())
-        .map(|reasons: ThrottleReasons| reasons.bits());
+fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowFields {
     let ecc_on = fixed.ecc_enabled == Some(true);
     let mut ecc_count = |kind| {
         if ecc_on {
@@ -299,8 +314,26 @@ fn read_sample(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> Gpu
             None
         }
     };
-    let ecc_volatile_corrected = ecc_count(MemoryError::Corrected);
-    let ecc_volatile_uncorrected = ecc_count(MemoryError::Uncorrected);
+    SlowFields {
+        ecc_volatile_corrected: ecc_count(MemoryError::Corrected),
+        ecc_volatile_uncorrected: ecc_count(MemoryError::Uncorrected),
+        power_limit_w: reader
+            .get(device.enforced_power_limit())
+            .map(milliwatts_to_watts),
+    }
+}
+
+fn read_sample(
+    device: &Device,
+    reader: &mut Reader,
+    fixed: &FixedFields,
+    slow: &SlowFields,
+) -> GpuSample {
+    let utilization = reader.get(device.utilization_rates());
+    let memory = reader.get(device.memory_info());
+    let throttle_mask = reader
+        .get(device.current_throttle_reasons())
+        .map(|reasons: ThrottleReasons| reasons.bits());
     GpuSample {
         name: fixed.name.clone(),
         uuid: fixed.uuid.clone(),
@@ -311,9 +344,7 @@ fn read_sample(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> Gpu
         memory_total_bytes: memory.as_ref().map(|m| m.total),
         temperature_c: reader.get(device.temperature(TemperatureSensor::Gpu)),
         power_w: reader.get(device.power_usage()).map(milliwatts_to_watts),
-        power_limit_w: reader
-            .get(device.enforced_power_limit())
-            .map(milliwatts_to_watts),
+        power_limit_w: slow.power_limit_w,
         fan_percent: match fixed.fan_count {
             Some(0) => None,
             _ => reader.get(device.fan_speed(0)),
@@ -334,8 +365,8 @@ fn read_sample(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> Gpu
         throttle_reasons: throttle_mask.map(throttle_reason_names),
         throttle_mask,
         ecc_enabled: fixed.ecc_enabled,
-        ecc_volatile_corrected,
-        ecc_volatile_uncorrected,
+        ecc_volatile_corrected: slow.ecc_volatile_corrected,
+        ecc_volatile_uncorrected: slow.ecc_volatile_uncorrected,
         ..Default::default()
     }
 }

@@ -490,6 +490,50 @@ pub fn read_pid_stat(root: &Path, pid: u32) -> Result<PidStat, ProcError> {
     read_parsed(pid_dir(root, pid).join("stat"), parse_pid_stat)
 }
 
+/// `/proc/PID/stat` files kept open between refreshes: reading an open one again is one
+/// `pread`, where opening it costs a path walk, an open and a close each time. A file whose
+/// process exited reads as an error (its pid may since belong to another process, which the
+/// caller then opens afresh).
+#[derive(Default)]
+pub struct OpenStatFiles {
+    files: std::collections::HashMap<u32, File>,
+    buffer: Vec<u8>,
+}
+
+impl OpenStatFiles {
+    pub fn read(&mut self, root: &Path, pid: u32) -> Result<PidStat, ProcError> {
+        if let Some(stat) = self.read_open(pid) {
+            return Ok(stat);
+        }
+        let path = pid_dir(root, pid).join("stat");
+        let file = File::open(&path).map_err(|e| ProcError::from_io(&path, e))?;
+        self.files.insert(pid, file);
+        self.read_open(pid).ok_or(ProcError::Gone(path))
+    }
+
+    /// Closes the files of processes not in `keep`.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.files.retain(|pid, _| keep(*pid));
+    }
+
+    fn read_open(&mut self, pid: u32) -> Option<PidStat> {
+        use std::os::unix::fs::FileExt;
+        let file = self.files.get(&pid)?;
+        self.buffer.resize(4096, 0);
+        let read = file.read_at(&mut self.buffer, 0);
+        let parsed = match read {
+            Ok(n) if n > 0 => std::str::from_utf8(&self.buffer[..n])
+                .ok()
+                .and_then(|text| parse_pid_stat(text).ok()),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.files.remove(&pid);
+        }
+        parsed
+    }
+}
+
 pub fn read_pid_status(root: &Path, pid: u32) -> Result<PidStatus, ProcError> {
     read_parsed(pid_dir(root, pid).join("status"), parse_pid_status)
 }

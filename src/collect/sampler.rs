@@ -26,7 +26,10 @@ use crate::config::RulesConfig;
 use crate::model::{
     DriverInfo, GpuProcess, GpuSample, GpuState, HostSnapshot, Snapshot, TorchInfo,
 };
-use crate::rules::{torch_device_on, Engine};
+use crate::rules::{group_jobs, torch_device_on, Engine};
+
+/// How long the first snapshot waits for the GPU library before going out without GPUs.
+const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
 
 /// Builds the GPU source; runs on the driver thread because loading may block.
 pub type GpuLoader = Box<dyn FnOnce() -> Arc<dyn GpuSource> + Send>;
@@ -195,6 +198,7 @@ impl Sampler {
         snapshot.host = host;
         snapshot.gpus = self.gpu_samples(Instant::now());
         join_torch(&mut processes, torch, &snapshot.gpus);
+        snapshot.jobs = group_jobs(&processes);
         snapshot.processes = processes;
         snapshot.notices = self.take_notices();
         snapshot
@@ -551,6 +555,8 @@ where
         .spawn(move || {
             let interval = config.interval;
             let mut sampler = Sampler::start(config, loader);
+            // The first frame is worth more with the GPUs in it: give the library a moment.
+            sampler.wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
             let mut next = Instant::now();
             loop {
                 if !publish(sampler.tick()) {

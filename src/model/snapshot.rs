@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Warning};
+use super::{DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Job, Warning};
 
 /// The version of the `--once --json` document; bump on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -18,6 +18,8 @@ pub struct Snapshot {
     pub host: HostSnapshot,
     pub gpus: Vec<GpuSample>,
     pub processes: Vec<GpuProcess>,
+    /// The distributed jobs among the processes (two or more ranks each).
+    pub jobs: Vec<Job>,
     pub warnings: Vec<Warning>,
     /// Outcomes of agent commands and other one-off news since the previous snapshot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -9,11 +9,11 @@
 use crate::config::ImbalanceConfig;
 use crate::model::{Severity, Subject, Warning};
 
-use super::jobs::{group_jobs, Job, JobRank};
 use super::{
     fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint,
     BYTES_PER_MIB,
 };
+use crate::model::{Job, JobRank};
 
 pub const ID: &str = "imbalance";
 
@@ -31,7 +31,9 @@ struct RankLoad<'a> {
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
-    group_jobs(&inputs.snapshot.processes)
+    inputs
+        .snapshot
+        .jobs
         .iter()
         .filter_map(|job| {
             let loads: Vec<RankLoad> = job

@@ -8,30 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use crate::model::GpuProcess;
-
-/// One process of a job on one GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct JobRank {
-    pub pid: u32,
-    /// The NVML GPU index.
-    pub gpu: u32,
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-}
-
-/// The processes of one distributed job on this host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Job {
-    /// Human-readable and stable while the job runs: "torchelastic run abc", "job
-    /// localhost:29500", "job under pid 1234".
-    pub id: String,
-    /// Ordered by rank, then pid and GPU.
-    pub ranks: Vec<JobRank>,
-}
+use crate::model::{GpuProcess, Job, JobRank};
 
 /// The jobs among `processes`, ordered by id.
 pub fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {

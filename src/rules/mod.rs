@@ -36,7 +36,7 @@ pub use crate::config::RulesConfig;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning,
 };
-pub use jobs::{group_jobs, Job, JobRank};
+pub use jobs::group_jobs;
 
 /// The most points one window keeps; past it the older half is thinned to every second point,
 /// so a long window at a fast refresh keeps its time span at a coarser grain.

@@ -78,7 +78,10 @@ pub fn replay(config: RulesConfig, seconds: u32, make: impl Fn(u32) -> Snapshot)
     let mut engine = Engine::new(config);
     let mut last = Vec::new();
     for step in 0..=seconds {
-        last = engine.evaluate(&make(step));
+        // As the sampler does: jobs are grouped before the rules run.
+        let mut snapshot = make(step);
+        snapshot.jobs = super::group_jobs(&snapshot.processes);
+        last = engine.evaluate(&snapshot);
     }
     last
 }

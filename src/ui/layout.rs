@@ -36,6 +36,7 @@ pub struct Areas {
     pub history_rows_per_gpu: u16,
     pub balance: Rect,
     pub host: Rect,
+    pub jobs: Option<Rect>,
     pub warnings: Option<Rect>,
     pub processes: Rect,
     pub allocator: Option<Rect>,
@@ -48,6 +49,7 @@ struct Heights {
     gpu_detail_lines: u16,
     history: u16,
     history_rows_per_gpu: u16,
+    jobs: u16,
     warnings: u16,
     processes: u16,
     allocator_below: u16,
@@ -69,14 +71,16 @@ fn heights(area: Rect, app: &App) -> Heights {
     let wide = area.width >= WIDE_WIDTH;
     let detail_lines = super::gpus::detail_line_count(&app.snapshot.gpus, area.width);
     let warnings = warnings_height(app, area.height);
+    let jobs = super::jobs::wanted_height(&app.snapshot);
     let gpu_base = if gpu_count == 0 { 3 } else { 1 + gpu_count };
-    let fixed = 2 + MIDDLE_HEIGHT + warnings;
+    let fixed = 2 + MIDDLE_HEIGHT + warnings + jobs;
     let available = area.height.saturating_sub(fixed);
     let mut h = Heights {
         gpus: gpu_base.min(available.saturating_sub(MIN_PROCESS_HEIGHT)),
         gpu_detail_lines: 0,
         history: 0,
         history_rows_per_gpu: 1,
+        jobs,
         warnings,
         processes: MIN_PROCESS_HEIGHT,
         allocator_below: 0,
@@ -145,6 +149,7 @@ fn place(area: Rect, app: &App, h: &Heights) -> Areas {
     let gpus = take(h.gpus);
     let history = (h.history > 0).then(|| take(h.history));
     let middle = take(MIDDLE_HEIGHT);
+    let jobs = (h.jobs > 0).then(|| take(h.jobs));
     let warnings = (h.warnings > 0).then(|| take(h.warnings));
     let table = take(h.processes);
     let below = (h.allocator_below > 0).then(|| take(h.allocator_below));
@@ -162,6 +167,7 @@ fn place(area: Rect, app: &App, h: &Heights) -> Areas {
         history_rows_per_gpu: h.history_rows_per_gpu,
         balance,
         host,
+        jobs,
         warnings,
         processes,
         allocator,

@@ -11,6 +11,7 @@ pub mod header;
 pub mod help;
 pub mod history;
 pub mod host;
+pub mod jobs;
 pub mod layout;
 pub mod processes;
 mod state;
@@ -63,6 +64,9 @@ fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
     }
     balance::render(frame, areas.balance, app, theme);
     host::render(frame, areas.host, app, theme);
+    if let Some(area) = areas.jobs {
+        jobs::render(frame, area, app, theme);
+    }
     if let Some(area) = areas.warnings {
         warnings::render(frame, area, app, theme);
     }

@@ -867,3 +867,36 @@ fn dialogs_draw_on_any_screen_size_without_panicking() {
         }
     }
 }
+
+#[test]
+fn a_job_shows_each_rank_with_its_bars() {
+    let mut app = eight_gpu_app();
+    let mut snapshot = (*app.snapshot).clone();
+    snapshot.jobs = vec![crate::model::Job {
+        id: "job 127.0.0.1:29500".into(),
+        ranks: (0..8)
+            .map(|r| crate::model::JobRank {
+                pid: 20_000 + r,
+                gpu: r,
+                rank: Some(r),
+                local_rank: Some(r),
+                world_size: Some(8),
+            })
+            .collect(),
+    }];
+    app.on_snapshot(std::sync::Arc::new(snapshot));
+    for (width, height) in [(80, 24), (200, 50)] {
+        let s = screen(&app, width, height);
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("JOB job 127.0.0.1:29500 "))
+            .unwrap_or_else(|| panic!("no job line at {width}x{height}:\n{s}"));
+        for rank in 0..8 {
+            let bars = line.split(&format!(" r{rank}")).nth(1).unwrap_or("");
+            assert!(
+                bars.chars().take(2).all(|c| " ▁▂▃▄▅▆▇█".contains(c)) && bars.chars().count() >= 2,
+                "rank {rank} bars missing: {line}"
+            );
+        }
+    }
+}
