@@ -283,3 +283,45 @@ fn the_env_var_chooses_the_library_and_the_flag_wins_over_it() {
     assert_eq!(doc["driver"]["nvml_loaded"], false);
     assert_eq!(doc["driver"]["library"], "/nonexistent/libnvidia-ml.so.1");
 }
+
+#[test]
+fn a_process_list_that_changes_between_calls_never_breaks_the_stream() {
+    let sleepers = Sleepers::spawn(4);
+    let pids = sleepers.pids();
+    let scenario = ScenarioFile::from_fixture("flapping_processes.toml", &pids);
+    let output = Command::new(common::torchtop_binary())
+        .args(["--json", "--samples", "8", "-d", "0.5"])
+        .envs(scenario.env())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let docs: Vec<Value> = serde_json::Deserializer::from_slice(&output.stdout)
+        .into_iter::<Value>()
+        .map(|d| d.unwrap())
+        .collect();
+    assert_eq!(docs.len(), 8);
+    let listed = |doc: &Value, pid: u32| {
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pid)
+    };
+    let with_gpus: Vec<&Value> = docs
+        .iter()
+        .filter(|d| !d["gpus"].as_array().unwrap().is_empty())
+        .collect();
+    assert!(with_gpus.len() >= 6);
+    // The steady process is in every snapshot; the others come and go without harm.
+    assert!(with_gpus.iter().all(|d| listed(d, pids[0])));
+    assert!(
+        with_gpus.iter().any(|d| listed(d, pids[2]))
+            && with_gpus.iter().any(|d| !listed(d, pids[2]))
+    );
+    assert!(with_gpus.iter().any(|d| listed(d, pids[3])));
+}

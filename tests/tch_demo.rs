@@ -26,7 +26,9 @@ impl Drop for Demo {
 }
 
 fn start_demo() -> Demo {
-    let dir = std::env::temp_dir().join(format!("tt-demo-{}", std::process::id()));
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tt-demo-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -89,4 +91,36 @@ fn the_demo_publishes_hello_and_stats_and_cleans_up() {
     let status = demo.child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!socket.exists(), "the socket is removed at exit");
+}
+
+mod common;
+
+/// The tch program shows up in torchtop itself: `--once --json` against the fake NVML, which
+/// lists the demo's pid as a GPU process, carries the demo agent's figures on that row.
+#[test]
+fn the_demo_shows_up_in_torchtop_with_its_allocator_figures() {
+    let demo = start_demo();
+    let socket = demo.dir.join(format!("{}.sock", demo.child.id()));
+    assert!(wait_for(&socket, true), "no socket at {}", socket.display());
+    let scenario = common::fake_nvml::ScenarioFile::new(&format!(
+        "[[gpu]]\nname = \"GPU for the tch demo\"\nmemory_total_mib = 81920\nmemory_used_mib = 2048\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 600\n",
+        demo.child.id()
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_torchtop"))
+        .args(["--once", "--json"])
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", &demo.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let torch = &doc["processes"][0]["torch"];
+    assert_eq!(doc["processes"][0]["pid"], demo.child.id());
+    assert_eq!(torch["torch"], "2.11.0", "{doc}");
+    assert_eq!(torch["rank"], 0);
+    assert!(torch["step"].as_u64().is_some(), "{torch}");
+    // On the CPU the agent reports no CUDA device; on a GPU each device it used.
+    assert!(torch["devices"].is_array());
 }
