@@ -1,0 +1,686 @@
+"""torchtop agent: publishes PyTorch caching-allocator statistics to torchtop.
+
+Usage::
+
+    import torchtop_agent
+    torchtop_agent.start()      # once, anywhere; safe to call again
+    ...
+    torchtop_agent.step()       # optional, once per training step
+
+The agent is a daemon thread serving protocol v1 (see agent-protocol.md) on a Unix socket
+``<dir>/<pid>.sock``. It uses only the standard library, never imports torch (it reads
+``sys.modules``), and never initializes CUDA: statistics are read only once the program itself
+has initialized CUDA.
+
+Devices reported: once CUDA is initialized, every device index below
+``torch.cuda.device_count()`` whose allocator has ever held memory in this process (reserved
+bytes current or peak, or a cumulative segment/allocation count above zero). Reading
+``memory_stats(i)`` only reads the allocator's counters; it creates no CUDA context. A device
+that was reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish.
+With the cudaMallocAsync backend (whose statistics come from the driver) only the current device
+and devices already seen in use are read.
+"""
+
+import atexit
+import json
+import os
+import pickle
+import selectors
+import socket
+import stat
+import sys
+import threading
+import time
+from collections import deque
+
+__all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "last_error", "PROTOCOL_VERSION"]
+__version__ = "1.0.0"
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 1 << 20
+MIN_INTERVAL_MS = 10
+MAX_INTERVAL_MS = 3_600_000
+# A client that does not read its messages is dropped once this much output is queued for it.
+MAX_QUEUED_BYTES = 8 << 20
+
+_lock = threading.Lock()
+_agent = None
+_fork_hook_installed = False
+_exit_hook_installed = False
+# Why the last start() returned None, for callers that cannot see stderr (torchtop attach).
+last_error = None
+
+
+def _warn(message):
+    global last_error
+    last_error = message
+    try:
+        sys.stderr.write("torchtop_agent: %s\n" % message)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def resolve_socket_dir(environ=None, uid=None):
+    """Where sockets live: $TORCHTOP_AGENT_DIR, else $XDG_RUNTIME_DIR/torchtop, else /tmp/torchtop-<uid>."""
+    environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    explicit = environ.get("TORCHTOP_AGENT_DIR")
+    if explicit:
+        return explicit
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "torchtop")
+    return "/tmp/torchtop-%d" % uid
+
+
+def _prepare_dir(path):
+    """Create the socket directory 0700, or check an existing one. Returns an error sentence or None."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.mkdir(path, 0o700)
+        except OSError as e:
+            return "cannot create %s: %s" % (path, e)
+    except OSError as e:
+        return "cannot create %s: %s" % (path, e)
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return "cannot inspect %s: %s" % (path, e)
+    if stat.S_ISLNK(st.st_mode):
+        return "%s is a symlink; refusing to use it" % path
+    if not stat.S_ISDIR(st.st_mode):
+        return "%s is not a directory" % path
+    if st.st_uid != os.getuid():
+        return "%s is owned by uid %d, not by us (uid %d)" % (path, st.st_uid, os.getuid())
+    if st.st_mode & 0o077:
+        return "%s has mode %o; it must be accessible by its owner only (0700)" % (
+            path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _env_int(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _cuda_ready(torch):
+    """True only when the program itself has initialized CUDA; never initializes it."""
+    try:
+        cuda = getattr(torch, "cuda", None)
+        return cuda is not None and bool(cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def _ever_used(stats):
+    for key in ("reserved_bytes.all.current", "reserved_bytes.all.peak",
+                "segment.all.allocated", "allocation.all.allocated",
+                "allocated_bytes.all.peak", "num_device_alloc"):
+        value = stats.get(key)
+        if isinstance(value, (int, float)) and value > 0:
+            return True
+    return False
+
+
+class _Client:
+    __slots__ = ("sock", "inbuf", "outbuf", "writing")
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.writing = False
+
+
+class _BadInput(Exception):
+    pass
+
+
+class _Agent:
+    def __init__(self, path, interval_ms):
+        self.path = path
+        self.dir = os.path.dirname(path)
+        self.pid = os.getpid()
+        self.interval_ms = interval_ms
+        self.seq = 0
+        self.step_count = None
+        self.last_step_at = None
+        self.step_times = deque(maxlen=50)
+        self.used_devices = set()
+        self.seen_ooms = {}
+        self.pending_events = deque(maxlen=100)
+        self.oom_observer_attached = False
+        self.observer_fired = set()
+        self.hello_facts = None
+        self.log = deque(maxlen=50)
+        self.clients = {}
+        self.stopping = False
+        self.selector = selectors.DefaultSelector()
+        self.listener = None
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.thread = None
+        self.next_tick = time.monotonic()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def bind(self):
+        try:
+            st = os.lstat(self.path)
+            if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+                os.unlink(self.path)  # left by an earlier process that had our pid
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+            # The directory is 0700 already; the chmod closes the socket itself too.
+            os.chmod(self.path, 0o600)
+            listener.listen(16)
+            listener.setblocking(False)
+        except Exception:
+            listener.close()
+            raise
+        self.listener = listener
+        self.selector.register(listener, selectors.EVENT_READ, "listener")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    def run_thread(self):
+        self.thread = threading.Thread(target=self._loop, name="torchtop-agent", daemon=True)
+        self.thread.start()
+
+    def wake(self):
+        try:
+            self.wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def shutdown(self, unlink):
+        self.stopping = True
+        self.wake()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=2.0)
+        self.close_all(unlink)
+
+    def close_all(self, unlink):
+        for client in list(self.clients.values()):
+            self._close_client(client, None)
+        for s in (self.listener, self.wake_r, self.wake_w):
+            try:
+                if s is not None:
+                    s.close()
+            except OSError:
+                pass
+        try:
+            self.selector.close()
+        except Exception:
+            pass
+        if unlink and os.getpid() == self.pid:
+            try:
+                if os.path.exists(self.path):
+                    os.unlink(self.path)
+            except OSError:
+                pass
+
+    # ---- main loop -------------------------------------------------------------------------
+    def _loop(self):
+        self.next_tick = time.monotonic()
+        while not self.stopping:
+            timeout = max(0.0, self.next_tick - time.monotonic())
+            try:
+                events = self.selector.select(timeout)
+            except (OSError, ValueError):
+                break
+            for key, mask in events:
+                try:
+                    self._dispatch(key, mask)
+                except Exception as e:  # never let one event kill the agent
+                    self.log.append("internal error: %r" % (e,))
+            if self.pending_events:
+                self._flush_events()
+            now = time.monotonic()
+            if now >= self.next_tick:
+                if self.clients:
+                    self._tick()
+                self.next_tick = now + self.interval_ms / 1000.0
+
+    def _dispatch(self, key, mask):
+        if key.data == "listener":
+            self._accept()
+        elif key.data == "wake":
+            try:
+                while self.wake_r.recv(4096):
+                    pass
+            except (BlockingIOError, OSError):
+                pass
+        else:
+            client = key.data
+            if mask & selectors.EVENT_READ:
+                self._read(client)
+            if mask & selectors.EVENT_WRITE and self._alive(client):
+                self._write(client)
+
+    def _accept(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.log.append("accept failed: %s" % e)
+                return
+            if not self._peer_allowed(sock):
+                sock.close()
+                continue
+            sock.setblocking(False)
+            client = _Client(sock)
+            self.clients[sock.fileno()] = client
+            self.selector.register(sock, selectors.EVENT_READ, client)
+            self.hello_facts = self._hello()
+            self._send(client, self.hello_facts)
+            self._send(client, self._stats())
+
+    def _peer_allowed(self, sock):
+        opt = getattr(socket, "SO_PEERCRED", None)
+        if opt is None:
+            return True
+        try:
+            import struct
+            creds = sock.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except OSError:
+            return False
+        if uid in (os.getuid(), 0):
+            return True
+        self.log.append("refused a peer of uid %d" % uid)
+        return False
+
+    def _read(self, client):
+        try:
+            data = client.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._close_client(client, "read failed: %s" % e)
+            return
+        if not data:
+            self._close_client(client, None)
+            return
+        client.inbuf += data
+        try:
+            while True:
+                newline = client.inbuf.find(b"\n")
+                if newline < 0:
+                    if len(client.inbuf) > MAX_LINE_BYTES:
+                        raise _BadInput("line longer than %d bytes" % MAX_LINE_BYTES)
+                    return
+                if newline > MAX_LINE_BYTES:
+                    raise _BadInput("line longer than %d bytes" % MAX_LINE_BYTES)
+                line = bytes(client.inbuf[:newline])
+                del client.inbuf[:newline + 1]
+                if line.strip():
+                    self._handle_line(client, line)
+                if not self._alive(client):
+                    return
+        except _BadInput as e:
+            self._close_client(client, "dropped a client: %s" % e)
+
+    def _handle_line(self, client, line):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _BadInput("not UTF-8")
+        try:
+            msg = json.loads(text)
+        except ValueError:
+            raise _BadInput("not JSON")
+        if not isinstance(msg, dict):
+            raise _BadInput("not a JSON object")
+        if msg.get("v") != PROTOCOL_VERSION or isinstance(msg.get("v"), bool):
+            raise _BadInput("protocol version %r, expected %d" % (msg.get("v"), PROTOCOL_VERSION))
+        if msg.get("type") != "cmd":
+            return  # unknown types are ignored
+        cmd_id = msg.get("id")
+        if not isinstance(cmd_id, int) or isinstance(cmd_id, bool):
+            raise _BadInput("command without an integer id")
+        self._send(client, self._run_command(cmd_id, msg))
+
+    def _write(self, client):
+        try:
+            sent = client.sock.send(client.outbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._close_client(client, "write failed: %s" % e)
+            return
+        del client.outbuf[:sent]
+        self._update_interest(client)
+
+    def _send(self, client, message):
+        if not self._alive(client):
+            return
+        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+        if len(client.outbuf) + len(data) > MAX_QUEUED_BYTES:
+            self._close_client(client, "dropped a client that does not read")
+            return
+        client.outbuf += data
+        self._write(client)
+
+    def _update_interest(self, client):
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.outbuf else 0)
+        writing = bool(client.outbuf)
+        if writing != client.writing:
+            client.writing = writing
+            try:
+                self.selector.modify(client.sock, want, client)
+            except (KeyError, ValueError, OSError):
+                pass
+
+    def _alive(self, client):
+        return self.clients.get(client.sock.fileno()) is client
+
+    def _close_client(self, client, reason):
+        if reason:
+            self.log.append(reason)
+        fd = client.sock.fileno()
+        self.clients.pop(fd, None)
+        try:
+            self.selector.unregister(client.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            client.sock.close()
+        except OSError:
+            pass
+
+    def _broadcast(self, message):
+        for client in list(self.clients.values()):
+            self._send(client, message)
+
+    # ---- messages --------------------------------------------------------------------------
+    def _hello(self):
+        torch = _torch()
+        rank, local_rank, world_size = _env_int("RANK"), _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE")
+        if torch is not None and rank is None:
+            try:
+                dist = getattr(torch, "distributed", None)
+                if dist is not None and dist.is_available() and dist.is_initialized():
+                    rank, world_size = dist.get_rank(), dist.get_world_size()
+            except Exception:
+                pass
+        return {
+            "v": PROTOCOL_VERSION,
+            "type": "hello",
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "torch": getattr(torch, "__version__", None) if torch is not None else None,
+            "rank": rank,
+            "local_rank": local_rank,
+            "world_size": world_size,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF")),
+            "interval_ms": self.interval_ms,
+            "agent": __version__,
+        }
+
+    def _device_stats(self):
+        torch = _torch()
+        if torch is None or not _cuda_ready(torch):
+            return []
+        self._attach_oom_observer(torch)
+        try:
+            count = int(torch.cuda.device_count())
+        except Exception:
+            return []
+        devices = []
+        for index in self._candidate_devices(torch, count):
+            try:
+                stats = torch.cuda.memory_stats(index)
+            except Exception:
+                continue
+            if not stats:
+                continue
+            if index not in self.used_devices and not _ever_used(stats):
+                continue
+            self.used_devices.add(index)
+            devices.append({"index": index, "stats": dict(stats)})
+        return devices
+
+    def _candidate_devices(self, torch, count):
+        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))
+        if "cudaMallocAsync" not in conf:
+            return range(count)
+        # The cudaMallocAsync backend asks the driver for its figures, which may touch the
+        # device: stay on the current device and those already known to be in use.
+        candidates = set(self.used_devices)
+        try:
+            candidates.add(int(torch.cuda.current_device()))
+        except Exception:
+            pass
+        return sorted(i for i in candidates if 0 <= i < count)
+
+    def _stats(self):
+        self.seq += 1
+        devices = self._device_stats()
+        with _lock:
+            step = self.step_count
+            times = list(self.step_times)
+        message = {
+            "v": PROTOCOL_VERSION,
+            "type": "stats",
+            "seq": self.seq,
+            "ts": time.time(),
+            "step": step,
+            "step_time_s": (sum(times) / len(times)) if times else None,
+            "interval_ms": self.interval_ms,
+            "devices": devices,
+        }
+        self._note_oom_counters(devices)
+        return message
+
+    def _tick(self):
+        hello = self._hello()
+        if hello != self.hello_facts:
+            # Facts changed since connect (torch imported, rank known): say hello again.
+            self.hello_facts = hello
+            self._broadcast(hello)
+        self._broadcast(self._stats())
+
+    def _note_oom_counters(self, devices):
+        for device in devices:
+            index = device["index"]
+            count = device["stats"].get("num_ooms")
+            if not isinstance(count, int):
+                continue
+            before = self.seen_ooms.get(index)
+            self.seen_ooms[index] = count
+            if before is not None and count > before:
+                if index in self.observer_fired:
+                    self.observer_fired.discard(index)
+                    continue
+                self.pending_events.append({
+                    "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
+                    "device": index, "num_ooms": count, "source": "num_ooms"})
+
+    def _attach_oom_observer(self, torch):
+        if self.oom_observer_attached:
+            return
+        self.oom_observer_attached = True
+        attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            return
+        agent = self
+
+        # Called inside the allocator while it holds its lock: only queue, never call torch.
+        def observer(device, alloc, device_allocated, device_free):
+            agent.observer_fired.add(device)
+            agent.pending_events.append({
+                "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
+                "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
+                "device_free": device_free, "source": "observer"})
+            agent.wake()
+
+        try:
+            attach(observer)
+        except Exception as e:
+            self.log.append("could not attach the OOM observer: %r" % (e,))
+
+    def _flush_events(self):
+        while self.pending_events:
+            event = self.pending_events.popleft()
+            self._broadcast(event)
+
+    # ---- commands --------------------------------------------------------------------------
+    def _run_command(self, cmd_id, msg):
+        cmd = msg.get("cmd")
+        reply = {"v": PROTOCOL_VERSION, "type": "reply", "id": cmd_id, "cmd": cmd}
+        try:
+            if cmd == "set_interval":
+                ms = msg.get("ms")
+                if not isinstance(ms, int) or isinstance(ms, bool) or not MIN_INTERVAL_MS <= ms <= MAX_INTERVAL_MS:
+                    raise ValueError("ms must be an integer from %d to %d" % (MIN_INTERVAL_MS, MAX_INTERVAL_MS))
+                self.interval_ms = ms
+                self.next_tick = min(self.next_tick, time.monotonic() + ms / 1000.0)
+                reply.update(ok=True, interval_ms=ms)
+            elif cmd == "reset_peak":
+                reply.update(ok=True, devices=self._reset_peak())
+            elif cmd == "snapshot":
+                path, size = self._snapshot()
+                reply.update(ok=True, path=path, bytes=size)
+            else:
+                raise ValueError("unknown command %r" % (cmd,))
+        except Exception as e:
+            reply.update(ok=False, error=str(e) or type(e).__name__)
+        return reply
+
+    def _require_cuda(self):
+        torch = _torch()
+        if torch is None:
+            raise RuntimeError("torch is not imported in this process")
+        if not _cuda_ready(torch):
+            raise RuntimeError("CUDA is not initialized in this process")
+        return torch
+
+    def _reset_peak(self):
+        torch = self._require_cuda()
+        self._device_stats()
+        done = []
+        for index in sorted(self.used_devices):
+            torch.cuda.reset_peak_memory_stats(index)
+            done.append(index)
+        return done
+
+    def _snapshot(self):
+        torch = self._require_cuda()
+        snapshot = torch.cuda.memory._snapshot()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = os.path.join(self.dir, "%d-snapshot-%s" % (os.getpid(), stamp))
+        for attempt in range(100):
+            path = "%s%s.pickle" % (base, "" if attempt == 0 else "-%d" % attempt)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RuntimeError("could not create a snapshot file beside %s" % self.path)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(snapshot, f, protocol=4)
+            size = f.tell()
+        return path, size
+
+
+def _after_fork_in_child():
+    # The child must not serve or remove the parent's socket; it closes its copies of the fds.
+    global _agent, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    agent = _agent
+    _agent = None
+    if agent is not None:
+        agent.stopping = True
+        agent.close_all(unlink=False)
+
+
+def _at_exit():
+    agent = _agent
+    if agent is not None and agent.pid == os.getpid():
+        stop()
+
+
+def start(interval_ms=1000, socket_dir=None):
+    """Start the agent thread (idempotent). Returns the socket path, or None if it cannot start."""
+    global _agent, _fork_hook_installed, _exit_hook_installed
+    with _lock:
+        if _agent is not None and _agent.pid == os.getpid():
+            return _agent.path
+        try:
+            interval_ms = int(interval_ms)
+        except (TypeError, ValueError):
+            interval_ms = 1000
+        interval_ms = min(max(interval_ms, MIN_INTERVAL_MS), MAX_INTERVAL_MS)
+        directory = socket_dir or resolve_socket_dir()
+        problem = _prepare_dir(directory)
+        if problem:
+            _warn("not started: " + problem)
+            return None
+        path = os.path.join(directory, "%d.sock" % os.getpid())
+        if len(path.encode()) >= 108:
+            _warn("not started: socket path %s is too long for a Unix socket" % path)
+            return None
+        agent = _Agent(path, interval_ms)
+        try:
+            agent.bind()
+        except OSError as e:
+            agent.close_all(unlink=False)
+            _warn("not started: cannot listen on %s: %s" % (path, e))
+            return None
+        if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook_installed = True
+        if not _exit_hook_installed:
+            atexit.register(_at_exit)
+            _exit_hook_installed = True
+        _agent = agent
+        agent.run_thread()
+        return path
+
+
+def step():
+    """Mark the end of a training step: feeds the step number and step time in stats."""
+    agent = _agent
+    if agent is None:
+        return
+    now = time.monotonic()
+    with _lock:
+        if agent.last_step_at is not None:
+            agent.step_times.append(now - agent.last_step_at)
+        agent.last_step_at = now
+        agent.step_count = (agent.step_count or 0) + 1
+
+
+def stop():
+    """Stop the agent and remove its socket. Safe to call when not started."""
+    global _agent
+    with _lock:
+        agent = _agent
+        _agent = None
+    if agent is not None and agent.pid == os.getpid():
+        agent.shutdown(unlink=True)
+
+
+def socket_path():
+    """The socket this process serves, or None."""
+    agent = _agent
+    return agent.path if agent is not None and agent.pid == os.getpid() else None
