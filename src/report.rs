@@ -7,6 +7,9 @@ use std::io::Write as _;
 use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 
 use crate::model::{GpuSample, GpuState, Snapshot};
+use crate::ui::format::{
+    celsius, count, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
+};
 
 /// Writes one compact JSON document per line for each snapshot the sampler publishes, until
 /// `samples` have been written or stdout is closed (a pipe into `head`, say).
@@ -96,12 +99,12 @@ fn gpu_line(gpu: &GpuSample) -> String {
         "[{}] {}{state} | {} {} | {} / {} | {} / {}",
         gpu.index,
         or_na(gpu.name.as_deref()),
-        unit(gpu.temperature_c.map(f64::from), "°C", 0),
-        unit(gpu.utilization_percent.map(f64::from), "%", 0),
+        celsius(gpu.temperature_c),
+        percent(gpu.utilization_percent),
         bytes(gpu.memory_used_bytes),
         bytes(gpu.memory_total_bytes),
-        unit(gpu.power_w, "W", 0),
-        unit(gpu.power_limit_w, "W", 0),
+        watts(gpu.power_w),
+        watts(gpu.power_limit_w),
     )
 }
 
@@ -113,29 +116,15 @@ fn host_line(snapshot: &Snapshot) -> String {
         .unwrap_or_else(|| "N/A".into());
     format!(
         "host: CPU {} | RAM {} used, {} available of {} | swap {} / {} | swappiness {} | overcommit {} | load {load}",
-        unit(host.cpu_percent, "%", 0),
+        percent_f(host.cpu_percent),
         bytes(host.memory.used_bytes),
         bytes(host.memory.available_bytes),
         bytes(host.memory.total_bytes),
         bytes(host.swap.used_bytes),
         bytes(host.swap.total_bytes),
-        host.vm.swappiness.map_or("N/A".into(), |v| v.to_string()),
-        host.vm.overcommit_memory.map_or("N/A".into(), |v| v.to_string()),
+        count(host.vm.swappiness.map(u64::from)),
+        count(host.vm.overcommit_memory.map(u64::from)),
     )
-}
-
-fn or_na(value: Option<&str>) -> &str {
-    value.unwrap_or("N/A")
-}
-
-fn unit(value: Option<f64>, suffix: &str, decimals: usize) -> String {
-    value.map_or("N/A".into(), |v| format!("{v:.decimals$}{suffix}"))
-}
-
-fn bytes(value: Option<u64>) -> String {
-    value.map_or("N/A".into(), |b| {
-        format!("{:.1}GiB", b as f64 / (1024.0 * 1024.0 * 1024.0))
-    })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::ActionError;
+use crate::collect::procfs::{parse_pid_stat, PidStat};
 use crate::model::{GpuProcess, HostProcess};
 
 /// The /proc every action reads; tests of the parsing use their own roots.
@@ -38,35 +39,6 @@ impl ProcessIdentity {
     }
 }
 
-/// The fields of /proc/PID/stat that actions need.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StatFields {
-    /// Field 3: R, S, D, Z, T, ...
-    pub state: char,
-    /// Field 19.
-    pub nice: i32,
-    /// Field 22.
-    pub start_ticks: u64,
-}
-
-/// Parses a /proc/PID/stat line. The command name (field 2) may hold spaces and parentheses,
-/// so fields are counted from after its last ')'. `None` for a garbled line.
-pub fn parse_stat(line: &str) -> Option<StatFields> {
-    let after_comm = &line[line.rfind(')')? + 1..];
-    // Field 3 is the first token after the command name.
-    let field = |n: usize| after_comm.split_whitespace().nth(n - 3);
-    let mut state_chars = field(3)?.chars();
-    let state = state_chars.next()?;
-    if state_chars.next().is_some() {
-        return None;
-    }
-    Some(StatFields {
-        state,
-        nice: field(19)?.parse().ok()?,
-        start_ticks: field(22)?.parse().ok()?,
-    })
-}
-
 /// The identity `pid` has now, read from `proc_root` (normally "/proc").
 pub fn current_identity(proc_root: &Path, pid: u32) -> Result<ProcessIdentity, ActionError> {
     let stat = read_stat(proc_root, pid)?;
@@ -78,7 +50,7 @@ pub fn current_identity(proc_root: &Path, pid: u32) -> Result<ProcessIdentity, A
 pub(crate) fn verify_identity(
     proc_root: &Path,
     target: &ProcessIdentity,
-) -> Result<StatFields, ActionError> {
+) -> Result<PidStat, ActionError> {
     let stat = read_stat(proc_root, target.pid)?;
     if stat.start_ticks != target.start_ticks {
         return Err(ActionError::Reused { pid: target.pid });
@@ -108,10 +80,10 @@ fn has_other_threads(proc_root: &Path, pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn read_stat(proc_root: &Path, pid: u32) -> Result<StatFields, ActionError> {
+fn read_stat(proc_root: &Path, pid: u32) -> Result<PidStat, ActionError> {
     let path = proc_root.join(pid.to_string()).join("stat");
     let line = std::fs::read_to_string(&path).map_err(|e| read_error(pid, &path, &e))?;
-    parse_stat(&line).ok_or_else(|| {
+    parse_pid_stat(&line).map_err(|_| {
         ActionError::Io(format!(
             "could not identify process {pid}: {} is garbled",
             path.display()
@@ -172,29 +144,6 @@ mod tests {
         // Fields 4..=18 and 20..=21 are filler; 19 is nice and 22 the start time.
         let filler_4_to_18 = "1 1 1 0 -1 4194304 100 0 0 0 5 3 0 0 20";
         format!("{pid} ({comm}) {state} {filler_4_to_18} {nice} 1 0 {start} 12345 678 0\n")
-    }
-
-    #[test]
-    fn parses_a_command_name_with_spaces_and_parentheses() {
-        let line = stat_line(42, "pt_main_thread) S (x", 'S', 5, 987_654);
-        let stat = parse_stat(&line).unwrap();
-        assert_eq!(
-            stat,
-            StatFields {
-                state: 'S',
-                nice: 5,
-                start_ticks: 987_654
-            }
-        );
-    }
-
-    #[test]
-    fn garbled_lines_are_rejected() {
-        assert_eq!(parse_stat(""), None);
-        assert_eq!(parse_stat("42 (python) S 1 2 3"), None);
-        assert_eq!(parse_stat("42 python S 1 2 3"), None);
-        let bad_start = stat_line(42, "python", 'S', 0, 1).replace(" 1 0 1 ", " 1 0 x ");
-        assert_eq!(parse_stat(&bad_start), None);
     }
 
     #[test]

@@ -12,8 +12,10 @@ use super::theme::Theme;
 /// Columns per GPU: memory bar, utilization bar, two spaces; one space when that is too wide.
 pub const GROUP_WIDTH: u16 = 4;
 const NARROW_GROUP_WIDTH: u16 = 3;
-const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
-const MISSING: &str = "·";
+/// A cell filled by 0 to 8 eighths.
+pub const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
+/// A bar whose value is unknown.
+pub const MISSING: &str = "·";
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height < 3 {

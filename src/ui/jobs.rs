@@ -11,11 +11,9 @@ use ratatui::{
 use crate::app::App;
 use crate::model::{Job, Snapshot};
 
-use super::balance::column_cells;
+use super::balance::{column_cells, LEVELS, MISSING};
 use super::theme::Theme;
 
-const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
-const MISSING: &str = "·";
 /// At most this many jobs get a line.
 pub const MAX_LINES: u16 = 3;
 
