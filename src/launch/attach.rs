@@ -109,8 +109,8 @@ fn attach_inner(pid: u32, options: &AttachOptions) -> Result<String, String> {
     let scratch = Scratch::create(options.scratch_base.as_deref(), target.owner())?;
     let deadline = unix_now() + (options.agent_wait + options.inject_timeout).as_secs_f64();
     let code = start_code(agent_dir.as_deref(), &scratch.result_path(), deadline);
-    let method = inject(options, &target, &image, &maps, version, &code, &scratch)
-        .map_err(|e| match e {
+    let method =
+        inject(options, &target, &image, &maps, version, &code, &scratch).map_err(|e| match e {
             InjectError::Denied(why) => yama::denied(rights, pid, &why),
             InjectError::Failed(why) => why,
         })?;
@@ -226,9 +226,11 @@ fn inject(
     let timeout = options.inject_timeout;
     let injector = || queue_code(target.pid, image, maps, code, timeout).map(|()| "ptrace");
     let gdb = || {
-        let gdb = options.gdb.clone().or_else(|| find_on_path("gdb")).ok_or_else(|| {
-            InjectError::Failed("gdb is not installed.".to_string())
-        })?;
+        let gdb = options
+            .gdb
+            .clone()
+            .or_else(|| find_on_path("gdb"))
+            .ok_or_else(|| InjectError::Failed("gdb is not installed.".to_string()))?;
         let script = scratch.write_script(code).map_err(InjectError::Failed)?;
         gdb_inject(&gdb, target, scratch.dir(), &script, timeout).map(|()| "gdb")
     };
@@ -336,7 +338,10 @@ mod tests {
         let from_lib = image("/usr/lib/libpython3.10.so.1.0", None);
         assert_eq!(python_version(&t, &from_lib), Ok((3, 10)));
         let unknown = python_version(&t, &image("/usr/bin/python3", None)).unwrap_err();
-        assert!(unknown.contains("Cannot tell which Python version"), "{unknown}");
+        assert!(
+            unknown.contains("Cannot tell which Python version"),
+            "{unknown}"
+        );
     }
 
     #[test]
@@ -345,16 +350,28 @@ mod tests {
         assert!(check_same_user(&t, 1000).is_ok());
         assert!(check_same_user(&t, 0).is_ok());
         let err = check_same_user(&t, 1001).unwrap_err();
-        assert!(err.contains("belongs to uid 1000") && err.contains("uid 1001"), "{err}");
+        assert!(
+            err.contains("belongs to uid 1000") && err.contains("uid 1001"),
+            "{err}"
+        );
         let setuid = target([1000, 0, 0, 0], 'S', 0);
-        assert!(check_same_user(&setuid, 1000).is_err(), "all uids must match");
+        assert!(
+            check_same_user(&setuid, 1000).is_err(),
+            "all uids must match"
+        );
     }
 
     #[test]
     fn stopped_traced_and_dead_processes_are_named() {
-        assert!(check_state(&target([0; 4], 'T', 0)).unwrap_err().contains("kill -CONT 42"));
-        assert!(check_state(&target([0; 4], 't', 99)).unwrap_err().contains("traced by process 99"));
-        assert!(check_state(&target([0; 4], 'Z', 0)).unwrap_err().contains("has exited"));
+        assert!(check_state(&target([0; 4], 'T', 0))
+            .unwrap_err()
+            .contains("kill -CONT 42"));
+        assert!(check_state(&target([0; 4], 't', 99))
+            .unwrap_err()
+            .contains("traced by process 99"));
+        assert!(check_state(&target([0; 4], 'Z', 0))
+            .unwrap_err()
+            .contains("has exited"));
         assert!(check_state(&target([0; 4], 'R', 0)).is_ok());
     }
 
@@ -362,6 +379,9 @@ mod tests {
     fn missing_process_is_named_with_the_alternatives() {
         let err = attach(999_999_999).unwrap_err();
         assert!(err.starts_with("No process has pid 999999999."), "{err}");
-        assert!(err.contains("torchtop run --") && err.contains("torchtop_agent.start()"), "{err}");
+        assert!(
+            err.contains("torchtop run --") && err.contains("torchtop_agent.start()"),
+            "{err}"
+        );
     }
 }

@@ -37,8 +37,18 @@ fn output_within(
             String::from_utf8_lossy(&text).into_owned()
         })
     };
-    let stdout = collect(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = collect(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stdout = collect(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = collect(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -106,7 +116,12 @@ pub(crate) fn gdb_inject(
         .map_err(InjectError::Failed)?;
     let mut cmd = Command::new(gdb);
     cmd.args(["--batch", "--nx", "-q"])
-        .args(["-iex", "set auto-load off", "-iex", "set auto-solib-add off"])
+        .args([
+            "-iex",
+            "set auto-load off",
+            "-iex",
+            "set auto-solib-add off",
+        ])
         .arg("-p")
         .arg(pid.to_string())
         .arg("-x")
@@ -203,8 +218,11 @@ mod tests {
         assert!(raised.text().contains("raised"));
         let denied = interpret_gdb_output(1, "", "ptrace: Operation not permitted.\n");
         assert!(matches!(denied, Err(InjectError::Denied(_))));
-        let nosym =
-            interpret_gdb_output(1, "", "No symbol \"PyGILState_Ensure\" in current context.\n");
+        let nosym = interpret_gdb_output(
+            1,
+            "",
+            "No symbol \"PyGILState_Ensure\" in current context.\n",
+        );
         assert!(nosym.unwrap_err().text().contains("no Python C API"));
     }
 

@@ -89,7 +89,11 @@ mod tests {
             0o600
         );
         fs::write(site.join("torchtop_agent.py"), "tampered").unwrap();
-        assert_eq!(prepare_site_dir(&sockets).unwrap(), site, "same version, same directory");
+        assert_eq!(
+            prepare_site_dir(&sockets).unwrap(),
+            site,
+            "same version, same directory"
+        );
         assert_eq!(
             fs::read_to_string(site.join("torchtop_agent.py")).unwrap(),
             AGENT_SOURCE

@@ -43,9 +43,7 @@ pub fn prepare_run(command: &[String]) -> Result<Prepared, String> {
             cmd.env("PYTHONPATH", python_path);
             warnings.extend(agent_blocker(program, args));
         }
-        Err(e) => warnings.push(format!(
-            "{e} {program} runs without the torchtop agent."
-        )),
+        Err(e) => warnings.push(format!("{e} {program} runs without the torchtop agent.")),
     }
     Ok(Prepared {
         command: cmd,
@@ -147,7 +145,13 @@ mod tests {
 
     #[test]
     fn python_names() {
-        for name in ["python", "python3", "/usr/bin/python3.11", "python3.13t", "pypy3"] {
+        for name in [
+            "python",
+            "python3",
+            "/usr/bin/python3.11",
+            "python3.13t",
+            "pypy3",
+        ] {
             assert!(is_python(name), "{name}");
         }
         for name in ["torchrun", "pythonista", "bash", "ipython"] {
@@ -158,7 +162,9 @@ mod tests {
     #[test]
     fn flags_that_skip_sitecustomize() {
         let why = |args: &[&str]| python_flags_blocker(&strings(args));
-        assert!(why(&["-I", "train.py"]).unwrap().contains("isolated mode (-I)"));
+        assert!(why(&["-I", "train.py"])
+            .unwrap()
+            .contains("isolated mode (-I)"));
         assert!(why(&["-uS", "train.py"]).unwrap().contains("-S"));
         assert!(why(&["-X", "dev", "-E", "x.py"]).unwrap().contains("-E"));
         assert!(why(&["-Wignore", "-I", "x.py"]).is_some());
@@ -166,7 +172,11 @@ mod tests {
         assert_eq!(why(&["-m", "torch.distributed.run", "-S"]), None);
         assert_eq!(why(&["train.py", "-I"]), None);
         assert_eq!(why(&["-u", "train.py"]), None);
-        assert_eq!(why(&["-W", "-I", "x.py"]), None, "-I is the -W argument here");
+        assert_eq!(
+            why(&["-W", "-I", "x.py"]),
+            None,
+            "-I is the -W argument here"
+        );
         assert_eq!(why(&["--check-hash-based-pycs", "-S", "x.py"]), None);
     }
 

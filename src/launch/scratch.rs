@@ -59,13 +59,15 @@ impl Scratch {
     }
 
     fn create_in(base: &TrustedDir, hand_to: Option<u32>) -> Result<Scratch, String> {
-        let dir = base.fresh_dir("torchtop-attach-", if hand_to.is_some() { 0o711 } else { 0o700 })?;
+        let dir = base.fresh_dir(
+            "torchtop-attach-",
+            if hand_to.is_some() { 0o711 } else { 0o700 },
+        )?;
         let result = dir.dir().create_file("result", 0o600)?;
         if let Some(uid) = hand_to {
             // A file created in this call, through its own descriptor: nothing else changes hands.
-            nix::unistd::fchown(&result, Some(nix::unistd::Uid::from_raw(uid)), None).map_err(
-                |e| format!("Cannot give the result file to uid {uid}: {}.", e.desc()),
-            )?;
+            nix::unistd::fchown(&result, Some(nix::unistd::Uid::from_raw(uid)), None)
+                .map_err(|e| format!("Cannot give the result file to uid {uid}: {}.", e.desc()))?;
         }
         Ok(Scratch { dir, result })
     }
@@ -80,7 +82,8 @@ impl Scratch {
 
     /// Writes the start code as `attach.py`, readable by the target (0644), and returns its path.
     pub(crate) fn write_script(&self, code: &str) -> Result<PathBuf, String> {
-        self.dir().ensure_file("attach.py", code.as_bytes(), 0o644)?;
+        self.dir()
+            .ensure_file("attach.py", code.as_bytes(), 0o644)?;
         Ok(self.dir().path().join("attach.py"))
     }
 
@@ -123,7 +126,10 @@ mod tests {
             parse_outcome(b"{\"path\": null, \"error\": \"no\"}\n"),
             Some(Outcome::Failed("no".to_string()))
         );
-        assert_eq!(parse_outcome(b"[1]\n"), Some(Outcome::Failed("it gave no reason".to_string())));
+        assert_eq!(
+            parse_outcome(b"[1]\n"),
+            Some(Outcome::Failed("it gave no reason".to_string()))
+        );
     }
 
     #[test]
@@ -139,7 +145,8 @@ mod tests {
             .append(true)
             .open(scratch.result_path())
             .unwrap();
-        f.write_all(b"{\"path\": null, \"error\": \"x\"}\n").unwrap();
+        f.write_all(b"{\"path\": null, \"error\": \"x\"}\n")
+            .unwrap();
         assert_eq!(scratch.outcome(), Some(Outcome::Failed("x".to_string())));
         drop(scratch);
         assert!(!dir.exists());
@@ -153,7 +160,11 @@ mod tests {
             return;
         }
         let temp = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(temp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            temp.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let scratch = Scratch::create(Some(temp.path()), 65534).unwrap();
         let dir = scratch.dir().path();
         let dir_meta = std::fs::metadata(dir).unwrap();

@@ -87,7 +87,14 @@ mod tests {
 
     fn python_runs(code: &str, stdin_code: bool) -> Option<std::process::Output> {
         let mut child = Command::new("python3")
-            .args(["-c", if stdin_code { "import sys; exec(sys.stdin.read())" } else { code }])
+            .args([
+                "-c",
+                if stdin_code {
+                    "import sys; exec(sys.stdin.read())"
+                } else {
+                    code
+                },
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -121,10 +128,18 @@ mod tests {
             return;
         };
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(stdout.starts_with("clean "), "{stdout}");
-        let report: Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
-        assert!(report["path"].as_str().unwrap().starts_with(&*sockets.to_string_lossy()));
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+        assert!(report["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(&*sockets.to_string_lossy()));
         assert!(report["error"].is_null());
     }
 
@@ -134,7 +149,10 @@ mod tests {
         let sockets = temp.path().join("agents");
         let late = start_code(Some(&sockets), &temp.path().join("result"), 1.0);
         let unwritable = start_code(Some(&sockets), Path::new("/nonexistent/result"), 4e9);
-        for (code, wanted) in [(late, "stopped waiting"), (unwritable, "the start code failed")] {
+        for (code, wanted) in [
+            (late, "stopped waiting"),
+            (unwritable, "the start code failed"),
+        ] {
             let program = format!("{code}\nimport sys\nprint('torchtop_agent' in sys.modules)\n");
             let Some(out) = python_runs(&program, true) else {
                 println!("skipped: python3 is not installed");

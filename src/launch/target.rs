@@ -82,7 +82,9 @@ impl Target {
                 exe: std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
                 ..t
             })
-            .ok_or_else(|| format!("Cannot read the owner of process {pid} from /proc/{pid}/status."))
+            .ok_or_else(|| {
+                format!("Cannot read the owner of process {pid} from /proc/{pid}/status.")
+            })
     }
 
     fn from_status(pid: u32, status: &str) -> Option<Target> {
@@ -123,9 +125,8 @@ impl Target {
 
     /// One variable of its environment as it was at exec, or `None`.
     pub(crate) fn environ_var(&self, name: &str) -> Result<Option<OsString>, String> {
-        let environ = read_bounded(&format!("/proc/{}/environ", self.pid)).map_err(|e| {
-            format!("Cannot read the environment of process {}: {e}.", self.pid)
-        })?;
+        let environ = read_bounded(&format!("/proc/{}/environ", self.pid))
+            .map_err(|e| format!("Cannot read the environment of process {}: {e}.", self.pid))?;
         Ok(environ_lookup(&environ, name))
     }
 }
@@ -221,7 +222,10 @@ mod tests {
     fn status_fields() {
         let status = "Name:\tpython3\nState:\tS (sleeping)\nTracerPid:\t77\nUid:\t1\t2\t3\t4\n";
         let t = Target::from_status(9, status).unwrap();
-        assert_eq!((t.comm.as_str(), t.state, t.tracer_pid), ("python3", 'S', 77));
+        assert_eq!(
+            (t.comm.as_str(), t.state, t.tracer_pid),
+            ("python3", 'S', 77)
+        );
         assert_eq!(t.uids, [1, 2, 3, 4]);
         assert_eq!(t.owner(), 2);
         assert!(Target::from_status(9, "Name:\tx\nUid:\t1\t2\n").is_none());
@@ -237,11 +241,17 @@ mod tests {
         let maps = parse_maps(text);
         assert_eq!(maps.len(), 4);
         assert_eq!(maps[0].path, "/usr/bin/python3.11");
-        assert_eq!((maps[0].dev_major, maps[0].dev_minor, maps[0].inode), (0xfe, 0, 18504));
+        assert_eq!(
+            (maps[0].dev_major, maps[0].dev_minor, maps[0].inode),
+            (0xfe, 0, 18504)
+        );
         assert_eq!(maps[1].path, "/opt/my dir/libpython3.11.so.1.0");
         assert_eq!((maps[1].dev_major, maps[1].dev_minor), (0x103, 0xa));
         assert!(maps[1].executable() && !maps[0].executable());
-        assert_eq!((maps[1].start, maps[1].end, maps[1].offset), (0x7f00, 0x7f10, 0x3000));
+        assert_eq!(
+            (maps[1].start, maps[1].end, maps[1].offset),
+            (0x7f00, 0x7f10, 0x3000)
+        );
         assert_eq!(maps[2].path, "[vdso]");
         assert_eq!(maps[3].path, "");
     }
@@ -259,7 +269,10 @@ mod tests {
 
     #[test]
     fn our_own_child_descends_from_us() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         assert!(is_descendant_of_us(child.id()));
         assert!(!is_descendant_of_us(1));
         let _ = child.kill();

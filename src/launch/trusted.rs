@@ -180,11 +180,8 @@ impl TrustedDir {
 
     /// Creates file `name` fresh (it must not exist) with `mode`, open for reading and writing.
     pub(crate) fn create_file(&self, name: &str, mode: u32) -> Result<File, String> {
-        let flags = OFlag::O_RDWR
-            | OFlag::O_CREAT
-            | OFlag::O_EXCL
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_CLOEXEC;
+        let flags =
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(&self.fd, name, flags, Mode::from_bits_truncate(mode))
             .map_err(|e| errno_sentence(&self.path.join(name), "create", e))?;
         // The umask may have cleared bits that were asked for (0644 under umask 077).
@@ -194,7 +191,12 @@ impl TrustedDir {
     }
 
     /// Creates file `name` fresh with `content` and `mode`.
-    pub(crate) fn write_new_file(&self, name: &str, content: &[u8], mode: u32) -> Result<(), String> {
+    pub(crate) fn write_new_file(
+        &self,
+        name: &str,
+        content: &[u8],
+        mode: u32,
+    ) -> Result<(), String> {
         let written = self
             .create_file(name, mode)?
             .write_all(content)
@@ -282,7 +284,9 @@ pub(crate) struct FreshDir {
 
 impl FreshDir {
     pub(crate) fn dir(&self) -> &TrustedDir {
-        self.dir.as_ref().expect("a FreshDir is returned only once set up")
+        self.dir
+            .as_ref()
+            .expect("a FreshDir is returned only once set up")
     }
 }
 
@@ -290,9 +294,12 @@ impl Drop for FreshDir {
     fn drop(&mut self) {
         if let Some(dir) = &self.dir {
             // Only torchtop can create entries in here (nobody else may write to it).
-            if let Ok(mut listing) = dir.fd.try_clone().map_err(|_| ()).and_then(|fd| {
-                nix::dir::Dir::from_fd(fd).map_err(|_| ())
-            }) {
+            if let Ok(mut listing) = dir
+                .fd
+                .try_clone()
+                .map_err(|_| ())
+                .and_then(|fd| nix::dir::Dir::from_fd(fd).map_err(|_| ()))
+            {
                 let names: Vec<_> = listing
                     .iter()
                     .filter_map(Result::ok)
@@ -329,7 +336,10 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn scratch() -> tempfile::TempDir {
-        tempfile::Builder::new().prefix("tt-trusted-").tempdir().unwrap()
+        tempfile::Builder::new()
+            .prefix("tt-trusted-")
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
@@ -345,7 +355,10 @@ mod tests {
         std::fs::write(path.join("x.py"), "tampered").unwrap();
         dir.ensure_file("x.py", b"one", 0o600).unwrap();
         assert_eq!(std::fs::read(path.join("x.py")).unwrap(), b"one");
-        assert!(dir.create_file("x.py", 0o600).unwrap_err().contains("Cannot create"));
+        assert!(dir
+            .create_file("x.py", 0o600)
+            .unwrap_err()
+            .contains("Cannot create"));
     }
 
     #[test]
@@ -400,7 +413,10 @@ mod tests {
         let path = fresh.dir().path().to_path_buf();
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o711);
         fresh.dir().write_new_file("a", b"x", 0o644).unwrap();
-        assert_eq!(std::fs::metadata(path.join("a")).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(
+            std::fs::metadata(path.join("a")).unwrap().mode() & 0o777,
+            0o644
+        );
         let other = base.fresh_dir("t-", 0o700).unwrap();
         assert_ne!(other.dir().path(), path);
         drop(fresh);

@@ -75,20 +75,29 @@ mod tests {
     #[test]
     fn scope_3_refuses_even_root() {
         let err = check(rights(Some(3), true, true), 7).unwrap_err();
-        assert!(err.contains("ptrace_scope = 3") && err.contains("root included"), "{err}");
+        assert!(
+            err.contains("ptrace_scope = 3") && err.contains("root included"),
+            "{err}"
+        );
     }
 
     #[test]
     fn scope_2_needs_the_capability() {
         let err = check(rights(Some(2), false, true), 7).unwrap_err();
-        assert!(err.contains("CAP_SYS_PTRACE") && err.contains("sudo torchtop attach 7"), "{err}");
+        assert!(
+            err.contains("CAP_SYS_PTRACE") && err.contains("sudo torchtop attach 7"),
+            "{err}"
+        );
         assert!(check(rights(Some(2), true, false), 7).is_ok());
     }
 
     #[test]
     fn scope_1_allows_descendants_and_root() {
         let err = check(rights(Some(1), false, false), 7).unwrap_err();
-        assert!(err.contains("own descendants") && err.contains("sudo torchtop attach 7"), "{err}");
+        assert!(
+            err.contains("own descendants") && err.contains("sudo torchtop attach 7"),
+            "{err}"
+        );
         assert!(check(rights(Some(1), false, true), 7).is_ok());
         assert!(check(rights(Some(1), true, false), 7).is_ok());
     }
@@ -98,7 +107,10 @@ mod tests {
         assert!(check(rights(Some(0), false, false), 7).is_ok());
         assert!(check(rights(None, false, false), 7).is_ok());
         let text = denied(rights(None, false, false), 7, "EPERM");
-        assert!(text.contains("no Yama") && text.contains("CAP_SYS_PTRACE"), "{text}");
+        assert!(
+            text.contains("no Yama") && text.contains("CAP_SYS_PTRACE"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -35,7 +35,10 @@ fn candidates<'a>(maps: &'a [MapLine], exe: Option<&str>) -> Vec<&'a MapLine> {
     let exe = exe.map(|e| e.strip_suffix(" (deleted)").unwrap_or(e));
     let first_of = |wanted: &dyn Fn(&MapLine) -> bool| -> Vec<&'a MapLine> {
         let mut seen: Vec<&MapLine> = Vec::new();
-        for line in maps.iter().filter(|m| m.offset == 0 && m.inode != 0 && wanted(m)) {
+        for line in maps
+            .iter()
+            .filter(|m| m.offset == 0 && m.inode != 0 && wanted(m))
+        {
             if !seen.iter().any(|s| s.same_file(line)) {
                 seen.push(line);
             }
@@ -152,17 +155,17 @@ pub(crate) fn python_image(
     let Some(add_pending_call) = symbol(&file, "Py_AddPendingCall") else {
         return Ok(None);
     };
-    let run_simple_string = symbol(&file, "PyRun_SimpleString").ok_or_else(|| {
-        bad("it exports Py_AddPendingCall but not PyRun_SimpleString")
-    })?;
-    let bias = load_bias(&file, line.start).ok_or_else(|| bad("its first PT_LOAD segment does not match its mapping"))?;
+    let run_simple_string = symbol(&file, "PyRun_SimpleString")
+        .ok_or_else(|| bad("it exports Py_AddPendingCall but not PyRun_SimpleString"))?;
+    let bias = load_bias(&file, line.start)
+        .ok_or_else(|| bad("its first PT_LOAD segment does not match its mapping"))?;
     let place = |sym: &object::Symbol| -> Result<u64, String> {
         let addr = bias
             .checked_add(sym.address())
             .ok_or_else(|| bad("a symbol address overflows"))?;
-        let mapped = maps.iter().any(|m| {
-            m.same_file(line) && m.executable() && m.start <= addr && addr < m.end
-        });
+        let mapped = maps
+            .iter()
+            .any(|m| m.same_file(line) && m.executable() && m.start <= addr && addr < m.end);
         if mapped {
             Ok(addr)
         } else {
@@ -238,7 +241,10 @@ mod tests {
         let paths: Vec<_> = found.iter().map(|m| (m.path.as_str(), m.start)).collect();
         assert_eq!(
             paths,
-            [("/lib/libpython3.11.so.1.0", 0x9000), ("/usr/bin/python3", 0x1000)]
+            [
+                ("/lib/libpython3.11.so.1.0", 0x9000),
+                ("/usr/bin/python3", 0x1000)
+            ]
         );
         let deleted = candidates(&maps, Some("/usr/bin/python3 (deleted)"));
         assert_eq!(deleted.len(), 2);
@@ -254,7 +260,10 @@ mod tests {
             &[0xff; 4096][..],
         ] {
             let err = python_image(data, &at, &[at.clone()]).unwrap_err();
-            assert!(err.starts_with("/tmp/evil is not a usable ELF file"), "{err}");
+            assert!(
+                err.starts_with("/tmp/evil is not a usable ELF file"),
+                "{err}"
+            );
         }
     }
 
@@ -288,6 +297,9 @@ mod tests {
         let _ = child.wait();
         let image = image.expect("python exports Py_AddPendingCall");
         assert_ne!(image.add_pending_call, image.run_simple_string);
-        assert!(image.version.is_none_or(|(major, _)| major == 3), "{image:?}");
+        assert!(
+            image.version.is_none_or(|(major, _)| major == 3),
+            "{image:?}"
+        );
     }
 }

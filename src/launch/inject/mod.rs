@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use super::target::MapLine;
 
-mod elf;
-mod ptrace;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod elf;
+mod ptrace;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "aarch64")]
@@ -97,9 +97,9 @@ mod imp {
             ));
         }
         let tracee = Tracee::seize(pid).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) => InjectError::Denied(format!(
-                "ptrace is not permitted on process {pid} ({e})."
-            )),
+            Some(libc::EPERM) => {
+                InjectError::Denied(format!("ptrace is not permitted on process {pid} ({e})."))
+            }
             Some(libc::ESRCH) => InjectError::Failed(format!("Process {pid} has exited.")),
             _ => failed(pid, "attach with ptrace", e),
         })?;
@@ -128,16 +128,21 @@ mod imp {
         signals: &mut Vec<i32>,
     ) -> Result<(), InjectError> {
         let pid = t.pid();
-        t.interrupt().map_err(|e| failed(pid, "interrupt the main thread", e))?;
-        wait_for_stop(t, deadline, signals, |stop| stop == Stop::Event).map_err(|e| {
-            InjectError::Failed(format!("{e} Its registers were not touched."))
-        })?;
+        t.interrupt()
+            .map_err(|e| failed(pid, "interrupt the main thread", e))?;
+        wait_for_stop(t, deadline, signals, |stop| stop == Stop::Event)
+            .map_err(|e| InjectError::Failed(format!("{e} Its registers were not touched.")))?;
         let saved = arch::save(t).map_err(|e| failed(pid, "save the registers", e))?;
         let outcome = inject_stopped(t, &saved, image, maps, code, deadline, signals);
-        if let Err(StepError { text, stopped: false }) = outcome {
+        if let Err(StepError {
+            text,
+            stopped: false,
+        }) = outcome
+        {
             return Err(InjectError::Failed(text));
         }
-        let restored = arch::restore(t, &saved).map_err(|e| failed(pid, "restore the registers", e));
+        let restored =
+            arch::restore(t, &saved).map_err(|e| failed(pid, "restore the registers", e));
         match outcome {
             Err(e) => Err(InjectError::Failed(match restored {
                 Ok(()) => e.text,
@@ -175,13 +180,20 @@ mod imp {
     ) -> Result<(), StepError> {
         let pid = t.pid();
         let base = &saved.regs;
-        let gadget = find_gadget(t, maps, arch::pc(base))
-            .ok_or_else(|| halted(format!("Found no system-call instruction in the code of process {pid}.")))?;
+        let gadget = find_gadget(t, maps, arch::pc(base)).ok_or_else(|| {
+            halted(format!(
+                "Found no system-call instruction in the code of process {pid}."
+            ))
+        })?;
         let len = (code.len() as u64 + 1).next_multiple_of(page_size());
         let args = [0, len, PROT_READ_WRITE, MAP_PRIVATE_ANON, u64::MAX, 0];
         let regs = arch::syscall_regs(base, gadget, arch::SYS_MMAP, args);
         set(t, &regs)?;
-        arch::forget_syscall(t).map_err(|e| halted(format!("Cannot cancel a system-call restart in process {pid}: {e}.")))?;
+        arch::forget_syscall(t).map_err(|e| {
+            halted(format!(
+                "Cannot cancel a system-call restart in process {pid}: {e}."
+            ))
+        })?;
         let after = run(t, Resume::Step, libc::SIGTRAP, deadline, signals)?;
         let addr = arch::syscall_result(&after);
         if addr >= u64::MAX - 4095 || arch::pc(&after) != gadget + arch::SYSCALL_INSN.len() as u64 {
@@ -218,8 +230,12 @@ mod imp {
     }
 
     fn set(t: &Tracee, regs: &arch::Regs) -> Result<(), StepError> {
-        arch::set_regs(t, regs)
-            .map_err(|e| halted(format!("Cannot set the registers of process {}: {e}.", t.pid())))
+        arch::set_regs(t, regs).map_err(|e| {
+            halted(format!(
+                "Cannot set the registers of process {}: {e}.",
+                t.pid()
+            ))
+        })
     }
 
     fn page_size() -> u64 {
@@ -297,7 +313,10 @@ mod imp {
         let pid = t.pid();
         let grace = Instant::now() + Duration::from_secs(5);
         let stopped = t.interrupt().is_ok()
-            && wait_for_stop(t, grace, signals, |s| matches!(s, Stop::Event | Stop::Group)).is_ok();
+            && wait_for_stop(t, grace, signals, |s| {
+                matches!(s, Stop::Event | Stop::Group)
+            })
+            .is_ok();
         if stopped {
             halted(format!(
                 "Py_AddPendingCall did not return in process {pid} in time (its lock may be held); the call was abandoned and the registers restored."
@@ -355,7 +374,9 @@ mod imp {
             let mut at = map.start;
             while at < map.end && budget > 0 {
                 let len = chunk.len().min((map.end - at) as usize).min(budget);
-                let Ok(got) = t.read_mem(at, &mut chunk[..len]) else { break };
+                let Ok(got) = t.read_mem(at, &mut chunk[..len]) else {
+                    break;
+                };
                 budget -= got.max(1);
                 let found = chunk[..got]
                     .windows(insn.len())

@@ -52,7 +52,14 @@ fn ptrace_raw(
 ) -> io::Result<libc::c_long> {
     // SAFETY: every request made here passes either plain integers or, for register sets, a
     // pointer to an iovec that the caller keeps alive and sized for the call.
-    let rc = unsafe { libc::ptrace(request, pid, addr as *mut libc::c_void, data as *mut libc::c_void) };
+    let rc = unsafe {
+        libc::ptrace(
+            request,
+            pid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    };
     if rc == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -63,7 +70,8 @@ fn ptrace_raw(
 impl Tracee {
     /// PTRACE_SEIZE without options: the thread keeps running until interrupted.
     pub(super) fn seize(pid: u32) -> io::Result<Tracee> {
-        let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let pid =
+            libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
         ptrace_raw(libc::PTRACE_SEIZE, pid, 0, 0)?;
         Ok(Tracee {
             pid,
@@ -97,9 +105,7 @@ impl Tracee {
         loop {
             let mut status = 0;
             // SAFETY: status is a valid, writable int.
-            let rc = unsafe {
-                libc::waitpid(self.pid, &mut status, libc::__WALL | libc::WNOHANG)
-            };
+            let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL | libc::WNOHANG) };
             if rc == -1 {
                 let err = io::Error::last_os_error();
                 if err.raw_os_error() == Some(libc::EINTR) {
@@ -157,7 +163,9 @@ impl Tracee {
         let size = std::mem::size_of::<T>();
         // SAFETY: value is a live T; the byte view covers exactly its size, and T is
         // PlainData, so any bytes the kernel writes form a valid T.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(value).cast::<u8>(), size) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(std::ptr::addr_of_mut!(value).cast::<u8>(), size)
+        };
         let filled = self.get_regset(note, bytes)?;
         if filled != size {
             return Err(io::Error::other(format!(
@@ -171,7 +179,10 @@ impl Tracee {
     pub(super) fn set_struct<T: PlainData>(&self, note: libc::c_int, value: &T) -> io::Result<()> {
         // SAFETY: the byte view covers exactly one live, initialised T.
         let bytes = unsafe {
-            std::slice::from_raw_parts(std::ptr::from_ref(value).cast::<u8>(), std::mem::size_of::<T>())
+            std::slice::from_raw_parts(
+                std::ptr::from_ref(value).cast::<u8>(),
+                std::mem::size_of::<T>(),
+            )
         };
         self.set_regset(note, bytes)
     }
@@ -181,8 +192,12 @@ impl Tracee {
             base: usize::try_from(addr).map_err(io::Error::other)?,
             len: buf.len(),
         }];
-        process_vm_readv(Pid::from_raw(self.pid), &mut [io::IoSliceMut::new(buf)], &remote)
-            .map_err(io::Error::from)
+        process_vm_readv(
+            Pid::from_raw(self.pid),
+            &mut [io::IoSliceMut::new(buf)],
+            &remote,
+        )
+        .map_err(io::Error::from)
     }
 
     pub(super) fn write_mem(&self, addr: u64, data: &[u8]) -> io::Result<()> {
@@ -190,7 +205,8 @@ impl Tracee {
             base: usize::try_from(addr).map_err(io::Error::other)?,
             len: data.len(),
         }];
-        let written = process_vm_writev(Pid::from_raw(self.pid), &[io::IoSlice::new(data)], &remote)?;
+        let written =
+            process_vm_writev(Pid::from_raw(self.pid), &[io::IoSlice::new(data)], &remote)?;
         if written != data.len() {
             return Err(io::Error::other(format!(
                 "wrote {written} of {} bytes into process {}",
@@ -213,7 +229,10 @@ fn decode(status: i32) -> Stop {
     match status >> 16 {
         0 => Stop::Signal(signal),
         libc::PTRACE_EVENT_STOP
-            if matches!(signal, libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) =>
+            if matches!(
+                signal,
+                libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+            ) =>
         {
             Stop::Group
         }
@@ -230,11 +249,18 @@ mod tests {
         assert_eq!(decode(0x0500), Stop::Gone("exited with status", 5));
         assert_eq!(decode(9), Stop::Gone("was killed by signal", 9));
         assert_eq!(decode(0x0b7f), Stop::Signal(libc::SIGSEGV));
-        assert_eq!(decode(0x0005_7f | (libc::PTRACE_EVENT_STOP << 16)), Stop::Event);
+        assert_eq!(
+            decode(0x0005_7f | (libc::PTRACE_EVENT_STOP << 16)),
+            Stop::Event
+        );
         assert_eq!(
             decode(0x137f | (libc::PTRACE_EVENT_STOP << 16)),
             Stop::Group
         );
-        assert_eq!(decode(0x227f), Stop::Signal(34), "real-time signals decode too");
+        assert_eq!(
+            decode(0x227f),
+            Stop::Signal(34),
+            "real-time signals decode too"
+        );
     }
 }

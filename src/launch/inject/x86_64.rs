@@ -139,7 +139,10 @@ mod tests {
         assert_eq!(slot, Some(regs.rsp));
         assert_eq!((regs.rsp + 8) % 16, 0);
         assert!(regs.rsp + 8 <= base.rsp - RED_ZONE);
-        assert_eq!((regs.rip, regs.rdi, regs.rsi, regs.orig_rax), (0x1000, 7, 8, u64::MAX));
+        assert_eq!(
+            (regs.rip, regs.rdi, regs.rsi, regs.orig_rax),
+            (0x1000, 7, 8, u64::MAX)
+        );
         assert_eq!(regs.eflags & EFLAGS_DF, 0);
     }
 
@@ -151,6 +154,9 @@ mod tests {
         };
         let regs = syscall_regs(&base, 0x42, SYS_MMAP, [1, 2, 3, 4, 5, 6]);
         assert_eq!((regs.rip, regs.rax, regs.orig_rax), (0x42, 9, u64::MAX));
-        assert_eq!([regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9], [1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9],
+            [1, 2, 3, 4, 5, 6]
+        );
     }
 }
