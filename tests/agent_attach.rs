@@ -134,16 +134,16 @@ fn the_gdb_fallback_starts_the_agent() {
         return;
     }
     if let Err(why) = gdb_can_call_functions() {
-        println!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+        // Straight to stderr, past libtest's capture: this must show even when the test passes.
+        let banner = format!(
+            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+             !!! THE GDB PATH OF tests/agent_attach.rs STANDS DOWN: this machine's gdb cannot\n\
+             !!! make an inferior call (`gdb -p <sleep> -ex 'call (int)getpid()'` said: {why})\n\
+             !!! torchtop attach does not need gdb: the ptrace injector is tested in\n\
+             !!! the_injector_starts_the_agent_in_every_python_here.\n\
+             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
         );
-        println!("!!! THE GDB PATH OF THIS TEST STANDS DOWN: this machine's gdb cannot make an");
-        println!("!!! inferior call (`gdb -p <sleep> -ex 'call (int)getpid()'` said: {why}).");
-        println!("!!! The ptrace injector, which torchtop attach uses first, is tested above.");
-        println!(
-            "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
-        eprintln!("GDB PATH STOOD DOWN: gdb cannot make inferior calls here: {why}");
+        let _ = std::io::stderr().write_all(banner.as_bytes());
         return;
     }
     let options = AttachOptions {

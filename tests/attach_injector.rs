@@ -115,6 +115,19 @@ fn a_sleep_in_progress_runs_its_full_length_and_then_the_code_runs() {
     }
 }
 
+/// The system calls Python's select.select may block in.
+fn select_syscalls() -> &'static [i64] {
+    #[cfg(target_arch = "x86_64")]
+    return &[
+        libc::SYS_pselect6,
+        libc::SYS_ppoll,
+        libc::SYS_select,
+        libc::SYS_poll,
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    return &[libc::SYS_pselect6, libc::SYS_ppoll];
+}
+
 #[test]
 fn blocking_reads_and_selects_resume_and_see_their_data() {
     let code = "import select, sys, time\n\
@@ -130,12 +143,7 @@ fn blocking_reads_and_selects_resume_and_see_their_data() {
         let (mut child, mut out) = spawn_python(&python, code);
         assert_eq!(first_line(&mut out), "ready");
         let pid = child.pid();
-        let select_calls = [
-            libc::SYS_pselect6,
-            libc::SYS_select,
-            libc::SYS_poll,
-            libc::SYS_ppoll,
-        ];
+        let select_calls = select_syscalls();
         assert!(
             eventually(TIMEOUT, || blocked_in(pid)
                 .is_some_and(|s| select_calls.contains(&s))),

@@ -13,7 +13,6 @@ pub(super) type Regs = libc::user_regs_struct;
 
 /// `svc #0`, little-endian.
 pub(super) const SYSCALL_INSN: &[u8] = &[0x01, 0x00, 0x00, 0xd4];
-pub(super) const INSN_ALIGN: u64 = 4;
 pub(super) const SYS_MMAP: u64 = libc::SYS_mmap as u64;
 
 const NT_PRSTATUS: libc::c_int = 1;
@@ -78,6 +77,11 @@ pub(super) fn restore(t: &Tracee, saved: &Saved) -> io::Result<()> {
 /// Tells the kernel the thread is in no system call, so it restarts nothing over ours.
 pub(super) fn forget_syscall(t: &Tracee) -> io::Result<()> {
     t.set_struct(NT_ARM_SYSTEM_CALL, &-1i32)
+}
+
+/// A64 instructions are 4-byte aligned.
+pub(super) fn insn_aligned(addr: u64) -> bool {
+    addr % 4 == 0
 }
 
 pub(super) fn pc(regs: &Regs) -> u64 {

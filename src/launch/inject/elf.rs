@@ -211,6 +211,19 @@ fn py_version(file: &object::File, sym: &object::Symbol) -> Option<(u32, u32)> {
     (major == 3).then_some((major, minor))
 }
 
+/// The runtime address of `name` in the first file mapped at offset 0 whose name starts with
+/// `prefix` (libc's `pause`, say), for tests that need a function that does not return.
+#[cfg(test)]
+pub(crate) fn runtime_symbol(pid: u32, maps: &[MapLine], prefix: &str, name: &str) -> Option<u64> {
+    let line = maps
+        .iter()
+        .find(|m| m.offset == 0 && file_name(&m.path).starts_with(prefix))?;
+    let data = read_mapped(pid, line).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let sym = symbol(&file, name)?;
+    load_bias(&file, line.start)?.checked_add(sym.address())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,11 +272,40 @@ mod tests {
             b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0\x3e\0\x01\0\0\0garbage",
             &[0xff; 4096][..],
         ] {
-            let err = python_image(data, &at, &[at.clone()]).unwrap_err();
+            let err = python_image(data, &at, std::slice::from_ref(&at)).unwrap_err();
             assert!(
                 err.starts_with("/tmp/evil is not a usable ELF file"),
                 "{err}"
             );
+        }
+    }
+
+    #[test]
+    fn a_truncated_or_corrupted_real_python_gives_sentences_not_panics() {
+        let Ok(real) =
+            std::fs::read("/usr/bin/python3.11").or_else(|_| std::fs::read("/usr/bin/python3"))
+        else {
+            println!("skipped: no system python3 to read");
+            return;
+        };
+        let at = line("/usr/bin/python3", 0x40_0000, 0, "r--p", 5);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for cut in [16, 64, 65, 1000, 4096, real.len() / 2, real.len() - 1] {
+            let _ = python_image(&real[..cut], &at, std::slice::from_ref(&at));
+        }
+        for _ in 0..200 {
+            let mut bad = real.clone();
+            for _ in 0..64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Mostly the headers and tables, where a parser trusts offsets and sizes.
+                let at_head = (seed as usize) % 8192;
+                let anywhere = (seed >> 20) as usize % bad.len();
+                let i = if seed & 1 == 0 { at_head } else { anywhere };
+                bad[i] ^= (seed >> 40) as u8 | 1;
+            }
+            let _ = python_image(&bad, &at, std::slice::from_ref(&at));
         }
     }
 
@@ -281,21 +323,29 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
+        let wanted = std::fs::canonicalize(python).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Until exec completes, the child is a copy of this test binary, then a bare python.
         let image = loop {
-            let maps = crate::launch::target::parse_maps(
-                &std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(),
-            );
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-            let found = find_python(pid, &maps, exe.to_str()).unwrap();
-            if found.is_some() || std::time::Instant::now() > deadline {
-                break found;
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+            if exe.as_ref() == Some(&wanted) {
+                let maps = crate::launch::target::parse_maps(
+                    &std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(),
+                );
+                let found = find_python(pid, &maps, wanted.to_str());
+                if matches!(found, Ok(Some(_))) || std::time::Instant::now() > deadline {
+                    break found;
+                }
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never became {python}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
         };
         let _ = child.kill();
         let _ = child.wait();
-        let image = image.expect("python exports Py_AddPendingCall");
+        let image = image.unwrap().expect("python exports Py_AddPendingCall");
         assert_ne!(image.add_pending_call, image.run_simple_string);
         assert!(
             image.version.is_none_or(|(major, _)| major == 3),

@@ -382,7 +382,7 @@ mod imp {
                     .windows(insn.len())
                     .enumerate()
                     .map(|(i, w)| (at + i as u64, w))
-                    .find(|&(addr, w)| w == insn && addr % arch::INSN_ALIGN == 0 && addr != avoid);
+                    .find(|&(addr, w)| w == insn && arch::insn_aligned(addr) && addr != avoid);
                 if let Some((addr, _)) = found {
                     return Some(addr);
                 }
@@ -391,5 +391,69 @@ mod imp {
             }
         }
         None
+    }
+}
+
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    use crate::launch::target::parse_maps;
+
+    /// A call that never returns (libc's `pause` in place of Py_AddPendingCall) is abandoned at
+    /// the deadline, and the target's registers are put back: its computation goes on exactly.
+    #[test]
+    fn a_call_that_never_returns_is_abandoned_and_the_target_restored() {
+        let Some(python) = ["/usr/bin/python3.11", "/usr/bin/python3"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+        else {
+            println!("skipped: no system python3");
+            return;
+        };
+        let code = "n = 0; total = 0\n\
+                    while True:\n    \
+                        n += 1; total += n * 3\n    \
+                        if n % 20000 == 0: print(n, total, flush=True)\n";
+        let mut child = Command::new(python)
+            .args(["-c", code])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+        let pause = elf::runtime_symbol(pid, &maps, "libc", "pause").expect("libc's pause");
+        let never_returns = PythonImage {
+            path: "libc".to_string(),
+            add_pending_call: pause,
+            run_simple_string: 0,
+            version: None,
+        };
+        let err = queue_code(
+            pid,
+            &never_returns,
+            &maps,
+            "pass",
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(err.text().contains("did not return"), "{err:?}");
+        assert!(err.text().contains("registers restored"), "{err:?}");
+        for _ in 0..20 {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            let fields: Vec<u128> = line
+                .split_whitespace()
+                .map(|f| f.parse().unwrap())
+                .collect();
+            assert_eq!(fields[1], 3 * fields[0] * (fields[0] + 1) / 2, "{line}");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

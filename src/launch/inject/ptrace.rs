@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(decode(9), Stop::Gone("was killed by signal", 9));
         assert_eq!(decode(0x0b7f), Stop::Signal(libc::SIGSEGV));
         assert_eq!(
-            decode(0x0005_7f | (libc::PTRACE_EVENT_STOP << 16)),
+            decode(0x057f | (libc::PTRACE_EVENT_STOP << 16)),
             Stop::Event
         );
         assert_eq!(

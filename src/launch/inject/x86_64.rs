@@ -13,7 +13,6 @@ pub(super) type Regs = libc::user_regs_struct;
 
 /// `syscall`.
 pub(super) const SYSCALL_INSN: &[u8] = &[0x0f, 0x05];
-pub(super) const INSN_ALIGN: u64 = 1;
 pub(super) const SYS_MMAP: u64 = libc::SYS_mmap as u64;
 
 const NT_PRSTATUS: libc::c_int = 1;
@@ -67,6 +66,11 @@ pub(super) fn restore(t: &Tracee, saved: &Saved) -> io::Result<()> {
 /// Nothing to do here: `orig_rax` in the registers already says "no system call".
 pub(super) fn forget_syscall(_t: &Tracee) -> io::Result<()> {
     Ok(())
+}
+
+/// Any byte may start an x86 instruction.
+pub(super) fn insn_aligned(_addr: u64) -> bool {
+    true
 }
 
 pub(super) fn pc(regs: &Regs) -> u64 {
