@@ -205,9 +205,18 @@ fn running_agent(target: &Target, agent_dir: Option<&Path>) -> Option<PathBuf> {
     served_by(&socket, target.pid).then_some(socket)
 }
 
-/// Whether `socket` answers and its listener is process `pid` (the path may be the target's
-/// choice: connecting reads nothing and writes nothing).
+/// Whether `socket` answers and its listener is process `pid`. The path may be the target's
+/// choice, so it must be named `<pid>.sock` and be a socket itself (not a symlink to another
+/// service's); connecting then reads and writes nothing.
 fn served_by(socket: &Path, pid: u32) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let named_for_pid = socket
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy() == format!("{pid}.sock"));
+    let is_socket = std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_socket());
+    if !named_for_pid || !is_socket {
+        return false;
+    }
     UnixStream::connect(socket)
         .ok()
         .and_then(|s| peer_credentials(&s).ok())
@@ -373,6 +382,24 @@ mod tests {
             .unwrap_err()
             .contains("has exited"));
         assert!(check_state(&target([0; 4], 'R', 0)).is_ok());
+    }
+
+    #[test]
+    fn only_a_real_socket_named_for_the_pid_counts_as_its_agent() {
+        let temp = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let real = temp.path().join(format!("{me}.sock"));
+        let _listener = std::os::unix::net::UnixListener::bind(&real).unwrap();
+        assert!(served_by(&real, me));
+        assert!(!served_by(&real, me + 1), "another pid's listener");
+        let other = temp.path().join("elsewhere");
+        std::fs::create_dir(&other).unwrap();
+        let link = other.join(format!("{me}.sock"));
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(!served_by(&link, me), "a symlink to some socket");
+        let renamed = temp.path().join("agent.sock");
+        std::fs::hard_link(&real, &renamed).unwrap();
+        assert!(!served_by(&renamed, me), "a socket not named for the pid");
     }
 
     #[test]
