@@ -332,7 +332,7 @@ mod imp {
     }
 
     /// Waits for a stop that `done` accepts; signals met on the way are held back.
-    fn wait_for_stop(
+    pub(super) fn wait_for_stop(
         t: &Tracee,
         deadline: Instant,
         signals: &mut Vec<i32>,
@@ -401,6 +401,51 @@ mod tests {
     use std::process::{Command, Stdio};
 
     use crate::launch::target::parse_maps;
+
+    /// Seizes `pid`, stops it, runs `f` on it stopped, detaches.
+    #[cfg(target_arch = "x86_64")]
+    fn while_stopped<T>(pid: u32, f: impl FnOnce(&ptrace::Tracee) -> T) -> T {
+        let t = ptrace::Tracee::seize(pid).unwrap();
+        t.interrupt().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        imp::wait_for_stop(&t, deadline, &mut Vec::new(), |s| s == ptrace::Stop::Event).unwrap();
+        let out = f(&t);
+        t.detach().unwrap();
+        out
+    }
+
+    /// Save, scramble, restore: a later stop shows exactly the first state, general registers
+    /// and the whole XSAVE area (a thread blocked in the kernel does not change them itself).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn restore_puts_back_every_register_and_the_extended_state() {
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/syscall")).map_or(true, |s| {
+            !s.starts_with(&libc::SYS_clock_nanosleep.to_string())
+        }) {
+            assert!(Instant::now() < deadline, "sleep never slept");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let before = while_stopped(pid, |t| {
+            let saved = arch::save(t).unwrap();
+            arch::scramble(t, &saved).unwrap();
+            let scrambled = arch::save(t).unwrap();
+            assert_ne!(arch::state_bytes(&scrambled), arch::state_bytes(&saved));
+            arch::restore(t, &saved).unwrap();
+            arch::state_bytes(&saved)
+        });
+        let after = while_stopped(pid, |t| arch::state_bytes(&arch::save(t).unwrap()));
+        assert_eq!(before.len(), after.len());
+        assert!(before == after, "the state differs after restore");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "sleep is still sleeping"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 
     /// A call that never returns (libc's `pause` in place of Py_AddPendingCall) is abandoned at
     /// the deadline, and the target's registers are put back: its computation goes on exactly.

@@ -123,6 +123,43 @@ pub(super) fn return_value(regs: &Regs) -> u64 {
     regs.rax
 }
 
+/// Test support: overwrites every general register the injection touches and the SSE/AVX
+/// registers with garbage, the way a careless call would leave them.
+#[cfg(test)]
+pub(super) fn scramble(t: &Tracee, saved: &Saved) -> io::Result<()> {
+    let mut ext = saved.ext.clone();
+    // XMM0-15 in the legacy FXSAVE region (bytes 160..416), the same in XSAVE.
+    ext[160..416].fill(0x5a);
+    t.set_regset(saved.ext_note, &ext)?;
+    let regs = Regs {
+        rax: 1,
+        rbx: 2,
+        rcx: 3,
+        rdx: 4,
+        rsi: 5,
+        rdi: 6,
+        r8: 7,
+        r12: 8,
+        r15: 9,
+        orig_rax: u64::MAX,
+        ..saved.regs
+    };
+    set_regs(t, &regs)
+}
+
+/// Test support: the saved state as bytes, to compare two saves.
+#[cfg(test)]
+pub(super) fn state_bytes(saved: &Saved) -> Vec<u8> {
+    // SAFETY: user_regs_struct is plain integers without padding; this views exactly it.
+    let regs = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(&saved.regs).cast::<u8>(),
+            std::mem::size_of::<Regs>(),
+        )
+    };
+    [regs, &saved.ext].concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
