@@ -1,24 +1,28 @@
 //! `torchtop run` and `torchtop attach`: putting the agent into Python programs.
 //!
-//! Both write the embedded agent (assets/python/torchtop_agent.py) and its sitecustomize into a
-//! private "site" directory, `<socket dir>/site-<content hash>`, mode 0700:
-//! - [`run`] puts that directory first on `PYTHONPATH` and execs the command, so every Python
-//!   process it starts runs the sitecustomize, which starts the agent;
-//! - [`attach`] makes a running interpreter load the agent from there, through
-//!   `sys.remote_exec` (Python 3.14+) or gdb (older Pythons).
-
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-
-use crate::collect::agent::ensure_socket_dir;
+//! - [`run`] writes the embedded agent (assets/python/torchtop_agent.py) and its sitecustomize
+//!   into a private site directory, `<socket dir>/site-<content hash>` (0700, ours, reached from
+//!   `/` through directories only root or we can change; see [`trusted`]), puts it first on
+//!   `PYTHONPATH` and execs the command. When that directory cannot be made safely, the command
+//!   runs without the agent and stderr says why.
+//! - [`attach`] makes a running interpreter start the agent from source carried in memory (the
+//!   ptrace injector, gdb, or `sys.remote_exec` on 3.14+); it writes no file where the target
+//!   or its environment points.
 
 pub mod attach;
+mod external;
+mod inject;
 pub mod run;
+mod scratch;
+mod start_code;
+mod target;
+mod trusted;
+mod yama;
 
-pub use attach::attach;
-pub use run::{prepare_run, run};
+use std::path::{Path, PathBuf};
+
+pub use attach::{attach, attach_with, inject_python, AttachOptions, Method};
+pub use run::{prepare_run, run, Prepared};
 
 /// The agent module, embedded so that torchtop needs no pip install.
 pub const AGENT_SOURCE: &str = include_str!("../../assets/python/torchtop_agent.py");
@@ -41,65 +45,34 @@ fn sources_hash() -> String {
 }
 
 /// Creates (or re-checks) `<socket_dir>/site-<hash>` holding `torchtop_agent.py` and
-/// `sitecustomize.py`, and returns its path. With `owner` set (root preparing the directory
-/// for another user's process), the socket directory, the site directory and its files are
-/// handed to that uid so the target can read them.
-pub fn prepare_site_dir(socket_dir: &Path, owner: Option<u32>) -> Result<PathBuf, String> {
-    ensure_socket_dir(socket_dir)?;
-    let site = socket_dir.join(format!("site-{}", sources_hash()));
-    ensure_socket_dir(&site)?;
+/// `sitecustomize.py`, and returns its path. The socket directory is created 0700 when missing;
+/// it and the site directory must be ours and private, and every directory above them owned by
+/// root or us and not writable by others (unless sticky). Otherwise: a sentence, and nothing
+/// written.
+pub fn prepare_site_dir(socket_dir: &Path) -> Result<PathBuf, String> {
+    let sockets = trusted::TrustedDir::open(socket_dir, true)?;
+    sockets.require_private()?;
+    let site = sockets.private_child(&format!("site-{}", sources_hash()))?;
     for (name, source) in [
         ("torchtop_agent.py", AGENT_SOURCE),
         ("sitecustomize.py", SITECUSTOMIZE_SOURCE),
     ] {
-        write_if_different(&site.join(name), source)?;
+        site.ensure_file(name, source.as_bytes(), 0o600)?;
     }
-    if let Some(uid) = owner {
-        for path in [
-            socket_dir.to_path_buf(),
-            site.clone(),
-            site.join("torchtop_agent.py"),
-            site.join("sitecustomize.py"),
-        ] {
-            std::os::unix::fs::lchown(&path, Some(uid), None)
-                .map_err(|e| format!("cannot hand {} to uid {uid}: {e}", path.display()))?;
-        }
-    }
-    Ok(site)
-}
-
-/// Writes through a temporary file and a rename, so a concurrent reader never sees half a file.
-fn write_if_different(path: &Path, content: &str) -> Result<(), String> {
-    if fs::read_to_string(path).is_ok_and(|old| old == content) {
-        return Ok(());
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(content.as_bytes()));
-    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(format!("cannot write {}: {e}", path.display()));
-    }
-    let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o600));
-    Ok(())
+    Ok(site.path().to_path_buf())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::fs;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn site_dir_holds_both_files_privately() {
-        let base = std::env::temp_dir().join(format!("tt-site-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&base);
-        let sockets = base.join("sockets");
-        let site = prepare_site_dir(&sockets, None).unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let sockets = base.path().join("sockets");
+        let site = prepare_site_dir(&sockets).unwrap();
         assert_eq!(site.parent(), Some(sockets.as_path()));
         assert_eq!(
             fs::read_to_string(site.join("torchtop_agent.py")).unwrap(),
@@ -109,6 +82,7 @@ mod tests {
             fs::read_to_string(site.join("sitecustomize.py")).unwrap(),
             SITECUSTOMIZE_SOURCE
         );
+        assert_eq!(fs::metadata(&sockets).unwrap().mode() & 0o777, 0o700);
         assert_eq!(fs::metadata(&site).unwrap().mode() & 0o777, 0o700);
         assert_eq!(
             fs::metadata(site.join("sitecustomize.py")).unwrap().mode() & 0o777,
@@ -116,7 +90,7 @@ mod tests {
         );
         fs::write(site.join("torchtop_agent.py"), "tampered").unwrap();
         assert_eq!(
-            prepare_site_dir(&sockets, None).unwrap(),
+            prepare_site_dir(&sockets).unwrap(),
             site,
             "same version, same directory"
         );
@@ -124,6 +98,23 @@ mod tests {
             fs::read_to_string(site.join("torchtop_agent.py")).unwrap(),
             AGENT_SOURCE
         );
-        let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn unsafe_socket_dirs_get_no_site_dir() {
+        let base = tempfile::tempdir().unwrap();
+        let open = base.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+        let err = prepare_site_dir(&open).unwrap_err();
+        assert!(err.contains("0700"), "{err}");
+        assert_eq!(fs::read_dir(&open).unwrap().count(), 0, "nothing written");
+
+        let real = base.path().join("real");
+        fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, base.path().join("link")).unwrap();
+        let err = prepare_site_dir(&base.path().join("link")).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        assert_eq!(fs::read_dir(&real).unwrap().count(), 0, "nothing written");
     }
 }
