@@ -325,3 +325,42 @@ fn a_process_list_that_changes_between_calls_never_breaks_the_stream() {
     );
     assert!(with_gpus.iter().any(|d| listed(d, pids[3])));
 }
+
+/// A command line that carries terminal escapes (OSC 52 clipboard write, OSC 0 title, CSI 2J
+/// clear screen) and a newline followed by a forged row.
+const HOSTILE_ARGV0: &str =
+    "evil\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\n      1 root       80.0GiB  FORGED";
+
+#[test]
+fn text_escapes_control_characters_from_command_lines() {
+    let sleepers = Sleepers::named(&[HOSTILE_ARGV0]);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    let (output, _) = run_once(&scenario, &[]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let controls: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(
+        controls.is_empty(),
+        "control characters {controls:?} in:\n{text}"
+    );
+    assert!(
+        !text.lines().any(|line| line.starts_with("      1 root")),
+        "a newline in argv forged a line:\n{text}"
+    );
+    assert!(
+        text.contains(r"evil\e]52;c;cm0gLXJmIH4=\x07\e]0;pwned\x07\e[2J\n      1 root"),
+        "the command is shown, escaped:\n{text}"
+    );
+    // JSON keeps the exact bytes, escaped the JSON way.
+    let (doc, _) = once_json(&scenario, &[]);
+    let row = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == sleepers.pid(0))
+        .expect("the hostile process is listed");
+    assert_eq!(row["command"], format!("{HOSTILE_ARGV0} 600"));
+}
