@@ -99,8 +99,16 @@ fn gpu_line(gpu: &GpuSample) -> String {
         GpuState::Stale => " [stale]".to_string(),
         GpuState::Lost => " [lost]".to_string(),
     };
+    let implausible = match &gpu.implausible {
+        i if i.count == 0 => String::new(),
+        i => format!(
+            " | {} implausible values shown as N/A ({})",
+            i.count,
+            i.fields.join(", ")
+        ),
+    };
     format!(
-        "[{}] {}{state} | {} {} | {} / {} | {} / {}",
+        "[{}] {}{state} | {} {} | {} / {} | {} / {}{implausible}",
         gpu.index,
         or_na(gpu.name.as_deref()),
         celsius(gpu.temperature_c),
