@@ -62,7 +62,7 @@ pub(crate) fn tty() -> io::Result<&'static Tty> {
     let tty = TTY.get_or_init(|| {
         if !rustix::termios::isatty(rustix::stdio::stdout()) {
             return Err(
-                "torchtop needs a terminal to draw on, and its standard output is not \
+                "the monitor needs a terminal to draw on, and standard output is not \
                  one; use --once for one summary, or --json for a stream of JSON lines"
                     .to_string(),
             );
@@ -76,7 +76,7 @@ pub(crate) fn tty() -> io::Result<&'static Tty> {
             .open("/dev/tty")
             .map(Tty::Controlling)
             .map_err(|_| {
-                "torchtop needs a terminal to read keys from, and there is none here (no \
+                "the monitor needs a terminal to read keys from, and there is none here (no \
                  controlling terminal); run it in one, or use --once for one summary, or \
                  --json for a stream of JSON lines"
                     .to_string()
