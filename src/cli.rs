@@ -14,7 +14,7 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
     about = "GPU, process, host and PyTorch-allocator monitor for training machines"
 )]
 pub struct Cli {
-    /// Refresh interval in seconds (minimum 0.1).
+    /// Refresh interval in seconds (0.1 to 86400).
     #[arg(short = 'd', long = "delay", value_name = "SECONDS", default_value_t = 1.0,
           value_parser = parse_delay)]
     pub delay: f64,
@@ -36,7 +36,8 @@ pub struct Cli {
     #[arg(long, value_name = "N", requires = "json", conflicts_with = "once")]
     pub samples: Option<u64>,
 
-    /// How long --once waits for a GPU (or the driver) before reporting it as stale.
+    /// How long --once waits for a GPU (or the driver) before reporting it as stale
+    /// (0.01 to 86400 seconds).
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_timeout)]
     pub timeout: f64,
 
@@ -84,24 +85,29 @@ pub enum Command {
     },
 }
 
+/// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
+/// duration must stay far below what `Duration::from_secs_f64` can hold.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
 fn parse_delay(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if !value.is_finite() || value < 0.1 {
-        return Err(format!(
-            "the delay must be at least 0.1 seconds, not {text}"
-        ));
-    }
-    Ok(value)
+    parse_seconds(text, "delay", 0.1)
 }
 
 fn parse_timeout(text: &str) -> Result<f64, String> {
+    parse_seconds(text, "timeout", 0.01)
+}
+
+/// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
+fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
+    let shown = crate::ui::format::escape(text);
     let value: f64 = text
+        .trim()
         .parse()
-        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
-    if !value.is_finite() || value <= 0.0 {
-        return Err(format!("the timeout must be above 0 seconds, not {text}"));
+        .map_err(|_| format!("'{shown}' is not a number of seconds"))?;
+    if !(min..=MAX_SECONDS).contains(&value) {
+        return Err(format!(
+            "the {what} must be between {min} and {MAX_SECONDS} seconds, not {shown}"
+        ));
     }
     Ok(value)
 }
@@ -123,6 +129,35 @@ mod tests {
         let cli = Cli::try_parse_from(["torchtop", "-d", "0.1"]).unwrap();
         assert_eq!(cli.delay, 0.1);
         assert_eq!(Cli::try_parse_from(["torchtop"]).unwrap().delay, 1.0);
+    }
+
+    #[test]
+    fn durations_are_bounded_with_a_sentence() {
+        for (flag, value) in [
+            ("-d", "1e20"),
+            ("-d", "inf"),
+            ("-d", "NaN"),
+            ("-d", "86401"),
+            ("--timeout", "1e308"),
+            ("--timeout", "0"),
+            ("--timeout=-1", ""),
+        ] {
+            let args = ["torchtop", flag, value];
+            let args = if value.is_empty() {
+                &args[..2]
+            } else {
+                &args[..]
+            };
+            let error = Cli::try_parse_from(args).unwrap_err().to_string();
+            assert!(error.contains("must be between"), "{flag} {value}: {error}");
+            assert!(error.contains("86400 seconds"), "{flag} {value}: {error}");
+        }
+        let cli = Cli::try_parse_from(["torchtop", "-d", "86400", "--timeout", "86400"]).unwrap();
+        assert_eq!((cli.delay, cli.timeout), (86_400.0, 86_400.0));
+        let error = Cli::try_parse_from(["torchtop", "-d", "\x1b[2J"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(r"'\e[2J' is not a number"), "{error}");
     }
 
     #[test]

@@ -281,12 +281,33 @@ pub fn print_default() -> &'static str {
     DEFAULT_CONFIG_TOML
 }
 
+/// The largest config file read. The full default file is about 4 KiB; this bound keeps
+/// `--config /dev/zero` (or a log file named by mistake) from eating memory.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The longest rule window, in seconds: a day. Longer windows would only thin the history.
+pub const MAX_WINDOW_SECONDS: f64 = 86_400.0;
+
 /// Reads and checks a config file. The error is one sentence naming the file, the line and the
-/// key at fault.
+/// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
 pub fn load(path: &Path) -> Result<Config, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    use std::io::Read;
+    let shown = crate::ui::format::escape(&path.to_string_lossy()).into_owned();
+    let cannot_read = |e: std::io::Error| format!("cannot read config file {shown}: {e}");
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot_read)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "config file {shown} is larger than 1 MiB, the most torchtop reads; \
+             a rules file is a few KiB (see torchtop --print-config)"
+        ));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("config file {shown} is not UTF-8 text"))?;
+    parse(&text).map_err(|e| format!("config file {shown}: {e}"))
 }
 
 /// Parses and checks config text; the error names the line and the key.
@@ -440,26 +461,37 @@ impl RulesConfig {
                 return Err(bad(key, value, "must be a percentage from 0 to 100"));
             }
         }
-        let non_negative = [
+        let windows = [
             (
                 "oom_risk.oom_window_seconds",
                 self.oom_risk.oom_window_seconds,
-            ),
-            (
-                "fragmentation.min_inactive_split_mib",
-                self.fragmentation.min_inactive_split_mib,
             ),
             (
                 "fragmentation.retries_window_seconds",
                 self.fragmentation.retries_window_seconds,
             ),
             ("leak.window_seconds", self.leak.window_seconds),
-            ("leak.min_rise_mib", self.leak.min_rise_mib),
-            ("leak.max_fallback_mib", self.leak.max_fallback_mib),
             (
                 "gpu_starved.window_seconds",
                 self.gpu_starved.window_seconds,
             ),
+            ("imbalance.window_seconds", self.imbalance.window_seconds),
+            ("swap.window_seconds", self.swap.window_seconds),
+            ("zombie_memory.min_seconds", self.zombie_memory.min_seconds),
+            ("ecc.window_seconds", self.ecc.window_seconds),
+        ];
+        for (key, value) in windows {
+            if !(0.0..=MAX_WINDOW_SECONDS).contains(&value) {
+                return Err(bad(key, value, "must be between 0 and 86400 seconds"));
+            }
+        }
+        let non_negative = [
+            (
+                "fragmentation.min_inactive_split_mib",
+                self.fragmentation.min_inactive_split_mib,
+            ),
+            ("leak.min_rise_mib", self.leak.min_rise_mib),
+            ("leak.max_fallback_mib", self.leak.max_fallback_mib),
             (
                 "gpu_starved.min_memory_mib",
                 self.gpu_starved.min_memory_mib,
@@ -472,15 +504,11 @@ impl RulesConfig {
                 "gpu_starved.main_busy_percent",
                 self.gpu_starved.main_busy_percent,
             ),
-            ("imbalance.window_seconds", self.imbalance.window_seconds),
             (
                 "imbalance.min_memory_spread_mib",
                 self.imbalance.min_memory_spread_mib,
             ),
-            ("swap.window_seconds", self.swap.window_seconds),
             ("swap.min_growth_mib", self.swap.min_growth_mib),
-            ("zombie_memory.min_seconds", self.zombie_memory.min_seconds),
-            ("ecc.window_seconds", self.ecc.window_seconds),
         ];
         for (key, value) in non_negative {
             if !value.is_finite() || value < 0.0 {
@@ -529,7 +557,13 @@ impl RulesConfig {
 }
 
 fn bad(key: &str, value: f64, rule: &str) -> (String, String) {
-    (format!("rules.{key}"), format!("{rule} (got {value})"))
+    // 1e308 would otherwise be written out in 309 digits.
+    let shown = if value.abs() >= 1e9 {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    };
+    (format!("rules.{key}"), format!("{rule} (got {shown})"))
 }
 
 #[cfg(test)]
@@ -634,5 +668,21 @@ mod tests {
         let missing = load(&dir.join("missing.toml")).unwrap_err();
         assert!(missing.contains("cannot read config file"), "{missing}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_after_one_mib() {
+        let error = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(error.contains("larger than 1 MiB"), "{error}");
+    }
+
+    #[test]
+    fn windows_are_bounded() {
+        let error = parse("[rules.leak]\nwindow_seconds = 1e308\n").unwrap_err();
+        assert_eq!(
+            error,
+            "line 2: key `rules.leak.window_seconds` must be between 0 and 86400 seconds (got 1e308)"
+        );
+        assert!(parse("[rules.ecc]\nwindow_seconds = 86400\n").is_ok());
     }
 }

@@ -1,36 +1,104 @@
-//! The event loop: one `select!` over key presses, new snapshots, finished actions and
-//! termination signals. Pending input is drained before drawing once, so a burst of keys costs
-//! one frame; nothing here waits on a collector or on an action (signals and renice run on
-//! tokio's blocking pool and report back through a channel), so keys answer at once even while
-//! the driver hangs.
+//! The event loop: one `select!` over input, new snapshots, finished actions and signals.
+//! Keys arrive through a channel from a reader thread ([`crate::terminal::input`]), so each
+//! one wakes the loop at once; pending input is drained before drawing once, so a burst of keys
+//! costs one frame. Nothing here waits on a collector or on an action (signals and renice run
+//! on tokio's blocking pool and report back through a channel), so keys answer at once even
+//! while the driver hangs. The loop ends when the user quits, when the terminal goes away, and
+//! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossterm::event::{Event, EventStream, KeyEventKind};
-use futures_util::{FutureExt, StreamExt};
-use tokio::signal::unix::{signal, SignalKind};
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::sync::{mpsc, watch};
 
 use crate::actions::{adjust_nice, renice, send_signal};
 use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
 use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::model::Snapshot;
-use crate::terminal::{TerminalGuard, Tui};
+use crate::terminal::input::{self, Input};
+use crate::terminal::signals::{self, Control};
+use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
 
-/// Runs the monitor until the user quits or a termination signal arrives.
+/// Input events queued between the reader thread and the loop; the reader waits when full.
+const INPUT_QUEUE: usize = 1024;
+
+/// Runs the monitor until the user quits, the terminal goes away or a signal ends it. A fatal
+/// signal (SIGQUIT, SIGUSR1...) ends the process here, after the terminal is restored.
 pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result<()> {
+    let tty = terminal::tty()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let (controls_tx, controls) = mpsc::unbounded_channel();
+    signals::spawn(controls_tx)?;
     let mut guard = TerminalGuard::enter()?;
-    let result = runtime.block_on(event_loop(&mut guard.terminal, app, config, loader));
+    let (inputs_tx, inputs) = mpsc::channel(INPUT_QUEUE);
+    input::spawn(tty, inputs_tx)?;
+    let wakers = Wakers { inputs, controls };
+    let end = runtime.block_on(event_loop(&mut guard.terminal, app, config, loader, wakers));
     drop(guard);
     // Collector threads may be stuck in the driver; they are never joined.
     runtime.shutdown_timeout(Duration::from_millis(10));
-    result
+    match end? {
+        End::Quit => Ok(()),
+        End::Die(signal) => signals::die_of(signal),
+    }
+}
+
+/// The channels from the input and signal threads.
+struct Wakers {
+    inputs: mpsc::Receiver<Input>,
+    controls: mpsc::UnboundedReceiver<Control>,
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Quit,
+    Die(i32),
+}
+
+/// What the loop does after handling what woke it, most pressing last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Nothing,
+    Redraw,
+    /// Continued after a stop: modes again, full redraw.
+    Resume,
+    Suspend,
+    End(End),
+}
+
+impl Step {
+    fn from_effect(effect: Effect) -> Step {
+        match effect {
+            Effect::Quit => Step::End(End::Quit),
+            Effect::None => Step::Nothing,
+            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) => Step::Redraw,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Step::Nothing => 0,
+            Step::Redraw => 1,
+            Step::Resume => 2,
+            Step::Suspend => 3,
+            Step::End(_) => 4,
+        }
+    }
+
+    /// The more pressing of two steps.
+    fn merge(self, other: Step) -> Step {
+        if other.rank() > self.rank() {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 async fn event_loop(
@@ -38,57 +106,87 @@ async fn event_loop(
     mut app: App,
     config: SamplerConfig,
     loader: GpuLoader,
-) -> io::Result<()> {
+    mut wakers: Wakers,
+) -> io::Result<End> {
     let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(Snapshot::default()));
     let sampler_requests = sampler::spawn_loop(config, loader, move |snapshot| {
         snapshots_tx.send(Arc::new(snapshot)).is_ok()
     });
-    let mut input = EventStream::new();
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
+    let actions = Actions {
+        reports: &reports_tx,
+        sampler: &sampler_requests,
+    };
     draw(terminal, &mut app)?;
-    panic_if_asked_by_a_test();
+    fault_injection_for_tests();
     loop {
-        let effect = tokio::select! {
-            event = input.next() => match event {
-                Some(Ok(event)) => handle_event(&mut app, event),
-                Some(Err(_)) | None => Effect::Quit,
-            },
+        let mut step = tokio::select! {
+            Some(input) = wakers.inputs.recv() => on_input(&mut app, input, &actions),
             changed = snapshots.changed() => match changed {
                 Ok(()) => {
                     app.on_snapshot(snapshots.borrow_and_update().clone());
-                    Effect::Redraw
+                    Step::Redraw
                 }
-                Err(_) => Effect::Quit,
+                Err(_) => Step::End(End::Quit),
             },
             Some(report) = reports.recv() => {
                 app.on_action_done(&report);
-                Effect::Redraw
+                Step::Redraw
             }
-            _ = terminate.recv() => Effect::Quit,
-            _ = hangup.recv() => Effect::Quit,
-            _ = interrupt.recv() => Effect::Quit,
+            Some(control) = wakers.controls.recv() => on_control(control),
+            else => Step::End(End::Quit),
         };
-        let mut effect = start_action(effect, &reports_tx, &sampler_requests);
-        while effect != Effect::Quit {
-            let Some(Some(Ok(event))) = input.next().now_or_never() else {
+        while step.rank() < Step::Suspend.rank() {
+            let Ok(input) = wakers.inputs.try_recv() else {
                 break;
             };
-            let next = start_action(
-                handle_event(&mut app, event),
-                &reports_tx,
-                &sampler_requests,
-            );
-            effect = merge(effect, next);
+            step = step.merge(on_input(&mut app, input, &actions));
         }
-        match effect {
-            Effect::Quit => return Ok(()),
-            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) => draw(terminal, &mut app)?,
-            Effect::None => {}
+        match step {
+            Step::End(end) => return Ok(end),
+            Step::Suspend => {
+                terminal::suspend(terminal)?;
+                draw(terminal, &mut app)?;
+            }
+            Step::Resume => {
+                terminal::resume(terminal)?;
+                draw(terminal, &mut app)?;
+            }
+            Step::Redraw => draw(terminal, &mut app)?,
+            Step::Nothing => {}
         }
     }
+}
+
+/// Where actions go: the blocking pool (reports come back on `reports`) or the sampler.
+struct Actions<'a> {
+    reports: &'a mpsc::UnboundedSender<ActionReport>,
+    sampler: &'a std::sync::mpsc::Sender<SamplerRequest>,
+}
+
+fn on_input(app: &mut App, input: Input, actions: &Actions) -> Step {
+    match input {
+        // The terminal is gone: nothing to restore it for, and no one to tell.
+        Input::Gone => Step::End(End::Quit),
+        Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
+        Input::Event(event) => Step::from_effect(start_action(handle_event(app, event), actions)),
+    }
+}
+
+fn on_control(control: Control) -> Step {
+    match control {
+        Control::Quit => Step::End(End::Quit),
+        Control::Die(signal) => Step::End(End::Die(signal)),
+        Control::Suspend => Step::Suspend,
+        Control::Continue => Step::Resume,
+    }
+}
+
+/// Ctrl-Z: in raw mode the terminal sends it as a key instead of SIGTSTP.
+fn is_suspend_key(key: &KeyEvent) -> bool {
+    key.kind != KeyEventKind::Release
+        && key.code == KeyCode::Char('z')
+        && key.modifiers.contains(KeyModifiers::CONTROL)
 }
 
 fn handle_event(app: &mut App, event: Event) -> Effect {
@@ -102,21 +200,17 @@ fn handle_event(app: &mut App, event: Event) -> Effect {
 
 /// Hands an action to the blocking pool (its report arrives later through `reports`) or a
 /// request to the sampler (its outcome arrives as a snapshot notice).
-fn start_action(
-    effect: Effect,
-    reports: &mpsc::UnboundedSender<ActionReport>,
-    sampler: &std::sync::mpsc::Sender<SamplerRequest>,
-) -> Effect {
+fn start_action(effect: Effect, actions: &Actions) -> Effect {
     let request = match effect {
         Effect::Act(request) => request,
         Effect::AskSampler(request) => {
             // The sampler thread only stops when the UI does; a failed send has no one to tell.
-            let _ = sampler.send(request);
+            let _ = actions.sampler.send(request);
             return Effect::Redraw;
         }
         other => return other,
     };
-    let reports = reports.clone();
+    let reports = actions.reports.clone();
     tokio::task::spawn_blocking(move || {
         let _ = reports.send(perform(request));
     });
@@ -137,14 +231,6 @@ pub fn perform(request: ActionRequest) -> ActionReport {
     ActionReport { request, results }
 }
 
-fn merge(a: Effect, b: Effect) -> Effect {
-    match (a, b) {
-        (Effect::Quit, _) | (_, Effect::Quit) => Effect::Quit,
-        (Effect::Redraw, _) | (_, Effect::Redraw) => Effect::Redraw,
-        _ => Effect::None,
-    }
-}
-
 /// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks).
 fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
@@ -157,10 +243,47 @@ fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
     Ok(())
 }
 
-/// Fault injection for the terminal-restore test: `TORCHTOP_TEST_PANIC=1` panics after the
-/// first frame, so the test can check that the panic hook puts the terminal back.
-fn panic_if_asked_by_a_test() {
-    if std::env::var_os("TORCHTOP_TEST_PANIC").is_some_and(|v| v == "1") {
+/// Fault injection for the terminal tests, in debug builds only (the tests run the debug
+/// binary): `TORCHTOP_TEST_PANIC=1` panics after the first frame, so the test can check that the
+/// panic hook puts the terminal back; `TORCHTOP_TEST_STALL=1` blocks the loop for good after the
+/// first frame, so the test can check that SIGTERM still ends torchtop through the watchdog.
+#[cfg(debug_assertions)]
+fn fault_injection_for_tests() {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| v == "1");
+    if set("TORCHTOP_TEST_PANIC") {
         panic!("TORCHTOP_TEST_PANIC is set: panicking on purpose");
+    }
+    if set("TORCHTOP_TEST_STALL") {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn fault_injection_for_tests() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_more_pressing_step_wins() {
+        assert_eq!(Step::Redraw.merge(Step::Nothing), Step::Redraw);
+        assert_eq!(Step::Redraw.merge(Step::Suspend), Step::Suspend);
+        assert_eq!(
+            Step::End(End::Die(3)).merge(Step::Redraw),
+            Step::End(End::Die(3))
+        );
+    }
+
+    #[test]
+    fn ctrl_z_suspends_and_plain_z_does_not() {
+        let ctrl_z = KeyEvent::new(KeyCode::Char('z'), KeyModifiers::CONTROL);
+        assert!(is_suspend_key(&ctrl_z));
+        assert!(!is_suspend_key(&KeyEvent::new(
+            KeyCode::Char('z'),
+            KeyModifiers::NONE
+        )));
     }
 }

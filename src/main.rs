@@ -7,6 +7,7 @@ use clap::Parser;
 use torchtop::app::App;
 use torchtop::cli::{Cli, Command};
 use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
+use torchtop::ui::format::escape_lines;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -21,7 +22,7 @@ fn main() -> ExitCode {
         Some(path) => match torchtop::config::load(path) {
             Ok(config) => config.rules,
             Err(error) => {
-                eprintln!("torchtop: {error}");
+                complain("torchtop", &error);
                 return ExitCode::from(2);
             }
         },
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
                 exit_now(ExitCode::SUCCESS)
             }
             Err(error) => {
-                eprintln!("torchtop: {error}");
+                complain("torchtop", &error);
                 exit_now(ExitCode::FAILURE)
             }
         };
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {
-            eprintln!("torchtop: {error}");
+            complain("torchtop", &error);
             exit_now(ExitCode::FAILURE)
         }
     }
@@ -83,7 +84,7 @@ fn run_command(command: &Command) -> ExitCode {
         Command::Run { command } => match torchtop::launch::run(command) {
             Ok(never) => match never {},
             Err(error) => {
-                eprintln!("torchtop run: {error}");
+                complain("torchtop run", &error);
                 ExitCode::from(127)
             }
         },
@@ -91,21 +92,27 @@ fn run_command(command: &Command) -> ExitCode {
         Command::Demo { steps } => match torchtop::agent::demo::demo(*steps) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                eprintln!("torchtop demo: {error}");
+                complain("torchtop demo", &error);
                 ExitCode::FAILURE
             }
         },
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
-                println!("{message}");
+                println!("{}", escape_lines(&message.to_string()));
                 ExitCode::SUCCESS
             }
             Err(error) => {
-                eprintln!("torchtop attach: {error}");
+                complain("torchtop attach", &error);
                 ExitCode::FAILURE
             }
         },
     }
+}
+
+/// Prints an error on stderr. Errors quote paths, command lines and tools' output that other
+/// users control, so every line goes through the one escaping function.
+fn complain(prefix: &str, error: &dyn std::fmt::Display) {
+    eprintln!("{prefix}: {}", escape_lines(&error.to_string()));
 }
 
 /// Leaves without waiting for collector threads, which may be stuck in the driver.

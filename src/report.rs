@@ -8,7 +8,7 @@ use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 
 use crate::model::{GpuSample, GpuState, Snapshot};
 use crate::ui::format::{
-    celsius, count, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
+    celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
 
 /// Writes one compact JSON document per line for each snapshot the sampler publishes, until
@@ -45,9 +45,11 @@ pub fn json(snapshot: &Snapshot) -> String {
 }
 
 /// The text summary: a header, one line per GPU with its processes, the host, the warnings.
+/// Every string from outside (host name, driver messages, user names, command lines, warning
+/// messages) goes through [`escape`]: this text goes to a terminal more often than not.
 pub fn text(snapshot: &Snapshot) -> String {
     let mut out = String::new();
-    let host = snapshot.host.hostname.as_deref().unwrap_or("localhost");
+    let host = escape(snapshot.host.hostname.as_deref().unwrap_or("localhost"));
     let driver = &snapshot.driver;
     let _ = writeln!(
         out,
@@ -57,7 +59,7 @@ pub fn text(snapshot: &Snapshot) -> String {
         or_na(driver.cuda_version.as_deref()),
     );
     if let Some(error) = &driver.error {
-        let _ = writeln!(out, "GPU: {error}");
+        let _ = writeln!(out, "GPU: {}", escape(error));
     } else if snapshot.gpus.is_empty() {
         let _ = writeln!(out, "GPU: the driver found no GPUs");
     }
@@ -68,13 +70,13 @@ pub fn text(snapshot: &Snapshot) -> String {
                 out,
                 "      {:>7} {:<10} {:>9}  {}",
                 process.pid,
-                process.user.as_deref().unwrap_or("N/A"),
+                or_na(process.user.as_deref()),
                 bytes(process.gpu_memory_bytes),
-                process.command.as_deref().unwrap_or(if process.visible {
+                escape(process.command.as_deref().unwrap_or(if process.visible {
                     "N/A"
                 } else {
                     "(not visible here)"
-                }),
+                })),
             );
         }
     }
@@ -83,7 +85,9 @@ pub fn text(snapshot: &Snapshot) -> String {
         let _ = writeln!(
             out,
             "{:?} {}: {}",
-            warning.severity, warning.id, warning.message
+            warning.severity,
+            escape(&warning.id),
+            escape(&warning.message)
         );
     }
     out
@@ -95,8 +99,16 @@ fn gpu_line(gpu: &GpuSample) -> String {
         GpuState::Stale => " [stale]".to_string(),
         GpuState::Lost => " [lost]".to_string(),
     };
+    let implausible = match &gpu.implausible {
+        i if i.count == 0 => String::new(),
+        i => format!(
+            " | {} implausible values shown as N/A ({})",
+            i.count,
+            i.fields.join(", ")
+        ),
+    };
     format!(
-        "[{}] {}{state} | {} {} | {} / {} | {} / {}",
+        "[{}] {}{state} | {} {} | {} / {} | {} / {}{implausible}",
         gpu.index,
         or_na(gpu.name.as_deref()),
         celsius(gpu.temperature_c),

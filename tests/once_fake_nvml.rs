@@ -325,3 +325,110 @@ fn a_process_list_that_changes_between_calls_never_breaks_the_stream() {
     );
     assert!(with_gpus.iter().any(|d| listed(d, pids[3])));
 }
+
+/// A command line that carries terminal escapes (OSC 52 clipboard write, OSC 0 title, CSI 2J
+/// clear screen) and a newline followed by a forged row.
+const HOSTILE_ARGV0: &str =
+    "evil\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\n      1 root       80.0GiB  FORGED";
+
+#[test]
+fn text_escapes_control_characters_from_command_lines() {
+    let sleepers = Sleepers::named(&[HOSTILE_ARGV0]);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    let (output, _) = run_once(&scenario, &[]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    let controls: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(
+        controls.is_empty(),
+        "control characters {controls:?} in:\n{text}"
+    );
+    assert!(
+        !text.lines().any(|line| line.starts_with("      1 root")),
+        "a newline in argv forged a line:\n{text}"
+    );
+    assert!(
+        text.contains(r"evil\e]52;c;cm0gLXJmIH4=\x07\e]0;pwned\x07\e[2J\n      1 root"),
+        "the command is shown, escaped:\n{text}"
+    );
+    // JSON keeps the exact bytes, escaped the JSON way.
+    let (doc, _) = once_json(&scenario, &[]);
+    let row = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == sleepers.pid(0))
+        .expect("the hostile process is listed");
+    assert_eq!(row["command"], format!("{HOSTILE_ARGV0} 600"));
+}
+
+#[test]
+fn implausible_driver_values_are_null_and_counted() {
+    let sleepers = Sleepers::spawn(2);
+    let pids = sleepers.pids();
+    let scenario = ScenarioFile::from_fixture("implausible_values.toml", &pids);
+    let (doc, _) = once_json(&scenario, &[]);
+    let gpu = &doc["gpus"][0];
+    for field in [
+        "temperature_c",
+        "sm_clock_mhz",
+        "utilization_percent",
+        "memory_used_bytes",
+    ] {
+        assert!(gpu[field].is_null(), "{field} must be null: {gpu}");
+    }
+    // The sane figures of the same GPU stay.
+    assert_eq!(gpu["memory_clock_mhz"], 1593);
+    assert_eq!(gpu["memory_utilization_percent"], 40);
+    assert_eq!(gpu["memory_total_bytes"], 1000u64 * 1024 * 1024);
+    let implausible = &gpu["implausible"];
+    let fields: Vec<&str> = implausible["fields"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no implausible.fields: {gpu}"))
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for field in [
+        "memory_used",
+        "process_memory",
+        "sm_clock",
+        "temperature",
+        "utilization",
+    ] {
+        assert!(fields.contains(&field), "{field} not in {fields:?}");
+    }
+    assert!(implausible["count"].as_u64().unwrap() >= 5, "{implausible}");
+
+    let processes = doc["processes"].as_array().unwrap();
+    let row = |pid: u32| processes.iter().find(|p| p["pid"] == pid).unwrap();
+    assert!(
+        row(pids[0])["gpu_memory_bytes"].is_null(),
+        "4.8 TiB on a 1000 MiB GPU"
+    );
+    assert_eq!(row(pids[1])["gpu_memory_bytes"], 300u64 * 1024 * 1024);
+
+    let (output, _) = run_once(&scenario, &[]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        !text.contains("4294967"),
+        "a raw value reached the text:\n{text}"
+    );
+    assert!(
+        text.contains("implausible"),
+        "the text does not say so:\n{text}"
+    );
+}
+
+#[test]
+fn sane_values_count_no_implausible_ones() {
+    let sleepers = Sleepers::spawn(2);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    let (doc, _) = once_json(&scenario, &[]);
+    assert_eq!(
+        doc["gpus"][0]["implausible"],
+        serde_json::json!({"count": 0, "fields": []})
+    );
+}

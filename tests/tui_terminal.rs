@@ -1,40 +1,92 @@
-//! The TUI in a pseudo-terminal: it starts without a driver, quits on q/Esc/Ctrl-C, and leaves
-//! the terminal as it found it after a normal exit, SIGTERM, SIGHUP and a panic.
+//! The TUI in a pseudo-terminal: it starts without a driver, quits on q/Esc/Ctrl-C, answers
+//! each key at once whatever the refresh, leaves the terminal as it found it after a normal
+//! exit, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and a panic, suspends on Ctrl-Z, ends when its
+//! terminal goes away, and says what to do when there is no terminal at all.
 
 mod common;
 
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 
 const NO_DRIVER: &str = "/nonexistent/libnvidia-ml.so.1";
 
 /// Runs torchtop under `sh`, which prints the exit status and the tty modes after it ends.
 fn spawn_wrapped(extra_env: &[(&str, &str)]) -> PtySession {
+    spawn_wrapped_with(&[], extra_env)
+}
+
+/// [`spawn_wrapped`] with more arguments for torchtop.
+fn spawn_wrapped_with(args: &[&str], extra_env: &[(&str, &str)]) -> PtySession {
     let binary = common::torchtop_binary();
-    let script = r#""$0" --nvml-lib "$1"; echo "EXIT=$?"; stty -a; sleep 5"#;
-    PtySession::spawn(
-        std::path::Path::new("/bin/sh"),
-        &["-c", script, binary.to_str().unwrap(), NO_DRIVER],
-        extra_env,
-        100,
-        30,
-    )
+    // No core file from the SIGQUIT test.
+    let script = r#"ulimit -c 0; "$0" --nvml-lib "$@"; echo "EXIT=$?"; stty -a; sleep 5"#;
+    let mut argv = vec!["-c", script, binary.to_str().unwrap(), NO_DRIVER];
+    argv.extend_from_slice(args);
+    PtySession::spawn(Path::new("/bin/sh"), &argv, extra_env, 100, 30)
 }
 
 /// The pid of torchtop itself: the only child of the wrapping shell.
 fn torchtop_pid(session: &PtySession) -> u32 {
-    let shell = session.pid().expect("shell pid");
+    only_child(session.pid().expect("shell pid"))
+}
+
+/// The pid of the only child of `parent`.
+fn only_child(parent: u32) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
             .unwrap_or_default();
         if let Some(pid) = children.split_whitespace().next() {
             return pid.parse().unwrap();
         }
-        assert!(Instant::now() < deadline, "torchtop did not start");
+        assert!(Instant::now() < deadline, "no child of {parent} started");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The state letter of /proc/PID/stat (R, S, T, Z...); `None` once the pid is gone.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Polls until `condition` holds for the state of `pid`; a deadline only to avoid hanging.
+fn wait_for_state(pid: u32, timeout: Duration, condition: impl Fn(Option<char>) -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition(process_state(pid)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn gone(state: Option<char>) -> bool {
+    matches!(state, None | Some('Z') | Some('X'))
+}
+
+/// SIGKILLs a pid on drop, so that a failing test leaves no spinning process behind.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !gone(process_state(self.0)) {
+            // SAFETY: kill only sends a signal.
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+fn send_signal(pid: u32, signal: i32) {
+    // SAFETY: kill only sends a signal.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "kill {pid}");
 }
 
 fn assert_restored(session: &PtySession, expected_exit: &str) {
@@ -54,6 +106,10 @@ fn assert_restored(session: &PtySession, expected_exit: &str) {
     assert!(
         !session.on_alternate_screen(),
         "alternate screen not left:\n{screen}"
+    );
+    assert!(
+        !session.mouse_reporting(),
+        "mouse reporting left on:\n{screen}"
     );
 }
 
@@ -112,5 +168,204 @@ fn restores_the_terminal_after_a_panic() {
     assert!(
         !session.screen().contains("EXIT=0"),
         "a panic must not exit 0"
+    );
+}
+
+#[test]
+fn a_key_after_a_key_is_handled_at_once_at_a_long_refresh() {
+    // At -d 30 the next refresh is 30 s away: a key that waits for it crosses the deadline.
+    let mut session = spawn_wrapped_with(&["-d", "30"], &[]);
+    wait_for_first_frame(&session);
+    let pid = torchtop_pid(&session);
+    session.send(b"j");
+    // Let `j` be read and handled on its own, so that `q` comes as a second wake-up.
+    std::thread::sleep(Duration::from_millis(300));
+    session.send(b"q");
+    assert!(
+        wait_for_state(pid, Duration::from_secs(5), gone),
+        "q after j was not handled within 5 s at -d 30; screen:\n{}",
+        session.screen()
+    );
+    assert_restored(&session, "EXIT=0");
+}
+
+#[test]
+fn closing_the_terminal_ends_the_monitor_between_refreshes() {
+    let sleepers = Sleepers::spawn(4);
+    let scenario = ScenarioFile::from_fixture("eight_gpus.toml", &sleepers.pids());
+    let env = scenario.env();
+    let binary = common::torchtop_binary();
+    // Without a controlling terminal (setsid), no SIGHUP comes when the terminal goes away:
+    // only the terminal itself tells (POLLHUP, EOF, EIO), as for a process that lost its SSH
+    // session. At -d 30 the next frame, whose write would fail, is 30 s away.
+    let mut session = PtySession::spawn(
+        Path::new("/usr/bin/setsid"),
+        &["-w", binary.to_str().unwrap(), "-d", "30"],
+        &env_refs(&env),
+        120,
+        40,
+    );
+    assert!(
+        session.wait_for(Duration::from_secs(10), |s| s.contains("H100")),
+        "no GPUs drawn:\n{}",
+        session.screen()
+    );
+    let pid = only_child(session.pid().expect("setsid's pid"));
+    let _cleanup = KillOnDrop(pid);
+    session.close_terminal();
+    assert!(
+        wait_for_state(pid, Duration::from_secs(10), gone),
+        "torchtop (pid {pid}) still runs 10 s after its terminal closed, state {:?}",
+        process_state(pid)
+    );
+}
+
+#[test]
+fn closing_the_terminal_of_a_session_leader_ends_it() {
+    let mut session = PtySession::spawn(
+        &common::torchtop_binary(),
+        &["--nvml-lib", NO_DRIVER, "-d", "30"],
+        &[],
+        100,
+        30,
+    );
+    wait_for_first_frame(&session);
+    let pid = session.pid().unwrap();
+    session.close_terminal();
+    assert!(
+        session.wait_exit(Duration::from_secs(10)).is_some(),
+        "torchtop still runs 10 s after its terminal closed, state {:?}",
+        process_state(pid)
+    );
+}
+
+#[test]
+fn sigterm_ends_a_stuck_loop_and_restores_the_terminal() {
+    // The debug build's fault hook blocks the loop for good after the first frame.
+    let session = spawn_wrapped(&[("TORCHTOP_TEST_STALL", "1")]);
+    assert!(
+        session.wait_for(Duration::from_secs(10), |s| s.contains("PID USER")),
+        "no first frame:\n{}",
+        session.screen()
+    );
+    let pid = torchtop_pid(&session);
+    let _cleanup = KillOnDrop(pid);
+    send_signal(pid, libc::SIGTERM);
+    assert!(
+        wait_for_state(pid, Duration::from_secs(10), gone),
+        "a stuck loop ignored SIGTERM"
+    );
+    assert_restored(&session, &format!("EXIT={}", 128 + libc::SIGTERM));
+}
+
+#[test]
+fn fatal_signals_restore_the_terminal_then_kill_with_that_signal() {
+    for signal in [libc::SIGQUIT, libc::SIGUSR1] {
+        let session = spawn_wrapped(&[]);
+        wait_for_first_frame(&session);
+        let pid = torchtop_pid(&session);
+        let _cleanup = KillOnDrop(pid);
+        send_signal(pid, signal);
+        assert_restored(&session, &format!("EXIT={}", 128 + signal));
+    }
+}
+
+/// An interactive bash with job control, in which torchtop runs as a foreground job.
+fn job_control_shell() -> PtySession {
+    PtySession::spawn(
+        Path::new("/bin/bash"),
+        &["--norc", "--noprofile", "-i"],
+        &[("PS1", "$ "), ("HISTFILE", "/dev/null")],
+        100,
+        30,
+    )
+}
+
+#[test]
+fn ctrl_z_and_sigtstp_suspend_and_fg_redraws() {
+    let mut session = job_control_shell();
+    assert!(session.wait_for(Duration::from_secs(10), |s| s.contains("$ ")));
+    let binary = common::torchtop_binary();
+    session.send(format!("{} --nvml-lib {NO_DRIVER}\r", binary.display()).as_bytes());
+    wait_for_first_frame(&session);
+    let pid = only_child(session.pid().unwrap());
+    let _cleanup = KillOnDrop(pid);
+    for how in ["Ctrl-Z", "SIGTSTP"] {
+        if how == "Ctrl-Z" {
+            session.send(b"\x1a");
+        } else {
+            send_signal(pid, libc::SIGTSTP);
+        }
+        assert!(
+            wait_for_state(pid, Duration::from_secs(10), |s| s == Some('T')),
+            "{how}: not stopped, state {:?}",
+            process_state(pid)
+        );
+        assert!(
+            session.wait_for(Duration::from_secs(10), |s| s.contains("Stopped")),
+            "{how}: the shell did not get the terminal back:\n{}",
+            session.screen()
+        );
+        assert!(
+            !session.on_alternate_screen(),
+            "{how}: alternate screen kept"
+        );
+        assert!(!session.mouse_reporting(), "{how}: mouse reporting kept");
+        session.send(b"clear; fg\r");
+        assert!(
+            wait_for_state(pid, Duration::from_secs(10), |s| s != Some('T')),
+            "{how}: fg did not continue it"
+        );
+        wait_for_first_frame(&session);
+        assert!(session.on_alternate_screen(), "{how}: not redrawn after fg");
+    }
+    session.send(b"q");
+    assert!(
+        wait_for_state(pid, Duration::from_secs(10), gone),
+        "raw-mode keys do not work after fg"
+    );
+}
+
+#[test]
+fn without_a_terminal_it_says_to_use_once_or_json() {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(common::torchtop_binary());
+    command
+        .args(["--nvml-lib", NO_DRIVER])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe; it leaves the child without a controlling terminal.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let output = command.output().expect("run torchtop");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("needs a terminal"), "{stderr}");
+    assert!(
+        stderr.contains("--once") && stderr.contains("--json"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("os error"), "{stderr}");
+}
+
+/// A command line with terminal escapes and a newline that forges a row.
+const HOSTILE_ARGV0: &str = "evil\x1b]0;pwned\x07\x1b[2J\n      1 root  FORGED";
+
+#[test]
+fn command_lines_are_drawn_escaped() {
+    let sleepers = Sleepers::named(&[HOSTILE_ARGV0]);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    let env = scenario.env();
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 200, 40);
+    assert!(
+        session.wait_for(Duration::from_secs(10), |s| s
+            .contains(r"evil\e]0;pwned\x07\e[2J\n")),
+        "the command is not shown escaped:\n{}",
+        session.screen()
     );
 }

@@ -2,7 +2,8 @@
 //!
 //! Loading and every device call may block (a GPU off the bus, a stuck driver), so callers run
 //! them on worker threads, one per GPU. A field the device does not report, or whose symbol the
-//! library lacks, is `None`. What never changes (name, UUID, bus id, ECC mode) is read once.
+//! library lacks, is `None`, and so is a value out of physical range (counted in the sample's
+//! `implausible`). What never changes (name, UUID, bus id, ECC mode) is read once.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -19,7 +20,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 use super::gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
-use crate::model::{DriverInfo, GpuProcess, GpuSample, ProcessKind};
+use crate::model::{DriverInfo, GpuProcess, GpuSample, Implausible, ProcessKind};
 
 /// Fields that change rarely (the power limit, ECC error counts) are read on every this many
 /// readings, and the last value is reported in between.
@@ -98,6 +99,7 @@ impl GpuSource for NvmlSource {
             readings: 0,
             last_util_timestamp: 0,
             process_sm: HashMap::new(),
+            implausible: Implausible::default(),
         })
     }
 }
@@ -179,6 +181,8 @@ struct NvmlDevice {
     last_util_timestamp: u64,
     /// pid -> (SM%, when it was sampled).
     process_sm: HashMap<u32, (u32, Instant)>,
+    /// Out-of-range values dropped since this GPU was first read.
+    implausible: Implausible,
 }
 
 /// Turns one call's result into a field value, noting a lost GPU on the way.
@@ -220,13 +224,30 @@ impl NvmlDevice {
         self.readings = self.readings.wrapping_add(1);
         let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
         sample.index = self.index;
-        let processes = self.read_processes(device, &mut reader);
+        let mut processes = self.read_processes(device, &mut reader);
         if reader.lost {
             return Err(DeviceError::Lost(
                 "the driver reports the GPU has fallen off the bus".into(),
             ));
         }
+        self.drop_implausible(&mut sample, &mut processes);
         Ok(DeviceReading { sample, processes })
+    }
+
+    /// Out-of-range values become `None`, counted for this GPU (see [`Implausible`]).
+    fn drop_implausible(&mut self, sample: &mut GpuSample, processes: &mut [GpuProcess]) {
+        let mut dropped = sample.drop_implausible();
+        for row in processes {
+            if row
+                .gpu_memory_bytes
+                .is_some_and(|bytes| !sample.plausible_process_memory(bytes))
+            {
+                row.gpu_memory_bytes = None;
+                dropped.push("process_memory");
+            }
+        }
+        self.implausible.record(&dropped);
+        sample.implausible = self.implausible.clone();
     }
 
     /// The cached handle, or a new one. The caller puts it back.

@@ -64,9 +64,129 @@ pub struct GpuSample {
     pub ecc_enabled: Option<bool>,
     pub ecc_volatile_corrected: Option<u64>,
     pub ecc_volatile_uncorrected: Option<u64>,
+    /// Values the driver reported out of physical range, shown as null instead.
+    #[serde(default)]
+    pub implausible: Implausible,
+}
+
+/// Values from the driver that cannot be physical (a temperature of 4294967256 °C, a clock of
+/// 4294967291 MHz, more memory used than the card has): each is replaced by null and counted
+/// here, for one GPU, since torchtop started reading it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Implausible {
+    /// How many values were dropped.
+    pub count: u64,
+    /// The fields they came in, each once, sorted.
+    pub fields: Vec<String>,
+}
+
+impl Implausible {
+    /// Counts the fields dropped in one reading.
+    pub fn record(&mut self, fields: &[&str]) {
+        self.count += fields.len() as u64;
+        for field in fields {
+            if let Err(at) = self.fields.binary_search_by(|f| f.as_str().cmp(field)) {
+                self.fields.insert(at, (*field).to_string());
+            }
+        }
+    }
+}
+
+/// The physical ranges beyond which a driver's value is taken as garbage. Generous: they are
+/// there to catch wrapped integers and broken sensors, not to judge real hardware.
+pub mod limits {
+    /// GPUs shut down near 90-105 °C.
+    pub const TEMPERATURE_C: u32 = 150;
+    /// Memory clocks of GDDR6X cards read about 10,500 MHz; SM clocks stay near 3,000.
+    pub const CLOCK_MHZ: u32 = 50_000;
+    /// The largest GPU modules draw about 1.5 kW.
+    pub const POWER_W: f64 = 10_000.0;
+    /// PCIe 6.0 x16 carries about 128 GB/s each way; this is 1 TiB/s in KiB/s.
+    pub const PCIE_KIB_S: u32 = 1 << 30;
+    /// 16 TiB: far above any GPU's memory.
+    pub const MEMORY_BYTES: u64 = 16 << 40;
+}
+
+/// Sets `value` to `None` when `plausible` says no, and adds the field's name to `dropped`.
+fn keep_if<T>(
+    value: &mut Option<T>,
+    plausible: impl Fn(&T) -> bool,
+    name: &'static str,
+    dropped: &mut Vec<&'static str>,
+) {
+    if value.as_ref().is_some_and(|v| !plausible(v)) {
+        *value = None;
+        dropped.push(name);
+    }
 }
 
 impl GpuSample {
+    /// Replaces every out-of-range figure by `None`; returns the names of the fields dropped.
+    pub fn drop_implausible(&mut self) -> Vec<&'static str> {
+        use limits::*;
+        let mut dropped = Vec::new();
+        let check = &mut dropped;
+        let percent = |v: &u32| *v <= 100;
+        keep_if(&mut self.utilization_percent, percent, "utilization", check);
+        keep_if(
+            &mut self.memory_utilization_percent,
+            percent,
+            "memory_utilization",
+            check,
+        );
+        keep_if(&mut self.fan_percent, percent, "fan", check);
+        keep_if(&mut self.encoder_percent, percent, "encoder", check);
+        keep_if(&mut self.decoder_percent, percent, "decoder", check);
+        keep_if(
+            &mut self.temperature_c,
+            |t| *t <= TEMPERATURE_C,
+            "temperature",
+            check,
+        );
+        keep_if(
+            &mut self.sm_clock_mhz,
+            |c| *c <= CLOCK_MHZ,
+            "sm_clock",
+            check,
+        );
+        keep_if(
+            &mut self.memory_clock_mhz,
+            |c| *c <= CLOCK_MHZ,
+            "memory_clock",
+            check,
+        );
+        let watts = |w: &f64| w.is_finite() && (0.0..=POWER_W).contains(w);
+        keep_if(&mut self.power_w, watts, "power", check);
+        keep_if(&mut self.power_limit_w, watts, "power_limit", check);
+        keep_if(
+            &mut self.pcie_rx_kib_s,
+            |r| *r <= PCIE_KIB_S,
+            "pcie_rx",
+            check,
+        );
+        keep_if(
+            &mut self.pcie_tx_kib_s,
+            |r| *r <= PCIE_KIB_S,
+            "pcie_tx",
+            check,
+        );
+        let bytes = |b: &u64| *b <= MEMORY_BYTES;
+        keep_if(&mut self.memory_total_bytes, bytes, "memory_total", check);
+        let total = self.memory_total_bytes.unwrap_or(MEMORY_BYTES);
+        keep_if(
+            &mut self.memory_used_bytes,
+            |b| *b <= total,
+            "memory_used",
+            check,
+        );
+        dropped
+    }
+
+    /// Whether a process's GPU memory can be real on this GPU: no more than the GPU has.
+    pub fn plausible_process_memory(&self, bytes: u64) -> bool {
+        bytes <= self.memory_total_bytes.unwrap_or(limits::MEMORY_BYTES)
+    }
+
     /// Memory used as a fraction of total, when both are known.
     pub fn memory_fraction(&self) -> Option<f64> {
         match (self.memory_used_bytes, self.memory_total_bytes) {
@@ -81,5 +201,43 @@ impl GpuSample {
             (Some(p), Some(l)) if l > 0.0 => Some(p / l),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_integers_become_none_and_are_named() {
+        let mut gpu = GpuSample {
+            temperature_c: Some(4_294_967_256),
+            sm_clock_mhz: Some(4_294_967_291),
+            memory_clock_mhz: Some(10_501),
+            utilization_percent: Some(87),
+            memory_total_bytes: Some(1000 << 20),
+            memory_used_bytes: Some(5 << 40),
+            power_w: Some(412.5),
+            ..Default::default()
+        };
+        let dropped = gpu.drop_implausible();
+        assert_eq!(dropped, ["temperature", "sm_clock", "memory_used"]);
+        assert_eq!(gpu.temperature_c, None);
+        assert_eq!(gpu.sm_clock_mhz, None);
+        assert_eq!(gpu.memory_used_bytes, None);
+        assert_eq!(gpu.memory_clock_mhz, Some(10_501));
+        assert_eq!(gpu.utilization_percent, Some(87));
+        assert_eq!(gpu.power_w, Some(412.5));
+        assert!(!gpu.plausible_process_memory(4 << 40));
+        assert!(gpu.plausible_process_memory(300 << 20));
+    }
+
+    #[test]
+    fn the_count_adds_up_and_names_each_field_once() {
+        let mut implausible = Implausible::default();
+        implausible.record(&["temperature", "sm_clock"]);
+        implausible.record(&["temperature"]);
+        assert_eq!(implausible.count, 3);
+        assert_eq!(implausible.fields, ["sm_clock", "temperature"]);
     }
 }

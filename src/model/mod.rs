@@ -13,7 +13,7 @@ pub mod torch;
 pub mod tree;
 pub mod warning;
 
-pub use gpu::{DriverInfo, GpuSample, GpuState};
+pub use gpu::{DriverInfo, GpuSample, GpuState, Implausible};
 pub use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use job::{Job, JobRank};

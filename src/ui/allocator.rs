@@ -91,7 +91,7 @@ fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
     format!(
         " PYTORCH pid {}  {rank}  step {step}  {step_time}/step  torch {}",
         process.pid,
-        torch.torch.as_deref().unwrap_or(NA)
+        super::format::text(torch.torch.as_deref())
     )
 }
 

@@ -15,7 +15,7 @@ use crate::actions::{Signal, NICE_MAX, NICE_MIN};
 use crate::app::{ActionTarget, App, Mode};
 use crate::model::filter::SortKey;
 
-use super::format::{self, NA};
+use super::format;
 use super::theme::Theme;
 
 /// Targets listed by name in a dialog; the rest are counted.
@@ -207,8 +207,8 @@ fn target_table(targets: &[ActionTarget], theme: Theme) -> Vec<Line<'static>> {
         lines.push(Line::raw(format!(
             "{:>7}  {:<8}  {}",
             target.pid(),
-            format::truncate(target.user.as_deref().unwrap_or(NA), 8),
-            format::truncate(target.command.as_deref().unwrap_or(NA), command_width)
+            format::truncate(&format::text(target.user.as_deref()), 8),
+            format::truncate(&format::text(target.command.as_deref()), command_width)
         )));
     }
     if targets.len() > LISTED_TARGETS {

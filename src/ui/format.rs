@@ -1,4 +1,9 @@
 //! Turning figures into the short strings the panels show. A missing figure is always "N/A".
+//! Also [`escape`], the one function every piece of outside text goes through before it reaches
+//! a terminal: the TUI, `--once` text, the status line and error messages.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 pub const NA: &str = "N/A";
 
@@ -89,8 +94,56 @@ pub fn count(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), |v| v.to_string())
 }
 
+/// Outside text, escaped for a terminal, or "N/A".
 pub fn text(value: Option<&str>) -> String {
-    value.unwrap_or(NA).to_string()
+    escape(value.unwrap_or(NA)).into_owned()
+}
+
+/// Text that other people control (command lines, user names, host names, paths, what agents
+/// and the driver say), made safe to print on a terminal.
+///
+/// Control characters (C0, DEL, C1) and the Unicode controls that reorder text (bidi overrides
+/// and isolates) are written out as visible escapes: `\e`, `\n`, `\r`, `\t`, `\xNN`, `\u{NNNN}`.
+/// So no escape sequence reaches the terminal (OSC 52 writes the clipboard, OSC 0 the title,
+/// CSI 2J clears the screen) and no newline can forge a line. Text that needs nothing is
+/// borrowed as is.
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\x1b' => out.push_str("\\e"),
+            c if needs_escape(c) && c.is_ascii() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A message of several lines whose line breaks are torchtop's own (an error that quotes a
+/// tool's output, say): each line goes through [`escape`], and the breaks are kept.
+pub fn escape_lines(text: &str) -> String {
+    text.split('\n').map(escape).collect::<Vec<_>>().join("\n")
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+        )
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
 }
 
 /// A running time: "0:42", "12:34", "1:02:03", then "2d03h" from one day on.
@@ -214,6 +267,28 @@ mod tests {
         let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
         assert_eq!(text, vec!["  aaaa  bbbb", "  cc"]);
         assert!(pack(Vec::new(), 10, 2).is_empty());
+    }
+
+    #[test]
+    fn escape_sequences_and_newlines_become_visible_text() {
+        let hostile = "py\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\nroot  FORGED\r\t\x7f\u{9b}31m";
+        let shown = escape(hostile);
+        assert_eq!(
+            shown,
+            "py\\e]52;c;aGk=\\x07\\e]0;owned\\x07\\e[2J\\nroot  FORGED\\r\\t\\x7f\\u{009b}31m"
+        );
+        assert!(!shown.chars().any(char::is_control));
+        assert_eq!(escape("abc\u{202e}gpj.exe"), "abc\\u{202e}gpj.exe");
+        assert!(matches!(
+            escape("python train.py --lr 3e-4 ü"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_lines("gdb said:\nNo \x1b[2J symbol"),
+            "gdb said:\nNo \\e[2J symbol"
+        );
+        assert_eq!(text(Some("a\nb")), "a\\nb");
+        assert_eq!(text(None), "N/A");
     }
 
     #[test]

@@ -56,12 +56,13 @@ pub fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
     if !driver.nvml_loaded {
         let error = driver.error.as_deref().unwrap_or("unknown error");
         return Some(format!(
-            "NVML could not be loaded from {}: {error}",
-            driver.library
+            "NVML could not be loaded from {}: {}",
+            format::escape(&driver.library),
+            format::escape(error)
         ));
     }
     if snapshot.gpus.is_empty() {
-        let version = driver.driver_version.as_deref().unwrap_or(NA);
+        let version = format::text(driver.driver_version.as_deref());
         return Some(format!("NVIDIA driver {version} found no GPUs"));
     }
     None
@@ -205,7 +206,7 @@ impl Columns {
     }
 
     fn name_of(&self, gpu: &GpuSample) -> String {
-        let name = gpu.name.as_deref().unwrap_or(NA);
+        let name = format::text(gpu.name.as_deref());
         if self.wide {
             name.to_string()
         } else {
@@ -293,9 +294,12 @@ pub fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
             format::count(gpu.ecc_volatile_uncorrected)
         ));
     }
-    pieces.push(gpu.uuid.clone().unwrap_or_else(|| format!("uuid {NA}")));
+    pieces.push(gpu.uuid.as_deref().map_or_else(
+        || format!("uuid {NA}"),
+        |uuid| format::escape(uuid).into_owned(),
+    ));
     if let Some(error) = &gpu.error {
-        pieces.push(format!("error: {error}"));
+        pieces.push(format!("error: {}", format::escape(error)));
     }
     let pieces = pieces
         .into_iter()

@@ -9,7 +9,7 @@ use ratatui::{
 
 use crate::app::App;
 
-use super::{format::NA, theme::Theme};
+use super::{format, theme::Theme};
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
@@ -20,9 +20,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         (false, _) => "no NVML".to_string(),
     };
     let fields = [
-        snapshot.host.hostname.as_deref().unwrap_or(NA).to_string(),
-        format!("driver {}", driver.driver_version.as_deref().unwrap_or(NA)),
-        format!("CUDA {}", driver.cuda_version.as_deref().unwrap_or(NA)),
+        format::text(snapshot.host.hostname.as_deref()),
+        format!("driver {}", format::text(driver.driver_version.as_deref())),
+        format!("CUDA {}", format::text(driver.cuda_version.as_deref())),
         gpus,
         format!(
             "{}{:.1}s",

@@ -24,6 +24,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ("PgUp PgDn", "select a page up or down"),
             ("Home End", "select the first or last process"),
             ("? h", "show or hide this help"),
+            ("Ctrl-Z", "suspend to the shell; fg comes back"),
         ],
     ),
     (

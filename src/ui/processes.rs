@@ -77,7 +77,7 @@ fn empty_message(app: &App) -> String {
     } else {
         format!(
             " no process matches \"{}\" (Esc clears the filter)",
-            app.settings.filter
+            format::escape(&app.settings.filter)
         )
     }
 }
@@ -225,7 +225,7 @@ fn row_cells(row: &ProcessRow<'_>, tagged: bool) -> Vec<Cell<'static>> {
     let prefix = row.tree.map_or("", |(prefix, _)| prefix);
     vec![
         right(format!("{mark}{:>7}", row.pid)),
-        Cell::from(format::truncate(row.user().unwrap_or(NA), 8)),
+        Cell::from(format::truncate(&format::text(row.user()), 8)),
         right(gpu_text(Some(gpus))),
         Cell::from(gpu_text(row.kind().map(|k| k.short().to_string()))),
         right(gpu_text(Some(format::opt_bytes_short(
@@ -244,7 +244,7 @@ fn row_cells(row: &ProcessRow<'_>, tagged: bool) -> Vec<Cell<'static>> {
 
 /// The command line, prefixed with the rank when an agent reports from inside the process.
 fn command_text(row: &ProcessRow<'_>) -> String {
-    let command = row.command().unwrap_or_else(|| NA.to_string());
+    let command = format::text(row.command().as_deref());
     match row.gpus.iter().find_map(|g| g.torch.as_ref()) {
         Some(torch) => {
             let rank = match (torch.rank, torch.world_size) {

@@ -10,6 +10,7 @@ use ratatui::{
 
 use crate::app::{App, Mode};
 
+use super::format::escape;
 use super::theme::Theme;
 
 const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
@@ -36,7 +37,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
 fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
     Line::from(vec![
         Span::styled(" filter: ", theme.label()),
-        Span::styled(format!("{}_", app.settings.filter), theme.selected()),
+        Span::styled(
+            format!("{}_", escape(&app.settings.filter)),
+            theme.selected(),
+        ),
         Span::styled(
             format!("  {} rows  {FILTER_HINTS}", app.row_count()),
             theme.dim(),
@@ -49,7 +53,7 @@ fn outcome_and_hints(app: &App, theme: Theme) -> Line<'static> {
     let filter = app.settings.filter.trim();
     if !filter.is_empty() {
         spans.push(Span::styled(
-            format!(" filter \"{filter}\" "),
+            format!(" filter \"{}\" ", escape(filter)),
             theme.selected(),
         ));
         spans.push(Span::raw(" "));
@@ -60,7 +64,7 @@ fn outcome_and_hints(app: &App, theme: Theme) -> Line<'static> {
         spans.push(Span::raw(" "));
     }
     if let Some(status) = &app.status {
-        spans.push(Span::styled(format!(" {status} "), theme.warn()));
+        spans.push(Span::styled(format!(" {} ", escape(status)), theme.warn()));
         spans.push(Span::raw(" "));
     }
     spans.push(Span::styled(format!(" {HINTS}"), theme.dim()));

@@ -11,7 +11,7 @@ use ratatui::{
 use crate::app::App;
 use crate::model::{Severity, Subject, Warning};
 
-use super::format::pad_left_aligned;
+use super::format::{escape, pad_left_aligned};
 use super::theme::Theme;
 
 /// The warnings in the order the panel lists them: most severe first, otherwise as raised.
@@ -70,9 +70,9 @@ fn warning_line(warning: &Warning, theme: Theme) -> Line<'static> {
             format!(" {:<4}", severity_label(warning.severity)),
             theme.severity(warning.severity),
         ),
-        Span::styled(format!(" {:<14}", warning.id), theme.label()),
+        Span::styled(format!(" {:<14}", escape(&warning.id)), theme.label()),
         Span::raw(format!(" {:<10}", subject_text(&warning.subject))),
-        Span::raw(format!(" {}", warning.message)),
+        Span::raw(format!(" {}", escape(&warning.message))),
     ])
 }
 
@@ -88,7 +88,7 @@ pub fn subject_text(subject: &Subject) -> String {
     match subject {
         Subject::Gpu { index } => format!("GPU {index}"),
         Subject::Process { pid } => format!("pid {pid}"),
-        Subject::Job { id } => format!("job {id}"),
+        Subject::Job { id } => format!("job {}", escape(id)),
         Subject::Host => "host".to_string(),
     }
 }
@@ -103,7 +103,7 @@ pub fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme)
     let title = format!(
         " {} {} on {} ",
         severity_label(warning.severity),
-        warning.id,
+        escape(&warning.id),
         subject_text(&warning.subject)
     );
     let block = Block::default()
@@ -111,7 +111,7 @@ pub fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme)
         .title(title)
         .title_bottom(" w or Esc: close ");
     let mut lines = vec![
-        Line::from(warning.message.clone()),
+        Line::from(escape(&warning.message).into_owned()),
         Line::styled(format!("since {}", warning.since), theme.dim()),
         Line::from(""),
         Line::styled("Evidence", theme.label()),
@@ -120,11 +120,11 @@ pub fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme)
         warning
             .evidence
             .iter()
-            .map(|(name, value)| Line::from(format!("  {name}: {value}"))),
+            .map(|(name, value)| Line::from(format!("  {}: {}", escape(name), escape(value)))),
     );
     lines.push(Line::from(""));
     lines.push(Line::styled("Remedy", theme.label()));
-    lines.push(Line::from(format!("  {}", warning.remedy)));
+    lines.push(Line::from(format!("  {}", escape(&warning.remedy))));
     frame.render_widget(Clear, area);
     frame.render_widget(
         Paragraph::new(lines)

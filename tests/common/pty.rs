@@ -1,18 +1,24 @@
 //! Runs the built torchtop in a pseudo-terminal and reads its screen through a VT100 parser,
 //! as a person in tmux would see it.
 
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
 
 pub struct PtySession {
     parser: Arc<Mutex<vt100::Parser>>,
-    writer: Box<dyn Write + Send>,
-    master: Box<dyn MasterPty + Send>,
+    /// `None` once [`PtySession::close_terminal`] has closed the master side.
+    writer: Option<Box<dyn Write + Send>>,
+    master: Option<Box<dyn MasterPty + Send>>,
+    reader: Option<JoinHandle<()>>,
+    stop_reading: Arc<AtomicBool>,
     pub child: Box<dyn Child + Send + Sync>,
 }
 
@@ -43,24 +49,35 @@ impl PtySession {
         let child = pair.slave.spawn_command(command).expect("spawn in the pty");
         drop(pair.slave);
         let parser = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
-        let mut reader = pair.master.try_clone_reader().expect("pty reader");
-        let sink = parser.clone();
-        thread::spawn(move || {
-            let mut buffer = [0u8; 8192];
-            while let Ok(n) = reader.read(&mut buffer) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().process(&buffer[..n]);
-            }
-        });
+        let master_fd = pair.master.as_raw_fd().expect("the pty master's fd");
+        // SAFETY: `dup` gives a new descriptor (checked below) that this File alone owns.
+        let reader = unsafe {
+            let fd = libc::dup(master_fd);
+            assert!(fd >= 0, "dup the pty master");
+            File::from_raw_fd(fd)
+        };
+        let stop_reading = Arc::new(AtomicBool::new(false));
+        let reader = spawn_reader(reader, parser.clone(), stop_reading.clone());
         let writer = pair.master.take_writer().expect("pty writer");
         PtySession {
             parser,
-            writer,
-            master: pair.master,
+            writer: Some(writer),
+            master: Some(pair.master),
+            reader: Some(reader),
+            stop_reading,
             child,
         }
+    }
+
+    /// Closes every descriptor of the master side, as a terminal emulator or sshd does when it
+    /// goes away: the program's terminal hangs up. The screen keeps what was drawn last.
+    pub fn close_terminal(&mut self) {
+        self.stop_reading.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the pty reader thread");
+        }
+        self.writer = None;
+        self.master = None;
     }
 
     pub fn screen(&self) -> String {
@@ -82,8 +99,9 @@ impl PtySession {
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).expect("write to the pty");
-        self.writer.flush().expect("flush the pty");
+        let writer = self.writer.as_mut().expect("the terminal is open");
+        writer.write_all(bytes).expect("write to the pty");
+        writer.flush().expect("flush the pty");
     }
 
     pub fn resize(&self, cols: u16, rows: u16) {
@@ -93,6 +111,8 @@ impl PtySession {
             .screen_mut()
             .set_size(rows, cols);
         self.master
+            .as_ref()
+            .expect("the terminal is open")
             .resize(PtySize {
                 rows,
                 cols,
@@ -121,6 +141,37 @@ impl PtySession {
     }
 }
 
+/// Feeds what the program writes into the parser; polls so that it can stop on request and
+/// close its descriptor (a reader blocked in `read` would keep the master open for good).
+fn spawn_reader(
+    mut reader: File,
+    sink: Arc<Mutex<vt100::Parser>>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut buffer = [0u8; 8192];
+        while !stop.load(Ordering::SeqCst) {
+            let mut fds = [rustix::event::PollFd::new(
+                &reader,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+            match reader.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink.lock().unwrap().process(&buffer[..n]),
+            }
+        }
+    })
+}
+
 impl Drop for PtySession {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
@@ -135,6 +186,11 @@ impl PtySession {
     /// Whether the program is drawing on the alternate screen right now.
     pub fn on_alternate_screen(&self) -> bool {
         self.parser.lock().unwrap().screen().alternate_screen()
+    }
+
+    /// Whether the terminal would report mouse events to the program now.
+    pub fn mouse_reporting(&self) -> bool {
+        self.parser.lock().unwrap().screen().mouse_protocol_mode() != vt100::MouseProtocolMode::None
     }
 }
 

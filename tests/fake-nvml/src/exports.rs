@@ -151,8 +151,8 @@ export! {
         state::device_call(device, Field::Utilization, |v| {
             let g = v.gpu();
             put(utilization, nvmlUtilization_t {
-                gpu: g.utilization_gpu.uint_at(v.t, 100) as c_uint,
-                memory: g.utilization_memory.uint_at(v.t, 100) as c_uint,
+                gpu: g.utilization_gpu.uint_at(v.t, g.limit(100)) as c_uint,
+                memory: g.utilization_memory.uint_at(v.t, g.limit(100)) as c_uint,
             })
         })
     }
@@ -160,8 +160,8 @@ export! {
     fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) {
         state::device_call(device, Field::Memory, |v| {
             let m = memory_figures(v);
-            let used = m.used + m.reserved;
-            put(memory, nvmlMemory_t { total: m.total, free: m.total - used, used })
+            let used = m.used.saturating_add(m.reserved);
+            put(memory, nvmlMemory_t { total: m.total, free: m.total.saturating_sub(used), used })
         })
     }
     /// Memory in the v2 layout; the caller's `version` must be `NVML_STRUCT_VERSION(Memory, 2)`.
@@ -178,7 +178,7 @@ export! {
                 version: NVML_MEMORY_V2_VERSION,
                 total: m.total,
                 reserved: m.reserved,
-                free: m.total - m.reserved - m.used,
+                free: m.total.saturating_sub(m.reserved).saturating_sub(m.used),
                 used: m.used,
             })
         })
@@ -190,7 +190,8 @@ export! {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
         state::device_call(device, Field::Temperature, |v| {
-            put(temp, v.gpu().temperature_c.uint_at(v.t, 200) as c_uint)
+            let g = v.gpu();
+            put(temp, g.temperature_c.uint_at(v.t, g.limit(200)) as c_uint)
         })
     }
     /// Temperature thresholds in °C.
@@ -305,13 +306,15 @@ export! {
     /// Encoder utilization in percent and its sampling period in µs.
     fn nvmlDeviceGetEncoderUtilization(device: nvmlDevice_t, utilization: *mut c_uint, samplingPeriodUs: *mut c_uint) {
         state::device_call(device, Field::Encoder, |v| {
-            codec_utilization(v.gpu().encoder_percent.uint_at(v.t, 100), utilization, samplingPeriodUs)
+            let g = v.gpu();
+            codec_utilization(g.encoder_percent.uint_at(v.t, g.limit(100)), utilization, samplingPeriodUs)
         })
     }
     /// Decoder utilization in percent and its sampling period in µs.
     fn nvmlDeviceGetDecoderUtilization(device: nvmlDevice_t, utilization: *mut c_uint, samplingPeriodUs: *mut c_uint) {
         state::device_call(device, Field::Decoder, |v| {
-            codec_utilization(v.gpu().decoder_percent.uint_at(v.t, 100), utilization, samplingPeriodUs)
+            let g = v.gpu();
+            codec_utilization(g.decoder_percent.uint_at(v.t, g.limit(100)), utilization, samplingPeriodUs)
         })
     }
     /// Performance state P0..P15.
@@ -551,7 +554,12 @@ fn memory_figures(v: &DeviceView) -> MemoryFigures {
     let g = v.gpu();
     let total = g.memory_total_mib * MIB;
     let reserved = (g.memory_reserved_mib * MIB).min(total);
-    let used = (g.memory_used_mib.uint_at(v.t, u64::MAX / MIB) * MIB).min(total - reserved);
+    let used = g.memory_used_mib.uint_at(v.t, u64::MAX / MIB) * MIB;
+    let used = if g.unclamped {
+        used
+    } else {
+        used.min(total - reserved)
+    };
     MemoryFigures {
         total,
         reserved,
@@ -572,7 +580,7 @@ fn fan_speed(v: &DeviceView, fan: c_uint, speed: *mut c_uint) -> nvmlReturn_t {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     // SAFETY: `speed` comes from the exported caller, null-checked by `put`.
-    unsafe { put(speed, g.fan_percent.uint_at(v.t, 100) as c_uint) }
+    unsafe { put(speed, g.fan_percent.uint_at(v.t, g.limit(100)) as c_uint) }
 }
 
 fn codec_utilization(percent: u64, utilization: *mut c_uint, period: *mut c_uint) -> nvmlReturn_t {

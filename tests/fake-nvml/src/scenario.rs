@@ -291,6 +291,11 @@ pub struct GpuSpec {
         deserialize_with = "positive_seconds"
     )]
     pub sample_interval_s: f64,
+    /// Report every metric as written, up to the C type's maximum: no clamp of percentages to
+    /// 100, of the temperature to 200 °C, or of used memory to the total. A broken sensor or a
+    /// faulty driver does report such values (4294967256 °C, a clock of 4294967291 MHz).
+    #[serde(default)]
+    pub unclamped: bool,
 
     #[serde(default = "zero")]
     pub utilization_gpu: Metric,
@@ -338,6 +343,18 @@ pub struct GpuSpec {
     pub hang: Option<HangSpec>,
     #[serde(default, rename = "process")]
     pub processes: Vec<ProcessSpec>,
+}
+
+impl GpuSpec {
+    /// The largest value a metric may report: `usual`, or anything a `c_uint` holds when the
+    /// GPU is `unclamped`.
+    pub fn limit(&self, usual: u64) -> u64 {
+        if self.unclamped {
+            u64::from(u32::MAX)
+        } else {
+            usual
+        }
+    }
 }
 
 fn default_name() -> String {
