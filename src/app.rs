@@ -45,6 +45,8 @@ pub enum Effect {
     Act(ActionRequest),
     /// Pass this request to the sampler; its outcome comes back as a snapshot notice.
     AskSampler(SamplerRequest),
+    /// `R`: start a recording, or stop the one running.
+    ToggleRecording,
 }
 
 /// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
@@ -97,6 +99,8 @@ pub struct App {
     rows: Vec<RowRef>,
     /// The selected row's process, followed across refreshes.
     selected_key: Option<RowKey>,
+    /// A short text at the right of the header: the recording indicator, or REPLAY.
+    pub badge: Option<String>,
 }
 
 impl App {
@@ -115,6 +119,7 @@ impl App {
             want_process_table: Arc::new(AtomicBool::new(false)),
             rows: Vec::new(),
             selected_key: None,
+            badge: None,
         }
     }
 
@@ -317,6 +322,7 @@ impl App {
             }
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
+            KeyCode::Char('R') => Effect::ToggleRecording,
             _ => Effect::None,
         }
     }

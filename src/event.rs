@@ -5,6 +5,9 @@
 //! on tokio's blocking pool and report back through a channel), so keys answer at once even
 //! while the driver hangs. The loop ends when the user quits, when the terminal goes away, and
 //! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it.
+//!
+//! Snapshots come from a [`Source`]: the sampler (the monitor), or a recording's player (the
+//! replay, whose keys and time bar are its own; see [`crate::replay`]).
 
 use std::io;
 use std::sync::Arc;
@@ -17,6 +20,8 @@ use crate::actions::{adjust_nice, renice, send_signal};
 use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
 use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::model::Snapshot;
+use crate::record::live::LiveRecording;
+use crate::replay::{player::Update, Session};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};
@@ -25,9 +30,28 @@ use crate::ui;
 /// Input events queued between the reader thread and the loop; the reader waits when full.
 const INPUT_QUEUE: usize = 1024;
 
+/// Where the snapshots come from.
+pub enum Source {
+    Live {
+        config: Box<SamplerConfig>,
+        loader: GpuLoader,
+    },
+    Replay(Session),
+}
+
 /// Runs the monitor until the user quits, the terminal goes away or a signal ends it. A fatal
 /// signal (SIGQUIT, SIGUSR1...) ends the process here, after the terminal is restored.
 pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result<()> {
+    let config = Box::new(config);
+    run(app, Source::Live { config, loader })
+}
+
+/// Replays a recording in the same TUI, with the time bar on the last row.
+pub fn run_replay(app: App, session: Session) -> io::Result<()> {
+    run(app, Source::Replay(session))
+}
+
+fn run(app: App, source: Source) -> io::Result<()> {
     let tty = terminal::tty()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -38,7 +62,7 @@ pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result
     let (inputs_tx, inputs) = mpsc::channel(INPUT_QUEUE);
     input::spawn(tty, inputs_tx)?;
     let wakers = Wakers { inputs, controls };
-    let end = runtime.block_on(event_loop(&mut guard.terminal, app, config, loader, wakers));
+    let end = runtime.block_on(event_loop(&mut guard.terminal, app, source, wakers));
     drop(guard);
     // Collector threads may be stuck in the driver; they are never joined.
     runtime.shutdown_timeout(Duration::from_millis(10));
@@ -77,7 +101,9 @@ impl Step {
         match effect {
             Effect::Quit => Step::End(End::Quit),
             Effect::None => Step::Nothing,
-            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) => Step::Redraw,
+            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) | Effect::ToggleRecording => {
+                Step::Redraw
+            }
         }
     }
 
@@ -101,33 +127,83 @@ impl Step {
     }
 }
 
+/// The snapshots as they arrive: from the sampler (with `R`'s recording), or from the player.
+enum Feed {
+    Live {
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        requests: std::sync::mpsc::Sender<SamplerRequest>,
+        recording: LiveRecording,
+    },
+    Replay(Session),
+}
+
+/// What a feed delivered.
+enum Arrival {
+    Snapshot(Arc<Snapshot>),
+    Replay(Update),
+}
+
+impl Feed {
+    fn start(source: Source, app: &App) -> Feed {
+        match source {
+            Source::Live { config, loader } => {
+                let (snapshots_tx, snapshots) = watch::channel(Arc::new(Snapshot::default()));
+                let requests = sampler::spawn_loop(*config, loader, move |snapshot| {
+                    snapshots_tx.send(Arc::new(snapshot)).is_ok()
+                });
+                let recording = LiveRecording::new(app.delay_seconds);
+                Feed::Live {
+                    snapshots,
+                    requests,
+                    recording,
+                }
+            }
+            Source::Replay(session) => Feed::Replay(session),
+        }
+    }
+
+    /// The next snapshot or replay frame; `None` when the source has ended.
+    async fn next(&mut self) -> Option<Arrival> {
+        match self {
+            Feed::Live { snapshots, .. } => {
+                snapshots.changed().await.ok()?;
+                Some(Arrival::Snapshot(snapshots.borrow_and_update().clone()))
+            }
+            Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
+        }
+    }
+
+    fn apply(&mut self, app: &mut App, arrival: Arrival) {
+        match (self, arrival) {
+            (Feed::Live { recording, .. }, Arrival::Snapshot(snapshot)) => {
+                recording.on_snapshot(app, &snapshot);
+                app.on_snapshot(snapshot);
+            }
+            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
+            _ => {}
+        }
+    }
+}
+
 async fn event_loop(
     terminal: &mut Tui,
     mut app: App,
-    config: SamplerConfig,
-    loader: GpuLoader,
+    source: Source,
     mut wakers: Wakers,
 ) -> io::Result<End> {
-    let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(Snapshot::default()));
-    let sampler_requests = sampler::spawn_loop(config, loader, move |snapshot| {
-        snapshots_tx.send(Arc::new(snapshot)).is_ok()
-    });
+    let mut feed = Feed::start(source, &app);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
-    let actions = Actions {
-        reports: &reports_tx,
-        sampler: &sampler_requests,
-    };
-    draw(terminal, &mut app)?;
+    draw(terminal, &mut app, &feed)?;
     fault_injection_for_tests();
     loop {
         let mut step = tokio::select! {
-            Some(input) = wakers.inputs.recv() => on_input(&mut app, input, &actions),
-            changed = snapshots.changed() => match changed {
-                Ok(()) => {
-                    app.on_snapshot(snapshots.borrow_and_update().clone());
+            Some(input) = wakers.inputs.recv() => on_input(&mut app, input, &mut feed, &reports_tx),
+            arrival = feed.next() => match arrival {
+                Some(arrival) => {
+                    feed.apply(&mut app, arrival);
                     Step::Redraw
                 }
-                Err(_) => Step::End(End::Quit),
+                None => Step::End(End::Quit),
             },
             Some(report) = reports.recv() => {
                 app.on_action_done(&report);
@@ -140,36 +216,46 @@ async fn event_loop(
             let Ok(input) = wakers.inputs.try_recv() else {
                 break;
             };
-            step = step.merge(on_input(&mut app, input, &actions));
+            step = step.merge(on_input(&mut app, input, &mut feed, &reports_tx));
         }
         match step {
             Step::End(end) => return Ok(end),
             Step::Suspend => {
                 terminal::suspend(terminal)?;
-                draw(terminal, &mut app)?;
+                draw(terminal, &mut app, &feed)?;
             }
             Step::Resume => {
                 terminal::resume(terminal)?;
-                draw(terminal, &mut app)?;
+                draw(terminal, &mut app, &feed)?;
             }
-            Step::Redraw => draw(terminal, &mut app)?,
+            Step::Redraw => draw(terminal, &mut app, &feed)?,
             Step::Nothing => {}
         }
     }
 }
 
-/// Where actions go: the blocking pool (reports come back on `reports`) or the sampler.
-struct Actions<'a> {
-    reports: &'a mpsc::UnboundedSender<ActionReport>,
-    sampler: &'a std::sync::mpsc::Sender<SamplerRequest>,
-}
-
-fn on_input(app: &mut App, input: Input, actions: &Actions) -> Step {
+fn on_input(
+    app: &mut App,
+    input: Input,
+    feed: &mut Feed,
+    reports: &mpsc::UnboundedSender<ActionReport>,
+) -> Step {
     match input {
         // The terminal is gone: nothing to restore it for, and no one to tell.
         Input::Gone => Step::End(End::Quit),
         Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
-        Input::Event(event) => Step::from_effect(start_action(handle_event(app, event), actions)),
+        Input::Event(Event::Key(key)) if key.kind != KeyEventKind::Release => {
+            let replayed = match feed {
+                Feed::Replay(session) => session.transport.on_key(app, key),
+                Feed::Live { .. } => None,
+            };
+            let effect = replayed.unwrap_or_else(|| app.on_key(key));
+            Step::from_effect(start_action(app, effect, feed, reports))
+        }
+        Input::Event(event) => {
+            let effect = handle_event(app, event);
+            Step::from_effect(start_action(app, effect, feed, reports))
+        }
     }
 }
 
@@ -198,19 +284,44 @@ fn handle_event(app: &mut App, event: Event) -> Effect {
     }
 }
 
-/// Hands an action to the blocking pool (its report arrives later through `reports`) or a
-/// request to the sampler (its outcome arrives as a snapshot notice).
-fn start_action(effect: Effect, actions: &Actions) -> Effect {
+/// Hands an action to the blocking pool (its report arrives later through `reports`), a
+/// request to the sampler (its outcome arrives as a snapshot notice), or `R` to the recording.
+/// A replay has no processes to act on: nothing leaves it.
+fn start_action(
+    app: &mut App,
+    effect: Effect,
+    feed: &mut Feed,
+    reports: &mpsc::UnboundedSender<ActionReport>,
+) -> Effect {
+    let Feed::Live {
+        requests,
+        recording,
+        ..
+    } = feed
+    else {
+        if matches!(
+            effect,
+            Effect::Act(_) | Effect::AskSampler(_) | Effect::ToggleRecording
+        ) {
+            app.status = Some("this is a recording: nothing in it can be acted on".into());
+            return Effect::Redraw;
+        }
+        return effect;
+    };
     let request = match effect {
         Effect::Act(request) => request,
         Effect::AskSampler(request) => {
             // The sampler thread only stops when the UI does; a failed send has no one to tell.
-            let _ = actions.sampler.send(request);
+            let _ = requests.send(request);
+            return Effect::Redraw;
+        }
+        Effect::ToggleRecording => {
+            recording.toggle(app);
             return Effect::Redraw;
         }
         other => return other,
     };
-    let reports = actions.reports.clone();
+    let reports = reports.clone();
     tokio::task::spawn_blocking(move || {
         let _ = reports.send(perform(request));
     });
@@ -231,14 +342,25 @@ pub fn perform(request: ActionRequest) -> ActionReport {
     ActionReport { request, results }
 }
 
-/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks).
-fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
+/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks). A
+/// replay keeps the last row for its time bar.
+fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+    use ratatui::layout::Rect;
     let size = terminal.size()?;
-    app.set_screen(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+    let bar_rows = u16::from(matches!(feed, Feed::Replay(_)) && size.height > 1);
+    let screen = Rect::new(0, 0, size.width, size.height - bar_rows);
+    app.set_screen(screen);
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    terminal.draw(|frame| ui::draw(frame, app))?;
+    terminal.draw(|frame| {
+        ui::draw_in(frame, screen, app);
+        if let Feed::Replay(session) = feed {
+            let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
+            let theme = ui::theme::Theme::new(app.colors);
+            crate::replay::timebar::render(frame, bar, &session.transport, theme);
+        }
+    })?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
     Ok(())
 }

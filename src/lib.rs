@@ -11,6 +11,7 @@
 //! - [`event`]: the select loop over input, snapshots and signals.
 //! - [`report`]: `--once` text and JSON.
 //! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
+//! - [`record`]: recordings (`torchtop record`, `R`); [`replay`]: `torchtop replay`.
 
 pub mod actions;
 pub mod agent;
@@ -21,6 +22,8 @@ pub mod config;
 pub mod event;
 pub mod launch;
 pub mod model;
+pub mod record;
+pub mod replay;
 pub mod report;
 pub mod rules;
 pub mod terminal;

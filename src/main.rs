@@ -16,23 +16,12 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(command) = &cli.command {
-        return run_command(command);
+        return run_command(&cli, command);
     }
-    let rules = match &cli.config {
-        Some(path) => match torchtop::config::load(path) {
-            Ok(config) => config.rules,
-            Err(error) => {
-                complain("torchtop", &error);
-                return ExitCode::from(2);
-            }
-        },
-        None => Default::default(),
+    let mut config = match sampler_config(&cli, cli.delay) {
+        Ok(config) => config,
+        Err(code) => return code,
     };
-    let mut config = SamplerConfig::for_interval(
-        Duration::from_secs_f64(cli.delay),
-        cli.nvml_lib.display().to_string(),
-    );
-    config.rules = rules;
     let loader = nvml_loader(cli.nvml_lib.clone());
     if cli.once {
         return print_once(&cli, config, loader);
@@ -61,6 +50,100 @@ fn main() -> ExitCode {
     }
 }
 
+/// The sampler's settings from the command line: the interval, the library, the rules.
+fn sampler_config(cli: &Cli, delay: f64) -> Result<SamplerConfig, ExitCode> {
+    let rules = match &cli.config {
+        Some(path) => match torchtop::config::load(path) {
+            Ok(config) => config.rules,
+            Err(error) => {
+                complain("torchtop", &error);
+                return Err(ExitCode::from(2));
+            }
+        },
+        None => Default::default(),
+    };
+    let mut config = SamplerConfig::for_interval(
+        Duration::from_secs_f64(delay),
+        cli.nvml_lib.display().to_string(),
+    );
+    config.rules = rules;
+    Ok(config)
+}
+
+/// `torchtop record`: headless, until the duration is over or a signal.
+fn record(cli: &Cli, command: &Command) -> ExitCode {
+    let Command::Record {
+        output,
+        delay,
+        duration,
+        max_size,
+        json,
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let delay = delay.unwrap_or(cli.delay);
+    let config = match sampler_config(cli, delay) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let options = torchtop::record::headless::HeadlessOptions {
+        record: torchtop::record::RecordOptions {
+            path: output
+                .clone()
+                .unwrap_or_else(torchtop::record::headless::default_file_name),
+            max_size: *max_size,
+            interval_seconds: delay,
+        },
+        duration: *duration,
+        json: *json,
+    };
+    let loader = nvml_loader(cli.nvml_lib.clone());
+    match torchtop::record::headless::run(options, config, loader) {
+        Ok(recorded) => {
+            eprintln!("torchtop record: {recorded}");
+            exit_now(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            complain("torchtop record", &error);
+            exit_now(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `torchtop replay`: the TUI, `--json` or `--summary`.
+fn replay(cli: &Cli, command: &Command) -> ExitCode {
+    let Command::Replay {
+        file,
+        demo,
+        json,
+        summary,
+        from,
+        to,
+        speed,
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let options = torchtop::replay::ReplayOptions {
+        file: file.clone(),
+        demo: *demo,
+        json: *json,
+        summary: *summary,
+        from: from.clone(),
+        to: to.clone(),
+        speed: *speed,
+        colors: !cli.colors_disabled(),
+    };
+    match torchtop::replay::run(options) {
+        Ok(()) => exit_now(ExitCode::SUCCESS),
+        Err(error) => {
+            complain("torchtop replay", &error);
+            exit_now(ExitCode::FAILURE)
+        }
+    }
+}
+
 fn print_once(
     cli: &Cli,
     config: SamplerConfig,
@@ -79,8 +162,10 @@ fn print_once(
     exit_now(ExitCode::SUCCESS)
 }
 
-fn run_command(command: &Command) -> ExitCode {
+fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
+        Command::Record { .. } => record(cli, command),
+        Command::Replay { .. } => replay(cli, command),
         Command::Run { command } => match torchtop::launch::run(command) {
             Ok(never) => match never {},
             Err(error) => {

@@ -46,6 +46,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ("s", "ask the agent for a memory snapshot file"),
             ("P", "ask the agent to reset its peak counters"),
             ("w", "show the evidence and remedy of a warning"),
+            ("R", "start or stop recording to a file (torchtop replay)"),
         ],
     ),
 ];

@@ -36,8 +36,12 @@ use layout::{Areas, Plan};
 use theme::Theme;
 
 pub fn draw(frame: &mut Frame, app: &App) {
+    draw_in(frame, frame.area(), app);
+}
+
+/// Draws everything inside `screen` (a replay keeps the last row for its time bar).
+pub fn draw_in(frame: &mut Frame, screen: Rect, app: &App) {
     let theme = Theme::new(app.colors);
-    let screen = frame.area();
     match layout::plan(screen, app) {
         Plan::TooSmall { width, height } => draw_too_small(frame, screen, width, height),
         Plan::Screen(areas) => draw_panels(frame, app, theme, &areas),
