@@ -112,10 +112,10 @@ pub enum Command {
         #[arg(long)]
         summary: bool,
         /// Start at T: 02:15, 02:15:30 (UTC), +10m from the start, -5m from the end, RFC 3339.
-        #[arg(long, value_name = "T")]
+        #[arg(long, value_name = "T", allow_hyphen_values = true)]
         from: Option<String>,
         /// Stop at T (with --json or --summary), written as for --from.
-        #[arg(long, value_name = "T")]
+        #[arg(long, value_name = "T", allow_hyphen_values = true)]
         to: Option<String>,
         /// Playback speed, 0.25 to 128 (default 1; the demo plays at 16).
         #[arg(long, value_name = "X", value_parser = parse_speed)]

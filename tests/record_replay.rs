@@ -386,3 +386,62 @@ fn r_in_the_monitor_records_and_the_recording_replays() {
     assert!(ok && stderr.is_empty(), "{stderr}");
     assert!(replayed.len() >= 8, "{} frames", replayed.len());
 }
+
+/// Waits until the screen differs from `before` and has settled (two reads in a row agree).
+fn settled_change(session: &PtySession, before: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = session.screen();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = session.screen();
+        if now != before && now == last {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the screen did not change:\n{now}"
+        );
+        last = now;
+    }
+}
+
+#[test]
+fn the_demo_jumps_to_the_oom_with_the_bracket_key() {
+    // From a minute before the end: `]` stops at each event on the way (warnings appearing,
+    // processes coming and going), then at the OOM.
+    let mut session = PtySession::spawn(
+        &common::torchtop_binary(),
+        &["replay", "--demo", "--from", "-60s", "--speed", "1"],
+        &[],
+        180,
+        50,
+    );
+    assert!(
+        session.wait_for(Duration::from_secs(20), |s| s.contains("REPLAY demo")
+            && s.contains("gpu-node-07")),
+        "no demo:\n{}",
+        session.screen()
+    );
+    let before = session.screen();
+    session.send(b" ");
+    let mut screen = settled_change(&session, &before);
+    let mut presses = 0;
+    while !screen.contains("out of memory: pid") {
+        assert!(
+            presses < 15,
+            "no OOM after {presses} presses of ]:\n{screen}"
+        );
+        session.send(b"]");
+        presses += 1;
+        screen = settled_change(&session, &screen);
+    }
+    assert!(
+        screen.contains("CRIT oom-risk"),
+        "no OOM warning on screen:\n{screen}"
+    );
+    assert!(
+        screen.contains("hit 1 CUDA out-of-memory error on cuda:5"),
+        "{screen}"
+    );
+    assert!(screen.contains(" || "), "a jump pauses:\n{screen}");
+}

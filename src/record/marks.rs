@@ -16,6 +16,10 @@ pub const GPU_STATE: u64 = 4;
 pub const PROCESS_CAME: u64 = 8;
 /// A GPU process went away.
 pub const PROCESS_WENT: u64 = 16;
+/// The frame carries the host process table (for the tree view); not an event.
+pub const HOST_TABLE: u64 = 32;
+/// The marks `[` and `]` stop at.
+pub const EVENTS: u64 = NEW_WARNING | OOM | GPU_STATE | PROCESS_CAME | PROCESS_WENT;
 
 /// What a warning is about, comparable without copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -84,12 +88,17 @@ fn oom_rises(before: &Snapshot, now: &Snapshot) -> Vec<(u32, u32, u64, u64)> {
         .collect()
 }
 
-/// The marks of `now`, the frame after `before` (none for the first frame).
+/// The marks of `now`, the frame after `before` (no event for the first frame).
 pub fn marks(before: Option<&Snapshot>, now: &Snapshot) -> u64 {
-    let Some(before) = before else {
-        return 0;
+    let table = if now.host_processes.is_empty() {
+        0
+    } else {
+        HOST_TABLE
     };
-    let mut marks = 0;
+    let Some(before) = before else {
+        return table;
+    };
+    let mut marks = table;
     if !warning_keys(now).is_subset(&warning_keys(before)) {
         marks |= NEW_WARNING;
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::model::{History, Snapshot};
+use crate::model::{History, HostProcess, Snapshot};
 use crate::record::marks;
 use crate::record::reader::{clock, Cursor};
 use crate::record::Recording;
@@ -59,6 +59,8 @@ pub struct Update {
 struct Player {
     recording: Recording,
     cursor: Cursor,
+    /// The last host process table read (frame index, table), for frames that have none.
+    table: Option<(usize, Arc<Vec<HostProcess>>)>,
     index: usize,
     paused: bool,
     speed: usize,
@@ -77,7 +79,7 @@ pub fn spawn(
     let events = recording
         .frames()
         .iter()
-        .filter(|f| f.marks != 0)
+        .filter(|f| f.marks & marks::EVENTS != 0)
         .map(|f| f.time)
         .collect();
     let speed = SPEEDS
@@ -88,6 +90,7 @@ pub fn spawn(
         index: start.min(recording.frames().len().saturating_sub(1)),
         recording,
         cursor: Cursor::default(),
+        table: None,
         paused: false,
         speed,
         events: Arc::new(events),
@@ -188,9 +191,11 @@ impl Player {
     fn jump(&mut self, forward: bool) -> bool {
         let frames = self.recording.frames();
         let found = if forward {
-            (self.index + 1..frames.len()).find(|&i| frames[i].marks != 0)
+            (self.index + 1..frames.len()).find(|&i| frames[i].marks & marks::EVENTS != 0)
         } else {
-            (0..self.index).rev().find(|&i| frames[i].marks != 0)
+            (0..self.index)
+                .rev()
+                .find(|&i| frames[i].marks & marks::EVENTS != 0)
         };
         let Some(target) = found else {
             let note = if forward {
@@ -223,7 +228,7 @@ impl Player {
         };
         self.index = index;
         let event = before
-            .filter(|_| self.recording.frames()[index].marks != 0)
+            .filter(|_| self.recording.frames()[index].marks & marks::EVENTS != 0)
             .map(|before| marks::describe(&before, &snapshot))
             .filter(|sentences| !sentences.is_empty())
             .map(|sentences| format!("{}  {}", clock(snapshot.unix_seconds), sentences.join("; ")));
@@ -257,8 +262,35 @@ impl Player {
         } else {
             None
         };
-        let snapshot = self.recording.snapshot(&mut self.cursor, index)?;
+        let mut snapshot = self.recording.snapshot(&mut self.cursor, index)?;
+        self.fill_table(index, &mut snapshot);
         Ok((snapshot, history, before))
+    }
+
+    /// Gives a frame without the host process table the last one recorded before it, so the
+    /// tree view shows the parents and workers as last seen.
+    fn fill_table(&mut self, index: usize, snapshot: &mut Snapshot) {
+        if !snapshot.host_processes.is_empty() {
+            self.table = Some((index, Arc::new(snapshot.host_processes.clone())));
+            return;
+        }
+        let frames = self.recording.frames();
+        let Some(at) = (0..index)
+            .rev()
+            .find(|&i| frames[i].marks & marks::HOST_TABLE != 0)
+        else {
+            return;
+        };
+        if self.table.as_ref().is_none_or(|(i, _)| *i != at) {
+            let mut cursor = Cursor::default();
+            let Ok(found) = self.recording.snapshot(&mut cursor, at) else {
+                return;
+            };
+            self.table = Some((at, Arc::new(found.host_processes)));
+        }
+        if let Some((_, table)) = &self.table {
+            snapshot.host_processes = table.as_ref().clone();
+        }
     }
 
     /// Tells the UI where the player stands, without a new frame.

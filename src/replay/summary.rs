@@ -73,7 +73,7 @@ struct Tally {
     skipped: Vec<String>,
     gpus: BTreeMap<u32, GpuPeaks>,
     processes: BTreeMap<u32, ProcessSeen>,
-    warnings: BTreeMap<(String, String), WarningSeen>,
+    warnings: BTreeMap<(String, String, Severity), WarningSeen>,
     events: Vec<String>,
 }
 
@@ -138,7 +138,11 @@ impl Tally {
             }
         }
         for warning in &now.warnings {
-            let key = (warning.id.clone(), subject(&warning.subject));
+            let key = (
+                warning.id.clone(),
+                subject(&warning.subject),
+                warning.severity,
+            );
             let seen = self.warnings.entry(key).or_insert_with(|| WarningSeen {
                 severity: warning.severity,
                 first: t,
@@ -146,7 +150,6 @@ impl Tally {
                 frames: 0,
                 message: escape(&warning.message).into_owned(),
             });
-            seen.severity = seen.severity.max(warning.severity);
             seen.last = t;
             seen.frames += 1;
         }
@@ -266,7 +269,8 @@ fn render_peaks(out: &mut String, tally: &Tally) {
 }
 
 fn render_warnings(out: &mut String, tally: &Tally) {
-    let mut rows: Vec<(&(String, String), &WarningSeen)> = tally.warnings.iter().collect();
+    let mut rows: Vec<(&(String, String, Severity), &WarningSeen)> =
+        tally.warnings.iter().collect();
     rows.sort_by(|a, b| {
         b.1.severity
             .cmp(&a.1.severity)
@@ -274,7 +278,7 @@ fn render_warnings(out: &mut String, tally: &Tally) {
     });
     let lines: Vec<String> = rows
         .into_iter()
-        .map(|((id, subject), w)| {
+        .map(|((id, subject, _), w)| {
             format!(
                 "  {:<8} {id} ({subject}): first {}, last {} ({} frames): {}",
                 format!("{:?}", w.severity).to_lowercase(),
