@@ -2,7 +2,8 @@
 //! shows again in the same TUI, exports as `--json` lines or sums up.
 //!
 //! - [`tokens`]: a snapshot as JSON-shaped tokens, split into a head and groups of entities.
-//! - [`codec`]: varints, tokens and short forms of changed numbers, as bytes.
+//! - [`codec`]: varints, tokens and short forms of changed numbers, as bytes; `de` reads
+//!   snapshots back from tokens.
 //! - [`delta`]: frames written as changes since the previous frame, or whole (key frames).
 //! - [`format`]: the file header, block header and trailer, frame records.
 //! - [`marks`]: what happened at a frame (new warning, OOM, GPU state, processes).
@@ -13,6 +14,7 @@
 //! The layout is documented for other tools in `assets/recording-format.md`.
 
 pub(crate) mod codec;
+mod de;
 pub(crate) mod delta;
 pub mod format;
 pub mod headless;

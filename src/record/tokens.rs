@@ -729,9 +729,12 @@ fn bad_key<T>() -> Result<T, Error> {
 }
 
 /// The deepest nesting a token stream from a file may have.
+#[cfg(test)]
 const MAX_DEPTH: usize = 64;
 
-/// Rebuilds the JSON value of a snapshot from its head and the entities of its groups.
+/// Rebuilds the JSON value of a snapshot from its head and the entities of its groups (the
+/// reference that [`super::de`] is tested against).
+#[cfg(test)]
 pub(crate) fn to_value<E: AsRef<[Tok]>>(
     head: &[Tok],
     groups: &[&[E]],
@@ -748,12 +751,14 @@ pub(crate) fn to_value<E: AsRef<[Tok]>>(
     Ok(value)
 }
 
+#[cfg(test)]
 struct Reader<'t, E> {
     tokens: &'t [Tok],
     at: usize,
     groups: Option<&'t [&'t [E]]>,
 }
 
+#[cfg(test)]
 impl<E: AsRef<[Tok]>> Reader<'_, E> {
     fn next(&mut self) -> Result<&Tok, Error> {
         let tok = self

@@ -61,6 +61,9 @@ struct Player {
     cursor: Cursor,
     /// The last host process table read (frame index, table), for frames that have none.
     table: Option<(usize, Arc<Vec<HostProcess>>)>,
+    /// The frame shown last, and the history the UI has up to and with it.
+    last: Option<(usize, Arc<Snapshot>)>,
+    history: History,
     index: usize,
     paused: bool,
     speed: usize,
@@ -86,11 +89,14 @@ pub fn spawn(
         .iter()
         .position(|&s| s >= speed)
         .unwrap_or(SPEEDS.len() - 1);
+    let history = History::for_interval(recording.meta.interval_seconds);
     let player = Player {
         index: start.min(recording.frames().len().saturating_sub(1)),
+        history,
         recording,
         cursor: Cursor::default(),
         table: None,
+        last: None,
         paused: false,
         speed,
         events: Arc::new(events),
@@ -233,8 +239,10 @@ impl Player {
             .filter(|sentences| !sentences.is_empty())
             .map(|sentences| format!("{}  {}", clock(snapshot.unix_seconds), sentences.join("; ")));
         let note = problem.or(event).or(note);
+        let snapshot = Arc::new(snapshot);
+        self.last = Some((index, snapshot.clone()));
         let update = Update {
-            snapshot: Some(Arc::new(snapshot)),
+            snapshot: Some(snapshot),
             history,
             position: self.position(),
             note,
@@ -242,29 +250,36 @@ impl Player {
         self.updates.send(update).is_ok()
     }
 
-    /// The snapshot at `index`, the history before it (when rebuilt), and the frame before it.
+    /// The snapshot at `index`, the history before it (when the UI's must be replaced), and
+    /// the frame before it when known. The player keeps a copy of the UI's history: one frame
+    /// on is one more sample; a jump forward within the history's span adds the frames in
+    /// between; anything else builds it again from the frames before `index`.
     fn decode(
         &mut self,
         index: usize,
         rebuild: bool,
     ) -> Result<(Snapshot, Option<History>, Option<Snapshot>), crate::record::RecordError> {
-        let mut before = None;
-        let history = if rebuild {
-            let mut history = History::for_interval(self.recording.meta.interval_seconds);
-            let from = index.saturating_sub(history.capacity().saturating_sub(1));
-            for i in from..index {
-                if let Ok(snapshot) = self.recording.snapshot(&mut self.cursor, i) {
-                    history.record(&snapshot);
-                    before = Some(snapshot);
-                }
+        let capacity = self.history.capacity();
+        let last = self.last.as_ref().map(|(i, s)| (*i, s.clone()));
+        let (from, mut before) = match last {
+            Some((at, shown)) if at + 1 == index => (index, Some(shown.as_ref().clone())),
+            Some((at, _)) if at < index && index - at < capacity => (at + 1, None),
+            _ => {
+                self.history = History::for_interval(self.recording.meta.interval_seconds);
+                (index.saturating_sub(capacity.saturating_sub(1)), None)
             }
-            Some(history)
-        } else {
-            None
         };
+        for i in from..index {
+            if let Ok(snapshot) = self.recording.snapshot(&mut self.cursor, i) {
+                self.history.record(&snapshot);
+                before = Some(snapshot);
+            }
+        }
+        let sent = (rebuild || from != index).then(|| self.history.clone());
         let mut snapshot = self.recording.snapshot(&mut self.cursor, index)?;
         self.fill_table(index, &mut snapshot);
-        Ok((snapshot, history, before))
+        self.history.record(&snapshot);
+        Ok((snapshot, sent, before))
     }
 
     /// Gives a frame without the host process table the last one recorded before it, so the
@@ -316,5 +331,84 @@ impl Player {
             speed: SPEEDS[self.speed],
             events: self.events.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GpuSample;
+    use crate::record::writer::FileWriter;
+    use crate::record::RecordOptions;
+
+    /// A recording whose GPU 0 utilization at frame t is t.
+    fn recording(dir: &std::path::Path, frames: u32) -> Recording {
+        let path = dir.join("h.ttrec");
+        let mut writer = FileWriter::create(RecordOptions {
+            path: path.clone(),
+            max_size: None,
+            interval_seconds: 1.0,
+        })
+        .unwrap();
+        for t in 0..frames {
+            let at = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + u64::from(t));
+            let mut s = Snapshot::at(at);
+            s.gpus.push(GpuSample {
+                index: 0,
+                utilization_percent: Some(t),
+                ..Default::default()
+            });
+            writer.write(&Arc::new(s)).unwrap();
+        }
+        writer.finish().unwrap();
+        Recording::open(&path).unwrap()
+    }
+
+    fn utilization(history: &History) -> Vec<u32> {
+        history.gpus[&0]
+            .utilization_percent
+            .iter()
+            .map(|v| v.unwrap() as u32)
+            .collect()
+    }
+
+    #[test]
+    fn the_history_is_that_of_the_moment_shown_after_every_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let commands = spawn(recording(dir.path(), 400), 350, 1.0, tx).unwrap();
+        let mut next = || updates.blocking_recv().expect("an update");
+        let first = next();
+        // The history holds the 300 frames before the one shown (which the UI adds itself).
+        assert_eq!(
+            utilization(first.history.as_ref().unwrap()),
+            (50..350).collect::<Vec<_>>()
+        );
+        // Playing may have moved on a frame or two before the step arrives.
+        commands.send(Command::Step(-100)).unwrap();
+        let back = loop {
+            let update = next();
+            if update.position.paused {
+                break update;
+            }
+        };
+        let at = back.position.index;
+        assert!((250..260).contains(&at), "{at}");
+        assert_eq!(
+            utilization(back.history.as_ref().unwrap()),
+            (0..at as u32).collect::<Vec<_>>()
+        );
+        let target = at + 12;
+        commands
+            .send(Command::Seek(1_800_000_000.0 + target as f64))
+            .unwrap();
+        let ahead = next();
+        assert_eq!(ahead.position.index, target);
+        let expected: Vec<u32> = (0..target as u32).collect();
+        assert_eq!(utilization(ahead.history.as_ref().unwrap()), expected);
+        commands.send(Command::Step(1)).unwrap();
+        let one_on = next();
+        assert_eq!(one_on.position.index, target + 1);
+        assert!(one_on.history.is_none(), "one frame on: the UI adds it");
     }
 }

@@ -113,7 +113,7 @@ mod tests {
         let spans = track(&position, 11, Theme::new(false));
         let text: String = spans.iter().map(|s| s.content.as_ref()).collect();
         assert_eq!(text, "!====@----!");
-        let line = bar(&position, 120, Theme::new(false));
+        let line = bar(&position, 160, Theme::new(false));
         let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
         assert!(text.starts_with(" || 8x 00:17:30 !"), "{text}");
         assert!(text.contains(" 51/101 "), "{text}");
