@@ -95,6 +95,7 @@ fn run_command(command: &Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Snapshot(args) => torchtop::memsnap::cli::run(args),
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
                 println!("{message}");
