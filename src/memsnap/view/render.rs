@@ -50,7 +50,12 @@ fn row(area: Rect, y: u16) -> Rect {
 }
 
 fn title_line(viewer: &Viewer, theme: Theme, width: u16) -> Line<'static> {
-    let mut spans = vec![Span::styled(" torchtop snapshot ", theme.brand())];
+    let brand = if width >= 100 {
+        " torchtop snapshot "
+    } else {
+        " torchtop "
+    };
+    let mut spans = vec![Span::styled(brand, theme.brand())];
     for (i, tab) in Tab::ALL.iter().enumerate() {
         let text = format!(" {} {} ", i + 1, tab.title());
         let style = if *tab == viewer.tab {
@@ -83,13 +88,13 @@ fn key_line(viewer: &Viewer, theme: Theme) -> Line<'static> {
     }
     let keys = match viewer.tab {
         Tab::Summary => "j/k scroll",
-        Tab::Holders => "j/k move  Enter open/close  ←/→  c C++ frames  / filter",
+        Tab::Holders => "j/k move  Enter open  c C++  / filter",
         Tab::Segments => "j/k segment  ←/→ block",
-        Tab::Timeline => "←/→ move  , . one event  p peak  o OOM  s snapshot",
+        Tab::Timeline => "←/→ , . move  p peak  o OOM  s snap",
     };
     Line::from(vec![
         Span::styled(format!(" {keys}"), theme.plain()),
-        Span::styled("  d device  Tab/1-4 view  ? help  q quit", theme.dim()),
+        Span::styled("  d device  Tab view  ? help  q quit", theme.dim()),
     ])
 }
 
@@ -106,7 +111,7 @@ const HELP: [(&str, &[(&str, &str)]); 5] = [
         ],
     ),
     (
-        "2 Who holds it",
+        "2 Holders (who holds the memory)",
         &[
             ("j k Up Down", "select a row (PgUp PgDn Home End)"),
             ("Enter Space", "open or close the selected frame"),

@@ -24,7 +24,7 @@ impl Tab {
     pub(crate) fn title(self) -> &'static str {
         match self {
             Tab::Summary => "Summary",
-            Tab::Holders => "Who holds it",
+            Tab::Holders => "Holders",
             Tab::Segments => "Segments",
             Tab::Timeline => "Timeline",
         }

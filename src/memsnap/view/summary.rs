@@ -9,7 +9,7 @@ use super::state::Viewer;
 use crate::memsnap::analysis::DeviceSummary;
 use crate::memsnap::output::{oom_text, short_stack};
 use crate::memsnap::text::escape;
-use crate::ui::format::{bytes, pack, percent_f, NA};
+use crate::ui::format::{bytes, pack, percent_f, truncate, NA};
 use crate::ui::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Theme) {
@@ -153,24 +153,29 @@ fn device_lines(
     }
     lines.extend(pack(pieces, width, 2));
     if let Some(oom) = &d.oom {
-        lines.push(Line::styled(
-            format!("  {}", oom_text(oom, d.trace_entries)),
-            theme.critical(),
-        ));
-        let short = d
-            .oom
-            .as_ref()
-            .map(|o| short_stack(&viewer.loaded.snapshot.frames, o.stack))
-            .unwrap_or_default();
-        lines.push(Line::styled(format!("    at {short}"), theme.warn()));
-        let short_by = oom.requested.saturating_sub(oom.device_free);
-        lines.push(Line::styled(
-            format!(
-                "    {} short; {} of it cached in this process (reserved, not allocated)",
-                bytes(short_by),
-                bytes(d.reserved.saturating_sub(d.allocated))
+        let at = short_stack(&viewer.loaded.snapshot.frames, oom.stack);
+        let missing = oom.requested.saturating_sub(oom.device_free);
+        let cached = d.reserved.saturating_sub(d.allocated);
+        let texts = [
+            (
+                format!("  {}", oom_text(oom, d.trace_entries)),
+                theme.critical(),
             ),
-            theme.dim(),
-        ));
+            (format!("    at {at}"), theme.warn()),
+            (
+                format!(
+                    "    {} more than was free; at the snapshot this process held {} cached \
+                     (reserved, not allocated)",
+                    bytes(missing),
+                    bytes(cached)
+                ),
+                theme.dim(),
+            ),
+        ];
+        lines.extend(
+            texts
+                .into_iter()
+                .map(|(text, style)| Line::styled(truncate(&text, width), style)),
+        );
     }
 }
