@@ -117,3 +117,6 @@ impl LoadedSnapshot {
         text::escape(&name).into_owned()
     }
 }
+
+#[cfg(test)]
+mod tests;

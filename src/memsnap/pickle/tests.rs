@@ -241,3 +241,21 @@ fn text_that_is_not_utf8_is_kept_readable() {
     let p = read(b"\x80\x04\x8c\x03a\xed\xb2.").unwrap();
     assert_eq!(p.get(p.root()), Data::Str("a\u{fffd}\u{fffd}"));
 }
+
+#[test]
+fn equal_lists_share_their_items_until_one_of_them_changes() {
+    // a = [1, 2, 3, 4]; b = [1, 2, 3, 4]; then b gets a 5th item and a a 6th, each on its own.
+    let list = b"](K\x01K\x02K\x03K\x04e".as_slice();
+    let body = [list, b"\x94", list, b"\x94K\x05ah\x00K\x06a0\x86"].concat();
+    let p = read(&pickle(&body)).unwrap();
+    let Data::Tuple([a, b]) = p.get(p.root()) else { panic!() };
+    let ints = |v: Value| match p.get(v) {
+        Data::List(items) => items.iter().map(|&i| p.get(i)).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ints(*a), [1, 2, 3, 4, 6].map(Data::Int));
+    assert_eq!(ints(*b), [1, 2, 3, 4, 5].map(Data::Int));
+    // Before b changed, the two lists held one copy of their items.
+    let p = read(&pickle(&[list, list, b"\x86"].concat())).unwrap();
+    assert_eq!(p.items.len(), 4 + 2);
+}
