@@ -248,7 +248,9 @@ fn equal_lists_share_their_items_until_one_of_them_changes() {
     let list = b"](K\x01K\x02K\x03K\x04e".as_slice();
     let body = [list, b"\x94", list, b"\x94K\x05ah\x00K\x06a0\x86"].concat();
     let p = read(&pickle(&body)).unwrap();
-    let Data::Tuple([a, b]) = p.get(p.root()) else { panic!() };
+    let Data::Tuple([a, b]) = p.get(p.root()) else {
+        panic!()
+    };
     let ints = |v: Value| match p.get(v) {
         Data::List(items) => items.iter().map(|&i| p.get(i)).collect::<Vec<_>>(),
         other => panic!("{other:?}"),
