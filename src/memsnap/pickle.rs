@@ -12,8 +12,7 @@
 //! - what the reader holds (values, memo, strings) is capped at a multiple of the bytes read.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead};
 use std::rc::Rc;
 
 /// Torch snapshots nest 7 levels (snapshot, segments, segment, blocks, block, frames, frame).
@@ -24,11 +23,6 @@ const BUDGET_PER_INPUT_BYTE: u64 = 8;
 const BUDGET_FLOOR: u64 = 16 << 20;
 /// How many opcodes run between two checks of the budget.
 const BUDGET_CHECK_EVERY: u32 = 4096;
-/// A declared length this far past the end of the file reads as a cut file; further, as a
-/// corrupt or crafted one.
-const PLAUSIBLY_CUT: u64 = 16 << 20;
-/// GLOBAL's module and name lines; real ones are a few dozen bytes.
-const MAX_LINE: usize = 4096;
 
 /// Why a pickle could not be read: each message completes a sentence about the file.
 #[derive(Debug, thiserror::Error)]
@@ -286,84 +280,6 @@ impl Pickle {
     }
 }
 
-/// The byte source: buffered, counting its offset, and knowing what remains when it can.
-struct Input<R> {
-    inner: R,
-    offset: u64,
-    len: Option<u64>,
-}
-
-impl<R: BufRead> Input<R> {
-    fn byte(&mut self) -> Result<u8> {
-        let buf = self.inner.fill_buf()?;
-        let Some(&byte) = buf.first() else {
-            return Err(Error::Truncated(self.offset));
-        };
-        self.inner.consume(1);
-        self.offset += 1;
-        Ok(byte)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut out = [0u8; N];
-        let buf = self.inner.fill_buf()?;
-        if buf.len() >= N {
-            out.copy_from_slice(&buf[..N]);
-            self.inner.consume(N);
-        } else {
-            self.inner
-                .read_exact(&mut out)
-                .map_err(|e| match e.kind() {
-                    io::ErrorKind::UnexpectedEof => Error::Truncated(self.offset),
-                    _ => Error::Io(e),
-                })?;
-        }
-        self.offset += N as u64;
-        Ok(out)
-    }
-
-    /// Reads a declared number of bytes into `out`, refusing lengths the input cannot hold.
-    fn bytes(&mut self, declared: u64, out: &mut Vec<u8>) -> Result<()> {
-        if let Some(len) = self.len {
-            let remaining = len.saturating_sub(self.offset);
-            if declared > remaining && declared - remaining <= PLAUSIBLY_CUT {
-                return Err(Error::Truncated(len));
-            }
-            if declared > remaining {
-                return Err(Error::HugeLength {
-                    offset: self.offset,
-                    declared,
-                    remaining,
-                });
-            }
-        }
-        out.clear();
-        // Without a known length, the buffer grows only as bytes actually arrive.
-        let got = (&mut self.inner).take(declared).read_to_end(out)? as u64;
-        self.offset += got;
-        if got < declared {
-            return Err(Error::Truncated(self.offset));
-        }
-        Ok(())
-    }
-
-    fn line(&mut self, out: &mut Vec<u8>) -> Result<()> {
-        out.clear();
-        let got = (&mut self.inner)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', out)?;
-        self.offset += got as u64;
-        match out.pop() {
-            Some(b'\n') => Ok(()),
-            _ if got > MAX_LINE => Err(Error::Malformed {
-                offset: self.offset,
-                what: "a GLOBAL name longer than 4096 bytes",
-            }),
-            _ => Err(Error::Truncated(self.offset)),
-        }
-    }
-}
-
 /// The pickle machine: a stack, a stack of marks and the memo.
 struct Reader<R> {
     input: Input<R>,
@@ -379,52 +295,12 @@ struct Reader<R> {
     at: u64,
 }
 
-/// Lists with the same items share their arena range: torch writes a new frame list for every
-/// trace entry, and most of them list the same frames. A shared range is marked by a `cap`
-/// below `len`, so that a later append copies it first.
-#[derive(Default)]
-struct SharedLists {
-    hasher: RandomState,
-    /// Items' hash to the first range that held them; a collision just shares nothing.
-    seen: HashMap<u64, (u32, u32)>,
-}
-
-/// Shorter lists cost less than their entry in [`SharedLists::seen`].
-const SHARE_MIN_ITEMS: usize = 4;
-
-impl SharedLists {
-    fn worth_it(node: &Node, items: &[Value]) -> bool {
-        items.len() >= SHARE_MIN_ITEMS && matches!(node.kind, Kind::List | Kind::Tuple)
-    }
-
-    /// Points a new list at an earlier range with the same items, if there is one.
-    fn share(&self, node: &mut Node, arena: &[Value], items: &[Value]) -> bool {
-        if !Self::worth_it(node, items) {
-            return false;
-        }
-        let Some(&(start, len)) = self.seen.get(&self.hasher.hash_one(items)) else {
-            return false;
-        };
-        let range = start as usize..start as usize + len as usize;
-        if arena.get(range) != Some(items) {
-            return false;
-        }
-        node.start = start;
-        node.len = len;
-        node.cap = 0;
-        true
-    }
-
-    fn remember(&mut self, node: &Node, items: &[Value]) {
-        if Self::worth_it(node, items) {
-            self.seen
-                .entry(self.hasher.hash_one(items))
-                .or_insert((node.start, items.len() as u32));
-        }
-    }
-}
-
+mod arena;
+mod input;
 mod ops;
+
+use arena::SharedLists;
+use input::Input;
 
 impl<R: BufRead> Reader<R> {
     fn new(inner: R, len: Option<u64>) -> Self {
@@ -530,104 +406,6 @@ impl<R: BufRead> Reader<R> {
             .pop()
             .ok_or_else(|| self.malformed("an opcode needs a MARK that was never set"))
     }
-
-    fn depth(&self, value: Value) -> u8 {
-        value
-            .node()
-            .map_or(0, |i| self.pickle.nodes[i as usize].depth)
-    }
-
-    fn new_node(&mut self, kind: Kind) -> Result<Value> {
-        let index = u32::try_from(self.pickle.nodes.len())
-            .ok()
-            .filter(|&i| u64::from(i) < PAYLOAD)
-            .ok_or(Error::TooBig(self.input.offset))?;
-        self.pickle.nodes.push(Node {
-            start: 0,
-            len: 0,
-            cap: 0,
-            kind,
-            depth: 1,
-        });
-        Ok(Value::new(Tag::Node, u64::from(index)))
-    }
-
-    /// A container made of the values on the stack above the innermost mark.
-    fn node_from_mark(&mut self, kind: Kind) -> Result<Value> {
-        let mark = self.pop_mark()?;
-        self.node_from(kind, mark)
-    }
-
-    /// A container made of the stack's values from `from` on, which leave the stack.
-    fn node_from(&mut self, kind: Kind, from: usize) -> Result<Value> {
-        if from > self.stack.len() {
-            return Err(self.malformed("a tuple takes more values than the stack holds"));
-        }
-        let node = self.new_node(kind)?;
-        self.extend(node, from)?;
-        Ok(node)
-    }
-
-    /// Moves the stack's values from `from` on into the container `target`.
-    fn extend(&mut self, target: Value, from: usize) -> Result<()> {
-        let index = target.node().expect("extend is given a container") as usize;
-        let added = self.stack.len() - from;
-        let deepest = self.stack[from..]
-            .iter()
-            .map(|&v| self.depth(v))
-            .max()
-            .unwrap_or(0);
-        if deepest >= MAX_DEPTH {
-            return Err(Error::TooDeep(self.at));
-        }
-        let arena = &mut self.pickle.items;
-        let node = &mut self.pickle.nodes[index];
-        node.depth = node.depth.max(deepest + 1);
-        let (start, len, cap) = (node.start as usize, node.len as usize, node.cap as usize);
-        let needed = len + added;
-        if needed <= cap {
-            arena[start + len..start + needed].copy_from_slice(&self.stack[from..]);
-        } else if len == 0 && self.lists.share(node, arena, &self.stack[from..]) {
-            // Same items as a list seen before: the arena holds them once.
-        } else if len == 0 || start + cap == arena.len() {
-            // A new container, or the arena's last one: it takes exactly what it needs.
-            let start = if len == 0 { arena.len() } else { start };
-            check_arena(start + needed, self.at)?;
-            arena.truncate(start + len);
-            arena.extend_from_slice(&self.stack[from..]);
-            node.start = start as u32;
-            node.cap = needed as u32;
-            if len == 0 {
-                self.lists.remember(node, &arena[start..]);
-            }
-        } else {
-            // Moved to the end with room to spare, so that a list filled in batches of 1,000
-            // with other containers built in between is copied O(log n) times, not O(n).
-            let new_start = arena.len();
-            let new_cap = 2 * needed;
-            check_arena(new_start + new_cap, self.at)?;
-            arena.extend_from_within(start..start + len);
-            arena.extend_from_slice(&self.stack[from..]);
-            arena.resize(new_start + new_cap, Value::NONE);
-            node.start = new_start as u32;
-            node.cap = new_cap as u32;
-        }
-        node.len = needed as u32;
-        self.stack.truncate(from);
-        Ok(())
-    }
-
-    fn kind_of(&self, value: Value) -> Option<Kind> {
-        value.node().map(|i| self.pickle.nodes[i as usize].kind)
-    }
-}
-
-/// Arena positions are u32: a pickle that needs more is refused.
-fn check_arena(end: usize, at: u64) -> Result<()> {
-    if end > u32::MAX as usize {
-        return Err(Error::TooBig(at));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
