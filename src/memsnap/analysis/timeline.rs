@@ -54,7 +54,7 @@ impl Timeline {
             Action::FreeRequested
         };
         let mut intervals = Vec::new();
-        let mut live: HashMap<u64, usize> = HashMap::new();
+        let mut live: HashMap<u64, usize, ahash::RandomState> = HashMap::default();
         let mut relative = Vec::with_capacity(trace.len());
         let mut running: i128 = 0;
         let mut freed_unseen: u64 = 0;
@@ -144,7 +144,7 @@ fn intervals_end(intervals: &mut [Interval], at: usize, index: u32, running: &mu
 fn alive_from_before(
     snapshot: &Snapshot,
     device: usize,
-    live: &HashMap<u64, usize>,
+    live: &HashMap<u64, usize, ahash::RandomState>,
     intervals: &mut Vec<Interval>,
 ) -> u64 {
     let mut bytes = 0;

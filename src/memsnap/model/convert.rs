@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use ahash::RandomState;
+
 use super::{
     Action, AllocatorSettings, Annotation, Block, BlockState, Frame, FrameId, Frames, Segment,
     SegmentType, Snapshot, StackId, TextId, TraceEntry,
@@ -127,9 +129,9 @@ struct Converter<'p> {
     frames: Frames,
     /// Per pickle node: the FrameId of a frame dict or the StackId of a frame list.
     node_cache: Vec<u32>,
-    text_ids: HashMap<Box<str>, TextId>,
-    frame_ids: HashMap<(TextId, Option<i64>, TextId), FrameId>,
-    stack_ids: HashMap<Box<[FrameId]>, StackId>,
+    text_ids: HashMap<Box<str>, TextId, RandomState>,
+    frame_ids: HashMap<(TextId, Option<i64>, TextId), FrameId, RandomState>,
+    stack_ids: HashMap<Box<[FrameId]>, StackId, RandomState>,
     work_left: u64,
     scratch: Vec<FrameId>,
 }
@@ -141,9 +143,9 @@ impl<'p> Converter<'p> {
             keys: Keys::new(pickle),
             frames: Frames::default(),
             node_cache: vec![NOT_CACHED; pickle.node_count()],
-            text_ids: HashMap::new(),
-            frame_ids: HashMap::new(),
-            stack_ids: HashMap::new(),
+            text_ids: HashMap::default(),
+            frame_ids: HashMap::default(),
+            stack_ids: HashMap::default(),
             work_left: WORK_FLOOR + WORK_PER_BYTE * pickle.input_len(),
             scratch: Vec::new(),
         };

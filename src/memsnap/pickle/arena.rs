@@ -1,8 +1,8 @@
 //! The arena that holds every container's items: containers created, filled (in one go or in
 //! batches), nested no deeper than [`MAX_DEPTH`], and lists with equal items stored once.
 
+use ahash::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::io::BufRead;
 
 use super::{Error, Kind, Node, Reader, Result, Tag, Value, MAX_DEPTH, PAYLOAD};

@@ -63,6 +63,13 @@ impl<R: BufRead> Input<R> {
             }
         }
         out.clear();
+        let buffered = self.inner.fill_buf()?;
+        if let Some(bytes) = buffered.get(..declared.try_into().unwrap_or(usize::MAX)) {
+            out.extend_from_slice(bytes);
+            self.inner.consume(out.len());
+            self.offset += declared;
+            return Ok(());
+        }
         // Without a known length, the buffer grows only as bytes actually arrive.
         let got = (&mut self.inner).take(declared).read_to_end(out)? as u64;
         self.offset += got;
