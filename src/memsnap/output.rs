@@ -90,7 +90,7 @@ pub(crate) fn text(loaded: &LoadedSnapshot, out: &mut impl Write) -> io::Result<
         t.segments,
         t.reserved,
         t.requested,
-        t.free_external + t.free_internal,
+        t.free_external.saturating_add(t.free_internal),
         t.free_internal
     )?;
     let tree = Tree::build(s, &TreeOptions::default());
@@ -190,7 +190,7 @@ pub(crate) fn json(loaded: &LoadedSnapshot) -> Json {
             "reserved_bytes": t.reserved,
             "allocated_bytes": t.allocated,
             "requested_bytes": t.requested,
-            "free_bytes": t.free_external + t.free_internal,
+            "free_bytes": t.free_external.saturating_add(t.free_internal),
             "free_internal_bytes": t.free_internal,
         },
         "devices": devices,

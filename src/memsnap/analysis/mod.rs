@@ -125,7 +125,7 @@ fn summarize(snapshot: &Snapshot, device: Option<i64>) -> DeviceSummary {
     };
     for segment in snapshot.segments.iter().filter(|seg| seg.device == device) {
         s.segments += 1;
-        s.reserved += segment.total_size;
+        s.reserved = s.reserved.saturating_add(segment.total_size);
         match segment.segment_type {
             Some(SegmentType::Large) => s.large_segments += 1,
             Some(SegmentType::Small) => s.small_segments += 1,
@@ -136,15 +136,17 @@ fn summarize(snapshot: &Snapshot, device: Option<i64>) -> DeviceSummary {
         for block in &segment.blocks {
             match block.state {
                 BlockState::ActiveAllocated => {
-                    s.allocated += block.size;
-                    s.requested += block.requested_size.unwrap_or(block.size);
-                    s.active += block.size;
+                    s.allocated = s.allocated.saturating_add(block.size);
+                    s.requested = s
+                        .requested
+                        .saturating_add(block.requested_size.unwrap_or(block.size));
+                    s.active = s.active.saturating_add(block.size);
                     s.allocated_blocks += 1;
                 }
-                BlockState::ActivePendingFree => s.active += block.size,
+                BlockState::ActivePendingFree => s.active = s.active.saturating_add(block.size),
                 BlockState::Inactive => {
                     if split {
-                        s.inactive_split += block.size;
+                        s.inactive_split = s.inactive_split.saturating_add(block.size);
                     }
                     s.largest_free_block = s.largest_free_block.max(Some(block.size));
                 }
@@ -179,15 +181,17 @@ fn totals(snapshot: &Snapshot) -> Totals {
         ..Totals::default()
     };
     for segment in &snapshot.segments {
-        t.reserved += segment.total_size;
+        t.reserved = t.reserved.saturating_add(segment.total_size);
         for block in &segment.blocks {
             if block.state == BlockState::ActiveAllocated {
                 let requested = block.requested_size.unwrap_or(block.size);
-                t.allocated += block.size;
-                t.requested += requested;
-                t.free_internal += block.size.saturating_sub(requested);
+                t.allocated = t.allocated.saturating_add(block.size);
+                t.requested = t.requested.saturating_add(requested);
+                t.free_internal = t
+                    .free_internal
+                    .saturating_add(block.size.saturating_sub(requested));
             } else {
-                t.free_external += block.size;
+                t.free_external = t.free_external.saturating_add(block.size);
             }
         }
     }

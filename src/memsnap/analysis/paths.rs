@@ -70,7 +70,7 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> 
         for block in &segment.blocks {
             if block.state == BlockState::ActiveAllocated {
                 let entry = by_path.entry((segment.device, block.stack)).or_default();
-                entry.0 += block.size;
+                entry.0 = entry.0.saturating_add(block.size);
                 entry.1 += 1;
             }
         }
@@ -88,7 +88,7 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> 
             .join(";");
         // Distinct stacks can read the same once unwinder frames are left out.
         let entry = out.entry(line).or_default();
-        entry.0 += bytes;
+        entry.0 = entry.0.saturating_add(bytes);
         entry.1 += blocks;
     }
     out

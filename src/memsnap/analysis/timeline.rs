@@ -79,7 +79,7 @@ impl Timeline {
                 action if action == free_action => match live.remove(&entry.addr) {
                     Some(at) => intervals_end(&mut intervals, at, index, &mut running),
                     None => {
-                        freed_unseen += entry.size;
+                        freed_unseen = freed_unseen.saturating_add(entry.size);
                         running -= i128::from(entry.size);
                         intervals.push(Interval {
                             start: None,
@@ -96,7 +96,7 @@ impl Timeline {
             relative.push(running);
         }
         let alive_before = alive_from_before(snapshot, device, &live, &mut intervals);
-        let baseline = freed_unseen + alive_before;
+        let baseline = freed_unseen.saturating_add(alive_before);
         let in_use: Vec<u64> = relative
             .iter()
             .map(|&r| u64::try_from(i128::from(baseline) + r).unwrap_or(0))
@@ -147,7 +147,7 @@ fn alive_from_before(
     live: &HashMap<u64, usize, ahash::RandomState>,
     intervals: &mut Vec<Interval>,
 ) -> u64 {
-    let mut bytes = 0;
+    let mut bytes: u64 = 0;
     let on_device = snapshot
         .segments
         .iter()
@@ -157,7 +157,7 @@ fn alive_from_before(
             continue;
         }
         let size = block.requested_size.unwrap_or(block.size);
-        bytes += size;
+        bytes = bytes.saturating_add(size);
         intervals.push(Interval {
             start: None,
             end: None,

@@ -54,7 +54,7 @@ impl Tree {
                     .or_insert_with(|| stack_matches(snapshot, block.stack, &needle));
                 if keep {
                     let entry = held.entry((segment.device, block.stack)).or_default();
-                    entry.0 += block.size;
+                    entry.0 = entry.0.saturating_add(block.size);
                     entry.1 += 1;
                 }
             }
@@ -95,7 +95,7 @@ impl Tree {
         index: &mut HashMap<(usize, Step), usize>,
     ) {
         let mut at = 0;
-        self.nodes[0].bytes += bytes;
+        self.nodes[0].bytes = self.nodes[0].bytes.saturating_add(bytes);
         self.nodes[0].blocks += blocks;
         for &step in steps {
             let next = match index.get(&(at, step)) {
@@ -116,7 +116,7 @@ impl Tree {
                     next
                 }
             };
-            self.nodes[next].bytes += bytes;
+            self.nodes[next].bytes = self.nodes[next].bytes.saturating_add(bytes);
             self.nodes[next].blocks += blocks;
             at = next;
         }

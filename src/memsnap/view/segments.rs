@@ -16,7 +16,9 @@ const DETAIL_LINES: usize = 7;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Theme) {
     let segments = viewer.segments();
-    let reserved: u64 = segments.iter().map(|s| s.total_size).sum();
+    let reserved = segments
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.total_size));
     let mut lines = vec![section(
         format!(
             " Segments  {} segment(s), {} reserved",
@@ -103,7 +105,11 @@ fn segment_line(
     }
     if let (Some(index), false) = (selected, selected_drawn) {
         // A block smaller than a cell still shows where it is.
-        let offset: u64 = segment.blocks.iter().take(index).map(|b| b.size).sum();
+        let offset = segment
+            .blocks
+            .iter()
+            .take(index)
+            .fold(0u64, |sum, b| sum.saturating_add(b.size));
         let cell = ((offset as u128 * cells as u128) / total) as usize;
         if let Some(span) = spans.get_mut(1 + cell.min(cells - 1)) {
             span.style = theme.selected();
@@ -120,7 +126,7 @@ fn cell_owners(segment: &Segment, cells: usize) -> Vec<Option<usize>> {
         .iter()
         .scan(0u64, |offset, b| {
             let start = *offset;
-            *offset += b.size;
+            *offset = (*offset).saturating_add(b.size);
             Some(start)
         })
         .collect();
@@ -129,13 +135,15 @@ fn cell_owners(segment: &Segment, cells: usize) -> Vec<Option<usize>> {
         .map(|cell| {
             let lo = (cell as u128 * total / cells as u128) as u64;
             let hi = (((cell as u128 + 1) * total / cells as u128) as u64).max(lo + 1);
-            while first < starts.len() && starts[first] + segment.blocks[first].size <= lo {
+            while first < starts.len()
+                && starts[first].saturating_add(segment.blocks[first].size) <= lo
+            {
                 first += 1;
             }
             (first..starts.len())
                 .take_while(|&i| starts[i] < hi)
                 .max_by_key(|&i| {
-                    let end = starts[i] + segment.blocks[i].size;
+                    let end = starts[i].saturating_add(segment.blocks[i].size);
                     (
                         end.min(hi).saturating_sub(starts[i].max(lo)),
                         std::cmp::Reverse(i),

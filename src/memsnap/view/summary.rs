@@ -73,7 +73,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Them
             vec![styled(
                 format!(
                     "total_free {} ({} internal)",
-                    bytes(t.free_external + t.free_internal),
+                    bytes(t.free_external.saturating_add(t.free_internal)),
                     bytes(t.free_internal)
                 ),
                 theme.plain(),

@@ -159,7 +159,10 @@ fn cursor_lines(
     };
     let first_time = trace.first().and_then(|e| e.time_us);
     let when = match (entry.time_us, first_time) {
-        (Some(now), Some(start)) => format!("+{:.3} ms", (now - start) as f64 / 1000.0),
+        (Some(now), Some(start)) => format!(
+            "+{:.3} ms",
+            (i128::from(now) - i128::from(start)) as f64 / 1000.0
+        ),
         _ => NA.to_string(),
     };
     let what = match entry.action {

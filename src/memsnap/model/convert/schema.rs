@@ -240,12 +240,6 @@ impl Converter<'_> {
         let Some(value) = value else {
             return Ok(StackId::EMPTY);
         };
-        if let Some(node) = value.node() {
-            let cached = self.node_cache[node as usize];
-            if cached != NOT_CACHED {
-                return Ok(StackId(cached));
-            }
-        }
         let items = match self.pickle.get(value) {
             Data::None => return Ok(StackId::EMPTY),
             Data::List(items) | Data::Tuple(items) => items,
@@ -256,6 +250,13 @@ impl Converter<'_> {
             ))
             }
         };
+        // Lists only: a dict node's cache entry is a frame id.
+        if let Some(node) = value.node() {
+            let cached = self.node_cache[node as usize];
+            if cached != NOT_CACHED {
+                return Ok(StackId(cached));
+            }
+        }
         self.spend(items.len())?;
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
@@ -285,6 +286,8 @@ impl Converter<'_> {
     }
 
     fn frame(&mut self, value: Value) -> Result<FrameId, String> {
+        let d = self.dict(value, &|| "a frame".to_string())?;
+        // Dicts only: a list node's cache entry is a stack id.
         let node = value.node();
         if let Some(node) = node {
             let cached = self.node_cache[node as usize];
@@ -292,7 +295,6 @@ impl Converter<'_> {
                 return Ok(cached);
             }
         }
-        let d = self.dict(value, &|| "a frame".to_string())?;
         let k = &self.keys;
         let (k_file, k_name, k_line) = (k.filename, k.name, k.line);
         let filename = self.str(d.get(k_file)).unwrap_or("");
