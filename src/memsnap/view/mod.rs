@@ -59,6 +59,7 @@ fn with_terminal(body: impl FnOnce(&mut Tui) -> io::Result<()>) -> io::Result<()
 fn run(mut viewer: Viewer, terminal: &mut Tui, stop: &AtomicBool) -> io::Result<()> {
     loop {
         let size = terminal.size()?;
+        viewer.screen = (size.width, size.height);
         viewer.page_rows = usize::from(size.height.saturating_sub(6)).max(1);
         viewer.chart_columns = usize::from(size.width)
             .saturating_sub(timeline::GUTTER)

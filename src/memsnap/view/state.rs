@@ -61,7 +61,8 @@ pub(crate) struct Viewer {
     /// The timeline's event.
     pub(crate) cursor: usize,
     pub(crate) summary_scroll: usize,
-    /// Rows of a page and columns of the chart, as last drawn.
+    /// The screen as last drawn: its size, rows of a page and columns of the chart.
+    pub(crate) screen: (u16, u16),
     pub(crate) page_rows: usize,
     pub(crate) chart_columns: usize,
 }
@@ -84,6 +85,7 @@ impl Viewer {
             block: 0,
             cursor: 0,
             summary_scroll: 0,
+            screen: (80, 24),
             page_rows: 20,
             chart_columns: 60,
         };
@@ -215,7 +217,11 @@ impl Viewer {
     }
 
     fn summary_key(&mut self, code: KeyCode) {
-        self.summary_scroll = self.moved(code, self.summary_scroll, 200);
+        let (width, height) = self.screen;
+        let theme = crate::ui::theme::Theme::new(false);
+        let lines = super::summary::lines(self, width, theme).len();
+        let last = lines.saturating_sub(usize::from(height.saturating_sub(2)));
+        self.summary_scroll = self.moved(code, self.summary_scroll, last + 1);
     }
 
     fn holders_key(&mut self, code: KeyCode) {

@@ -13,9 +13,18 @@ use crate::ui::format::{bytes, pack, percent_f, truncate, NA};
 use crate::ui::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Theme) {
+    let lines = lines(viewer, area.width, theme);
+    let scroll = viewer
+        .summary_scroll
+        .min(lines.len().saturating_sub(area.height as usize));
+    frame.render_widget(Paragraph::new(lines).scroll((scroll as u16, 0)), area);
+}
+
+/// The summary's lines at a width; the state machine counts them to bound the scrolling.
+pub(crate) fn lines(viewer: &Viewer, area_width: u16, theme: Theme) -> Vec<Line<'static>> {
     let loaded = &viewer.loaded;
     let s = &loaded.snapshot;
-    let width = area.width as usize;
+    let width = area_width as usize;
     let mut lines = vec![section(
         format!(
             " Summary  {} segment(s)  {}",
@@ -26,7 +35,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Them
                 "no stacks: history recording was off"
             }
         ),
-        area.width,
+        area_width,
         theme,
     )];
     let devices = loaded
@@ -88,10 +97,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Them
             theme.dim(),
         ));
     }
-    let scroll = viewer
-        .summary_scroll
-        .min(lines.len().saturating_sub(area.height as usize));
-    frame.render_widget(Paragraph::new(lines).scroll((scroll as u16, 0)), area);
+    lines
 }
 
 fn device_lines(

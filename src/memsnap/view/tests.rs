@@ -253,3 +253,23 @@ fn the_timeline_cursor_moves_and_jumps() {
     press(&mut v, "p");
     assert_eq!(v.cursor, 43);
 }
+
+#[test]
+fn the_summary_scrolls_no_further_than_its_end() {
+    let mut v = viewer();
+    v.screen = (80, 10);
+    let lines = super::summary::lines(&v, 80, crate::ui::theme::Theme::new(false)).len();
+    key(&mut v, KeyCode::End);
+    assert_eq!(
+        v.summary_scroll,
+        lines - 8,
+        "the last line at the bottom of 8 rows"
+    );
+    key(&mut v, KeyCode::Down);
+    assert_eq!(v.summary_scroll, lines - 8);
+    key(&mut v, KeyCode::Up);
+    assert_eq!(v.summary_scroll, lines - 9);
+    v.screen = (200, 60);
+    key(&mut v, KeyCode::Down);
+    assert_eq!(v.summary_scroll, 0, "everything fits: nothing to scroll");
+}
