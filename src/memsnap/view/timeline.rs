@@ -23,8 +23,8 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Them
         let lines = vec![
             section(" Timeline".to_string(), area.width, theme),
             Line::styled(
-                "No trace events: record with torch.cuda.memory._record_memory_history(\"all\") \
-                 (or torchtop run --record-history) before the snapshot.",
+                "No trace events: call torch.cuda.memory._record_memory_history() before the \
+                 snapshot to record them.",
                 theme.dim(),
             ),
         ];
