@@ -70,6 +70,8 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
     },
+    /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): who holds the memory.
+    Snapshot(crate::memsnap::cli::SnapshotArgs),
     /// Start the agent inside a running Python process.
     Attach {
         /// The process id.

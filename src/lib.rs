@@ -11,6 +11,7 @@
 //! - [`event`]: the select loop over input, snapshots and signals.
 //! - [`report`]: `--once` text and JSON.
 //! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
+//! - [`memsnap`]: `torchtop snapshot`, the reader and viewer of PyTorch memory snapshots.
 
 pub mod actions;
 pub mod agent;
@@ -20,6 +21,7 @@ pub mod collect;
 pub mod config;
 pub mod event;
 pub mod launch;
+pub mod memsnap;
 pub mod model;
 pub mod report;
 pub mod rules;

@@ -96,6 +96,7 @@ fn run_command(command: &Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Snapshot(args) => torchtop::memsnap::cli::run(args),
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
                 println!("{}", escape_lines(&message.to_string()));
