@@ -1,45 +1,7 @@
 //! Text from a snapshot file (file names, function names, settings) made safe to print on a
-//! terminal. The rules are those of the monitor's `ui::format::escape` (on the `term` branch):
-//! when both meet, this function should become a call to that one.
+//! terminal, through the monitor's one escaping function.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
-
-/// Control characters (C0, DEL, C1) and the Unicode controls that reorder text are written out
-/// as visible escapes (`\e`, `\n`, `\xNN`, `\u{NNNN}`), so no escape sequence from a crafted
-/// pickle reaches the terminal.
-pub(crate) fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(needs_escape) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\x1b' => out.push_str("\\e"),
-            c if needs_escape(c) && c.is_ascii() => {
-                let _ = write!(out, "\\x{:02x}", u32::from(c));
-            }
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
-        )
-        || ('\u{202a}'..='\u{202e}').contains(&c)
-        || ('\u{2066}'..='\u{2069}').contains(&c)
-}
+pub(crate) use crate::ui::format::escape;
 
 #[cfg(test)]
 mod tests {
