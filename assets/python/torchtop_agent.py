@@ -839,12 +839,14 @@ def _install_sigterm_handler():
     """Over the default disposition only, from the main thread only. Returns the socket the
     agent's thread should watch for signal wakeups, or None."""
     global _wakeup
-    if threading.current_thread() is not threading.main_thread():
-        return None
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return None  # a handler of the program's, or SIG_IGN, or one set from C: theirs
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        ours = signal.getsignal(signal.SIGTERM) is _on_sigterm  # left by a start() before
+        if threading.current_thread() is not threading.main_thread():
+            return _wakeup[0] if ours and _wakeup is not None else None
+        if not ours:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return None  # a handler of the program's, or SIG_IGN, or one set from C: theirs
+            signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError, RuntimeError):
         return None
     if _wakeup is not None:
@@ -931,12 +933,14 @@ def _before_fork():
 
 
 def _after_fork_in_parent():
+    global _fork_caller
     try:
         agent = _agent
         if agent is None or agent.pid != os.getpid():
             return
         if _fork_caller is not None and _pending[0](_pending[1], None) == 0:
             return  # resumed from the pending call, once the fork is over
+        _fork_caller = None
         agent.resume()
     except Exception:
         pass

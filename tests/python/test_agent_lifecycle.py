@@ -151,6 +151,11 @@ class CommandsAfterForkTests(InProcessCase):
             return "; ".join(problems)
 
         self.assertEqual(self.child_report(*self.fork(child)), "ok")
+        forked = {}  # and in a child forked from a thread, which becomes the child's main thread
+        t = threading.Thread(target=lambda: forked.update(pid_r=self.fork(child)))
+        t.start()
+        t.join()
+        self.assertEqual(self.child_report(*forked["pid_r"]), "ok")
 
 
 class SignalSetupTests(InProcessCase):
@@ -238,11 +243,14 @@ class RobustnessTests(InProcessCase):
                 raise RuntimeError("injected")
             agent._stats = boom       # every tick fails from now on
             agent._hello = boom
-            time.sleep(0.3)
-            print(c.command(1, "set_interval", ms=20)["ok"])
+            deadline = time.monotonic() + 10
+            while sum("_tick" in m for m in list(agent.log)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print(c.command(1, "set_interval", ms=20)["ok"], list(agent.log)[-1])
         """ % (os.path.dirname(os.path.abspath(__file__)), self.dir))
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(out.stdout.strip(), "True")
+        self.assertEqual(out.stdout.split()[0], "True", out.stdout)
+        self.assertIn("internal error in _tick: RuntimeError('injected')", out.stdout)
         self.assertEqual(out.stderr, "", "the agent printed from its thread")
 
 
