@@ -11,11 +11,14 @@
 //! - [`event`]: the select loop over input, snapshots and signals.
 //! - [`report`]: `--once` text and JSON.
 //! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
+//! - [`serve`]: `torchtop serve`, a Prometheus exporter with dcgm-exporter's GPU names.
+//! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
 
 pub mod actions;
 pub mod agent;
 pub mod app;
 pub mod cli;
+pub mod cluster;
 pub mod collect;
 pub mod config;
 pub mod event;
@@ -23,5 +26,6 @@ pub mod launch;
 pub mod model;
 pub mod report;
 pub mod rules;
+pub mod serve;
 pub mod terminal;
 pub mod ui;
