@@ -81,24 +81,23 @@ fn status_style(app: &ClusterApp, theme: Theme) -> Style {
 
 fn header(app: &ClusterApp, theme: Theme, width: usize) -> Line<'static> {
     let view = &app.view;
-    let mut spans = vec![
-        Span::styled("torchtop cluster", theme.brand()),
-        Span::raw(format!(
+    let mut spans = vec![Span::styled("torchtop cluster", theme.brand())];
+    // First, so that a narrow terminal still shows it.
+    if app.stale.any() {
+        spans.push(Span::raw("  "));
+        spans.push(Span::styled(" STALE ", theme.critical()));
+    }
+    spans.push(Span::raw(format!(
             "  {}  {} nodes  {} GPUs  {} jobs  {} warnings",
             app.url,
             view.nodes.len(),
             view.gpu_count,
             view.jobs.len(),
             view.warnings.len()
-        )),
-    ];
+    )));
     if let Some(updated) = &app.updated {
         let took = app.took_ms.map(|ms| format!(" ({ms} ms)")).unwrap_or_default();
         spans.push(Span::styled(format!("  updated {updated}{took}"), theme.dim()));
-    }
-    if app.stale.any() {
-        spans.push(Span::raw("  "));
-        spans.push(Span::styled(" STALE ", theme.critical()));
     }
     fit(spans, width)
 }
@@ -168,7 +167,8 @@ fn node_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>
         let expanded = app.expanded.contains(&node.hostname);
         lines.push(node_line(node, selected, expanded, hw, spark_width, theme));
         if expanded {
-            lines.extend(node.gpus.iter().map(|gpu| gpu_line(gpu, theme)));
+            let model_width = if width >= 110 { 22 } else { 12 };
+            lines.extend(node.gpus.iter().map(|gpu| gpu_line(gpu, model_width, theme)));
         }
     }
     lines
@@ -216,7 +216,7 @@ fn node_line(
     ])
 }
 
-fn gpu_line(gpu: &NodeGpu, theme: Theme) -> Line<'static> {
+fn gpu_line(gpu: &NodeGpu, model_width: usize, theme: Theme) -> Line<'static> {
     let total = match (gpu.memory_used_bytes, gpu.memory_free_bytes) {
         (Some(u), Some(f)) => Some(u + f),
         _ => None,
@@ -231,7 +231,7 @@ fn gpu_line(gpu: &NodeGpu, theme: Theme) -> Line<'static> {
         format!(
             "      GPU {:>2} {} util {:>4}  mem {:>13}  {:>4}  {:>5}  {state}",
             gpu.gpu,
-            pad_left_aligned(gpu.model.as_deref().unwrap_or(NA), 22),
+            pad_left_aligned(gpu.model.as_deref().unwrap_or(NA), model_width),
             opt(gpu.utilization_percent, "%"),
             format!("{}/{}", bytes(gpu.memory_used_bytes), bytes(total)),
             opt(gpu.temperature_c, "C"),
