@@ -8,7 +8,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use http_body_util::Full;
@@ -147,14 +147,7 @@ fn metrics(request: &Request<Incoming>, shared: &Shared, started: Instant) -> Re
         .get(ACCEPT)
         .and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    let own = OwnFigures {
-        scrape_seconds: None,
-        sample_age_seconds: Some((now - snapshot.unix_seconds).max(0.0)),
-    };
+    let own = OwnFigures::at_scrape(&snapshot);
     let body = super::encode_with_timing(
         &snapshot,
         shared.hostname.as_deref(),

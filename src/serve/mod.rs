@@ -72,23 +72,26 @@ pub fn exposition_text(snapshot: &Snapshot, hostname: Option<&str>) -> String {
     )
 }
 
-/// Every family of `snapshot`, in `format`; `own.scrape_seconds` is measured from `started`.
+/// What a scrape of `/metrics` answers for `snapshot`: every family, in `format`, with the
+/// exporter's own figures (the snapshot's age is measured now).
 pub fn encode(
     snapshot: &Snapshot,
     hostname: Option<&str>,
     expose_commands: bool,
     format: Format,
 ) -> String {
+    let started = Instant::now();
     encode_with_timing(
         snapshot,
         hostname,
         expose_commands,
         format,
-        OwnFigures::default(),
-        Instant::now(),
+        OwnFigures::at_scrape(snapshot),
+        started,
     )
 }
 
+/// Every family of `snapshot` in `format`; `own.scrape_seconds` is measured from `started`.
 fn encode_with_timing(
     snapshot: &Snapshot,
     hostname: Option<&str>,

@@ -30,6 +30,20 @@ pub(crate) struct OwnFigures {
     pub sample_age_seconds: Option<f64>,
 }
 
+impl OwnFigures {
+    /// The figures of a scrape happening now; the duration is filled in while encoding.
+    pub fn at_scrape(snapshot: &Snapshot) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        OwnFigures {
+            scrape_seconds: None,
+            sample_age_seconds: Some((now - snapshot.unix_seconds).max(0.0)),
+        }
+    }
+}
+
 fn truncated(text: &str) -> String {
     let mut end = text.len().min(MAX_LABEL_BYTES);
     while !text.is_char_boundary(end) {
