@@ -53,7 +53,11 @@ impl RankProcess {
         let socket = agents.join(format!("{}.sock", child.id()));
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "no agent socket {}", socket.display());
+            assert!(
+                Instant::now() < deadline,
+                "no agent socket {}",
+                socket.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         RankProcess { child }
@@ -83,7 +87,9 @@ fn agent_dir(name: &str) -> PathBuf {
 fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
     let agents = agent_dir(hostname);
     let ranks: Vec<RankProcess> = (0..2)
-        .map(|local| RankProcess::start(first_rank + local, local, periods[local as usize], &agents))
+        .map(|local| {
+            RankProcess::start(first_rank + local, local, periods[local as usize], &agents)
+        })
         .collect();
     let mut text = String::new();
     for (gpu, rank) in ranks.iter().enumerate() {
@@ -120,7 +126,10 @@ fn cluster_json(url: &str) -> Option<Value> {
 /// Whether the document shows everything the test waits for: 2 nodes, 4 GPUs, one job whose
 /// 4 ranks all have a step time.
 fn complete(doc: &Value) -> bool {
-    let jobs = doc["jobs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let jobs = doc["jobs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     doc["nodes"].as_array().is_some_and(|n| n.len() == 2)
         && doc["gpu_count"] == 4
         && jobs.len() == 1
@@ -178,11 +187,20 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         .map(|r| r["rank"].as_u64().unwrap())
         .collect();
     assert_eq!(stragglers, [3], "{job:#}");
-    assert!(ranks[3]["headroom_bytes"].as_f64().unwrap() > 0.0, "{job:#}");
+    assert!(
+        ranks[3]["headroom_bytes"].as_f64().unwrap() > 0.0,
+        "{job:#}"
+    );
     assert_eq!(ranks[2]["hostname"], "node-b");
 
     // The TUI, read from the same Prometheus.
-    let args = ["cluster", "--prometheus", prometheus.url.as_str(), "--refresh", "1"];
+    let args = [
+        "cluster",
+        "--prometheus",
+        prometheus.url.as_str(),
+        "--refresh",
+        "1",
+    ];
     let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&[]), 120, 40);
     let shown = session.wait_for(Duration::from_secs(30), |s| {
         s.contains("node-a")
@@ -190,7 +208,11 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
             && s.contains("JOB job 10.0.0.1:29500  4 ranks on 2 nodes")
             && s.contains("STRAGGLER")
     });
-    assert!(shown, "the TUI never showed both nodes and the job:\n{}", session.screen());
+    assert!(
+        shown,
+        "the TUI never showed both nodes and the job:\n{}",
+        session.screen()
+    );
 }
 
 #[test]

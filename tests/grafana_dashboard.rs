@@ -151,7 +151,10 @@ fn every_metric_the_dashboard_queries_is_exported() {
         queried.extend(metric_names(expr));
     }
     let missing: Vec<&String> = queried.difference(&exported).collect();
-    assert!(missing.is_empty(), "the dashboard queries {missing:?}, which torchtop does not export");
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries {missing:?}, which torchtop does not export"
+    );
     for wanted in [
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_FB_USED",
@@ -180,13 +183,25 @@ fn every_dashboard_query_parses_as_promql() {
     expressions(&dashboard(), &mut exprs);
     let dir = tempfile::tempdir().unwrap();
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    for (i, expr) in exprs.iter().filter(|e| !e.starts_with("label_values")).enumerate() {
+    for (i, expr) in exprs
+        .iter()
+        .filter(|e| !e.starts_with("label_values"))
+        .enumerate()
+    {
         let expr = expr.replace("$Hostname", ".*");
-        rules.push_str(&format!("      - record: dashboard:query{i}\n        expr: {}\n", serde_json::to_string(&expr).unwrap()));
+        rules.push_str(&format!(
+            "      - record: dashboard:query{i}\n        expr: {}\n",
+            serde_json::to_string(&expr).unwrap()
+        ));
     }
     let path = dir.path().join("rules.yml");
     std::fs::write(&path, rules).unwrap();
-    let output = Command::new("promtool").arg("check").arg("rules").arg(&path).output().unwrap();
+    let output = Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(
         output.status.success(),
         "{}{}",

@@ -15,7 +15,8 @@ use common::prometheus::{have_or_fail, http_get, Serve};
 
 /// One GPU with every field (energy and remapped rows too) and two ranks of a job.
 fn scenario(pids: &[u32]) -> String {
-    let mut text = common::fake_nvml::fill_pids(&common::fake_nvml::fixture_text("one_gpu.toml"), pids);
+    let mut text =
+        common::fake_nvml::fill_pids(&common::fake_nvml::fixture_text("one_gpu.toml"), pids);
     text = text.replace(
         "ecc_uncorrected = 0\n",
         "ecc_uncorrected = 0\nenergy_mj = 123456789\nremapped_rows = { correctable = 3, uncorrectable = 1 }\n",
@@ -48,7 +49,11 @@ fn once_prometheus(scenario: &ScenarioFile) -> String {
         .stdin(Stdio::null())
         .output()
         .expect("run torchtop");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout).unwrap()
 }
 
@@ -61,14 +66,23 @@ fn promtool_problems(text: &str) -> Vec<String> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let output = child.wait_with_output().unwrap();
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    let problems: Vec<String> = all.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect();
+    let problems: Vec<String> = all
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
     assert!(
         output.status.success() || !problems.is_empty(),
         "promtool failed without saying why: {:?}",
@@ -105,7 +119,10 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
     // The fixture's GPU has no fan figure in DCGM's list, and no agent: no allocator series.
     assert!(!text.contains("torchtop_allocator_"), "{text}");
     // Command lines and environments only with --expose-commands.
-    assert!(!text.contains("sleep 600") && !text.contains("command="), "{text}");
+    assert!(
+        !text.contains("sleep 600") && !text.contains("command="),
+        "{text}"
+    );
     assert!(!text.contains("hunter2"));
 
     if have_or_fail("promtool") {
@@ -113,7 +130,9 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
         // dcgm-exporter's own label `modelName` is camelCase; dashboards need it as it is.
         let others: Vec<&String> = problems
             .iter()
-            .filter(|p| !p.ends_with("label names should be written in 'snake_case' not 'camelCase'"))
+            .filter(|p| {
+                !p.ends_with("label names should be written in 'snake_case' not 'camelCase'")
+            })
             .collect();
         assert!(others.is_empty(), "promtool: {others:#?}\n{text}");
     }
@@ -128,7 +147,11 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
     let mut children = ranks();
     let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
     let scenario = ScenarioFile::new(&scenario(&pids));
-    let plain = Serve::start(&["-d", "0.2"], &["--hostname", "exporter-test"], &scenario.env());
+    let plain = Serve::start(
+        &["-d", "0.2"],
+        &["--hostname", "exporter-test"],
+        &scenario.env(),
+    );
     let body = plain.wait_for_metrics(Duration::from_secs(20), |m| {
         m.contains("torchtop_process_gpu_memory_bytes{")
     });
@@ -139,12 +162,19 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
     let (status, head, open) = http_get(
         plain.addr,
         "/metrics",
-        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")],
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
         Duration::from_secs(10),
     )
     .unwrap();
     assert_eq!(status, 200);
-    assert!(head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
     assert!(open.ends_with("# EOF\n"), "{open}");
     let (status, head, _) = http_get(plain.addr, "/metrics", &[], Duration::from_secs(10)).unwrap();
     assert_eq!(status, 200);
@@ -153,7 +183,9 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
     assert_eq!(status, 404);
 
     let exposed = Serve::start(&["-d", "0.2"], &["--expose-commands"], &scenario.env());
-    let body = exposed.wait_for_metrics(Duration::from_secs(20), |m| m.contains("torchtop_process_info{"));
+    let body = exposed.wait_for_metrics(Duration::from_secs(20), |m| {
+        m.contains("torchtop_process_info{")
+    });
     assert!(body.contains("command=\"sleep 600\""), "{body}");
     assert!(body.contains("master_port=\"29511\""), "{body}");
     for child in &mut children {
@@ -168,11 +200,16 @@ fn a_hung_gpu_leaves_scrapes_answering_and_is_exported_as_stale() {
     let serve = Serve::start(&["-d", "0.2"], &[], &scenario.env());
     let body = serve.wait_for_metrics(Duration::from_secs(30), |m| {
         m.lines().any(|l| {
-            l.starts_with("torchtop_gpu_state{gpu=\"1\"") && l.contains("state=\"stale\"") && l.ends_with(" 1")
+            l.starts_with("torchtop_gpu_state{gpu=\"1\"")
+                && l.contains("state=\"stale\"")
+                && l.ends_with(" 1")
         })
     });
     assert!(body.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\""), "{body}");
-    assert!(!body.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), "a stale GPU's old figures: {body}");
+    assert!(
+        !body.contains("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""),
+        "a stale GPU's old figures: {body}"
+    );
     // Scrape after scrape keeps answering while GPU 1's worker stays blocked in the driver.
     for _ in 0..20 {
         let (status, _, body) = http_get(serve.addr, "/metrics", &[], Duration::from_secs(30))
@@ -189,7 +226,17 @@ fn the_web_config_gives_tls_and_basic_auth() {
     }
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
         .args(["-addext", "subjectAltName=IP:127.0.0.1"])
         .arg("-keyout")
         .arg(dir.path().join("server.key"))
@@ -209,12 +256,25 @@ fn the_web_config_gives_tls_and_basic_auth() {
     )
     .unwrap();
     let scenario = ScenarioFile::from_fixture("hung_gpu.toml", &[]);
-    let serve = Serve::start(&[], &["--web.config.file", web.to_str().unwrap()], &scenario.env());
+    let serve = Serve::start(
+        &[],
+        &["--web.config.file", web.to_str().unwrap()],
+        &scenario.env(),
+    );
     assert!(serve.stderr().contains("https://"), "{}", serve.stderr());
     let url = format!("https://{}/metrics", serve.addr);
     let curl = |args: &[&str]| {
         let output = Command::new("curl")
-            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20", "--cacert"])
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "20",
+                "--cacert",
+            ])
             .arg(dir.path().join("server.crt"))
             .args(args)
             .arg(&url)
@@ -227,7 +287,10 @@ fn the_web_config_gives_tls_and_basic_auth() {
     assert_eq!(curl(&["-u", "nobody:s3cret"]), "401");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while curl(&["-u", "prom:s3cret"]) != "200" {
-        assert!(std::time::Instant::now() < deadline, "the right password never got in");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the right password never got in"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Plain HTTP on the TLS port gets no metrics.

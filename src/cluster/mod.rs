@@ -68,7 +68,9 @@ pub struct ClusterArgs {
 fn parse_positive(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
-        _ => Err(format!("expected a number above 0 (and at most 86400), not {text:?}")),
+        _ => Err(format!(
+            "expected a number above 0 (and at most 86400), not {text:?}"
+        )),
     }
 }
 
@@ -78,6 +80,8 @@ pub struct OnceDocument<'a> {
     pub prometheus: &'a str,
     pub stale: Stale,
     pub problems: &'a [String],
+    /// How long the panels' queries took together, in milliseconds.
+    pub fetch_ms: Option<u128>,
     #[serde(flatten)]
     pub view: &'a ClusterView,
 }
@@ -98,11 +102,15 @@ fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
         Some(path) => crate::config::load(path)?.cluster,
         None => Default::default(),
     };
-    let url = args.prometheus.clone().or(config.prometheus).ok_or_else(|| {
-        "say where Prometheus is: --prometheus http://HOST:9090, TORCHTOP_PROMETHEUS, or \
+    let url = args
+        .prometheus
+        .clone()
+        .or(config.prometheus)
+        .ok_or_else(|| {
+            "say where Prometheus is: --prometheus http://HOST:9090, TORCHTOP_PROMETHEUS, or \
          `prometheus = \"...\"` in the [cluster] table of --config"
-            .to_string()
-    })?;
+                .to_string()
+        })?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
     let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
     let mut app = ClusterApp::new(client.base().to_string(), straggler, !cli.colors_disabled());
@@ -116,9 +124,8 @@ fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
         return Ok(print_once(&app, args.json));
     }
     let refresh = Duration::from_secs_f64(args.refresh);
-    let result = with_terminal(|terminal| {
-        runtime.block_on(event_loop(terminal, &mut app, client, refresh))
-    });
+    let result =
+        with_terminal(|terminal| runtime.block_on(event_loop(terminal, &mut app, client, refresh)));
     runtime.shutdown_timeout(Duration::from_millis(10));
     result
         .and_then(|inner| inner)
@@ -132,6 +139,7 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
             prometheus: &app.url,
             stale: app.stale,
             problems: &app.problems,
+            fetch_ms: app.took_ms,
             view: &app.view,
         };
         match serde_json::to_string_pretty(&document) {
@@ -142,7 +150,10 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
         let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 40))
             .unwrap_or_else(|never| match never {});
         let _ = terminal.draw(|frame| render::draw(frame, app));
-        println!("{}", tests_support::buffer_text(terminal.backend().buffer()));
+        println!(
+            "{}",
+            tests_support::buffer_text(terminal.backend().buffer())
+        );
     }
     for problem in &app.problems {
         eprintln!("torchtop cluster: {}", model::printable(problem));

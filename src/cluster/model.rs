@@ -134,11 +134,22 @@ pub(crate) fn nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Ran
         .map(|(hostname, gpus)| {
             let gpus: Vec<NodeGpu> = gpus.into_values().collect();
             let mut node = summarize(hostname, gpus);
-            node.warnings = warnings.iter().filter(|w| w.hostname == node.hostname).count();
+            node.warnings = warnings
+                .iter()
+                .filter(|w| w.hostname == node.hostname)
+                .count();
             node.utilization_history = history
                 .iter()
-                .find(|r| r.labels.get("Hostname").map(|h| printable(h)) == Some(node.hostname.clone()))
-                .map(|r| r.points.iter().map(|p| p.1).filter(|v| v.is_finite()).collect())
+                .find(|r| {
+                    r.labels.get("Hostname").map(|h| printable(h)) == Some(node.hostname.clone())
+                })
+                .map(|r| {
+                    r.points
+                        .iter()
+                        .map(|p| p.1)
+                        .filter(|v| v.is_finite())
+                        .collect()
+                })
                 .unwrap_or_default();
             node
         })
@@ -184,8 +195,12 @@ pub(crate) fn warnings(samples: &[Sample]) -> Vec<ClusterWarning> {
         _ => 2,
     };
     out.sort_by(|a, b| {
-        (weight(&a.severity), &a.hostname, &a.id, &a.subject)
-            .cmp(&(weight(&b.severity), &b.hostname, &b.id, &b.subject))
+        (weight(&a.severity), &a.hostname, &a.id, &a.subject).cmp(&(
+            weight(&b.severity),
+            &b.hostname,
+            &b.id,
+            &b.subject,
+        ))
     });
     out.dedup();
     out
@@ -264,7 +279,11 @@ fn median(values: &mut [f64]) -> Option<f64> {
 }
 
 fn mark_stragglers(job: &mut Job, straggler_percent: f64) {
-    let mut times: Vec<f64> = job.ranks.iter().filter_map(|r| r.step_time_seconds).collect();
+    let mut times: Vec<f64> = job
+        .ranks
+        .iter()
+        .filter_map(|r| r.step_time_seconds)
+        .collect();
     job.median_step_time_seconds = median(&mut times);
     let Some(median) = job.median_step_time_seconds.filter(|m| *m > 0.0) else {
         return;
@@ -296,7 +315,14 @@ mod tests {
         Sample { labels: map, value }
     }
 
-    fn gpu_samples(host: &str, gpu: &str, util: f64, used_mib: f64, free_mib: f64, temp: f64) -> Vec<Sample> {
+    fn gpu_samples(
+        host: &str,
+        gpu: &str,
+        util: f64,
+        used_mib: f64,
+        free_mib: f64,
+        temp: f64,
+    ) -> Vec<Sample> {
         let l = [("Hostname", host), ("gpu", gpu), ("modelName", "H100")];
         vec![
             sample("DCGM_FI_DEV_GPU_UTIL", &l, util),
@@ -331,10 +357,20 @@ mod tests {
     #[test]
     fn the_rank_far_above_the_median_is_the_straggler() {
         let rank = |host: &str, pid: &str, r: &str, gpu: &str, step: f64| {
-            let l = [("Hostname", host), ("pid", pid), ("rank", r), ("gpu", gpu), (JOB_LABEL, "job 10.0.0.1:29500")];
+            let l = [
+                ("Hostname", host),
+                ("pid", pid),
+                ("rank", r),
+                ("gpu", gpu),
+                (JOB_LABEL, "job 10.0.0.1:29500"),
+            ];
             vec![
                 sample("torchtop_process_gpu_memory_bytes", &l, 1e9),
-                sample("torchtop_step_time_seconds", &l[..3].iter().chain(&l[4..]).copied().collect::<Vec<_>>(), step),
+                sample(
+                    "torchtop_step_time_seconds",
+                    &l[..3].iter().chain(&l[4..]).copied().collect::<Vec<_>>(),
+                    step,
+                ),
             ]
         };
         let mut samples = rank("a", "10", "0", "0", 0.40);
@@ -348,11 +384,19 @@ mod tests {
         let job = &jobs[0];
         assert_eq!(job.nodes, 2);
         assert_eq!(job.ranks.len(), 4);
-        let stragglers: Vec<Option<u32>> = job.ranks.iter().filter(|r| r.straggler).map(|r| r.rank).collect();
+        let stragglers: Vec<Option<u32>> = job
+            .ranks
+            .iter()
+            .filter(|r| r.straggler)
+            .map(|r| r.rank)
+            .collect();
         assert_eq!(stragglers, [Some(3)]);
         assert!((job.median_step_time_seconds.unwrap() - 0.405).abs() < 1e-9);
         assert_eq!(job.ranks[3].headroom_bytes, Some(500.0 * MIB));
-        assert_eq!(job.ranks[0].headroom_bytes, None, "node a's GPUs are unknown");
+        assert_eq!(
+            job.ranks[0].headroom_bytes, None,
+            "node a's GPUs are unknown"
+        );
     }
 
     #[test]

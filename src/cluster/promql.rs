@@ -169,7 +169,9 @@ impl Client {
             .await
             .map_err(|e| self.describe(&e))?;
         let status = response.status();
-        let body = read_bounded(response).await.map_err(|e| self.describe(&e))?;
+        let body = read_bounded(response)
+            .await
+            .map_err(|e| self.describe(&e))?;
         let answer: Answer = serde_json::from_slice(&body).map_err(|_| {
             format!(
                 "{} answered HTTP {status} with something other than Prometheus' JSON; is it \

@@ -38,7 +38,10 @@ fn screen_lines(app: &ClusterApp, area: Rect) -> Vec<Line<'static>> {
     while lines.len() + 1 < height {
         lines.push(Line::raw(""));
     }
-    lines.push(Line::styled(pad_left_aligned(&app.status(), width), status_style(app, theme)));
+    lines.push(Line::styled(
+        pad_left_aligned(&app.status(), width),
+        status_style(app, theme),
+    ));
     lines.truncate(height);
     lines
 }
@@ -88,16 +91,22 @@ fn header(app: &ClusterApp, theme: Theme, width: usize) -> Line<'static> {
         spans.push(Span::styled(" STALE ", theme.critical()));
     }
     spans.push(Span::raw(format!(
-            "  {}  {} nodes  {} GPUs  {} jobs  {} warnings",
-            app.url,
-            view.nodes.len(),
-            view.gpu_count,
-            view.jobs.len(),
-            view.warnings.len()
+        "  {}  {} nodes  {} GPUs  {} jobs  {} warnings",
+        app.url,
+        view.nodes.len(),
+        view.gpu_count,
+        view.jobs.len(),
+        view.warnings.len()
     )));
     if let Some(updated) = &app.updated {
-        let took = app.took_ms.map(|ms| format!(" ({ms} ms)")).unwrap_or_default();
-        spans.push(Span::styled(format!("  updated {updated}{took}"), theme.dim()));
+        let took = app
+            .took_ms
+            .map(|ms| format!(" ({ms} ms)"))
+            .unwrap_or_default();
+        spans.push(Span::styled(
+            format!("  updated {updated}{took}"),
+            theme.dim(),
+        ));
     }
     fit(spans, width)
 }
@@ -121,7 +130,11 @@ fn fit(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
 }
 
 fn title(text: String, stale: bool, theme: Theme, width: usize) -> Line<'static> {
-    let text = if stale { format!("{text}  [stale]") } else { text };
+    let text = if stale {
+        format!("{text}  [stale]")
+    } else {
+        text
+    };
     Line::styled(pad_left_aligned(&text, width), theme.title())
 }
 
@@ -168,7 +181,11 @@ fn node_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>
         lines.push(node_line(node, selected, expanded, hw, spark_width, theme));
         if expanded {
             let model_width = if width >= 110 { 22 } else { 12 };
-            lines.extend(node.gpus.iter().map(|gpu| gpu_line(gpu, model_width, theme)));
+            lines.extend(
+                node.gpus
+                    .iter()
+                    .map(|gpu| gpu_line(gpu, model_width, theme)),
+            );
         }
     }
     lines
@@ -329,14 +346,29 @@ fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
         job.ranks.len(),
         job.nodes
     );
-    Line::styled(text, if selected { theme.selected() } else { theme.brand() })
+    Line::styled(
+        text,
+        if selected {
+            theme.selected()
+        } else {
+            theme.brand()
+        },
+    )
 }
 
 fn warning_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let mut lines = vec![
-        title("WARNINGS FROM EVERY NODE".into(), app.stale.warnings, theme, width),
+        title(
+            "WARNINGS FROM EVERY NODE".into(),
+            app.stale.warnings,
+            theme,
+            width,
+        ),
         Line::styled(
-            format!("  SEV  {} WARNING          SUBJECT", pad_left_aligned("NODE", host_width(width))),
+            format!(
+                "  SEV  {} WARNING          SUBJECT",
+                pad_left_aligned("NODE", host_width(width))
+            ),
             theme.label(),
         ),
     ];

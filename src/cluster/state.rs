@@ -139,7 +139,9 @@ impl ClusterApp {
         self.selected_node = self
             .selected_node
             .min(self.view.nodes.len().saturating_sub(1));
-        self.selected_job = self.selected_job.min(self.view.jobs.len().saturating_sub(1));
+        self.selected_job = self
+            .selected_job
+            .min(self.view.jobs.len().saturating_sub(1));
     }
 
     pub fn on_key(&mut self, key: KeyEvent) -> Effect {
@@ -171,7 +173,9 @@ impl ClusterApp {
             Focus::Jobs => (&mut self.selected_job, self.view.jobs.len()),
         };
         let last = count.saturating_sub(1) as isize;
-        *selected = (*selected as isize).saturating_add(delta).clamp(0, last.max(0)) as usize;
+        *selected = (*selected as isize)
+            .saturating_add(delta)
+            .clamp(0, last.max(0)) as usize;
         Effect::Redraw
     }
 
@@ -214,7 +218,9 @@ fn keep<T>(
             false
         }
         Err(why) => {
-            problems.push(format!("{panel}: {why}; showing the last data, marked stale"));
+            problems.push(format!(
+                "{panel}: {why}; showing the last data, marked stale"
+            ));
             true
         }
     }
@@ -267,10 +273,18 @@ mod tests {
         );
         assert_eq!(app.view.nodes.len(), 1, "the last data stays");
         assert!(app.stale.nodes);
-        assert!(app.status().contains("cannot reach Prometheus"), "{}", app.status());
+        assert!(
+            app.status().contains("cannot reach Prometheus"),
+            "{}",
+            app.status()
+        );
         assert!(app.status().contains("stale"));
         app.on_fetch(fetched(Ok(vec![])), "12:00:10".into());
-        assert!(app.status().contains("no DCGM_FI_DEV_GPU_UTIL"), "{}", app.status());
+        assert!(
+            app.status().contains("no DCGM_FI_DEV_GPU_UTIL"),
+            "{}",
+            app.status()
+        );
     }
 
     #[test]

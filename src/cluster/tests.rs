@@ -25,7 +25,11 @@ fn gpus(host: &str, count: u32) -> Vec<Sample> {
     let mut out = Vec::new();
     for gpu in 0..count {
         let index = gpu.to_string();
-        let l = [("Hostname", host), ("gpu", index.as_str()), ("modelName", "NVIDIA H100 80GB HBM3")];
+        let l = [
+            ("Hostname", host),
+            ("gpu", index.as_str()),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+        ];
         let g = f64::from(gpu);
         out.push(sample("DCGM_FI_DEV_GPU_UTIL", &l, 60.0 + g * 5.0));
         out.push(sample("DCGM_FI_DEV_FB_USED", &l, 40000.0 + g * 1000.0));
@@ -33,7 +37,14 @@ fn gpus(host: &str, count: u32) -> Vec<Sample> {
         out.push(sample("DCGM_FI_DEV_GPU_TEMP", &l, 55.0 + g));
         out.push(sample("DCGM_FI_DEV_POWER_USAGE", &l, 400.0 + g * 10.0));
         let mut state = l.to_vec();
-        state.push(("state", if host == "node-b" && gpu == 1 { "stale" } else { "ok" }));
+        state.push((
+            "state",
+            if host == "node-b" && gpu == 1 {
+                "stale"
+            } else {
+                "ok"
+            },
+        ));
         out.push(sample("torchtop_gpu_state", &state, 1.0));
     }
     out
@@ -56,7 +67,11 @@ fn ranks() -> Vec<Sample> {
         ];
         let mut with_gpu = l.to_vec();
         with_gpu.push(("gpu", gpu));
-        out.push(sample("torchtop_process_gpu_memory_bytes", &with_gpu, 38.5e9));
+        out.push(sample(
+            "torchtop_process_gpu_memory_bytes",
+            &with_gpu,
+            38.5e9,
+        ));
         out.push(sample("torchtop_step_time_seconds", &l, step));
     }
     out
@@ -66,12 +81,22 @@ fn warnings() -> Vec<Sample> {
     vec![
         sample(
             "torchtop_warning",
-            &[("Hostname", "node-b"), ("id", "throttle"), ("severity", "warn"), ("subject", "gpu 1")],
+            &[
+                ("Hostname", "node-b"),
+                ("id", "throttle"),
+                ("severity", "warn"),
+                ("subject", "gpu 1"),
+            ],
             1.0,
         ),
         sample(
             "torchtop_warning",
-            &[("Hostname", "node-a"), ("id", "oom-risk"), ("severity", "critical"), ("subject", "pid 4101")],
+            &[
+                ("Hostname", "node-a"),
+                ("id", "oom-risk"),
+                ("severity", "critical"),
+                ("subject", "pid 4101"),
+            ],
             1.0,
         ),
     ]
@@ -82,8 +107,12 @@ fn history() -> Vec<Range> {
         .iter()
         .enumerate()
         .map(|(n, host)| Range {
-            labels: [("Hostname".to_string(), host.to_string())].into_iter().collect(),
-            points: (0..30).map(|i| (f64::from(i), f64::from((i * 7 + n as i32 * 30) % 100))).collect(),
+            labels: [("Hostname".to_string(), host.to_string())]
+                .into_iter()
+                .collect(),
+            points: (0..30)
+                .map(|i| (f64::from(i), f64::from((i * 7 + n as i32 * 30) % 100)))
+                .collect(),
         })
         .collect()
 }
@@ -115,7 +144,9 @@ fn screen(app: &ClusterApp, width: u16, height: u16) -> String {
 #[test]
 fn two_nodes_and_a_job_with_its_straggler() {
     let mut app = app();
-    app.on_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Enter));
+    app.on_key(crossterm::event::KeyEvent::from(
+        crossterm::event::KeyCode::Enter,
+    ));
     let small = screen(&app, 80, 24);
     let large = screen(&app, 120, 40);
     for text in [&small, &large] {
@@ -132,7 +163,10 @@ fn a_failed_refresh_keeps_the_data_and_says_why() {
     let mut app = app();
     let mut failed = fetched();
     failed.nodes = Err("cannot reach Prometheus at http://prometheus:9090: Connection refused; check the URL and that it runs".into());
-    failed.jobs = Err("Prometheus at http://prometheus:9090 did not answer within 5 s; it may be overloaded".into());
+    failed.jobs = Err(
+        "Prometheus at http://prometheus:9090 did not answer within 5 s; it may be overloaded"
+            .into(),
+    );
     app.on_fetch(failed, "12:00:06 UTC".into());
     let small = screen(&app, 80, 24);
     let large = screen(&app, 120, 40);

@@ -335,7 +335,12 @@ fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowF
 
 /// The remapped-row counts, or `None` where the GPU or the library has none.
 fn remapped_rows(device: &Device) -> Option<RemappedRows> {
-    let function = device.nvml().lib().nvmlDeviceGetRemappedRows.as_ref().ok()?;
+    let function = device
+        .nvml()
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .ok()?;
     let (mut correctable, mut uncorrectable, mut pending, mut failed) = (0, 0, 0, 0);
     // SAFETY: the symbol was resolved from the loaded library with this signature; the handle
     // comes from the live `Device`, and the four pointers are to locals that outlive the call.
@@ -348,13 +353,11 @@ fn remapped_rows(device: &Device) -> Option<RemappedRows> {
             &mut failed,
         )
     };
-    (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(
-        RemappedRows {
-            correctable: u64::from(correctable),
-            uncorrectable: u64::from(uncorrectable),
-            failed: failed != 0,
-        },
-    )
+    (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(RemappedRows {
+        correctable: u64::from(correctable),
+        uncorrectable: u64::from(uncorrectable),
+        failed: failed != 0,
+    })
 }
 
 fn read_sample(

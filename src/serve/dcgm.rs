@@ -45,12 +45,22 @@ fn mib(bytes: Option<u64>) -> Option<Value> {
 
 /// Name, help, and how to read it from a sample.
 const FIELDS: [(&str, &str, Getter); 18] = [
-    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |g| int(g.sm_clock_mhz)),
-    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", |g| {
-        int(g.memory_clock_mhz)
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        "SM clock frequency (in MHz).",
+        |g| int(g.sm_clock_mhz),
+    ),
+    (
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "Memory clock frequency (in MHz).",
+        |g| int(g.memory_clock_mhz),
+    ),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |g| {
+        int(g.temperature_c)
     }),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |g| int(g.temperature_c)),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |g| g.power_w.map(Value::Float)),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |g| {
+        g.power_w.map(Value::Float)
+    }),
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "Total energy consumption since boot (in mJ).",
@@ -66,18 +76,30 @@ const FIELDS: [(&str, &str, Getter); 18] = [
         "PCIe RX throughput (in KB/s) over NVML's last sampling window.",
         |g| int(g.pcie_rx_kib_s),
     ),
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |g| int(g.utilization_percent)),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", |g| {
-        int(g.memory_utilization_percent)
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |g| {
+        int(g.utilization_percent)
     }),
-    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", |g| int(g.encoder_percent)),
-    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |g| int(g.decoder_percent)),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |g| {
-        mib(g.memory_free_bytes)
+    (
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "Memory utilization (in %).",
+        |g| int(g.memory_utilization_percent),
+    ),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", |g| {
+        int(g.encoder_percent)
     }),
-    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |g| {
-        mib(g.memory_used_bytes)
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |g| {
+        int(g.decoder_percent)
     }),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "Framebuffer memory free (in MiB).",
+        |g| mib(g.memory_free_bytes),
+    ),
+    (
+        "DCGM_FI_DEV_FB_USED",
+        "Framebuffer memory used (in MiB).",
+        |g| mib(g.memory_used_bytes),
+    ),
     (
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "Total number of single-bit volatile ECC errors.",

@@ -95,7 +95,8 @@ struct Families(Vec<Family>);
 impl Collector for Families {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for family in self.0.iter().filter(|f| !f.samples.is_empty()) {
-            let mut metric = encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
+            let mut metric =
+                encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
             for (labels, value) in &family.samples {
                 let mut sample = metric.encode_family(labels)?;
                 match (family.kind, *value) {
@@ -157,11 +158,20 @@ mod tests {
         let mut ooms = Family::counter("torchtop_ooms", "OOMs.");
         ooms.push(vec![("pid", "7".into())], Some(Value::Int(2)));
         let text = encode(vec![used, empty, ooms], Format::Prometheus);
-        assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"0\"} 40960\n"), "{text}");
+        assert!(
+            text.contains("DCGM_FI_DEV_FB_USED{gpu=\"0\"} 40960\n"),
+            "{text}"
+        );
         assert!(!text.contains("gpu=\"1\""), "{text}");
         assert!(!text.contains("GPU_TEMP"), "{text}");
-        assert!(text.contains("# TYPE torchtop_ooms_total counter\n"), "{text}");
-        assert!(text.contains("torchtop_ooms_total{pid=\"7\"} 2\n"), "{text}");
+        assert!(
+            text.contains("# TYPE torchtop_ooms_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("torchtop_ooms_total{pid=\"7\"} 2\n"),
+            "{text}"
+        );
         assert!(!text.contains("# EOF"), "{text}");
         let open = encode(
             vec![{

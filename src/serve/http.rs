@@ -142,10 +142,7 @@ fn metrics(request: &Request<Incoming>, shared: &Shared, started: Instant) -> Re
             "torchtop has not taken its first sample yet; try again in a second.",
         );
     };
-    let accept = request
-        .headers()
-        .get(ACCEPT)
-        .and_then(|v| v.to_str().ok());
+    let accept = request.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
     let own = OwnFigures::at_scrape(&snapshot);
     let body = super::encode_with_timing(
@@ -157,9 +154,10 @@ fn metrics(request: &Request<Incoming>, shared: &Shared, started: Instant) -> Re
         started,
     );
     let mut reply = Response::new(Full::new(Bytes::from(body)));
-    reply
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    reply.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
     reply
 }
 

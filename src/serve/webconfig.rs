@@ -94,7 +94,9 @@ impl BasicAuth {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Reads and checks `path`; every error is a sentence that names the file.
@@ -145,11 +147,13 @@ fn auth_from(users: BTreeMap<String, String>, path: &Path) -> Result<BasicAuth, 
     for (user, hash) in &users {
         match hash.parse::<bcrypt::HashParts>() {
             Ok(parts) => cost = parts.get_cost(),
-            Err(_) => return Err(format!(
-                "the password of user {user:?} in {} is not a bcrypt hash; make one with \
+            Err(_) => {
+                return Err(format!(
+                    "the password of user {user:?} in {} is not a bcrypt hash; make one with \
                  `htpasswd -nBC 10 \"\" | tr -d ':\\n'`",
-                path.display()
-            )),
+                    path.display()
+                ))
+            }
         }
     }
     let dummy_hash = bcrypt::hash("torchtop: no such user", cost)

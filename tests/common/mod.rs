@@ -4,6 +4,7 @@
 pub mod fake_nvml;
 pub mod prometheus;
 pub mod pty;
+pub mod synthetic;
 
 use std::path::PathBuf;
 

@@ -184,7 +184,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--storage.tsdb.retention.time=1d")
             .current_dir(dir.path())
