@@ -171,7 +171,13 @@ impl Client {
         let status = response.status();
         let body = read_bounded(response)
             .await
-            .map_err(|e| self.describe(&e))?;
+            .map_err(|e| self.describe(&e))?
+            .ok_or_else(|| {
+                format!(
+                    "Prometheus' answer is larger than {} MiB; narrow what it holds",
+                    MAX_ANSWER_BYTES >> 20
+                )
+            })?;
         let answer: Answer = serde_json::from_slice(&body).map_err(|_| {
             format!(
                 "{} answered HTTP {status} with something other than Prometheus' JSON; is it \
@@ -222,14 +228,71 @@ fn root_cause(error: &dyn std::error::Error) -> String {
     cause.to_string()
 }
 
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
+/// The body, or `None` when it is larger than [`MAX_ANSWER_BYTES`].
+async fn read_bounded(mut response: reqwest::Response) -> Result<Option<Vec<u8>>, reqwest::Error> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            // Keep what fits: the JSON will not parse and the caller says so.
-            break;
+            return Ok(None);
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers every connection with `reply` (or never, when `None`).
+    async fn server(reply: Option<&'static str>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let _ = stream.read(&mut buffer).await;
+                    match reply {
+                        Some(body) => {
+                            let head = format!(
+                                "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                body.len()
+                            );
+                            let _ = stream.write_all(head.as_bytes()).await;
+                            let _ = stream.write_all(body.as_bytes()).await;
+                        }
+                        None => tokio::time::sleep(Duration::from_secs(60)).await,
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_query_error_and_a_slow_server_are_sentences() {
+        let url = server(Some(
+            r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#,
+        ))
+        .await;
+        let client = Client::new(&url, Duration::from_secs(5)).unwrap();
+        let error = client.query("up{").await.unwrap_err();
+        assert!(
+            error.contains("Prometheus refused the query (bad_data): parse error"),
+            "{error}"
+        );
+
+        let slow = server(None).await;
+        let client = Client::new(&slow, Duration::from_millis(300)).unwrap();
+        let error = client.query("up").await.unwrap_err();
+        assert!(error.contains("did not answer within"), "{error}");
+
+        assert!(Client::new("prometheus:9090", Duration::from_secs(1)).is_err());
+        assert!(Client::new("ftp://p:9090", Duration::from_secs(1)).is_err());
+    }
 }
