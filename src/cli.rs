@@ -46,6 +46,11 @@ pub struct Cli {
           default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub readonly: bool,
 
+    /// With --once: the output format (`prometheus` is the exporter's text, for node
+    /// exporter's textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "once")]
+    pub format: Option<OnceFormat>,
+
     /// A TOML config file with rule thresholds.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
@@ -62,8 +67,20 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// What `--once` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnceFormat {
+    Text,
+    Json,
+    Prometheus,
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
+    /// Export GPUs, processes and the allocator to Prometheus (dcgm-exporter's GPU names).
+    Serve(crate::serve::ServeArgs),
+    /// A view of many machines, read from Prometheus.
+    Cluster(crate::cluster::ClusterArgs),
     /// Run a command with the torchtop agent started in every Python process it launches.
     Run {
         /// The command and its arguments.

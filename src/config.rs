@@ -18,6 +18,27 @@ pub const DEFAULT_CONFIG_TOML: &str = include_str!("../assets/config.default.tom
 pub struct Config {
     /// `[rules.*]`: one table per warning rule.
     pub rules: RulesConfig,
+    /// `[cluster]`: `torchtop cluster`.
+    pub cluster: ClusterConfig,
+}
+
+/// `torchtop cluster`: where Prometheus is, and when a rank is a straggler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The Prometheus to read, as `--prometheus` gives it.
+    pub prometheus: Option<String>,
+    /// A rank is a straggler when its step time is more than this percent above the median.
+    pub straggler_percent: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            prometheus: None,
+            straggler_percent: 20.0,
+        }
+    }
 }
 
 /// One table per rule, named like the rule id with `_` for `-`.

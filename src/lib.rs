@@ -12,11 +12,14 @@
 //! - [`report`]: `--once` text and JSON.
 //! - [`launch`]: `torchtop run` and `torchtop attach`, which put an agent into Python programs.
 //! - [`memsnap`]: `torchtop snapshot`, the reader and viewer of PyTorch memory snapshots.
+//! - [`serve`]: `torchtop serve`, a Prometheus exporter with dcgm-exporter's GPU names.
+//! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
 
 pub mod actions;
 pub mod agent;
 pub mod app;
 pub mod cli;
+pub mod cluster;
 pub mod collect;
 pub mod config;
 pub mod event;
@@ -25,5 +28,6 @@ pub mod memsnap;
 pub mod model;
 pub mod report;
 pub mod rules;
+pub mod serve;
 pub mod terminal;
 pub mod ui;

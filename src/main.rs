@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use torchtop::app::App;
-use torchtop::cli::{Cli, Command};
+use torchtop::cli::{Cli, Command, OnceFormat};
 use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
 use torchtop::ui::format::escape_lines;
 
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(command) = &cli.command {
-        return run_command(command);
+        return run_command(&cli, command);
     }
     let rules = match &cli.config {
         Some(path) => match torchtop::config::load(path) {
@@ -70,7 +70,9 @@ fn print_once(
         Duration::from_secs_f64(cli.timeout),
         Duration::from_millis(40),
     );
-    let out = if cli.json {
+    let out = if cli.format == Some(OnceFormat::Prometheus) {
+        torchtop::serve::exposition_text(&snapshot, None)
+    } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {
         torchtop::report::text(&snapshot)
@@ -79,8 +81,10 @@ fn print_once(
     exit_now(ExitCode::SUCCESS)
 }
 
-fn run_command(command: &Command) -> ExitCode {
+fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
+        Command::Serve(args) => torchtop::serve::main(cli, args),
+        Command::Cluster(args) => torchtop::cluster::main(cli, args),
         Command::Run { command } => match torchtop::launch::run(command) {
             Ok(never) => match never {},
             Err(error) => {

@@ -92,7 +92,7 @@ fn gpu(index: u32, t: u32) -> GpuSample {
         ecc_enabled: Some(true),
         ecc_volatile_corrected: Some(0),
         ecc_volatile_uncorrected: Some(0),
-        implausible: Default::default(),
+        ..Default::default()
     }
 }
 

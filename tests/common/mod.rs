@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 pub mod fake_nvml;
+pub mod prometheus;
 pub mod pty;
+pub mod synthetic;
 
 use std::path::PathBuf;
 
