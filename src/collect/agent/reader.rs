@@ -24,7 +24,10 @@ use super::MAX_DEVICES_PER_AGENT;
 const WAKE: Token = Token(usize::MAX);
 const READ_CHUNK: usize = 64 * 1024;
 /// Bytes read from one connection before the other ready ones get their turn.
-const READ_TURN: usize = 256 * 1024;
+const READ_TURN: usize = READ_CHUNK;
+/// The shortest time between two rounds of reading: an agent that trickles a byte at a time
+/// wakes the thread at most this often, and what it sends meanwhile is read in one go.
+const MIN_ROUND: Duration = Duration::from_millis(5);
 /// Replies kept from one turn; an agent that sends more is answering commands nobody sent.
 const REPLIES_PER_TURN: usize = 64;
 
@@ -54,6 +57,7 @@ impl Reader {
             conns: HashMap::new(),
             ready: VecDeque::new(),
             held: 0,
+            scratch: Vec::new(),
         };
         thread::Builder::new()
             .name("torchtop-agents".into())
@@ -113,13 +117,18 @@ struct Worker {
     ready: VecDeque<ConnId>,
     /// Bytes held by all splitters.
     held: usize,
+    /// Where a line that spans reads is put together (at most [`MAX_LINE_BYTES`](super::MAX_LINE_BYTES)).
+    scratch: Vec<u8>,
 }
 
 impl Worker {
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
         let mut buf = vec![0u8; READ_CHUNK];
+        let mut round = Instant::now();
         loop {
+            thread::sleep(MIN_ROUND.saturating_sub(round.elapsed()));
+            round = Instant::now();
             let timeout = (!self.ready.is_empty()).then_some(Duration::ZERO);
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -141,7 +150,6 @@ impl Worker {
                 return;
             }
             self.serve_ready(&mut buf);
-            self.enforce_budget();
         }
     }
 
@@ -225,6 +233,8 @@ impl Worker {
                 Turn::More => self.ready.push_back(id),
                 Turn::Ended(ending) => self.end(id, ending),
             }
+            // After every turn, so the budget holds at every moment, not only between rounds.
+            self.enforce_budget();
         }
     }
 
@@ -244,7 +254,10 @@ impl Worker {
                 Ok(0) => break Turn::Ended(closed_by_agent(conn.splitter.pending_bytes())),
                 Ok(n) => {
                     read += n;
-                    if let Err(e) = conn.splitter.push(&buf[..n], |line| batch.absorb(line)) {
+                    if let Err(e) = conn
+                        .splitter
+                        .push(&buf[..n], &mut self.scratch, |line| batch.absorb(line))
+                    {
                         break Turn::Ended(Ending {
                             reason: match e {
                                 SplitError::TooLong(e) => e.to_string(),
@@ -265,7 +278,8 @@ impl Worker {
             }
         };
         self.held = self.held - held_before + conn.splitter.held_bytes();
-        let known = batch.apply(&mut lock(&self.shared), id);
+        // Nothing complete arrived: no need to take the lock (a trickling agent wakes us often).
+        let known = batch.lines == 0 || batch.apply(&mut lock(&self.shared), id);
         match turn {
             // The hub closed it meanwhile: stop reading it.
             Turn::Drained | Turn::More if !known => {

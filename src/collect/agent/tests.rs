@@ -1,10 +1,11 @@
 //! Tests of the agent client, and the fake agents other tests use: a socket served by this
 //! process, or by a forked child so that each agent has a pid of its own.
 
+#[path = "../../../tests/common/forked_agent.rs"]
+pub(crate) mod forked_agent;
+
 use std::fs;
 use std::io::{self, BufRead, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use forked_agent::{greet_all, ForkedAgent};
 
 use super::hub::{CommandOutcome, Limits};
 use super::parse::{parse_line, AgentReply, Incoming, Stats};
@@ -61,110 +64,6 @@ pub(crate) fn serve(
             script(stream);
         }
     })
-}
-
-/// An agent socket served by a forked child of this process, so that the socket's name, the pid
-/// `SO_PEERCRED` reports and a live process agree, and each such agent has a pid of its own.
-/// The child only listens and sleeps; this process accepts and talks. Killed on drop.
-pub(crate) struct ForkedAgent {
-    pub(crate) pid: u32,
-    listener: UnixListener,
-}
-
-impl ForkedAgent {
-    pub(crate) fn bind(dir: &Path) -> Self {
-        let (go_read, go_write) = pipe();
-        let (ready_read, ready_write) = pipe();
-        // SAFETY: plain socket(2) call; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
-        // SAFETY: fd is a fresh descriptor nothing else owns.
-        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: fork(2); the child below makes only async-signal-safe calls (prctl, read,
-        // listen, write, pause), as a child of a multi-threaded process must.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork: {}", io::Error::last_os_error());
-        if child == 0 {
-            // SAFETY: async-signal-safe system calls on descriptors this process holds.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                let mut byte = 0u8;
-                libc::read(go_read.as_raw_fd(), std::ptr::addr_of_mut!(byte).cast(), 1);
-                libc::listen(socket.as_raw_fd(), 128);
-                libc::write(ready_write.as_raw_fd(), std::ptr::addr_of!(byte).cast(), 1);
-                loop {
-                    libc::pause();
-                }
-            }
-        }
-        let pid = child as u32;
-        bind(&socket, &dir.join(format!("{pid}.sock")));
-        drop((go_read, ready_write));
-        let mut byte = [0u8];
-        (&fs::File::from(go_write)).write_all(&byte).unwrap();
-        io::Read::read_exact(&mut fs::File::from(ready_read), &mut byte).unwrap();
-        ForkedAgent {
-            pid,
-            listener: UnixListener::from(socket),
-        }
-    }
-
-    /// The next connection, or `None` after `timeout`.
-    pub(crate) fn accept(&self, timeout: Duration) -> Option<UnixStream> {
-        self.listener.set_nonblocking(true).unwrap();
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    stream.set_nonblocking(false).unwrap();
-                    return Some(stream);
-                }
-                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
-                Err(_) => return None,
-            }
-        }
-    }
-}
-
-impl Drop for ForkedAgent {
-    fn drop(&mut self) {
-        let pid = self.pid as libc::pid_t;
-        // SAFETY: signalling and reaping our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-    }
-}
-
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: fds has room for the two descriptors pipe2 writes.
-    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-    assert_eq!(rc, 0, "pipe: {}", io::Error::last_os_error());
-    // SAFETY: both descriptors are fresh and owned by nothing else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-}
-
-fn bind(socket: &OwnedFd, path: &Path) {
-    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_bytes();
-    assert!(bytes.len() < addr.sun_path.len(), "socket path too long");
-    for (dst, &src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = src as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    let rc = unsafe { libc::bind(socket.as_raw_fd(), std::ptr::addr_of!(addr).cast(), len) };
-    assert_eq!(
-        rc,
-        0,
-        "bind {}: {}",
-        path.display(),
-        io::Error::last_os_error()
-    );
 }
 
 pub(crate) fn hello() -> String {
@@ -587,27 +486,12 @@ fn silent_agents(
     count: usize,
 ) -> (Vec<ForkedAgent>, thread::JoinHandle<Vec<UnixStream>>) {
     let agents: Vec<ForkedAgent> = (0..count).map(|_| ForkedAgent::bind(dir)).collect();
-    let listeners: Vec<UnixListener> = agents
+    let listeners = agents
         .iter()
         .map(|a| a.listener.try_clone().unwrap())
         .collect();
-    let server = thread::spawn(move || {
-        let mut streams = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for listener in &listeners {
-            listener.set_nonblocking(true).unwrap();
-        }
-        while Instant::now() < deadline {
-            for listener in &listeners {
-                if let Ok((mut stream, _)) = listener.accept() {
-                    let _ = writeln!(stream, "{}", hello());
-                    streams.push(stream);
-                }
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
-        streams
-    });
+    let greeting = format!("{}\n", hello()).into_bytes();
+    let server = thread::spawn(move || greet_all(listeners, greeting, Duration::from_secs(5)));
     (agents, server)
 }
 
