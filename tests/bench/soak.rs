@@ -8,14 +8,16 @@
 //! The rules' windows are cut to `TORCHTOP_SOAK_WINDOW` seconds (default 20) through a config
 //! file, so every window has filled well before the warm-up ends; with
 //! `TORCHTOP_SOAK_WINDOW=default` the built-in windows (the longest is 600 s) stay, and the
-//! warm-up must then be longer than that. The TUI's sparklines keep 300 s but allocate their
-//! full length up front.
+//! warm-up must then be longer than that. The TUI's sparklines keep 300 s: their memory is
+//! reserved up front but touched, and so counted in RSS, as they fill, hence the default
+//! warm-up of 320 s.
 //!
 //! Arguments: `--seconds N` (measured window, default 180; or `TORCHTOP_SOAK_SECONDS`).
-//! Environment: `TORCHTOP_SOAK_WARMUP` (default 60), `TORCHTOP_SOAK_CHURN` (seconds between
+//! Environment: `TORCHTOP_SOAK_WARMUP` (default 320), `TORCHTOP_SOAK_CHURN` (seconds between
 //! process list changes, default 3), `TORCHTOP_SOAK_MODE` (`tui`, the default, in a
-//! pseudo-terminal; or `json`, the `--json` stream), `TORCHTOP_SOAK_AGENT=off` (no agent, to
-//! tell its share apart), `TORCHTOP_BENCH_BINARY` (measure another build).
+//! pseudo-terminal; or `json`, the `--json` stream), `TORCHTOP_SOAK_AGENT` (`off`: no agent, to
+//! tell its share apart; `restart`: a new agent process at each churn), `TORCHTOP_BENCH_BINARY`
+//! (measure another build).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -40,6 +42,8 @@ struct Options {
     window: Option<f64>,
     json: bool,
     agent: bool,
+    /// Restart the agent's process at each churn, so its pid and connection churn too.
+    restart_agent: bool,
 }
 
 impl Options {
@@ -57,11 +61,12 @@ impl Options {
         Options {
             seconds: from_args
                 .unwrap_or_else(|| support::seconds_from_env("TORCHTOP_SOAK_SECONDS", 180.0)),
-            warmup: support::seconds_from_env("TORCHTOP_SOAK_WARMUP", 60.0),
+            warmup: support::seconds_from_env("TORCHTOP_SOAK_WARMUP", 320.0),
             churn: support::seconds_from_env("TORCHTOP_SOAK_CHURN", 3.0).max(0.5),
             window,
             json: std::env::var("TORCHTOP_SOAK_MODE").as_deref() == Ok("json"),
             agent: std::env::var("TORCHTOP_SOAK_AGENT").as_deref() != Ok("off"),
+            restart_agent: std::env::var("TORCHTOP_SOAK_AGENT").as_deref() == Ok("restart"),
         }
     }
 }
@@ -204,8 +209,8 @@ fn main() {
         .tempdir()
         .expect("create a scratch directory");
     let agent_dir = scratch.path().join("agents");
-    let agent = options.agent.then(|| Agent::start(&binary, &agent_dir));
-    let agent_pid = agent.as_ref().map(|a| a.child.id());
+    let mut agent = options.agent.then(|| Agent::start(&binary, &agent_dir));
+    let mut agent_pid = agent.as_ref().map(|a| a.child.id());
     let mut pool: Vec<Child> = (0..POOL).map(|_| sleeper()).collect();
     let scenario = ScenarioFile::new(&scenario_text(agent_pid, &pool));
     let mut env = vec![
@@ -225,11 +230,15 @@ fn main() {
         args.extend(["--config", config.to_str().expect("a UTF-8 path")]);
     }
     println!(
-        "torchtop soak: {} ({}), -d 0.1, {} agent, {} of {POOL} GPU processes replaced every {} s, \
+        "torchtop soak: {} ({}), -d 0.1, agent: {}, {} of {POOL} GPU processes replaced every {} s, \
          rule windows {}, {} s warm-up, {} s measured",
         binary.display(),
         if options.json { "--json" } else { "TUI" },
-        if options.agent { "one" } else { "no" },
+        match (options.agent, options.restart_agent) {
+            (false, _) => "no",
+            (true, false) => "one",
+            (true, true) => "one, restarted at each churn",
+        },
         REPLACED_PER_CHURN,
         options.churn,
         options.window.map_or("as built in".into(), |w| format!("{w} s")),
@@ -253,6 +262,11 @@ fn main() {
                 let old = std::mem::replace(&mut pool[victim % POOL], sleeper());
                 reap(old);
                 victim += 1;
+            }
+            if options.restart_agent {
+                drop(agent.take());
+                agent = Some(Agent::start(&binary, &agent_dir));
+                agent_pid = agent.as_ref().map(|a| a.child.id());
             }
             scenario.rewrite(&scenario_text(agent_pid, &pool));
             next_churn += churn;
