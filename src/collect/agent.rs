@@ -20,7 +20,9 @@ use std::time::Duration;
 use serde_json::json;
 
 mod connection;
+mod devices;
 mod hub;
+mod json;
 mod lines;
 mod parse;
 mod reader;

@@ -270,13 +270,9 @@ impl Sampler {
         for (pid, event) in self.agents.take_events() {
             self.notices.extend(describe_event(pid, &event));
         }
-        // The log is a bounded ring: take the new lines from its end.
-        let log = self.agents.log();
-        let total = self.agents.log_total();
-        let fresh = total.saturating_sub(self.agent_log_seen).min(log.len());
+        let (fresh, total) = self.agents.log_since(self.agent_log_seen);
         self.agent_log_seen = total;
-        self.notices
-            .extend(log[log.len() - fresh..].iter().cloned());
+        self.notices.extend(fresh);
         std::mem::take(&mut self.notices)
     }
 

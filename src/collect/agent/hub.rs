@@ -233,6 +233,13 @@ impl AgentHub {
         lock(&self.shared).log.total()
     }
 
+    /// The lines logged after the first `seen` ever logged (those still in the ring), and the
+    /// count to pass next time.
+    pub(crate) fn log_since(&self, seen: usize) -> (Vec<String>, usize) {
+        let shared = lock(&self.shared);
+        (shared.log.since(seen), shared.log.total())
+    }
+
     /// How many connections are open.
     pub fn connections(&self) -> usize {
         self.conns.len()

@@ -1,19 +1,20 @@
 //! Parses one line of agent protocol v1 (assets/agent-protocol.md) into what the hub keeps,
 //! with memory bounded whatever the agent sends: the JSON is read straight into typed fields,
 //! every field the hub does not use is skipped without being built, at most
-//! [`MAX_DEVICES_PER_AGENT`] devices are read, and text is cut at [`MAX_TEXT_BYTES`].
+//! [`MAX_DEVICES_PER_AGENT`](super::MAX_DEVICES_PER_AGENT) devices are read, and text is cut at
+//! [`MAX_TEXT_BYTES`](super::json::MAX_TEXT_BYTES).
 //! A line that breaks a rule of the protocol comes back as `Err(sentence)`: the caller drops the
 //! connection for it.
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{MAX_DEVICES_PER_AGENT, PROTOCOL_VERSION};
+use super::devices::Devices;
+use super::json::{cut, drain_seq, scalars_are, visit_fields, Scalar};
+use super::PROTOCOL_VERSION;
 use crate::model::DeviceAllocatorStats;
 
-/// The longest text kept from an agent (a snapshot path, an error); the rest is cut.
-pub(crate) const MAX_TEXT_BYTES: usize = 4096;
 /// The longest version or allocator setting kept from a hello, which every snapshot repeats.
 const MAX_HELLO_TEXT_BYTES: usize = 256;
 
@@ -59,30 +60,6 @@ pub struct AgentEvent {
     pub device: Option<u32>,
 }
 
-/// Visitor methods that answer every JSON scalar (number, bool, string, null) with `$value`.
-macro_rules! scalars_are {
-    ($value:expr) => {
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok($value)
-        }
-    };
-}
-
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Incoming {
@@ -125,160 +102,6 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
         }),
         _ => Incoming::Ignored,
     })
-}
-
-/// A JSON value the hub reads as one field; arrays and objects are skipped, text is cut.
-#[derive(Debug, Clone, PartialEq)]
-enum Scalar {
-    U64(u64),
-    I64(i64),
-    F64(f64),
-    Bool(bool),
-    Str(String),
-    Other,
-}
-
-impl Scalar {
-    /// A non-negative integer, also from a float with no fraction (Python sends `1e9` so).
-    fn as_u64(&self) -> Option<u64> {
-        match *self {
-            Scalar::U64(v) => Some(v),
-            Scalar::F64(f)
-                if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 =>
-            {
-                Some(f as u64)
-            }
-            _ => None,
-        }
-    }
-
-    fn as_u32(&self) -> Option<u32> {
-        self.as_u64().and_then(|v| u32::try_from(v).ok())
-    }
-
-    fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Scalar::U64(v) => Some(v as f64),
-            Scalar::I64(v) => Some(v as f64),
-            Scalar::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    fn text(&self) -> Option<&str> {
-        match self {
-            Scalar::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Scalar::U64(v) => v.to_string(),
-            Scalar::I64(v) => v.to_string(),
-            Scalar::F64(v) => v.to_string(),
-            Scalar::Bool(v) => v.to_string(),
-            Scalar::Str(s) => format!("{:?}", s.chars().take(32).collect::<String>()),
-            Scalar::Other => "that is not a number".to_string(),
-        }
-    }
-}
-
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
-impl<'de> de::Deserialize<'de> for Scalar {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ScalarVisitor;
-        impl<'de> Visitor<'de> for ScalarVisitor {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
-                Ok(Scalar::U64(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
-                Ok(u64::try_from(v).map_or(Scalar::I64(v), Scalar::U64))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar::F64(v))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
-                Ok(Scalar::Bool(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar::Str(cut(v, MAX_TEXT_BYTES)))
-            }
-            fn visit_unit<E>(self) -> Result<Scalar, E> {
-                Ok(Scalar::Other)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Scalar, A::Error> {
-                drain_seq(seq).map(|()| Scalar::Other)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Scalar, A::Error> {
-                drain_map(map).map(|()| Scalar::Other)
-            }
-        }
-        deserializer.deserialize_any(ScalarVisitor)
-    }
-}
-
-fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
-}
-
-/// Reads an object key as its position in `names`, `None` for a key not in the list, without
-/// allocating.
-struct KeyIn(&'static [&'static str]);
-
-impl<'de> DeserializeSeed<'de> for KeyIn {
-    type Value = Option<usize>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyIn {
-    type Value = Option<usize>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object key")
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.0.iter().position(|name| *name == v))
-    }
-}
-
-/// Calls `field` with the position in `names` of each known key, and skips the others. Later
-/// duplicates of a key win, as in any JSON reader that keeps the last one.
-fn visit_fields<'de, A: MapAccess<'de>>(
-    mut map: A,
-    names: &'static [&'static str],
-    mut field: impl FnMut(usize, &mut A) -> Result<(), A::Error>,
-) -> Result<(), A::Error> {
-    while let Some(key) = map.next_key_seed(KeyIn(names))? {
-        match key {
-            Some(index) => field(index, &mut map)?,
-            None => {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The whole line: an object's fields, or anything else.
@@ -434,139 +257,4 @@ impl<'de> de::Deserialize<'de> for Top {
         }
         deserializer.deserialize_any(TopVisitor)
     }
-}
-
-/// The `devices` list: the first [`MAX_DEVICES_PER_AGENT`] entries read, the rest only counted.
-#[derive(Default)]
-struct Devices {
-    kept: Vec<DeviceAllocatorStats>,
-    listed: usize,
-}
-
-impl<'de> de::Deserialize<'de> for Devices {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DevicesVisitor;
-        impl<'de> Visitor<'de> for DevicesVisitor {
-            type Value = Devices;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of devices")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
-                let mut devices = Devices::default();
-                loop {
-                    if devices.listed < MAX_DEVICES_PER_AGENT {
-                        match seq.next_element::<DeviceEntry>()? {
-                            Some(DeviceEntry(Some(device))) => devices.kept.push(device),
-                            Some(DeviceEntry(None)) => {}
-                            None => break,
-                        }
-                    } else if seq.next_element::<IgnoredAny>()?.is_none() {
-                        break;
-                    }
-                    devices.listed += 1;
-                }
-                Ok(devices)
-            }
-            // Anything else is no list: no devices.
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Devices, A::Error> {
-                drain_map(map).map(|()| Devices::default())
-            }
-            scalars_are!(Devices::default());
-        }
-        deserializer.deserialize_any(DevicesVisitor)
-    }
-}
-
-/// One entry of `devices`; `None` when it is not an object with a valid `index`.
-struct DeviceEntry(Option<DeviceAllocatorStats>);
-
-/// The `memory_stats` keys the hub reads, in the order of [`DeviceAllocatorStats`]' fields.
-const STAT_KEYS: &[&str] = &[
-    "allocated_bytes.all.current",
-    "reserved_bytes.all.current",
-    "active_bytes.all.current",
-    "inactive_split_bytes.all.current",
-    "requested_bytes.all.current",
-    "allocated_bytes.all.peak",
-    "segment.all.current",
-    "num_alloc_retries",
-    "num_ooms",
-];
-
-fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64> {
-    match index {
-        0 => &mut device.allocated_bytes,
-        1 => &mut device.reserved_bytes,
-        2 => &mut device.active_bytes,
-        3 => &mut device.inactive_split_bytes,
-        4 => &mut device.requested_bytes,
-        5 => &mut device.peak_allocated_bytes,
-        6 => &mut device.segments,
-        7 => &mut device.alloc_retries,
-        _ => &mut device.ooms,
-    }
-}
-
-impl<'de> de::Deserialize<'de> for DeviceEntry {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let scalar_or_stats = deserializer.deserialize_any(DeviceVisitor)?;
-        Ok(DeviceEntry(scalar_or_stats))
-    }
-}
-
-struct DeviceVisitor;
-
-impl<'de> Visitor<'de> for DeviceVisitor {
-    type Value = Option<DeviceAllocatorStats>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a device object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let mut index = None;
-        let mut device = DeviceAllocatorStats::default();
-        visit_fields(map, &["index", "stats"], |key, map| {
-            if key == 0 {
-                index = map.next_value::<Scalar>()?.as_u32();
-            } else {
-                device = map.next_value::<StatsMap>()?.0;
-            }
-            Ok(())
-        })?;
-        Ok(index.map(|index| DeviceAllocatorStats { index, ..device }))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        drain_seq(seq).map(|()| None)
-    }
-    scalars_are!(None);
-}
-
-/// A device's `stats` object, reduced to the keys in [`STAT_KEYS`]; anything else is empty.
-struct StatsMap(DeviceAllocatorStats);
-
-impl<'de> de::Deserialize<'de> for StatsMap {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let scalar = deserializer.deserialize_any(StatsVisitor)?;
-        Ok(StatsMap(scalar))
-    }
-}
-
-struct StatsVisitor;
-
-impl<'de> Visitor<'de> for StatsVisitor {
-    type Value = DeviceAllocatorStats;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a memory_stats object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let mut device = DeviceAllocatorStats::default();
-        visit_fields(map, STAT_KEYS, |key, map| {
-            *stat_slot(&mut device, key) = map.next_value::<Scalar>()?.as_u64();
-            Ok(())
-        })?;
-        Ok(device)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        drain_seq(seq).map(|()| DeviceAllocatorStats::default())
-    }
-    scalars_are!(DeviceAllocatorStats::default());
 }

@@ -108,6 +108,15 @@ impl Log {
     pub(crate) fn total(&self) -> usize {
         self.total
     }
+
+    /// The lines after the first `seen` ever logged, as far as the ring still holds them.
+    pub(crate) fn since(&self, seen: usize) -> Vec<String> {
+        let fresh = self.total.saturating_sub(seen).min(self.lines.len());
+        self.lines
+            .range(self.lines.len() - fresh..)
+            .cloned()
+            .collect()
+    }
 }
 
 /// The state both threads see.
@@ -161,5 +170,28 @@ pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
         step_time_seconds: stats.and_then(|s| s.step_time_seconds),
         devices,
         age_seconds: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_says_what_is_new_even_after_its_ring_wrapped() {
+        let mut log = Log::default();
+        log.push("a".into());
+        assert_eq!(log.since(0), ["a"]);
+        assert!(log.since(1).is_empty());
+        for i in 0..100 {
+            log.push(format!("{i}"));
+        }
+        assert_eq!(log.total(), 101);
+        assert_eq!(log.since(99), ["98", "99"]);
+        assert_eq!(
+            log.since(1).len(),
+            LOG_CAPACITY,
+            "older lines fell off the ring"
+        );
     }
 }
