@@ -81,19 +81,16 @@ pub(crate) fn stats(seq: u64, allocated: u64) -> String {
     .to_string()
 }
 
-/// Polls until `done` holds or 10 s pass; returns the last poll and the longest poll time.
+/// Polls until `done` holds or 10 s pass; returns the last poll.
 fn poll_until(
     hub: &mut AgentHub,
     done: impl Fn(&std::collections::HashMap<u32, TorchInfo>, &AgentHub) -> bool,
-) -> (std::collections::HashMap<u32, TorchInfo>, Duration) {
+) -> std::collections::HashMap<u32, TorchInfo> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut slowest = Duration::ZERO;
     loop {
-        let t0 = Instant::now();
         let infos = hub.poll();
-        slowest = slowest.max(t0.elapsed());
         if done(&infos, hub) || Instant::now() > deadline {
-            return (infos, slowest);
+            return infos;
         }
         thread::sleep(Duration::from_millis(20));
     }
@@ -318,7 +315,7 @@ fn valid_agent_stream_commands_and_replies() {
         thread::sleep(Duration::from_millis(500));
     });
     let mut hub = AgentHub::new(dir.0.clone());
-    let (infos, _) = poll_until(&mut hub, |i, _| {
+    let infos = poll_until(&mut hub, |i, _| {
         i.get(&my_pid()).is_some_and(|t| !t.devices.is_empty())
     });
     let info = &infos[&my_pid()];
@@ -327,14 +324,10 @@ fn valid_agent_stream_commands_and_replies() {
     let id = hub.request(my_pid(), AgentCommand::Snapshot).unwrap();
     let sent = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(sent, json!({"v":1,"type":"cmd","id":id,"cmd":"snapshot"}));
-    let (infos, slowest) = poll_until(&mut hub, |i, _| {
+    let infos = poll_until(&mut hub, |i, _| {
         i[&my_pid()].devices[0].allocated_bytes == Some(200)
     });
     assert_eq!(infos[&my_pid()].devices[0].allocated_bytes, Some(200));
-    assert!(
-        slowest < Duration::from_millis(200),
-        "poll took {slowest:?}"
-    );
     let outcomes = wait_for_outcomes(&mut hub);
     let [CommandOutcome::Replied {
         pid,
@@ -504,7 +497,7 @@ fn past_the_connection_cap_the_oldest_idle_is_dropped() {
         ..Limits::default()
     };
     let mut hub = AgentHub::with_limits(dir.0.clone(), limits);
-    let (infos, _) = poll_until(&mut hub, |_, h| {
+    let infos = poll_until(&mut hub, |_, h| {
         h.log()
             .iter()
             .filter(|l| l.contains("the most torchtop keeps"))
@@ -548,7 +541,7 @@ fn unfinished_lines_beyond_the_budget_drop_the_biggest() {
         stream.write_all(&[b' '; 100_000]).unwrap();
     }
     let _ = streams[3].write_all(&vec![b' '; 900_000]);
-    let (infos, _) = poll_until(&mut hub, |_, h| logged(h, "unfinished lines of all agents"));
+    let infos = poll_until(&mut hub, |_, h| logged(h, "unfinished lines of all agents"));
     let dropped = format!(
         "pid {}: dropped the connection: its unfinished line held",
         agents[3].pid
@@ -568,7 +561,7 @@ fn assert_dropped(payload: Vec<u8>, reason: &str) {
         let _ = done_rx.recv_timeout(Duration::from_secs(10));
     });
     let mut hub = AgentHub::new(dir.0.clone());
-    let (infos, slowest) = poll_until(&mut hub, |_, h| logged(h, reason));
+    let infos = poll_until(&mut hub, |_, h| logged(h, reason));
     assert!(
         logged(&hub, reason),
         "log {:?} should mention {reason:?}",
@@ -578,10 +571,6 @@ fn assert_dropped(payload: Vec<u8>, reason: &str) {
     assert!(
         !infos.contains_key(&my_pid()),
         "a dropped agent is not reported"
-    );
-    assert!(
-        slowest < Duration::from_millis(200),
-        "poll took {slowest:?}"
     );
     // The dropped agent is not reconnected at once.
     hub.poll();
@@ -630,7 +619,7 @@ fn too_many_devices_are_ignored_with_one_log_line() {
         thread::sleep(Duration::from_millis(500));
     });
     let mut hub = AgentHub::new(dir.0.clone());
-    let (infos, _) = poll_until(&mut hub, |i, _| {
+    let infos = poll_until(&mut hub, |i, _| {
         i.get(&my_pid()).is_some_and(|t| !t.devices.is_empty())
     });
     assert_eq!(infos[&my_pid()].devices.len(), MAX_DEVICES_PER_AGENT);
@@ -663,10 +652,10 @@ fn peer_dying_mid_line_is_fine() {
         thread::sleep(Duration::from_millis(300));
     });
     let mut hub = AgentHub::new(dir.0.clone());
-    let (infos, _) = poll_until(&mut hub, |i, _| i.contains_key(&my_pid()));
+    let infos = poll_until(&mut hub, |i, _| i.contains_key(&my_pid()));
     assert_eq!(infos[&my_pid()].devices[0].allocated_bytes, Some(5));
     server.join().unwrap();
-    let (infos, _) = poll_until(&mut hub, |i, _| i.is_empty());
+    let infos = poll_until(&mut hub, |i, _| i.is_empty());
     assert!(infos.is_empty());
     assert!(logged(&hub, "middle of a line"), "{:?}", hub.log());
     assert!(
@@ -768,7 +757,7 @@ fn peer_of_another_uid_is_refused() {
     assert_eq!(ready.trim(), "ready");
     // The file is named after our pid (alive); the peer is the child.
     let mut hub = AgentHub::new(dir.0.clone());
-    let (infos, _) = poll_until(&mut hub, |_, h| logged(h, "uid 65534"));
+    let infos = poll_until(&mut hub, |_, h| logged(h, "uid 65534"));
     let _ = child.kill();
     let _ = child.wait();
     assert!(infos.is_empty());
