@@ -17,7 +17,8 @@
 //! process list changes, default 3), `TORCHTOP_SOAK_MODE` (`tui`, the default, in a
 //! pseudo-terminal; or `json`, the `--json` stream), `TORCHTOP_SOAK_AGENT` (`off`: no agent, to
 //! tell its share apart; `restart`: a new agent process at each churn), `TORCHTOP_BENCH_BINARY`
-//! (measure another build).
+//! (measure another build), `TORCHTOP_SOAK_PROGRAM=nvtop` (measure nvtop from `PATH` instead,
+//! at its fastest refresh, 0.1 s).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -229,6 +230,16 @@ fn main() {
     if let Some(config) = &config {
         args.extend(["--config", config.to_str().expect("a UTF-8 path")]);
     }
+    // nvtop in its place, for comparison: the same scenario, its delay in tenths of a second.
+    let nvtop = std::env::var("TORCHTOP_SOAK_PROGRAM").as_deref() == Ok("nvtop");
+    let binary = if nvtop {
+        args = vec!["-d", "1"];
+        let dir = library.parent().expect("the library's directory");
+        env.push(("LD_LIBRARY_PATH".into(), dir.display().to_string()));
+        PathBuf::from("nvtop")
+    } else {
+        binary
+    };
     println!(
         "torchtop soak: {} ({}), -d 0.1, agent: {}, {} of {POOL} GPU processes replaced every {} s, \
          rule windows {}, {} s warm-up, {} s measured",
