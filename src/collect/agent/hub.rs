@@ -122,11 +122,6 @@ impl AgentHub {
         }
     }
 
-    /// The directory this hub watches.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Connects to new agents, drops ended connections, and returns the latest figures per pid
     /// (the pid of the agent's process as this machine sees it). Never blocks on an agent.
     pub fn poll(&mut self) -> HashMap<u32, TorchInfo> {
@@ -183,33 +178,33 @@ impl AgentHub {
         }
         self.next_command += 1;
         let line = cmd.to_line(command_id);
-        match write_once(&stream, line.as_bytes()) {
-            Ok(n) if n == line.len() => Ok(command_id),
+        let written = write_once(&stream, line.as_bytes());
+        if matches!(written, Ok(n) if n == line.len()) {
+            return Ok(command_id);
+        }
+        // Not sent: nothing will answer it, and the caller hears why from the error.
+        if let Some(state) = lock(&self.shared).conns.get_mut(&id) {
+            state.awaiting.remove(&command_id);
+        }
+        let why = match written {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(state) = lock(&self.shared).conns.get_mut(&id) {
-                    state.awaiting.remove(&command_id);
-                }
-                Err(format!(
+                return Err(format!(
                     "the agent of pid {pid} is not reading its commands (its socket is full); \
                      try again later"
-                ))
+                ));
             }
-            outcome => {
-                let why = match outcome {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "only part of it fit in the socket".to_string(),
-                };
-                // Part of the line may have gone out: the stream is no longer well framed.
-                self.close(
-                    id,
-                    &format!("sending a command failed: {why}"),
-                    RETRY_AFTER_END,
-                );
-                Err(format!(
-                    "could not send a command to the agent of pid {pid}: {why}"
-                ))
-            }
-        }
+            Err(e) => e.to_string(),
+            Ok(_) => "only part of it fit in the socket".to_string(),
+        };
+        // Part of the line may have gone out: the stream is no longer well framed.
+        self.close(
+            id,
+            &format!("sending a command failed: {why}"),
+            RETRY_AFTER_END,
+        );
+        Err(format!(
+            "could not send a command to the agent of pid {pid}: {why}"
+        ))
     }
 
     /// Replies to this hub's commands, timeouts and commands lost with their connection, since
@@ -226,11 +221,6 @@ impl AgentHub {
     /// Recent reasons for refused or dropped connections and removed stale sockets, oldest first.
     pub fn log(&self) -> Vec<String> {
         lock(&self.shared).log.lines()
-    }
-
-    /// How many lines were ever logged.
-    pub fn log_total(&self) -> usize {
-        lock(&self.shared).log.total()
     }
 
     /// The lines logged after the first `seen` ever logged (those still in the ring), and the

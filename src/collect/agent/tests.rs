@@ -455,6 +455,54 @@ fn a_command_without_an_answer_times_out() {
 }
 
 #[test]
+fn commands_to_an_agent_that_reads_none_fail_at_once() {
+    let dir = TempDir::new();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let server = serve(&dir, move |mut stream| {
+        writeln!(stream, "{}", hello()).unwrap();
+        let _ = done_rx.recv_timeout(Duration::from_secs(20));
+    });
+    let limits = Limits {
+        max_awaiting: usize::MAX,
+        ..Limits::default()
+    };
+    let mut hub = AgentHub::with_limits(dir.0.clone(), limits);
+    poll_until(&mut hub, |i, _| i.contains_key(&my_pid()));
+    // The socket's buffers take some thousands of commands; then the next one must fail, not wait.
+    let refusal = (0..1_000_000)
+        .find_map(|_| hub.request(my_pid(), AgentCommand::ResetPeak).err())
+        .unwrap();
+    assert!(refusal.contains("is not reading its commands"), "{refusal}");
+    assert_eq!(
+        hub.connections(),
+        1,
+        "a full socket is no reason to drop the agent"
+    );
+    done_tx.send(()).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn at_most_16_commands_wait_for_an_answer() {
+    let dir = TempDir::new();
+    let server = serve(&dir, |mut stream| {
+        writeln!(stream, "{}", hello()).unwrap();
+        thread::sleep(Duration::from_secs(2));
+    });
+    let mut hub = AgentHub::new(dir.0.clone());
+    poll_until(&mut hub, |i, _| i.contains_key(&my_pid()));
+    for _ in 0..16 {
+        hub.request(my_pid(), AgentCommand::ResetPeak).unwrap();
+    }
+    let refusal = hub.request(my_pid(), AgentCommand::Snapshot).unwrap_err();
+    assert!(
+        refusal.contains("has not answered 16 earlier commands"),
+        "{refusal}"
+    );
+    server.join().unwrap();
+}
+
+#[test]
 fn a_command_lost_with_its_connection_is_reported() {
     let dir = TempDir::new();
     let server = serve(&dir, |stream| {
