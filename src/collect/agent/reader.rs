@@ -117,7 +117,8 @@ struct Worker {
     ready: VecDeque<ConnId>,
     /// Bytes held by all splitters.
     held: usize,
-    /// Where a line that spans reads is put together (at most [`MAX_LINE_BYTES`](super::MAX_LINE_BYTES)).
+    /// Where a line that spans reads is put together: one buffer for all connections, of at
+    /// most [`MAX_LINE_BYTES`](super::MAX_LINE_BYTES).
     scratch: Vec<u8>,
 }
 
