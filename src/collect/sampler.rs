@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::agent::{AgentCommand, AgentHub};
+use super::agent::{AgentCommand, AgentEvent, AgentHub, CommandOutcome};
 use super::gpu::{DeviceError, DeviceReading, GpuSource};
 use super::host::HostCollector;
 use crate::config::RulesConfig;
@@ -264,16 +264,15 @@ impl Sampler {
     }
 
     fn take_notices(&mut self) -> Vec<String> {
-        for (pid, reply) in self.agents.take_replies() {
-            self.notices.push(describe_reply(pid, &reply));
+        for outcome in self.agents.take_outcomes() {
+            self.notices.push(describe_outcome(&outcome));
         }
-        // The log is a bounded ring: take the new lines from its end.
-        let log = self.agents.log();
-        let total = self.agents.log_total();
-        let fresh = total.saturating_sub(self.agent_log_seen).min(log.len());
+        for (pid, event) in self.agents.take_events() {
+            self.notices.extend(describe_event(pid, &event));
+        }
+        let (fresh, total) = self.agents.log_since(self.agent_log_seen);
         self.agent_log_seen = total;
-        self.notices
-            .extend(log[log.len() - fresh..].iter().cloned());
+        self.notices.extend(fresh);
         std::mem::take(&mut self.notices)
     }
 
@@ -503,14 +502,49 @@ fn command_label(command: &AgentCommand) -> &'static str {
     }
 }
 
-fn describe_reply(pid: u32, reply: &super::agent::AgentReply) -> String {
-    let what = reply.cmd.as_deref().unwrap_or("command");
-    match (reply.ok, &reply.path, &reply.error) {
-        (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
-        (true, None, _) => format!("agent of {pid}: {what} done"),
-        (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
-        (false, _, None) => format!("agent of {pid}: {what} failed"),
+/// The sentence for the status line about a command's outcome. The command's name is the one
+/// this monitor sent, not the agent's echo of it.
+fn describe_outcome(outcome: &CommandOutcome) -> String {
+    match outcome {
+        CommandOutcome::Replied {
+            pid,
+            command,
+            reply,
+        } => {
+            let what = command.name();
+            match (reply.ok, &reply.path, &reply.error) {
+                (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
+                (true, None, _) => format!("agent of {pid}: {what} done"),
+                (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
+                (false, _, None) => format!("agent of {pid}: {what} failed"),
+            }
+        }
+        CommandOutcome::TimedOut {
+            pid,
+            command,
+            after,
+        } => format!(
+            "the agent of {pid} did not answer the {} within {} s",
+            command.request_words(),
+            after.as_secs_f64().round()
+        ),
+        CommandOutcome::Unanswered {
+            pid,
+            command,
+            reason,
+        } => format!(
+            "the agent of {pid} did not answer the {}: {reason}",
+            command.request_words()
+        ),
     }
+}
+
+/// The sentence for an event an agent reported, if it is one worth the status line.
+fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
+    (event.kind == "oom").then(|| match event.device {
+        Some(device) => format!("agent of {pid}: PyTorch ran out of memory on cuda:{device}"),
+        None => format!("agent of {pid}: PyTorch ran out of memory"),
+    })
 }
 
 fn round_tenths(seconds: f64) -> f64 {
@@ -581,7 +615,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::agent::tests::{hello, my_pid, serve, TempDir};
     use crate::collect::gpu::DeviceReader;
+    use std::io::Write;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A source whose GPU `hang` blocks forever and whose GPU `lose` reports lost.
@@ -638,11 +674,15 @@ mod tests {
         }
     }
 
-    fn config() -> SamplerConfig {
+    /// A test config whose agent directory is a fresh one of its own (kept while the returned
+    /// guard lives), never the developer's, where the hub would remove stale sockets.
+    fn config() -> (SamplerConfig, TempDir) {
         let mut config = SamplerConfig::for_interval(Duration::from_millis(100), "fake".into());
         config.gpu_wait = Duration::from_millis(200);
         config.stale_after = Duration::from_millis(300);
-        config
+        let agents = TempDir::new();
+        config.agent_dir = agents.0.clone();
+        (config, agents)
     }
 
     fn loader(count: u32, hang: Option<u32>, lose: Option<u32>) -> GpuLoader {
@@ -657,7 +697,8 @@ mod tests {
 
     #[test]
     fn a_hung_gpu_is_stale_while_the_others_update() {
-        let mut sampler = Sampler::start(config(), loader(3, Some(1), None));
+        let (config, _agents) = config();
+        let mut sampler = Sampler::start(config, loader(3, Some(1), None));
         sampler.wait_for_driver(Instant::now() + Duration::from_secs(2));
         let started = Instant::now();
         let first = sampler.tick();
@@ -682,7 +723,8 @@ mod tests {
 
     #[test]
     fn a_lost_gpu_is_lost_and_its_processes_go() {
-        let mut sampler = Sampler::start(config(), loader(2, None, Some(0)));
+        let (config, _agents) = config();
+        let mut sampler = Sampler::start(config, loader(2, None, Some(0)));
         sampler.wait_for_driver(Instant::now() + Duration::from_secs(2));
         let snapshot = sampler.tick();
         assert_eq!(snapshot.gpus[0].state, GpuState::Lost);
@@ -692,7 +734,8 @@ mod tests {
 
     #[test]
     fn once_gives_up_on_a_hung_gpu_after_the_timeout() {
-        let sampler = Sampler::start(config(), loader(2, Some(0), None));
+        let (config, _agents) = config();
+        let sampler = Sampler::start(config, loader(2, Some(0), None));
         let started = Instant::now();
         let snapshot = sampler.once(Duration::from_millis(400), Duration::from_millis(10));
         let took = started.elapsed();
@@ -710,7 +753,8 @@ mod tests {
             thread::sleep(Duration::from_secs(3600));
             unreachable!()
         });
-        let snapshot = Sampler::start(config(), hung)
+        let (config, _agents) = config();
+        let snapshot = Sampler::start(config, hung)
             .once(Duration::from_millis(200), Duration::from_millis(10));
         assert!(!snapshot.driver.nvml_loaded);
         assert!(snapshot
@@ -719,5 +763,79 @@ mod tests {
             .unwrap()
             .contains("did not finish loading"));
         assert!(snapshot.gpus.is_empty());
+    }
+
+    /// Ticks until a notice satisfies `found` or `within` passes; returns every notice seen.
+    fn notices_until(
+        sampler: &mut Sampler,
+        within: Duration,
+        found: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            seen.extend(sampler.tick().notices);
+            if seen.iter().any(|n| found(n)) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        seen
+    }
+
+    #[test]
+    fn a_reply_nobody_asked_for_never_reaches_the_status_line() {
+        let (config, agents) = config();
+        let server = serve(&agents, |mut stream| {
+            writeln!(stream, "{}", hello()).unwrap();
+            let forged =
+                r#"{"v":1,"type":"reply","id":1,"ok":true,"cmd":"snapshot","path":"/etc/shadow"}"#;
+            writeln!(stream, "{forged}").unwrap();
+            thread::sleep(Duration::from_secs(2));
+        });
+        let mut sampler = Sampler::start(config, loader(0, None, None));
+        let notices = notices_until(&mut sampler, Duration::from_secs(5), |n| {
+            n.contains("ignored a reply")
+        });
+        assert!(
+            notices.iter().all(|n| !n.contains("/etc/shadow")),
+            "{notices:?}"
+        );
+        assert!(
+            notices.iter().any(|n| n.contains("ignored a reply")),
+            "{notices:?}"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_command_without_an_answer_is_timed_out_in_the_status_line() {
+        let (config, agents) = config();
+        let server = serve(&agents, |mut stream| {
+            writeln!(stream, "{}", hello()).unwrap();
+            // Reads nothing and answers nothing, as an agent whose commands are stuck.
+            thread::sleep(Duration::from_secs(15));
+        });
+        let mut sampler = Sampler::start(config, loader(0, None, None));
+        let connected = Instant::now() + Duration::from_secs(5);
+        while !sampler.agents.poll().contains_key(&my_pid()) && Instant::now() < connected {
+            thread::sleep(Duration::from_millis(20));
+        }
+        sampler.handle(SamplerRequest::Agent {
+            pid: my_pid(),
+            command: AgentCommand::Snapshot,
+        });
+        let timed_out = format!(
+            "the agent of {} did not answer the snapshot request within 10 s",
+            my_pid()
+        );
+        let notices = notices_until(&mut sampler, Duration::from_secs(20), |n| n == timed_out);
+        assert!(
+            notices.iter().any(|n| n.contains("asked the agent of")),
+            "{notices:?}"
+        );
+        assert!(notices.contains(&timed_out), "{notices:?}");
+        drop(sampler);
+        server.join().unwrap();
     }
 }

@@ -1,4 +1,6 @@
-//! Recent values per GPU and per agent, for the sparklines. Fed one snapshot at a time.
+//! Recent values per GPU and per agent, for the sparklines. Fed one snapshot at a time; a GPU
+//! or a (process, device) pair that is not in a snapshot loses its history, so a long run with
+//! processes and devices that come and go holds only the series of those still there.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -108,6 +110,8 @@ impl History {
                 .push(gpu.memory_used_bytes.map(|b| b as f64));
             entry.power_w.push(gpu.power_w);
         }
+        self.gpus
+            .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));
         let mut seen = Vec::new();
         for process in &snapshot.processes {
             let Some(torch) = &process.torch else {
@@ -159,6 +163,46 @@ mod tests {
         let util = &history.gpus[&0].utilization_percent;
         assert_eq!(util.len(), history.capacity());
         assert_eq!(util.latest(), Some(f64::from(399 % 101)));
+    }
+
+    #[test]
+    fn gpus_and_processes_that_have_gone_lose_their_history() {
+        use crate::model::{DeviceAllocatorStats, GpuProcess, ProcessKind, TorchInfo};
+        let mut history = History::for_interval(0.1);
+        for tick in 0..2000u32 {
+            // Two GPUs at a time out of an ever-changing set, and a new process every 10 ticks
+            // with two devices of its own.
+            let mut snap = Snapshot::default();
+            for index in [tick / 50, tick / 50 + 1] {
+                snap.gpus.push(GpuSample {
+                    index,
+                    utilization_percent: Some(tick % 100),
+                    ..Default::default()
+                });
+            }
+            for pid in [1, 1000 + tick / 10] {
+                let mut process = GpuProcess::new(pid, 0, ProcessKind::Compute);
+                let device = |index| DeviceAllocatorStats {
+                    index,
+                    allocated_bytes: Some(u64::from(tick)),
+                    ..Default::default()
+                };
+                process.torch = Some(TorchInfo {
+                    devices: vec![device(0), device(1 + tick / 10)],
+                    ..Default::default()
+                });
+                snap.processes.push(process);
+            }
+            history.record(&snap);
+            assert_eq!(history.gpus.len(), 2, "tick {tick}");
+            assert_eq!(history.allocators.len(), 4, "tick {tick}");
+        }
+        let series = history.gpus.values().next().unwrap();
+        assert!(
+            series.utilization_percent.len() <= 100,
+            "a GPU keeps only its own span"
+        );
+        assert_eq!(history.allocators[&(1, 0)].allocated_bytes.len(), 2000);
     }
 
     #[test]

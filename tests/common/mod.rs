@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod fake_nvml;
+pub mod forked_agent;
 pub mod prometheus;
 pub mod pty;
 pub mod synthetic;
