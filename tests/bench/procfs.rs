@@ -10,13 +10,17 @@
 //! - every process on the host (torchtop's tree view: `HostCollector::process_table`) against
 //!   `ProcessesToUpdate::All`.
 //!
-//! sysinfo runs with `.without_tasks()` (threads are not listed as processes) and its default
-//! features (rayon spreads a refresh over the cores), so CPU time is the whole process's
+//! sysinfo runs with `.without_tasks()` (threads are not listed as processes), single-threaded
+//! (its `multithread` feature is off by default). CPU time is the whole process's
 //! (`CLOCK_PROCESS_CPUTIME_ID`), next to wall time. Open files are counted in /proc/self/fd
 //! while each reader is alive.
 //!
+//! Figures per reader: the first refresh (everything read for the first time), the median of
+//! back-to-back refreshes, and the mean at 1 Hz over a window, which includes what torchtop
+//! reads only every few seconds (the `children` files of every thread, every 5 s).
+//!
 //! Environment: TORCHTOP_BENCH_PROCS (idle processes, default 2000), TORCHTOP_BENCH_REFRESHES
-//! (steady refreshes measured, default 20).
+//! (back-to-back refreshes, default 20), TORCHTOP_BENCH_SECONDS (the 1 Hz window, default 10).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -99,34 +103,56 @@ fn measure(mut refresh: impl FnMut() -> usize) -> (Cost, usize) {
     (cost, seen)
 }
 
-/// One reader's figures: the first refresh (everything read for the first time), the median
-/// steady refresh, and the files it keeps open.
+/// How many refreshes of each kind.
+#[derive(Clone, Copy)]
+struct Plan {
+    back_to_back: usize,
+    at_1hz: usize,
+    baseline_files: usize,
+}
+
+/// One reader's figures: the first refresh, the median back-to-back refresh, the mean refresh
+/// at 1 Hz, and the files it keeps open.
 struct Row {
     reader: &'static str,
     case: &'static str,
     processes: usize,
     first: Cost,
     steady: Cost,
+    at_1hz: Cost,
     open_files: usize,
 }
 
 fn run(
     reader: &'static str,
     case: &'static str,
-    refreshes: usize,
-    baseline_files: usize,
+    plan: Plan,
     mut refresh: impl FnMut() -> usize,
 ) -> Row {
     let (first, processes) = measure(&mut refresh);
-    let mut steady: Vec<Cost> = (0..refreshes).map(|_| measure(&mut refresh).0).collect();
+    let mut steady: Vec<Cost> = (0..plan.back_to_back)
+        .map(|_| measure(&mut refresh).0)
+        .collect();
     steady.sort_by_key(|c| c.cpu);
-    let open_files = open_files().saturating_sub(baseline_files);
+    let mut total = Cost::default();
+    for _ in 0..plan.at_1hz {
+        std::thread::sleep(Duration::from_secs(1));
+        let (cost, _) = measure(&mut refresh);
+        total.cpu += cost.cpu;
+        total.wall += cost.wall;
+    }
+    let n = plan.at_1hz.max(1) as u32;
+    let open_files = open_files().saturating_sub(plan.baseline_files);
     Row {
         reader,
         case,
         processes,
         first,
         steady: steady[steady.len() / 2],
+        at_1hz: Cost {
+            cpu: total.cpu / n,
+            wall: total.wall / n,
+        },
         open_files,
     }
 }
@@ -137,20 +163,21 @@ fn per_process_us(d: Duration, n: usize) -> f64 {
 
 fn print(rows: &[Row]) {
     println!(
-        "| reader | case | processes | first refresh µs/process (CPU) | steady refresh µs/process \
-         (CPU) | steady refresh µs/process (wall) | steady refresh ms (CPU) | files kept open |"
+        "| reader | case | processes | first refresh | back to back (CPU) | back to back (wall) \
+         | at 1 Hz (CPU) | at 1 Hz, ms per refresh (CPU) | files kept open |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {} | {} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} | {} |",
             r.reader,
             r.case,
             r.processes,
             per_process_us(r.first.cpu, r.processes),
             per_process_us(r.steady.cpu, r.processes),
             per_process_us(r.steady.wall, r.processes),
-            r.steady.cpu.as_secs_f64() * 1e3,
+            per_process_us(r.at_1hz.cpu, r.processes),
+            r.at_1hz.cpu.as_secs_f64() * 1e3,
             r.open_files,
         );
     }
@@ -170,6 +197,7 @@ fn sysinfo_same_facts() -> ProcessRefreshKind {
 fn main() {
     let count = env_count("TORCHTOP_BENCH_PROCS", 2000);
     let refreshes = env_count("TORCHTOP_BENCH_REFRESHES", 20).max(1);
+    let seconds = env_count("TORCHTOP_BENCH_SECONDS", 10);
     let idle = Idle::spawn(count);
     let pids = idle.pids();
     let on_host = std::fs::read_dir("/proc")
@@ -182,10 +210,14 @@ fn main() {
         })
         .unwrap_or(0);
     println!(
-        "{count} idle processes spawned ({on_host} processes on the host); {refreshes} steady \
-         refreshes each, median shown"
+        "{count} idle processes spawned ({on_host} processes on the host). Per process and \
+         refresh: the first, the median of {refreshes} back to back, the mean of {seconds} at 1 Hz."
     );
-    let baseline = open_files();
+    let plan = Plan {
+        back_to_back: refreshes,
+        at_1hz: seconds,
+        baseline_files: open_files(),
+    };
     let mut rows = Vec::new();
 
     {
@@ -194,21 +226,21 @@ fn main() {
             .iter()
             .map(|&pid| GpuProcess::new(pid, 0, ProcessKind::Compute))
             .collect();
-        rows.push(run("torchtop", "tracked pids", refreshes, baseline, || {
+        rows.push(run("torchtop", "tracked pids", plan, || {
             host.join_processes(&mut gpu_rows);
             gpu_rows.iter().filter(|r| r.visible).count()
         }));
     }
     {
         let mut host = HostCollector::new(PathBuf::from("/proc"));
-        rows.push(run("torchtop", "every process", refreshes, baseline, || {
+        rows.push(run("torchtop", "every process", plan, || {
             host.process_table().len()
         }));
     }
     let sys_pids: Vec<Pid> = pids.iter().map(|&p| Pid::from_u32(p)).collect();
     {
         let mut system = System::new();
-        rows.push(run("sysinfo", "tracked pids", refreshes, baseline, || {
+        rows.push(run("sysinfo", "tracked pids", plan, || {
             system.refresh_processes_specifics(
                 ProcessesToUpdate::Some(&sys_pids),
                 true,
@@ -218,7 +250,7 @@ fn main() {
     }
     {
         let mut system = System::new();
-        rows.push(run("sysinfo", "every process", refreshes, baseline, || {
+        rows.push(run("sysinfo", "every process", plan, || {
             system.refresh_processes_specifics(ProcessesToUpdate::All, true, sysinfo_same_facts())
         }));
     }
@@ -234,8 +266,7 @@ fn main() {
         rows.push(run(
             "sysinfo (refresh_processes' default kind)",
             "every process",
-            refreshes,
-            baseline,
+            plan,
             || system.refresh_processes_specifics(ProcessesToUpdate::All, true, kind),
         ));
     }
