@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// What `--version` prints after the name: the version, the git commit and the cargo features
+/// built in (`0.1.0 (commit abc1234, features: none)`), written by the build script.
+pub const LONG_VERSION: &str = env!("TORCHTOP_LONG_VERSION");
 
 /// The default NVML library: the one the dynamic loader finds, as the driver installs it.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
@@ -10,7 +14,7 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "torchtop",
-    version,
+    version = LONG_VERSION,
     about = "GPU, process, host and PyTorch-allocator monitor for training machines"
 )]
 pub struct Cli {
@@ -102,6 +106,19 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         steps: Option<u64>,
     },
+    /// Print a shell completion script: `torchtop completions bash > /etc/bash_completion.d/torchtop`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `torchtop man | man -l -`; `torchtop man serve` prints
+    /// torchtop-serve(1).
+    Man {
+        /// A subcommand whose page to print instead of torchtop(1).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Option<String>,
+    },
 }
 
 /// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
@@ -136,6 +153,43 @@ impl Cli {
     pub fn colors_disabled(&self) -> bool {
         self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
     }
+}
+
+/// The completion script for `shell`, generated from the argument definitions above.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut script = Vec::new();
+    // Into memory, not stdout: clap_complete panics when its writer fails (a closed pipe).
+    clap_complete::generate(shell, &mut Cli::command(), "torchtop", &mut script);
+    script
+}
+
+/// The man page (section 1, roff) of torchtop, or of one subcommand (`torchtop-serve(1)`, the
+/// name torchtop(1) refers to it by), generated from the argument definitions above.
+pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
+    let mut command = Cli::command();
+    command.build();
+    if let Some(name) = subcommand {
+        // clap's own `help` subcommand has no page of its own.
+        let pages = || command.get_subcommands().filter(|c| c.get_name() != "help");
+        let Some(sub) = pages().find(|c| c.get_name() == name) else {
+            let names: Vec<&str> = pages().map(|c| c.get_name()).collect();
+            return Err(format!(
+                "there is no subcommand '{}'; the pages are: {}",
+                crate::ui::format::escape(name),
+                names.join(", ")
+            ));
+        };
+        command = sub
+            .clone()
+            .name(format!("torchtop-{name}"))
+            .bin_name(format!("torchtop {name}"))
+            .version(LONG_VERSION);
+    }
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command)
+        .render(&mut page)
+        .map_err(|e| format!("the man page could not be written: {e}"))?;
+    Ok(page)
 }
 
 #[cfg(test)]
@@ -195,5 +249,40 @@ mod tests {
             Some(Command::Run { command }) => assert_eq!(command, ["python", "-c", "pass"]),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn version_names_the_commit_and_the_features() {
+        let error = Cli::try_parse_from(["torchtop", "--version"]).unwrap_err();
+        let shown = error.to_string();
+        let features = if cfg!(feature = "torch") {
+            "features: torch"
+        } else {
+            "features: none"
+        };
+        assert!(shown.starts_with(&format!("torchtop {} (commit ", env!("CARGO_PKG_VERSION"))));
+        assert!(shown.contains(features), "{shown}");
+    }
+
+    #[test]
+    fn completions_and_man_page_cover_the_subcommands() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let script = String::from_utf8(completions(shell)).unwrap();
+            for word in ["snapshot", "attach", "nvml-lib", "completions"] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+        let page = String::from_utf8(man_page(None).unwrap()).unwrap();
+        assert!(page.contains(".TH torchtop 1"), "{page}");
+        assert!(page.contains("nvml\\-lib"), "{page}");
+        let serve = String::from_utf8(man_page(Some("serve")).unwrap()).unwrap();
+        assert!(serve.contains(".TH torchtop-serve 1"), "{serve}");
+        let error = man_page(Some("nope\x1b")).unwrap_err();
+        assert!(error.contains("'nope\\e'"), "{error}");
+        assert!(error.contains("serve, cluster"), "{error}");
     }
 }

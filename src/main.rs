@@ -111,6 +111,32 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Completions { shell } => print_bytes(Ok(torchtop::cli::completions(*shell))),
+        Command::Man { subcommand } => match torchtop::cli::man_page(subcommand.as_deref()) {
+            Ok(page) => print_bytes(Ok(page)),
+            Err(error) => {
+                complain("torchtop man", &error);
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Writes a generated script or page to stdout; a reader that closed the pipe early (`| head`)
+/// is not an error.
+fn print_bytes(bytes: std::io::Result<Vec<u8>>) -> ExitCode {
+    use std::io::Write;
+    let written = bytes.and_then(|bytes| {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&bytes)?;
+        out.flush()
+    });
+    match written {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            complain("torchtop", &error);
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
 

@@ -1,11 +1,88 @@
 //! Build script: with the `torch` feature, compiles the C++ shim that reads libtorch's CUDA
 //! caching-allocator counters (src/agent/shim.cpp). Without the feature, and in tch's doc-only
-//! mode (`torch-doc-only`, no libtorch present), it does nothing.
+//! mode (`torch-doc-only`, no libtorch present), it builds no C++. Always: it writes the
+//! `--version` line (version, git commit, features) into `TORCHTOP_LONG_VERSION`.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(torchtop_shim)");
+    long_version::emit();
     #[cfg(feature = "torch")]
     shim::build();
+}
+
+/// `torchtop 0.1.0 (commit abc1234, features: torch)`. Without git (a crates.io or sdist
+/// tarball) the commit comes from cargo's `.cargo_vcs_info.json` when present, else it is
+/// `unknown`: a missing git never fails the build.
+mod long_version {
+    use std::env;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    pub fn emit() {
+        let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+        let commit = git_commit(&root)
+            .or_else(|| packaged_commit(&root))
+            .unwrap_or_else(|| "unknown".into());
+        let mut features: Vec<String> = env::vars()
+            .filter_map(|(name, _)| Some(name.strip_prefix("CARGO_FEATURE_")?.to_string()))
+            .filter(|name| name != "DEFAULT")
+            .map(|name| name.to_lowercase().replace('_', "-"))
+            .collect();
+        features.sort();
+        let features = if features.is_empty() {
+            "none".to_string()
+        } else {
+            features.join(", ")
+        };
+        let version = env::var("CARGO_PKG_VERSION").unwrap_or_default();
+        println!(
+            "cargo:rustc-env=TORCHTOP_LONG_VERSION={version} (commit {commit}, features: {features})"
+        );
+    }
+
+    fn git(root: &Path, args: &[&str]) -> Option<String> {
+        let output = Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(output.stdout).ok()?;
+        output.status.success().then(|| text.trim().to_string())
+    }
+
+    /// The short commit of HEAD, only when the crate is the top of its own git work tree: a
+    /// tarball unpacked inside some other repository must not take that repository's commit.
+    fn git_commit(root: &Path) -> Option<String> {
+        let top = git(root, &["rev-parse", "--show-toplevel"])?;
+        if Path::new(&top).canonicalize().ok()? != root.canonicalize().ok()? {
+            return None;
+        }
+        let commit = git(root, &["rev-parse", "--short=7", "HEAD"])?;
+        // Rebuild the line when HEAD moves: HEAD itself, the branch it names, packed refs.
+        let mut watched = vec![git(root, &["rev-parse", "--git-path", "HEAD"])?];
+        watched.extend(git(root, &["rev-parse", "--git-path", "packed-refs"]));
+        if let Some(branch) = git(root, &["symbolic-ref", "-q", "HEAD"]) {
+            watched.extend(git(root, &["rev-parse", "--git-path", &branch]));
+        }
+        for path in watched {
+            let path = root.join(path);
+            // A path that does not exist would make cargo rerun this script on every build.
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
+        }
+        Some(commit)
+    }
+
+    /// `cargo package` records the commit in `.cargo_vcs_info.json` ("sha1": "...").
+    fn packaged_commit(root: &Path) -> Option<String> {
+        let path = root.join(".cargo_vcs_info.json");
+        let text = std::fs::read_to_string(&path).ok()?;
+        println!("cargo:rerun-if-changed={}", path.display());
+        let sha = text.split("\"sha1\"").nth(1)?.split('"').nth(1)?;
+        let short: String = sha.chars().take(7).collect();
+        (short.len() == 7 && short.chars().all(|c| c.is_ascii_hexdigit())).then_some(short)
+    }
 }
 
 #[cfg(feature = "torch")]
