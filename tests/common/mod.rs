@@ -1,13 +1,23 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod ci;
 pub mod fake_nvml;
 pub mod forked_agent;
+pub mod process;
 pub mod prometheus;
 pub mod pty;
 pub mod synthetic;
 
 use std::path::PathBuf;
+
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use ci::{in_ci, require_program, skip_or_fail, PATIENCE};
+#[allow(unused_imports)]
+pub use process::{
+    assert_no_fatal_signal_on_its_way, output_within_patience, process_state, wait_until,
+};
 
 /// The torchtop binary that cargo built for these tests.
 pub fn torchtop_binary() -> PathBuf {

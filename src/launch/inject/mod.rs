@@ -466,7 +466,7 @@ mod tests {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
         else {
-            println!("skipped: no system python3");
+            crate::test_ci::skip_or_fail("no system python3 (/usr/bin/python3)");
             return;
         };
         let code = "n = 0; total = 0\n\
