@@ -4,7 +4,8 @@
 //! Some tests need a child that is this very test binary: `helper_*` tests are ignored in
 //! normal runs and do their work only when started by a test with `TORCHTOP_TEST_ROLE` set.
 
-mod common;
+#[path = "common/ci.rs"]
+mod ci;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_no_fatal_signal_on_its_way, PATIENCE};
+use ci::{assert_no_fatal_signal_on_its_way, PATIENCE};
 use torchtop::actions::{
     adjust_nice, current_identity, renice, send_signal, ActionError, ProcessIdentity, Signal,
 };

@@ -3,7 +3,8 @@
 //! ptrace injector on every CPython here, through gdb (unless a probe shows this machine's gdb
 //! cannot make inferior calls), and by default. A failed attach leaves no file behind.
 
-mod common;
+#[path = "common/ci.rs"]
+mod ci;
 mod launch_support;
 
 use std::io::Write;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{require_program, skip_or_fail};
+use ci::{require_program, skip_or_fail};
 use launch_support::{fake_torch_dir, first_line, interpreters, spawn_python, stats_for, Killed};
 use torchtop::launch::{attach, attach_with, AttachOptions, Method};
 

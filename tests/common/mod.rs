@@ -4,7 +4,6 @@
 pub mod ci;
 pub mod fake_nvml;
 pub mod forked_agent;
-pub mod process;
 pub mod prometheus;
 pub mod pty;
 pub mod synthetic;
@@ -13,10 +12,9 @@ use std::path::PathBuf;
 
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use ci::{in_ci, require_program, skip_or_fail, PATIENCE};
-#[allow(unused_imports)]
-pub use process::{
-    assert_no_fatal_signal_on_its_way, output_within_patience, process_state, wait_until,
+pub use ci::{
+    assert_no_fatal_signal_on_its_way, in_ci, output_within_patience, process_state,
+    require_program, skip_or_fail, wait_until, PATIENCE,
 };
 
 /// The torchtop binary that cargo built for these tests.

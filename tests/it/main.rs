@@ -12,6 +12,8 @@ mod common;
 #[path = "../launch_support/mod.rs"]
 mod launch_support;
 
+use common::ci;
+
 mod agent_and_rules_e2e;
 mod agent_python;
 mod attach_injector;

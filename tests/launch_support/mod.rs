@@ -1,6 +1,7 @@
 //! Helpers shared by the `torchtop run`/`attach` tests: the Python interpreters on this machine,
 //! children that are killed when a test ends, running a child as another user, and reading an
-//! agent's stats through `AgentHub`. A test binary that uses it also declares `mod common`.
+//! agent's stats through `AgentHub`. A test binary that uses it has `ci` (tests/common/ci.rs) at
+//! its root.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -103,7 +104,7 @@ pub fn as_nobody(cmd: &mut Command) -> &mut Command {
 /// Polls `AgentHub` on `dir` until it has allocator stats for `pid`.
 pub fn stats_for(dir: &Path, pid: u32) -> TorchInfo {
     let mut hub = AgentHub::new(dir.to_path_buf());
-    let deadline = Instant::now() + crate::common::PATIENCE;
+    let deadline = Instant::now() + crate::ci::PATIENCE;
     loop {
         let infos = hub.poll();
         if let Some(info) = infos.get(&pid).filter(|i| !i.devices.is_empty()) {
