@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
-use common::{output_within_patience, wait_until, PATIENCE};
+use common::{json_stream_until, output_within_patience, wait_until, PATIENCE};
 use serde_json::Value;
 use tempfile::{NamedTempFile, TempDir};
 
@@ -111,6 +111,21 @@ fn config_file(text: &str) -> NamedTempFile {
     file
 }
 
+/// Streams `torchtop --json` until a snapshot carries the warning `id`, however slowly the
+/// samples come; returns the snapshots up to that one.
+fn warned(scenario: &ScenarioFile, agents: &Path, args: &[&str], id: &str) -> Vec<Value> {
+    let mut command = Command::new(common::torchtop_binary());
+    command
+        .arg("--json")
+        .args(args)
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", agents);
+    json_stream_until(&mut command, |docs| {
+        docs.last()
+            .is_some_and(|doc| warning_ids(doc).iter().any(|w| w == id))
+    })
+}
+
 fn warning_ids(doc: &Value) -> Vec<String> {
     doc["warnings"]
         .as_array()
@@ -202,26 +217,19 @@ fn a_leaking_process_is_warned_about_when_the_window_allows() {
     let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
     let config =
         config_file("[rules.leak]\nwindow_seconds = 2.0\nmin_samples = 4\nmin_rise_mib = 4.0\n");
-    let docs = torchtop(
+    let docs = warned(
         &scenario,
         &agents,
-        &[
-            "--json",
-            "--samples",
-            "10",
-            "-d",
-            "0.4",
-            "--config",
-            config.path().to_str().unwrap(),
-        ],
+        &["-d", "0.4", "--config", config.path().to_str().unwrap()],
+        "leak",
     );
     let last = docs.last().unwrap();
     let leak = last["warnings"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|w| w["id"] == "leak");
-    let leak = leak.unwrap_or_else(|| panic!("no leak warning: {}", last["warnings"]));
+        .find(|w| w["id"] == "leak")
+        .unwrap();
     assert_eq!(leak["subject"]["kind"], "process");
     assert_eq!(leak["subject"]["pid"], script.pid());
     assert!(leak["remedy"].as_str().unwrap().contains("snapshot"));
@@ -270,26 +278,19 @@ fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
     let (mut ranks, scenario) = imbalanced_job();
     let (_scratch, agents) = agent_dir();
     let config = config_file("[rules.imbalance]\nwindow_seconds = 1.0\n");
-    let docs = torchtop(
+    let docs = warned(
         &scenario,
         &agents,
-        &[
-            "--json",
-            "--samples",
-            "6",
-            "-d",
-            "0.4",
-            "--config",
-            config.path().to_str().unwrap(),
-        ],
+        &["-d", "0.4", "--config", config.path().to_str().unwrap()],
+        "imbalance",
     );
     let last = docs.last().unwrap();
     let warning = last["warnings"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|w| w["id"] == "imbalance");
-    let warning = warning.unwrap_or_else(|| panic!("no imbalance warning: {}", last["warnings"]));
+        .find(|w| w["id"] == "imbalance")
+        .unwrap();
     assert_eq!(warning["subject"]["kind"], "job");
     assert_eq!(last["jobs"][0]["id"], "job 127.0.0.1:29555");
     assert_eq!(last["jobs"][0]["ranks"].as_array().unwrap().len(), 8);

@@ -26,6 +26,11 @@ torchtop_agent.start(interval_ms=200)\n\
 period = float(sys.argv[1])\n\
 while True:\n    time.sleep(period)\n    torchtop_agent.step()\n";
 
+/// Rank 3 steps every 0.3 s, the others every 0.1 s: 200 % above the median. A loaded machine
+/// stretches every sleep a little; a bar at 100 % (not the default 20) keeps a rank that slept
+/// a few ms long from counting as a straggler too.
+const STRAGGLER_PERCENT: &str = "100";
+
 /// One rank of the job: a Python process with the agent, marking a step every `period` s.
 struct RankProcess {
     child: Child,
@@ -119,6 +124,7 @@ fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
 fn cluster_json(url: &str) -> Option<Value> {
     let output = Command::new(common::torchtop_binary())
         .args(["cluster", "--prometheus", url, "--once", "--json"])
+        .args(["--straggler-percent", STRAGGLER_PERCENT])
         .stdin(Stdio::null())
         .output()
         .expect("run torchtop cluster");
@@ -202,6 +208,8 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         prometheus.url.as_str(),
         "--refresh",
         "1",
+        "--straggler-percent",
+        STRAGGLER_PERCENT,
     ];
     let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&[]), 120, 40);
     let shown = session.wait_for(PATIENCE, |s| {

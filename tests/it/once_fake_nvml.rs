@@ -4,13 +4,11 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::fake_nvml::{fake_nvml_library, ScenarioFile, Sleepers};
-use common::{output_within_patience, PATIENCE};
+use common::{json_stream_until, output_within_patience};
 use serde_json::Value;
 
 /// Runs `torchtop --once` to its end (failing after [`PATIENCE`]); returns its output and how
@@ -26,46 +24,6 @@ fn run_once(scenario: &ScenarioFile, extra_args: &[&str]) -> (Output, Duration) 
             .env_remove("NO_COLOR"),
     );
     (output, started.elapsed())
-}
-
-/// Runs `torchtop --json` (one document a line) and reads its documents until `enough` holds
-/// on all read so far, then ends it. Fails if that takes more than [`PATIENCE`].
-fn json_stream_until(
-    scenario: &ScenarioFile,
-    args: &[&str],
-    enough: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
-    let mut child = Command::new(common::torchtop_binary())
-        .arg("--json")
-        .args(args)
-        .envs(scenario.env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run torchtop --json");
-    let (lines_tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let deadline = Instant::now() + PATIENCE;
-    let mut docs: Vec<Value> = Vec::new();
-    while !enough(&docs) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = lines.recv_timeout(left) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the stream ended or stalled after {} documents", docs.len());
-        };
-        docs.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    docs
 }
 
 fn once_json(scenario: &ScenarioFile, extra_args: &[&str]) -> (Value, Duration) {
@@ -358,7 +316,9 @@ fn a_process_list_that_changes_between_calls_never_breaks_the_stream() {
     };
     // pid 2 leaves at t = 3 s and pid 3 comes at t = 2 s: read until the stream has shown
     // both, however late the samples come on a loaded machine.
-    let docs = json_stream_until(&scenario, &["-d", "0.5"], |docs| {
+    let mut torchtop = Command::new(common::torchtop_binary());
+    torchtop.args(["--json", "-d", "0.5"]).envs(scenario.env());
+    let docs = json_stream_until(&mut torchtop, |docs| {
         let seen = with_gpus(docs);
         seen.iter().any(|d| listed(d, pids[2]))
             && seen.iter().any(|d| !listed(d, pids[2]))

@@ -324,7 +324,7 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let wanted = std::fs::canonicalize(python).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + crate::test_ci::PATIENCE;
         // Until exec completes, the child is a copy of this test binary, then a bare python.
         let image = loop {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();

@@ -407,7 +407,7 @@ mod tests {
     fn while_stopped<T>(pid: u32, f: impl FnOnce(&ptrace::Tracee) -> T) -> T {
         let t = ptrace::Tracee::seize(pid).unwrap();
         t.interrupt().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + crate::test_ci::PATIENCE;
         imp::wait_for_stop(&t, deadline, &mut Vec::new(), |s| s == ptrace::Stop::Event).unwrap();
         let out = f(&t);
         t.detach().unwrap();
@@ -421,7 +421,7 @@ mod tests {
     fn restore_puts_back_every_register_and_the_extended_state() {
         let mut child = Command::new("sleep").arg("60").spawn().unwrap();
         let pid = child.id();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + crate::test_ci::PATIENCE;
         while std::fs::read_to_string(format!("/proc/{pid}/syscall")).map_or(true, |s| {
             !s.starts_with(&libc::SYS_clock_nanosleep.to_string())
         }) {
