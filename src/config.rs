@@ -676,8 +676,8 @@ mod tests {
 
     #[test]
     fn load_names_the_file_and_reads_it() {
-        let dir = std::env::temp_dir().join(format!("torchtop-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let good = dir.join("good.toml");
         std::fs::write(&good, "[rules.swap]\navailable_fraction = 0.25\n").unwrap();
         assert_eq!(load(&good).unwrap().rules.swap.available_fraction, 0.25);
@@ -688,7 +688,6 @@ mod tests {
         assert!(error.contains("line 2"), "{error}");
         let missing = load(&dir.join("missing.toml")).unwrap_err();
         assert!(missing.contains("cannot read config file"), "{missing}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

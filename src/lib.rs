@@ -31,3 +31,9 @@ pub mod rules;
 pub mod serve;
 pub mod terminal;
 pub mod ui;
+
+/// What the tests promise a CI machine (they never skip there, and poll against one generous
+/// deadline), shared with the integration tests.
+#[cfg(test)]
+#[path = "../tests/common/ci.rs"]
+pub(crate) mod test_ci;

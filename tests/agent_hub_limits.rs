@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::forked_agent::{greet_all, ForkedAgent};
+use common::forked_agent::{ForkedAgent, Greeter};
+use common::PATIENCE;
 use torchtop::collect::agent::{ensure_socket_dir, AgentHub};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -19,15 +20,15 @@ fn threads_of_this_process() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
-/// `count` fake agents in a fresh socket directory, greeted with a hello for `greet_for`.
+/// `count` fake agents in a fresh socket directory, each connection greeted with a hello
+/// until the [`Greeter`] is dropped.
 fn agents(
     count: usize,
-    greet_for: Duration,
 ) -> (
     tempfile::TempDir,
     std::path::PathBuf,
     Vec<ForkedAgent>,
-    thread::JoinHandle<Vec<std::os::unix::net::UnixStream>>,
+    Greeter,
 ) {
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path().join("agents");
@@ -38,17 +39,16 @@ fn agents(
         .map(|a| a.listener.try_clone().unwrap())
         .collect();
     let greeting = format!("{HELLO}\n").into_bytes();
-    let server = thread::spawn(move || greet_all(listeners, greeting, greet_for));
-    (scratch, dir, agents, server)
+    (scratch, dir, agents, Greeter::start(listeners, greeting))
 }
 
 #[test]
 fn one_thread_reads_forty_agents() {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (_scratch, dir, agents, server) = agents(40, Duration::from_secs(3));
+    let (_scratch, dir, agents, server) = agents(40);
     let before = threads_of_this_process();
     let mut hub = AgentHub::new(dir);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + PATIENCE;
     let mut heard = 0;
     while heard < agents.len() && Instant::now() < deadline {
         heard = hub.poll().len();
@@ -61,15 +61,15 @@ fn one_thread_reads_forty_agents() {
         "{added} threads were started to read {heard} agents"
     );
     drop(hub);
-    drop(server.join());
+    drop(server);
 }
 
 #[test]
 fn no_more_than_256_connections_stay_open() {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (_scratch, dir, agents, server) = agents(300, Duration::from_secs(20));
+    let (_scratch, dir, agents, server) = agents(300);
     let mut hub = AgentHub::new(dir);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + PATIENCE;
     let mut most = 0;
     while Instant::now() < deadline {
         most = most.max(hub.poll().len());

@@ -112,16 +112,16 @@ fn read_error(pid: u32, path: &Path, error: &io::Error) -> ActionError {
 mod tests {
     use super::*;
 
-    /// A fake /proc under the system temp dir, removed on drop.
-    struct FakeProc(PathBuf);
+    /// A fake /proc (`.0`) under the system temp dir, removed on drop.
+    struct FakeProc(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
     impl FakeProc {
         fn new(name: &str) -> Self {
-            let root = std::env::temp_dir()
-                .join(format!("torchtop-identity-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
-            std::fs::create_dir_all(&root).unwrap();
-            FakeProc(root)
+            let root = tempfile::Builder::new()
+                .prefix(&format!("torchtop-identity-{name}-"))
+                .tempdir()
+                .unwrap();
+            FakeProc(root.path().to_path_buf(), root)
         }
 
         fn add(&self, pid: u32, stat: &str, tids: &[u32]) {
@@ -131,12 +131,6 @@ mod tests {
             for tid in tids {
                 std::fs::create_dir_all(dir.join("task").join(tid.to_string())).unwrap();
             }
-        }
-    }
-
-    impl Drop for FakeProc {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 

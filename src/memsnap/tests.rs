@@ -1,23 +1,20 @@
 //! Opening snapshot files: symbolic links, directories, and the figures a load gives.
 
-use std::path::PathBuf;
-
 use super::{load, Links};
 use crate::memsnap::model::tests::fixture;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "torchtop-memsnap-unit-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory, removed when the returned guard drops.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("torchtop-memsnap-unit-")
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
 fn a_link_is_followed_for_a_typed_path_and_refused_for_a_reported_one() {
-    let dir = scratch("link");
+    let scratch = scratch();
+    let dir = scratch.path();
     let link = dir.join("snapshot.pickle");
     std::os::unix::fs::symlink(fixture("oom.pickle"), &link).unwrap();
     let loaded = load(&link, Links::Follow).expect("a typed path may be a link");
@@ -31,16 +28,13 @@ fn a_link_is_followed_for_a_typed_path_and_refused_for_a_reported_one() {
         .expect("refused")
         .to_string();
     assert!(error.contains("is a symbolic link"), "{error}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_directory_is_not_a_snapshot() {
-    let dir = scratch("dir");
-    let error = load(&dir, Links::Follow)
-        .err()
-        .expect("refused")
-        .to_string();
+    let scratch = scratch();
+    let dir = scratch.path();
+    let error = load(dir, Links::Follow).err().expect("refused").to_string();
     assert!(
         error.ends_with("is not a regular file: give the path of a snapshot pickle"),
         "{error}"
@@ -53,12 +47,12 @@ fn a_directory_is_not_a_snapshot() {
         missing.contains("could not be opened: No such file or directory"),
         "{missing}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn errors_name_the_file_with_control_characters_escaped() {
-    let dir = scratch("escape");
+    let scratch = scratch();
+    let dir = scratch.path();
     let path = dir.join("evil\x1b]0;pwned\x07.pickle");
     std::fs::write(&path, b"not a pickle").unwrap();
     let error = load(&path, Links::Follow).err().unwrap().to_string();
@@ -66,7 +60,6 @@ fn errors_name_the_file_with_control_characters_escaped() {
         !error.contains('\x1b') && error.contains("evil\\e]0;pwned\\x07.pickle is not a pickle"),
         "{error}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Reads, converts, analyses, prints and draws `bytes`; whatever they hold, nothing panics.

@@ -241,7 +241,7 @@ fn static_server(body: String) -> SocketAddr {
 }
 
 fn cluster_refresh() {
-    if !common::prometheus::have_or_fail("prometheus") {
+    if !common::require_program("prometheus") {
         return;
     }
     let nodes = 64;

@@ -9,6 +9,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// One fake agent; its child is killed and reaped on drop.
@@ -131,22 +134,53 @@ fn bind(socket: &OwnedFd, path: &Path) {
     );
 }
 
-/// Accepts on every agent's socket for `for_how_long`, writes `greeting` to each connection,
-/// and returns the connections (kept open) at the end. Run it on a thread of its own.
-pub fn greet_all(
-    listeners: Vec<UnixListener>,
-    greeting: Vec<u8>,
-    for_how_long: Duration,
-) -> Vec<UnixStream> {
+/// A thread that accepts on every agent's socket and writes a greeting to each connection,
+/// until it is stopped or dropped; the connections stay open until then.
+pub struct Greeter {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<UnixStream>>>,
+}
+
+impl Greeter {
+    pub fn start(listeners: Vec<UnixListener>, greeting: Vec<u8>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || greet_all(&listeners, &greeting, &stopped));
+        Greeter {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops greeting; returns the connections, still open.
+    pub fn stop(mut self) -> Vec<UnixStream> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Vec<UnixStream> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread
+            .take()
+            .map(|t| t.join().expect("the greeter thread"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Greeter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn greet_all(listeners: &[UnixListener], greeting: &[u8], stop: &AtomicBool) -> Vec<UnixStream> {
     let mut streams = Vec::new();
-    let deadline = Instant::now() + for_how_long;
-    for listener in &listeners {
+    for listener in listeners {
         listener.set_nonblocking(true).unwrap();
     }
-    while Instant::now() < deadline {
-        for listener in &listeners {
+    while !stop.load(Ordering::SeqCst) {
+        for listener in listeners {
             if let Ok((mut stream, _)) = listener.accept() {
-                let _ = stream.write_all(&greeting);
+                let _ = stream.write_all(greeting);
                 streams.push(stream);
             }
         }

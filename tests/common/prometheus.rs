@@ -10,25 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// Whether `program` runs here; under CI a missing one fails the test instead of skipping it.
-pub fn have_or_fail(program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
-        assert!(
-            !ci,
-            "CI is set, so this test may not skip: {program} is not installed (apt-get install prometheus)"
-        );
-        println!("skipped: {program} is not installed (apt-get install prometheus)");
-    }
-    found
-}
-
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -99,15 +80,16 @@ impl Serve {
         let sink = stderr.clone();
         thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                // Kept before the address goes out, so that a caller who has it sees the line.
+                sink.lock().unwrap().push_str(&format!("{line}\n"));
                 if let Some(rest) = line.split("://").nth(1) {
                     if let Some(addr) = rest.strip_suffix("/metrics") {
                         let _ = addr_tx.send(addr.to_string());
                     }
                 }
-                sink.lock().unwrap().push_str(&format!("{line}\n"));
             }
         });
-        let addr = match addr_rx.recv_timeout(Duration::from_secs(30)) {
+        let addr = match addr_rx.recv_timeout(super::PATIENCE) {
             Ok(addr) => addr.parse().expect("a socket address"),
             Err(_) => {
                 let _ = child.kill();
@@ -133,9 +115,7 @@ impl Serve {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         while Instant::now() < deadline {
-            if let Ok((200, _, body)) =
-                http_get(self.addr, "/metrics", &[], Duration::from_secs(10))
-            {
+            if let Ok((200, _, body)) = http_get(self.addr, "/metrics", &[], super::PATIENCE) {
                 if condition(&body) {
                     return body;
                 }
@@ -207,7 +187,7 @@ impl Prometheus {
 
     fn wait_ready(&self, port: u16) {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + super::PATIENCE;
         while Instant::now() < deadline {
             if let Ok((200, _, _)) = http_get(addr, "/-/ready", &[], Duration::from_secs(5)) {
                 return;

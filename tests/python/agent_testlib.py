@@ -24,8 +24,9 @@ for _path in (AGENT_DIR, FAKE_TORCH_DIR):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-# Generous: only there so that a broken agent fails a test instead of hanging it.
-WAIT = 10.0
+# Generous: only there so that a broken agent fails a test instead of hanging it. Nothing a test
+# asserts depends on it (the Rust tests' PATIENCE, tests/common/ci.rs, is the same).
+WAIT = 60.0
 
 
 class Client:

@@ -136,12 +136,16 @@ class MessageTests(AgentCase):
 
     def test_step_number_and_step_time(self):
         c = self.connect(self.start())
+        first = last = None
         for _ in range(4):
+            last = time.monotonic()
             torchtop_agent.step()
+            first = first or last
             time.sleep(0.02)
         stats = c.read_until(lambda m: m["type"] == "stats" and m["step"] == 4)
         self.assertGreaterEqual(stats["step_time_s"], 0.015)
-        self.assertLess(stats["step_time_s"], 1.0)
+        # No longer than the steps' own spacing, as measured here around them (not a speed).
+        self.assertLessEqual(stats["step_time_s"], (time.monotonic() - first) / 3)
 
     def test_hello_is_resent_when_torch_facts_change(self):
         saved = sys.modules.pop("torch")
@@ -261,15 +265,13 @@ class CommandTests(AgentCase):
         return client.read_until(lambda m: m["type"] == "reply" and m["id"] == cmd_id)
 
     def test_set_interval(self):
-        c = self.connect(self.start(interval_ms=1000))
-        t0 = time.monotonic()
+        # The longest interval there is: stats that waited it out would come in an hour, far past
+        # the client's WAIT, so any that come at all prove the new interval is in force.
+        c = self.connect(self.start(interval_ms=torchtop_agent.MAX_INTERVAL_MS))
         reply = self.command(c, 7, "set_interval", ms=40)
         self.assertEqual((reply["ok"], reply["interval_ms"]), (True, 40))
         stats = c.read_until(lambda m: m["type"] == "stats" and m["interval_ms"] == 40)
-        self.assertLess(time.monotonic() - t0, 0.5, "the new interval applies at once")
-        t0 = time.monotonic()
         c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= stats["seq"] + 3)
-        self.assertLess(time.monotonic() - t0, 0.9, "stats now come every 40 ms")
 
     def test_set_interval_rejects_bad_values(self):
         c = self.connect(self.start())

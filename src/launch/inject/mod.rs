@@ -407,7 +407,7 @@ mod tests {
     fn while_stopped<T>(pid: u32, f: impl FnOnce(&ptrace::Tracee) -> T) -> T {
         let t = ptrace::Tracee::seize(pid).unwrap();
         t.interrupt().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + crate::test_ci::PATIENCE;
         imp::wait_for_stop(&t, deadline, &mut Vec::new(), |s| s == ptrace::Stop::Event).unwrap();
         let out = f(&t);
         t.detach().unwrap();
@@ -421,7 +421,7 @@ mod tests {
     fn restore_puts_back_every_register_and_the_extended_state() {
         let mut child = Command::new("sleep").arg("60").spawn().unwrap();
         let pid = child.id();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + crate::test_ci::PATIENCE;
         while std::fs::read_to_string(format!("/proc/{pid}/syscall")).map_or(true, |s| {
             !s.starts_with(&libc::SYS_clock_nanosleep.to_string())
         }) {
@@ -466,7 +466,7 @@ mod tests {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
         else {
-            println!("skipped: no system python3");
+            crate::test_ci::skip_or_fail("no system python3 (/usr/bin/python3)");
             return;
         };
         let code = "n = 0; total = 0\n\

@@ -4,14 +4,15 @@
 //! comes by content negotiation, a hung GPU leaves scrapes answering, and the web config's TLS
 //! and basic auth work with curl.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::fake_nvml::ScenarioFile;
-use common::prometheus::{have_or_fail, http_get, Serve};
+use common::prometheus::{http_get, Serve};
+use common::{require_program, PATIENCE};
 
 /// One GPU with every field (energy and remapped rows too) and two ranks of a job.
 fn scenario(pids: &[u32]) -> String {
@@ -125,7 +126,7 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
     );
     assert!(!text.contains("hunter2"));
 
-    if have_or_fail("promtool") {
+    if require_program("promtool") {
         let problems = promtool_problems(&text);
         // dcgm-exporter's own label `modelName` is camelCase; dashboards need it as it is.
         let others: Vec<&String> = problems
@@ -152,7 +153,7 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
         &["--hostname", "exporter-test"],
         &scenario.env(),
     );
-    let body = plain.wait_for_metrics(Duration::from_secs(20), |m| {
+    let body = plain.wait_for_metrics(PATIENCE, |m| {
         m.contains("torchtop_process_gpu_memory_bytes{")
     });
     assert!(body.contains("Hostname=\"exporter-test\""), "{body}");
@@ -166,7 +167,7 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
             "Accept",
             "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
         )],
-        Duration::from_secs(10),
+        PATIENCE,
     )
     .unwrap();
     assert_eq!(status, 200);
@@ -176,16 +177,14 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
         "{head}"
     );
     assert!(open.ends_with("# EOF\n"), "{open}");
-    let (status, head, _) = http_get(plain.addr, "/metrics", &[], Duration::from_secs(10)).unwrap();
+    let (status, head, _) = http_get(plain.addr, "/metrics", &[], PATIENCE).unwrap();
     assert_eq!(status, 200);
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    let (status, _, _) = http_get(plain.addr, "/nope", &[], Duration::from_secs(10)).unwrap();
+    let (status, _, _) = http_get(plain.addr, "/nope", &[], PATIENCE).unwrap();
     assert_eq!(status, 404);
 
     let exposed = Serve::start(&["-d", "0.2"], &["--expose-commands"], &scenario.env());
-    let body = exposed.wait_for_metrics(Duration::from_secs(20), |m| {
-        m.contains("torchtop_process_info{")
-    });
+    let body = exposed.wait_for_metrics(PATIENCE, |m| m.contains("torchtop_process_info{"));
     assert!(body.contains("command=\"sleep 600\""), "{body}");
     assert!(body.contains("master_port=\"29511\""), "{body}");
     for child in &mut children {
@@ -198,7 +197,7 @@ fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
 fn a_hung_gpu_leaves_scrapes_answering_and_is_exported_as_stale() {
     let scenario = ScenarioFile::from_fixture("hung_gpu.toml", &[]);
     let serve = Serve::start(&["-d", "0.2"], &[], &scenario.env());
-    let body = serve.wait_for_metrics(Duration::from_secs(30), |m| {
+    let body = serve.wait_for_metrics(PATIENCE, |m| {
         m.lines().any(|l| {
             l.starts_with("torchtop_gpu_state{gpu=\"1\"")
                 && l.contains("state=\"stale\"")
@@ -212,7 +211,7 @@ fn a_hung_gpu_leaves_scrapes_answering_and_is_exported_as_stale() {
     );
     // Scrape after scrape keeps answering while GPU 1's worker stays blocked in the driver.
     for _ in 0..20 {
-        let (status, _, body) = http_get(serve.addr, "/metrics", &[], Duration::from_secs(30))
+        let (status, _, body) = http_get(serve.addr, "/metrics", &[], PATIENCE)
             .unwrap_or_else(|e| panic!("a scrape failed: {e}\n{}", serve.stderr()));
         assert_eq!(status, 200);
         assert!(body.contains("torchtop_gpu_state{gpu=\"1\""));
@@ -221,7 +220,7 @@ fn a_hung_gpu_leaves_scrapes_answering_and_is_exported_as_stale() {
 
 #[test]
 fn the_web_config_gives_tls_and_basic_auth() {
-    if !have_or_fail("openssl") || !have_or_fail("curl") {
+    if !require_program("openssl") || !require_program("curl") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -272,7 +271,7 @@ fn the_web_config_gives_tls_and_basic_auth() {
                 "-w",
                 "%{http_code}",
                 "--max-time",
-                "20",
+                "60",
                 "--cacert",
             ])
             .arg(dir.path().join("server.crt"))
@@ -285,7 +284,7 @@ fn the_web_config_gives_tls_and_basic_auth() {
     assert_eq!(curl(&[]), "401");
     assert_eq!(curl(&["-u", "prom:wrong"]), "401");
     assert_eq!(curl(&["-u", "nobody:s3cret"]), "401");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + PATIENCE;
     while curl(&["-u", "prom:s3cret"]) != "200" {
         assert!(
             std::time::Instant::now() < deadline,

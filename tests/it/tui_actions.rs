@@ -1,13 +1,13 @@
 //! Process actions end to end: the built torchtop in a pseudo-terminal, the fake NVML naming
 //! real child processes as GPU processes, and keys typed as a person would type them.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::time::Duration;
 
 use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
+use common::{assert_no_fatal_signal_on_its_way, PATIENCE};
 
 /// The F8 key as xterm sends it.
 const F8: &[u8] = b"\x1b[19~";
@@ -25,7 +25,7 @@ fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
     let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 120, 40);
     let both = [children.pid(0).to_string(), children.pid(1).to_string()];
     assert!(
-        session.wait_for(Duration::from_secs(15), |s| s.contains("victim")
+        session.wait_for(PATIENCE, |s| s.contains("victim")
             && both.iter().all(|pid| s.contains(pid.as_str()))),
         "the children never appeared as GPU processes:\n{}",
         session.screen()
@@ -35,7 +35,7 @@ fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
 
 fn wait_for_text(session: &PtySession, text: &str) {
     assert!(
-        session.wait_for(Duration::from_secs(5), |s| s.contains(text)),
+        session.wait_for(PATIENCE, |s| s.contains(text)),
         "{text:?} never appeared:\n{}",
         session.screen()
     );
@@ -70,32 +70,26 @@ fn filter_to_the_child_press_k_then_y_and_it_is_killed() {
         .find(|l| l.contains(&victim.to_string()) && l.contains("torchtop-e2e-victim 600"))
         .unwrap_or_else(|| panic!("the dialog does not name the victim:\n{screen}"));
     assert!(listed.contains(&whoami()), "{listed}");
-    assert!(
-        children.running(0),
-        "nothing is sent before the confirmation"
-    );
+    assert_no_fatal_signal_on_its_way(victim);
 
     session.send(b"y");
     let status = children
-        .wait_exit(0, Duration::from_secs(5))
+        .wait_exit(0, PATIENCE)
         .unwrap_or_else(|| panic!("the child still runs:\n{}", session.screen()));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     wait_for_text(
         &session,
         &format!("sent SIGKILL to {victim} (torchtop-e2e-victim"),
     );
-    assert!(children.running(1), "the bystander is untouched");
+    assert_no_fatal_signal_on_its_way(children.pid(1));
 
     session.send(b"q");
-    assert!(
-        session.wait_exit(Duration::from_secs(3)).is_some(),
-        "q quits"
-    );
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
 }
 
 #[test]
 fn readonly_refuses_every_action_key_with_a_sentence() {
-    let (mut children, _scenario, mut session) = start(&[("TORCHTOP_READONLY", "1")]);
+    let (children, _scenario, mut session) = start(&[("TORCHTOP_READONLY", "1")]);
     filter_to(&mut session, "victim");
     session.send(b"K");
     wait_for_text(
@@ -104,24 +98,30 @@ fn readonly_refuses_every_action_key_with_a_sentence() {
     );
     session.send(b"T");
     session.send(F8);
-    std::thread::sleep(Duration::from_millis(300));
+    // Keys are handled in order: once `t` shows the tree, T and F8 have been handled.
+    session.send(b"t");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("(tree,")),
+        "the keys after T and F8 did not reach the process list (a dialog open?):\n{}",
+        session.screen()
+    );
     assert!(!session.screen().contains("Send SIG"), "no dialog opens");
-    assert!(children.running(0));
+    assert_no_fatal_signal_on_its_way(children.pid(0));
     assert_eq!(nice_of(children.pid(0)), 0);
     session.send(b"q");
-    assert!(session.wait_exit(Duration::from_secs(3)).is_some());
+    assert!(session.wait_exit(PATIENCE).is_some());
 }
 
 #[test]
 fn n_cancels_the_dialog_and_f8_renices_the_selected_child() {
-    let (mut children, _scenario, mut session) = start(&[]);
+    let (children, _scenario, mut session) = start(&[]);
     let bystander = children.pid(1);
     filter_to(&mut session, "bystander");
     session.send(b"T");
     wait_for_text(&session, "Send SIGTERM to this process?");
     session.send(b"n");
     wait_for_text(&session, "SIGTERM not sent");
-    assert!(children.running(1));
+    assert_no_fatal_signal_on_its_way(bystander);
 
     let before = nice_of(bystander);
     session.send(F8);
@@ -133,7 +133,8 @@ fn n_cancels_the_dialog_and_f8_renices_the_selected_child() {
         ),
     );
     assert_eq!(nice_of(bystander), before + 1, "read back from /proc");
-    assert!(children.running(0) && children.running(1));
+    assert_no_fatal_signal_on_its_way(children.pid(0));
+    assert_no_fatal_signal_on_its_way(bystander);
 }
 
 #[test]
@@ -141,14 +142,14 @@ fn the_tree_view_shows_the_child_under_its_parents() {
     let (_children, _scenario, mut session) = start(&[]);
     session.send(b"t");
     assert!(
-        session.wait_for(Duration::from_secs(8), |s| s.contains("(tree,")
+        session.wait_for(PATIENCE, |s| s.contains("(tree,")
             && s.lines().any(|l| l.contains("─ torchtop-e2e-victim 600"))),
         "no tree with the child nested under its parent:\n{}",
         session.screen()
     );
     session.send(b"t");
     assert!(
-        session.wait_for(Duration::from_secs(3), |s| !s.contains("(tree,")),
+        session.wait_for(PATIENCE, |s| !s.contains("(tree,")),
         "t leaves the tree:\n{}",
         session.screen()
     );

@@ -2,15 +2,17 @@
 //! queued with `Py_AddPendingCall` runs, and the target's computation, sleeps and blocking
 //! reads go on undisturbed after many injections.
 
-mod launch_support;
+use crate::common::skip_or_fail;
+use crate::launch_support;
 
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
-use launch_support::{eventually, first_line, interpreters, skip_or_fail, spawn_python};
+use launch_support::{eventually, first_line, interpreters, spawn_python};
 use torchtop::launch::inject_python;
 
-const TIMEOUT: Duration = Duration::from_secs(20);
+/// How long an injection or a wait on the child may take before the test fails: a guard only.
+const TIMEOUT: Duration = crate::common::PATIENCE;
 
 fn pythons_or_skip() -> Vec<std::path::PathBuf> {
     let found = interpreters();

@@ -4,15 +4,16 @@
 //! every second; `torchtop cluster` must then show both nodes, four GPUs and one job of four
 //! ranks with rank 3 as its straggler, in `--once --json` and in the TUI.
 
-mod common;
+use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fake_nvml::{env_refs, ScenarioFile};
-use common::prometheus::{have_or_fail, Prometheus, Serve};
+use common::prometheus::{Prometheus, Serve};
 use common::pty::PtySession;
+use common::{require_program, PATIENCE};
 use serde_json::Value;
 
 fn repo() -> &'static Path {
@@ -24,6 +25,11 @@ torch.cuda._fake_init((0,))\n\
 torchtop_agent.start(interval_ms=200)\n\
 period = float(sys.argv[1])\n\
 while True:\n    time.sleep(period)\n    torchtop_agent.step()\n";
+
+/// Rank 3 steps every 0.3 s, the others every 0.1 s: 200 % above the median. A loaded machine
+/// stretches every sleep a little; a bar at 100 % (not the default 20) keeps a rank that slept
+/// a few ms long from counting as a straggler too.
+const STRAGGLER_PERCENT: &str = "100";
 
 /// One rank of the job: a Python process with the agent, marking a step every `period` s.
 struct RankProcess {
@@ -51,7 +57,7 @@ impl RankProcess {
             .spawn()
             .expect("python3 for a rank");
         let socket = agents.join(format!("{}.sock", child.id()));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + PATIENCE;
         while !socket.exists() {
             assert!(
                 Instant::now() < deadline,
@@ -76,16 +82,16 @@ struct Node {
     _ranks: Vec<RankProcess>,
     _scenario: ScenarioFile,
     serve: Serve,
-}
-
-fn agent_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("torchtop-cluster-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    /// Holds the agents' socket directory; dropped after the ranks.
+    _scratch: tempfile::TempDir,
 }
 
 fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
-    let agents = agent_dir(hostname);
+    let scratch = tempfile::Builder::new()
+        .prefix("torchtop-cluster-")
+        .tempdir()
+        .expect("a scratch directory");
+    let agents = scratch.path().join("agents");
     let ranks: Vec<RankProcess> = (0..2)
         .map(|local| {
             RankProcess::start(first_rank + local, local, periods[local as usize], &agents)
@@ -111,12 +117,14 @@ fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
         _ranks: ranks,
         _scenario: scenario,
         serve,
+        _scratch: scratch,
     }
 }
 
 fn cluster_json(url: &str) -> Option<Value> {
     let output = Command::new(common::torchtop_binary())
         .args(["cluster", "--prometheus", url, "--once", "--json"])
+        .args(["--straggler-percent", STRAGGLER_PERCENT])
         .stdin(Stdio::null())
         .output()
         .expect("run torchtop cluster");
@@ -140,13 +148,13 @@ fn complete(doc: &Value) -> bool {
 
 #[test]
 fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
-    if !have_or_fail("prometheus") || !have_or_fail("python3") {
+    if !require_program("prometheus") || !require_program("python3") {
         return;
     }
     let a = node("node-a", 0, [0.1, 0.1]);
     let b = node("node-b", 2, [0.1, 0.3]);
     for node in [&a, &b] {
-        node.serve.wait_for_metrics(Duration::from_secs(30), |m| {
+        node.serve.wait_for_metrics(PATIENCE, |m| {
             m.matches("torchtop_step_time_seconds{").count() == 2
         });
     }
@@ -200,9 +208,11 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         prometheus.url.as_str(),
         "--refresh",
         "1",
+        "--straggler-percent",
+        STRAGGLER_PERCENT,
     ];
     let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&[]), 120, 40);
-    let shown = session.wait_for(Duration::from_secs(30), |s| {
+    let shown = session.wait_for(PATIENCE, |s| {
         s.contains("node-a")
             && s.contains("node-b")
             && s.contains("JOB job 10.0.0.1:29500  4 ranks on 2 nodes")

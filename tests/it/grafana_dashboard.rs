@@ -3,7 +3,7 @@
 //! exposition of a snapshot with every field filled. With promtool, every query must also
 //! parse as PromQL.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -176,7 +176,7 @@ fn the_check_catches_a_metric_torchtop_does_not_export() {
 
 #[test]
 fn every_dashboard_query_parses_as_promql() {
-    if !common::prometheus::have_or_fail("promtool") {
+    if !common::require_program("promtool") {
         return;
     }
     let mut exprs = Vec::new();

@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::common;
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Runs `python -m unittest discover` over tests/python; None when `python` is not installed.
@@ -67,7 +69,7 @@ fn check_report(python: &str, output: &Output, min: usize) -> usize {
 #[test]
 fn python_agent_unittests_pass() {
     let Some(output) = run_suite("python3", "test*.py") else {
-        println!("skipped: python3 is not installed, so the Python agent's tests cannot run");
+        common::skip_or_fail("python3 is not installed, so the Python agent's tests cannot run");
         return;
     };
     check_report("python3", &output, 50);
@@ -87,7 +89,7 @@ fn python_agent_unittests_pass_on_other_pythons() {
         .current_dir(ROOT)
         .output();
     let Ok(listing) = listing else {
-        println!("skipped: python3 is not installed");
+        common::skip_or_fail("python3 is not installed");
         return;
     };
     assert!(

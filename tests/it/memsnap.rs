@@ -5,15 +5,16 @@
 //! `_memory_viz.py` runs as a plain script (it imports nothing of torch for `stats` and `trace`).
 //! It is found at `$TORCHTOP_MEMORY_VIZ`, or in the CI's torch venv under
 //! `target/torch-ci/venv/lib/python3*/site-packages/torch/cuda/`; without it those two tests
-//! print SKIPPED and pass.
+//! print `skipped:` and pass, but fail under CI (`.ci/run` makes the venv first).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pty::PtySession;
+use common::PATIENCE;
 use serde_json::Value;
 
 /// Fixtures that must read the same in torchtop and in _memory_viz.
@@ -100,7 +101,7 @@ fn python(args: &[&str]) -> String {
 #[test]
 fn totals_match_memory_viz_stats() {
     let Some(viz) = memory_viz() else {
-        println!("SKIPPED: no _memory_viz.py (set TORCHTOP_MEMORY_VIZ or run .ci/torch-cpu-libtorch.sh target/torch-ci)");
+        common::skip_or_fail("no _memory_viz.py (set TORCHTOP_MEMORY_VIZ or run .ci/torch-cpu-libtorch.sh target/torch-ci)");
         return;
     };
     let viz = viz.to_str().unwrap();
@@ -154,7 +155,7 @@ fn totals_match_memory_viz_stats() {
 #[test]
 fn trace_events_and_the_oom_match_memory_viz_trace() {
     let Some(viz) = memory_viz() else {
-        println!("SKIPPED: no _memory_viz.py (set TORCHTOP_MEMORY_VIZ or run .ci/torch-cpu-libtorch.sh target/torch-ci)");
+        common::skip_or_fail("no _memory_viz.py (set TORCHTOP_MEMORY_VIZ or run .ci/torch-cpu-libtorch.sh target/torch-ci)");
         return;
     };
     for name in SNAPSHOTS {
@@ -190,8 +191,8 @@ fn trace_events_and_the_oom_match_memory_viz_trace() {
 
 #[test]
 fn the_flame_graph_root_weighs_the_allocated_bytes() {
-    let dir = tempdir();
-    let svg = dir.join("oom.svg");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("oom.svg");
     let out = torchtop(&[
         fixture("oom.pickle").to_str().unwrap(),
         "--flamegraph",
@@ -221,7 +222,6 @@ fn the_flame_graph_root_weighs_the_allocated_bytes() {
         .sum();
     assert_eq!(sum, allocated);
     println!("flame graph root {root} bytes = folded sum {sum} = total allocated {allocated}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -313,8 +313,8 @@ fn every_malformed_pickle_gets_a_sentence() {
 
 #[test]
 fn a_fifo_or_a_device_is_refused_without_waiting() {
-    let dir = tempdir();
-    let fifo = dir.join("fifo");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
     let made = Command::new("mkfifo")
         .arg(&fifo)
         .status()
@@ -327,7 +327,7 @@ fn a_fifo_or_a_device_is_refused_without_waiting() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + PATIENCE;
         let status = loop {
             if let Some(status) = child.try_wait().unwrap() {
                 break status;
@@ -343,7 +343,6 @@ fn a_fifo_or_a_device_is_refused_without_waiting() {
         assert_eq!(status.code(), Some(1));
         assert!(stderr.contains("is not a regular file"), "{stderr}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -368,7 +367,7 @@ fn the_viewer_in_a_terminal_switches_views_and_quits_on_q() {
     let mut session = PtySession::spawn(&common::torchtop_binary(), &args, &[], 100, 30);
     let wait = |session: &PtySession, text: &str| {
         assert!(
-            session.wait_for(Duration::from_secs(20), |s| s.contains(text)),
+            session.wait_for(PATIENCE, |s| s.contains(text)),
             "no {text:?} on\n{}",
             session.screen()
         );
@@ -382,22 +381,12 @@ fn the_viewer_in_a_terminal_switches_views_and_quits_on_q() {
     session.send(b"4");
     wait(&session, "Timeline cuda:0  63 events");
     session.send(b"q");
-    let status = session.wait_exit(Duration::from_secs(10)).expect("q quits");
+    let status = session.wait_exit(PATIENCE).expect("q quits");
     assert!(status.success());
     // The last bytes may still be on their way through the pty.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + PATIENCE;
     while session.on_alternate_screen() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!session.on_alternate_screen(), "the terminal is restored");
-}
-
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "torchtop-memsnap-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

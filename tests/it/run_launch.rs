@@ -2,11 +2,12 @@
 //! the program (it runs without the agent, keeps its own exit status, and stderr says why), and
 //! a Python that will not read sitecustomize is named on stderr.
 
-mod launch_support;
+use crate::common::skip_or_fail;
+use crate::launch_support;
 
 use std::process::{Command, Output};
 
-use launch_support::{interpreters, skip_or_fail};
+use launch_support::interpreters;
 
 fn torchtop_run(agent_dir: &std::path::Path, command: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_torchtop"))
