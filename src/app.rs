@@ -6,8 +6,10 @@
 //! The rows the user sees ([`App::rows`]) are the only rows the selection, the tags and the
 //! actions use; see [`rows`].
 
+pub mod layout;
 pub mod request;
 pub mod rows;
+pub mod view;
 
 #[cfg(test)]
 mod tests;
@@ -17,14 +19,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
-use ratatui::layout::Rect;
 
 use crate::actions::{ActionError, ProcessIdentity, Signal, NICE_MAX, NICE_MIN};
 use crate::collect::agent::AgentCommand;
 use crate::collect::sampler::SamplerRequest;
 use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::{History, Snapshot};
-use crate::ui::{self, ViewState};
+use layout::Plan;
+use view::{first_visible_row, ViewState};
 
 pub use request::{Action, ActionReport, ActionRequest, ActionTarget};
 pub use rows::{ProcessRow, RowKey, RowRef, RowSettings};
@@ -81,7 +83,7 @@ pub enum Mode {
 pub struct App {
     pub snapshot: Arc<Snapshot>,
     pub history: History,
-    pub view: ViewState,
+    pub(crate) view: ViewState,
     pub readonly: bool,
     pub colors: bool,
     pub delay_seconds: f64,
@@ -153,11 +155,11 @@ impl App {
         self.refresh_rows();
     }
 
-    /// Records the terminal's size: page keys move by the table's height, and clicks are
-    /// mapped to rows through the same layout drawing uses.
-    pub fn set_screen(&mut self, screen: Rect) {
-        self.view.screen = screen;
-        let page = ui::process_rows_visible(screen, self);
+    /// Records where this frame puts the panels: page keys move by the table's height, and
+    /// clicks are mapped to rows through the areas drawn.
+    pub(crate) fn set_layout(&mut self, plan: Plan) {
+        let page = plan.process_rows();
+        self.view.plan = plan;
         self.view.set_page_rows(page);
     }
 
@@ -248,7 +250,7 @@ impl App {
 
     /// The index of the row drawn at screen cell (`column`, `y`), if a row is drawn there.
     fn row_at(&self, column: u16, y: u16) -> Option<usize> {
-        let ui::layout::Plan::Screen(areas) = ui::layout::plan(self.view.screen, self) else {
+        let Plan::Screen(areas) = &self.view.plan else {
             return None;
         };
         let table = areas.processes;
@@ -258,7 +260,7 @@ impl App {
             return None;
         }
         let height = usize::from(table.height - 1);
-        let first = ui::first_visible_row(self.view.offset, self.view.selected, height);
+        let first = first_visible_row(self.view.offset, self.view.selected, height);
         let index = first + usize::from(y - body_top);
         (index < self.rows.len()).then_some(index)
     }

@@ -118,7 +118,7 @@ fn parse_timeout(text: &str) -> Result<f64, String> {
 
 /// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
 fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
-    let shown = crate::ui::format::escape(text);
+    let shown = crate::format::escape(text);
     let value: f64 = text
         .trim()
         .parse()

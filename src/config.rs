@@ -313,7 +313,7 @@ pub const MAX_WINDOW_SECONDS: f64 = 86_400.0;
 /// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
 pub fn load(path: &Path) -> Result<Config, String> {
     use std::io::Read;
-    let shown = crate::ui::format::escape(&path.to_string_lossy()).into_owned();
+    let shown = crate::format::escape(&path.to_string_lossy()).into_owned();
     let cannot_read = |e: std::io::Error| format!("cannot read config file {shown}: {e}");
     let file = std::fs::File::open(path).map_err(cannot_read)?;
     let mut bytes = Vec::new();

@@ -231,14 +231,19 @@ pub fn perform(request: ActionRequest) -> ActionReport {
     ActionReport { request, results }
 }
 
-/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks).
+/// Draws a frame. The layout is planned once here and kept in the app, so that page keys and
+/// mouse clicks use the areas this frame shows.
 fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
     let size = terminal.size()?;
-    app.set_screen(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+    let plan = ui::plan(
+        app,
+        ratatui::layout::Rect::new(0, 0, size.width, size.height),
+    );
+    app.set_layout(plan.clone());
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    terminal.draw(|frame| ui::draw(frame, app))?;
+    terminal.draw(|frame| ui::draw(frame, app, &plan))?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
     Ok(())
 }

@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod collect;
 pub mod config;
 pub mod event;
+pub mod format;
 pub mod launch;
 pub mod memsnap;
 pub mod model;
@@ -31,3 +32,6 @@ pub mod rules;
 pub mod serve;
 pub mod terminal;
 pub mod ui;
+
+#[cfg(test)]
+mod layering;

@@ -7,7 +7,7 @@ use clap::Parser;
 use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
 use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
-use torchtop::ui::format::escape_lines;
+use torchtop::format::escape_lines;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -2,7 +2,7 @@
 //! outcome. Plain data: the event loop runs the request off the UI task.
 
 use crate::actions::{ActionError, ProcessIdentity, Signal};
-use crate::ui::format;
+use crate::format;
 
 /// A process an action applies to, as it was on screen when the user chose it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,13 +4,13 @@
 
 use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
 
+use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
+use crate::format::pad_left_aligned;
 
-use super::format::pad_left_aligned;
 use super::theme::Theme;
 
-/// Columns per GPU: memory bar, utilization bar, two spaces; one space when that is too wide.
-pub const GROUP_WIDTH: u16 = 4;
+/// Columns per GPU when [`GROUP_WIDTH`] (memory bar, utilization bar, two spaces) is too wide.
 const NARROW_GROUP_WIDTH: u16 = 3;
 /// A cell filled by 0 to 8 eighths.
 pub const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];

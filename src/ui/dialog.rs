@@ -13,9 +13,9 @@ use ratatui::{
 
 use crate::actions::{Signal, NICE_MAX, NICE_MIN};
 use crate::app::{ActionTarget, App, Mode};
+use crate::format;
 use crate::model::filter::SortKey;
 
-use super::format;
 use super::theme::Theme;
 
 /// Targets listed by name in a dialog; the rest are counted.

@@ -11,9 +11,9 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
 use crate::model::{GpuSample, GpuState, Snapshot};
 
-use super::format::{self, pad_left_aligned, pad_right_aligned, NA};
 use super::theme::Theme;
 
 /// From this width the main line carries bars and longer labels.

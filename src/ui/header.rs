@@ -8,8 +8,9 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format;
 
-use super::{format, theme::Theme};
+use super::theme::Theme;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;

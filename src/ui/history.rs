@@ -10,10 +10,10 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
 
-use super::format::{self, pad_left_aligned};
 use super::theme::Theme;
 
 const GPU_LABEL_WIDTH: u16 = 5;

@@ -8,9 +8,9 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned, NA};
 use crate::model::HostSnapshot;
 
-use super::format::{self, pad_left_aligned, NA};
 use super::theme::Theme;
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {

@@ -38,7 +38,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
 fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {
     let mut spans = vec![
         Span::styled("JOB ", theme.title()),
-        Span::raw(format!("{} ", super::format::escape(&job.id))),
+        Span::raw(format!("{} ", crate::format::escape(&job.id))),
     ];
     for rank in &job.ranks {
         let gpu = snapshot.gpu(rank.gpu);

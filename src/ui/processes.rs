@@ -11,13 +11,13 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::view::first_visible_row;
 use crate::app::{App, ProcessRow};
+use crate::format::{self, NA};
 use crate::model::filter::SortKey;
 use crate::model::tree::TreeRole;
 use crate::model::GpuProcess;
 
-use super::format::{self, NA};
-use super::state::first_visible_row;
 use super::theme::Theme;
 
 const NOT_VISIBLE: &str = "not visible here (another container, or exited)";

@@ -9,8 +9,8 @@ use ratatui::{
 };
 
 use crate::app::{App, Mode};
+use crate::format::escape;
 
-use super::format::escape;
 use super::theme::Theme;
 
 const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";

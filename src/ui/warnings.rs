@@ -9,9 +9,9 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{escape, pad_left_aligned};
 use crate::model::{Severity, Subject, Warning};
 
-use super::format::{escape, pad_left_aligned};
 use super::theme::Theme;
 
 /// The warnings in the order the panel lists them: most severe first, otherwise as raised.

@@ -6,10 +6,10 @@ use ratatui::{layout::Rect, text::Line, widgets::Paragraph, Frame};
 
 use super::render::{scroll, section, styled};
 use super::state::Viewer;
+use crate::format::{bytes, truncate};
 use crate::memsnap::analysis::paths::{self, Step};
 use crate::memsnap::output::devices_label;
 use crate::memsnap::text::escape;
-use crate::ui::format::{bytes, truncate};
 use crate::ui::theme::Theme;
 
 const BAR: usize = 10;
