@@ -21,10 +21,10 @@ use std::sync::Arc;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 
 use crate::actions::{ActionError, ProcessIdentity, Signal, NICE_MAX, NICE_MIN};
-use crate::collect::agent::AgentCommand;
-use crate::collect::sampler::SamplerRequest;
 use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::{History, Snapshot};
+use crate::protocol::AgentCommand;
+use crate::sampler::SamplerRequest;
 use layout::Plan;
 use view::{first_visible_row, ViewState};
 

@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actions::{adjust_nice, renice, send_signal};
 use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::model::Snapshot;
+use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};

@@ -16,7 +16,6 @@
 //! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
 
 pub mod actions;
-pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod cluster;
@@ -27,11 +26,19 @@ pub mod format;
 pub mod launch;
 pub mod memsnap;
 pub mod model;
+pub mod protocol;
 pub mod report;
 pub mod rules;
+pub mod sampler;
 pub mod serve;
+pub mod sys;
+pub mod tch_agent;
 pub mod terminal;
 pub mod ui;
+
+/// The tch agent under the name its users call: `torchtop::agent::start()` and
+/// `torchtop::agent::step()` (see [`tch_agent`]).
+pub use tch_agent as agent;
 
 #[cfg(test)]
 mod layering;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::Parser;
 use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
-use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
+use torchtop::collect::nvml_loader;
 use torchtop::format::escape_lines;
+use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -61,11 +62,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_once(
-    cli: &Cli,
-    config: SamplerConfig,
-    loader: torchtop::collect::sampler::GpuLoader,
-) -> ExitCode {
+fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLoader) -> ExitCode {
     let snapshot = Sampler::start(config, loader).once(
         Duration::from_secs_f64(cli.timeout),
         Duration::from_millis(40),
@@ -93,7 +90,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
             }
         },
         #[cfg(feature = "torch")]
-        Command::Demo { steps } => match torchtop::agent::demo::demo(*steps) {
+        Command::Demo { steps } => match torchtop::tch_agent::demo::demo(*steps) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 complain("torchtop demo", &error);

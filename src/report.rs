@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
+use crate::sampler::{self, GpuLoader, SamplerConfig};
 
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,

@@ -17,7 +17,8 @@ pub mod signal;
 
 use std::fmt;
 
-pub use identity::{current_identity, ProcessIdentity};
+pub use crate::model::ProcessIdentity;
+pub use identity::current_identity;
 pub use renice::{adjust_nice, renice, NICE_MAX, NICE_MIN};
 pub use signal::{send_signal, Signal};
 

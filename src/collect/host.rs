@@ -19,10 +19,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::collect::procfs::{self, CpuTimes, PidStat};
 use crate::model::{
     GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
 };
+use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
 
 /// How often the `children` files of every thread of a GPU process are read.
 pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
@@ -116,11 +117,7 @@ struct Vanished;
 impl HostCollector {
     /// `proc_root` is "/proc" in production, a fixture tree in tests.
     pub fn new(proc_root: PathBuf) -> Self {
-        Self::with_units(
-            proc_root,
-            procfs::clock_ticks_per_second(),
-            procfs::page_size_bytes(),
-        )
+        Self::with_units(proc_root, clock_ticks_per_second(), page_size_bytes())
     }
 
     fn with_units(root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
@@ -325,7 +322,7 @@ impl HostCollector {
     fn user_name(&mut self, uid: u32) -> String {
         self.user_names
             .entry(uid)
-            .or_insert_with(|| procfs::user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
             .clone()
     }
 

@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use super::process::GpuProcess;
-use crate::actions::ProcessIdentity;
+use super::ProcessIdentity;
 
 /// True when `filter` is empty, is a case-insensitive part of the command or the user, or is
 /// the start of the pid ("12" matches 1234).

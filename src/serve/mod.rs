@@ -30,8 +30,8 @@ use tokio::sync::watch;
 
 use crate::cli::Cli;
 use crate::collect::nvml_loader;
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 use crate::model::Snapshot;
+use crate::sampler::{self, GpuLoader, SamplerConfig};
 use exposition::Format;
 use torchtop::OwnFigures;
 

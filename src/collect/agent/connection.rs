@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use super::peer_credentials;
+use crate::sys::peer_credentials;
 
 /// The pid in a socket file's name, `<decimal pid>.sock`; `None` for any other name.
 pub(crate) fn socket_file_pid(name: &OsStr) -> Option<u32> {

@@ -16,11 +16,11 @@ use super::connection::{self, socket_file_pid, Refusal};
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
 use super::state::{lock, Awaiting, ConnId, ConnState, Shared, EVENT_CAPACITY};
-use super::{
-    effective_uid, inspect_socket_dir, AgentCommand, COMMAND_TIMEOUT, MAX_CONNECTIONS,
-    PENDING_BYTES_BUDGET,
-};
+use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
+use crate::protocol::sockets::inspect_socket_dir;
+use crate::protocol::AgentCommand;
+use crate::sys::effective_uid;
 
 const RETRY_AFTER_END: Duration = Duration::from_secs(1);
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
@@ -99,7 +99,7 @@ pub struct AgentHub {
 }
 
 impl AgentHub {
-    /// A hub for the sockets in `dir` (usually [`super::default_socket_dir`]). Connects nothing
+    /// A hub for the sockets in `dir` (usually [`crate::protocol::default_socket_dir`]). Connects nothing
     /// yet.
     pub fn new(dir: PathBuf) -> Self {
         Self::with_limits(dir, Limits::default())

@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::parse::{AgentEvent, AgentReply, Hello, Stats};
-use super::AgentCommand;
 use crate::model::TorchInfo;
+use crate::protocol::AgentCommand;
 
 /// Lines the log keeps; older ones are dropped.
 const LOG_CAPACITY: usize = 64;

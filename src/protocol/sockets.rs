@@ -1,6 +1,6 @@
 //! Where agent sockets live and who may use them, for both ends of protocol v1: the torchtop
-//! client ([`super::AgentHub`], `torchtop run`/`attach`) and the tch agent server
-//! ([`crate::agent`]). One set of rules, so both ends always agree on the directory and its
+//! client (the hub in [`crate::collect::agent`], `torchtop run`/`attach`) and the tch agent
+//! server ([`crate::tch_agent`]). One set of rules, so both ends always agree on the directory and its
 //! checks: `$TORCHTOP_AGENT_DIR`, else `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`;
 //! a real directory (not a symlink) of mode 0700 or stricter; peers identified by `SO_PEERCRED`.
 
@@ -8,9 +8,9 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::io::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+
+use crate::sys::effective_uid;
 
 /// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
 /// `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`. Empty values count as unset.
@@ -34,11 +34,6 @@ pub fn default_socket_dir() -> PathBuf {
     let agent_dir = std::env::var_os("TORCHTOP_AGENT_DIR");
     let runtime = std::env::var_os("XDG_RUNTIME_DIR");
     socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
-}
-
-pub(crate) fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
@@ -112,37 +107,16 @@ fn check_owner(dir: &Path, owner: u32, root: RootMayUseAny) -> Result<(), String
     ))
 }
 
-/// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a
-/// client, the connecting process for a server.
-pub(crate) fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
-    // SAFETY: ucred is plain old data; all-zero is a valid value.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred and len point to writable memory of the sizes passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::addr_of_mut!(cred).cast::<libc::c_void>(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((u32::try_from(cred.pid).unwrap_or(0), cred.uid))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::agent::tests::TempDir;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A scratch directory, removed with the test's [`TempDir`].
-    fn scratch(temp: &TempDir) -> &Path {
-        temp.0.parent().expect("the socket directory has a parent")
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("tt-sockets-")
+            .tempdir()
+            .expect("create a scratch directory")
     }
 
     #[test]
@@ -168,8 +142,8 @@ mod tests {
 
     #[test]
     fn own_socket_dir_is_created_0700_and_unsafe_dirs_are_refused() {
-        let temp = TempDir::new();
-        let base = scratch(&temp);
+        let temp = scratch();
+        let base = temp.path();
         let fresh = base.join("run/torchtop");
         ensure_own_socket_dir(&fresh).unwrap();
         assert_eq!(fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
@@ -199,8 +173,8 @@ mod tests {
             println!("skipped: only root can make a directory of another uid");
             return;
         }
-        let temp = TempDir::new();
-        let foreign = scratch(&temp).join("foreign");
+        let temp = scratch();
+        let foreign = temp.path().join("foreign");
         fs::create_dir(&foreign).unwrap();
         fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::chown(&foreign, Some(12345), Some(12345)).unwrap();
@@ -209,14 +183,5 @@ mod tests {
         assert!(ensure_own_socket_dir(&foreign)
             .unwrap_err()
             .contains("owned by uid 12345"));
-    }
-
-    #[test]
-    fn peer_credentials_name_the_other_end() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(
-            peer_credentials(&a).unwrap(),
-            (std::process::id(), effective_uid())
-        );
     }
 }

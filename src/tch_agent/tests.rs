@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::protocol::MAX_LINE_BYTES;
 
 /// A directory under /tmp that is removed when the test ends.
 struct TempDir(PathBuf);

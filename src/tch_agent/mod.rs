@@ -4,8 +4,8 @@
 //!
 //! This module owns:
 //! - the process-wide agent ([`start`], [`start_with`], [`step`]); the socket directory rules
-//!   and checks are the client's ([`crate::collect::agent::default_socket_dir`],
-//!   [`crate::collect::agent::ensure_own_socket_dir`]), so both ends agree;
+//!   and checks are the protocol's ([`crate::protocol::default_socket_dir`],
+//!   [`crate::protocol::ensure_own_socket_dir`]), shared with the client, so both ends agree;
 //! - the server ([`Agent`]), which is plain Rust and tested with a fake [`AllocatorStatsSource`];
 //! - with the `torch` feature, the libtorch source (through the C++ shim in `shim.cpp`) and the
 //!   `torchtop demo` workload.
@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-pub use server::{Agent, MAX_INTERVAL_MS, MAX_LINE_BYTES, MIN_INTERVAL_MS, PROTOCOL_VERSION};
+pub use server::Agent;
 
 /// Where a process's allocator figures come from.
 pub trait AllocatorStatsSource: Send {
@@ -145,10 +145,10 @@ mod global {
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
+    use super::libtorch::LibtorchSource;
+    use super::AllocatorStatsSource;
     use super::{global_steps, Agent, HelloFacts};
-    use crate::agent::libtorch::LibtorchSource;
-    use crate::agent::AllocatorStatsSource;
-    use crate::collect::agent::{default_socket_dir, ensure_own_socket_dir};
+    use crate::protocol::{default_socket_dir, ensure_own_socket_dir};
 
     struct Running {
         agent: Agent,

@@ -1,5 +1,5 @@
 //! Build script: with the `torch` feature, compiles the C++ shim that reads libtorch's CUDA
-//! caching-allocator counters (src/agent/shim.cpp). Without the feature, and in tch's doc-only
+//! caching-allocator counters (src/tch_agent/shim.cpp). Without the feature, and in tch's doc-only
 //! mode (`torch-doc-only`, no libtorch present), it does nothing.
 
 fn main() {
@@ -14,7 +14,7 @@ mod shim {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    const SHIM: &str = "src/agent/shim.cpp";
+    const SHIM: &str = "src/tch_agent/shim.cpp";
 
     /// The same probe torch-sys runs for LIBTORCH_USE_PYTORCH, limited to what the shim needs.
     const PYTHON_PROBE: &str = "
