@@ -13,8 +13,8 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::sync::{mpsc, watch};
 
-use crate::actions::{adjust_nice, renice, send_signal};
-use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
+use crate::actions::{perform, ActionReport};
+use crate::app::{App, Effect};
 use crate::model::Snapshot;
 use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
@@ -215,20 +215,6 @@ fn start_action(effect: Effect, actions: &Actions) -> Effect {
         let _ = reports.send(perform(request));
     });
     Effect::Redraw
-}
-
-/// Runs `request` against each target in turn. Blocks on /proc reads and system calls.
-pub fn perform(request: ActionRequest) -> ActionReport {
-    let results = request
-        .targets
-        .iter()
-        .map(|target| match request.action {
-            Action::Signal(signal) => send_signal(&target.identity, signal).map(|()| None),
-            Action::SetNice(nice) => renice(&target.identity, nice).map(Some),
-            Action::AdjustNice(delta) => adjust_nice(&target.identity, delta).map(Some),
-        })
-        .collect();
-    ActionReport { request, results }
 }
 
 /// Draws a frame. The layout is planned once here and kept in the app, so that page keys and

@@ -26,19 +26,25 @@ pub mod format;
 pub mod launch;
 pub mod memsnap;
 pub mod model;
-pub mod protocol;
+pub(crate) mod protocol;
 pub mod report;
-pub mod rules;
+pub(crate) mod rules;
 pub mod sampler;
 pub mod serve;
-pub mod sys;
-pub mod tch_agent;
-pub mod terminal;
-pub mod ui;
+pub(crate) mod sys;
+// Built with the `torch` feature (and for its tests, which need no libtorch).
+#[cfg(any(feature = "torch", test))]
+pub(crate) mod tch_agent;
+pub(crate) mod terminal;
+pub(crate) mod ui;
 
-/// The tch agent under the name its users call: `torchtop::agent::start()` and
-/// `torchtop::agent::step()` (see [`tch_agent`]).
-pub use tch_agent as agent;
+/// The agent for Rust training programs on tch/libtorch: `torchtop::agent::start()` once (feature
+/// `torch`), `torchtop::agent::step()` every training step. This is the public face of
+/// `tch_agent`, which holds the server and the libtorch source.
+#[cfg(feature = "torch")]
+pub mod agent {
+    pub use crate::tch_agent::{demo, start, start_with, step, stop};
+}
 
 #[cfg(test)]
 mod layering;

@@ -51,8 +51,6 @@ fn main() -> ExitCode {
         };
     }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
-    // The tree view switches the sampler's full process scan on and off through this flag.
-    config.want_process_table = app.want_process_table.clone();
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {
@@ -90,7 +88,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
             }
         },
         #[cfg(feature = "torch")]
-        Command::Demo { steps } => match torchtop::tch_agent::demo::demo(*steps) {
+        Command::Demo { steps } => match torchtop::agent::demo::demo(*steps) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 complain("torchtop demo", &error);

@@ -33,7 +33,7 @@ static SAVED_MODES: Mutex<Option<Termios>> = Mutex::new(None);
 
 /// Frames are written through a large buffer and flushed once per frame: stdout's own
 /// line buffer would turn one frame into many small writes.
-pub type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+pub(crate) type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
 
 const FRAME_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -86,12 +86,12 @@ pub(crate) fn tty() -> io::Result<&'static Tty> {
         .map_err(|why| io::Error::new(io::ErrorKind::NotFound, why.clone()))
 }
 
-pub struct TerminalGuard {
-    pub terminal: Tui,
+pub(crate) struct TerminalGuard {
+    pub(crate) terminal: Tui,
 }
 
 impl TerminalGuard {
-    pub fn enter() -> io::Result<Self> {
+    pub(crate) fn enter() -> io::Result<Self> {
         tty()?;
         install_panic_hook();
         enter_modes()?;
@@ -137,7 +137,7 @@ fn enter_modes() -> io::Result<()> {
 }
 
 /// Puts the terminal back as it was. Errors are ignored: after SIGHUP there may be no terminal.
-pub fn restore() {
+pub(crate) fn restore() {
     if !ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }

@@ -1,6 +1,5 @@
 //! The state machine, key by key: no terminal, no processes touched.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
@@ -426,9 +425,10 @@ fn host(pid: u32, ppid: u32, comm: &str) -> HostProcess {
 #[test]
 fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     let mut app = app();
-    assert!(!app.want_process_table.load(Ordering::Relaxed));
-    press(&mut app, KeyCode::Char('t'));
-    assert!(app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('t')),
+        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: true })
+    );
     assert_eq!(
         pids(&app),
         [100, 200, 300, 400],
@@ -454,8 +454,10 @@ fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     assert_eq!(targets[0].command.as_deref(), Some("pt_data_worker"));
     press(&mut app, KeyCode::Esc);
 
-    press(&mut app, KeyCode::Char('t'));
-    assert!(!app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('t')),
+        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: false })
+    );
     assert_eq!(pids(&app), [100, 300, 200, 400]);
 }
 

@@ -16,7 +16,7 @@ use crate::ui::theme::Theme;
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// Draws the whole view into the frame.
-pub fn draw(frame: &mut Frame, app: &ClusterApp) {
+pub(crate) fn draw(frame: &mut Frame, app: &ClusterApp) {
     let area = frame.area();
     let lines = screen_lines(app, area);
     frame.render_widget(Paragraph::new(lines), area);

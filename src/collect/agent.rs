@@ -27,21 +27,21 @@ mod reader;
 mod state;
 
 /// The socket directory check the hub applies, for tests that make their own directory.
-pub use crate::protocol::ensure_socket_dir;
+pub use crate::protocol::sockets::ensure_socket_dir;
 use crate::protocol::{MAX_LINE_BYTES, PROTOCOL_VERSION};
 pub use hub::AgentHub;
 pub(crate) use hub::CommandOutcome;
-pub use parse::{AgentEvent, AgentReply};
+pub(crate) use parse::AgentEvent;
 
 /// Most agent connections open at once; past it the one idle longest is dropped.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// Most devices read from one stats message; the rest are ignored.
-pub const MAX_DEVICES_PER_AGENT: usize = 64;
+pub(crate) const MAX_DEVICES_PER_AGENT: usize = 64;
 /// Most bytes of unfinished lines held across all connections; past it the connection holding
 /// the most is dropped.
-pub const PENDING_BYTES_BUDGET: usize = 8 << 20;
+pub(crate) const PENDING_BYTES_BUDGET: usize = 8 << 20;
 /// How long a command waits for its reply before the user is told it went unanswered.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 pub(crate) mod tests;

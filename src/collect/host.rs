@@ -26,14 +26,14 @@ use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
 
 /// How often the `children` files of every thread of a GPU process are read.
-pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
+pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
 /// Cached facts about a pid that has not been seen for this long are dropped.
-pub const EVICT_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(30);
 /// Two samples closer than this give the previous CPU% again instead of a noisy new one (the
 /// tree view and the GPU rows may sample the same pid within one refresh).
 const MIN_CPU_INTERVAL: Duration = Duration::from_millis(50);
 
-pub struct HostCollector {
+pub(crate) struct HostCollector {
     root: PathBuf,
     clock_ticks: u64,
     page_size: u64,
@@ -116,7 +116,7 @@ struct Vanished;
 
 impl HostCollector {
     /// `proc_root` is "/proc" in production, a fixture tree in tests.
-    pub fn new(proc_root: PathBuf) -> Self {
+    pub(crate) fn new(proc_root: PathBuf) -> Self {
         Self::with_units(proc_root, clock_ticks_per_second(), page_size_bytes())
     }
 
@@ -137,7 +137,7 @@ impl HostCollector {
 
     /// Host totals. Any file that cannot be read leaves its fields `None`; CPU% is `None` on
     /// the first call, as it needs two samples.
-    pub fn sample_host(&mut self) -> HostSnapshot {
+    pub(crate) fn sample_host(&mut self) -> HostSnapshot {
         let root = self.root.as_path();
         if self.hostname.is_none() {
             self.hostname = procfs::read_hostname(root).ok().flatten();
@@ -175,7 +175,7 @@ impl HostCollector {
 
     /// Fills the host fields of every row from /proc. A pid on several GPUs is read once; a
     /// pid that is not (or no longer) in /proc gets `visible = false` and `None` host fields.
-    pub fn join_processes(&mut self, processes: &mut [GpuProcess]) {
+    pub(crate) fn join_processes(&mut self, processes: &mut [GpuProcess]) {
         self.join_processes_at(processes, Instant::now());
     }
 
@@ -192,7 +192,7 @@ impl HostCollector {
     }
 
     /// Every process in the proc root, for the tree view and the job grouping.
-    pub fn process_table(&mut self) -> Vec<HostProcess> {
+    pub(crate) fn process_table(&mut self) -> Vec<HostProcess> {
         self.process_table_at(Instant::now())
     }
 

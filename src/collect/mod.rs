@@ -6,9 +6,9 @@
 //! in here is ever called from the UI task.
 
 pub mod agent;
-pub mod gpu;
-pub mod host;
-pub mod nvml;
+pub(crate) mod gpu;
+pub(crate) mod host;
+pub(crate) mod nvml;
 
 pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuLoader, GpuSource};
 

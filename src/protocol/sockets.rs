@@ -14,7 +14,7 @@ use crate::sys::effective_uid;
 
 /// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
 /// `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`. Empty values count as unset.
-pub fn socket_dir_from(
+pub(crate) fn socket_dir_from(
     agent_dir: Option<&OsStr>,
     xdg_runtime_dir: Option<&OsStr>,
     uid: u32,
@@ -30,7 +30,7 @@ pub fn socket_dir_from(
 }
 
 /// The socket directory for this process's environment and user.
-pub fn default_socket_dir() -> PathBuf {
+pub(crate) fn default_socket_dir() -> PathBuf {
     let agent_dir = std::env::var_os("TORCHTOP_AGENT_DIR");
     let runtime = std::env::var_os("XDG_RUNTIME_DIR");
     socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
@@ -38,7 +38,7 @@ pub fn default_socket_dir() -> PathBuf {
 
 /// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
 /// are root), mode 0700 or stricter. Returns its owner's uid, `Ok(None)` when it does not exist.
-pub fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
+pub(crate) fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
     let meta = match fs::symlink_metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -85,7 +85,8 @@ pub fn ensure_socket_dir(dir: &Path) -> Result<u32, String> {
 /// [`ensure_socket_dir`] for a directory an agent serves in: it must be ours even when we are
 /// root, as the Python agent requires, since torchtop refuses a socket whose server is not the
 /// directory's owner.
-pub fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
+#[cfg(any(feature = "torch", test))]
+pub(crate) fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
     let owner = ensure_socket_dir(dir)?;
     check_owner(dir, owner, RootMayUseAny::No)
 }
@@ -93,6 +94,8 @@ pub fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
 #[derive(Clone, Copy, PartialEq)]
 enum RootMayUseAny {
     Yes,
+    /// Only for a directory an agent serves in, which only the tch agent does.
+    #[cfg_attr(not(any(feature = "torch", test)), allow(dead_code))]
     No,
 }
 

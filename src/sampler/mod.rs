@@ -14,9 +14,7 @@ mod gpus;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,29 +33,29 @@ const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
     /// Time between snapshots.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// A GPU without a reading for this long is published as stale.
-    pub stale_after: Duration,
+    pub(crate) stale_after: Duration,
     /// How long one tick waits for the GPU workers before publishing without the late ones.
-    pub gpu_wait: Duration,
+    pub(crate) gpu_wait: Duration,
     /// How often the GPU count is asked again (GPUs can appear and disappear).
-    pub recount_every: Duration,
-    pub proc_root: PathBuf,
+    pub(crate) recount_every: Duration,
+    pub(crate) proc_root: PathBuf,
     /// The library the loader will try, for messages while it is still loading.
-    pub library_label: String,
-    /// Set by the UI while the tree view is open: each tick then scans every host process.
-    pub want_process_table: Arc<AtomicBool>,
+    pub(crate) library_label: String,
     /// Thresholds and windows of the warning rules.
     pub rules: RulesConfig,
     /// Where the agents inside training processes put their sockets.
-    pub agent_dir: PathBuf,
+    pub(crate) agent_dir: PathBuf,
 }
 
 /// Something the UI asks of the sampler between ticks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SamplerRequest {
+pub(crate) enum SamplerRequest {
     /// Send a command to the agent inside process `pid`.
     Agent { pid: u32, command: AgentCommand },
+    /// Scan every host process each tick (for the tree view), or stop.
+    ProcessTable { wanted: bool },
 }
 
 impl SamplerConfig {
@@ -69,7 +67,6 @@ impl SamplerConfig {
             recount_every: Duration::from_secs(5),
             proc_root: PathBuf::from("/proc"),
             library_label,
-            want_process_table: Arc::new(AtomicBool::new(false)),
             rules: RulesConfig::default(),
             agent_dir: crate::protocol::default_socket_dir(),
         }
@@ -79,6 +76,8 @@ impl SamplerConfig {
 pub struct Sampler {
     config: SamplerConfig,
     gpus: GpuPool,
+    /// Asked for by the tree view: each tick then scans every host process.
+    want_process_table: bool,
     host: HostCollector,
     rules: Engine,
     agents: AgentHub,
@@ -102,6 +101,7 @@ impl Sampler {
         Sampler {
             config,
             gpus,
+            want_process_table: false,
             host,
             rules,
             agents,
@@ -112,7 +112,7 @@ impl Sampler {
 
     /// One snapshot: ask every idle GPU for a reading, wait up to `gpu_wait` for the answers,
     /// then read the host and publish what is known.
-    pub fn tick(&mut self) -> Snapshot {
+    pub(crate) fn tick(&mut self) -> Snapshot {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);
@@ -124,7 +124,7 @@ impl Sampler {
         self.host.join_processes(&mut processes);
         let torch = self.agents.poll();
         let mut snapshot = self.assemble(host, processes, &torch);
-        if self.config.want_process_table.load(Ordering::Relaxed) {
+        if self.want_process_table {
             snapshot.host_processes = self.host.process_table();
         }
         snapshot.warnings = self.rules.evaluate(&snapshot);
@@ -195,7 +195,7 @@ impl Sampler {
     }
 
     /// Carries out a request from the UI; its outcome shows in the next snapshot's notices.
-    pub fn handle(&mut self, request: SamplerRequest) {
+    pub(crate) fn handle(&mut self, request: SamplerRequest) {
         match request {
             SamplerRequest::Agent { pid, command } => {
                 let label = command_label(&command);
@@ -206,6 +206,7 @@ impl Sampler {
                     Err(why) => self.notices.push(why),
                 }
             }
+            SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
         }
     }
 
@@ -246,7 +247,6 @@ fn join_torch(processes: &mut [GpuProcess], torch: &HashMap<u32, TorchInfo>, gpu
 
 fn command_label(command: &AgentCommand) -> &'static str {
     match command {
-        AgentCommand::SetInterval { .. } => "a new interval",
         AgentCommand::ResetPeak => "a peak reset",
         AgentCommand::Snapshot => "a memory snapshot",
     }
@@ -299,7 +299,7 @@ fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
 /// false. Requests sent on the returned channel are carried out as they arrive, between ticks.
-pub fn spawn_loop<F>(
+pub(crate) fn spawn_loop<F>(
     config: SamplerConfig,
     loader: GpuLoader,
     mut publish: F,

@@ -7,6 +7,7 @@ use crate::model::{DriverInfo, GpuState};
 use crate::protocol::AgentCommand;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// A source whose GPU `hang` blocks forever and whose GPU `lose` reports lost.
 struct FakeSource {

@@ -14,7 +14,7 @@
 mod dcgm;
 pub mod exposition;
 mod http;
-pub mod torchtop;
+pub(crate) mod torchtop;
 mod webconfig;
 
 use std::net::SocketAddr;
@@ -36,7 +36,7 @@ use exposition::Format;
 use torchtop::OwnFigures;
 
 /// The port dcgm-exporter uses; torchtop takes its place when dcgm-exporter is not there.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9400";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9400";
 
 /// `torchtop serve` options.
 #[derive(Debug, Clone, Args)]
@@ -44,19 +44,19 @@ pub struct ServeArgs {
     /// Address to listen on. Anything other than loopback must be given explicitly; port 0
     /// picks a free port (the address is printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
 
     /// TLS and basic auth, in the format of Prometheus' exporter-toolkit.
     #[arg(long = "web.config.file", value_name = "FILE")]
-    pub web_config: Option<PathBuf>,
+    pub(crate) web_config: Option<PathBuf>,
 
     /// Also export command lines and launcher variables (they can hold secrets).
     #[arg(long)]
-    pub expose_commands: bool,
+    pub(crate) expose_commands: bool,
 
     /// The `Hostname` label (default: this machine's hostname).
     #[arg(long, value_name = "NAME", env = "TORCHTOP_HOSTNAME")]
-    pub hostname: Option<String>,
+    pub(crate) hostname: Option<String>,
 }
 
 /// The exposition of one snapshot in Prometheus' text format, for node exporter's textfile

@@ -34,7 +34,7 @@ for p in cpp_extension.library_paths():
         cxx11_abi: String,
     }
 
-    pub fn build() {
+    pub(crate) fn build() {
         println!("cargo:rerun-if-changed={SHIM}");
         if env::var_os("CARGO_FEATURE_TORCH_DOC_ONLY").is_some() {
             return;

@@ -27,9 +27,9 @@ const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// The loop wakes at least this often, so a stop request is seen even without the waker.
 const MAX_POLL_MS: u64 = 200;
 
-/// A running agent server. Dropping it (or [`Agent::stop`]) ends the thread, closes every
+/// A running agent server. Dropping it ends the thread, closes every
 /// connection and removes the socket file.
-pub struct Agent {
+pub(crate) struct Agent {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
     waker: UnixStream,
@@ -41,7 +41,7 @@ impl Agent {
     ///
     /// The directory must already be safe (see [`crate::protocol::ensure_own_socket_dir`]); a stale socket of ours
     /// at `path` (a previous process with the same pid) is replaced.
-    pub fn serve(
+    pub(crate) fn serve(
         path: &Path,
         interval: Duration,
         facts: HelloFacts,
@@ -80,12 +80,9 @@ impl Agent {
     }
 
     /// Where the socket is.
-    pub fn socket_path(&self) -> &Path {
+    pub(crate) fn socket_path(&self) -> &Path {
         &self.path
     }
-
-    /// Stops serving and removes the socket.
-    pub fn stop(self) {}
 }
 
 impl Drop for Agent {

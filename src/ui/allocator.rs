@@ -24,7 +24,7 @@ const SPARK_LABEL_WIDTH: u16 = 11;
 
 /// Rows the panel asks for below the table at this width: the first device. Beside a wide table
 /// it shows as many as fit, so any height will do there.
-pub fn wanted_height(torch: &TorchInfo, width: u16) -> u16 {
+pub(crate) fn wanted_height(torch: &TorchInfo, width: u16) -> u16 {
     match torch.devices.first() {
         None => 2,
         Some(device) => {
@@ -34,7 +34,7 @@ pub fn wanted_height(torch: &TorchInfo, width: u16) -> u16 {
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let Some(process) = selected_process(app) else {
         return;
     };

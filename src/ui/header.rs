@@ -12,7 +12,7 @@ use crate::format;
 
 use super::theme::Theme;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
     let driver = &snapshot.driver;
     let gpus = match (driver.nvml_loaded, driver.gpu_count) {

@@ -13,7 +13,7 @@ use crate::model::HostSnapshot;
 
 use super::theme::Theme;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }

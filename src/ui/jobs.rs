@@ -15,16 +15,16 @@ use super::balance::{column_cells, LEVELS, MISSING};
 use super::theme::Theme;
 
 /// At most this many jobs get a line.
-pub const MAX_LINES: u16 = 3;
+pub(crate) const MAX_LINES: u16 = 3;
 
 /// Rows the panel wants: one per job, none without jobs.
-pub fn wanted_height(snapshot: &Snapshot) -> u16 {
+pub(crate) fn wanted_height(snapshot: &Snapshot) -> u16 {
     u16::try_from(snapshot.jobs.len())
         .unwrap_or(u16::MAX)
         .min(MAX_LINES)
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let lines: Vec<Line> = app
         .snapshot
         .jobs

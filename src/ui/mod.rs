@@ -4,24 +4,24 @@
 //! [`theme`] says how panels are coloured (or not, under NO_COLOR), [`crate::format`] how
 //! figures read.
 
-pub mod allocator;
-pub mod balance;
-pub mod dialog;
-pub mod gpus;
-pub mod header;
-pub mod help;
-pub mod history;
-pub mod host;
-pub mod jobs;
-pub mod processes;
-pub mod status;
-pub mod theme;
-pub mod warnings;
+pub(crate) mod allocator;
+pub(crate) mod balance;
+pub(crate) mod dialog;
+pub(crate) mod gpus;
+pub(crate) mod header;
+pub(crate) mod help;
+pub(crate) mod history;
+pub(crate) mod host;
+pub(crate) mod jobs;
+pub(crate) mod processes;
+pub(crate) mod status;
+pub(crate) mod theme;
+pub(crate) mod warnings;
 
 #[cfg(test)]
 mod tests;
 
-pub use processes::{selected_process, visible_rows};
+pub(crate) use processes::selected_process;
 
 use ratatui::{
     layout::{Alignment, Rect},

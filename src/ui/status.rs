@@ -17,7 +17,7 @@ const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  
 const FILTER_HINTS: &str = "Enter keep  Esc clear";
 const READONLY: &str = " READ-ONLY ";
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let line = if app.mode == Mode::Filter {
         filter_prompt(app, theme)
     } else {

@@ -31,14 +31,14 @@ const MAX_ENTRIES_SCANNED: usize = 4096;
 /// The hub's bounds; [`Limits::default`] holds the documented ones.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Limits {
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Bytes of unfinished lines held across all connections.
-    pub pending_budget: usize,
-    pub command_timeout: Duration,
+    pub(crate) pending_budget: usize,
+    pub(crate) command_timeout: Duration,
     /// New connections opened per poll, so one poll stays short whatever the directory holds.
-    pub max_new_per_poll: usize,
+    pub(crate) max_new_per_poll: usize,
     /// Commands awaiting an answer on one connection.
-    pub max_awaiting: usize,
+    pub(crate) max_awaiting: usize,
 }
 
 impl Default for Limits {
@@ -149,7 +149,7 @@ impl AgentHub {
 
     /// Sends `cmd` to the agent of `pid`; returns the command id its reply will carry. The
     /// outcome comes from [`AgentHub::take_outcomes`]: the reply, or a timeout.
-    pub fn request(&mut self, pid: u32, cmd: AgentCommand) -> Result<u64, String> {
+    pub(crate) fn request(&mut self, pid: u32, cmd: AgentCommand) -> Result<u64, String> {
         let (id, stream) = self
             .conns
             .iter()
@@ -231,7 +231,8 @@ impl AgentHub {
     }
 
     /// How many connections are open.
-    pub fn connections(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
         self.conns.len()
     }
 
