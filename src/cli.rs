@@ -136,6 +136,16 @@ impl Cli {
     pub fn colors_disabled(&self) -> bool {
         self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
     }
+
+    /// The flags every command shares.
+    pub fn globals(&self) -> crate::settings::Globals {
+        crate::settings::Globals {
+            config: self.config.clone(),
+            delay: self.delay,
+            nvml_lib: self.nvml_lib.clone(),
+            colors: !self.colors_disabled(),
+        }
+    }
 }
 
 #[cfg(test)]

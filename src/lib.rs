@@ -31,6 +31,7 @@ pub mod report;
 pub(crate) mod rules;
 pub mod sampler;
 pub mod serve;
+pub mod settings;
 pub(crate) mod sys;
 // Built with the `torch` feature (and for its tests, which need no libtorch).
 #[cfg(any(feature = "torch", test))]

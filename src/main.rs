@@ -78,8 +78,8 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
 
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
-        Command::Serve(args) => torchtop::serve::main(cli, args),
-        Command::Cluster(args) => torchtop::cluster::main(cli, args),
+        Command::Serve(args) => torchtop::serve::main(&cli.globals(), args),
+        Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
         Command::Run { command } => match torchtop::launch::run(command) {
             Ok(never) => match never {},
             Err(error) => {

@@ -1,10 +1,12 @@
 //! The terminal: raw mode and the alternate screen on the way in, and always restored on the
 //! way out: on drop, on panic, on a fatal signal, on suspend (Ctrl-Z), and by a watchdog when
 //! the event loop does not end in time. Its submodules read keys ([`input`]) and turn signals
-//! into events for the loop ([`signals`]).
+//! into events for the loop ([`signals`]). [`theme`] is the look every screen of torchtop
+//! shares (the monitor, the cluster view, the snapshot viewer), colours or NO_COLOR.
 
 pub(crate) mod input;
 pub(crate) mod signals;
+pub(crate) mod theme;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Stdout, Write};

@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Notify};
 
-use crate::cli::Cli;
+use crate::settings::Globals;
 use model::ClusterView;
 use promql::Client;
 use state::{ClusterApp, Effect, Stale};
@@ -87,8 +87,8 @@ pub(crate) struct OnceDocument<'a> {
 }
 
 /// Runs `torchtop cluster`.
-pub fn main(cli: &Cli, args: &ClusterArgs) -> ExitCode {
-    match run(cli, args) {
+pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
+    match run(globals, args) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("torchtop cluster: {}", model::printable(&error));
@@ -97,8 +97,8 @@ pub fn main(cli: &Cli, args: &ClusterArgs) -> ExitCode {
     }
 }
 
-fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
-    let config = match &cli.config {
+fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
+    let config = match &globals.config {
         Some(path) => crate::config::load(path)?.cluster,
         None => Default::default(),
     };
@@ -113,7 +113,7 @@ fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
         })?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
     let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
-    let mut app = ClusterApp::new(client.base().to_string(), straggler, !cli.colors_disabled());
+    let mut app = ClusterApp::new(client.base().to_string(), straggler, globals.colors);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -11,7 +11,7 @@ use ratatui::Frame;
 use super::model::{Job, Node, NodeGpu};
 use super::state::{ClusterApp, Focus};
 use crate::format::{bytes_short, pad_left_aligned, pad_right_aligned, NA};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 

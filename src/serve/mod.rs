@@ -28,10 +28,10 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::cli::Cli;
 use crate::collect::nvml_loader;
 use crate::model::Snapshot;
 use crate::sampler::{self, GpuLoader, SamplerConfig};
+use crate::settings::Globals;
 use exposition::Format;
 use torchtop::OwnFigures;
 
@@ -112,8 +112,8 @@ fn encode_with_timing(
 }
 
 /// Runs `torchtop serve` until SIGTERM or SIGINT.
-pub fn main(cli: &Cli, args: &ServeArgs) -> ExitCode {
-    let rules = match &cli.config {
+pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
+    let rules = match &globals.config {
         Some(path) => match crate::config::load(path) {
             Ok(config) => config.rules,
             Err(error) => {
@@ -124,11 +124,11 @@ pub fn main(cli: &Cli, args: &ServeArgs) -> ExitCode {
         None => Default::default(),
     };
     let mut config = SamplerConfig::for_interval(
-        Duration::from_secs_f64(cli.delay),
-        cli.nvml_lib.display().to_string(),
+        Duration::from_secs_f64(globals.delay),
+        globals.nvml_lib.display().to_string(),
     );
     config.rules = rules;
-    match run(args, config, nvml_loader(cli.nvml_lib.clone())) {
+    match run(args, config, nvml_loader(globals.nvml_lib.clone())) {
         Ok(()) => exit_now(0),
         Err(error) => {
             eprintln!("torchtop serve: {error}");

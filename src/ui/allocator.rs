@@ -13,10 +13,10 @@ use crate::app::App;
 use crate::format::{self, pad_left_aligned, NA};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, TorchInfo};
+use crate::terminal::theme::Theme;
 
 use super::history::{bucket_size, newest_first_buckets};
 use super::processes::selected_process;
-use super::theme::Theme;
 
 /// An agent silent for longer than this is flagged.
 const AGENT_SILENT_SECONDS: f64 = 5.0;

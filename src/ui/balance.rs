@@ -7,8 +7,7 @@ use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
 use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
 use crate::format::pad_left_aligned;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Columns per GPU when [`GROUP_WIDTH`] (memory bar, utilization bar, two spaces) is too wide.
 const NARROW_GROUP_WIDTH: u16 = 3;

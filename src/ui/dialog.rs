@@ -16,8 +16,7 @@ use crate::actions::{Signal, NICE_MAX, NICE_MIN};
 use crate::app::{App, Mode};
 use crate::format;
 use crate::model::filter::SortKey;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Targets listed by name in a dialog; the rest are counted.
 const LISTED_TARGETS: usize = 8;

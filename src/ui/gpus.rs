@@ -13,8 +13,7 @@ use ratatui::{
 use crate::app::App;
 use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
 use crate::model::{GpuSample, GpuState, Snapshot};
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// From this width the main line carries bars and longer labels.
 const WIDE: u16 = 120;

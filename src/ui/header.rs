@@ -9,8 +9,7 @@ use ratatui::{
 
 use crate::app::App;
 use crate::format;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;

@@ -8,8 +8,7 @@ use ratatui::{
 };
 
 use crate::app::App;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Sections of (keys, what they do).
 const KEYS: [(&str, &[(&str, &str)]); 3] = [

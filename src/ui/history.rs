@@ -13,8 +13,7 @@ use crate::app::App;
 use crate::format::{self, pad_left_aligned};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const GPU_LABEL_WIDTH: u16 = 5;
 const METRIC_LABEL_WIDTH: u16 = 7;

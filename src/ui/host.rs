@@ -10,8 +10,7 @@ use ratatui::{
 use crate::app::App;
 use crate::format::{self, pad_left_aligned, NA};
 use crate::model::HostSnapshot;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {

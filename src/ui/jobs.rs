@@ -10,9 +10,9 @@ use ratatui::{
 
 use crate::app::App;
 use crate::model::{Job, Snapshot};
+use crate::terminal::theme::Theme;
 
 use super::balance::{column_cells, LEVELS, MISSING};
-use super::theme::Theme;
 
 /// At most this many jobs get a line.
 pub(crate) const MAX_LINES: u16 = 3;

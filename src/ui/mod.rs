@@ -1,8 +1,8 @@
 //! Drawing. Each panel is one pure `render` function in its own file; drawing only reads the
 //! [`App`](crate::app::App). [`layout_needs`] tells the layout ([`crate::app::layout`]) what the
 //! panels need; the event loop plans once per frame and hands the [`Plan`] to [`draw`].
-//! [`theme`] says how panels are coloured (or not, under NO_COLOR), [`crate::format`] how
-//! figures read.
+//! [`crate::terminal::theme`] says how panels are coloured (or not, under NO_COLOR),
+//! [`crate::format`] how figures read.
 
 pub(crate) mod allocator;
 pub(crate) mod balance;
@@ -15,7 +15,6 @@ pub(crate) mod host;
 pub(crate) mod jobs;
 pub(crate) mod processes;
 pub(crate) mod status;
-pub(crate) mod theme;
 pub(crate) mod warnings;
 
 #[cfg(test)]
@@ -31,7 +30,7 @@ use ratatui::{
 
 use crate::app::layout::{self, Areas, LayoutNeeds, Plan};
 use crate::app::App;
-use theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Draws one frame with the panels where `plan` puts them.
 pub(crate) fn draw(frame: &mut Frame, app: &App, plan: &Plan) {

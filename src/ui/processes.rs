@@ -17,8 +17,7 @@ use crate::format::{self, NA};
 use crate::model::filter::SortKey;
 use crate::model::tree::TreeRole;
 use crate::model::GpuProcess;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const NOT_VISIBLE: &str = "not visible here (another container, or exited)";
 /// What a process without a GPU shows in the GPU columns of the tree.

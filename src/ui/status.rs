@@ -10,8 +10,7 @@ use ratatui::{
 
 use crate::app::{App, Mode};
 use crate::format::escape;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
 const FILTER_HINTS: &str = "Enter keep  Esc clear";

@@ -11,8 +11,7 @@ use ratatui::{
 use crate::app::App;
 use crate::format::{escape, pad_left_aligned};
 use crate::model::{Severity, Subject, Warning};
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// The warnings in the order the panel lists them: most severe first, otherwise as raised.
 pub(crate) fn ordered(app: &App) -> Vec<&Warning> {

@@ -10,7 +10,7 @@ use crate::format::{bytes, truncate};
 use crate::memsnap::analysis::paths::{self, Step};
 use crate::memsnap::output::devices_label;
 use crate::memsnap::text::escape;
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const BAR: usize = 10;
 const EIGHTHS: [&str; 9] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"];

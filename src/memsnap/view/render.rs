@@ -12,7 +12,7 @@ use ratatui::{
 use super::state::{Tab, Viewer};
 use super::{holders, segments, summary, timeline};
 use crate::memsnap::output::devices_label;
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const MIN_WIDTH: u16 = 40;
 const MIN_HEIGHT: u16 = 10;

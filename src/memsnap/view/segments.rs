@@ -10,7 +10,7 @@ use crate::format::{bytes, bytes_short, truncate, NA};
 use crate::memsnap::analysis::device_label;
 use crate::memsnap::analysis::paths;
 use crate::memsnap::model::{Block, BlockState, Segment, SegmentType};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const DETAIL_LINES: usize = 7;
 
