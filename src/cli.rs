@@ -135,7 +135,7 @@ fn parse_timeout(text: &str) -> Result<f64, String> {
 
 /// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
 fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
-    let shown = crate::ui::format::escape(text);
+    let shown = crate::format::escape(text);
     let value: f64 = text
         .trim()
         .parse()
@@ -152,6 +152,16 @@ impl Cli {
     /// Whether colours are off: the flag, or a non-empty NO_COLOR (see no-color.org).
     pub fn colors_disabled(&self) -> bool {
         self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+    }
+
+    /// The flags every command shares.
+    pub fn globals(&self) -> crate::settings::Globals {
+        crate::settings::Globals {
+            config: self.config.clone(),
+            delay: self.delay,
+            nvml_lib: self.nvml_lib.clone(),
+            colors: !self.colors_disabled(),
+        }
     }
 }
 
@@ -175,7 +185,7 @@ pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
             let names: Vec<&str> = pages().map(|c| c.get_name()).collect();
             return Err(format!(
                 "there is no subcommand '{}'; the pages are: {}",
-                crate::ui::format::escape(name),
+                crate::format::escape(name),
                 names.join(", ")
             ));
         };

@@ -13,10 +13,10 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::sync::{mpsc, watch};
 
-use crate::actions::{adjust_nice, renice, send_signal};
-use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
+use crate::actions::{perform, ActionReport};
+use crate::app::{App, Effect};
 use crate::model::Snapshot;
+use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};
@@ -217,28 +217,19 @@ fn start_action(effect: Effect, actions: &Actions) -> Effect {
     Effect::Redraw
 }
 
-/// Runs `request` against each target in turn. Blocks on /proc reads and system calls.
-pub fn perform(request: ActionRequest) -> ActionReport {
-    let results = request
-        .targets
-        .iter()
-        .map(|target| match request.action {
-            Action::Signal(signal) => send_signal(&target.identity, signal).map(|()| None),
-            Action::SetNice(nice) => renice(&target.identity, nice).map(Some),
-            Action::AdjustNice(delta) => adjust_nice(&target.identity, delta).map(Some),
-        })
-        .collect();
-    ActionReport { request, results }
-}
-
-/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks).
+/// Draws a frame. The layout is planned once here and kept in the app, so that page keys and
+/// mouse clicks use the areas this frame shows.
 fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
     let size = terminal.size()?;
-    app.set_screen(ratatui::layout::Rect::new(0, 0, size.width, size.height));
+    let plan = ui::plan(
+        app,
+        ratatui::layout::Rect::new(0, 0, size.width, size.height),
+    );
+    app.set_layout(plan.clone());
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    terminal.draw(|frame| ui::draw(frame, app))?;
+    terminal.draw(|frame| ui::draw(frame, app, &plan))?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
     Ok(())
 }

@@ -16,21 +16,39 @@
 //! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
 
 pub mod actions;
-pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod cluster;
 pub mod collect;
 pub mod config;
 pub mod event;
+pub mod format;
 pub mod launch;
 pub mod memsnap;
 pub mod model;
+pub(crate) mod protocol;
 pub mod report;
-pub mod rules;
+pub(crate) mod rules;
+pub mod sampler;
 pub mod serve;
-pub mod terminal;
-pub mod ui;
+pub mod settings;
+pub(crate) mod sys;
+// Built with the `torch` feature (and for its tests, which need no libtorch).
+#[cfg(any(feature = "torch", test))]
+pub(crate) mod tch_agent;
+pub(crate) mod terminal;
+pub(crate) mod ui;
+
+/// The agent for Rust training programs on tch/libtorch: `torchtop::agent::start()` once (feature
+/// `torch`), `torchtop::agent::step()` every training step. This is the public face of
+/// `tch_agent`, which holds the server and the libtorch source.
+#[cfg(feature = "torch")]
+pub mod agent {
+    pub use crate::tch_agent::{demo, start, start_with, step, stop};
+}
+
+#[cfg(test)]
+mod layering;
 
 /// What the tests promise a CI machine (they never skip there, and poll against one generous
 /// deadline), shared with the integration tests.

@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::Parser;
 use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
-use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
-use torchtop::ui::format::escape_lines;
+use torchtop::collect::nvml_loader;
+use torchtop::format::escape_lines;
+use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -50,8 +51,6 @@ fn main() -> ExitCode {
         };
     }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
-    // The tree view switches the sampler's full process scan on and off through this flag.
-    config.want_process_table = app.want_process_table.clone();
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {
@@ -61,11 +60,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_once(
-    cli: &Cli,
-    config: SamplerConfig,
-    loader: torchtop::collect::sampler::GpuLoader,
-) -> ExitCode {
+fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLoader) -> ExitCode {
     let snapshot = Sampler::start(config, loader).once(
         Duration::from_secs_f64(cli.timeout),
         Duration::from_millis(40),
@@ -83,8 +78,8 @@ fn print_once(
 
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
-        Command::Serve(args) => torchtop::serve::main(cli, args),
-        Command::Cluster(args) => torchtop::cluster::main(cli, args),
+        Command::Serve(args) => torchtop::serve::main(&cli.globals(), args),
+        Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
         Command::Run { command } => match torchtop::launch::run(command) {
             Ok(never) => match never {},
             Err(error) => {

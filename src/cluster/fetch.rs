@@ -13,26 +13,26 @@ use tokio::sync::{mpsc, Notify};
 use super::promql::{Client, Range, Sample};
 
 /// The nodes panel: every GPU field, and torchtop's state of each GPU.
-pub const NODES_QUERY: &str = r#"{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_POWER_USAGE|torchtop_gpu_state"}"#;
+pub(crate) const NODES_QUERY: &str = r#"{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_POWER_USAGE|torchtop_gpu_state"}"#;
 /// The jobs panel: each rank's memory and step time, for processes with a job.
-pub const JOBS_QUERY: &str = r#"{__name__=~"torchtop_process_gpu_memory_bytes|torchtop_step_time_seconds",training_job!=""}"#;
+pub(crate) const JOBS_QUERY: &str = r#"{__name__=~"torchtop_process_gpu_memory_bytes|torchtop_step_time_seconds",training_job!=""}"#;
 /// The warnings panel.
-pub const WARNINGS_QUERY: &str = "torchtop_warning";
+pub(crate) const WARNINGS_QUERY: &str = "torchtop_warning";
 /// The sparklines: mean utilization per node.
-pub const HISTORY_QUERY: &str = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)";
+pub(crate) const HISTORY_QUERY: &str = "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)";
 /// How far back the sparklines reach, and how many points they have.
-pub const HISTORY_SECONDS: f64 = 300.0;
-pub const HISTORY_POINTS: f64 = 30.0;
+pub(crate) const HISTORY_SECONDS: f64 = 300.0;
+pub(crate) const HISTORY_POINTS: f64 = 30.0;
 
 /// The answer to each panel's query, or why there is none.
 #[derive(Debug, Clone)]
 pub(crate) struct Fetched {
-    pub nodes: Result<Vec<Sample>, String>,
-    pub jobs: Result<Vec<Sample>, String>,
-    pub warnings: Result<Vec<Sample>, String>,
-    pub history: Result<Vec<Range>, String>,
+    pub(crate) nodes: Result<Vec<Sample>, String>,
+    pub(crate) jobs: Result<Vec<Sample>, String>,
+    pub(crate) warnings: Result<Vec<Sample>, String>,
+    pub(crate) history: Result<Vec<Range>, String>,
     /// How long the slowest query took.
-    pub took: Duration,
+    pub(crate) took: Duration,
 }
 
 /// Asks every panel's query at once.

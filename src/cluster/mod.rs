@@ -9,11 +9,11 @@
 //! - [`render`]: pure drawing;
 //! - this file: the arguments, `--once --json`, and the event loop.
 
-pub mod fetch;
-pub mod model;
-pub mod promql;
-pub mod render;
-pub mod state;
+pub(crate) mod fetch;
+pub(crate) mod model;
+pub(crate) mod promql;
+pub(crate) mod render;
+pub(crate) mod state;
 
 #[cfg(test)]
 mod tests;
@@ -30,7 +30,7 @@ use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Notify};
 
-use crate::cli::Cli;
+use crate::settings::Globals;
 use model::ClusterView;
 use promql::Client;
 use state::{ClusterApp, Effect, Stale};
@@ -41,28 +41,28 @@ pub struct ClusterArgs {
     /// The Prometheus that scrapes `torchtop serve` on every node (also `prometheus` in the
     /// config's [cluster] table).
     #[arg(long, value_name = "URL", env = "TORCHTOP_PROMETHEUS")]
-    pub prometheus: Option<String>,
+    pub(crate) prometheus: Option<String>,
 
     /// Ask once, print, and exit.
     #[arg(long)]
-    pub once: bool,
+    pub(crate) once: bool,
 
     /// With --once: print one JSON document.
     #[arg(long, requires = "once")]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// A rank is a straggler when its step time is more than this percent above its job's
     /// median (default 20, or the config's [cluster] straggler_percent).
     #[arg(long, value_name = "PERCENT", value_parser = parse_positive)]
-    pub straggler_percent: Option<f64>,
+    pub(crate) straggler_percent: Option<f64>,
 
     /// Seconds between refreshes.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = parse_positive)]
-    pub refresh: f64,
+    pub(crate) refresh: f64,
 
     /// How long one query may take before the panel is marked stale.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = parse_positive)]
-    pub query_timeout: f64,
+    pub(crate) query_timeout: f64,
 }
 
 fn parse_positive(text: &str) -> Result<f64, String> {
@@ -76,19 +76,19 @@ fn parse_positive(text: &str) -> Result<f64, String> {
 
 /// The `--once --json` document.
 #[derive(Debug, Serialize)]
-pub struct OnceDocument<'a> {
-    pub prometheus: &'a str,
-    pub stale: Stale,
-    pub problems: &'a [String],
+pub(crate) struct OnceDocument<'a> {
+    pub(crate) prometheus: &'a str,
+    pub(crate) stale: Stale,
+    pub(crate) problems: &'a [String],
     /// How long the panels' queries took together, in milliseconds.
-    pub fetch_ms: Option<u128>,
+    pub(crate) fetch_ms: Option<u128>,
     #[serde(flatten)]
-    pub view: &'a ClusterView,
+    pub(crate) view: &'a ClusterView,
 }
 
 /// Runs `torchtop cluster`.
-pub fn main(cli: &Cli, args: &ClusterArgs) -> ExitCode {
-    match run(cli, args) {
+pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
+    match run(globals, args) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("torchtop cluster: {}", model::printable(&error));
@@ -97,8 +97,8 @@ pub fn main(cli: &Cli, args: &ClusterArgs) -> ExitCode {
     }
 }
 
-fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
-    let config = match &cli.config {
+fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
+    let config = match &globals.config {
         Some(path) => crate::config::load(path)?.cluster,
         None => Default::default(),
     };
@@ -113,7 +113,7 @@ fn run(cli: &Cli, args: &ClusterArgs) -> Result<ExitCode, String> {
         })?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
     let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
-    let mut app = ClusterApp::new(client.base().to_string(), straggler, !cli.colors_disabled());
+    let mut app = ClusterApp::new(client.base().to_string(), straggler, globals.colors);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -229,7 +229,7 @@ fn draw(terminal: &mut crate::terminal::Tui, app: &ClusterApp) -> io::Result<()>
 
 /// Text of a drawn buffer, for `--once` without `--json` and for the render tests.
 pub(crate) mod tests_support {
-    pub fn buffer_text(buffer: &ratatui::buffer::Buffer) -> String {
+    pub(crate) fn buffer_text(buffer: &ratatui::buffer::Buffer) -> String {
         let width = buffer.area.width as usize;
         let cells: Vec<&str> = buffer.content().iter().map(|c| c.symbol()).collect();
         cells

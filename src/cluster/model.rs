@@ -15,79 +15,79 @@ const MIB: f64 = 1048576.0;
 
 /// One GPU of a node.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct NodeGpu {
-    pub gpu: u32,
-    pub model: Option<String>,
-    pub uuid: Option<String>,
-    pub utilization_percent: Option<f64>,
-    pub memory_used_bytes: Option<f64>,
-    pub memory_free_bytes: Option<f64>,
-    pub temperature_c: Option<f64>,
-    pub power_w: Option<f64>,
+pub(crate) struct NodeGpu {
+    pub(crate) gpu: u32,
+    pub(crate) model: Option<String>,
+    pub(crate) uuid: Option<String>,
+    pub(crate) utilization_percent: Option<f64>,
+    pub(crate) memory_used_bytes: Option<f64>,
+    pub(crate) memory_free_bytes: Option<f64>,
+    pub(crate) temperature_c: Option<f64>,
+    pub(crate) power_w: Option<f64>,
     /// "ok", "stale" or "lost", from `torchtop_gpu_state`; `None` for a GPU only DCGM reports.
-    pub state: Option<String>,
+    pub(crate) state: Option<String>,
 }
 
 /// One machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct Node {
-    pub hostname: String,
-    pub gpus: Vec<NodeGpu>,
-    pub utilization_mean: Option<f64>,
-    pub utilization_min: Option<f64>,
-    pub memory_used_bytes: Option<f64>,
-    pub memory_total_bytes: Option<f64>,
-    pub temperature_max: Option<f64>,
-    pub warnings: usize,
+pub(crate) struct Node {
+    pub(crate) hostname: String,
+    pub(crate) gpus: Vec<NodeGpu>,
+    pub(crate) utilization_mean: Option<f64>,
+    pub(crate) utilization_min: Option<f64>,
+    pub(crate) memory_used_bytes: Option<f64>,
+    pub(crate) memory_total_bytes: Option<f64>,
+    pub(crate) temperature_max: Option<f64>,
+    pub(crate) warnings: usize,
     /// Mean utilization over the last minutes, oldest first, for the sparkline.
-    pub utilization_history: Vec<f64>,
+    pub(crate) utilization_history: Vec<f64>,
 }
 
 /// One rank of a job: a process on a node.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct Rank {
-    pub hostname: String,
-    pub pid: u32,
-    pub rank: Option<u32>,
-    pub gpu: Option<u32>,
-    pub memory_bytes: Option<f64>,
+pub(crate) struct Rank {
+    pub(crate) hostname: String,
+    pub(crate) pid: u32,
+    pub(crate) rank: Option<u32>,
+    pub(crate) gpu: Option<u32>,
+    pub(crate) memory_bytes: Option<f64>,
     /// Free memory on the rank's GPU.
-    pub headroom_bytes: Option<f64>,
-    pub step_time_seconds: Option<f64>,
+    pub(crate) headroom_bytes: Option<f64>,
+    pub(crate) step_time_seconds: Option<f64>,
     /// How far the step time is above the job's median, in percent.
-    pub above_median_percent: Option<f64>,
-    pub straggler: bool,
+    pub(crate) above_median_percent: Option<f64>,
+    pub(crate) straggler: bool,
 }
 
 /// Ranks that share a job label, across nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct Job {
-    pub id: String,
-    pub nodes: usize,
-    pub median_step_time_seconds: Option<f64>,
-    pub ranks: Vec<Rank>,
+pub(crate) struct Job {
+    pub(crate) id: String,
+    pub(crate) nodes: usize,
+    pub(crate) median_step_time_seconds: Option<f64>,
+    pub(crate) ranks: Vec<Rank>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct ClusterWarning {
-    pub hostname: String,
-    pub id: String,
-    pub severity: String,
-    pub subject: String,
+pub(crate) struct ClusterWarning {
+    pub(crate) hostname: String,
+    pub(crate) id: String,
+    pub(crate) severity: String,
+    pub(crate) subject: String,
 }
 
 /// Everything the view draws.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct ClusterView {
-    pub gpu_count: usize,
-    pub nodes: Vec<Node>,
-    pub jobs: Vec<Job>,
-    pub warnings: Vec<ClusterWarning>,
+pub(crate) struct ClusterView {
+    pub(crate) gpu_count: usize,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) warnings: Vec<ClusterWarning>,
 }
 
 /// Replaces control characters (escape sequences, newlines) with `?`, and bounds the length,
 /// so that text from Prometheus can reach a terminal.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.chars()
         .take(256)
         .map(|c| if c.is_control() { '?' } else { c })

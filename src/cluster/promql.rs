@@ -14,16 +14,16 @@ const MAX_ANSWER_BYTES: usize = 64 << 20;
 /// One series of an instant query.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sample {
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 impl Sample {
-    pub fn label(&self, name: &str) -> Option<&str> {
+    pub(crate) fn label(&self, name: &str) -> Option<&str> {
         self.labels.get(name).map(String::as_str)
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.label("__name__").unwrap_or_default()
     }
 }
@@ -31,8 +31,8 @@ impl Sample {
 /// One series of a range query: (unix seconds, value) points, oldest first.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Range {
-    pub labels: BTreeMap<String, String>,
-    pub points: Vec<(f64, f64)>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,7 +75,7 @@ pub(crate) struct Client {
 
 impl Client {
     /// A client for the server at `base` (`http://host:9090`, or with a path prefix).
-    pub fn new(base: &str, timeout: Duration) -> Result<Client, String> {
+    pub(crate) fn new(base: &str, timeout: Duration) -> Result<Client, String> {
         let parsed = reqwest::Url::parse(base).map_err(|e| {
             format!("{base:?} is not a URL ({e}); give Prometheus as http://HOST:9090")
         })?;
@@ -96,12 +96,12 @@ impl Client {
         })
     }
 
-    pub fn base(&self) -> &str {
+    pub(crate) fn base(&self) -> &str {
         &self.base
     }
 
     /// The value of `expr` now.
-    pub async fn query(&self, expr: &str) -> Result<Vec<Sample>, String> {
+    pub(crate) async fn query(&self, expr: &str) -> Result<Vec<Sample>, String> {
         let data = self.call("query", &[("query", expr.to_string())]).await?;
         if data.result_type != "vector" {
             return Err(format!(
@@ -124,7 +124,7 @@ impl Client {
     }
 
     /// `expr` from `start` to `end` (unix seconds) every `step` seconds.
-    pub async fn query_range(
+    pub(crate) async fn query_range(
         &self,
         expr: &str,
         start: f64,

@@ -10,13 +10,13 @@ use ratatui::Frame;
 
 use super::model::{Job, Node, NodeGpu};
 use super::state::{ClusterApp, Focus};
-use crate::ui::format::{bytes_short, pad_left_aligned, pad_right_aligned, NA};
-use crate::ui::theme::Theme;
+use crate::format::{bytes_short, pad_left_aligned, pad_right_aligned, NA};
+use crate::terminal::theme::Theme;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// Draws the whole view into the frame.
-pub fn draw(frame: &mut Frame, app: &ClusterApp) {
+pub(crate) fn draw(frame: &mut Frame, app: &ClusterApp) {
     let area = frame.area();
     let lines = screen_lines(app, area);
     frame.render_widget(Paragraph::new(lines), area);

@@ -15,7 +15,7 @@ use super::promql::{Range, Sample};
 
 /// What the event loop should do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     None,
     Redraw,
     /// Fetch now instead of at the next interval.
@@ -25,7 +25,7 @@ pub enum Effect {
 
 /// The panel the arrow keys move in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Focus {
+pub(crate) enum Focus {
     #[default]
     Nodes,
     Jobs,
@@ -33,15 +33,15 @@ pub enum Focus {
 
 /// Which panels show their last good answer instead of a current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct Stale {
-    pub nodes: bool,
-    pub jobs: bool,
-    pub warnings: bool,
-    pub history: bool,
+pub(crate) struct Stale {
+    pub(crate) nodes: bool,
+    pub(crate) jobs: bool,
+    pub(crate) warnings: bool,
+    pub(crate) history: bool,
 }
 
 impl Stale {
-    pub fn any(self) -> bool {
+    pub(crate) fn any(self) -> bool {
         self.nodes || self.jobs || self.warnings || self.history
     }
 }
@@ -55,28 +55,28 @@ struct Kept {
 }
 
 #[derive(Debug, Clone)]
-pub struct ClusterApp {
-    pub url: String,
-    pub straggler_percent: f64,
-    pub colors: bool,
-    pub view: ClusterView,
-    pub stale: Stale,
+pub(crate) struct ClusterApp {
+    pub(crate) url: String,
+    pub(crate) straggler_percent: f64,
+    pub(crate) colors: bool,
+    pub(crate) view: ClusterView,
+    pub(crate) stale: Stale,
     /// Sentences about the last fetch's failures and absent metrics.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Whether any fetch has come back yet.
-    pub fetched: bool,
+    pub(crate) fetched: bool,
     /// When the last fetch came back ("12:00:01"), and how long it took.
-    pub updated: Option<String>,
-    pub took_ms: Option<u128>,
-    pub focus: Focus,
-    pub selected_node: usize,
-    pub selected_job: usize,
-    pub expanded: BTreeSet<String>,
+    pub(crate) updated: Option<String>,
+    pub(crate) took_ms: Option<u128>,
+    pub(crate) focus: Focus,
+    pub(crate) selected_node: usize,
+    pub(crate) selected_job: usize,
+    pub(crate) expanded: BTreeSet<String>,
     kept: Kept,
 }
 
 impl ClusterApp {
-    pub fn new(url: String, straggler_percent: f64, colors: bool) -> Self {
+    pub(crate) fn new(url: String, straggler_percent: f64, colors: bool) -> Self {
         ClusterApp {
             url,
             straggler_percent,
@@ -144,7 +144,7 @@ impl ClusterApp {
             .min(self.view.jobs.len().saturating_sub(1));
     }
 
-    pub fn on_key(&mut self, key: KeyEvent) -> Effect {
+    pub(crate) fn on_key(&mut self, key: KeyEvent) -> Effect {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Effect::Quit;
         }
@@ -193,7 +193,7 @@ impl ClusterApp {
     }
 
     /// The status line: the first problem, else what the keys do.
-    pub fn status(&self) -> String {
+    pub(crate) fn status(&self) -> String {
         match self.problems.first() {
             Some(problem) if self.problems.len() > 1 => {
                 format!("{problem} (and {} more)", self.problems.len() - 1)

@@ -19,15 +19,16 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::collect::procfs::{self, CpuTimes, PidStat};
 use crate::model::{
     GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
 };
+use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
 
 /// How often the `children` files of every thread of a GPU process are read.
-pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
+pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
 /// Cached facts about a pid that has not been seen for this long are dropped.
-pub const EVICT_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(30);
 /// Two samples closer than this give the previous CPU% again instead of a noisy new one (the
 /// tree view and the GPU rows may sample the same pid within one refresh).
 const MIN_CPU_INTERVAL: Duration = Duration::from_millis(50);
@@ -116,11 +117,7 @@ struct Vanished;
 impl HostCollector {
     /// `proc_root` is "/proc" in production, a fixture tree in tests.
     pub fn new(proc_root: PathBuf) -> Self {
-        Self::with_units(
-            proc_root,
-            procfs::clock_ticks_per_second(),
-            procfs::page_size_bytes(),
-        )
+        Self::with_units(proc_root, clock_ticks_per_second(), page_size_bytes())
     }
 
     fn with_units(root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
@@ -325,7 +322,7 @@ impl HostCollector {
     fn user_name(&mut self, uid: u32) -> String {
         self.user_names
             .entry(uid)
-            .or_insert_with(|| procfs::user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
             .clone()
     }
 

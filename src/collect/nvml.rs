@@ -42,7 +42,7 @@ const THROTTLE_NAMES: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-pub struct NvmlSource {
+pub(crate) struct NvmlSource {
     /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
     /// stuck in the driver must never be joined or have the library unloaded under it.
     nvml: Option<&'static Nvml>,
@@ -51,7 +51,7 @@ pub struct NvmlSource {
 
 impl NvmlSource {
     /// Loads and initializes NVML from `library`. Blocks for as long as `nvmlInit` does.
-    pub fn load(library: &Path) -> Self {
+    pub(crate) fn load(library: &Path) -> Self {
         let mut info = DriverInfo {
             library: library.display().to_string(),
             ..Default::default()
@@ -463,7 +463,7 @@ fn pstate_number(state: PerformanceState) -> Option<u32> {
 }
 
 /// Names of the set throttle-reason bits; unknown bits are reported by number.
-pub fn throttle_reason_names(mask: u64) -> Vec<String> {
+pub(crate) fn throttle_reason_names(mask: u64) -> Vec<String> {
     let mut names: Vec<String> = THROTTLE_NAMES
         .iter()
         .filter(|(bit, _)| mask & bit != 0)

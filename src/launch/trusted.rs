@@ -19,7 +19,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::collect::agent::effective_uid;
+use crate::sys::effective_uid;
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)

@@ -15,28 +15,28 @@ use super::{analysis::compare, load, output, text::escape, view, Links, LoadedSn
 pub struct SnapshotArgs {
     /// A pickle written by torch.cuda.memory._dump_snapshot() (or by torchtop's `s` key).
     #[arg(value_name = "FILE", required_unless_present = "compare")]
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
 
     /// Print the summary per device and the top stacks as JSON.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Print folded stacks weighted in bytes (for flamegraph.pl, inferno and speedscope).
     #[arg(long, conflicts_with = "json")]
-    pub folded: bool,
+    pub(crate) folded: bool,
 
     /// Write an SVG flame graph of live bytes by stack to this file.
     #[arg(long, value_name = "OUT.svg")]
-    pub flamegraph: Option<PathBuf>,
+    pub(crate) flamegraph: Option<PathBuf>,
 
     /// Show what grew between two snapshots, by stack (with --json: as JSON).
     #[arg(long, num_args = 2, value_names = ["A", "B"],
           conflicts_with_all = ["file", "folded", "flamegraph"])]
-    pub compare: Option<Vec<PathBuf>>,
+    pub(crate) compare: Option<Vec<PathBuf>>,
 
     /// Draw the viewer without colours (also when NO_COLOR is set).
     #[arg(long)]
-    pub no_color: bool,
+    pub(crate) no_color: bool,
 }
 
 /// Runs `torchtop snapshot`; errors go to stderr as sentences.

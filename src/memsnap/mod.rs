@@ -15,7 +15,7 @@ pub(crate) mod model;
 pub(crate) mod output;
 pub(crate) mod pickle;
 pub(crate) mod text;
-pub mod view;
+pub(crate) mod view;
 
 use std::fs::{File, OpenOptions};
 use std::io::BufReader;
@@ -29,7 +29,7 @@ use model::Snapshot;
 const READ_BUFFER: usize = 256 * 1024;
 
 /// A snapshot file, read and analysed, ready for the viewer or an output.
-pub struct LoadedSnapshot {
+pub(crate) struct LoadedSnapshot {
     pub(crate) path: PathBuf,
     pub(crate) file_bytes: u64,
     pub(crate) snapshot: Snapshot,
@@ -38,7 +38,7 @@ pub struct LoadedSnapshot {
 
 /// Why a snapshot file could not be opened: a sentence that names the file.
 #[derive(Debug)]
-pub struct LoadError {
+pub(crate) struct LoadError {
     path: PathBuf,
     message: String,
 }
@@ -55,13 +55,13 @@ impl std::error::Error for LoadError {}
 /// Whether a symbolic link at the path is followed: yes for a path the user typed, no for a
 /// path that an agent (another user's process) reported.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Links {
+pub(crate) enum Links {
     Follow,
     Refuse,
 }
 
 /// Reads and analyses a snapshot file.
-pub fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadError> {
+pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadError> {
     let fail = |message: String| LoadError {
         path: path.to_path_buf(),
         message,

@@ -12,7 +12,7 @@ use super::analysis::tree::{Tree, TreeOptions};
 use super::analysis::{device_label, DeviceSummary, OomEvent};
 use super::model::{Frames, StackId};
 use super::LoadedSnapshot;
-use crate::ui::format::bytes;
+use crate::format::bytes;
 
 /// Stacks listed by `--json` and the text summary.
 const TOP_STACKS: usize = 20;

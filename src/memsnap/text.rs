@@ -1,7 +1,7 @@
 //! Text from a snapshot file (file names, function names, settings) made safe to print on a
 //! terminal, through the monitor's one escaping function.
 
-pub(crate) use crate::ui::format::escape;
+pub(crate) use crate::format::escape;
 
 #[cfg(test)]
 mod tests {

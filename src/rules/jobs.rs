@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::model::{GpuProcess, Job, JobRank};
 
 /// The jobs among `processes`, ordered by id.
-pub fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
+pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
     let mut groups: BTreeMap<String, Vec<JobRank>> = BTreeMap::new();
     for process in processes {
         let Some(key) = job_key(process) else {

@@ -19,14 +19,14 @@ pub(crate) enum Value {
 /// One metric family: a name, its help text, its type and its samples.
 #[derive(Debug, Clone)]
 pub(crate) struct Family {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub kind: MetricType,
-    pub samples: Vec<(Labels, Value)>,
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    pub(crate) kind: MetricType,
+    pub(crate) samples: Vec<(Labels, Value)>,
 }
 
 impl Family {
-    pub fn gauge(name: &'static str, help: &'static str) -> Self {
+    pub(crate) fn gauge(name: &'static str, help: &'static str) -> Self {
         Family {
             name,
             help,
@@ -36,7 +36,7 @@ impl Family {
     }
 
     /// A counter; `name` is without the `_total` suffix, which the encoder appends.
-    pub fn counter(name: &'static str, help: &'static str) -> Self {
+    pub(crate) fn counter(name: &'static str, help: &'static str) -> Self {
         Family {
             kind: MetricType::Counter,
             ..Family::gauge(name, help)
@@ -44,7 +44,7 @@ impl Family {
     }
 
     /// Adds a sample when the value is known: a missing figure is left out, never written as 0.
-    pub fn push(&mut self, labels: Labels, value: Option<Value>) {
+    pub(crate) fn push(&mut self, labels: Labels, value: Option<Value>) {
         if let Some(value) = value {
             self.samples.push((labels, value));
         }
@@ -64,7 +64,7 @@ pub enum Format {
 impl Format {
     /// OpenMetrics when the `Accept` header lists it (Prometheus sends it first when it
     /// prefers it), the classic text format otherwise.
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Format {
         let wants_openmetrics = accept.is_some_and(|accept| {
             accept.split(',').any(|item| {
                 let mut parts = item.split(';').map(str::trim);
@@ -80,7 +80,7 @@ impl Format {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",

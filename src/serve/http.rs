@@ -33,10 +33,10 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// What every request handler reads.
 pub(crate) struct Shared {
-    pub snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
-    pub hostname: Option<String>,
-    pub expose_commands: bool,
-    pub auth: Option<Arc<BasicAuth>>,
+    pub(crate) snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    pub(crate) hostname: Option<String>,
+    pub(crate) expose_commands: bool,
+    pub(crate) auth: Option<Arc<BasicAuth>>,
 }
 
 type Reply = Response<Full<Bytes>>;

@@ -14,7 +14,7 @@
 mod dcgm;
 pub mod exposition;
 mod http;
-pub mod torchtop;
+pub(crate) mod torchtop;
 mod webconfig;
 
 use std::net::SocketAddr;
@@ -28,15 +28,15 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use crate::cli::Cli;
 use crate::collect::nvml_loader;
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
 use crate::model::Snapshot;
+use crate::sampler::{self, GpuLoader, SamplerConfig};
+use crate::settings::Globals;
 use exposition::Format;
 use torchtop::OwnFigures;
 
 /// The port dcgm-exporter uses; torchtop takes its place when dcgm-exporter is not there.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9400";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9400";
 
 /// `torchtop serve` options.
 #[derive(Debug, Clone, Args)]
@@ -44,19 +44,19 @@ pub struct ServeArgs {
     /// Address to listen on. Anything other than loopback must be given explicitly; port 0
     /// picks a free port (the address is printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
 
     /// TLS and basic auth, in the format of Prometheus' exporter-toolkit.
     #[arg(long = "web.config.file", value_name = "FILE")]
-    pub web_config: Option<PathBuf>,
+    pub(crate) web_config: Option<PathBuf>,
 
     /// Also export command lines and launcher variables (they can hold secrets).
     #[arg(long)]
-    pub expose_commands: bool,
+    pub(crate) expose_commands: bool,
 
     /// The `Hostname` label (default: this machine's hostname).
     #[arg(long, value_name = "NAME", env = "TORCHTOP_HOSTNAME")]
-    pub hostname: Option<String>,
+    pub(crate) hostname: Option<String>,
 }
 
 /// The exposition of one snapshot in Prometheus' text format, for node exporter's textfile
@@ -112,8 +112,8 @@ fn encode_with_timing(
 }
 
 /// Runs `torchtop serve` until SIGTERM or SIGINT.
-pub fn main(cli: &Cli, args: &ServeArgs) -> ExitCode {
-    let rules = match &cli.config {
+pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
+    let rules = match &globals.config {
         Some(path) => match crate::config::load(path) {
             Ok(config) => config.rules,
             Err(error) => {
@@ -124,11 +124,11 @@ pub fn main(cli: &Cli, args: &ServeArgs) -> ExitCode {
         None => Default::default(),
     };
     let mut config = SamplerConfig::for_interval(
-        Duration::from_secs_f64(cli.delay),
-        cli.nvml_lib.display().to_string(),
+        Duration::from_secs_f64(globals.delay),
+        globals.nvml_lib.display().to_string(),
     );
     config.rules = rules;
-    match run(args, config, nvml_loader(cli.nvml_lib.clone())) {
+    match run(args, config, nvml_loader(globals.nvml_lib.clone())) {
         Ok(()) => exit_now(0),
         Err(error) => {
             eprintln!("torchtop serve: {error}");

@@ -19,20 +19,20 @@ const MAX_LABEL_BYTES: usize = 512;
 
 /// The label that names a process's distributed job. Not `job`: Prometheus gives every series
 /// a `job` label of its own (the scrape job) and would rename ours to `exported_job`.
-pub const JOB_LABEL: &str = "training_job";
+pub(crate) const JOB_LABEL: &str = "training_job";
 
 /// What the exporter adds about itself at scrape time.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct OwnFigures {
     /// Seconds from the scrape's arrival to the encoding of these figures.
-    pub scrape_seconds: Option<f64>,
+    pub(crate) scrape_seconds: Option<f64>,
     /// Seconds since the snapshot being served was taken.
-    pub sample_age_seconds: Option<f64>,
+    pub(crate) sample_age_seconds: Option<f64>,
 }
 
 impl OwnFigures {
     /// The figures of a scrape happening now; the duration is filled in while encoding.
-    pub fn at_scrape(snapshot: &Snapshot) -> Self {
+    pub(crate) fn at_scrape(snapshot: &Snapshot) -> Self {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -295,7 +295,7 @@ fn host_families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
 }
 
 /// The subject of a warning as a label value: "gpu 0", "pid 1234", the job's id, "host".
-pub fn subject_label(subject: &Subject) -> String {
+pub(crate) fn subject_label(subject: &Subject) -> String {
     match subject {
         Subject::Gpu { index } => format!("gpu {index}"),
         Subject::Process { pid } => format!("pid {pid}"),

@@ -48,8 +48,8 @@ struct TlsFileConfig {
 /// A loaded web config: the TLS acceptor if any, and the users allowed in.
 #[derive(Clone, Default)]
 pub(crate) struct WebConfig {
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    pub auth: Option<Arc<BasicAuth>>,
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
+    pub(crate) auth: Option<Arc<BasicAuth>>,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -72,7 +72,7 @@ pub(crate) struct BasicAuth {
 impl BasicAuth {
     /// Whether `user`/`password` is allowed. Blocks for bcrypt's cost on a first login: run it
     /// off the async workers.
-    pub fn check(&self, user: &str, password: &str) -> bool {
+    pub(crate) fn check(&self, user: &str, password: &str) -> bool {
         let key = (user.to_string(), password.to_string());
         if lock(&self.verified).contains(&key) {
             return true;

@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, UpdateKind};
-use torchtop::collect::host::HostCollector;
+use torchtop::collect::HostCollector;
 use torchtop::model::process::{GpuProcess, ProcessKind};
 
 fn env_count(name: &str, default: usize) -> usize {

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use super::peer_credentials;
+use crate::sys::peer_credentials;
 
 /// The pid in a socket file's name, `<decimal pid>.sock`; `None` for any other name.
 pub(crate) fn socket_file_pid(name: &OsStr) -> Option<u32> {
@@ -26,15 +26,15 @@ pub(crate) fn socket_file_pid(name: &OsStr) -> Option<u32> {
 /// Why a connection could not be opened.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Refusal {
-    pub reason: String,
+    pub(crate) reason: String,
     /// The socket is someone else's or breaks the rules, not merely unreachable.
-    pub bad_input: bool,
+    pub(crate) bad_input: bool,
 }
 
 /// A connected, checked, non-blocking stream and the pid of the process serving it.
 pub(crate) struct Opened {
-    pub stream: UnixStream,
-    pub peer_pid: u32,
+    pub(crate) stream: UnixStream,
+    pub(crate) peer_pid: u32,
 }
 
 /// Connects to `path` without waiting and checks that `owner` serves it.

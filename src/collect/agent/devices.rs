@@ -13,8 +13,8 @@ use crate::model::DeviceAllocatorStats;
 /// The `devices` list: the first [`MAX_DEVICES_PER_AGENT`] entries read, the rest only counted.
 #[derive(Default)]
 pub(crate) struct Devices {
-    pub kept: Vec<DeviceAllocatorStats>,
-    pub listed: usize,
+    pub(crate) kept: Vec<DeviceAllocatorStats>,
+    pub(crate) listed: usize,
 }
 
 impl<'de> de::Deserialize<'de> for Devices {

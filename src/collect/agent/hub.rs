@@ -16,11 +16,11 @@ use super::connection::{self, socket_file_pid, Refusal};
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
 use super::state::{lock, Awaiting, ConnId, ConnState, Shared, EVENT_CAPACITY};
-use super::{
-    effective_uid, inspect_socket_dir, AgentCommand, COMMAND_TIMEOUT, MAX_CONNECTIONS,
-    PENDING_BYTES_BUDGET,
-};
+use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
+use crate::protocol::sockets::inspect_socket_dir;
+use crate::protocol::AgentCommand;
+use crate::sys::effective_uid;
 
 const RETRY_AFTER_END: Duration = Duration::from_secs(1);
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
@@ -31,14 +31,14 @@ const MAX_ENTRIES_SCANNED: usize = 4096;
 /// The hub's bounds; [`Limits::default`] holds the documented ones.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Limits {
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Bytes of unfinished lines held across all connections.
-    pub pending_budget: usize,
-    pub command_timeout: Duration,
+    pub(crate) pending_budget: usize,
+    pub(crate) command_timeout: Duration,
     /// New connections opened per poll, so one poll stays short whatever the directory holds.
-    pub max_new_per_poll: usize,
+    pub(crate) max_new_per_poll: usize,
     /// Commands awaiting an answer on one connection.
-    pub max_awaiting: usize,
+    pub(crate) max_awaiting: usize,
 }
 
 impl Default for Limits {
@@ -99,7 +99,7 @@ pub struct AgentHub {
 }
 
 impl AgentHub {
-    /// A hub for the sockets in `dir` (usually [`super::default_socket_dir`]). Connects nothing
+    /// A hub for the sockets in `dir` (usually [`crate::protocol::default_socket_dir`]). Connects nothing
     /// yet.
     pub fn new(dir: PathBuf) -> Self {
         Self::with_limits(dir, Limits::default())
@@ -149,7 +149,7 @@ impl AgentHub {
 
     /// Sends `cmd` to the agent of `pid`; returns the command id its reply will carry. The
     /// outcome comes from [`AgentHub::take_outcomes`]: the reply, or a timeout.
-    pub fn request(&mut self, pid: u32, cmd: AgentCommand) -> Result<u64, String> {
+    pub(crate) fn request(&mut self, pid: u32, cmd: AgentCommand) -> Result<u64, String> {
         let (id, stream) = self
             .conns
             .iter()
@@ -231,7 +231,8 @@ impl AgentHub {
     }
 
     /// How many connections are open.
-    pub fn connections(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
         self.conns.len()
     }
 

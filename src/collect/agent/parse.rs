@@ -21,43 +21,43 @@ const MAX_HELLO_TEXT_BYTES: usize = 256;
 /// An agent's hello: who the process is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Hello {
-    pub python: Option<String>,
-    pub torch: Option<String>,
-    pub rank: Option<u32>,
-    pub local_rank: Option<u32>,
-    pub world_size: Option<u32>,
-    pub alloc_conf: Option<String>,
+    pub(crate) python: Option<String>,
+    pub(crate) torch: Option<String>,
+    pub(crate) rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
+    pub(crate) world_size: Option<u32>,
+    pub(crate) alloc_conf: Option<String>,
 }
 
 /// An agent's stats message: allocator figures as sent, before the cudaMallocAsync rule.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Stats {
-    pub step: Option<u64>,
-    pub step_time_seconds: Option<f64>,
+    pub(crate) step: Option<u64>,
+    pub(crate) step_time_seconds: Option<f64>,
     /// The first [`MAX_DEVICES_PER_AGENT`] entries with a valid index, sorted, one per index.
-    pub devices: Vec<DeviceAllocatorStats>,
+    pub(crate) devices: Vec<DeviceAllocatorStats>,
     /// How many entries `devices` had in the message, read or not.
-    pub listed: usize,
+    pub(crate) listed: usize,
 }
 
 /// An agent's answer to a command.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AgentReply {
-    pub id: u64,
-    pub ok: bool,
+pub(crate) struct AgentReply {
+    pub(crate) id: u64,
+    pub(crate) ok: bool,
     /// The command's name as echoed by the agent.
-    pub cmd: Option<String>,
+    pub(crate) cmd: Option<String>,
     /// Where a snapshot went.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// Why a command failed.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// Something an agent reported between stats, such as an OOM.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AgentEvent {
-    pub kind: String,
-    pub device: Option<u32>,
+pub(crate) struct AgentEvent {
+    pub(crate) kind: String,
+    pub(crate) device: Option<u32>,
 }
 
 /// One parsed line.

@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::parse::{AgentEvent, AgentReply, Hello, Stats};
-use super::AgentCommand;
 use crate::model::TorchInfo;
+use crate::protocol::AgentCommand;
 
 /// Lines the log keeps; older ones are dropped.
 const LOG_CAPACITY: usize = 64;
@@ -22,38 +22,38 @@ pub(crate) type ConnId = usize;
 /// A command sent on a connection and not answered yet.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Awaiting {
-    pub command: AgentCommand,
-    pub sent_at: Instant,
+    pub(crate) command: AgentCommand,
+    pub(crate) sent_at: Instant,
 }
 
 /// Why a connection ended.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Ending {
-    pub reason: String,
+    pub(crate) reason: String,
     /// The agent broke the protocol or a bound: it is not reconnected for a while.
-    pub bad_input: bool,
+    pub(crate) bad_input: bool,
 }
 
 /// One connection as the reader has seen it.
 #[derive(Debug)]
 pub(crate) struct ConnState {
     /// The pid of the agent's process, from `SO_PEERCRED` (else the socket's name).
-    pub pid: u32,
-    pub hello: Option<Hello>,
-    pub stats: Option<Stats>,
-    pub stats_at: Option<Instant>,
+    pub(crate) pid: u32,
+    pub(crate) hello: Option<Hello>,
+    pub(crate) stats: Option<Stats>,
+    pub(crate) stats_at: Option<Instant>,
     /// When the agent last completed a line (or when the connection opened): the idle clock.
-    pub last_line_at: Instant,
+    pub(crate) last_line_at: Instant,
     /// Commands this hub sent on this connection, by id, until answered or timed out.
-    pub awaiting: HashMap<u64, Awaiting>,
+    pub(crate) awaiting: HashMap<u64, Awaiting>,
     /// Answers to commands in `awaiting`, with the command they answer.
-    pub replies: Vec<(Awaiting, AgentReply)>,
-    pub events: VecDeque<AgentEvent>,
-    pub ended: Option<Ending>,
+    pub(crate) replies: Vec<(Awaiting, AgentReply)>,
+    pub(crate) events: VecDeque<AgentEvent>,
+    pub(crate) ended: Option<Ending>,
     /// Whether the log already said that this agent lists too many devices.
-    pub warned_devices: bool,
+    pub(crate) warned_devices: bool,
     /// Whether the log already said that this agent sent a reply nobody asked for.
-    pub warned_unsolicited: bool,
+    pub(crate) warned_unsolicited: bool,
 }
 
 impl ConnState {
@@ -122,8 +122,8 @@ impl Log {
 /// The state both threads see.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    pub conns: HashMap<ConnId, ConnState>,
-    pub log: Log,
+    pub(crate) conns: HashMap<ConnId, ConnState>,
+    pub(crate) log: Log,
 }
 
 /// Locks the shared state. Neither thread panics while holding it, but a poisoned lock must not

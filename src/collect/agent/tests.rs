@@ -23,6 +23,8 @@ use super::parse::{parse_line, AgentReply, Incoming, Stats};
 use super::state::torch_info;
 use super::*;
 use crate::model::{DeviceAllocatorStats, TorchInfo};
+use crate::protocol::AgentCommand;
+use crate::sys::effective_uid;
 
 /// A fresh 0700 socket directory (`.0`) in a scratch directory of its own, both removed on drop.
 pub(crate) struct TempDir(pub(crate) PathBuf, tempfile::TempDir);
@@ -269,18 +271,6 @@ fn only_the_first_64_devices_are_read() {
     assert_eq!(stats.listed, 5000);
     assert_eq!(stats.devices.len(), MAX_DEVICES_PER_AGENT);
     assert_eq!(stats.devices[63].allocated_bytes, Some(63));
-}
-
-#[test]
-fn commands_serialize_as_protocol_lines() {
-    let line: Value =
-        serde_json::from_str(&AgentCommand::SetInterval { ms: 500 }.to_line(3)).unwrap();
-    assert_eq!(
-        line,
-        json!({"v":1,"type":"cmd","id":3,"cmd":"set_interval","ms":500})
-    );
-    let line: Value = serde_json::from_str(&AgentCommand::Snapshot.to_line(4)).unwrap();
-    assert_eq!(line, json!({"v":1,"type":"cmd","id":4,"cmd":"snapshot"}));
 }
 
 fn wait_for_outcomes(hub: &mut AgentHub) -> Vec<CommandOutcome> {

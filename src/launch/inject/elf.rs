@@ -13,7 +13,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
-use super::super::target::{file_name, MapLine};
+use crate::launch::target::file_name;
+use crate::sys::proc::MapLine;
 
 /// The largest ELF read (libpython is about 25 MiB, a static python about 10 MiB).
 const ELF_LIMIT: u64 = 512 << 20;
@@ -329,7 +330,7 @@ mod tests {
         let image = loop {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             if exe.as_ref() == Some(&wanted) {
-                let maps = crate::launch::target::parse_maps(
+                let maps = crate::sys::proc::parse_maps(
                     &std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(),
                 );
                 let found = find_python(pid, &maps, wanted.to_str());

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::target::MapLine;
+use crate::sys::proc::MapLine;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -400,7 +400,7 @@ mod tests {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
-    use crate::launch::target::parse_maps;
+    use crate::sys::proc::parse_maps;
 
     /// Seizes `pid`, stops it, runs `f` on it stopped, detaches.
     #[cfg(target_arch = "x86_64")]

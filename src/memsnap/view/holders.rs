@@ -6,11 +6,11 @@ use ratatui::{layout::Rect, text::Line, widgets::Paragraph, Frame};
 
 use super::render::{scroll, section, styled};
 use super::state::Viewer;
+use crate::format::{bytes, truncate};
 use crate::memsnap::analysis::paths::{self, Step};
 use crate::memsnap::output::devices_label;
 use crate::memsnap::text::escape;
-use crate::ui::format::{bytes, truncate};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const BAR: usize = 10;
 const EIGHTHS: [&str; 9] = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉", "█"];

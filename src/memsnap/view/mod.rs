@@ -1,9 +1,7 @@
 //! The interactive snapshot viewer: four views (summary, who holds the memory, segment map,
 //! timeline) with the monitor's keys and look.
 //!
-//! [`run_viewer`] draws on a terminal that is already in the TUI's mode, so that the live
-//! monitor can open a snapshot in place and get its screen back; [`run_standalone`] sets the
-//! terminal up for `torchtop snapshot FILE`. The state machine ([`state`]) does no I/O and the
+//! [`run_standalone`] sets the terminal up for `torchtop snapshot FILE` and runs the viewer. The state machine ([`state`]) does no I/O and the
 //! render functions ([`render`] and one module per view) only draw.
 
 mod holders;
@@ -26,17 +24,6 @@ use state::{Effect, Viewer};
 
 /// How often the loop looks at the termination flag while no key comes.
 const POLL: Duration = Duration::from_millis(200);
-
-/// Shows `snapshot` on `terminal` until the user leaves (q or Esc). The terminal must already be
-/// in raw mode on the alternate screen; it is left that way.
-pub fn run_viewer(snapshot: LoadedSnapshot, terminal: &mut Tui) -> io::Result<()> {
-    let colors = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    run(
-        Viewer::new(snapshot, colors),
-        terminal,
-        &AtomicBool::new(false),
-    )
-}
 
 /// `torchtop snapshot FILE` on a terminal: the viewer in its own terminal session, left on
 /// q, Esc, Ctrl-C, SIGTERM or SIGHUP with the terminal restored.

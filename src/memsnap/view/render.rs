@@ -12,7 +12,7 @@ use ratatui::{
 use super::state::{Tab, Viewer};
 use super::{holders, segments, summary, timeline};
 use crate::memsnap::output::devices_label;
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const MIN_WIDTH: u16 = 40;
 const MIN_HEIGHT: u16 = 10;
@@ -71,7 +71,7 @@ fn title_line(viewer: &Viewer, theme: Theme, width: u16) -> Line<'static> {
     let room = (width as usize).saturating_sub(used + 1);
     if room > 4 {
         spans.push(Span::styled(
-            crate::ui::format::truncate(&name, room),
+            crate::format::truncate(&name, room),
             theme.label(),
         ));
     }
@@ -165,7 +165,7 @@ fn help(frame: &mut Frame, screen: Rect, theme: Theme) {
 pub(crate) fn section(text: String, width: u16, theme: Theme) -> Line<'static> {
     let padded = format!(
         "{:<w$}",
-        crate::ui::format::truncate(&text, width as usize),
+        crate::format::truncate(&text, width as usize),
         w = width as usize
     );
     Line::styled(padded, theme.title())

@@ -6,11 +6,11 @@ use ratatui::{layout::Rect, style::Style, text::Line, widgets::Paragraph, Frame}
 
 use super::render::{scroll, section, styled};
 use super::state::Viewer;
+use crate::format::{bytes, bytes_short, truncate, NA};
 use crate::memsnap::analysis::device_label;
 use crate::memsnap::analysis::paths;
 use crate::memsnap::model::{Block, BlockState, Segment, SegmentType};
-use crate::ui::format::{bytes, bytes_short, truncate, NA};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const DETAIL_LINES: usize = 7;
 

@@ -218,7 +218,7 @@ impl Viewer {
 
     fn summary_key(&mut self, code: KeyCode) {
         let (width, height) = self.screen;
-        let theme = crate::ui::theme::Theme::new(false);
+        let theme = crate::terminal::theme::Theme::new(false);
         let lines = super::summary::lines(self, width, theme).len();
         let last = lines.saturating_sub(usize::from(height.saturating_sub(2)));
         self.summary_scroll = self.moved(code, self.summary_scroll, last + 1);

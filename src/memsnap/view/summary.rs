@@ -6,11 +6,11 @@ use ratatui::{layout::Rect, text::Line, widgets::Paragraph, Frame};
 
 use super::render::{section, styled};
 use super::state::Viewer;
+use crate::format::{bytes, pack, percent_f, truncate, NA};
 use crate::memsnap::analysis::DeviceSummary;
 use crate::memsnap::output::{oom_text, short_stack};
 use crate::memsnap::text::escape;
-use crate::ui::format::{bytes, pack, percent_f, truncate, NA};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, viewer: &Viewer, theme: Theme) {
     let lines = lines(viewer, area.width, theme);

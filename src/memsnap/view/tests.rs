@@ -258,7 +258,7 @@ fn the_timeline_cursor_moves_and_jumps() {
 fn the_summary_scrolls_no_further_than_its_end() {
     let mut v = viewer();
     v.screen = (80, 10);
-    let lines = super::summary::lines(&v, 80, crate::ui::theme::Theme::new(false)).len();
+    let lines = super::summary::lines(&v, 80, crate::terminal::theme::Theme::new(false)).len();
     key(&mut v, KeyCode::End);
     assert_eq!(
         v.summary_scroll,

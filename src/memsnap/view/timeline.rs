@@ -7,11 +7,11 @@ use ratatui::{layout::Rect, text::Line, widgets::Paragraph, Frame};
 
 use super::render::{section, styled};
 use super::state::Viewer;
+use crate::format::{bytes, bytes_short, truncate, NA};
 use crate::memsnap::analysis::timeline::{Interval, Timeline};
 use crate::memsnap::model::{Action, Frames};
 use crate::memsnap::output::short_stack;
-use crate::ui::format::{bytes, bytes_short, truncate, NA};
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Left of the chart: the scale.
 pub(crate) const GUTTER: usize = 8;

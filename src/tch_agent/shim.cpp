@@ -61,7 +61,7 @@ void copy_stat_array(const StatArray& from, int64_t* to) {
 
 extern "C" {
 
-// Keep in step with `ShimDeviceStats` in src/agent/libtorch.rs.
+// Keep in step with `ShimDeviceStats` in src/tch_agent/libtorch.rs.
 struct torchtop_device_stats {
   int64_t allocation[12];
   int64_t segment[12];

@@ -1,24 +1,26 @@
-//! What the app asks the event loop to do to processes, and the status sentence made from the
-//! outcome. Plain data: the event loop runs the request off the UI task.
+//! What the app asks to be done to processes ([`ActionRequest`]), carrying it out
+//! ([`perform`]), and the status sentence made from the outcome ([`ActionReport`]). The app
+//! builds requests without I/O; the event loop runs [`perform`] off the UI task.
 
-use crate::actions::{ActionError, ProcessIdentity, Signal};
-use crate::ui::format;
+use super::{adjust_nice, renice, send_signal, ActionError, Signal};
+use crate::format;
+use crate::model::ProcessIdentity;
 
 /// A process an action applies to, as it was on screen when the user chose it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActionTarget {
-    pub identity: ProcessIdentity,
-    pub user: Option<String>,
-    pub command: Option<String>,
+pub(crate) struct ActionTarget {
+    pub(crate) identity: ProcessIdentity,
+    pub(crate) user: Option<String>,
+    pub(crate) command: Option<String>,
 }
 
 impl ActionTarget {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.identity.pid
     }
 
     /// "1234 (python3 train.py)", the command cut to fit a status line.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match &self.command {
             Some(command) => format!("{} ({})", self.pid(), format::truncate(command, 40)),
             None => self.pid().to_string(),
@@ -27,7 +29,7 @@ impl ActionTarget {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Signal(Signal),
     /// Set the nice value.
     SetNice(i32),
@@ -36,21 +38,35 @@ pub enum Action {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActionRequest {
-    pub action: Action,
-    pub targets: Vec<ActionTarget>,
+pub(crate) struct ActionRequest {
+    pub(crate) action: Action,
+    pub(crate) targets: Vec<ActionTarget>,
 }
 
 /// The outcome per target, in the request's order: for renice, the nice value read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActionReport {
-    pub request: ActionRequest,
-    pub results: Vec<Result<Option<i32>, ActionError>>,
+pub(crate) struct ActionReport {
+    pub(crate) request: ActionRequest,
+    pub(crate) results: Vec<Result<Option<i32>, ActionError>>,
+}
+
+/// Runs `request` against each target in turn. Blocks on /proc reads and system calls.
+pub(crate) fn perform(request: ActionRequest) -> ActionReport {
+    let results = request
+        .targets
+        .iter()
+        .map(|target| match request.action {
+            Action::Signal(signal) => send_signal(&target.identity, signal).map(|()| None),
+            Action::SetNice(nice) => renice(&target.identity, nice).map(Some),
+            Action::AdjustNice(delta) => adjust_nice(&target.identity, delta).map(Some),
+        })
+        .collect();
+    ActionReport { request, results }
 }
 
 impl ActionReport {
     /// One sentence for the status line.
-    pub fn sentence(&self) -> String {
+    pub(crate) fn sentence(&self) -> String {
         let targets = &self.request.targets;
         let failures: Vec<&ActionError> = self
             .results

@@ -17,35 +17,30 @@ mod ffi {
     use super::ShimDeviceStats;
 
     extern "C" {
-        pub fn torchtop_torch_version() -> *const std::os::raw::c_char;
-        pub fn torchtop_cuda_device_count() -> i32;
-        pub fn torchtop_cuda_device_stats(device: i32, out: *mut ShimDeviceStats) -> i32;
-        pub fn torchtop_cuda_reset_peak(device: i32) -> i32;
+        pub(crate) fn torchtop_torch_version() -> *const std::os::raw::c_char;
+        pub(crate) fn torchtop_cuda_device_count() -> i32;
+        pub(crate) fn torchtop_cuda_device_stats(device: i32, out: *mut ShimDeviceStats) -> i32;
+        pub(crate) fn torchtop_cuda_reset_peak(device: i32) -> i32;
     }
 }
 
 /// Reads libtorch's CUDA caching allocator. Never initializes CUDA: before the program does,
 /// it reports no devices.
 #[derive(Debug, Default)]
-pub struct LibtorchSource {
+pub(crate) struct LibtorchSource {
     /// Devices seen in use once stay listed, even after they free everything.
     used: Mutex<BTreeSet<u32>>,
 }
 
 impl LibtorchSource {
-    pub fn new() -> LibtorchSource {
+    pub(crate) fn new() -> LibtorchSource {
         LibtorchSource::default()
     }
 
     /// The raw counters of one device, or None when CUDA is not initialized or there is no
     /// such device.
-    pub fn raw_device_stats(device: u32) -> Option<ShimDeviceStats> {
+    pub(crate) fn raw_device_stats(device: u32) -> Option<ShimDeviceStats> {
         read_device(device)
-    }
-
-    /// How many devices the CUDA allocator knows: 0 before CUDA is initialized.
-    pub fn device_count() -> u32 {
-        device_count()
     }
 }
 

@@ -9,24 +9,24 @@ use serde_json::{Map, Value};
 /// peak, allocated, freed); each 4-slot array is one such counter set.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShimDeviceStats {
-    pub allocation: [i64; 12],
-    pub segment: [i64; 12],
-    pub active: [i64; 12],
-    pub inactive_split: [i64; 12],
-    pub allocated_bytes: [i64; 12],
-    pub reserved_bytes: [i64; 12],
-    pub active_bytes: [i64; 12],
-    pub inactive_split_bytes: [i64; 12],
-    pub requested_bytes: [i64; 12],
-    pub oversize_allocations: [i64; 4],
-    pub oversize_segments: [i64; 4],
-    pub num_alloc_retries: i64,
-    pub num_ooms: i64,
-    pub num_sync_all_streams: i64,
-    pub num_device_alloc: i64,
-    pub num_device_free: i64,
-    pub max_split_size: i64,
+pub(crate) struct ShimDeviceStats {
+    pub(crate) allocation: [i64; 12],
+    pub(crate) segment: [i64; 12],
+    pub(crate) active: [i64; 12],
+    pub(crate) inactive_split: [i64; 12],
+    pub(crate) allocated_bytes: [i64; 12],
+    pub(crate) reserved_bytes: [i64; 12],
+    pub(crate) active_bytes: [i64; 12],
+    pub(crate) inactive_split_bytes: [i64; 12],
+    pub(crate) requested_bytes: [i64; 12],
+    pub(crate) oversize_allocations: [i64; 4],
+    pub(crate) oversize_segments: [i64; 4],
+    pub(crate) num_alloc_retries: i64,
+    pub(crate) num_ooms: i64,
+    pub(crate) num_sync_all_streams: i64,
+    pub(crate) num_device_alloc: i64,
+    pub(crate) num_device_free: i64,
+    pub(crate) max_split_size: i64,
 }
 
 const POOLS: [&str; 3] = ["all", "small_pool", "large_pool"];
@@ -34,7 +34,7 @@ const COUNTERS: [&str; 4] = ["current", "peak", "allocated", "freed"];
 
 impl ShimDeviceStats {
     /// The same flat keys and values as `torch.cuda.memory_stats(device)`.
-    pub fn flatten(&self) -> Map<String, Value> {
+    pub(crate) fn flatten(&self) -> Map<String, Value> {
         let mut out = Map::new();
         let families: [(&str, &[i64; 12]); 9] = [
             ("allocation", &self.allocation),
@@ -79,7 +79,7 @@ impl ShimDeviceStats {
 
 /// Whether a device's allocator was ever used by this process. A job on one GPU of eight should
 /// show one device, as the Python agent does: untouched devices report all zeros.
-pub fn ever_used(stats: &Map<String, Value>) -> bool {
+pub(crate) fn ever_used(stats: &Map<String, Value>) -> bool {
     [
         "reserved_bytes.all.current",
         "reserved_bytes.all.peak",

@@ -5,13 +5,13 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-pub const NA: &str = "N/A";
+pub(crate) const NA: &str = "N/A";
 
 const KIB: f64 = 1024.0;
 const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
 
 /// Bytes in binary units with one decimal: "512B", "12.3MiB", "12.3GiB".
-pub fn bytes(value: u64) -> String {
+pub(crate) fn bytes(value: u64) -> String {
     let (scaled, unit) = scale(value);
     if unit == 0 {
         format!("{value}B")
@@ -21,7 +21,7 @@ pub fn bytes(value: u64) -> String {
 }
 
 /// Bytes with a one-letter unit, for narrow columns: "12.3G", "512M", "0B".
-pub fn bytes_short(value: u64) -> String {
+pub(crate) fn bytes_short(value: u64) -> String {
     let (scaled, unit) = scale(value);
     let letter = &UNITS[unit][..1];
     match unit {
@@ -41,61 +41,61 @@ fn scale(value: u64) -> (f64, usize) {
     (scaled, unit)
 }
 
-pub fn opt_bytes(value: Option<u64>) -> String {
+pub(crate) fn opt_bytes(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), bytes)
 }
 
-pub fn opt_bytes_short(value: Option<u64>) -> String {
+pub(crate) fn opt_bytes_short(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), bytes_short)
 }
 
 /// "used/total" in short units, each side N/A on its own.
-pub fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {
+pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {
     format!("{}/{}", opt_bytes_short(used), opt_bytes_short(total))
 }
 
-pub fn percent(value: Option<u32>) -> String {
+pub(crate) fn percent(value: Option<u32>) -> String {
     value.map_or_else(|| NA.to_string(), |v| format!("{v}%"))
 }
 
-pub fn percent_f(value: Option<f64>) -> String {
+pub(crate) fn percent_f(value: Option<f64>) -> String {
     value.map_or_else(|| NA.to_string(), |v| format!("{v:.1}%"))
 }
 
-pub fn watts(value: Option<f64>) -> String {
+pub(crate) fn watts(value: Option<f64>) -> String {
     value.map_or_else(|| NA.to_string(), |v| format!("{v:.0}W"))
 }
 
 /// "draw/limitW"; "N/A" stands in for either side that is missing.
-pub fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> String {
+pub(crate) fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> String {
     match (draw, limit) {
         (Some(d), Some(l)) => format!("{d:.0}/{l:.0}W"),
         (draw, limit) => format!("{}/{}", watts(draw), watts(limit)),
     }
 }
 
-pub fn celsius(value: Option<u32>) -> String {
+pub(crate) fn celsius(value: Option<u32>) -> String {
     value.map_or_else(|| NA.to_string(), |v| format!("{v}C"))
 }
 
-pub fn mhz(value: Option<u32>) -> String {
+pub(crate) fn mhz(value: Option<u32>) -> String {
     value.map_or_else(|| NA.to_string(), |v| format!("{v}MHz"))
 }
 
 /// A PCIe throughput given in KiB/s, as a byte rate.
-pub fn kib_rate(value: Option<u32>) -> String {
+pub(crate) fn kib_rate(value: Option<u32>) -> String {
     value.map_or_else(
         || NA.to_string(),
         |v| format!("{}/s", bytes(u64::from(v) * 1024)),
     )
 }
 
-pub fn count(value: Option<u64>) -> String {
+pub(crate) fn count(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), |v| v.to_string())
 }
 
 /// Outside text, escaped for a terminal, or "N/A".
-pub fn text(value: Option<&str>) -> String {
+pub(crate) fn text(value: Option<&str>) -> String {
     escape(value.unwrap_or(NA)).into_owned()
 }
 
@@ -107,7 +107,7 @@ pub fn text(value: Option<&str>) -> String {
 /// So no escape sequence reaches the terminal (OSC 52 writes the clipboard, OSC 0 the title,
 /// CSI 2J clears the screen) and no newline can forge a line. Text that needs nothing is
 /// borrowed as is.
-pub fn escape(text: &str) -> Cow<'_, str> {
+pub(crate) fn escape(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
@@ -147,7 +147,7 @@ fn needs_escape(c: char) -> bool {
 }
 
 /// A running time: "0:42", "12:34", "1:02:03", then "2d03h" from one day on.
-pub fn duration(seconds: f64) -> String {
+pub(crate) fn duration(seconds: f64) -> String {
     let total = if seconds.is_finite() && seconds > 0.0 {
         seconds as u64
     } else {
@@ -164,12 +164,12 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
-pub fn opt_duration(value: Option<f64>) -> String {
+pub(crate) fn opt_duration(value: Option<f64>) -> String {
     value.map_or_else(|| NA.to_string(), duration)
 }
 
 /// Cuts `text` to at most `width` characters, marking the cut with "…".
-pub fn truncate(text: &str, width: usize) -> String {
+pub(crate) fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_string();
     }
@@ -181,18 +181,18 @@ pub fn truncate(text: &str, width: usize) -> String {
 }
 
 /// `text` cut or padded with spaces to exactly `width` characters, left-aligned.
-pub fn pad_left_aligned(text: &str, width: usize) -> String {
+pub(crate) fn pad_left_aligned(text: &str, width: usize) -> String {
     format!("{:<width$}", truncate(text, width))
 }
 
 /// `text` cut or padded with spaces to exactly `width` characters, right-aligned.
-pub fn pad_right_aligned(text: &str, width: usize) -> String {
+pub(crate) fn pad_right_aligned(text: &str, width: usize) -> String {
     format!("{:>width$}", truncate(text, width))
 }
 
 /// Packs pieces (each a few spans) into lines of at most `width` columns, two spaces apart;
 /// lines after the first start with `indent` spaces. A piece wider than a line gets its own.
-pub fn pack(
+pub(crate) fn pack(
     pieces: Vec<Vec<ratatui::text::Span<'static>>>,
     width: usize,
     indent: usize,

@@ -1,6 +1,6 @@
 //! Where agent sockets live and who may use them, for both ends of protocol v1: the torchtop
-//! client ([`super::AgentHub`], `torchtop run`/`attach`) and the tch agent server
-//! ([`crate::agent`]). One set of rules, so both ends always agree on the directory and its
+//! client (the hub in [`crate::collect::agent`], `torchtop run`/`attach`) and the tch agent
+//! server ([`crate::tch_agent`]). One set of rules, so both ends always agree on the directory and its
 //! checks: `$TORCHTOP_AGENT_DIR`, else `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`;
 //! a real directory (not a symlink) of mode 0700 or stricter; peers identified by `SO_PEERCRED`.
 
@@ -8,13 +8,13 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::io::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+
+use crate::sys::effective_uid;
 
 /// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
 /// `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`. Empty values count as unset.
-pub fn socket_dir_from(
+pub(crate) fn socket_dir_from(
     agent_dir: Option<&OsStr>,
     xdg_runtime_dir: Option<&OsStr>,
     uid: u32,
@@ -30,20 +30,15 @@ pub fn socket_dir_from(
 }
 
 /// The socket directory for this process's environment and user.
-pub fn default_socket_dir() -> PathBuf {
+pub(crate) fn default_socket_dir() -> PathBuf {
     let agent_dir = std::env::var_os("TORCHTOP_AGENT_DIR");
     let runtime = std::env::var_os("XDG_RUNTIME_DIR");
     socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
 }
 
-pub(crate) fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
 /// are root), mode 0700 or stricter. Returns its owner's uid, `Ok(None)` when it does not exist.
-pub fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
+pub(crate) fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
     let meta = match fs::symlink_metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -90,7 +85,8 @@ pub fn ensure_socket_dir(dir: &Path) -> Result<u32, String> {
 /// [`ensure_socket_dir`] for a directory an agent serves in: it must be ours even when we are
 /// root, as the Python agent requires, since torchtop refuses a socket whose server is not the
 /// directory's owner.
-pub fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
+#[cfg(any(feature = "torch", test))]
+pub(crate) fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
     let owner = ensure_socket_dir(dir)?;
     check_owner(dir, owner, RootMayUseAny::No)
 }
@@ -98,6 +94,8 @@ pub fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
 #[derive(Clone, Copy, PartialEq)]
 enum RootMayUseAny {
     Yes,
+    /// Only for a directory an agent serves in, which only the tch agent does.
+    #[cfg_attr(not(any(feature = "torch", test)), allow(dead_code))]
     No,
 }
 
@@ -112,37 +110,16 @@ fn check_owner(dir: &Path, owner: u32, root: RootMayUseAny) -> Result<(), String
     ))
 }
 
-/// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a
-/// client, the connecting process for a server.
-pub(crate) fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
-    // SAFETY: ucred is plain old data; all-zero is a valid value.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred and len point to writable memory of the sizes passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::addr_of_mut!(cred).cast::<libc::c_void>(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((u32::try_from(cred.pid).unwrap_or(0), cred.uid))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::agent::tests::TempDir;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A scratch directory, removed with the test's [`TempDir`].
-    fn scratch(temp: &TempDir) -> &Path {
-        temp.0.parent().expect("the socket directory has a parent")
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("tt-sockets-")
+            .tempdir()
+            .expect("create a scratch directory")
     }
 
     #[test]
@@ -168,8 +145,8 @@ mod tests {
 
     #[test]
     fn own_socket_dir_is_created_0700_and_unsafe_dirs_are_refused() {
-        let temp = TempDir::new();
-        let base = scratch(&temp);
+        let temp = scratch();
+        let base = temp.path();
         let fresh = base.join("run/torchtop");
         ensure_own_socket_dir(&fresh).unwrap();
         assert_eq!(fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
@@ -199,8 +176,8 @@ mod tests {
             println!("skipped: only root can make a directory of another uid");
             return;
         }
-        let temp = TempDir::new();
-        let foreign = scratch(&temp).join("foreign");
+        let temp = scratch();
+        let foreign = temp.path().join("foreign");
         fs::create_dir(&foreign).unwrap();
         fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
         std::os::unix::fs::chown(&foreign, Some(12345), Some(12345)).unwrap();
@@ -209,14 +186,5 @@ mod tests {
         assert!(ensure_own_socket_dir(&foreign)
             .unwrap_err()
             .contains("owned by uid 12345"));
-    }
-
-    #[test]
-    fn peer_credentials_name_the_other_end() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        assert_eq!(
-            peer_credentials(&a).unwrap(),
-            (std::process::id(), effective_uid())
-        );
     }
 }

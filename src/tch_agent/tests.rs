@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::protocol::{MAX_INTERVAL_MS, MAX_LINE_BYTES};
 use crate::test_ci::PATIENCE;
 
 /// A 0700 directory (`.0`) that is removed when the test ends.

@@ -1,100 +1,90 @@
 //! What the user has chosen to look at: the selected process row and the scroll position of the
-//! process table, the selected warning, and which overlays are open. Only the key handler changes
-//! it; drawing reads it.
+//! process table, the selected warning, and which overlays are open; and where the last frame
+//! put the panels. Only the key handler and the event loop change it; drawing reads it.
 
-use ratatui::layout::Rect;
+use super::layout::Plan;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ViewState {
+pub(crate) struct ViewState {
     /// Index of the selected row in the process table.
-    pub selected: usize,
+    pub(crate) selected: usize,
     /// Index of the first process row on screen. Drawing moves the window further if the
     /// selection would fall outside it, so a stale value is harmless.
-    pub offset: usize,
-    /// How many process rows the last layout had room for; see [`crate::ui::process_rows_visible`].
+    pub(crate) offset: usize,
+    /// How many process rows the last layout had room for ([`Plan::process_rows`]).
     /// Page keys move by this much. 0 means "not known yet" and counts as 1.
-    pub page_rows: usize,
-    pub show_help: bool,
+    pub(crate) page_rows: usize,
+    pub(crate) show_help: bool,
     /// Whether the warnings panel shows the evidence and remedy of the selected warning.
-    pub warnings_expanded: bool,
+    pub(crate) warnings_expanded: bool,
     /// Index of the selected warning, in the panel's order (most severe first).
-    pub selected_warning: usize,
-    /// The terminal's size at the last draw, to map mouse clicks to rows.
-    pub screen: Rect,
+    pub(crate) selected_warning: usize,
+    /// Where the last frame put the panels, to map mouse clicks to rows.
+    pub(crate) plan: Plan,
 }
 
 impl ViewState {
-    pub fn select_next(&mut self, rows: usize) {
+    pub(crate) fn select_next(&mut self, rows: usize) {
         if self.selected + 1 < rows {
             self.selected += 1;
         }
         self.keep_selection_visible();
     }
 
-    pub fn select_previous(&mut self) {
+    pub(crate) fn select_previous(&mut self) {
         self.selected = self.selected.saturating_sub(1);
         self.keep_selection_visible();
     }
 
     /// Selects row `index` (clamped to the `rows` there are) and scrolls it into view.
-    pub fn select_index(&mut self, index: usize, rows: usize) {
+    pub(crate) fn select_index(&mut self, index: usize, rows: usize) {
         self.selected = index.min(rows.saturating_sub(1));
         self.keep_selection_visible();
     }
 
     /// Keeps the selection on a row that exists after the row count changed.
-    pub fn clamp_to(&mut self, rows: usize) {
+    pub(crate) fn clamp_to(&mut self, rows: usize) {
         self.selected = self.selected.min(rows.saturating_sub(1));
         self.offset = self.offset.min(self.selected);
     }
 
-    pub fn page_down(&mut self, rows: usize) {
+    pub(crate) fn page_down(&mut self, rows: usize) {
         self.selected = (self.selected + self.page()).min(rows.saturating_sub(1));
         self.keep_selection_visible();
     }
 
-    pub fn page_up(&mut self) {
+    pub(crate) fn page_up(&mut self) {
         self.selected = self.selected.saturating_sub(self.page());
         self.keep_selection_visible();
     }
 
-    pub fn select_first(&mut self) {
+    pub(crate) fn select_first(&mut self) {
         self.selected = 0;
         self.offset = 0;
     }
 
-    pub fn select_last(&mut self, rows: usize) {
+    pub(crate) fn select_last(&mut self, rows: usize) {
         self.selected = rows.saturating_sub(1);
         self.keep_selection_visible();
     }
 
     /// Records how many process rows fit on screen, so the page keys and scrolling match it.
-    pub fn set_page_rows(&mut self, rows: usize) {
+    pub(crate) fn set_page_rows(&mut self, rows: usize) {
         self.page_rows = rows;
         self.keep_selection_visible();
     }
 
-    pub fn toggle_help(&mut self) {
+    pub(crate) fn toggle_help(&mut self) {
         self.show_help = !self.show_help;
     }
 
-    pub fn toggle_warnings_expanded(&mut self) {
+    pub(crate) fn toggle_warnings_expanded(&mut self) {
         self.warnings_expanded = !self.warnings_expanded;
-    }
-
-    pub fn select_next_warning(&mut self, warnings: usize) {
-        if self.selected_warning + 1 < warnings {
-            self.selected_warning += 1;
-        }
-    }
-
-    pub fn select_previous_warning(&mut self) {
-        self.selected_warning = self.selected_warning.saturating_sub(1);
     }
 
     /// Closes the help and the expanded warning; returns whether one was open, so Esc can close
     /// an overlay before it quits.
-    pub fn close_overlays(&mut self) -> bool {
+    pub(crate) fn close_overlays(&mut self) -> bool {
         let was_open = self.show_help || self.warnings_expanded;
         self.show_help = false;
         self.warnings_expanded = false;
@@ -112,7 +102,7 @@ impl ViewState {
 
 /// The first row to draw so that `selected` is inside a window of `height` rows, moving the
 /// window from `offset` as little as possible.
-pub fn first_visible_row(offset: usize, selected: usize, height: usize) -> usize {
+pub(crate) fn first_visible_row(offset: usize, selected: usize, height: usize) -> usize {
     let height = height.max(1);
     if selected < offset {
         selected
@@ -181,8 +171,5 @@ mod tests {
         view.toggle_help();
         assert!(view.close_overlays());
         assert!(!view.show_help);
-        view.select_next_warning(2);
-        view.select_next_warning(2);
-        assert_eq!(view.selected_warning, 1);
     }
 }

@@ -4,21 +4,25 @@
 //!
 //! This module owns:
 //! - the process-wide agent ([`start`], [`start_with`], [`step`]); the socket directory rules
-//!   and checks are the client's ([`crate::collect::agent::default_socket_dir`],
-//!   [`crate::collect::agent::ensure_own_socket_dir`]), so both ends agree;
+//!   and checks are the protocol's ([`crate::protocol::default_socket_dir`],
+//!   [`crate::protocol::ensure_own_socket_dir`]), shared with the client, so both ends agree;
 //! - the server ([`Agent`]), which is plain Rust and tested with a fake [`AllocatorStatsSource`];
 //! - with the `torch` feature, the libtorch source (through the C++ shim in `shim.cpp`) and the
 //!   `torchtop demo` workload.
 //!
 //! The agent never fails its host program: problems go to stderr once and the program goes on.
 
+// Without the `torch` feature this module is built for its tests only: what only a libtorch
+// program calls (start, step, the torch version) is unused there.
+#![cfg_attr(not(feature = "torch"), allow(dead_code))]
+
 mod server;
-pub mod stats;
+pub(crate) mod stats;
 
 #[cfg(feature = "torch")]
 pub mod demo;
 #[cfg(feature = "torch")]
-pub mod libtorch;
+pub(crate) mod libtorch;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -27,10 +31,10 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-pub use server::{Agent, MAX_INTERVAL_MS, MAX_LINE_BYTES, MIN_INTERVAL_MS, PROTOCOL_VERSION};
+pub(crate) use server::Agent;
 
 /// Where a process's allocator figures come from.
-pub trait AllocatorStatsSource: Send {
+pub(crate) trait AllocatorStatsSource: Send {
     /// `(device index, flat torch.cuda.memory_stats keys)` for each device in use; empty before
     /// the program has initialized CUDA. Must never initialize CUDA itself.
     fn device_stats(&self) -> Vec<(u32, Map<String, Value>)>;
@@ -53,19 +57,22 @@ pub trait AllocatorStatsSource: Send {
 
 /// What hello says about the process, besides the interval.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HelloFacts {
-    pub pid: u32,
-    pub argv: Vec<String>,
-    pub torch: Option<String>,
-    pub rank: Option<i64>,
-    pub local_rank: Option<i64>,
-    pub world_size: Option<i64>,
-    pub alloc_conf: Option<String>,
+pub(crate) struct HelloFacts {
+    pub(crate) pid: u32,
+    pub(crate) argv: Vec<String>,
+    pub(crate) torch: Option<String>,
+    pub(crate) rank: Option<i64>,
+    pub(crate) local_rank: Option<i64>,
+    pub(crate) world_size: Option<i64>,
+    pub(crate) alloc_conf: Option<String>,
 }
 
 impl HelloFacts {
     /// The facts of this process, reading variables through `var` (the environment in practice).
-    pub fn gather(var: impl Fn(&str) -> Option<String>, torch: Option<String>) -> HelloFacts {
+    pub(crate) fn gather(
+        var: impl Fn(&str) -> Option<String>,
+        torch: Option<String>,
+    ) -> HelloFacts {
         let number = |name: &str| var(name).and_then(|v| v.trim().parse().ok());
         HelloFacts {
             pid: std::process::id(),
@@ -83,7 +90,7 @@ impl HelloFacts {
 
 /// Training steps marked by the program, and the mean time between the last ones.
 #[derive(Debug, Default)]
-pub struct StepCounter {
+pub(crate) struct StepCounter {
     inner: Mutex<Steps>,
 }
 
@@ -98,7 +105,7 @@ const STEP_WINDOW: usize = 50;
 
 impl StepCounter {
     /// Marks one finished step.
-    pub fn mark(&self) {
+    pub(crate) fn mark(&self) {
         let Ok(mut steps) = self.inner.lock() else {
             return;
         };
@@ -115,7 +122,7 @@ impl StepCounter {
     }
 
     /// Steps so far (None before the first mark) and the mean step time in seconds.
-    pub fn read(&self) -> (Option<u64>, Option<f64>) {
+    pub(crate) fn read(&self) -> (Option<u64>, Option<f64>) {
         let Ok(steps) = self.inner.lock() else {
             return (None, None);
         };
@@ -145,10 +152,10 @@ mod global {
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
+    use super::libtorch::LibtorchSource;
+    use super::AllocatorStatsSource;
     use super::{global_steps, Agent, HelloFacts};
-    use crate::agent::libtorch::LibtorchSource;
-    use crate::agent::AllocatorStatsSource;
-    use crate::collect::agent::{default_socket_dir, ensure_own_socket_dir};
+    use crate::protocol::{default_socket_dir, ensure_own_socket_dir};
 
     struct Running {
         agent: Agent,

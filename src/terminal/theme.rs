@@ -3,15 +3,15 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
-use crate::model::{GpuState, Severity};
+use crate::model::Severity;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Theme {
+pub(crate) struct Theme {
     colors: bool,
 }
 
 impl Theme {
-    pub fn new(colors: bool) -> Self {
+    pub(crate) fn new(colors: bool) -> Self {
         Theme { colors }
     }
 
@@ -23,11 +23,11 @@ impl Theme {
         }
     }
 
-    pub fn plain(self) -> Style {
+    pub(crate) fn plain(self) -> Style {
         Style::new()
     }
 
-    pub fn brand(self) -> Style {
+    pub(crate) fn brand(self) -> Style {
         self.pick(
             Style::new().fg(Color::Green).add_modifier(Modifier::BOLD),
             Style::new().add_modifier(Modifier::BOLD),
@@ -35,25 +35,25 @@ impl Theme {
     }
 
     /// Section title lines and table headers.
-    pub fn title(self) -> Style {
+    pub(crate) fn title(self) -> Style {
         self.pick(
             Style::new().fg(Color::Black).bg(Color::Cyan),
             Style::new().add_modifier(Modifier::REVERSED),
         )
     }
 
-    pub fn label(self) -> Style {
+    pub(crate) fn label(self) -> Style {
         self.pick(Style::new().fg(Color::Cyan), Style::new())
     }
 
-    pub fn dim(self) -> Style {
+    pub(crate) fn dim(self) -> Style {
         self.pick(
             Style::new().fg(Color::DarkGray),
             Style::new().add_modifier(Modifier::DIM),
         )
     }
 
-    pub fn selected(self) -> Style {
+    pub(crate) fn selected(self) -> Style {
         self.pick(
             Style::new().bg(Color::Blue).fg(Color::White),
             Style::new().add_modifier(Modifier::REVERSED),
@@ -61,45 +61,45 @@ impl Theme {
     }
 
     /// Rows tagged with Space.
-    pub fn tagged(self) -> Style {
+    pub(crate) fn tagged(self) -> Style {
         self.pick(
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
             Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
         )
     }
 
-    pub fn good(self) -> Style {
+    pub(crate) fn good(self) -> Style {
         self.pick(Style::new().fg(Color::Green), Style::new())
     }
 
-    pub fn warn(self) -> Style {
+    pub(crate) fn warn(self) -> Style {
         self.pick(
             Style::new().fg(Color::Yellow),
             Style::new().add_modifier(Modifier::BOLD),
         )
     }
 
-    pub fn critical(self) -> Style {
+    pub(crate) fn critical(self) -> Style {
         self.pick(
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
             Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED),
         )
     }
 
-    pub fn memory_bar(self) -> Style {
+    pub(crate) fn memory_bar(self) -> Style {
         self.pick(Style::new().fg(Color::Magenta), Style::new())
     }
 
-    pub fn utilization_bar(self) -> Style {
+    pub(crate) fn utilization_bar(self) -> Style {
         self.pick(Style::new().fg(Color::Green), Style::new())
     }
 
-    pub fn power_bar(self) -> Style {
+    pub(crate) fn power_bar(self) -> Style {
         self.pick(Style::new().fg(Color::Yellow), Style::new())
     }
 
     /// A fill level: calm below 80%, a warning up to 95%, critical above.
-    pub fn level(self, fraction: Option<f64>) -> Style {
+    pub(crate) fn level(self, fraction: Option<f64>) -> Style {
         match fraction {
             Some(f) if f >= 0.95 => self.critical(),
             Some(f) if f >= 0.80 => self.warn(),
@@ -108,7 +108,7 @@ impl Theme {
         }
     }
 
-    pub fn temperature(self, celsius: Option<u32>) -> Style {
+    pub(crate) fn temperature(self, celsius: Option<u32>) -> Style {
         match celsius {
             Some(t) if t >= 85 => self.critical(),
             Some(t) if t >= 75 => self.warn(),
@@ -117,15 +117,7 @@ impl Theme {
         }
     }
 
-    pub fn gpu_state(self, state: GpuState) -> Style {
-        match state {
-            GpuState::Ok => self.good(),
-            GpuState::Stale => self.warn(),
-            GpuState::Lost => self.critical(),
-        }
-    }
-
-    pub fn severity(self, severity: Severity) -> Style {
+    pub(crate) fn severity(self, severity: Severity) -> Style {
         match severity {
             Severity::Info => self.label(),
             Severity::Warn => self.warn(),
@@ -133,7 +125,7 @@ impl Theme {
         }
     }
 
-    pub fn readonly_badge(self) -> Style {
+    pub(crate) fn readonly_badge(self) -> Style {
         self.pick(
             Style::new()
                 .fg(Color::Black)

@@ -1,5 +1,5 @@
 //! Build script: with the `torch` feature, compiles the C++ shim that reads libtorch's CUDA
-//! caching-allocator counters (src/agent/shim.cpp). Without the feature, and in tch's doc-only
+//! caching-allocator counters (src/tch_agent/shim.cpp). Without the feature, and in tch's doc-only
 //! mode (`torch-doc-only`, no libtorch present), it builds no C++. Always: it writes the
 //! `--version` line (version, git commit, features) into `TORCHTOP_LONG_VERSION`.
 
@@ -91,7 +91,7 @@ mod shim {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    const SHIM: &str = "src/agent/shim.cpp";
+    const SHIM: &str = "src/tch_agent/shim.cpp";
 
     /// The same probe torch-sys runs for LIBTORCH_USE_PYTORCH, limited to what the shim needs.
     const PYTHON_PROBE: &str = "
@@ -111,7 +111,7 @@ for p in cpp_extension.library_paths():
         cxx11_abi: String,
     }
 
-    pub fn build() {
+    pub(crate) fn build() {
         println!("cargo:rerun-if-changed={SHIM}");
         if env::var_os("CARGO_FEATURE_TORCH_DOC_ONLY").is_some() {
             return;

@@ -17,21 +17,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use super::{AllocatorStatsSource, HelloFacts, StepCounter};
-use crate::collect::agent::{effective_uid, peer_credentials};
-
-pub const PROTOCOL_VERSION: u64 = 1;
-/// The longest line either side may send.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
-pub const MIN_INTERVAL_MS: u64 = 10;
-pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+use crate::protocol::{
+    message_line, DeviceStats, Event, Hello, Reply, Stats, MAX_INTERVAL_MS, MAX_LINE_BYTES,
+    MIN_INTERVAL_MS, PROTOCOL_VERSION,
+};
+use crate::sys::{effective_uid, peer_credentials};
 /// A client that does not read is dropped once this much output waits for it.
 const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// The loop wakes at least this often, so a stop request is seen even without the waker.
 const MAX_POLL_MS: u64 = 200;
 
-/// A running agent server. Dropping it (or [`Agent::stop`]) ends the thread, closes every
+/// A running agent server. Dropping it ends the thread, closes every
 /// connection and removes the socket file.
-pub struct Agent {
+pub(crate) struct Agent {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
     waker: UnixStream,
@@ -41,9 +39,9 @@ pub struct Agent {
 impl Agent {
     /// Binds `path` (0600) and serves protocol v1 from a background thread.
     ///
-    /// The directory must already be safe (see [`crate::collect::agent::ensure_own_socket_dir`]); a stale socket of ours
+    /// The directory must already be safe (see [`crate::protocol::ensure_own_socket_dir`]); a stale socket of ours
     /// at `path` (a previous process with the same pid) is replaced.
-    pub fn serve(
+    pub(crate) fn serve(
         path: &Path,
         interval: Duration,
         facts: HelloFacts,
@@ -82,12 +80,9 @@ impl Agent {
     }
 
     /// Where the socket is.
-    pub fn socket_path(&self) -> &Path {
+    pub(crate) fn socket_path(&self) -> &Path {
         &self.path
     }
-
-    /// Stops serving and removes the socket.
-    pub fn stop(self) {}
 }
 
 impl Drop for Agent {
@@ -297,7 +292,7 @@ impl Server {
     }
 
     /// The reply to one line, None for a message type we ignore, or why the line is bad input.
-    fn command_reply(&mut self, line: &[u8]) -> Result<Option<Value>, String> {
+    fn command_reply(&mut self, line: &[u8]) -> Result<Option<String>, String> {
         let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
         let message: Value = serde_json::from_str(text).map_err(|_| "not JSON".to_string())?;
         let Value::Object(message) = message else {
@@ -315,12 +310,12 @@ impl Server {
         let Some(id) = message.get("id").filter(|v| v.is_i64() || v.is_u64()) else {
             return Err("a command without an integer id".into());
         };
-        Ok(Some(self.run_command(id.clone(), &message)))
+        let reply = self.run_command(id.clone(), &message);
+        Ok(Some(message_line("reply", &reply)))
     }
 
-    fn run_command(&mut self, id: Value, message: &Map<String, Value>) -> Value {
+    fn run_command(&mut self, id: Value, message: &Map<String, Value>) -> Reply {
         let cmd = message.get("cmd").cloned().unwrap_or(Value::Null);
-        let mut reply = json!({"v": PROTOCOL_VERSION, "type": "reply", "id": id, "cmd": cmd});
         let outcome = match cmd.as_str() {
             Some("set_interval") => self.set_interval(message.get("ms")),
             Some("reset_peak") => self
@@ -333,19 +328,18 @@ impl Server {
             }
             _ => Err(format!("unknown command {cmd}")),
         };
-        let fields = match outcome {
-            Ok(Value::Object(extra)) => extra.into_iter().chain([("ok".into(), true.into())]),
-            Ok(_) => Map::new().into_iter().chain([("ok".into(), true.into())]),
-            Err(error) => {
-                let mut extra = Map::new();
-                extra.insert("error".into(), error.into());
-                extra.into_iter().chain([("ok".into(), false.into())])
-            }
+        let (ok, error, fields) = match outcome {
+            Ok(Value::Object(fields)) => (true, None, fields),
+            Ok(_) => (true, None, Map::new()),
+            Err(error) => (false, Some(error), Map::new()),
         };
-        if let Value::Object(reply) = &mut reply {
-            reply.extend(fields);
+        Reply {
+            id,
+            cmd,
+            ok,
+            error,
+            fields,
         }
-        reply
     }
 
     fn set_interval(&mut self, ms: Option<&Value>) -> Result<Value, String> {
@@ -372,25 +366,24 @@ impl Server {
             .unwrap_or_else(|_| Err("the allocator stats source panicked".into()))
     }
 
-    fn hello(&self) -> Value {
+    fn hello(&self) -> String {
         let facts = &self.facts;
-        json!({
-            "v": PROTOCOL_VERSION,
-            "type": "hello",
-            "pid": facts.pid,
-            "argv": facts.argv,
-            "python": Value::Null,
-            "torch": facts.torch,
-            "rank": facts.rank,
-            "local_rank": facts.local_rank,
-            "world_size": facts.world_size,
-            "alloc_conf": facts.alloc_conf,
-            "interval_ms": self.interval_ms,
-            "agent": concat!("torchtop-rs ", env!("CARGO_PKG_VERSION")),
-        })
+        let hello = Hello {
+            pid: facts.pid,
+            argv: &facts.argv,
+            python: None,
+            torch: facts.torch.as_deref(),
+            rank: facts.rank,
+            local_rank: facts.local_rank,
+            world_size: facts.world_size,
+            alloc_conf: facts.alloc_conf.as_deref(),
+            interval_ms: self.interval_ms,
+            agent: concat!("torchtop-rs ", env!("CARGO_PKG_VERSION")),
+        };
+        message_line("hello", &hello)
     }
 
-    fn stats(&mut self) -> Value {
+    fn stats(&mut self) -> String {
         self.seq += 1;
         let devices = match self.guarded(|source| Ok(source.device_stats())) {
             Ok(devices) => devices,
@@ -400,20 +393,19 @@ impl Server {
             }
         };
         self.note_ooms(&devices);
-        let (step, step_time) = self.steps.read();
-        json!({
-            "v": PROTOCOL_VERSION,
-            "type": "stats",
-            "seq": self.seq,
-            "ts": unix_seconds(),
-            "step": step,
-            "step_time_s": step_time,
-            "interval_ms": self.interval_ms,
-            "devices": devices
+        let (step, step_time_s) = self.steps.read();
+        let stats = Stats {
+            seq: self.seq,
+            ts: unix_seconds(),
+            step,
+            step_time_s,
+            interval_ms: self.interval_ms,
+            devices: devices
                 .into_iter()
-                .map(|(index, stats)| json!({"index": index, "stats": stats}))
-                .collect::<Vec<_>>(),
-        })
+                .map(|(index, stats)| DeviceStats { index, stats })
+                .collect(),
+        };
+        message_line("stats", &stats)
     }
 
     /// Announces an OOM when a device's `num_ooms` rises between two readings.
@@ -424,31 +416,34 @@ impl Server {
             };
             let before = self.seen_ooms.insert(*index, count);
             if before.is_some_and(|before| count > before) {
-                let event = json!({
-                    "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": unix_seconds(),
-                    "device": index, "num_ooms": count, "source": "num_ooms",
-                });
-                self.broadcast(&event);
+                let event = Event {
+                    kind: "oom",
+                    ts: unix_seconds(),
+                    device: *index,
+                    num_ooms: count,
+                    source: "num_ooms",
+                };
+                self.broadcast(&message_line("event", &event));
             }
         }
     }
 
-    fn broadcast(&mut self, message: &Value) {
+    fn broadcast(&mut self, line: &str) {
         for index in 0..self.clients.len() {
-            self.send(index, message);
+            self.send(index, line);
         }
     }
 
-    fn send(&mut self, index: usize, message: &Value) {
+    /// Queues one line (newline included) for a client.
+    fn send(&mut self, index: usize, line: &str) {
         if !self.clients[index].open {
             return;
         }
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
+        let line = line.as_bytes();
         if self.clients[index].outbuf.len() + line.len() > MAX_QUEUED_BYTES {
             return self.close(index, Some("dropped a client that does not read".into()));
         }
-        self.clients[index].outbuf.extend_from_slice(&line);
+        self.clients[index].outbuf.extend_from_slice(line);
         self.flush_client(index);
     }
 
