@@ -6,36 +6,38 @@
 //! The rows the user sees ([`App::rows`]) are the only rows the selection, the tags and the
 //! actions use; see [`rows`].
 
-pub mod request;
-pub mod rows;
+pub(crate) mod layout;
+pub(crate) mod rows;
+pub(crate) mod view;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
-use ratatui::layout::Rect;
 
-use crate::actions::{ActionError, ProcessIdentity, Signal, NICE_MAX, NICE_MIN};
-use crate::collect::agent::AgentCommand;
-use crate::collect::sampler::SamplerRequest;
+use crate::actions::{
+    Action, ActionError, ActionReport, ActionRequest, ActionTarget, Signal, NICE_MAX, NICE_MIN,
+};
 use crate::model::filter::{action_targets, SortKey, Tags};
+use crate::model::ProcessIdentity;
 use crate::model::{History, Snapshot};
-use crate::ui::{self, ViewState};
+use crate::protocol::AgentCommand;
+use crate::sampler::SamplerRequest;
+use layout::Plan;
+use view::{first_visible_row, ViewState};
 
-pub use request::{Action, ActionReport, ActionRequest, ActionTarget};
-pub use rows::{ProcessRow, RowKey, RowRef, RowSettings};
+pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
 /// The sentence for any action key pressed under `--readonly`.
-pub const READONLY_REFUSAL: &str =
+pub(crate) const READONLY_REFUSAL: &str =
     "read-only mode: signals, renice and agent commands are turned off (--readonly)";
 
 /// What the event loop must do after the app handled an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Nothing changed on screen.
     None,
     /// The view changed: draw again.
@@ -52,7 +54,7 @@ pub enum Effect {
 /// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
 /// [`ViewState`] and are handled in `Normal`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Mode {
+pub(crate) enum Mode {
     #[default]
     Normal,
     /// Typing the `/` filter; the text lives in [`RowSettings::filter`] and applies live.
@@ -81,26 +83,24 @@ pub enum Mode {
 }
 
 pub struct App {
-    pub snapshot: Arc<Snapshot>,
-    pub history: History,
-    pub view: ViewState,
-    pub readonly: bool,
-    pub colors: bool,
-    pub delay_seconds: f64,
+    pub(crate) snapshot: Arc<Snapshot>,
+    pub(crate) history: History,
+    pub(crate) view: ViewState,
+    pub(crate) readonly: bool,
+    pub(crate) colors: bool,
+    pub(crate) delay_seconds: f64,
     /// One sentence for the status line: the outcome of the last action.
-    pub status: Option<String>,
-    pub mode: Mode,
+    pub(crate) status: Option<String>,
+    pub(crate) mode: Mode,
     /// Filter, sort order and tree view.
-    pub settings: RowSettings,
-    pub tags: Tags,
-    /// Shared with the sampler: set while the tree view needs every host process.
-    pub want_process_table: Arc<AtomicBool>,
+    pub(crate) settings: RowSettings,
+    pub(crate) tags: Tags,
     /// The rows of the current snapshot under `settings`, in display order.
     rows: Vec<RowRef>,
     /// The selected row's process, followed across refreshes.
     selected_key: Option<RowKey>,
     /// A short text at the right of the header: the recording indicator, or REPLAY.
-    pub badge: Option<String>,
+    pub(crate) badge: Option<String>,
 }
 
 impl App {
@@ -116,7 +116,6 @@ impl App {
             mode: Mode::Normal,
             settings: RowSettings::default(),
             tags: Tags::new(),
-            want_process_table: Arc::new(AtomicBool::new(false)),
             rows: Vec::new(),
             selected_key: None,
             badge: None,
@@ -126,29 +125,29 @@ impl App {
     // ---- rows and selection ----------------------------------------------------------------
 
     /// The process rows on screen, in order: filtered and sorted, or the tree.
-    pub fn rows(&self) -> Vec<ProcessRow<'_>> {
+    pub(crate) fn rows(&self) -> Vec<ProcessRow<'_>> {
         self.rows
             .iter()
             .map(|r| rows::materialize(&self.snapshot, r))
             .collect()
     }
 
-    pub fn row_count(&self) -> usize {
+    pub(crate) fn row_count(&self) -> usize {
         self.rows.len()
     }
 
-    pub fn selected_row(&self) -> Option<ProcessRow<'_>> {
+    pub(crate) fn selected_row(&self) -> Option<ProcessRow<'_>> {
         self.rows
             .get(self.view.selected)
             .map(|r| rows::materialize(&self.snapshot, r))
     }
 
     /// Whether the process on this row is tagged.
-    pub fn is_tagged(&self, row: &ProcessRow<'_>) -> bool {
+    pub(crate) fn is_tagged(&self, row: &ProcessRow<'_>) -> bool {
         row.identity().is_some_and(|id| self.tags.contains(&id))
     }
 
-    pub fn on_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+    pub(crate) fn on_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if let Some(notice) = snapshot.notices.last() {
             self.status = Some(notice.clone());
         }
@@ -158,11 +157,11 @@ impl App {
         self.refresh_rows();
     }
 
-    /// Records the terminal's size: page keys move by the table's height, and clicks are
-    /// mapped to rows through the same layout drawing uses.
-    pub fn set_screen(&mut self, screen: Rect) {
-        self.view.screen = screen;
-        let page = ui::process_rows_visible(screen, self);
+    /// Records where this frame puts the panels: page keys move by the table's height, and
+    /// clicks are mapped to rows through the areas drawn.
+    pub(crate) fn set_layout(&mut self, plan: Plan) {
+        let page = plan.process_rows();
+        self.view.plan = plan;
         self.view.set_page_rows(page);
     }
 
@@ -215,7 +214,7 @@ impl App {
 
     // ---- input -----------------------------------------------------------------------------
 
-    pub fn on_key(&mut self, key: KeyEvent) -> Effect {
+    pub(crate) fn on_key(&mut self, key: KeyEvent) -> Effect {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Effect::Quit;
         }
@@ -232,7 +231,7 @@ impl App {
         }
     }
 
-    pub fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
+    pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
         if self.mode != Mode::Normal || self.view.show_help {
             return Effect::None;
         }
@@ -253,7 +252,7 @@ impl App {
 
     /// The index of the row drawn at screen cell (`column`, `y`), if a row is drawn there.
     fn row_at(&self, column: u16, y: u16) -> Option<usize> {
-        let ui::layout::Plan::Screen(areas) = ui::layout::plan(self.view.screen, self) else {
+        let Plan::Screen(areas) = &self.view.plan else {
             return None;
         };
         let table = areas.processes;
@@ -263,13 +262,13 @@ impl App {
             return None;
         }
         let height = usize::from(table.height - 1);
-        let first = ui::first_visible_row(self.view.offset, self.view.selected, height);
+        let first = first_visible_row(self.view.offset, self.view.selected, height);
         let index = first + usize::from(y - body_top);
         (index < self.rows.len()).then_some(index)
     }
 
     /// Puts the outcome of an action in the status line.
-    pub fn on_action_done(&mut self, report: &ActionReport) {
+    pub(crate) fn on_action_done(&mut self, report: &ActionReport) {
         self.status = Some(report.sentence());
     }
 
@@ -656,10 +655,10 @@ impl App {
     /// `t`: the tree needs every host process, which the sampler reads only while asked.
     fn toggle_tree(&mut self) -> Effect {
         self.settings.tree = !self.settings.tree;
-        self.want_process_table
-            .store(self.settings.tree, Ordering::Relaxed);
         self.refresh_rows();
-        Effect::Redraw
+        Effect::AskSampler(SamplerRequest::ProcessTable {
+            wanted: self.settings.tree,
+        })
     }
 }
 

@@ -2,7 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// What `--version` prints after the name: the version, the git commit and the cargo features
+/// built in (`0.1.0 (commit abc1234, features: none)`), written by the build script.
+pub const LONG_VERSION: &str = env!("TORCHTOP_LONG_VERSION");
 
 /// The default NVML library: the one the dynamic loader finds, as the driver installs it.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
@@ -10,7 +14,7 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "torchtop",
-    version,
+    version = LONG_VERSION,
     about = "GPU, process, host and PyTorch-allocator monitor for training machines"
 )]
 pub struct Cli {
@@ -46,6 +50,11 @@ pub struct Cli {
           default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub readonly: bool,
 
+    /// With --once: the output format (`prometheus` is the exporter's text, for node
+    /// exporter's textfile collector).
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "once")]
+    pub format: Option<OnceFormat>,
+
     /// A TOML config file with rule thresholds.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
@@ -62,14 +71,28 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// What `--once` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnceFormat {
+    Text,
+    Json,
+    Prometheus,
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
+    /// Export GPUs, processes and the allocator to Prometheus (dcgm-exporter's GPU names).
+    Serve(crate::serve::ServeArgs),
+    /// A view of many machines, read from Prometheus.
+    Cluster(crate::cluster::ClusterArgs),
     /// Run a command with the torchtop agent started in every Python process it launches.
     Run {
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
     },
+    /// Open a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): who holds the memory.
+    Snapshot(crate::memsnap::cli::SnapshotArgs),
     /// Start the agent inside a running Python process.
     Attach {
         /// The process id.
@@ -129,6 +152,19 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         steps: Option<u64>,
     },
+    /// Print a shell completion script: `torchtop completions bash > /etc/bash_completion.d/torchtop`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `torchtop man | man -l -`; `torchtop man serve` prints
+    /// torchtop-serve(1).
+    Man {
+        /// A subcommand whose page to print instead of torchtop(1).
+        #[arg(value_name = "SUBCOMMAND")]
+        subcommand: Option<String>,
+    },
 }
 
 /// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
@@ -140,7 +176,7 @@ fn parse_delay(text: &str) -> Result<f64, String> {
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {
-    let shown = crate::ui::format::escape(text);
+    let shown = crate::format::escape(text);
     match text.trim().parse::<f64>() {
         Ok(speed) if (0.25..=128.0).contains(&speed) => Ok(speed),
         Ok(_) => Err(format!(
@@ -156,7 +192,7 @@ fn parse_timeout(text: &str) -> Result<f64, String> {
 
 /// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
 fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
-    let shown = crate::ui::format::escape(text);
+    let shown = crate::format::escape(text);
     let value: f64 = text
         .trim()
         .parse()
@@ -174,6 +210,53 @@ impl Cli {
     pub fn colors_disabled(&self) -> bool {
         self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
     }
+
+    /// The flags every command shares.
+    pub fn globals(&self) -> crate::settings::Globals {
+        crate::settings::Globals {
+            config: self.config.clone(),
+            delay: self.delay,
+            nvml_lib: self.nvml_lib.clone(),
+            colors: !self.colors_disabled(),
+        }
+    }
+}
+
+/// The completion script for `shell`, generated from the argument definitions above.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut script = Vec::new();
+    // Into memory, not stdout: clap_complete panics when its writer fails (a closed pipe).
+    clap_complete::generate(shell, &mut Cli::command(), "torchtop", &mut script);
+    script
+}
+
+/// The man page (section 1, roff) of torchtop, or of one subcommand (`torchtop-serve(1)`, the
+/// name torchtop(1) refers to it by), generated from the argument definitions above.
+pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
+    let mut command = Cli::command();
+    command.build();
+    if let Some(name) = subcommand {
+        // clap's own `help` subcommand has no page of its own.
+        let pages = || command.get_subcommands().filter(|c| c.get_name() != "help");
+        let Some(sub) = pages().find(|c| c.get_name() == name) else {
+            let names: Vec<&str> = pages().map(|c| c.get_name()).collect();
+            return Err(format!(
+                "there is no subcommand '{}'; the pages are: {}",
+                crate::format::escape(name),
+                names.join(", ")
+            ));
+        };
+        command = sub
+            .clone()
+            .name(format!("torchtop-{name}"))
+            .bin_name(format!("torchtop {name}"))
+            .version(LONG_VERSION);
+    }
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command)
+        .render(&mut page)
+        .map_err(|e| format!("the man page could not be written: {e}"))?;
+    Ok(page)
 }
 
 #[cfg(test)]
@@ -233,5 +316,40 @@ mod tests {
             Some(Command::Run { command }) => assert_eq!(command, ["python", "-c", "pass"]),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn version_names_the_commit_and_the_features() {
+        let error = Cli::try_parse_from(["torchtop", "--version"]).unwrap_err();
+        let shown = error.to_string();
+        let features = if cfg!(feature = "torch") {
+            "features: torch"
+        } else {
+            "features: none"
+        };
+        assert!(shown.starts_with(&format!("torchtop {} (commit ", env!("CARGO_PKG_VERSION"))));
+        assert!(shown.contains(features), "{shown}");
+    }
+
+    #[test]
+    fn completions_and_man_page_cover_the_subcommands() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let script = String::from_utf8(completions(shell)).unwrap();
+            for word in ["snapshot", "attach", "nvml-lib", "completions"] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+        let page = String::from_utf8(man_page(None).unwrap()).unwrap();
+        assert!(page.contains(".TH torchtop 1"), "{page}");
+        assert!(page.contains("nvml\\-lib"), "{page}");
+        let serve = String::from_utf8(man_page(Some("serve")).unwrap()).unwrap();
+        assert!(serve.contains(".TH torchtop-serve 1"), "{serve}");
+        let error = man_page(Some("nope\x1b")).unwrap_err();
+        assert!(error.contains("'nope\\e'"), "{error}");
+        assert!(error.contains("serve, cluster"), "{error}");
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 /// The commented default config, as `torchtop --print-config` prints it.
-pub const DEFAULT_CONFIG_TOML: &str = include_str!("../assets/config.default.toml");
+pub(crate) const DEFAULT_CONFIG_TOML: &str = include_str!("../assets/config.default.toml");
 
 /// The whole config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -18,34 +18,55 @@ pub const DEFAULT_CONFIG_TOML: &str = include_str!("../assets/config.default.tom
 pub struct Config {
     /// `[rules.*]`: one table per warning rule.
     pub rules: RulesConfig,
+    /// `[cluster]`: `torchtop cluster`.
+    pub(crate) cluster: ClusterConfig,
+}
+
+/// `torchtop cluster`: where Prometheus is, and when a rank is a straggler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ClusterConfig {
+    /// The Prometheus to read, as `--prometheus` gives it.
+    pub(crate) prometheus: Option<String>,
+    /// A rank is a straggler when its step time is more than this percent above the median.
+    pub(crate) straggler_percent: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            prometheus: None,
+            straggler_percent: 20.0,
+        }
+    }
 }
 
 /// One table per rule, named like the rule id with `_` for `-`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct RulesConfig {
-    pub oom_risk: OomRiskConfig,
-    pub fragmentation: FragmentationConfig,
-    pub leak: LeakConfig,
-    pub gpu_starved: GpuStarvedConfig,
-    pub imbalance: ImbalanceConfig,
-    pub swap: SwapConfig,
-    pub throttle: ThrottleConfig,
-    pub zombie_memory: ZombieMemoryConfig,
-    pub ecc: EccConfig,
+    pub(crate) oom_risk: OomRiskConfig,
+    pub(crate) fragmentation: FragmentationConfig,
+    pub(crate) leak: LeakConfig,
+    pub(crate) gpu_starved: GpuStarvedConfig,
+    pub(crate) imbalance: ImbalanceConfig,
+    pub(crate) swap: SwapConfig,
+    pub(crate) throttle: ThrottleConfig,
+    pub(crate) zombie_memory: ZombieMemoryConfig,
+    pub(crate) ecc: EccConfig,
 }
 
 /// `oom-risk`: memory near the GPU's total, and allocator OOMs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct OomRiskConfig {
+pub(crate) struct OomRiskConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Share of the GPU's total memory that used (or a process's reserved) memory must reach.
     /// Default 0.95.
-    pub memory_fraction: f64,
+    pub(crate) memory_fraction: f64,
     /// Critical while num_ooms rose within this many seconds. Default 300.
-    pub oom_window_seconds: f64,
+    pub(crate) oom_window_seconds: f64,
 }
 
 impl Default for OomRiskConfig {
@@ -61,15 +82,15 @@ impl Default for OomRiskConfig {
 /// `fragmentation`: inactive-split memory and allocation retries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct FragmentationConfig {
+pub(crate) struct FragmentationConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Share of reserved memory that inactive-split memory must reach. Default 0.3.
-    pub inactive_split_fraction: f64,
+    pub(crate) inactive_split_fraction: f64,
     /// The least inactive-split memory that counts, in MiB. Default 1024.
-    pub min_inactive_split_mib: f64,
+    pub(crate) min_inactive_split_mib: f64,
     /// Warn while num_alloc_retries rose within this many seconds. Default 60.
-    pub retries_window_seconds: f64,
+    pub(crate) retries_window_seconds: f64,
 }
 
 impl Default for FragmentationConfig {
@@ -86,21 +107,21 @@ impl Default for FragmentationConfig {
 /// `leak`: allocated memory that keeps rising as a trend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct LeakConfig {
+pub(crate) struct LeakConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The span over which memory must keep rising. Default 120.
-    pub window_seconds: f64,
+    pub(crate) window_seconds: f64,
     /// The fewest samples in the window for a trend to count. Default 6.
-    pub min_samples: u32,
+    pub(crate) min_samples: u32,
     /// The least total rise over the window, in MiB. Default 256.
-    pub min_rise_mib: f64,
+    pub(crate) min_rise_mib: f64,
     /// The largest fall allowed in one step, and below the window's start, in MiB. Default 64.
-    pub max_fallback_mib: f64,
+    pub(crate) max_fallback_mib: f64,
     /// The least share of steps that must not fall. Default 0.6.
-    pub min_rising_steps_fraction: f64,
+    pub(crate) min_rising_steps_fraction: f64,
     /// The largest share of the total rise one step may carry. Default 0.5.
-    pub max_single_step_fraction: f64,
+    pub(crate) max_single_step_fraction: f64,
 }
 
 impl Default for LeakConfig {
@@ -120,21 +141,21 @@ impl Default for LeakConfig {
 /// `gpu-starved`: GPU memory held while the SMs idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct GpuStarvedConfig {
+pub(crate) struct GpuStarvedConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The span over which utilization must stay low. Default 60.
-    pub window_seconds: f64,
+    pub(crate) window_seconds: f64,
     /// Mean SM utilization over the window below this percentage counts as low. Default 30.
-    pub max_utilization_percent: f64,
+    pub(crate) max_utilization_percent: f64,
     /// The least GPU memory the process must hold, in MiB. Default 1024.
-    pub min_memory_mib: f64,
+    pub(crate) min_memory_mib: f64,
     /// Mean CPU% per DataLoader worker from which the workers look saturated. Default 80.
-    pub worker_busy_percent: f64,
+    pub(crate) worker_busy_percent: f64,
     /// CPU% of the training process from which it looks saturated. Default 90.
-    pub main_busy_percent: f64,
+    pub(crate) main_busy_percent: f64,
     /// Host CPU% from which the host looks saturated. Default 90.
-    pub host_busy_percent: f64,
+    pub(crate) host_busy_percent: f64,
 }
 
 impl Default for GpuStarvedConfig {
@@ -154,17 +175,17 @@ impl Default for GpuStarvedConfig {
 /// `imbalance`: the ranks of one job differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ImbalanceConfig {
+pub(crate) struct ImbalanceConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The span over which the ranks are compared. Default 30.
-    pub window_seconds: f64,
+    pub(crate) window_seconds: f64,
     /// Memory spread as a share of the largest rank's memory. Default 0.2.
-    pub memory_spread_fraction: f64,
+    pub(crate) memory_spread_fraction: f64,
     /// The least memory spread that counts, in MiB. Default 1024.
-    pub min_memory_spread_mib: f64,
+    pub(crate) min_memory_spread_mib: f64,
     /// Utilization spread in percentage points. Default 30.
-    pub utilization_spread_percent: f64,
+    pub(crate) utilization_spread_percent: f64,
 }
 
 impl Default for ImbalanceConfig {
@@ -182,15 +203,15 @@ impl Default for ImbalanceConfig {
 /// `swap`: host memory pressure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SwapConfig {
+pub(crate) struct SwapConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The span over which swap growth is measured. Default 60.
-    pub window_seconds: f64,
+    pub(crate) window_seconds: f64,
     /// The least swap growth over the window, in MiB. Default 64.
-    pub min_growth_mib: f64,
+    pub(crate) min_growth_mib: f64,
     /// Available RAM below this share of total counts as low. Default 0.1.
-    pub available_fraction: f64,
+    pub(crate) available_fraction: f64,
 }
 
 impl Default for SwapConfig {
@@ -205,7 +226,7 @@ impl Default for SwapConfig {
 }
 
 /// The throttle-reason names the NVML collector produces.
-pub const THROTTLE_REASON_NAMES: [&str; 5] = [
+pub(crate) const THROTTLE_REASON_NAMES: [&str; 5] = [
     "sw_power_cap",
     "hw_slowdown",
     "hw_thermal_slowdown",
@@ -216,13 +237,13 @@ pub const THROTTLE_REASON_NAMES: [&str; 5] = [
 /// `throttle`: clocks held down by power or heat under load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ThrottleConfig {
+pub(crate) struct ThrottleConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Utilization from which a GPU counts as under load. Default 50.
-    pub min_utilization_percent: f64,
+    pub(crate) min_utilization_percent: f64,
     /// The reasons that raise the warning. Default: all of [`THROTTLE_REASON_NAMES`].
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
 }
 
 impl Default for ThrottleConfig {
@@ -241,11 +262,11 @@ impl Default for ThrottleConfig {
 /// `zombie-memory`: GPU memory held by a pid missing from /proc.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct ZombieMemoryConfig {
+pub(crate) struct ZombieMemoryConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// How long the pid must have been missing. Default 2.
-    pub min_seconds: f64,
+    pub(crate) min_seconds: f64,
 }
 
 impl Default for ZombieMemoryConfig {
@@ -260,11 +281,11 @@ impl Default for ZombieMemoryConfig {
 /// `ecc`: volatile ECC error counts rising.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct EccConfig {
+pub(crate) struct EccConfig {
     /// Default true.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Warn while the counts rose within this many seconds. Default 600.
-    pub window_seconds: f64,
+    pub(crate) window_seconds: f64,
 }
 
 impl Default for EccConfig {
@@ -283,16 +304,16 @@ pub fn print_default() -> &'static str {
 
 /// The largest config file read. The full default file is about 4 KiB; this bound keeps
 /// `--config /dev/zero` (or a log file named by mistake) from eating memory.
-pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 /// The longest rule window, in seconds: a day. Longer windows would only thin the history.
-pub const MAX_WINDOW_SECONDS: f64 = 86_400.0;
+pub(crate) const MAX_WINDOW_SECONDS: f64 = 86_400.0;
 
 /// Reads and checks a config file. The error is one sentence naming the file, the line and the
 /// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
 pub fn load(path: &Path) -> Result<Config, String> {
     use std::io::Read;
-    let shown = crate::ui::format::escape(&path.to_string_lossy()).into_owned();
+    let shown = crate::format::escape(&path.to_string_lossy()).into_owned();
     let cannot_read = |e: std::io::Error| format!("cannot read config file {shown}: {e}");
     let file = std::fs::File::open(path).map_err(cannot_read)?;
     let mut bytes = Vec::new();
@@ -311,7 +332,7 @@ pub fn load(path: &Path) -> Result<Config, String> {
 }
 
 /// Parses and checks config text; the error names the line and the key.
-pub fn parse(text: &str) -> Result<Config, String> {
+pub(crate) fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
     config
         .rules
@@ -539,7 +560,7 @@ impl RulesConfig {
     }
 
     /// The longest window any rule looks back over, in seconds.
-    pub fn longest_window_seconds(&self) -> f64 {
+    pub(crate) fn longest_window_seconds(&self) -> f64 {
         [
             self.oom_risk.oom_window_seconds,
             self.fragmentation.retries_window_seconds,
@@ -655,8 +676,8 @@ mod tests {
 
     #[test]
     fn load_names_the_file_and_reads_it() {
-        let dir = std::env::temp_dir().join(format!("torchtop-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let good = dir.join("good.toml");
         std::fs::write(&good, "[rules.swap]\navailable_fraction = 0.25\n").unwrap();
         assert_eq!(load(&good).unwrap().rules.swap.available_fraction, 0.25);
@@ -667,7 +688,6 @@ mod tests {
         assert!(error.contains("line 2"), "{error}");
         let missing = load(&dir.join("missing.toml")).unwrap_err();
         assert!(missing.contains("cannot read config file"), "{missing}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -16,14 +16,15 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use tokio::sync::{mpsc, watch};
 
-use crate::actions::{adjust_nice, renice, send_signal};
-use crate::app::{Action, ActionReport, ActionRequest, App, Effect};
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
+use crate::actions::{perform, ActionReport};
+use crate::app::{App, Effect};
 use crate::model::Snapshot;
 use crate::record::live::LiveRecording;
 use crate::replay::{player::Update, Session};
+use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
+use crate::terminal::theme::Theme;
 use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
 
@@ -31,7 +32,7 @@ use crate::ui;
 const INPUT_QUEUE: usize = 1024;
 
 /// Where the snapshots come from.
-pub enum Source {
+enum Source {
     Live {
         config: Box<SamplerConfig>,
         loader: GpuLoader,
@@ -47,8 +48,8 @@ pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result
 }
 
 /// Replays a recording in the same TUI, with the time bar on the last row.
-pub fn run_replay(app: App, session: Session) -> io::Result<()> {
-    run(app, Source::Replay(session))
+pub fn run_replay(replay: crate::replay::Tui) -> io::Result<()> {
+    run(replay.app, Source::Replay(replay.session))
 }
 
 fn run(app: App, source: Source) -> io::Result<()> {
@@ -175,8 +176,15 @@ impl Feed {
 
     fn apply(&mut self, app: &mut App, arrival: Arrival) {
         match (self, arrival) {
-            (Feed::Live { recording, .. }, Arrival::Snapshot(snapshot)) => {
-                recording.on_snapshot(app, &snapshot);
+            (
+                Feed::Live {
+                    recording,
+                    requests,
+                    ..
+                },
+                Arrival::Snapshot(snapshot),
+            ) => {
+                recording.on_snapshot(app, &snapshot, requests);
                 app.on_snapshot(snapshot);
             }
             (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
@@ -316,7 +324,7 @@ fn start_action(
             return Effect::Redraw;
         }
         Effect::ToggleRecording => {
-            recording.toggle(app);
+            recording.toggle(app, requests);
             return Effect::Redraw;
         }
         other => return other,
@@ -328,36 +336,23 @@ fn start_action(
     Effect::Redraw
 }
 
-/// Runs `request` against each target in turn. Blocks on /proc reads and system calls.
-pub fn perform(request: ActionRequest) -> ActionReport {
-    let results = request
-        .targets
-        .iter()
-        .map(|target| match request.action {
-            Action::Signal(signal) => send_signal(&target.identity, signal).map(|()| None),
-            Action::SetNice(nice) => renice(&target.identity, nice).map(Some),
-            Action::AdjustNice(delta) => adjust_nice(&target.identity, delta).map(Some),
-        })
-        .collect();
-    ActionReport { request, results }
-}
-
-/// Draws a frame, first telling the app the terminal's size (for paging and mouse clicks). A
-/// replay keeps the last row for its time bar.
+/// Draws a frame. The layout is planned once here and kept in the app, so that page keys and
+/// mouse clicks use the areas this frame shows. A replay keeps the last row for its time bar.
 fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
     use ratatui::layout::Rect;
     let size = terminal.size()?;
     let bar_rows = u16::from(matches!(feed, Feed::Replay(_)) && size.height > 1);
     let screen = Rect::new(0, 0, size.width, size.height - bar_rows);
-    app.set_screen(screen);
+    let plan = ui::plan(app, screen);
+    app.set_layout(plan.clone());
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
     terminal.draw(|frame| {
-        ui::draw_in(frame, screen, app);
+        ui::draw(frame, screen, app, &plan);
         if let Feed::Replay(session) = feed {
             let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
-            let theme = ui::theme::Theme::new(app.colors);
+            let theme = Theme::new(app.colors);
             crate::replay::timebar::render(frame, bar, &session.transport, theme);
         }
     })?;

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use torchtop::app::App;
-use torchtop::cli::{Cli, Command};
-use torchtop::collect::{nvml_loader, sampler::Sampler, sampler::SamplerConfig};
-use torchtop::ui::format::escape_lines;
+use torchtop::cli::{Cli, Command, OnceFormat};
+use torchtop::collect::nvml_loader;
+use torchtop::format::escape_lines;
+use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -18,7 +19,7 @@ fn main() -> ExitCode {
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
     }
-    let mut config = match sampler_config(&cli, cli.delay) {
+    let config = match sampler_config(&cli, cli.delay) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -39,8 +40,6 @@ fn main() -> ExitCode {
         };
     }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly);
-    // The tree view switches the sampler's full process scan on and off through this flag.
-    config.want_process_table = app.want_process_table.clone();
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {
@@ -135,25 +134,31 @@ fn replay(cli: &Cli, command: &Command) -> ExitCode {
         speed: *speed,
         colors: !cli.colors_disabled(),
     };
-    match torchtop::replay::run(options) {
-        Ok(()) => exit_now(ExitCode::SUCCESS),
+    let tui = match torchtop::replay::run(options) {
+        Ok(Some(tui)) => tui,
+        Ok(None) => return exit_now(ExitCode::SUCCESS),
         Err(error) => {
             complain("torchtop replay", &error);
+            return exit_now(ExitCode::FAILURE);
+        }
+    };
+    match torchtop::event::run_replay(tui) {
+        Ok(()) => exit_now(ExitCode::SUCCESS),
+        Err(error) => {
+            complain("torchtop replay", &format!("the replay failed: {error}"));
             exit_now(ExitCode::FAILURE)
         }
     }
 }
 
-fn print_once(
-    cli: &Cli,
-    config: SamplerConfig,
-    loader: torchtop::collect::sampler::GpuLoader,
-) -> ExitCode {
+fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLoader) -> ExitCode {
     let snapshot = Sampler::start(config, loader).once(
         Duration::from_secs_f64(cli.timeout),
         Duration::from_millis(40),
     );
-    let out = if cli.json {
+    let out = if cli.format == Some(OnceFormat::Prometheus) {
+        torchtop::serve::exposition_text(&snapshot, None)
+    } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {
         torchtop::report::text(&snapshot)
@@ -164,6 +169,8 @@ fn print_once(
 
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
+        Command::Serve(args) => torchtop::serve::main(&cli.globals(), args),
+        Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
         Command::Record { .. } => record(cli, command),
         Command::Replay { .. } => replay(cli, command),
         Command::Run { command } => match torchtop::launch::run(command) {
@@ -181,6 +188,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Snapshot(args) => torchtop::memsnap::cli::run(args),
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
                 println!("{}", escape_lines(&message.to_string()));
@@ -191,6 +199,32 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Completions { shell } => print_bytes(Ok(torchtop::cli::completions(*shell))),
+        Command::Man { subcommand } => match torchtop::cli::man_page(subcommand.as_deref()) {
+            Ok(page) => print_bytes(Ok(page)),
+            Err(error) => {
+                complain("torchtop man", &error);
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Writes a generated script or page to stdout; a reader that closed the pipe early (`| head`)
+/// is not an error.
+fn print_bytes(bytes: std::io::Result<Vec<u8>>) -> ExitCode {
+    use std::io::Write;
+    let written = bytes.and_then(|bytes| {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&bytes)?;
+        out.flush()
+    });
+    match written {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            complain("torchtop", &error);
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
 

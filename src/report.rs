@@ -4,12 +4,12 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
+use crate::sampler::{self, GpuLoader, SamplerConfig};
 
-use crate::model::{GpuSample, GpuState, Snapshot};
-use crate::ui::format::{
+use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
+use crate::model::{GpuSample, GpuState, Snapshot};
 
 /// Writes one compact JSON document per line for each snapshot the sampler publishes, until
 /// `samples` have been written or stdout is closed (a pipe into `head`, say).

@@ -1,10 +1,12 @@
 //! The terminal: raw mode and the alternate screen on the way in, and always restored on the
 //! way out: on drop, on panic, on a fatal signal, on suspend (Ctrl-Z), and by a watchdog when
 //! the event loop does not end in time. Its submodules read keys ([`input`]) and turn signals
-//! into events for the loop ([`signals`]).
+//! into events for the loop ([`signals`]). [`theme`] is the look every screen of torchtop
+//! shares (the monitor, the cluster view, the snapshot viewer), colours or NO_COLOR.
 
 pub(crate) mod input;
 pub(crate) mod signals;
+pub(crate) mod theme;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Stdout, Write};
@@ -33,7 +35,7 @@ static SAVED_MODES: Mutex<Option<Termios>> = Mutex::new(None);
 
 /// Frames are written through a large buffer and flushed once per frame: stdout's own
 /// line buffer would turn one frame into many small writes.
-pub type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+pub(crate) type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
 
 const FRAME_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -86,12 +88,12 @@ pub(crate) fn tty() -> io::Result<&'static Tty> {
         .map_err(|why| io::Error::new(io::ErrorKind::NotFound, why.clone()))
 }
 
-pub struct TerminalGuard {
-    pub terminal: Tui,
+pub(crate) struct TerminalGuard {
+    pub(crate) terminal: Tui,
 }
 
 impl TerminalGuard {
-    pub fn enter() -> io::Result<Self> {
+    pub(crate) fn enter() -> io::Result<Self> {
         tty()?;
         install_panic_hook();
         enter_modes()?;
@@ -137,7 +139,7 @@ fn enter_modes() -> io::Result<()> {
 }
 
 /// Puts the terminal back as it was. Errors are ignored: after SIGHUP there may be no terminal.
-pub fn restore() {
+pub(crate) fn restore() {
     if !ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }

@@ -3,6 +3,8 @@
 //! ptrace injector on every CPython here, through gdb (unless a probe shows this machine's gdb
 //! cannot make inferior calls), and by default. A failed attach leaves no file behind.
 
+#[path = "common/ci.rs"]
+mod ci;
 mod launch_support;
 
 use std::io::Write;
@@ -10,23 +12,35 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use launch_support::{
-    fake_torch_dir, first_line, have, interpreters, skip_or_fail, spawn_python, stats_for, Killed,
-};
+use ci::{require_program, skip_or_fail};
+use launch_support::{fake_torch_dir, first_line, interpreters, spawn_python, stats_for, Killed};
 use torchtop::launch::{attach, attach_with, AttachOptions, Method};
 
-/// One socket directory for this test binary, set before any test reads the environment.
+/// The scratch directory of this test binary, made once; removed when the process exits.
+static SCRATCH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// One socket directory for this test binary, set before any test reads the environment (the
+/// children inherit it, and `prepare_run` reads it).
 fn socket_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::temp_dir().join(format!("tt-attach-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(&base).unwrap();
-        let dir = base.join("agents");
-        std::env::set_var("TORCHTOP_AGENT_DIR", &dir);
-        dir
-    })
-    .clone()
+    SCRATCH
+        .get_or_init(|| {
+            let base = tempfile::Builder::new()
+                .prefix("tt-attach-")
+                .tempdir()
+                .unwrap()
+                .keep();
+            // A static is never dropped: the directory goes when the test process exits.
+            extern "C" fn remove_scratch() {
+                if let Some(base) = SCRATCH.get() {
+                    let _ = std::fs::remove_dir_all(base);
+                }
+            }
+            // SAFETY: atexit only records the function; it runs once, at exit, on this thread.
+            unsafe { libc::atexit(remove_scratch) };
+            std::env::set_var("TORCHTOP_AGENT_DIR", base.join("agents"));
+            base
+        })
+        .join("agents")
 }
 
 /// A Python child in a bytecode loop with the stand-in torch on one fake GPU.
@@ -129,8 +143,7 @@ fn gdb_can_call_functions() -> Result<(), String> {
 #[test]
 fn the_gdb_fallback_starts_the_agent() {
     socket_dir();
-    if !have("gdb") {
-        skip_or_fail("gdb is not installed");
+    if !require_program("gdb") {
         return;
     }
     if let Err(why) = gdb_can_call_functions() {
@@ -211,8 +224,7 @@ fn a_failed_attach_leaves_no_files_behind() {
 #[test]
 fn run_gives_a_python_program_an_agent_and_cleans_up() {
     let dir = socket_dir();
-    if !have("python3") {
-        skip_or_fail("python3 is not installed");
+    if !require_program("python3") {
         return;
     }
     let code = format!(

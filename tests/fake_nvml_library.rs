@@ -3,15 +3,22 @@
 //! the per-symbol C ABI that nvtop and nvitop rely on.
 //!
 //! The library's state is process-wide, so the tests here run one at a time under [`LOCK`].
+//!
+//! Time-based behaviour is checked against [`LibClock`]: this test cannot know the library's t
+//! exactly, only the span of values a call may have seen, so every assertion holds over that
+//! whole span and a loaded machine (a wider span) can never make it fail.
 
 mod common;
 
 use std::ffi::CStr;
+use std::fmt::Debug;
 use std::path::Path;
+use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::fake_nvml::{fake_nvml_library, ScenarioFile, Sleepers, SCENARIO_ENV};
+use common::{wait_until, PATIENCE};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, TemperatureSensor,
@@ -51,6 +58,97 @@ fn init_error(scenario: &Path) -> NvmlError {
         Ok(_) => panic!("init with {} must fail", scenario.display()),
         Err(e) => e,
     }
+}
+
+/// The library's clock as this test knows it: t counts from the `nvmlInit` that ran between
+/// `before` and `after`.
+struct LibClock {
+    before: Instant,
+    after: Instant,
+}
+
+/// The values of the library's t that one call may have seen.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    lo: f64,
+    hi: f64,
+}
+
+impl Span {
+    /// Times across the span, ends included, close enough together to land in every phase of
+    /// a scenario (whose phases last at least a second).
+    fn points(self) -> impl Iterator<Item = f64> {
+        (0..=1000).map(move |k| self.lo + (self.hi - self.lo) * f64::from(k) / 1000.0)
+    }
+}
+
+impl LibClock {
+    /// Initializes the library with `scenario`, noting when.
+    fn init(scenario: &ScenarioFile) -> (Nvml, LibClock) {
+        let before = Instant::now();
+        let nvml = init(scenario);
+        let after = Instant::now();
+        (nvml, LibClock { before, after })
+    }
+
+    /// Runs `call`; returns its result and the span of t it saw.
+    fn call<T>(&self, call: impl FnOnce() -> T) -> (T, Span) {
+        let started = Instant::now();
+        let result = call();
+        let ended = Instant::now();
+        let span = Span {
+            lo: started.saturating_duration_since(self.after).as_secs_f64(),
+            hi: ended.duration_since(self.before).as_secs_f64(),
+        };
+        (result, span)
+    }
+
+    /// Sleeps until the library's t is surely past `t`.
+    fn sleep_past(&self, t: f64) {
+        let until = self.after + Duration::from_secs_f64(t);
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Fails unless `got` is what `expected` gives at some t of `span`.
+#[track_caller]
+fn assert_seen_in<T: PartialEq + Debug>(got: T, span: Span, expected: impl Fn(f64) -> T) {
+    let mut candidates: Vec<T> = Vec::new();
+    for t in span.points() {
+        let want = expected(t);
+        if want == got {
+            return;
+        }
+        if !candidates.contains(&want) {
+            candidates.push(want);
+        }
+    }
+    panic!("got {got:?}; at t in {span:?} the library gives one of {candidates:?}");
+}
+
+/// Fails unless `got` lies within `tolerance` of the range `f` covers over `span`.
+#[track_caller]
+fn assert_within(got: f64, span: Span, tolerance: f64, f: impl Fn(f64) -> f64) {
+    let (low, high) = span
+        .points()
+        .map(&f)
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    assert!(
+        (low - tolerance..=high + tolerance).contains(&got),
+        "{got} outside {low}..{high} (at t in {span:?})"
+    );
+}
+
+/// Runs `call` on a thread of its own; fails if it has not returned after [`PATIENCE`] (a hung
+/// call would block the test itself for the hang's length).
+#[track_caller]
+fn returns<T: Send + 'static>(what: &str, call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(PATIENCE)
+        .unwrap_or_else(|_| panic!("{what} did not return within {} s", PATIENCE.as_secs()))
 }
 
 /// The library's own `nvmlErrorString` for `code`.
@@ -165,36 +263,28 @@ power_w = { fn = "ramp", from = 100, to = 300, duration_s = 2 }
 temperature_c = { fn = "square", low = 40, high = 80, period_s = 0.6 }
 "#,
     );
-    let nvml = init(&scenario);
-    let started = Instant::now();
+    let (nvml, clock) = LibClock::init(&scenario);
     let gpu = nvml.device_by_index(0).unwrap();
-    let mut seen_high = false;
-    let mut seen_low = false;
     for _ in 0..8 {
-        let util = f64::from(gpu.utilization_rates().unwrap().gpu);
-        let power_w = f64::from(gpu.power_usage().unwrap()) / 1000.0;
-        let t = started.elapsed().as_secs_f64();
-        let want_util = 50.0 + 40.0 * (std::f64::consts::TAU * t / 4.0).sin();
-        let want_power = 100.0 + 200.0 * (t / 2.0).min(1.0);
-        assert!(
-            (util - want_util).abs() <= 4.0,
-            "util {util} vs {want_util} at {t}"
-        );
-        assert!(
-            (power_w - want_power).abs() <= 6.0,
-            "power {power_w} vs {want_power} at {t}"
-        );
+        let (util, span) = clock.call(|| gpu.utilization_rates().unwrap().gpu);
+        assert_within(f64::from(util), span, 1.0, |t| {
+            50.0 + 40.0 * (std::f64::consts::TAU * t / 4.0).sin()
+        });
+        let (power_mw, span) = clock.call(|| gpu.power_usage().unwrap());
+        assert_within(f64::from(power_mw) / 1000.0, span, 0.5, |t| {
+            100.0 + 200.0 * (t / 2.0).min(1.0)
+        });
+        std::thread::sleep(Duration::from_millis(130));
+    }
+    let (mut seen_high, mut seen_low) = (false, false);
+    wait_until("the square wave at both its levels", || {
         match gpu.temperature(TemperatureSensor::Gpu).unwrap() {
             80 => seen_high = true,
             40 => seen_low = true,
             other => panic!("square wave gave {other}"),
         }
-        std::thread::sleep(Duration::from_millis(130));
-    }
-    assert!(
-        seen_high && seen_low,
-        "the square wave moved between its levels"
-    );
+        seen_high && seen_low
+    });
 }
 
 #[test]
@@ -205,20 +295,20 @@ fn wall_time_origin_gives_every_process_the_same_values() {
          utilization_gpu = { fn = \"ramp\", from = 0, to = 100, duration_s = 100, repeat = true }\n",
     );
     let nvml = init(&scenario);
-    let got = f64::from(
-        nvml.device_by_index(0)
+    let gpu = nvml.device_by_index(0).unwrap();
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .utilization_rates()
-            .unwrap()
-            .gpu,
-    );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let want = now % 100.0;
-    let distance = (got - want).abs().min(100.0 - (got - want).abs());
-    assert!(distance <= 1.5, "got {got}, the wall clock says {want}");
+            .as_secs_f64()
+    };
+    let before = wall();
+    let got = f64::from(gpu.utilization_rates().unwrap().gpu);
+    let span = Span {
+        lo: before,
+        hi: wall(),
+    };
+    assert_within(got, span, 1.0, |t| t % 100.0);
 }
 
 #[test]
@@ -265,15 +355,26 @@ fn unsupported_fields_give_not_supported() {
 fn lost_gpu_reports_gpu_lost_after_the_set_time() {
     let _guard = serialized();
     let scenario = ScenarioFile::new(
-        "[[gpu]]\nutilization_gpu = 10\n[[gpu]]\nutilization_gpu = 20\nlost_after_s = 0.4\n",
+        "[[gpu]]\nutilization_gpu = 10\n[[gpu]]\nutilization_gpu = 20\nlost_after_s = 1\n",
     );
-    let nvml = init(&scenario);
-    let started = Instant::now();
-    let lost = nvml.device_by_index(1).unwrap();
-    assert_eq!(lost.utilization_rates().unwrap().gpu, 20);
-    std::thread::sleep(Duration::from_millis(450).saturating_sub(started.elapsed()));
-    assert!(matches!(lost.utilization_rates(), Err(NvmlError::GpuLost)));
-    assert!(matches!(lost.name(), Err(NvmlError::GpuLost)));
+    let (nvml, clock) = LibClock::init(&scenario);
+    let is_lost = |e: NvmlError| matches!(e, NvmlError::GpuLost);
+    let (before_loss, span) = clock.call(|| {
+        nvml.device_by_index(1)
+            .and_then(|gpu| Ok((gpu.utilization_rates()?.gpu, gpu)))
+            .map_err(is_lost)
+    });
+    let utilization = before_loss.as_ref().map(|(u, _)| *u).map_err(|lost| *lost);
+    assert_seen_in(
+        utilization,
+        span,
+        |t| if t < 1.0 { Ok(20) } else { Err(true) },
+    );
+    clock.sleep_past(1.0);
+    if let Ok((_, lost)) = &before_loss {
+        assert!(matches!(lost.utilization_rates(), Err(NvmlError::GpuLost)));
+        assert!(matches!(lost.name(), Err(NvmlError::GpuLost)));
+    }
     assert!(matches!(nvml.device_by_index(1), Err(NvmlError::GpuLost)));
     assert_eq!(
         nvml.device_count().unwrap(),
@@ -284,45 +385,66 @@ fn lost_gpu_reports_gpu_lost_after_the_set_time() {
     assert_eq!(healthy.utilization_rates().unwrap().gpu, 10);
 }
 
+/// GPU 1 hangs from t = 2 s on, each call for an hour: a call that returns at all did not hang,
+/// and one that started after 2 s is still blocked whatever the test does meanwhile.
 #[test]
 fn hung_gpu_blocks_its_calls_but_not_the_others() {
     let _guard = serialized();
     let scenario = ScenarioFile::new(
-        "[[gpu]]\nutilization_gpu = 10\n[[gpu]]\nutilization_gpu = 20\nhang = { after_s = 0.2, block_s = 0.5 }\n",
+        "[[gpu]]\nutilization_gpu = 10\n\
+         [[gpu]]\nutilization_gpu = 20\nhang = { after_s = 2, block_s = 3600 }\n\
+         [[gpu]]\nutilization_gpu = 30\nhang = { after_s = 0, block_s = 0.5 }\n",
     );
-    let nvml = init(&scenario);
-    let hung = nvml.device_by_index(1).unwrap();
-    let healthy = nvml.device_by_index(0).unwrap();
+    let (nvml, clock) = LibClock::init(&scenario);
+    // The blocked thread outlives the test: it needs the library handle for good.
+    let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+    // Getting a handle takes no time on the GPU: it never blocks.
+    let utilization = move |index: u32| {
+        let gpu = nvml.device_by_index(index).unwrap();
+        gpu.utilization_rates().map(|u| u.gpu)
+    };
 
-    let quick = Instant::now();
-    assert_eq!(hung.utilization_rates().unwrap().gpu, 20);
-    assert!(
-        quick.elapsed() < Duration::from_millis(150),
-        "no hang before after_s"
-    );
-    std::thread::sleep(Duration::from_millis(250));
+    let early = returns("a call before after_s", move || utilization(1));
+    assert_eq!(early.unwrap(), 20, "no hang before after_s");
 
-    std::thread::scope(|s| {
-        let blocked = s.spawn(|| {
-            let began = Instant::now();
-            let value = hung.utilization_rates().map(|u| u.gpu);
-            (began.elapsed(), value)
-        });
-        std::thread::sleep(Duration::from_millis(100));
-        let other = Instant::now();
-        assert_eq!(healthy.utilization_rates().unwrap().gpu, 10);
-        assert!(
-            other.elapsed() < Duration::from_millis(150),
-            "GPU 0 answered in {:?} while GPU 1 was stuck",
-            other.elapsed()
-        );
-        let (took, value) = blocked.join().unwrap();
-        assert!(
-            took >= Duration::from_millis(500),
-            "the hung call took only {took:?}"
-        );
-        assert_eq!(value.unwrap(), 20);
+    clock.sleep_past(2.0);
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (blocked_tx, blocked) = mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let _ = tid_tx.send(unsafe { libc::syscall(libc::SYS_gettid) });
+        let _ = blocked_tx.send(utilization(1));
     });
+    let tid = tid_rx.recv().unwrap();
+    let sleeping = || {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).is_ok_and(|s| {
+            let call: Option<i64> = s.split_whitespace().next().and_then(|n| n.parse().ok());
+            call == Some(libc::SYS_clock_nanosleep) || call == Some(libc::SYS_nanosleep)
+        })
+    };
+    wait_until("the call on GPU 1 to block in the library", sleeping);
+    let other = returns("GPU 0 while GPU 1 is stuck", move || utilization(0));
+    assert_eq!(other.unwrap(), 10);
+    assert!(
+        blocked.try_recv().is_err(),
+        "a call blocked for an hour came back"
+    );
+
+    let slow = nvml.device_by_index(2).unwrap();
+    let started = Instant::now();
+    assert_eq!(slow.utilization_rates().unwrap().gpu, 30);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500),
+        "the call blocked only {took:?}"
+    );
+}
+
+/// The GPUs' uuids in index order; `None` if a call failed (it straddled a change).
+fn uuids(nvml: &Nvml) -> Option<Vec<String>> {
+    (0..nvml.device_count().ok()?)
+        .map(|i| nvml.device_by_index(i).ok()?.uuid().ok())
+        .collect()
 }
 
 #[test]
@@ -334,26 +456,40 @@ fn gpu_count_changes_over_time() {
 uuid = "GPU-a"
 [[gpu]]
 uuid = "GPU-b"
-present_until_s = 0.8
+present_until_s = 2
 [[gpu]]
 uuid = "GPU-c"
-present_from_s = 0.4
+present_from_s = 1
 "#,
     );
-    let nvml = init(&scenario);
-    let started = Instant::now();
-    let uuids = |nvml: &Nvml| -> Vec<String> {
-        (0..nvml.device_count().unwrap())
-            .map(|i| nvml.device_by_index(i).unwrap().uuid().unwrap())
-            .collect()
+    let (nvml, clock) = LibClock::init(&scenario);
+    let present = |t: f64| {
+        let mut ids = vec!["GPU-a".to_string()];
+        if t < 2.0 {
+            ids.push("GPU-b".into());
+        }
+        if t >= 1.0 {
+            ids.push("GPU-c".into());
+        }
+        Some(ids)
     };
-    assert_eq!(uuids(&nvml), ["GPU-a", "GPU-b"]);
-    let leaving = nvml.device_by_index(1).unwrap();
-    std::thread::sleep(Duration::from_millis(500).saturating_sub(started.elapsed()));
-    assert_eq!(uuids(&nvml), ["GPU-a", "GPU-b", "GPU-c"]);
-    std::thread::sleep(Duration::from_millis(900).saturating_sub(started.elapsed()));
-    assert_eq!(uuids(&nvml), ["GPU-a", "GPU-c"]);
-    assert!(matches!(leaving.name(), Err(NvmlError::GpuLost)));
+    // A read that straddles a change may fail; one that does not must not.
+    let check = |(got, span): (Option<Vec<String>>, Span)| {
+        let straddles = present(span.lo) != present(span.hi);
+        if got.is_some() || !straddles {
+            assert_seen_in(got, span, present);
+        }
+    };
+    let (leaving, span) = clock.call(|| nvml.device_by_index(1).ok());
+    check(clock.call(|| uuids(&nvml)));
+    clock.sleep_past(1.0);
+    check(clock.call(|| uuids(&nvml)));
+    clock.sleep_past(2.0);
+    assert_eq!(uuids(&nvml).unwrap(), ["GPU-a", "GPU-c"]);
+    if span.hi < 2.0 {
+        let leaving = leaving.expect("GPU 1 is GPU-b before t = 2");
+        assert!(matches!(leaving.name(), Err(NvmlError::GpuLost)));
+    }
     assert_eq!(nvml.device_by_index(1).unwrap().index().unwrap(), 1);
 }
 
@@ -405,19 +541,28 @@ fn processes_come_and_go_with_time() {
     let sleepers = Sleepers::spawn(2);
     let pids = sleepers.pids();
     let scenario = ScenarioFile::new(&format!(
-        "[[gpu]]\n[[gpu.process]]\npid = {}\npresent_until_s = 0.3\n\
-         [[gpu.process]]\npid = {}\ntype = \"graphics\"\npresent_from_s = 0.3\n",
+        "[[gpu]]\n[[gpu.process]]\npid = {}\npresent_until_s = 1\n\
+         [[gpu.process]]\npid = {}\ntype = \"graphics\"\npresent_from_s = 1\n",
         pids[0], pids[1]
     ));
-    let nvml = init(&scenario);
-    let started = Instant::now();
+    let (nvml, clock) = LibClock::init(&scenario);
     let gpu = nvml.device_by_index(0).unwrap();
     let pids_of = |list: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>| {
         list.iter().map(|p| p.pid).collect::<Vec<u32>>()
     };
-    assert_eq!(pids_of(gpu.running_compute_processes().unwrap()), [pids[0]]);
-    assert!(gpu.running_graphics_processes().unwrap().is_empty());
-    std::thread::sleep(Duration::from_millis(350).saturating_sub(started.elapsed()));
+    let (compute, span) = clock.call(|| pids_of(gpu.running_compute_processes().unwrap()));
+    assert_seen_in(
+        compute,
+        span,
+        |t| if t < 1.0 { vec![pids[0]] } else { vec![] },
+    );
+    let (graphics, span) = clock.call(|| pids_of(gpu.running_graphics_processes().unwrap()));
+    assert_seen_in(
+        graphics,
+        span,
+        |t| if t < 1.0 { vec![] } else { vec![pids[1]] },
+    );
+    clock.sleep_past(1.0);
     assert!(gpu.running_compute_processes().unwrap().is_empty());
     assert_eq!(
         pids_of(gpu.running_graphics_processes().unwrap()),
@@ -431,30 +576,40 @@ fn process_utilization_samples_are_newer_than_last_seen() {
     let sleepers = Sleepers::spawn(1);
     let pid = sleepers.pids()[0];
     let scenario = ScenarioFile::new(&format!(
-        "[[gpu]]\nsample_interval_s = 0.3\n[[gpu.process]]\npid = {pid}\nused_memory_mib = 100\n\
-         sm_percent = {{ fn = \"ramp\", from = 10, to = 70, duration_s = 0.6 }}\nmem_percent = 4\n"
+        "[[gpu]]\nsample_interval_s = 0.5\n[[gpu.process]]\npid = {pid}\nused_memory_mib = 100\n\
+         sm_percent = {{ fn = \"ramp\", from = 10, to = 70, duration_s = 1 }}\nmem_percent = 4\n"
     ));
-    let nvml = init(&scenario);
-    let started = Instant::now();
+    let (nvml, clock) = LibClock::init(&scenario);
     let gpu = nvml.device_by_index(0).unwrap();
-    let first = gpu.process_utilization_stats(None).unwrap();
+    // The sample a call returns is the one of the last 0.5 s tick, with the ramp's value then.
+    let tick_of = |t: f64| (t / 0.5).floor() as u32;
+    let sm_at_tick = |tick: u32| (10.0 + 60.0 * (f64::from(tick) * 0.5).min(1.0)).round() as u32;
+    let (first, span) = clock.call(|| gpu.process_utilization_stats(None).unwrap());
     assert_eq!(first.len(), 1);
-    assert_eq!(
-        (first[0].pid, first[0].sm_util, first[0].mem_util),
-        (pid, 10, 4)
-    );
+    assert_eq!((first[0].pid, first[0].mem_util), (pid, 4));
+    assert_seen_in(first[0].sm_util, span, |t| sm_at_tick(tick_of(t)));
+    let tick = (tick_of(span.lo)..=tick_of(span.hi))
+        .find(|k| sm_at_tick(*k) == first[0].sm_util)
+        .expect("the tick of the first sample");
     let seen = first[0].timestamp;
-    assert!(matches!(
-        gpu.process_utilization_stats(seen),
-        Err(NvmlError::NotFound)
-    ));
-    std::thread::sleep(Duration::from_millis(350).saturating_sub(started.elapsed()));
+
+    let (again, span) = clock.call(|| gpu.process_utilization_stats(seen));
+    if tick_of(span.hi) == tick {
+        assert!(matches!(again, Err(NvmlError::NotFound)), "{again:?}");
+    }
+    clock.sleep_past(f64::from(tick + 1) * 0.5);
     let second = gpu.process_utilization_stats(seen).unwrap();
     assert_eq!(second.len(), 1);
     assert!(second[0].timestamp > seen);
+    let ticks_later = (second[0].timestamp - seen) as f64 / 0.5e6;
+    assert!(
+        (ticks_later - ticks_later.round()).abs() < 1e-3,
+        "samples are taken on the 0.5 s ticks: {ticks_later}"
+    );
     assert_eq!(
-        second[0].sm_util, 40,
-        "the sample is taken at t = 0.3 s of the ramp"
+        second[0].sm_util,
+        sm_at_tick(tick + ticks_later.round() as u32),
+        "the sample holds the ramp's value at its own tick"
     );
 }
 
@@ -490,15 +645,9 @@ fn live_edit_of_scenario_is_picked_up() {
     assert_eq!(gpu.utilization_rates().unwrap().gpu, 10);
 
     let wait_for = |want: u32| {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let got = gpu.utilization_rates().unwrap().gpu;
-            if got == want {
-                return;
-            }
-            assert!(Instant::now() < deadline, "still {got}, wanted {want}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(&format!("utilization {want} from the edited file"), || {
+            gpu.utilization_rates().unwrap().gpu == want
+        });
     };
     scenario.rewrite("[[gpu]]\nutilization_gpu = 90\n");
     wait_for(90);

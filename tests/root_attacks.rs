@@ -8,6 +8,8 @@
 //! They need root (to be root, and to make a second user's processes); elsewhere they say so and
 //! pass.
 
+#[path = "common/ci.rs"]
+mod ci;
 mod launch_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -113,7 +115,7 @@ fn compromise_1_attach_never_hands_over_a_directory_the_target_names() {
         return;
     }
     let Some(python) = python_for_nobody() else {
-        println!("skipped: no python that uid {NOBODY} can run");
+        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
         return;
     };
     let base = open_base();
@@ -209,7 +211,7 @@ fn compromise_3_run_never_imports_from_a_squatted_directory() {
         return;
     }
     let Some(python) = interpreters().into_iter().next() else {
-        println!("skipped: no python3");
+        ci::skip_or_fail("no python3 is installed");
         return;
     };
     let base = open_base();
@@ -263,7 +265,7 @@ fn compromise_3_attach_writes_nothing_in_the_targets_directory_yet_reads_its_soc
         return;
     }
     let Some(python) = python_for_nobody() else {
-        println!("skipped: no python that uid {NOBODY} can run");
+        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
         return;
     };
     let base = open_base();

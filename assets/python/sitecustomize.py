@@ -1,8 +1,11 @@
-"""Installed by `torchtop run`: starts the torchtop agent in every Python process.
+"""Installed by `torchtop run`: starts the torchtop agent in every Python program it launches.
 
 It first runs any other sitecustomize found later on sys.path, so an existing one keeps working,
-then starts the agent. Nothing here may break the program: every failure is reported on stderr
-and swallowed.
+then starts the agent, except in the interpreters that multiprocessing starts for itself (spawn
+and forkserver workers, the forkserver, the resource tracker): their work shows up in the main
+program's figures, and their sockets would only clutter the monitor. A program started as a plain
+subprocess, such as a torchrun rank, gets its own agent. Nothing here may break the program: every
+failure is reported on stderr and swallowed.
 """
 
 
@@ -42,6 +45,8 @@ def _torchtop_bootstrap():
     try:
         import torchtop_agent
 
+        if torchtop_agent.started_by_multiprocessing():
+            return
         interval = os.environ.get("TORCHTOP_AGENT_INTERVAL_MS", "1000")
         torchtop_agent.start(interval_ms=int(interval) if interval.isdigit() else 1000)
     except Exception as e:

@@ -19,21 +19,39 @@ bytes current or peak, or a cumulative segment/allocation count above zero). Rea
 that was reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish.
 With the cudaMallocAsync backend (whose statistics come from the driver) only the current device
 and devices already seen in use are read.
+
+Process life (see the "Processes" section below):
+
+- A forked child (a DataLoader worker) closes its copies of the agent's fds and serves nothing.
+  The agent uses a poll() selector, whose state is private to each process: an epoll set would be
+  shared with the child, and the child's clean-up would unregister the parent's clients.
+- The thread is stopped before each fork and started again after it, in the parent: the child
+  never inherits a thread of ours caught in the middle of something, and Python 3.12+ has no
+  reason to warn that the process is multi-threaded because of the agent.
+- SIGTERM removes the socket, and the process still dies of SIGTERM. The handler is installed only
+  over the default disposition and only from the main thread; a handler the program installs
+  later wins. The agent's thread also watches for SIGTERM (through the signal wakeup fd, when the
+  program does not use it), so SIGTERM still ends a process whose main thread is stuck in C.
+- Nothing here may break the program: every exception is caught and kept in a small log.
 """
 
 import atexit
 import json
 import os
 import pickle
+import re
 import selectors
+import signal
 import socket
 import stat
+import struct
 import sys
 import threading
 import time
 from collections import deque
 
-__all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "last_error", "PROTOCOL_VERSION"]
+__all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "started_by_multiprocessing",
+           "last_error", "PROTOCOL_VERSION"]
 __version__ = "1.0.0"
 
 PROTOCOL_VERSION = 1
@@ -42,6 +60,8 @@ MIN_INTERVAL_MS = 10
 MAX_INTERVAL_MS = 3_600_000
 # A client that does not read its messages is dropped once this much output is queued for it.
 MAX_QUEUED_BYTES = 8 << 20
+# How long a fork waits for the agent's thread to stop; past it the fork goes ahead anyway.
+PARK_TIMEOUT_S = 1.0
 
 _lock = threading.Lock()
 _agent = None
@@ -111,6 +131,55 @@ def _env_int(name):
         return None
 
 
+# The `-c` code that multiprocessing (and its fork `multiprocess`) gives the interpreters it starts
+# for itself: spawn and forkserver workers, the forkserver, the resource (semaphore) tracker.
+_MULTIPROCESSING_CHILD = re.compile(
+    r"\s*from multiprocess(ing)?\.(spawn|forkserver|resource_tracker|semaphore_tracker) import ")
+
+
+def _command_line():
+    argv = getattr(sys, "orig_argv", None)  # Python 3.10+
+    if argv:
+        return list(argv)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return []
+    return [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0")[:-1]]
+
+
+def _dash_c_code(argv):
+    """The code of `python ... -c CODE`, or None when the interpreter runs a script or module."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-c":
+            return next(args, None)
+        if arg.startswith("-c"):
+            return arg[2:]
+        if arg in ("-W", "-X", "--check-hash-based-pycs"):
+            next(args, None)
+        elif arg == "-m" or arg == "-" or not arg.startswith("-"):
+            return None
+    return None
+
+
+def started_by_multiprocessing(argv=None):
+    """True in an interpreter that multiprocessing started for its own use.
+
+    That is a spawn or forkserver worker (a spawn-context DataLoader worker, a Pool worker), the
+    forkserver, or the resource tracker. They are told apart by their command line, which is known
+    before any of the program runs (multiprocessing.parent_process() is not set up yet when
+    sitecustomize runs). Forked children never run sitecustomize at all. A program that a launcher
+    starts as a plain subprocess (a torchrun rank) is not one of them.
+    """
+    try:
+        code = _dash_c_code(_command_line() if argv is None else list(argv))
+        return code is not None and _MULTIPROCESSING_CHILD.match(code) is not None
+    except Exception:
+        return False
+
+
 def _torch():
     return sys.modules.get("torch")
 
@@ -122,6 +191,25 @@ def _cuda_ready(torch):
         return cuda is not None and bool(cuda.is_initialized())
     except Exception:
         return False
+
+
+def _argv():
+    try:
+        return [str(a) for a in sys.argv]
+    except Exception:  # a launcher left something odd in sys.argv
+        return []
+
+
+def _wait_until_thread_gone(thread):
+    """Thread.join() can return before the OS thread has exited (3.12 and earlier), and the
+    fork warning counts OS threads: wait briefly for the kernel to drop it."""
+    tid = getattr(thread, "native_id", None)
+    if tid is None:
+        return
+    path = "/proc/self/task/%d" % tid
+    deadline = time.monotonic() + 0.1
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.0002)
 
 
 def _ever_used(stats):
@@ -167,12 +255,19 @@ class _Agent:
         self.log = deque(maxlen=50)
         self.clients = {}
         self.stopping = False
-        self.selector = selectors.DefaultSelector()
+        self.parked = False  # set while a fork is under way: the thread leaves its loop
+        self.failed = False
+        # poll() keeps no state in the kernel. An epoll set would be shared with every forked
+        # child, and a child closing its copies could unregister the parent's clients from it.
+        self.selector = selectors.PollSelector() if hasattr(selectors, "PollSelector") else selectors.DefaultSelector()
         self.listener = None
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         self.thread = None
+        # Held by whichever thread runs the loop: a thread that could not be stopped in time
+        # for a fork keeps the loop, and the one started after the fork then leaves.
+        self.loop_lock = threading.Lock()
         self.next_tick = time.monotonic()
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -197,9 +292,59 @@ class _Agent:
         self.selector.register(listener, selectors.EVENT_READ, "listener")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
 
+    def watch_signals(self, sock):
+        self.selector.register(sock, selectors.EVENT_READ, "signal")
+
     def run_thread(self):
-        self.thread = threading.Thread(target=self._loop, name="torchtop-agent", daemon=True)
-        self.thread.start()
+        thread = threading.Thread(target=self._run, name="torchtop-agent", daemon=True)
+        thread.start()
+        self.thread = thread
+
+    def park(self):
+        """Stops the thread, keeping every connection, so that a fork finds no thread of ours.
+
+        Returns False when the thread did not stop within PARK_TIMEOUT_S (a long snapshot, say).
+        """
+        thread = self.thread
+        if thread is None or not thread.is_alive():
+            return True
+        if thread is threading.current_thread():
+            return False
+        self.parked = True
+        self.wake()
+        thread.join(PARK_TIMEOUT_S)
+        if thread.is_alive():
+            return False
+        _wait_until_thread_gone(thread)
+        return True
+
+    def resume(self):
+        """Runs the loop again after a fork (in the parent)."""
+        self.parked = False
+        if not self.stopping and not self.failed:
+            self.run_thread()
+
+    def unlink_socket(self):
+        if os.getpid() != self.pid:
+            return
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def abandon(self):
+        """In a forked child: close the copies of our fds, and change nothing that the parent
+        shares (the listener, the clients' connections, the socket file)."""
+        self.stopping = True
+        socks = [c.sock for c in self.clients.values()] + [self.listener, self.wake_r, self.wake_w]
+        self.clients = {}
+        for sock in socks:
+            try:
+                if sock is not None:
+                    sock.close()
+            except OSError:
+                pass
 
     def wake(self):
         try:
@@ -227,34 +372,52 @@ class _Agent:
             self.selector.close()
         except Exception:
             pass
-        if unlink and os.getpid() == self.pid:
-            try:
-                if os.path.exists(self.path):
-                    os.unlink(self.path)
-            except OSError:
-                pass
+        if unlink:
+            self.unlink_socket()
 
     # ---- main loop -------------------------------------------------------------------------
+    def _run(self):
+        try:
+            while not (self.stopping or self.parked or self.failed):
+                if not self.loop_lock.acquire(False):
+                    return  # an older thread still runs the loop, and keeps it
+                try:
+                    self._loop()
+                finally:
+                    self.loop_lock.release()
+        except BaseException as e:  # a daemon thread at interpreter exit, or a bug: stay quiet
+            self._note("the agent's thread stopped: %r" % (e,))
+
     def _loop(self):
-        self.next_tick = time.monotonic()
-        while not self.stopping:
+        while not (self.stopping or self.parked):
             timeout = max(0.0, self.next_tick - time.monotonic())
             try:
                 events = self.selector.select(timeout)
-            except (OSError, ValueError):
-                break
+            except (OSError, ValueError) as e:
+                self.failed = True
+                self._note("select failed: %r" % (e,))
+                return
             for key, mask in events:
-                try:
-                    self._dispatch(key, mask)
-                except Exception as e:  # never let one event kill the agent
-                    self.log.append("internal error: %r" % (e,))
+                self._guarded(self._dispatch, key, mask)
             if self.pending_events:
-                self._flush_events()
+                self._guarded(self._flush_events)
             now = time.monotonic()
             if now >= self.next_tick:
-                if self.clients:
-                    self._tick()
                 self.next_tick = now + self.interval_ms / 1000.0
+                if self.clients:
+                    self._guarded(self._tick)
+
+    def _guarded(self, fn, *args):
+        try:
+            fn(*args)
+        except Exception as e:  # never let one event, one tick or torch kill the agent
+            self._note("internal error in %s: %r" % (getattr(fn, "__name__", "?"), e))
+
+    def _note(self, message):
+        try:
+            self.log.append(message)
+        except Exception:
+            pass
 
     def _dispatch(self, key, mask):
         if key.data == "listener":
@@ -265,6 +428,8 @@ class _Agent:
                     pass
             except (BlockingIOError, OSError):
                 pass
+        elif key.data == "signal":
+            _read_signal_wakeups(key.fileobj)
         else:
             client = key.data
             if mask & selectors.EVENT_READ:
@@ -288,16 +453,18 @@ class _Agent:
             client = _Client(sock)
             self.clients[sock.fileno()] = client
             self.selector.register(sock, selectors.EVENT_READ, client)
-            self.hello_facts = self._hello()
-            self._send(client, self.hello_facts)
-            self._send(client, self._stats())
+            self._guarded(self._greet, client)
+
+    def _greet(self, client):
+        self.hello_facts = self._hello()
+        self._send(client, self.hello_facts)
+        self._send(client, self._stats())
 
     def _peer_allowed(self, sock):
         opt = getattr(socket, "SO_PEERCRED", None)
         if opt is None:
             return True
         try:
-            import struct
             creds = sock.getsockopt(socket.SOL_SOCKET, opt, struct.calcsize("3i"))
             _pid, uid, _gid = struct.unpack("3i", creds)
         except OSError:
@@ -424,7 +591,7 @@ class _Agent:
             "v": PROTOCOL_VERSION,
             "type": "hello",
             "pid": os.getpid(),
-            "argv": list(sys.argv),
+            "argv": _argv(),
             "python": "%d.%d.%d" % sys.version_info[:3],
             "torch": getattr(torch, "__version__", None) if torch is not None else None,
             "rank": rank,
@@ -447,15 +614,13 @@ class _Agent:
         devices = []
         for index in self._candidate_devices(torch, count):
             try:
-                stats = torch.cuda.memory_stats(index)
-            except Exception:
-                continue
-            if not stats:
-                continue
-            if index not in self.used_devices and not _ever_used(stats):
+                stats = dict(torch.cuda.memory_stats(index))
+                if not stats or (index not in self.used_devices and not _ever_used(stats)):
+                    continue
+            except Exception:  # not a mapping, or a torch that fails: skip the device this time
                 continue
             self.used_devices.add(index)
-            devices.append({"index": index, "stats": dict(stats)})
+            devices.append({"index": index, "stats": stats})
         return devices
 
     def _candidate_devices(self, torch, count):
@@ -487,7 +652,7 @@ class _Agent:
             "interval_ms": self.interval_ms,
             "devices": devices,
         }
-        self._note_oom_counters(devices)
+        self._guarded(self._note_oom_counters, devices)
         return message
 
     def _tick(self):
@@ -525,12 +690,15 @@ class _Agent:
 
         # Called inside the allocator while it holds its lock: only queue, never call torch.
         def observer(device, alloc, device_allocated, device_free):
-            agent.observer_fired.add(device)
-            agent.pending_events.append({
-                "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
-                "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
-                "device_free": device_free, "source": "observer"})
-            agent.wake()
+            try:
+                agent.observer_fired.add(device)
+                agent.pending_events.append({
+                    "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
+                    "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
+                    "device_free": device_free, "source": "observer"})
+                agent.wake()
+            except Exception:
+                pass
 
         try:
             attach(observer)
@@ -602,17 +770,245 @@ class _Agent:
         return path, size
 
 
+# ---- SIGTERM ---------------------------------------------------------------------------------
+# The signal wakeup fd: a datagram socketpair whose read end passes credentials, so that a byte
+# written by a forked child (which inherits the write end until its fork hook runs) is told apart
+# from one written by this process.
+_wakeup = None  # (read socket, write socket) while the wakeup fd is ours
+
+
+def _on_sigterm(signum, frame):
+    # A handler installed after ours may call it as "the previous handler" (Lightning does). Then
+    # the process was not going to die of SIGTERM, since SIG_DFL is not callable: do nothing.
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            _die_of_sigterm(in_main_thread=True)
+    except Exception:
+        pass
+
+
+def _die_of_sigterm(in_main_thread):
+    """Removes the socket, then dies of SIGTERM as the default disposition would have."""
+    agent = _agent
+    if agent is not None:
+        agent.unlink_socket()
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    elif not _default_sigterm_from_any_thread():
+        return  # the main thread's handler finishes the job when it gets to run
+    try:
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    except (OSError, ValueError, AttributeError):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)  # in case this thread blocks SIGTERM
+
+
+def _default_sigterm_from_any_thread():
+    """signal.signal() works only on the main thread, which may be stuck in C (a hung collective):
+    ask libc directly. Python's own record of the handler no longer matters: the process dies."""
+    try:
+        import ctypes
+
+        libc_signal = ctypes.CDLL(None, use_errno=True).signal
+        libc_signal.restype = ctypes.c_void_p
+        libc_signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        return libc_signal(int(signal.SIGTERM), None) != ctypes.c_void_p(-1).value  # SIG_ERR
+    except Exception:
+        return False
+
+
+def _read_signal_wakeups(sock):
+    """On the agent's thread: Python's C signal handler wrote the number of a signal."""
+    while True:
+        try:
+            data, ancillary, _flags, _addr = sock.recvmsg(64, socket.CMSG_SPACE(struct.calcsize("3i")))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        sender = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                sender = struct.unpack("3i", payload[:struct.calcsize("3i")])[0]
+        if (sender == os.getpid() and int(signal.SIGTERM) in data
+                and signal.getsignal(signal.SIGTERM) is _on_sigterm):
+            _die_of_sigterm(in_main_thread=False)
+
+
+def _install_sigterm_handler():
+    """Over the default disposition only, from the main thread only. Returns the socket the
+    agent's thread should watch for signal wakeups, or None."""
+    global _wakeup
+    try:
+        ours = signal.getsignal(signal.SIGTERM) is _on_sigterm  # left by a start() before
+        if threading.current_thread() is not threading.main_thread():
+            return _wakeup[0] if ours and _wakeup is not None else None
+        if not ours:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return None  # a handler of the program's, or SIG_IGN, or one set from C: theirs
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, RuntimeError):
+        return None
+    if _wakeup is not None:
+        return _wakeup[0]
+    if not hasattr(socket, "SO_PASSCRED"):
+        return None
+    pair = None
+    try:
+        pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        for sock in pair:
+            sock.setblocking(False)
+        previous = signal.set_wakeup_fd(pair[1].fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError, TypeError):
+        _close_all(pair or ())
+        return None
+    if previous != -1:  # the program listens for signals there (asyncio does): give it back
+        signal.set_wakeup_fd(previous)
+        _close_all(pair)
+        return None
+    _wakeup = pair
+    return pair[0]
+
+
+def _remove_sigterm_handler():
+    """Undoes _install_sigterm_handler, where possible (from the main thread)."""
+    global _wakeup
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError, RuntimeError):
+        pass
+    _release_wakeup_fd()
+
+
+def _release_wakeup_fd():
+    global _wakeup
+    if _wakeup is None:
+        return
+    try:
+        current = signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        return  # not the main thread: keep the fd open, Python may still write to it
+    if current != _wakeup[1].fileno():
+        signal.set_wakeup_fd(current)  # the program's now; ours is unused and can go
+    _close_all(_wakeup)
+    _wakeup = None
+
+
+def _close_all(socks):
+    for sock in socks:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+# ---- fork ------------------------------------------------------------------------------------
+# The thread is stopped before a fork and started again after it. Python 3.12 counts threads
+# for its fork warning before the after-fork hooks run; 3.13 counts them after, so there the
+# thread is started again only once os.fork() has returned, through a pending call (the public
+# C API Py_AddPendingCall) that the main thread runs at its next bytecode boundary.
+_fork_caller = None  # the frame that called os.fork(), while a restart waits for it to return
+_fork_caller_lasti = -1
+_fork_retries = 0
+_pending = None  # (Py_AddPendingCall, the callback), once prepared
+
+
+def _before_fork():
+    global _fork_caller, _fork_caller_lasti, _fork_retries
+    try:
+        agent = _agent
+        if agent is None or agent.pid != os.getpid():
+            return
+        parked = agent.park()
+        _fork_caller = None
+        if parked and sys.version_info >= (3, 13) and threading.current_thread() is threading.main_thread():
+            if _prepare_pending_call():
+                _fork_caller = sys._getframe(1)
+                _fork_caller_lasti = _fork_caller.f_lasti
+                _fork_retries = 0
+    except Exception:
+        pass
+
+
+def _after_fork_in_parent():
+    global _fork_caller
+    try:
+        agent = _agent
+        if agent is None or agent.pid != os.getpid():
+            return
+        if _fork_caller is not None and _pending[0](_pending[1], None) == 0:
+            return  # resumed from the pending call, once the fork is over
+        _fork_caller = None
+        agent.resume()
+    except Exception:
+        pass
+
+
 def _after_fork_in_child():
     # The child must not serve or remove the parent's socket; it closes its copies of the fds.
-    global _agent, _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
-    agent = _agent
-    _agent = None
-    if agent is not None:
-        agent.stopping = True
-        agent.close_all(unlink=False)
+    global _agent, _lock, _fork_caller
+    try:
+        _lock = threading.Lock()  # another thread may have held it at the fork
+        _fork_caller = None
+        agent = _agent
+        _agent = None
+        if agent is not None:
+            agent.abandon()
+        _remove_sigterm_handler()  # the forking thread is the child's main thread
+    except Exception:
+        pass
 
 
+def _prepare_pending_call():
+    global _pending
+    if _pending is None:
+        try:
+            import ctypes
+
+            proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+            add = ctypes.pythonapi.Py_AddPendingCall
+            add.argtypes = [proto, ctypes.c_void_p]
+            add.restype = ctypes.c_int
+            _pending = (add, proto(_resume_after_fork))
+        except Exception:
+            _pending = False
+    return bool(_pending)
+
+
+def _resume_after_fork(_arg):
+    """The pending call: runs on the main thread, possibly still inside another at-fork hook."""
+    global _fork_caller, _fork_retries
+    try:
+        interrupted = sys._getframe(1)
+        if _inside_fork(interrupted) and _fork_retries < 10000:
+            _fork_retries += 1
+            if _pending[0](_pending[1], None) == 0:
+                return 0
+        _fork_caller = None
+        agent = _agent
+        if agent is not None and agent.pid == os.getpid() and agent.parked:
+            agent.resume()
+    except BaseException:
+        pass
+    return 0
+
+
+def _inside_fork(frame):
+    """True while os.fork() has not returned to its caller: the caller's frame is on the stack,
+    still at the call, under the frames of at-fork hooks."""
+    caller = _fork_caller
+    if caller is None or frame is caller:
+        return False
+    while frame is not None:
+        if frame is caller:
+            return frame.f_lasti == _fork_caller_lasti
+        frame = frame.f_back
+    return False
+
+
+# ---- public API ------------------------------------------------------------------------------
 def _at_exit():
     agent = _agent
     if agent is not None and agent.pid == os.getpid():
@@ -621,6 +1017,14 @@ def _at_exit():
 
 def start(interval_ms=1000, socket_dir=None):
     """Start the agent thread (idempotent). Returns the socket path, or None if it cannot start."""
+    try:
+        return _start(interval_ms, socket_dir)
+    except Exception as e:
+        _warn("not started: %r" % (e,))
+        return None
+
+
+def _start(interval_ms, socket_dir):
     global _agent, _fork_hook_installed, _exit_hook_installed
     with _lock:
         if _agent is not None and _agent.pid == os.getpid():
@@ -647,13 +1051,22 @@ def start(interval_ms=1000, socket_dir=None):
             _warn("not started: cannot listen on %s: %s" % (path, e))
             return None
         if not _fork_hook_installed and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_after_fork_in_child)
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                                after_in_child=_after_fork_in_child)
             _fork_hook_installed = True
         if not _exit_hook_installed:
             atexit.register(_at_exit)
             _exit_hook_installed = True
+        signals = _install_sigterm_handler()
+        if signals is not None:
+            agent.watch_signals(signals)
         _agent = agent
-        agent.run_thread()
+        try:
+            agent.run_thread()
+        except Exception:
+            _agent = None
+            agent.close_all(unlink=True)
+            raise
         return path
 
 
@@ -663,21 +1076,28 @@ def step():
     if agent is None:
         return
     now = time.monotonic()
-    with _lock:
-        if agent.last_step_at is not None:
-            agent.step_times.append(now - agent.last_step_at)
-        agent.last_step_at = now
-        agent.step_count = (agent.step_count or 0) + 1
+    try:
+        with _lock:
+            if agent.last_step_at is not None:
+                agent.step_times.append(now - agent.last_step_at)
+            agent.last_step_at = now
+            agent.step_count = (agent.step_count or 0) + 1
+    except Exception:
+        pass
 
 
 def stop():
     """Stop the agent and remove its socket. Safe to call when not started."""
     global _agent
-    with _lock:
-        agent = _agent
-        _agent = None
-    if agent is not None and agent.pid == os.getpid():
-        agent.shutdown(unlink=True)
+    try:
+        with _lock:
+            agent = _agent
+            _agent = None
+        if agent is not None and agent.pid == os.getpid():
+            agent.shutdown(unlink=True)
+            _remove_sigterm_handler()
+    except Exception:
+        pass
 
 
 def socket_path():

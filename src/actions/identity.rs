@@ -1,43 +1,15 @@
-//! Which process a row names: its pid plus its start time (field 22 of /proc/PID/stat), and
-//! the check that a pid still belongs to the process the user saw.
+//! The check that a pid still belongs to the process the user saw: its start time (field 22 of
+//! /proc/PID/stat) against the one in its [`ProcessIdentity`].
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::ActionError;
-use crate::collect::procfs::{parse_pid_stat, PidStat};
-use crate::model::{GpuProcess, HostProcess};
+use crate::model::ProcessIdentity;
+use crate::sys::proc::{parse_pid_stat, PidStat};
 
 /// The /proc every action reads; tests of the parsing use their own roots.
-pub(crate) const PROC_ROOT: &str = "/proc";
-
-/// A process as the user saw it. Two processes never share both fields, so an identity whose
-/// start time no longer matches its pid names a process that has exited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ProcessIdentity {
-    pub pid: u32,
-    /// Clock ticks after boot at which the process started.
-    pub start_ticks: u64,
-}
-
-impl ProcessIdentity {
-    pub fn new(pid: u32, start_ticks: u64) -> Self {
-        ProcessIdentity { pid, start_ticks }
-    }
-
-    /// `None` where /proc was not joined in (the process is invisible or already gone): such a
-    /// row cannot be acted on safely.
-    pub fn of_gpu_process(p: &GpuProcess) -> Option<Self> {
-        p.start_ticks
-            .map(|start| ProcessIdentity::new(p.pid, start))
-    }
-
-    pub fn of_host_process(p: &HostProcess) -> Self {
-        ProcessIdentity::new(p.pid, p.start_ticks)
-    }
-}
+pub(crate) use crate::sys::proc::PROC_ROOT;
 
 /// The identity `pid` has now, read from `proc_root` (normally "/proc").
 pub fn current_identity(proc_root: &Path, pid: u32) -> Result<ProcessIdentity, ActionError> {
@@ -112,16 +84,16 @@ fn read_error(pid: u32, path: &Path, error: &io::Error) -> ActionError {
 mod tests {
     use super::*;
 
-    /// A fake /proc under the system temp dir, removed on drop.
-    struct FakeProc(PathBuf);
+    /// A fake /proc (`.0`) under the system temp dir, removed on drop.
+    struct FakeProc(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
     impl FakeProc {
         fn new(name: &str) -> Self {
-            let root = std::env::temp_dir()
-                .join(format!("torchtop-identity-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
-            std::fs::create_dir_all(&root).unwrap();
-            FakeProc(root)
+            let root = tempfile::Builder::new()
+                .prefix(&format!("torchtop-identity-{name}-"))
+                .tempdir()
+                .unwrap();
+            FakeProc(root.path().to_path_buf(), root)
         }
 
         fn add(&self, pid: u32, stat: &str, tids: &[u32]) {
@@ -131,12 +103,6 @@ mod tests {
             for tid in tids {
                 std::fs::create_dir_all(dir.join("task").join(tid.to_string())).unwrap();
             }
-        }
-    }
-
-    impl Drop for FakeProc {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
@@ -188,16 +154,5 @@ mod tests {
             Err(ActionError::Exited { pid: 11 })
         );
         assert!(verify_identity(&fake.0, &ProcessIdentity::new(12, 300)).is_ok());
-    }
-
-    #[test]
-    fn identity_of_a_row_needs_its_start_time() {
-        let mut row = GpuProcess::new(5, 0, crate::model::ProcessKind::Compute);
-        assert_eq!(ProcessIdentity::of_gpu_process(&row), None);
-        row.start_ticks = Some(77);
-        assert_eq!(
-            ProcessIdentity::of_gpu_process(&row),
-            Some(ProcessIdentity::new(5, 77))
-        );
     }
 }

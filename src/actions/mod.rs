@@ -11,14 +11,17 @@
 //! nothing panics. Each call is short but does block on /proc reads, so callers on the UI task
 //! should run it with `spawn_blocking`.
 
-pub mod identity;
-pub mod renice;
-pub mod signal;
+pub(crate) mod identity;
+pub(crate) mod renice;
+pub(crate) mod request;
+pub(crate) mod signal;
 
 use std::fmt;
 
-pub use identity::{current_identity, ProcessIdentity};
+pub use crate::model::ProcessIdentity;
+pub use identity::current_identity;
 pub use renice::{adjust_nice, renice, NICE_MAX, NICE_MIN};
+pub(crate) use request::{perform, Action, ActionReport, ActionRequest, ActionTarget};
 pub use signal::{send_signal, Signal};
 
 /// What torchtop was refused permission to do, for [`ActionError::NotPermitted`].

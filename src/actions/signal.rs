@@ -28,7 +28,7 @@ pub enum Signal {
 
 impl Signal {
     /// Every signal, in menu order.
-    pub const ALL: [Signal; 8] = [
+    pub(crate) const ALL: [Signal; 8] = [
         Signal::Term,
         Signal::Kill,
         Signal::Int,
@@ -40,7 +40,7 @@ impl Signal {
     ];
 
     /// The name without the SIG prefix, as menus show it: "TERM".
-    pub fn short_name(self) -> &'static str {
+    pub(crate) fn short_name(self) -> &'static str {
         match self {
             Signal::Term => "TERM",
             Signal::Kill => "KILL",
@@ -54,7 +54,7 @@ impl Signal {
     }
 
     /// The full name: "SIGTERM".
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         format!("SIG{}", self.short_name())
     }
 
@@ -72,7 +72,8 @@ impl Signal {
         }
     }
 
-    pub fn from_number(number: i32) -> Option<Signal> {
+    #[cfg(test)]
+    pub(crate) fn from_number(number: i32) -> Option<Signal> {
         Signal::ALL.into_iter().find(|s| s.number() == number)
     }
 

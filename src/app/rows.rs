@@ -14,13 +14,13 @@ use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
 
 /// How the table is arranged.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowSettings {
+pub(crate) struct RowSettings {
     /// The `/` text; empty shows every row.
-    pub filter: String,
-    pub sort: SortKey,
+    pub(crate) filter: String,
+    pub(crate) sort: SortKey,
     /// Descending instead of ascending.
-    pub reverse: bool,
-    pub tree: bool,
+    pub(crate) reverse: bool,
+    pub(crate) tree: bool,
 }
 
 impl Default for RowSettings {
@@ -36,38 +36,38 @@ impl Default for RowSettings {
 
 /// One row, by indices into the snapshot it was computed from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowRef {
+pub(crate) struct RowRef {
     /// Indices into `snapshot.processes`: one in the flat table; every GPU the process holds in
     /// the tree, none for a process without a GPU.
-    pub gpus: Vec<usize>,
+    pub(crate) gpus: Vec<usize>,
     /// Index into `snapshot.host_processes` (tree view only).
-    pub host: Option<usize>,
+    pub(crate) host: Option<usize>,
     /// Tree guides ("│  └─ ") and why the row is in the tree; `None` in the flat table.
-    pub tree: Option<(String, TreeRole)>,
+    pub(crate) tree: Option<(String, TreeRole)>,
 }
 
 /// A row ready to draw or act on.
 #[derive(Debug, Clone)]
-pub struct ProcessRow<'a> {
-    pub pid: u32,
-    pub gpus: Vec<&'a GpuProcess>,
-    pub host: Option<&'a HostProcess>,
-    pub tree: Option<(&'a str, TreeRole)>,
+pub(crate) struct ProcessRow<'a> {
+    pub(crate) pid: u32,
+    pub(crate) gpus: Vec<&'a GpuProcess>,
+    pub(crate) host: Option<&'a HostProcess>,
+    pub(crate) tree: Option<(&'a str, TreeRole)>,
 }
 
 /// What the selection follows across refreshes: the process, and the GPU of its row in the flat
 /// table (a process on two GPUs has two rows there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RowKey {
-    pub pid: u32,
-    pub start_ticks: Option<u64>,
-    pub gpu: Option<u32>,
+pub(crate) struct RowKey {
+    pub(crate) pid: u32,
+    pub(crate) start_ticks: Option<u64>,
+    pub(crate) gpu: Option<u32>,
 }
 
 impl<'a> ProcessRow<'a> {
     /// Pid and start time; `None` where /proc does not show the process, which then must not
     /// be acted on.
-    pub fn identity(&self) -> Option<ProcessIdentity> {
+    pub(crate) fn identity(&self) -> Option<ProcessIdentity> {
         match self.host {
             Some(host) => Some(ProcessIdentity::of_host_process(host)),
             None => self
@@ -78,7 +78,7 @@ impl<'a> ProcessRow<'a> {
         }
     }
 
-    pub fn key(&self) -> RowKey {
+    pub(crate) fn key(&self) -> RowKey {
         RowKey {
             pid: self.pid,
             start_ticks: self.identity().map(|id| id.start_ticks),
@@ -90,11 +90,11 @@ impl<'a> ProcessRow<'a> {
     }
 
     /// Whether /proc shows the process on this machine.
-    pub fn visible(&self) -> bool {
+    pub(crate) fn visible(&self) -> bool {
         self.host.is_some() || self.gpus.iter().any(|g| g.visible)
     }
 
-    pub fn user(&self) -> Option<&'a str> {
+    pub(crate) fn user(&self) -> Option<&'a str> {
         self.host
             .and_then(|h| h.user.as_deref())
             .or_else(|| self.gpus.iter().find_map(|g| g.user.as_deref()))
@@ -102,7 +102,7 @@ impl<'a> ProcessRow<'a> {
 
     /// The command line; a process without one (a zombie, a kernel thread) shows its short
     /// name in brackets, as ps does.
-    pub fn command(&self) -> Option<String> {
+    pub(crate) fn command(&self) -> Option<String> {
         if let Some(command) = self.gpus.iter().find_map(|g| g.command.as_deref()) {
             return Some(command.to_string());
         }
@@ -113,24 +113,24 @@ impl<'a> ProcessRow<'a> {
         })
     }
 
-    pub fn is_gpu(&self) -> bool {
+    pub(crate) fn is_gpu(&self) -> bool {
         !self.gpus.is_empty()
     }
 
-    pub fn cpu_percent(&self) -> Option<f64> {
+    pub(crate) fn cpu_percent(&self) -> Option<f64> {
         self.gpu_or_host(|g| g.cpu_percent, |h| h.cpu_percent)
     }
 
-    pub fn rss_bytes(&self) -> Option<u64> {
+    pub(crate) fn rss_bytes(&self) -> Option<u64> {
         self.gpu_or_host(|g| g.rss_bytes, |h| h.rss_bytes)
     }
 
-    pub fn nice(&self) -> Option<i32> {
+    pub(crate) fn nice(&self) -> Option<i32> {
         self.gpu_or_host(|g| g.nice, |h| h.nice)
     }
 
     /// The GPU memory of every GPU on the row, summed; `None` if any is unknown.
-    pub fn gpu_memory_bytes(&self) -> Option<u64> {
+    pub(crate) fn gpu_memory_bytes(&self) -> Option<u64> {
         if self.gpus.is_empty() {
             return None;
         }
@@ -138,19 +138,19 @@ impl<'a> ProcessRow<'a> {
     }
 
     /// SM utilization over every GPU on the row, summed; `None` if any is unknown.
-    pub fn sm_percent(&self) -> Option<u32> {
+    pub(crate) fn sm_percent(&self) -> Option<u32> {
         if self.gpus.is_empty() {
             return None;
         }
         self.gpus.iter().map(|g| g.sm_percent).sum()
     }
 
-    pub fn running_seconds(&self) -> Option<f64> {
+    pub(crate) fn running_seconds(&self) -> Option<f64> {
         self.gpus.first().and_then(|g| g.running_seconds)
     }
 
     /// The kind of GPU use; a process both computing and drawing on several GPUs reads "Both".
-    pub fn kind(&self) -> Option<ProcessKind> {
+    pub(crate) fn kind(&self) -> Option<ProcessKind> {
         let first = self.gpus.first()?.kind;
         Some(if self.gpus.iter().all(|g| g.kind == first) {
             first
@@ -172,7 +172,7 @@ impl<'a> ProcessRow<'a> {
 }
 
 /// The rows of `snapshot` under `settings`, in display order.
-pub fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
+pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
     let rows = if settings.tree {
         tree_rows(snapshot)
     } else {
@@ -187,7 +187,7 @@ pub fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> 
 }
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
-pub fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
+pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
     let gpus: Vec<&GpuProcess> = row
         .gpus
         .iter()

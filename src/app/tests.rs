@@ -1,6 +1,5 @@
 //! The state machine, key by key: no terminal, no processes touched.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
@@ -37,6 +36,17 @@ fn app() -> App {
     let mut app = App::new(1.0, true, false);
     app.on_snapshot(Arc::new(snapshot()));
     app
+}
+
+/// Lays the app out on `screen` as the event loop does before each frame, with what the layout
+/// needs read straight from the app (none of these processes has an agent panel).
+fn lay_out(app: &mut App, screen: Rect) {
+    let needs = layout::LayoutNeeds {
+        gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap(),
+        process_rows: app.row_count(),
+        ..Default::default()
+    };
+    app.set_layout(layout::plan(screen, &needs));
 }
 
 fn press(app: &mut App, code: KeyCode) -> Effect {
@@ -415,9 +425,10 @@ fn host(pid: u32, ppid: u32, comm: &str) -> HostProcess {
 #[test]
 fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     let mut app = app();
-    assert!(!app.want_process_table.load(Ordering::Relaxed));
-    press(&mut app, KeyCode::Char('t'));
-    assert!(app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('t')),
+        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: true })
+    );
     assert_eq!(
         pids(&app),
         [100, 200, 300, 400],
@@ -443,16 +454,18 @@ fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     assert_eq!(targets[0].command.as_deref(), Some("pt_data_worker"));
     press(&mut app, KeyCode::Esc);
 
-    press(&mut app, KeyCode::Char('t'));
-    assert!(!app.want_process_table.load(Ordering::Relaxed));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('t')),
+        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: false })
+    );
     assert_eq!(pids(&app), [100, 300, 200, 400]);
 }
 
 #[test]
 fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
     let mut app = app();
-    app.set_screen(Rect::new(0, 0, 100, 30));
-    let ui::layout::Plan::Screen(areas) = ui::layout::plan(app.view.screen, &app) else {
+    lay_out(&mut app, Rect::new(0, 0, 100, 30));
+    let Plan::Screen(areas) = &app.view.plan else {
         panic!("screen too small");
     };
     let table = areas.processes;
@@ -483,7 +496,7 @@ fn page_keys_move_by_the_tables_height() {
         .map(|k| gpu_process(1000 + k, 0, "u", "python"))
         .collect();
     app.on_snapshot(Arc::new(many));
-    app.set_screen(Rect::new(0, 0, 100, 30));
+    lay_out(&mut app, Rect::new(0, 0, 100, 30));
     let page = app.view.page_rows;
     assert!(page > 3, "{page}");
     press(&mut app, KeyCode::PageDown);

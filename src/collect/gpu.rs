@@ -1,7 +1,12 @@
 //! The GPU source trait. The real implementation is [`super::nvml::NvmlSource`]; unit tests use
 //! small fakes, end-to-end tests the fake `libnvidia-ml.so.1` under `tests/fake-nvml`.
 
+use std::sync::Arc;
+
 use crate::model::{DriverInfo, GpuProcess, GpuSample};
+
+/// Builds the GPU source; runs on the sampler's driver thread because loading may block.
+pub type GpuLoader = Box<dyn FnOnce() -> Arc<dyn GpuSource> + Send>;
 
 /// One reading of one GPU: its figures and the processes on it (GPU-side fields only).
 #[derive(Debug, Clone, PartialEq, Default)]

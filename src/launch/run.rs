@@ -13,7 +13,7 @@ use std::process::Command;
 
 use super::prepare_site_dir;
 use super::target::file_name;
-use crate::collect::agent::default_socket_dir;
+use crate::protocol::default_socket_dir;
 
 /// The command `torchtop run` will exec, and what to warn about first.
 #[derive(Debug)]

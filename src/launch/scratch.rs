@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::trusted::{FreshDir, TrustedDir};
-use crate::collect::agent::effective_uid;
+use crate::sys::effective_uid;
 
 /// The most read back from a result file (the target writes it; one short JSON line).
 const RESULT_LIMIT: usize = 64 << 10;

@@ -124,7 +124,7 @@ mod tests {
             "{code}\nimport sys\nprint('leftover' if '_torchtop_attach' in globals() else 'clean', sys.modules['torchtop_agent'].socket_path())\n"
         );
         let Some(out) = python_runs(&program, true) else {
-            println!("skipped: python3 is not installed");
+            crate::test_ci::skip_or_fail("python3 is not installed");
             return;
         };
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -155,7 +155,7 @@ mod tests {
         ] {
             let program = format!("{code}\nimport sys\nprint('torchtop_agent' in sys.modules)\n");
             let Some(out) = python_runs(&program, true) else {
-                println!("skipped: python3 is not installed");
+                crate::test_ci::skip_or_fail("python3 is not installed");
                 return;
             };
             assert!(out.status.success());

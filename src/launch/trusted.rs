@@ -19,7 +19,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::collect::agent::effective_uid;
+use crate::sys::effective_uid;
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
@@ -318,9 +318,9 @@ impl Drop for FreshDir {
 /// 16 hex digits from the kernel's random source, for names nobody can predict.
 fn random_hex() -> String {
     let mut bytes = [0u8; 8];
-    // SAFETY: the buffer is writable for its whole length; getrandom writes at most that much.
-    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if got != bytes.len() as isize {
+    // The getrandom crate, not libc::getrandom: that symbol needs glibc 2.25 (the wheels are
+    // built for glibc 2.17), and the crate falls back to /dev/urandom on kernels before 3.17.
+    if getrandom::fill(&mut bytes).is_err() {
         // Still unique enough with O_EXCL retries: the time and our pid.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

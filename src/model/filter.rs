@@ -5,11 +5,11 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use super::process::GpuProcess;
-use crate::actions::ProcessIdentity;
+use super::ProcessIdentity;
 
 /// True when `filter` is empty, is a case-insensitive part of the command or the user, or is
 /// the start of the pid ("12" matches 1234).
-pub fn matches(filter: &str, p: &GpuProcess) -> bool {
+pub(crate) fn matches(filter: &str, p: &GpuProcess) -> bool {
     let needle = filter.trim();
     if needle.is_empty() {
         return true;
@@ -27,17 +27,17 @@ pub fn matches(filter: &str, p: &GpuProcess) -> bool {
 /// Tagged processes, keyed by identity so a tag never moves to a new process that reuses the
 /// pid.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tags {
+pub(crate) struct Tags {
     tagged: BTreeSet<ProcessIdentity>,
 }
 
 impl Tags {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Tags::default()
     }
 
     /// Tags an untagged process and untags a tagged one; returns whether it is now tagged.
-    pub fn toggle(&mut self, id: ProcessIdentity) -> bool {
+    pub(crate) fn toggle(&mut self, id: ProcessIdentity) -> bool {
         if self.tagged.remove(&id) {
             false
         } else {
@@ -46,44 +46,33 @@ impl Tags {
         }
     }
 
-    pub fn contains(&self, id: &ProcessIdentity) -> bool {
+    pub(crate) fn contains(&self, id: &ProcessIdentity) -> bool {
         self.tagged.contains(id)
     }
 
-    /// Whether this row's process is tagged; a row without a start time never is.
-    pub fn contains_row(&self, p: &GpuProcess) -> bool {
-        ProcessIdentity::of_gpu_process(p).is_some_and(|id| self.contains(&id))
-    }
-
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.tagged.clear();
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.tagged.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tagged.len()
     }
 
     /// Tagged identities, by pid.
-    pub fn iter(&self) -> impl Iterator<Item = &ProcessIdentity> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ProcessIdentity> {
         self.tagged.iter()
-    }
-
-    /// Drops tags of processes that are no longer among `rows` (exited, or pid reused).
-    pub fn retain_alive(&mut self, rows: &[GpuProcess]) {
-        let alive: BTreeSet<ProcessIdentity> = rows
-            .iter()
-            .filter_map(ProcessIdentity::of_gpu_process)
-            .collect();
-        self.tagged.retain(|id| alive.contains(id));
     }
 }
 
 /// What an action applies to: the tagged processes (by pid), or else the selected one.
-pub fn action_targets(tags: &Tags, selected: Option<ProcessIdentity>) -> Vec<ProcessIdentity> {
+pub(crate) fn action_targets(
+    tags: &Tags,
+    selected: Option<ProcessIdentity>,
+) -> Vec<ProcessIdentity> {
     if tags.is_empty() {
         selected.into_iter().collect()
     } else {
@@ -93,7 +82,7 @@ pub fn action_targets(tags: &Tags, selected: Option<ProcessIdentity>) -> Vec<Pro
 
 /// A column the process table can be sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SortKey {
+pub(crate) enum SortKey {
     Pid,
     User,
     Gpu,
@@ -107,7 +96,7 @@ pub enum SortKey {
 
 impl SortKey {
     /// Every key, in the order of the sort menu and of stepping.
-    pub const ALL: [SortKey; 9] = [
+    pub(crate) const ALL: [SortKey; 9] = [
         SortKey::Pid,
         SortKey::User,
         SortKey::Gpu,
@@ -120,7 +109,7 @@ impl SortKey {
     ];
 
     /// The column heading it sorts.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             SortKey::Pid => "PID",
             SortKey::User => "USER",
@@ -135,13 +124,13 @@ impl SortKey {
     }
 
     /// The next key in [`SortKey::ALL`], wrapping around.
-    pub fn next(self) -> SortKey {
+    pub(crate) fn next(self) -> SortKey {
         let i = self.position();
         SortKey::ALL[(i + 1) % SortKey::ALL.len()]
     }
 
     /// The previous key in [`SortKey::ALL`], wrapping around.
-    pub fn prev(self) -> SortKey {
+    pub(crate) fn prev(self) -> SortKey {
         let i = self.position();
         SortKey::ALL[(i + SortKey::ALL.len() - 1) % SortKey::ALL.len()]
     }
@@ -154,7 +143,7 @@ impl SortKey {
 /// Sorts ascending by `key`, or descending with `reverse`. Rows whose value is missing (N/A)
 /// go last in both directions; ties are broken by pid then GPU, always ascending, so the order
 /// is stable between refreshes.
-pub fn sort_processes(rows: &mut [GpuProcess], key: SortKey, reverse: bool) {
+pub(crate) fn sort_processes(rows: &mut [GpuProcess], key: SortKey, reverse: bool) {
     rows.sort_by(|a, b| {
         compare_by(key, a, b, reverse)
             .then(a.pid.cmp(&b.pid))
@@ -259,24 +248,8 @@ mod tests {
         assert!(!tags.contains(&id(20)));
         // Same pid, another start time: another process, not tagged.
         assert!(!tags.contains(&ProcessIdentity::new(10, 1)));
-        let mut reused = row(10, "bob", "sleep");
-        reused.start_ticks = Some(1);
-        assert!(!tags.contains_row(&reused));
-        assert!(tags.contains_row(&row(10, "alice", "python")));
         tags.clear();
         assert!(tags.is_empty());
-    }
-
-    #[test]
-    fn retain_alive_drops_exited_and_reused_processes() {
-        let mut tags = Tags::new();
-        for pid in [10, 20, 30] {
-            tags.toggle(id(pid));
-        }
-        let mut reused = row(30, "bob", "sleep");
-        reused.start_ticks = Some(5);
-        tags.retain_alive(&[row(10, "a", "x"), reused]);
-        assert_eq!(tags.iter().copied().collect::<Vec<_>>(), vec![id(10)]);
     }
 
     #[test]

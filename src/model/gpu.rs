@@ -45,6 +45,8 @@ pub struct GpuSample {
     pub memory_utilization_percent: Option<u32>,
     pub memory_used_bytes: Option<u64>,
     pub memory_total_bytes: Option<u64>,
+    /// Free as NVML reports it: total minus used minus what the driver reserves.
+    pub memory_free_bytes: Option<u64>,
     pub temperature_c: Option<u32>,
     pub power_w: Option<f64>,
     pub power_limit_w: Option<f64>,
@@ -64,6 +66,13 @@ pub struct GpuSample {
     pub ecc_enabled: Option<bool>,
     pub ecc_volatile_corrected: Option<u64>,
     pub ecc_volatile_uncorrected: Option<u64>,
+    /// Energy used since the driver was loaded, in millijoules (Volta and later).
+    pub energy_millijoules: Option<u64>,
+    /// Rows of memory remapped after correctable / uncorrectable errors (Ampere and later).
+    pub remapped_rows_correctable: Option<u64>,
+    pub remapped_rows_uncorrectable: Option<u64>,
+    /// Whether a row remapping has failed (the GPU needs service).
+    pub remapped_rows_failed: Option<bool>,
     /// Values the driver reported out of physical range, shown as null instead.
     #[serde(default)]
     pub implausible: Implausible,

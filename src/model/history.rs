@@ -1,85 +1,79 @@
-//! Recent values per GPU and per agent, for the sparklines. Fed one snapshot at a time.
+//! Recent values per GPU and per agent, for the sparklines. Fed one snapshot at a time; a GPU
+//! or a (process, device) pair that is not in a snapshot loses its history, so a long run with
+//! processes and devices that come and go holds only the series of those still there.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use super::Snapshot;
 
 /// How much history the sparklines keep, in wall time.
-pub const HISTORY_SPAN_SECONDS: f64 = 300.0;
+pub(crate) const HISTORY_SPAN_SECONDS: f64 = 300.0;
 
 /// A bounded series of samples; `None` is a gap (the value was N/A at that sample).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     values: VecDeque<Option<f64>>,
     capacity: usize,
 }
 
 impl Series {
-    pub fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Series {
             values: VecDeque::with_capacity(capacity.min(4096)),
             capacity: capacity.max(1),
         }
     }
 
-    pub fn push(&mut self, value: Option<f64>) {
+    pub(crate) fn push(&mut self, value: Option<f64>) {
         if self.values.len() == self.capacity {
             self.values.pop_front();
         }
         self.values.push_back(value);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.values.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Option<f64>> + ExactSizeIterator + '_ {
+    pub(crate) fn iter(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = Option<f64>> + ExactSizeIterator + '_ {
         self.values.iter().copied()
     }
 
-    /// The newest `n` samples, oldest first.
-    pub fn last_n(&self, n: usize) -> impl Iterator<Item = Option<f64>> + '_ {
-        self.values
-            .iter()
-            .skip(self.values.len().saturating_sub(n))
-            .copied()
-    }
-
-    pub fn latest(&self) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn latest(&self) -> Option<f64> {
         self.values.back().copied().flatten()
     }
 }
 
 /// The history of one GPU.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuHistory {
-    pub utilization_percent: Series,
-    pub memory_used_bytes: Series,
-    pub power_w: Series,
+pub(crate) struct GpuHistory {
+    pub(crate) utilization_percent: Series,
+    pub(crate) memory_used_bytes: Series,
+    pub(crate) power_w: Series,
 }
 
 /// The history of one process's allocator on one device.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AllocatorHistory {
-    pub allocated_bytes: Series,
-    pub reserved_bytes: Series,
+pub(crate) struct AllocatorHistory {
+    pub(crate) allocated_bytes: Series,
+    pub(crate) reserved_bytes: Series,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct History {
+pub(crate) struct History {
     capacity: usize,
-    pub gpus: BTreeMap<u32, GpuHistory>,
+    pub(crate) gpus: BTreeMap<u32, GpuHistory>,
     /// Keyed by (pid, device index).
-    pub allocators: BTreeMap<(u32, u32), AllocatorHistory>,
+    pub(crate) allocators: BTreeMap<(u32, u32), AllocatorHistory>,
 }
 
 impl History {
     /// A history long enough to hold `HISTORY_SPAN_SECONDS` at one sample per `interval_seconds`.
-    pub fn for_interval(interval_seconds: f64) -> Self {
+    pub(crate) fn for_interval(interval_seconds: f64) -> Self {
         let samples = (HISTORY_SPAN_SECONDS / interval_seconds.max(0.05)).ceil() as usize + 1;
         History {
             capacity: samples.clamp(2, 6001),
@@ -87,11 +81,11 @@ impl History {
         }
     }
 
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
-    pub fn record(&mut self, snapshot: &Snapshot) {
+    pub(crate) fn record(&mut self, snapshot: &Snapshot) {
         let capacity = self.capacity;
         let new_series = || Series::with_capacity(capacity);
         for gpu in &snapshot.gpus {
@@ -108,6 +102,8 @@ impl History {
                 .push(gpu.memory_used_bytes.map(|b| b as f64));
             entry.power_w.push(gpu.power_w);
         }
+        self.gpus
+            .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));
         let mut seen = Vec::new();
         for process in &snapshot.processes {
             let Some(torch) = &process.torch else {
@@ -159,6 +155,46 @@ mod tests {
         let util = &history.gpus[&0].utilization_percent;
         assert_eq!(util.len(), history.capacity());
         assert_eq!(util.latest(), Some(f64::from(399 % 101)));
+    }
+
+    #[test]
+    fn gpus_and_processes_that_have_gone_lose_their_history() {
+        use crate::model::{DeviceAllocatorStats, GpuProcess, ProcessKind, TorchInfo};
+        let mut history = History::for_interval(0.1);
+        for tick in 0..2000u32 {
+            // Two GPUs at a time out of an ever-changing set, and a new process every 10 ticks
+            // with two devices of its own.
+            let mut snap = Snapshot::default();
+            for index in [tick / 50, tick / 50 + 1] {
+                snap.gpus.push(GpuSample {
+                    index,
+                    utilization_percent: Some(tick % 100),
+                    ..Default::default()
+                });
+            }
+            for pid in [1, 1000 + tick / 10] {
+                let mut process = GpuProcess::new(pid, 0, ProcessKind::Compute);
+                let device = |index| DeviceAllocatorStats {
+                    index,
+                    allocated_bytes: Some(u64::from(tick)),
+                    ..Default::default()
+                };
+                process.torch = Some(TorchInfo {
+                    devices: vec![device(0), device(1 + tick / 10)],
+                    ..Default::default()
+                });
+                snap.processes.push(process);
+            }
+            history.record(&snap);
+            assert_eq!(history.gpus.len(), 2, "tick {tick}");
+            assert_eq!(history.allocators.len(), 4, "tick {tick}");
+        }
+        let series = history.gpus.values().next().unwrap();
+        assert!(
+            series.utilization_percent.len() <= 100,
+            "a GPU keeps only its own span"
+        );
+        assert_eq!(history.allocators[&(1, 0)].allocated_bytes.len(), 2000);
     }
 
     #[test]

@@ -2,20 +2,22 @@
 //! the rules and `--once` read. Nothing here does I/O. Every value a source may fail to report
 //! is an `Option`; `None` is shown as N/A and serialized as JSON `null`, never as 0.
 
-pub mod filter;
+pub(crate) mod filter;
 pub mod gpu;
-pub mod history;
+pub(crate) mod history;
 pub mod host;
+pub mod identity;
 pub mod job;
 pub mod process;
 pub mod snapshot;
 pub mod torch;
-pub mod tree;
+pub(crate) mod tree;
 pub mod warning;
 
 pub use gpu::{DriverInfo, GpuSample, GpuState, Implausible};
-pub use history::History;
+pub(crate) use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
+pub use identity::ProcessIdentity;
 pub use job::{Job, JobRank};
 pub use process::{GpuProcess, HostProcess, LaunchEnv, ProcessKind};
 pub use snapshot::Snapshot;

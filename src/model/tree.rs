@@ -19,7 +19,7 @@ use super::process::{GpuProcess, HostProcess};
 
 /// Why a row is in the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TreeRole {
+pub(crate) enum TreeRole {
     /// It holds a GPU.
     Gpu,
     /// It descends from a GPU process and holds no GPU itself (checked before `Ancestor`: a
@@ -31,28 +31,29 @@ pub enum TreeRole {
 
 /// One line of the tree view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeRow {
+pub(crate) struct TreeRow {
     /// 0 for a root.
-    pub depth: usize,
-    pub pid: u32,
+    pub(crate) depth: usize,
+    pub(crate) pid: u32,
     /// Drawn before the command: "" for a root, else guides such as "│  └─ ".
-    pub prefix: String,
-    pub role: TreeRole,
+    pub(crate) prefix: String,
+    pub(crate) role: TreeRole,
     /// Index into the host table; `None` for a GPU process /proc does not show (another
     /// container, or already gone).
-    pub host: Option<usize>,
+    pub(crate) host: Option<usize>,
     /// Indices into the GPU process slice: one per GPU the process holds, empty for others.
-    pub gpu: Vec<usize>,
+    pub(crate) gpu: Vec<usize>,
 }
 
 impl TreeRow {
-    pub fn is_gpu(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_gpu(&self) -> bool {
         self.role == TreeRole::Gpu
     }
 }
 
 /// Builds the tree rows for `gpu` from the host process `table`.
-pub fn build_tree(gpu: &[GpuProcess], table: &[HostProcess]) -> Vec<TreeRow> {
+pub(crate) fn build_tree(gpu: &[GpuProcess], table: &[HostProcess]) -> Vec<TreeRow> {
     let index = TableIndex::new(table);
     let gpu_rows = gpu_indices_by_pid(gpu);
     let gpu_pids: BTreeSet<u32> = gpu_rows.keys().copied().collect();

@@ -8,7 +8,7 @@ use super::codec::{self, Corrupt, Result};
 /// The first eight bytes of every recording.
 pub(crate) const MAGIC: &[u8; 8] = b"\x89TTREC\r\n";
 /// The recording format this torchtop writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 /// A header's description may be at most this long.
 pub(crate) const MAX_META: usize = 64 * 1024;
 /// The start of a block.
@@ -24,18 +24,18 @@ pub(crate) const MAX_FRAME_BYTES: usize = 32 << 20;
 
 /// What the header says about the recording, as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// The torchtop version that wrote the file.
-    pub torchtop: String,
-    pub host: Option<String>,
+    pub(crate) torchtop: String,
+    pub(crate) host: Option<String>,
     /// The refresh interval of the sampler.
-    pub interval_seconds: f64,
+    pub(crate) interval_seconds: f64,
     /// When the recording started, RFC 3339.
-    pub started: String,
+    pub(crate) started: String,
     /// The `--json` schema of the snapshots inside.
-    pub snapshot_schema: u32,
+    pub(crate) snapshot_schema: u32,
     /// A key frame comes at least this often, in frames.
-    pub key_every: u32,
+    pub(crate) key_every: u32,
 }
 
 pub(crate) fn put_header(out: &mut Vec<u8>, meta: &Meta) {
@@ -130,9 +130,9 @@ pub(crate) fn read_block_header(bytes: &[u8]) -> Option<(u32, f64)> {
 /// What the trailer of a block says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Trailer {
-    pub frames: u32,
-    pub compressed_len: u64,
-    pub compressed_crc: u32,
+    pub(crate) frames: u32,
+    pub(crate) compressed_len: u64,
+    pub(crate) compressed_crc: u32,
 }
 
 pub(crate) fn trailer(t: Trailer) -> [u8; TRAILER_LEN] {
@@ -161,11 +161,11 @@ pub(crate) fn read_trailer(bytes: &[u8]) -> Option<Trailer> {
 /// The fixed part of a frame record.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FrameHead {
-    pub key: bool,
+    pub(crate) key: bool,
     /// The snapshot's `unix_seconds`.
-    pub time: f64,
+    pub(crate) time: f64,
     /// What happened at this frame ([`super::marks`]).
-    pub marks: u64,
+    pub(crate) marks: u64,
 }
 
 /// Appends one frame record: its length, the head and body, and their CRC32.
@@ -183,11 +183,11 @@ pub(crate) fn put_frame(out: &mut Vec<u8>, head: FrameHead, body: &[u8]) {
 /// One frame record read from a block: its head, and where its body lies in `bytes`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FrameRecord {
-    pub head: FrameHead,
-    pub body_start: usize,
-    pub body_end: usize,
+    pub(crate) head: FrameHead,
+    pub(crate) body_start: usize,
+    pub(crate) body_end: usize,
     /// Where the next record starts.
-    pub next: usize,
+    pub(crate) next: usize,
 }
 
 /// The outcome of reading a record at `at`: a record, the clean end of the bytes, or why not.

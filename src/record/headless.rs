@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGTERM};
@@ -15,9 +15,9 @@ use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGTERM};
 use super::table::TableSchedule;
 use super::writer::{Feeder, Recorder};
 use super::{RecordError, RecordOptions};
-use crate::collect::sampler::{self, GpuLoader, SamplerConfig};
+use crate::format::escape;
 use crate::model::Snapshot;
-use crate::ui::format::escape;
+use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 
 /// The longest `--duration`: a year.
 const MAX_DURATION: Duration = Duration::from_secs(366 * 86_400);
@@ -43,12 +43,12 @@ enum Stop {
 /// What was recorded, for the closing sentence.
 #[derive(Debug, Clone)]
 pub struct Recorded {
-    pub path: PathBuf,
-    pub frames: u64,
-    pub bytes: u64,
-    pub seconds: f64,
-    pub dropped: u64,
-    pub why: String,
+    pub(crate) path: PathBuf,
+    pub(crate) frames: u64,
+    pub(crate) bytes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) dropped: u64,
+    pub(crate) why: String,
 }
 
 impl std::fmt::Display for Recorded {
@@ -57,9 +57,9 @@ impl std::fmt::Display for Recorded {
             f,
             "recorded {} frames over {} to {} ({}); {}",
             self.frames,
-            crate::ui::format::duration(self.seconds),
+            crate::format::duration(self.seconds),
             escape(&self.path.display().to_string()),
-            crate::ui::format::bytes(self.bytes),
+            crate::format::bytes(self.bytes),
             self.why
         )?;
         if self.dropped > 0 {
@@ -92,8 +92,11 @@ pub fn run(
     );
     let (stops_tx, stops) = mpsc::channel::<Stop>();
     watch_signals(stops_tx.clone())?;
-    let publish = publisher(&options, &config, recorder.feeder(), stops_tx);
-    let _requests = sampler::spawn_loop(config, loader, publish);
+    let requests = Arc::new(OnceLock::new());
+    let publish = publisher(&options, requests.clone(), recorder.feeder(), stops_tx);
+    // The publisher runs on the sampler's thread, which exists only once spawned: it finds the
+    // request channel here from then on (a table asked for at the very first tick waits a tick).
+    let _ = requests.set(sampler::spawn_loop(config, loader, publish));
     let why = match stops.recv() {
         Ok(Stop::Duration) => "the duration is over".to_string(),
         Ok(Stop::Signal(signal)) => format!("stopped by signal {signal}"),
@@ -131,17 +134,19 @@ fn watch_signals(stops: mpsc::Sender<Stop>) -> Result<(), RecordError> {
 /// writer, ask for the process table when it is due, and stop when the time is up.
 fn publisher(
     options: &HeadlessOptions,
-    config: &SamplerConfig,
+    requests: Arc<OnceLock<mpsc::Sender<SamplerRequest>>>,
     feeder: Feeder,
     stops: mpsc::Sender<Stop>,
 ) -> impl FnMut(Snapshot) -> bool + Send + 'static {
     let started = Instant::now();
     let duration = options.duration;
     let json = options.json;
-    let want_table = config.want_process_table.clone();
     let mut schedule = TableSchedule::default();
     move |snapshot| {
-        want_table.store(schedule.want(&snapshot), Ordering::Relaxed);
+        let wanted = schedule.want(&snapshot);
+        if let Some(requests) = requests.get() {
+            let _ = requests.send(SamplerRequest::ProcessTable { wanted });
+        }
         if json && print_json(&snapshot).is_err() {
             let _ = stops.send(Stop::StdoutClosed);
             return false;
@@ -187,7 +192,7 @@ pub fn default_file_name() -> PathBuf {
 }
 
 /// `--duration`: "90s", "10m", "8h", "2d", or plain seconds; at most a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let shown = escape(text);
     let trimmed = text.trim();
     let duration = match trimmed.parse::<f64>() {
@@ -213,7 +218,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `--max-size`: bytes, or a number with K, M, G or T (powers of 1024; "MB", "MiB" too).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let shown = escape(text);
     let trimmed = text.trim();
     let split = trimmed

@@ -7,19 +7,21 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use super::headless::default_file_name;
 use super::table::TableSchedule;
 use super::{RecordError, RecordOptions, Recorder};
 use crate::app::App;
+use crate::format::{bytes, duration, escape};
 use crate::model::Snapshot;
-use crate::ui::format::{bytes, duration, escape};
+use crate::sampler::SamplerRequest;
 
 /// The environment variable naming where `R` writes recordings.
-pub const RECORD_DIR_ENV: &str = "TORCHTOP_RECORD_DIR";
+pub(crate) const RECORD_DIR_ENV: &str = "TORCHTOP_RECORD_DIR";
 
-pub struct LiveRecording {
+pub(crate) struct LiveRecording {
     recorder: Option<Recorder>,
     interval_seconds: f64,
     table: TableSchedule,
@@ -27,7 +29,7 @@ pub struct LiveRecording {
 }
 
 impl LiveRecording {
-    pub fn new(interval_seconds: f64) -> Self {
+    pub(crate) fn new(interval_seconds: f64) -> Self {
         LiveRecording {
             recorder: None,
             interval_seconds,
@@ -37,10 +39,10 @@ impl LiveRecording {
     }
 
     /// `R`: starts a recording, or stops the one running; the status line says where it is.
-    pub fn toggle(&mut self, app: &mut App) {
+    /// Stopping hands the process table back to the tree view's wish.
+    pub(crate) fn toggle(&mut self, app: &mut App, sampler: &Sender<SamplerRequest>) {
         if let Some(recorder) = self.recorder.take() {
-            app.want_process_table
-                .store(app.settings.tree, Ordering::Relaxed);
+            ask_table(sampler, app.settings.tree);
             let status = recorder.status().clone();
             let frames = status.frames.load(Ordering::Relaxed);
             app.badge = None;
@@ -78,13 +80,17 @@ impl LiveRecording {
 
     /// Hands the snapshot to the writer, asks the sampler for the process table when due (the
     /// tree view of the replay needs it now and then), and updates the indicator.
-    pub fn on_snapshot(&mut self, app: &mut App, snapshot: &Arc<Snapshot>) {
+    pub(crate) fn on_snapshot(
+        &mut self,
+        app: &mut App,
+        snapshot: &Arc<Snapshot>,
+        sampler: &Sender<SamplerRequest>,
+    ) {
         let Some(recorder) = &self.recorder else {
             return;
         };
         recorder.push(snapshot.clone());
-        let want = self.table.want(snapshot) || app.settings.tree;
-        app.want_process_table.store(want, Ordering::Relaxed);
+        ask_table(sampler, self.table.want(snapshot) || app.settings.tree);
         self.update_badge(app);
     }
 
@@ -107,6 +113,12 @@ impl LiveRecording {
             bytes(status.bytes.load(Ordering::Relaxed))
         ));
     }
+}
+
+/// Tells the sampler whether the next snapshots carry the process table. The sampler thread
+/// only stops when the UI does, so a failed send has no one to tell.
+fn ask_table(sampler: &Sender<SamplerRequest>, wanted: bool) {
+    let _ = sampler.send(SamplerRequest::ProcessTable { wanted });
 }
 
 /// Where `R` writes: see the module doc.

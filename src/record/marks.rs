@@ -7,19 +7,19 @@ use std::collections::BTreeSet;
 use crate::model::{GpuState, Snapshot, Subject, Warning};
 
 /// A warning that was not there at the frame before (by id and subject).
-pub const NEW_WARNING: u64 = 1;
+pub(crate) const NEW_WARNING: u64 = 1;
 /// An agent's out-of-memory count rose.
-pub const OOM: u64 = 2;
+pub(crate) const OOM: u64 = 2;
 /// A GPU changed state (ok, stale, lost), or GPUs came or went.
-pub const GPU_STATE: u64 = 4;
+pub(crate) const GPU_STATE: u64 = 4;
 /// A GPU process appeared.
-pub const PROCESS_CAME: u64 = 8;
+pub(crate) const PROCESS_CAME: u64 = 8;
 /// A GPU process went away.
-pub const PROCESS_WENT: u64 = 16;
+pub(crate) const PROCESS_WENT: u64 = 16;
 /// The frame carries the host process table (for the tree view); not an event.
-pub const HOST_TABLE: u64 = 32;
+pub(crate) const HOST_TABLE: u64 = 32;
 /// The marks `[` and `]` stop at.
-pub const EVENTS: u64 = NEW_WARNING | OOM | GPU_STATE | PROCESS_CAME | PROCESS_WENT;
+pub(crate) const EVENTS: u64 = NEW_WARNING | OOM | GPU_STATE | PROCESS_CAME | PROCESS_WENT;
 
 /// What a warning is about, comparable without copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -89,7 +89,7 @@ fn oom_rises(before: &Snapshot, now: &Snapshot) -> Vec<(u32, u32, u64, u64)> {
 }
 
 /// The marks of `now`, the frame after `before` (no event for the first frame).
-pub fn marks(before: Option<&Snapshot>, now: &Snapshot) -> u64 {
+pub(crate) fn marks(before: Option<&Snapshot>, now: &Snapshot) -> u64 {
     let table = if now.host_processes.is_empty() {
         0
     } else {
@@ -124,7 +124,7 @@ fn command(snapshot: &Snapshot, pid: u32) -> String {
         .iter()
         .find(|p| p.pid == pid)
         .and_then(|p| p.command.clone())
-        .map(|c| format!(" ({})", crate::ui::format::escape(&c)))
+        .map(|c| format!(" ({})", crate::format::escape(&c)))
         .unwrap_or_default()
 }
 
@@ -137,7 +137,7 @@ fn new_warnings<'a>(before: &Snapshot, now: &'a Snapshot) -> Vec<&'a Warning> {
 }
 
 /// Sentences for what changed from `before` to `now`, most important first.
-pub fn describe(before: &Snapshot, now: &Snapshot) -> Vec<String> {
+pub(crate) fn describe(before: &Snapshot, now: &Snapshot) -> Vec<String> {
     let mut out = Vec::new();
     for (pid, device, was, is) in oom_rises(before, now) {
         out.push(format!(
@@ -152,7 +152,7 @@ pub fn describe(before: &Snapshot, now: &Snapshot) -> Vec<String> {
             "new {:?} warning {}: {}",
             w.severity,
             w.id,
-            crate::ui::format::escape(&w.message)
+            crate::format::escape(&w.message)
         ));
     }
     let was: std::collections::BTreeMap<u32, GpuState> = gpu_states(before).into_iter().collect();

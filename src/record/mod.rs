@@ -16,12 +16,12 @@
 pub(crate) mod codec;
 mod de;
 pub(crate) mod delta;
-pub mod format;
+pub(crate) mod format;
 pub mod headless;
-pub mod live;
-pub mod marks;
+pub(crate) mod live;
+pub(crate) mod marks;
 pub mod reader;
-pub mod table;
+pub(crate) mod table;
 pub(crate) mod tokens;
 pub mod writer;
 
@@ -29,11 +29,12 @@ pub mod writer;
 mod tests;
 
 pub use reader::Recording;
-pub use writer::{RecordOptions, Recorder};
+pub use writer::RecordOptions;
+pub(crate) use writer::Recorder;
 
 /// A recording could not be written or read; the sentence says why and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordError(pub String);
+pub struct RecordError(pub(crate) String);
 
 impl std::fmt::Display for RecordError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -16,9 +16,9 @@ use zstd::zstd_safe::{DCtx, InBuffer, OutBuffer};
 use super::delta::Decoder;
 use super::format::{self, HeaderError, Meta, Next, BLOCK_HEADER_LEN, TRAILER_LEN};
 use super::RecordError;
+use crate::format::escape;
 use crate::model::snapshot::SCHEMA_VERSION;
 use crate::model::Snapshot;
-use crate::ui::format::escape;
 
 /// Where the bytes come from: a file, read piece by piece, or bytes in memory (the demo).
 enum Source {
@@ -65,8 +65,8 @@ pub struct FrameInfo {
     /// The snapshot's `unix_seconds`.
     pub time: f64,
     /// What happened at this frame ([`super::marks`]).
-    pub marks: u64,
-    pub key: bool,
+    pub(crate) marks: u64,
+    pub(crate) key: bool,
     block: u32,
     body_start: u32,
     body_end: u32,
@@ -89,7 +89,7 @@ pub struct Recording {
     source: Source,
     /// The file's name as sentences show it.
     name: String,
-    pub meta: Meta,
+    pub(crate) meta: Meta,
     frames: Vec<FrameInfo>,
     blocks: Vec<BlockInfo>,
     /// Sentences about the parts that could not be read.
@@ -105,7 +105,7 @@ pub struct Cursor {
 }
 
 /// "HH:MM:SS" (UTC) of a Unix time.
-pub fn clock(t: f64) -> String {
+pub(crate) fn clock(t: f64) -> String {
     let full = rfc3339(t);
     full.split_once('T')
         .map(|(_, rest)| rest.chars().take(8).collect())
@@ -113,7 +113,7 @@ pub fn clock(t: f64) -> String {
 }
 
 /// The RFC 3339 time (UTC, whole seconds) of a Unix time.
-pub fn rfc3339(t: f64) -> String {
+pub(crate) fn rfc3339(t: f64) -> String {
     let t = if t.is_finite() {
         t.clamp(0.0, 1e11)
     } else {
@@ -135,11 +135,11 @@ impl Recording {
         Self::load(Source::File { file, len }, name)
     }
 
-    pub fn from_bytes(name: &str, bytes: &'static [u8]) -> Result<Recording, RecordError> {
+    pub(crate) fn from_bytes(name: &str, bytes: &'static [u8]) -> Result<Recording, RecordError> {
         Self::load(Source::Bytes(Cow::Borrowed(bytes)), name.to_string())
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 

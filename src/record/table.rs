@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crate::model::Snapshot;
 
 /// The table is taken at least this often.
-pub const TABLE_EVERY: Duration = Duration::from_secs(300);
+pub(crate) const TABLE_EVERY: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Default)]
-pub struct TableSchedule {
+pub(crate) struct TableSchedule {
     /// Each GPU process's pid and number of children when the table was last taken.
     signature: Vec<(u32, Option<u32>)>,
     taken: Option<Instant>,
@@ -31,7 +31,7 @@ fn signature(snapshot: &Snapshot) -> Vec<(u32, Option<u32>)> {
 
 impl TableSchedule {
     /// Whether the next snapshot should carry the table, given this one.
-    pub fn want(&mut self, snapshot: &Snapshot) -> bool {
+    pub(crate) fn want(&mut self, snapshot: &Snapshot) -> bool {
         if !snapshot.host_processes.is_empty() {
             self.taken = Some(Instant::now());
             self.signature = signature(snapshot);

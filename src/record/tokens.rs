@@ -105,15 +105,15 @@ pub(crate) const SPLIT_FIELDS: [&str; 5] =
 /// A list split off the head: its field name and one token stream per element.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Group {
-    pub name: &'static str,
-    pub entities: Vec<Vec<Tok>>,
+    pub(crate) name: &'static str,
+    pub(crate) entities: Vec<Vec<Tok>>,
 }
 
 /// A snapshot as tokens: the head (everything but the split lists) and the groups.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Split {
-    pub head: Vec<Tok>,
-    pub groups: Vec<Group>,
+    pub(crate) head: Vec<Tok>,
+    pub(crate) groups: Vec<Group>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

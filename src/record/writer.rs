@@ -20,17 +20,17 @@ use super::{marks, RecordError};
 use crate::model::{tree::build_tree, Snapshot};
 
 /// A key frame at least this often, in frames (5 minutes at 1 Hz).
-pub const KEY_EVERY: u32 = 300;
+pub(crate) const KEY_EVERY: u32 = 300;
 /// A block holds at most this many frames (15 minutes at 1 Hz)...
-pub const BLOCK_FRAMES: u32 = 900;
+pub(crate) const BLOCK_FRAMES: u32 = 900;
 /// ... and at most this many bytes before compression.
 const BLOCK_RAW_BYTES: usize = 16 << 20;
 /// Compressed frames reach the file at least this often.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(2);
 /// With `--max-size`, the recording is split into this many files at most.
-pub const SEGMENTS: u64 = 4;
+pub(crate) const SEGMENTS: u64 = 4;
 /// The smallest `--max-size`.
-pub const MIN_MAX_SIZE: u64 = 1 << 20;
+pub(crate) const MIN_MAX_SIZE: u64 = 1 << 20;
 const ZSTD_LEVEL: i32 = 6;
 /// Snapshots waiting for the writer; more are dropped (and counted) rather than held.
 const QUEUE: usize = 64;
@@ -101,12 +101,12 @@ impl FileWriter {
         Ok(writer)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.options.path
     }
 
     /// Bytes written so far, in every file of this recording.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.earlier + self.written
     }
 
@@ -192,7 +192,7 @@ impl FileWriter {
     }
 
     /// Sends every frame written so far to the file.
-    pub fn flush(&mut self) -> Result<(), RecordError> {
+    pub(crate) fn flush(&mut self) -> Result<(), RecordError> {
         let Some(block) = self.block.as_mut() else {
             return Ok(());
         };
@@ -289,7 +289,7 @@ fn recordable(snapshot: &Snapshot) -> std::borrow::Cow<'_, Snapshot> {
 fn io_error(path: &Path, what: &str, error: &std::io::Error) -> RecordError {
     RecordError(format!(
         "could not {what} {}: {error}",
-        crate::ui::format::escape(&path.display().to_string())
+        crate::format::escape(&path.display().to_string())
     ))
 }
 
@@ -337,7 +337,7 @@ fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
         Some(false) => {
             return Err(RecordError(format!(
                 "{} exists and is not a torchtop recording: choose another name with -o",
-                crate::ui::format::escape(&path.display().to_string())
+                crate::format::escape(&path.display().to_string())
             )))
         }
         Some(true) => {}
@@ -351,7 +351,7 @@ fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
         if is_recording(&from)? != Some(true) {
             return Err(RecordError(format!(
                 "{} is not a torchtop recording, so it is left alone; choose another name with -o",
-                crate::ui::format::escape(&from.display().to_string())
+                crate::format::escape(&from.display().to_string())
             )));
         }
         if keep.is_some_and(|k| n + 1 >= k) {
@@ -371,19 +371,19 @@ fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
 
 /// What a running recording has done so far, for the header's indicator.
 #[derive(Debug)]
-pub struct RecorderStatus {
-    pub path: PathBuf,
-    pub started: Instant,
-    pub bytes: AtomicU64,
-    pub frames: AtomicU64,
+pub(crate) struct RecorderStatus {
+    pub(crate) path: PathBuf,
+    pub(crate) started: Instant,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) frames: AtomicU64,
     /// Snapshots dropped because the writer fell behind.
-    pub dropped: AtomicU64,
+    pub(crate) dropped: AtomicU64,
     /// Why the recording stopped early, if it did.
-    pub failed: Mutex<Option<String>>,
+    pub(crate) failed: Mutex<Option<String>>,
 }
 
 impl RecorderStatus {
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.failed.lock().map(|f| f.clone()).unwrap_or(None)
     }
 }
@@ -395,34 +395,34 @@ enum Message {
 }
 
 /// A recording in progress on a thread of its own.
-pub struct Recorder {
+pub(crate) struct Recorder {
     feeder: Feeder,
     thread: Option<JoinHandle<Result<u64, RecordError>>>,
 }
 
 /// Hands snapshots to a [`Recorder`] from any thread.
 #[derive(Clone)]
-pub struct Feeder {
+pub(crate) struct Feeder {
     messages: SyncSender<Message>,
     status: Arc<RecorderStatus>,
 }
 
 impl Feeder {
     /// Hands a snapshot to the writer without waiting; a full queue drops it (and counts it).
-    pub fn push(&self, snapshot: Arc<Snapshot>) {
+    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
         if let Err(TrySendError::Full(_)) = self.messages.try_send(Message::Frame(snapshot)) {
             self.status.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub fn status(&self) -> &Arc<RecorderStatus> {
+    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
         &self.status
     }
 }
 
 impl Recorder {
     /// Creates the file now (so that a bad path is reported at once) and starts the writer.
-    pub fn start(options: RecordOptions) -> Result<Self, RecordError> {
+    pub(crate) fn start(options: RecordOptions) -> Result<Self, RecordError> {
         let mut writer = FileWriter::create(options)?;
         let status = Arc::new(RecorderStatus {
             path: writer.path().to_path_buf(),
@@ -459,20 +459,20 @@ impl Recorder {
         })
     }
 
-    pub fn status(&self) -> &Arc<RecorderStatus> {
+    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
         &self.feeder.status
     }
 
-    pub fn feeder(&self) -> Feeder {
+    pub(crate) fn feeder(&self) -> Feeder {
         self.feeder.clone()
     }
 
-    pub fn push(&self, snapshot: Arc<Snapshot>) {
+    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
         self.feeder.push(snapshot);
     }
 
     /// Writes what is queued, closes the file and says how many bytes it holds.
-    pub fn stop(mut self) -> Result<u64, RecordError> {
+    pub(crate) fn stop(mut self) -> Result<u64, RecordError> {
         // Blocks only while the queue is full, which the writer empties.
         let _ = self.feeder.messages.send(Message::Stop);
         match self.thread.take().map(JoinHandle::join) {

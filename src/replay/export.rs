@@ -9,7 +9,7 @@ use crate::record::{RecordError, Recording};
 
 /// The frames from `from` to the end of the second `to` (times are written to the second, so
 /// `--to 02:15:30` includes the frames taken during that second).
-pub fn frames_between(
+pub(crate) fn frames_between(
     recording: &Recording,
     from: Option<f64>,
     to: Option<f64>,
@@ -24,7 +24,7 @@ pub fn frames_between(
 
 /// Writes one JSON line per frame; frames that cannot be decoded are reported on `errors` and
 /// left out. Returns how many lines were written.
-pub fn json_lines(
+pub(crate) fn json_lines(
     recording: &mut Recording,
     from: Option<f64>,
     to: Option<f64>,

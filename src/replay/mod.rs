@@ -8,12 +8,12 @@
 //! - [`export`], [`summary`]: the outputs for scripts and people.
 //! - [`time`]: reading the times the user types.
 
-pub mod export;
-pub mod player;
-pub mod summary;
-pub mod time;
-pub mod timebar;
-pub mod transport;
+pub(crate) mod export;
+pub(crate) mod player;
+pub(crate) mod summary;
+pub(crate) mod time;
+pub(crate) mod timebar;
+pub(crate) mod transport;
 
 use std::path::PathBuf;
 
@@ -26,9 +26,9 @@ use transport::Transport;
 
 /// The demo recording: an 8-GPU DDP job that fragments, leaks, straggles and runs out of
 /// memory (built by `tests/fixtures/demo/make_demo.sh`).
-pub const DEMO: &[u8] = include_bytes!("../../assets/demo.ttrec");
+pub(crate) const DEMO: &[u8] = include_bytes!("../../assets/demo.ttrec");
 /// The demo plays at this speed unless `--speed` says otherwise.
-pub const DEMO_SPEED: f64 = 16.0;
+pub(crate) const DEMO_SPEED: f64 = 16.0;
 
 #[derive(Debug, Clone, Default)]
 pub struct ReplayOptions {
@@ -43,14 +43,14 @@ pub struct ReplayOptions {
 }
 
 /// A replay in the TUI: the transport and the frames from the player.
-pub struct Session {
-    pub transport: Transport,
-    pub updates: UnboundedReceiver<Update>,
+pub(crate) struct Session {
+    pub(crate) transport: Transport,
+    pub(crate) updates: UnboundedReceiver<Update>,
 }
 
 impl Session {
     /// Shows one update: the history first when it was rebuilt, then the frame.
-    pub fn apply(&mut self, app: &mut App, update: Update) {
+    pub(crate) fn apply(&mut self, app: &mut App, update: Update) {
         if let Some(history) = update.history {
             app.history = history;
         }
@@ -93,8 +93,17 @@ fn range(
     Ok((read(&options.from)?, read(&options.to)?))
 }
 
-/// Runs `torchtop replay` as the options say.
-pub fn run(options: ReplayOptions) -> Result<(), RecordError> {
+/// What `torchtop replay` leaves to the TUI: the monitor's app set up for the recording, and the
+/// session that feeds it ([`crate::event::run_replay`] runs it; this module sits below the event
+/// loop and does not call it).
+pub struct Tui {
+    pub(crate) app: App,
+    pub(crate) session: Session,
+}
+
+/// Runs `torchtop replay` as the options say: `--json` and `--summary` are printed here; for
+/// the TUI, the app and the playing session are returned.
+pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
     let mut recording = open(&options)?;
     let (from, to) = range(&options, &recording)?;
     let stderr = &mut std::io::stderr();
@@ -106,11 +115,11 @@ pub fn run(options: ReplayOptions) -> Result<(), RecordError> {
     if options.json {
         let stdout = &mut std::io::stdout().lock();
         export::json_lines(&mut recording, from, to, stdout, stderr)?;
-        return Ok(());
+        return Ok(None);
     }
     if options.summary {
         print!("{}", summary::summary(&mut recording, from, to)?);
-        return Ok(());
+        return Ok(None);
     }
     if recording.frames().is_empty() {
         let mut sentence = format!("{} holds no frame to replay", recording.name());
@@ -119,14 +128,14 @@ pub fn run(options: ReplayOptions) -> Result<(), RecordError> {
         }
         return Err(RecordError(sentence));
     }
-    tui(recording, &options, from)
+    tui(recording, &options, from).map(Some)
 }
 
 fn tui(
     recording: Recording,
     options: &ReplayOptions,
     from: Option<f64>,
-) -> Result<(), RecordError> {
+) -> Result<Tui, RecordError> {
     let start = from.map_or(0, |t| recording.frames().partition_point(|f| f.time < t));
     let speed = options
         .speed
@@ -148,6 +157,5 @@ fn tui(
         transport: Transport::new(commands),
         updates,
     };
-    crate::event::run_replay(app, session)
-        .map_err(|e| RecordError(format!("the replay failed: {e}")))
+    Ok(Tui { app, session })
 }

@@ -15,11 +15,11 @@ use crate::record::reader::{clock, Cursor};
 use crate::record::Recording;
 
 /// The speeds `+` and `-` step through.
-pub const SPEEDS: [f64; 10] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+pub(crate) const SPEEDS: [f64; 10] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
 /// What the transport asks of the player.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Command {
+pub(crate) enum Command {
     TogglePause,
     /// Pause and move by this many frames.
     Step(i64),
@@ -33,27 +33,27 @@ pub enum Command {
 
 /// Where the player stands, for the time bar.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Position {
-    pub index: usize,
-    pub count: usize,
-    pub time: f64,
-    pub start: f64,
-    pub end: f64,
-    pub paused: bool,
-    pub speed: f64,
+pub(crate) struct Position {
+    pub(crate) index: usize,
+    pub(crate) count: usize,
+    pub(crate) time: f64,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) paused: bool,
+    pub(crate) speed: f64,
     /// Times of the frames with marks (warnings, OOMs, state changes).
-    pub events: Arc<Vec<f64>>,
+    pub(crate) events: Arc<Vec<f64>>,
 }
 
 /// One frame to show.
-pub struct Update {
+pub(crate) struct Update {
     /// `None` when only the position changed (pause, speed).
-    pub snapshot: Option<Arc<Snapshot>>,
+    pub(crate) snapshot: Option<Arc<Snapshot>>,
     /// The history up to (not including) this frame, when it had to be built again.
-    pub history: Option<History>,
-    pub position: Position,
+    pub(crate) history: Option<History>,
+    pub(crate) position: Position,
     /// A sentence for the status line: what happened at an event, the end of the recording.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 struct Player {
@@ -72,7 +72,7 @@ struct Player {
 }
 
 /// Starts the player on frame `start`; returns where to send commands.
-pub fn spawn(
+pub(crate) fn spawn(
     recording: Recording,
     start: usize,
     speed: f64,

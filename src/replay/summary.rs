@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::format::{bytes, escape};
 use crate::model::{Severity, Snapshot, Subject};
 use crate::record::marks;
 use crate::record::reader::{clock, rfc3339, Cursor};
 use crate::record::{RecordError, Recording};
-use crate::ui::format::{bytes, escape};
 
 /// The most lines one section prints; the rest is counted.
 const MAX_LINES: usize = 200;
@@ -167,7 +167,7 @@ impl Tally {
 }
 
 /// Reads the frames in `[from, to]` and writes the summary.
-pub fn summary(
+pub(crate) fn summary(
     recording: &mut Recording,
     from: Option<f64>,
     to: Option<f64>,
@@ -210,7 +210,7 @@ fn render(recording: &Recording, tally: &Tally) -> String {
         "from {} to {} ({}, {} frames)",
         rfc3339(first),
         rfc3339(tally.last),
-        crate::ui::format::duration(tally.last - first),
+        crate::format::duration(tally.last - first),
         tally.frames
     );
     for issue in recording.issues.iter().chain(&tally.skipped) {

@@ -5,9 +5,9 @@
 /// - `02:15` or `02:15:30`: that UTC clock time, the first one at or after the start;
 /// - `+10m`, `+90s`: that long after the start; `-5m`: that long before the end;
 /// - an RFC 3339 time such as `2026-01-30T02:15:00Z`.
-pub fn parse_time(text: &str, start: f64, end: f64) -> Result<f64, String> {
+pub(crate) fn parse_time(text: &str, start: f64, end: f64) -> Result<f64, String> {
     let text = text.trim();
-    let shown = crate::ui::format::escape(text);
+    let shown = crate::format::escape(text);
     let offset = |rest: &str| -> Result<f64, String> {
         let rest = rest.trim();
         if let Ok(seconds) = rest.parse::<f64>() {
@@ -41,7 +41,7 @@ pub fn parse_time(text: &str, start: f64, end: f64) -> Result<f64, String> {
 }
 
 /// How times may be written, for error sentences and prompts.
-pub const HOW: &str =
+pub(crate) const HOW: &str =
     "write HH:MM or HH:MM:SS (UTC), +10m from the start, -5m from the end, or an RFC 3339 time";
 
 /// Seconds since midnight of "HH:MM" or "HH:MM:SS".

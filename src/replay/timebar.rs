@@ -11,13 +11,13 @@ use ratatui::{
 
 use super::player::Position;
 use super::transport::{input_hint, Transport};
+use crate::format::escape;
 use crate::record::reader::clock;
-use crate::ui::format::escape;
-use crate::ui::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const KEYS: &str = "Space play/pause  Left/Right step  +/- speed  g go to  [ ] events";
 
-pub fn render(frame: &mut Frame, area: Rect, transport: &Transport, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, transport: &Transport, theme: Theme) {
     let line = match (&transport.input, &transport.position) {
         (Some(text), _) => prompt(text, transport, theme),
         (None, Some(position)) => bar(position, area.width, theme),

@@ -14,17 +14,17 @@ use crate::record::reader::clock;
 /// The longest time that may be typed after `g`.
 const MAX_INPUT: usize = 40;
 
-pub struct Transport {
+pub(crate) struct Transport {
     commands: Sender<Command>,
     /// Where the player stands, once it has said.
-    pub position: Option<Position>,
+    pub(crate) position: Option<Position>,
     /// The time being typed after `g`, and why the last Enter was refused.
-    pub input: Option<String>,
-    pub input_error: Option<String>,
+    pub(crate) input: Option<String>,
+    pub(crate) input_error: Option<String>,
 }
 
 impl Transport {
-    pub fn new(commands: Sender<Command>) -> Self {
+    pub(crate) fn new(commands: Sender<Command>) -> Self {
         Transport {
             commands,
             position: None,
@@ -40,7 +40,7 @@ impl Transport {
     }
 
     /// Handles `key` if it is the replay's; `None` leaves it to the monitor's keys.
-    pub fn on_key(&mut self, app: &mut App, key: KeyEvent) -> Option<Effect> {
+    pub(crate) fn on_key(&mut self, app: &mut App, key: KeyEvent) -> Option<Effect> {
         if key.modifiers.contains(KeyModifiers::CONTROL) {
             return None;
         }
@@ -142,7 +142,7 @@ fn refusal(app: &App, code: KeyCode) -> Option<String> {
         .host
         .hostname
         .as_deref()
-        .map(|h| format!(" on {}", crate::ui::format::escape(h)))
+        .map(|h| format!(" on {}", crate::format::escape(h)))
         .unwrap_or_default();
     let at = clock(app.snapshot.unix_seconds);
     Some(match app.selected_row() {
@@ -155,7 +155,7 @@ fn refusal(app: &App, code: KeyCode) -> Option<String> {
 }
 
 /// The prompt's help line under a refused time.
-pub fn input_hint(transport: &Transport) -> String {
+pub(crate) fn input_hint(transport: &Transport) -> String {
     transport
         .input_error
         .clone()

@@ -8,7 +8,7 @@ use crate::model::{Severity, Subject, Warning};
 
 use super::{counter_rise, fmt_opt, fmt_seconds, warning, GpuPoint, Inputs, Point};
 
-pub const ID: &str = "ecc";
+pub(crate) const ID: &str = "ecc";
 
 const REMEDY: &str = "Uncorrected errors corrupt results: stop the jobs on this GPU, check \
 nvidia-smi -q -d ECC and the retired or remapped pages (nvidia-smi -q -d \

@@ -14,7 +14,7 @@ use super::{
     Point, BYTES_PER_MIB,
 };
 
-pub const ID: &str = "fragmentation";
+pub(crate) const ID: &str = "fragmentation";
 
 const EXPANDABLE: &str = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow \
 in place instead of being split.";

@@ -15,7 +15,7 @@ use super::{
     Inputs, Point, ProcPoint, BYTES_PER_MIB,
 };
 
-pub const ID: &str = "gpu-starved";
+pub(crate) const ID: &str = "gpu-starved";
 
 const REMEDY: &str = "Feed the GPU faster: raise the DataLoader's num_workers while the CPU has \
 room, set pin_memory=True and copy batches with .to(device, non_blocking=True), and set \

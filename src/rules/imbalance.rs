@@ -15,7 +15,7 @@ use super::{
 };
 use crate::model::{Job, JobRank};
 
-pub const ID: &str = "imbalance";
+pub(crate) const ID: &str = "imbalance";
 
 const REMEDY: &str = "Give every rank the same per-rank batch (a DistributedSampler over the \
 dataset) and initialize DDP/FSDP the same way on every rank; move work done only on rank 0 \

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::model::{GpuProcess, Job, JobRank};
 
 /// The jobs among `processes`, ordered by id.
-pub fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
+pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
     let mut groups: BTreeMap<String, Vec<JobRank>> = BTreeMap::new();
     for process in processes {
         let Some(key) = job_key(process) else {
@@ -43,7 +43,8 @@ fn distinct_pids(ranks: &[JobRank]) -> usize {
     pids.len()
 }
 
-fn job_rank(process: &GpuProcess) -> JobRank {
+/// The process's rank, local rank and world size, from its agent's hello, else its environment.
+pub(crate) fn job_rank(process: &GpuProcess) -> JobRank {
     let torch = process.torch.as_ref();
     let env = process.env.as_ref();
     JobRank {
@@ -59,8 +60,9 @@ fn job_rank(process: &GpuProcess) -> JobRank {
     }
 }
 
-/// The job a process belongs to, as its human-readable id.
-fn job_key(process: &GpuProcess) -> Option<String> {
+/// The job a process belongs to, as its human-readable id; `None` when it is not distributed.
+/// Also names the job of a lone rank (one of a job spread over many machines).
+pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
     let identity = job_rank(process);
     let distributed = identity.rank.is_some() || identity.world_size.is_some_and(|w| w > 1);
     if !distributed {

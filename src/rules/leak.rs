@@ -12,7 +12,7 @@ use crate::model::{Severity, Subject, Warning};
 
 use super::{covering, fmt_bytes, fmt_percent, fmt_seconds, warning, Inputs, Point, BYTES_PER_MIB};
 
-pub const ID: &str = "leak";
+pub(crate) const ID: &str = "leak";
 
 const REMEDY: &str = "Record the allocator's history \
 (torch.cuda.memory._record_memory_history(max_entries=100000)), take a memory snapshot (the `s` \
@@ -23,12 +23,12 @@ loss.item()), lists of outputs or metrics that only grow, caches keyed by input.
 /// What the trend tests measured on a series.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Trend {
-    pub start: f64,
-    pub end: f64,
-    pub span_seconds: f64,
-    pub slope_per_second: f64,
-    pub samples: usize,
-    pub non_falling_steps: f64,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) span_seconds: f64,
+    pub(crate) slope_per_second: f64,
+    pub(crate) samples: usize,
+    pub(crate) non_falling_steps: f64,
 }
 
 /// Where the series came from, for the evidence.

@@ -20,7 +20,7 @@ mod ecc;
 mod fragmentation;
 mod gpu_starved;
 mod imbalance;
-pub mod jobs;
+pub(crate) mod jobs;
 mod leak;
 mod oom_risk;
 mod swap;
@@ -32,11 +32,11 @@ mod testkit;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-pub use crate::config::RulesConfig;
+pub(crate) use crate::config::RulesConfig;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning,
 };
-pub use jobs::group_jobs;
+pub(crate) use jobs::group_jobs;
 
 /// The most points one window keeps; past it the older half is thinned to every second point,
 /// so a long window at a fast refresh keeps its time span at a coarser grain.
@@ -45,8 +45,8 @@ const MAX_POINTS: usize = 4096;
 /// One value at one sample time (seconds since the epoch).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Point<T> {
-    pub t: f64,
-    pub v: T,
+    pub(crate) t: f64,
+    pub(crate) v: T,
 }
 
 /// A time-ordered, bounded series of points.
@@ -64,7 +64,7 @@ impl<T> Default for Window<T> {
 impl<T> Window<T> {
     /// Adds a point and forgets what is older than `keep_seconds` before it, keeping one point
     /// at or before that edge so a full window always has its starting point.
-    pub fn push(&mut self, t: f64, v: T, keep_seconds: f64) {
+    pub(crate) fn push(&mut self, t: f64, v: T, keep_seconds: f64) {
         if !t.is_finite() {
             return;
         }
@@ -91,20 +91,20 @@ impl<T> Window<T> {
         }
     }
 
-    pub fn latest(&self) -> Option<&Point<T>> {
+    pub(crate) fn latest(&self) -> Option<&Point<T>> {
         self.points.last()
     }
 
     /// The points spanning at least the last `seconds`, starting at the newest point at or
     /// before that edge; `None` while the window has not been watched that long.
-    pub fn covering(&self, seconds: f64) -> Option<&[Point<T>]> {
+    pub(crate) fn covering(&self, seconds: f64) -> Option<&[Point<T>]> {
         let newest = self.points.last()?.t;
         let at_or_before = self.points.partition_point(|p| p.t <= newest - seconds);
         (at_or_before > 0).then(|| &self.points[at_or_before - 1..])
     }
 
     /// The points of the last `seconds`, however long the window has been watched.
-    pub fn recent(&self, seconds: f64) -> &[Point<T>] {
+    pub(crate) fn recent(&self, seconds: f64) -> &[Point<T>] {
         let Some(newest) = self.points.last().map(|p| p.t) else {
             return &[];
         };
@@ -117,7 +117,7 @@ impl<T> Window<T> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Tracked<T> {
     start_ticks: Option<u64>,
-    pub window: Window<T>,
+    pub(crate) window: Window<T>,
 }
 
 impl<T> Tracked<T> {
@@ -135,58 +135,58 @@ impl<T> Tracked<T> {
 /// What the rules read of one GPU at one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct GpuPoint {
-    pub utilization_percent: Option<u32>,
-    pub memory_used_bytes: Option<u64>,
-    pub ecc_corrected: Option<u64>,
-    pub ecc_uncorrected: Option<u64>,
+    pub(crate) utilization_percent: Option<u32>,
+    pub(crate) memory_used_bytes: Option<u64>,
+    pub(crate) ecc_corrected: Option<u64>,
+    pub(crate) ecc_uncorrected: Option<u64>,
 }
 
 /// What the rules read of one (process, GPU) pair at one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct ProcPoint {
-    pub visible: bool,
-    pub gpu_memory_bytes: Option<u64>,
-    pub sm_percent: Option<u32>,
+    pub(crate) visible: bool,
+    pub(crate) gpu_memory_bytes: Option<u64>,
+    pub(crate) sm_percent: Option<u32>,
     /// The whole GPU's utilization, for processes NVML gives no SM figure for.
-    pub gpu_utilization_percent: Option<u32>,
-    pub cpu_percent: Option<f64>,
-    pub children_count: Option<u32>,
-    pub children_cpu_percent: Option<f64>,
-    pub host_cpu_percent: Option<f64>,
+    pub(crate) gpu_utilization_percent: Option<u32>,
+    pub(crate) cpu_percent: Option<f64>,
+    pub(crate) children_count: Option<u32>,
+    pub(crate) children_cpu_percent: Option<f64>,
+    pub(crate) host_cpu_percent: Option<f64>,
 }
 
 /// What the rules read of one process's allocator on one torch device at one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct AllocPoint {
-    pub allocated_bytes: Option<u64>,
-    pub reserved_bytes: Option<u64>,
-    pub inactive_split_bytes: Option<u64>,
-    pub alloc_retries: Option<u64>,
-    pub ooms: Option<u64>,
+    pub(crate) allocated_bytes: Option<u64>,
+    pub(crate) reserved_bytes: Option<u64>,
+    pub(crate) inactive_split_bytes: Option<u64>,
+    pub(crate) alloc_retries: Option<u64>,
+    pub(crate) ooms: Option<u64>,
 }
 
 /// What the rules read of the host at one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct HostPoint {
-    pub swap_used_bytes: Option<u64>,
-    pub memory_available_bytes: Option<u64>,
-    pub memory_total_bytes: Option<u64>,
+    pub(crate) swap_used_bytes: Option<u64>,
+    pub(crate) memory_available_bytes: Option<u64>,
+    pub(crate) memory_total_bytes: Option<u64>,
 }
 
 /// Everything a rule may read: the current snapshot and the windows. Read-only.
 pub(crate) struct Inputs<'a> {
-    pub snapshot: &'a Snapshot,
-    pub gpus: &'a BTreeMap<u32, Window<GpuPoint>>,
+    pub(crate) snapshot: &'a Snapshot,
+    pub(crate) gpus: &'a BTreeMap<u32, Window<GpuPoint>>,
     /// Keyed by (pid, NVML GPU index).
-    pub processes: &'a BTreeMap<(u32, u32), Tracked<ProcPoint>>,
+    pub(crate) processes: &'a BTreeMap<(u32, u32), Tracked<ProcPoint>>,
     /// Keyed by (pid, torch device index).
-    pub allocators: &'a BTreeMap<(u32, u32), Tracked<AllocPoint>>,
-    pub host: &'a Window<HostPoint>,
+    pub(crate) allocators: &'a BTreeMap<(u32, u32), Tracked<AllocPoint>>,
+    pub(crate) host: &'a Window<HostPoint>,
 }
 
 impl Inputs<'_> {
     /// The first process row of a pid in the current snapshot.
-    pub fn process(&self, pid: u32) -> Option<&GpuProcess> {
+    pub(crate) fn process(&self, pid: u32) -> Option<&GpuProcess> {
         self.snapshot.processes.iter().find(|p| p.pid == pid)
     }
 }
@@ -204,7 +204,7 @@ pub(crate) fn covering<T>(
 
 /// The warnings engine: owns the windows and the first-seen times.
 #[derive(Debug, Clone)]
-pub struct Engine {
+pub(crate) struct Engine {
     config: RulesConfig,
     keep_seconds: f64,
     gpus: BTreeMap<u32, Window<GpuPoint>>,
@@ -215,7 +215,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(config: RulesConfig) -> Self {
+    pub(crate) fn new(config: RulesConfig) -> Self {
         let keep_seconds = config.longest_window_seconds();
         Engine {
             config,
@@ -228,14 +228,10 @@ impl Engine {
         }
     }
 
-    pub fn config(&self) -> &RulesConfig {
-        &self.config
-    }
-
     /// Records the snapshot and returns the warnings that hold now: most severe first, then by
     /// id, then by subject; one per (id, subject), its `since` kept while it holds without a
     /// break.
-    pub fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
+    pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
         self.record(snapshot);
         let inputs = Inputs {
             snapshot,

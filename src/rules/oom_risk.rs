@@ -13,7 +13,7 @@ use super::{
     warning, AllocPoint, Inputs, Point,
 };
 
-pub const ID: &str = "oom-risk";
+pub(crate) const ID: &str = "oom-risk";
 
 const REMEDY: &str = "Lower the batch size; train in mixed precision (torch.autocast with a \
 GradScaler); keep the effective batch with gradient accumulation over smaller micro-batches; \

@@ -12,7 +12,7 @@ use super::{
     BYTES_PER_MIB,
 };
 
-pub const ID: &str = "swap";
+pub(crate) const ID: &str = "swap";
 
 const REMEDY: &str = "Use less host memory: fewer or lighter DataLoader workers (each holds its \
 own copy of the dataset object), a smaller prefetch_factor, data loaded lazily or memory-mapped \

@@ -7,16 +7,16 @@ use crate::model::{
 
 use super::Engine;
 
-pub const MIB: u64 = 1 << 20;
-pub const GIB: u64 = 1 << 30;
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const GIB: u64 = 1 << 30;
 
-pub fn rfc3339(t: f64) -> String {
+pub(crate) fn rfc3339(t: f64) -> String {
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t);
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
 /// An empty snapshot at `t` seconds since the epoch.
-pub fn snapshot(t: f64) -> Snapshot {
+pub(crate) fn snapshot(t: f64) -> Snapshot {
     Snapshot {
         schema: crate::model::snapshot::SCHEMA_VERSION,
         time: rfc3339(t),
@@ -25,7 +25,7 @@ pub fn snapshot(t: f64) -> Snapshot {
     }
 }
 
-pub fn gpu(index: u32, used: u64, total: u64, utilization: u32) -> GpuSample {
+pub(crate) fn gpu(index: u32, used: u64, total: u64, utilization: u32) -> GpuSample {
     GpuSample {
         index,
         name: Some("Test GPU".into()),
@@ -37,7 +37,7 @@ pub fn gpu(index: u32, used: u64, total: u64, utilization: u32) -> GpuSample {
 }
 
 /// A visible compute process holding `memory` on `gpu`.
-pub fn process(pid: u32, gpu: u32, memory: u64) -> GpuProcess {
+pub(crate) fn process(pid: u32, gpu: u32, memory: u64) -> GpuProcess {
     GpuProcess {
         gpu_memory_bytes: Some(memory),
         visible: true,
@@ -48,7 +48,7 @@ pub fn process(pid: u32, gpu: u32, memory: u64) -> GpuProcess {
     }
 }
 
-pub fn device(index: u32, allocated: u64, reserved: u64) -> DeviceAllocatorStats {
+pub(crate) fn device(index: u32, allocated: u64, reserved: u64) -> DeviceAllocatorStats {
     DeviceAllocatorStats {
         index,
         allocated_bytes: Some(allocated),
@@ -60,12 +60,12 @@ pub fn device(index: u32, allocated: u64, reserved: u64) -> DeviceAllocatorStats
     }
 }
 
-pub fn with_ooms(mut device: DeviceAllocatorStats, ooms: u64) -> DeviceAllocatorStats {
+pub(crate) fn with_ooms(mut device: DeviceAllocatorStats, ooms: u64) -> DeviceAllocatorStats {
     device.ooms = Some(ooms);
     device
 }
 
-pub fn torch_on(devices: Vec<DeviceAllocatorStats>) -> TorchInfo {
+pub(crate) fn torch_on(devices: Vec<DeviceAllocatorStats>) -> TorchInfo {
     TorchInfo {
         devices,
         ..Default::default()
@@ -74,7 +74,11 @@ pub fn torch_on(devices: Vec<DeviceAllocatorStats>) -> TorchInfo {
 
 /// Feeds one snapshot per second from `start` for `seconds`, built by `make(t)`, and returns
 /// the warnings of the last evaluation.
-pub fn replay(config: RulesConfig, seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
+pub(crate) fn replay(
+    config: RulesConfig,
+    seconds: u32,
+    make: impl Fn(u32) -> Snapshot,
+) -> Vec<Warning> {
     let mut engine = Engine::new(config);
     let mut last = Vec::new();
     for step in 0..=seconds {
@@ -87,17 +91,17 @@ pub fn replay(config: RulesConfig, seconds: u32, make: impl Fn(u32) -> Snapshot)
 }
 
 /// `replay` with the default config.
-pub fn replay_default(seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
+pub(crate) fn replay_default(seconds: u32, make: impl Fn(u32) -> Snapshot) -> Vec<Warning> {
     replay(RulesConfig::default(), seconds, make)
 }
 
 /// The warnings with this id.
-pub fn with_id<'a>(warnings: &'a [Warning], id: &str) -> Vec<&'a Warning> {
+pub(crate) fn with_id<'a>(warnings: &'a [Warning], id: &str) -> Vec<&'a Warning> {
     warnings.iter().filter(|w| w.id == id).collect()
 }
 
 /// The one warning with this id and subject; panics with the list when missing.
-pub fn find<'a>(warnings: &'a [Warning], id: &str, subject: &Subject) -> &'a Warning {
+pub(crate) fn find<'a>(warnings: &'a [Warning], id: &str, subject: &Subject) -> &'a Warning {
     warnings
         .iter()
         .find(|w| w.id == id && &w.subject == subject)
@@ -105,7 +109,7 @@ pub fn find<'a>(warnings: &'a [Warning], id: &str, subject: &Subject) -> &'a War
 }
 
 /// The evidence value under `name`.
-pub fn evidence<'a>(warning: &'a Warning, name: &str) -> &'a str {
+pub(crate) fn evidence<'a>(warning: &'a Warning, name: &str) -> &'a str {
     warning
         .evidence
         .iter()
@@ -115,8 +119,8 @@ pub fn evidence<'a>(warning: &'a Warning, name: &str) -> &'a str {
 }
 
 /// Snapshot times start here so `since` looks like a real date.
-pub const T0: f64 = 1_700_000_000.0;
+pub(crate) const T0: f64 = 1_700_000_000.0;
 
-pub fn at(step: u32) -> Snapshot {
+pub(crate) fn at(step: u32) -> Snapshot {
     snapshot(T0 + f64::from(step))
 }

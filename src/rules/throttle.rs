@@ -12,7 +12,7 @@ use crate::model::{GpuSample, Severity, Subject, Warning};
 
 use super::{fmt_opt, warning, Inputs};
 
-pub const ID: &str = "throttle";
+pub(crate) const ID: &str = "throttle";
 
 const REMEDY: &str = "For heat (thermal or hw slowdown): check cooling, airflow, fans, dust and \
 the inlet temperature, and nvidia-smi -q -d TEMPERATURE,PERFORMANCE. For power (sw_power_cap): \

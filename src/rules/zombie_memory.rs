@@ -11,7 +11,7 @@ use super::{
     covering, fmt_seconds, held_on_gpu_evidence, holds_on_gpu, warning, Inputs, Point, ProcPoint,
 };
 
-pub const ID: &str = "zombie-memory";
+pub(crate) const ID: &str = "zombie-memory";
 
 const REMEDY: &str = "If the pid runs in another container, look there (or run nvidia-smi on the \
 host). Otherwise find what still holds the GPU (fuser -v /dev/nvidia*, or lsof /dev/nvidia*) and \

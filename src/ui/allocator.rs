@@ -8,27 +8,23 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
 use crate::app::App;
+use crate::format::{self, pad_left_aligned, NA};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, TorchInfo};
+use crate::terminal::theme::Theme;
 
-use super::format::{self, pad_left_aligned, NA};
 use super::history::{bucket_size, newest_first_buckets};
 use super::processes::selected_process;
-use super::theme::Theme;
 
-/// The panel's width when it sits beside the process table.
-pub const WIDE_PANEL_WIDTH: u16 = 66;
 /// An agent silent for longer than this is flagged.
 const AGENT_SILENT_SECONDS: f64 = 5.0;
 const SPARK_LABEL_WIDTH: u16 = 11;
 
-/// Rows the panel asks for at this width: below the table the first device, beside it (`wide`)
-/// as many as fit, so any height will do.
-pub fn wanted_height(torch: &TorchInfo, width: u16, wide: bool) -> u16 {
-    if wide {
-        return 1;
-    }
+/// Rows the panel asks for below the table at this width: the first device. Beside a wide table
+/// it shows as many as fit, so any height will do there.
+pub(crate) fn wanted_height(torch: &TorchInfo, width: u16) -> u16 {
     match torch.devices.first() {
         None => 2,
         Some(device) => {
@@ -38,7 +34,7 @@ pub fn wanted_height(torch: &TorchInfo, width: u16, wide: bool) -> u16 {
     }
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let Some(process) = selected_process(app) else {
         return;
     };
@@ -91,7 +87,7 @@ fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
     format!(
         " PYTORCH pid {}  {rank}  step {step}  {step_time}/step  torch {}",
         process.pid,
-        super::format::text(torch.torch.as_deref())
+        crate::format::text(torch.torch.as_deref())
     )
 }
 

@@ -4,20 +4,19 @@
 
 use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
 
+use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
+use crate::format::pad_left_aligned;
+use crate::terminal::theme::Theme;
 
-use super::format::pad_left_aligned;
-use super::theme::Theme;
-
-/// Columns per GPU: memory bar, utilization bar, two spaces; one space when that is too wide.
-pub const GROUP_WIDTH: u16 = 4;
+/// Columns per GPU when [`GROUP_WIDTH`] (memory bar, utilization bar, two spaces) is too wide.
 const NARROW_GROUP_WIDTH: u16 = 3;
 /// A cell filled by 0 to 8 eighths.
-pub const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
+pub(crate) const LEVELS: [&str; 9] = [" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"];
 /// A bar whose value is unknown.
-pub const MISSING: &str = "·";
+pub(crate) const MISSING: &str = "·";
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height < 3 {
         return;
     }
@@ -88,7 +87,7 @@ fn draw_bar(
 }
 
 /// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8).
-pub fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
+pub(crate) fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
     let total = (fraction.clamp(0.0, 1.0) * f64::from(height) * 8.0).round() as usize;
     (0..usize::from(height))
         .map(|row| total.saturating_sub(row * 8).min(8))

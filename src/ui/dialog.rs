@@ -11,18 +11,18 @@ use ratatui::{
     Frame,
 };
 
+use crate::actions::ActionTarget;
 use crate::actions::{Signal, NICE_MAX, NICE_MIN};
-use crate::app::{ActionTarget, App, Mode};
+use crate::app::{App, Mode};
+use crate::format;
 use crate::model::filter::SortKey;
-
-use super::format;
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Targets listed by name in a dialog; the rest are counted.
 const LISTED_TARGETS: usize = 8;
 const MAX_WIDTH: u16 = 76;
 
-pub fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     match &app.mode {
         Mode::Confirm { signal, targets } => confirm(frame, screen, *signal, targets, theme),
         Mode::SignalMenu { selected, targets } => {

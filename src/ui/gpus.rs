@@ -11,17 +11,16 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
 use crate::model::{GpuSample, GpuState, Snapshot};
-
-use super::format::{self, pad_left_aligned, pad_right_aligned, NA};
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// From this width the main line carries bars and longer labels.
 const WIDE: u16 = 120;
 /// Throttle reasons that mean the GPU is held back by heat or hardware, not just idle or capped.
 const SEVERE_THROTTLE: [&str; 2] = ["thermal", "hw_"];
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, detail_lines: u16) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, detail_lines: u16) {
     if area.height == 0 {
         return;
     }
@@ -48,7 +47,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, detail_lin
 }
 
 /// What to say instead of the table, when there is no GPU to show.
-pub fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
+pub(crate) fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
     let driver = &snapshot.driver;
     if snapshot.time.is_empty() {
         return Some("waiting for the first sample...".to_string());
@@ -231,7 +230,7 @@ fn state_width(wide: bool) -> usize {
 }
 
 /// The state badge: OK, THROTTLED, STALE, UNRESPONSIVE (stale over 10 s) or LOST.
-pub fn state_badge(gpu: &GpuSample, wide: bool, theme: Theme) -> (String, Style) {
+pub(crate) fn state_badge(gpu: &GpuSample, wide: bool, theme: Theme) -> (String, Style) {
     match gpu.state {
         GpuState::Ok if severely_throttled(gpu) => ("THROTTLED".to_string(), theme.warn()),
         GpuState::Ok => ("OK".to_string(), theme.good()),
@@ -254,7 +253,7 @@ fn severely_throttled(gpu: &GpuSample) -> bool {
 }
 
 /// A left-to-right bar of `width` cells in eighths; "N/A" text when the value is missing.
-pub fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
+pub(crate) fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let Some(fraction) = fraction else {
         return pad_left_aligned(NA, width);
@@ -270,7 +269,7 @@ pub fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
 
 /// The detail lines of one GPU packed to `width`: clocks, PCIe, codecs, throttle reasons, ECC
 /// (only where it is on), bus id, UUID and the last error.
-pub fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
+pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
     let mut pieces = vec![
         format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
         format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
@@ -309,7 +308,7 @@ pub fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
 }
 
 /// Detail lines the busiest GPU needs at this width; every GPU gets that many.
-pub fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
+pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
     gpus.iter()
         .map(|g| detail(g, Theme::new(false), width).len() as u16)
         .max()

@@ -8,10 +8,10 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format;
+use crate::terminal::theme::Theme;
 
-use super::{format, theme::Theme};
-
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
     let driver = &snapshot.driver;
     let gpus = match (driver.nvml_loaded, driver.gpu_count) {

@@ -8,8 +8,7 @@ use ratatui::{
 };
 
 use crate::app::App;
-
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// Sections of (keys, what they do).
 const KEYS: [(&str, &[(&str, &str)]); 3] = [
@@ -53,7 +52,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
 
 const KEY_WIDTH: usize = 14;
 
-pub fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     let lines = help_lines(app.readonly, theme);
     let width = screen.width.min(72);
     let height = screen.height.min(lines.len() as u16 + 2);

@@ -10,18 +10,17 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
-
-use super::format::{self, pad_left_aligned};
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const GPU_LABEL_WIDTH: u16 = 5;
 const METRIC_LABEL_WIDTH: u16 = 7;
 const VALUE_WIDTH: u16 = 9;
 const BYTES_PER_MIB: f64 = 1024.0 * 1024.0;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, rows_per_gpu: u16) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, rows_per_gpu: u16) {
     if area.height == 0 {
         return;
     }
@@ -183,7 +182,7 @@ fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, capacity: us
 }
 
 /// How many samples each column stands for, so that a full history fits in `width` columns.
-pub fn bucket_size(capacity: usize, width: usize) -> usize {
+pub(crate) fn bucket_size(capacity: usize, width: usize) -> usize {
     if width == 0 {
         return 1;
     }
@@ -192,7 +191,11 @@ pub fn bucket_size(capacity: usize, width: usize) -> usize {
 
 /// The series averaged over buckets of `bucket` samples, newest bucket first, at most `count`
 /// buckets. A bucket with no value at all is a gap (`None`).
-pub fn newest_first_buckets(series: &Series, bucket: usize, count: usize) -> Vec<Option<f64>> {
+pub(crate) fn newest_first_buckets(
+    series: &Series,
+    bucket: usize,
+    count: usize,
+) -> Vec<Option<f64>> {
     let newest_first: Vec<Option<f64>> = series.iter().rev().collect();
     newest_first
         .chunks(bucket.max(1))

@@ -8,12 +8,11 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{self, pad_left_aligned, NA};
 use crate::model::HostSnapshot;
+use crate::terminal::theme::Theme;
 
-use super::format::{self, pad_left_aligned, NA};
-use super::theme::Theme;
-
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }

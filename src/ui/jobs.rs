@@ -10,21 +10,21 @@ use ratatui::{
 
 use crate::app::App;
 use crate::model::{Job, Snapshot};
+use crate::terminal::theme::Theme;
 
 use super::balance::{column_cells, LEVELS, MISSING};
-use super::theme::Theme;
 
 /// At most this many jobs get a line.
-pub const MAX_LINES: u16 = 3;
+pub(crate) const MAX_LINES: u16 = 3;
 
 /// Rows the panel wants: one per job, none without jobs.
-pub fn wanted_height(snapshot: &Snapshot) -> u16 {
+pub(crate) fn wanted_height(snapshot: &Snapshot) -> u16 {
     u16::try_from(snapshot.jobs.len())
         .unwrap_or(u16::MAX)
         .min(MAX_LINES)
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let lines: Vec<Line> = app
         .snapshot
         .jobs
@@ -38,7 +38,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
 fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {
     let mut spans = vec![
         Span::styled("JOB ", theme.title()),
-        Span::raw(format!("{} ", super::format::escape(&job.id))),
+        Span::raw(format!("{} ", crate::format::escape(&job.id))),
     ];
     for rank in &job.ranks {
         let gpu = snapshot.gpu(rank.gpu);

@@ -1,29 +1,26 @@
 //! Drawing. Each panel is one pure `render` function in its own file; drawing only reads the
-//! [`App`](crate::app::App). [`layout`] decides where the panels go for the terminal's size,
-//! [`theme`] how they are coloured (or not, under NO_COLOR), [`format`] how figures read.
+//! [`App`](crate::app::App). [`layout_needs`] tells the layout ([`crate::app::layout`]) what the
+//! panels need; the event loop plans once per frame and hands the [`Plan`] to [`draw`].
+//! [`crate::terminal::theme`] says how panels are coloured (or not, under NO_COLOR),
+//! [`crate::format`] how figures read.
 
-pub mod allocator;
-pub mod balance;
-pub mod dialog;
-pub mod format;
-pub mod gpus;
-pub mod header;
-pub mod help;
-pub mod history;
-pub mod host;
-pub mod jobs;
-pub mod layout;
-pub mod processes;
-mod state;
-pub mod status;
-pub mod theme;
-pub mod warnings;
+pub(crate) mod allocator;
+pub(crate) mod balance;
+pub(crate) mod dialog;
+pub(crate) mod gpus;
+pub(crate) mod header;
+pub(crate) mod help;
+pub(crate) mod history;
+pub(crate) mod host;
+pub(crate) mod jobs;
+pub(crate) mod processes;
+pub(crate) mod status;
+pub(crate) mod warnings;
 
 #[cfg(test)]
 mod tests;
 
-pub use processes::{selected_process, visible_rows};
-pub use state::{first_visible_row, ViewState};
+pub(crate) use processes::selected_process;
 
 use ratatui::{
     layout::{Alignment, Rect},
@@ -31,20 +28,17 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::layout::{self, Areas, LayoutNeeds, Plan};
 use crate::app::App;
-use layout::{Areas, Plan};
-use theme::Theme;
+use crate::terminal::theme::Theme;
 
-pub fn draw(frame: &mut Frame, app: &App) {
-    draw_in(frame, frame.area(), app);
-}
-
-/// Draws everything inside `screen` (a replay keeps the last row for its time bar).
-pub fn draw_in(frame: &mut Frame, screen: Rect, app: &App) {
+/// Draws one frame with the panels where `plan` puts them, inside `screen`, the area `plan` was
+/// made for (the whole terminal, but for a replay's last row, which holds its time bar).
+pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
     let theme = Theme::new(app.colors);
-    match layout::plan(screen, app) {
-        Plan::TooSmall { width, height } => draw_too_small(frame, screen, width, height),
-        Plan::Screen(areas) => draw_panels(frame, app, theme, &areas),
+    match plan {
+        Plan::TooSmall { width, height } => draw_too_small(frame, screen, *width, *height),
+        Plan::Screen(areas) => draw_panels(frame, app, theme, areas),
     }
     if app.view.warnings_expanded && !app.snapshot.warnings.is_empty() {
         warnings::render_expanded(frame, screen, app, theme);
@@ -55,9 +49,23 @@ pub fn draw_in(frame: &mut Frame, screen: Rect, app: &App) {
     dialog::render(frame, screen, app, theme);
 }
 
-/// How many process rows a terminal of `size` shows, for [`ViewState::set_page_rows`].
-pub fn process_rows_visible(size: Rect, app: &App) -> usize {
-    layout::process_rows(size, app)
+/// What the panels need of a screen `width` columns wide, for [`layout::plan`].
+pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
+    let torch = selected_process(app).and_then(|p| p.torch.as_ref());
+    LayoutNeeds {
+        gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
+        gpu_detail_lines: gpus::detail_line_count(&app.snapshot.gpus, width),
+        warnings: u16::try_from(app.snapshot.warnings.len()).unwrap_or(u16::MAX),
+        jobs: jobs::wanted_height(&app.snapshot),
+        process_rows: app.row_count(),
+        allocator_below: torch.map_or(0, |t| allocator::wanted_height(t, width)),
+        allocator_beside: torch.is_some(),
+    }
+}
+
+/// The layout of `screen` for the app as it is now: what the event loop computes once a frame.
+pub(crate) fn plan(app: &App, screen: Rect) -> Plan {
+    layout::plan(screen, &layout_needs(app, screen.width))
 }
 
 fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {

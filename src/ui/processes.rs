@@ -11,14 +11,13 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::view::first_visible_row;
 use crate::app::{App, ProcessRow};
+use crate::format::{self, NA};
 use crate::model::filter::SortKey;
 use crate::model::tree::TreeRole;
 use crate::model::GpuProcess;
-
-use super::format::{self, NA};
-use super::state::first_visible_row;
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 const NOT_VISIBLE: &str = "not visible here (another container, or exited)";
 /// What a process without a GPU shows in the GPU columns of the tree.
@@ -26,16 +25,16 @@ const NO_GPU: &str = "-";
 const TAG_MARK: char = '*';
 
 /// The rows the table shows, in order; the same rows the selection and actions use.
-pub fn visible_rows(app: &App) -> Vec<ProcessRow<'_>> {
+pub(crate) fn visible_rows(app: &App) -> Vec<ProcessRow<'_>> {
     app.rows()
 }
 
 /// The GPU process on the selected row, if there is one (a tree row without a GPU has none).
-pub fn selected_process(app: &App) -> Option<&GpuProcess> {
+pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
     app.selected_row().and_then(|row| row.gpus.first().copied())
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }

@@ -9,15 +9,14 @@ use ratatui::{
 };
 
 use crate::app::{App, Mode};
-
-use super::format::escape;
-use super::theme::Theme;
+use crate::format::escape;
+use crate::terminal::theme::Theme;
 
 const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
 const FILTER_HINTS: &str = "Enter keep  Esc clear";
 const READONLY: &str = " READ-ONLY ";
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let line = if app.mode == Mode::Filter {
         filter_prompt(app, theme)
     } else {

@@ -92,7 +92,7 @@ fn gpu(index: u32, t: u32) -> GpuSample {
         ecc_enabled: Some(true),
         ecc_volatile_corrected: Some(0),
         ecc_volatile_uncorrected: Some(0),
-        implausible: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -220,8 +220,9 @@ fn warning(id: &str, severity: Severity, subject: Subject, message: &str) -> War
 
 fn render(app: &App, width: u16, height: u16) -> Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    let plan = super::plan(app, ratatui::layout::Rect::new(0, 0, width, height));
     terminal
-        .draw(|frame| super::draw(frame, app))
+        .draw(|frame| super::draw(frame, frame.area(), app, &plan))
         .expect("draw");
     terminal.backend().buffer().clone()
 }
@@ -530,8 +531,7 @@ fn torch_stats_of_the_selected_process() {
 fn selection_scrolls_into_view_and_is_highlighted() {
     let mut app = eight_gpu_app();
     let size = ratatui::layout::Rect::new(0, 0, 80, 24);
-    app.view
-        .set_page_rows(super::process_rows_visible(size, &app));
+    app.set_layout(super::plan(&app, size));
     assert_eq!(app.view.page_rows, 7);
     for _ in 0..50 {
         app.view.select_next(64);
@@ -661,7 +661,8 @@ fn history_puts_the_newest_sample_at_the_right() {
 
 /// An app that knows its screen, as the event loop tells it before each frame.
 fn sized(mut app: App, width: u16, height: u16) -> App {
-    app.set_screen(ratatui::layout::Rect::new(0, 0, width, height));
+    let plan = super::plan(&app, ratatui::layout::Rect::new(0, 0, width, height));
+    app.set_layout(plan);
     app
 }
 

@@ -9,19 +9,18 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::format::{escape, pad_left_aligned};
 use crate::model::{Severity, Subject, Warning};
-
-use super::format::{escape, pad_left_aligned};
-use super::theme::Theme;
+use crate::terminal::theme::Theme;
 
 /// The warnings in the order the panel lists them: most severe first, otherwise as raised.
-pub fn ordered(app: &App) -> Vec<&Warning> {
+pub(crate) fn ordered(app: &App) -> Vec<&Warning> {
     let mut warnings: Vec<&Warning> = app.snapshot.warnings.iter().collect();
     warnings.sort_by_key(|w| std::cmp::Reverse(w.severity));
     warnings
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }
@@ -76,7 +75,7 @@ fn warning_line(warning: &Warning, theme: Theme) -> Line<'static> {
     ])
 }
 
-pub fn severity_label(severity: Severity) -> &'static str {
+pub(crate) fn severity_label(severity: Severity) -> &'static str {
     match severity {
         Severity::Info => "INFO",
         Severity::Warn => "WARN",
@@ -84,7 +83,7 @@ pub fn severity_label(severity: Severity) -> &'static str {
     }
 }
 
-pub fn subject_text(subject: &Subject) -> String {
+pub(crate) fn subject_text(subject: &Subject) -> String {
     match subject {
         Subject::Gpu { index } => format!("GPU {index}"),
         Subject::Process { pid } => format!("pid {pid}"),
@@ -94,7 +93,7 @@ pub fn subject_text(subject: &Subject) -> String {
 }
 
 /// The selected warning in full, over the middle of the screen.
-pub fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
+pub(crate) fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     let warnings = ordered(app);
     let Some(warning) = warnings.get(app.view.selected_warning).or(warnings.last()) else {
         return;

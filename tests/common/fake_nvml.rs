@@ -46,7 +46,14 @@ fn build_and_install() -> Result<PathBuf, String> {
     let target = fake_target_dir();
     // A target dir of its own, so this never waits on the lock of the build running the tests.
     let output = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "fake-nvml", "--target-dir"])
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "-p",
+            "fake-nvml",
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(repo_root())
         .env_remove("CARGO_TARGET_DIR")

@@ -1,12 +1,68 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod ci;
 pub mod fake_nvml;
+pub mod forked_agent;
+pub mod prometheus;
 pub mod pty;
+pub mod synthetic;
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use ci::{
+    assert_no_fatal_signal_on_its_way, in_ci, output_within_patience, process_state,
+    require_program, skip_or_fail, wait_until, PATIENCE,
+};
 
 /// The torchtop binary that cargo built for these tests.
 pub fn torchtop_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_torchtop"))
+}
+
+/// Runs `torchtop`, a command that streams one JSON document a line (`--json` without
+/// `--once`), and reads its documents until `enough` holds on all read so far; then ends it.
+/// A test that waits for a warning reads until it comes, however slowly the samples come on a
+/// loaded machine. Fails if that takes more than [`PATIENCE`].
+pub fn json_stream_until(torchtop: &mut Command, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut child = torchtop
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run torchtop --json");
+    let (lines_tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + PATIENCE;
+    let mut docs: Vec<Value> = Vec::new();
+    while !enough(&docs) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let last = docs.last().map(Value::to_string).unwrap_or_default();
+            panic!(
+                "the stream ended or stalled after {} documents; the last:\n{last}",
+                docs.len()
+            );
+        };
+        docs.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    docs
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by the `torchtop run`/`attach` tests: the Python interpreters on this machine,
 //! children that are killed when a test ends, running a child as another user, and reading an
-//! agent's stats through `AgentHub`.
+//! agent's stats through `AgentHub`. A test binary that uses it has `ci` (tests/common/ci.rs) at
+//! its root.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -19,29 +20,9 @@ pub fn fake_torch_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fake_torch")
 }
 
-/// CI must not skip what this machine cannot do: it fails instead.
-pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-}
-
-/// Prints why a test stands down, or fails when running in CI.
-pub fn skip_or_fail(why: &str) {
-    assert!(!in_ci(), "CI is set, so this test may not skip: {why}");
-    println!("skipped: {why}");
-}
-
 pub fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
-}
-
-pub fn have(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
 }
 
 /// Each distinct CPython 3 on this machine worth attaching to: the `python3` on PATH (its real
@@ -123,7 +104,7 @@ pub fn as_nobody(cmd: &mut Command) -> &mut Command {
 /// Polls `AgentHub` on `dir` until it has allocator stats for `pid`.
 pub fn stats_for(dir: &Path, pid: u32) -> TorchInfo {
     let mut hub = AgentHub::new(dir.to_path_buf());
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + crate::ci::PATIENCE;
     loop {
         let infos = hub.poll();
         if let Some(info) = infos.get(&pid).filter(|i| !i.devices.is_empty()) {

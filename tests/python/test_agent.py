@@ -12,87 +12,17 @@ import pickle
 import shutil
 import socket
 import stat
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-AGENT_DIR = os.path.join(ROOT, "assets", "python")
-FAKE_TORCH_DIR = os.path.join(HERE, "fake_torch")
-
-sys.path.insert(0, AGENT_DIR)
-sys.path.insert(0, FAKE_TORCH_DIR)
+from agent_testlib import AGENT_DIR, FAKE_TORCH_DIR, Client, reset_fake_torch, run_python
 
 import torch  # noqa: E402  (the stand-in)
 import torchtop_agent  # noqa: E402
 
 assert torch.__version__.endswith("+fake"), "tests must run against the stand-in torch"
-
-WAIT = 5.0
-
-
-class Client:
-    """A minimal protocol client: reads JSON lines, sends raw bytes."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(WAIT)
-        self.sock.connect(path)
-        self.buf = b""
-
-    def read(self):
-        """The next message, or None at end of stream."""
-        while b"\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                return None
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line.decode("utf-8"))
-
-    def read_until(self, predicate):
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            msg = self.read()
-            if msg is None:
-                raise AssertionError("connection closed while waiting")
-            if predicate(msg):
-                return msg
-        raise AssertionError("no matching message within %s s" % WAIT)
-
-    def send(self, obj_or_bytes):
-        data = obj_or_bytes if isinstance(obj_or_bytes, bytes) else (json.dumps(obj_or_bytes) + "\n").encode()
-        self.sock.sendall(data)
-
-    def closed_by_peer(self):
-        """True when the agent ends the stream (after any messages already queued)."""
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                if not data:
-                    return True
-        except socket.timeout:
-            return False
-        except ConnectionResetError:
-            return True
-
-    def close(self):
-        self.sock.close()
-
-
-def reset_fake_torch():
-    cuda = torch.cuda
-    cuda._initialized = False
-    cuda._used.clear()
-    cuda._reads.clear()
-    cuda._overrides.clear()
-    cuda._peak_resets.clear()
-    del cuda._calls[:]
-    del torch._C._oom_observers[:]
 
 
 class AgentCase(unittest.TestCase):
@@ -206,12 +136,16 @@ class MessageTests(AgentCase):
 
     def test_step_number_and_step_time(self):
         c = self.connect(self.start())
+        first = last = None
         for _ in range(4):
+            last = time.monotonic()
             torchtop_agent.step()
+            first = first or last
             time.sleep(0.02)
         stats = c.read_until(lambda m: m["type"] == "stats" and m["step"] == 4)
         self.assertGreaterEqual(stats["step_time_s"], 0.015)
-        self.assertLess(stats["step_time_s"], 1.0)
+        # No longer than the steps' own spacing, as measured here around them (not a speed).
+        self.assertLessEqual(stats["step_time_s"], (time.monotonic() - first) / 3)
 
     def test_hello_is_resent_when_torch_facts_change(self):
         saved = sys.modules.pop("torch")
@@ -331,15 +265,13 @@ class CommandTests(AgentCase):
         return client.read_until(lambda m: m["type"] == "reply" and m["id"] == cmd_id)
 
     def test_set_interval(self):
-        c = self.connect(self.start(interval_ms=1000))
-        t0 = time.monotonic()
+        # The longest interval there is: stats that waited it out would come in an hour, far past
+        # the client's WAIT, so any that come at all prove the new interval is in force.
+        c = self.connect(self.start(interval_ms=torchtop_agent.MAX_INTERVAL_MS))
         reply = self.command(c, 7, "set_interval", ms=40)
         self.assertEqual((reply["ok"], reply["interval_ms"]), (True, 40))
         stats = c.read_until(lambda m: m["type"] == "stats" and m["interval_ms"] == 40)
-        self.assertLess(time.monotonic() - t0, 0.5, "the new interval applies at once")
-        t0 = time.monotonic()
         c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= stats["seq"] + 3)
-        self.assertLess(time.monotonic() - t0, 0.9, "stats now come every 40 ms")
 
     def test_set_interval_rejects_bad_values(self):
         c = self.connect(self.start())
@@ -416,14 +348,6 @@ class BadClientTests(AgentCase):
         for c in clients:
             self.assertEqual(c.read()["type"], "hello")
             self.assertEqual(c.read_until(lambda m: m["type"] == "stats")["v"], 1)
-
-
-def run_python(code, env_extra=None, timeout=20):
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 class ProcessTests(unittest.TestCase):

@@ -13,7 +13,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
-use super::super::target::{file_name, MapLine};
+use crate::launch::target::file_name;
+use crate::sys::proc::MapLine;
 
 /// The largest ELF read (libpython is about 25 MiB, a static python about 10 MiB).
 const ELF_LIMIT: u64 = 512 << 20;
@@ -285,7 +286,7 @@ mod tests {
         let Ok(real) =
             std::fs::read("/usr/bin/python3.11").or_else(|_| std::fs::read("/usr/bin/python3"))
         else {
-            println!("skipped: no system python3 to read");
+            crate::test_ci::skip_or_fail("no system python3 (/usr/bin/python3) to read");
             return;
         };
         let at = line("/usr/bin/python3", 0x40_0000, 0, "r--p", 5);
@@ -315,7 +316,7 @@ mod tests {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
         else {
-            println!("skipped: no system python3 to read");
+            crate::test_ci::skip_or_fail("no system python3 (/usr/bin/python3) to read");
             return;
         };
         let mut child = std::process::Command::new(python)
@@ -324,12 +325,12 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let wanted = std::fs::canonicalize(python).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + crate::test_ci::PATIENCE;
         // Until exec completes, the child is a copy of this test binary, then a bare python.
         let image = loop {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
             if exe.as_ref() == Some(&wanted) {
-                let maps = crate::launch::target::parse_maps(
+                let maps = crate::sys::proc::parse_maps(
                     &std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(),
                 );
                 let found = find_python(pid, &maps, wanted.to_str());

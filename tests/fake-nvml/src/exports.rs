@@ -226,6 +226,28 @@ export! {
             put(limit, watts_to_mw(v.gpu().power_limit_w))
         })
     }
+    /// Energy since the driver loaded, in mJ.
+    fn nvmlDeviceGetTotalEnergyConsumption(device: nvmlDevice_t, energy: *mut c_ulonglong) {
+        state::device_call(device, Field::Energy, |v| match &v.gpu().energy_mj {
+            Some(metric) => put(energy, metric.uint_at(v.t, u64::MAX)),
+            None => NVML_ERROR_NOT_SUPPORTED,
+        })
+    }
+    /// Rows remapped after memory errors.
+    fn nvmlDeviceGetRemappedRows(device: nvmlDevice_t, corrRows: *mut c_uint, uncRows: *mut c_uint, isPending: *mut c_uint, failureOccurred: *mut c_uint) {
+        if corrRows.is_null() || uncRows.is_null() || isPending.is_null() || failureOccurred.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        state::device_call(device, Field::RemappedRows, |v| match v.gpu().remapped_rows {
+            Some(rows) => {
+                put(corrRows, rows.correctable);
+                put(uncRows, rows.uncorrectable);
+                put(isPending, c_uint::from(rows.pending));
+                put(failureOccurred, c_uint::from(rows.failed))
+            }
+            None => NVML_ERROR_NOT_SUPPORTED,
+        })
+    }
     /// Number of fans.
     fn nvmlDeviceGetNumFans(device: nvmlDevice_t, numFans: *mut c_uint) {
         state::device_call(device, Field::NumFans, |v| put(numFans, v.gpu().num_fans))

@@ -126,6 +126,8 @@ pub enum Field {
     ThrottleReasons,
     EccMode,
     EccErrors,
+    Energy,
+    RemappedRows,
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
@@ -133,6 +135,20 @@ pub enum Field {
     ComputeMode,
     MigMode,
     Display,
+}
+
+/// What `nvmlDeviceGetRemappedRows` answers.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemappedRowsSpec {
+    #[serde(default)]
+    pub correctable: u32,
+    #[serde(default)]
+    pub uncorrectable: u32,
+    #[serde(default)]
+    pub pending: bool,
+    #[serde(default)]
+    pub failed: bool,
 }
 
 /// Calls on a GPU that block, like a driver stuck on a GPU that fell off the bus.
@@ -333,6 +349,10 @@ pub struct GpuSpec {
     pub ecc_corrected: Metric,
     #[serde(default = "zero")]
     pub ecc_uncorrected: Metric,
+    /// Energy since the driver loaded, in mJ; without it the call is not supported.
+    pub energy_mj: Option<Metric>,
+    /// Remapped rows; without them the call is not supported (a pre-Ampere GPU).
+    pub remapped_rows: Option<RemappedRowsSpec>,
 
     #[serde(default)]
     pub unsupported: Vec<Field>,

@@ -1,7 +1,8 @@
 """Stand-in for torch.cuda: flat memory_stats keys like the real allocator, values that change.
 
 Test controls (not in real torch): _fake_init(devices), _fake_set(index, key, value),
-_fake_oom(index), and the call log _calls.
+_fake_oom(index), _stats_garbage (what memory_stats returns instead, when set), and the
+call log _calls.
 """
 
 from collections import OrderedDict
@@ -15,6 +16,7 @@ _reads = {}
 _overrides = {}
 _peak_resets = []
 _calls = []
+_stats_garbage = None
 
 _FAMILIES = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
              "requested_bytes", "allocation", "segment", "active", "inactive_split")
@@ -56,6 +58,8 @@ def _fake_oom(index, requested=1 << 30):
 
 def memory_stats(device=None):
     _calls.append(("memory_stats", device))
+    if _stats_garbage is not None:
+        return _stats_garbage
     if not _initialized:
         return OrderedDict()
     index = 0 if device is None else int(device)

@@ -1,0 +1,175 @@
+//! What the user has chosen to look at: the selected process row and the scroll position of the
+//! process table, the selected warning, and which overlays are open; and where the last frame
+//! put the panels. Only the key handler and the event loop change it; drawing reads it.
+
+use super::layout::Plan;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ViewState {
+    /// Index of the selected row in the process table.
+    pub(crate) selected: usize,
+    /// Index of the first process row on screen. Drawing moves the window further if the
+    /// selection would fall outside it, so a stale value is harmless.
+    pub(crate) offset: usize,
+    /// How many process rows the last layout had room for ([`Plan::process_rows`]).
+    /// Page keys move by this much. 0 means "not known yet" and counts as 1.
+    pub(crate) page_rows: usize,
+    pub(crate) show_help: bool,
+    /// Whether the warnings panel shows the evidence and remedy of the selected warning.
+    pub(crate) warnings_expanded: bool,
+    /// Index of the selected warning, in the panel's order (most severe first).
+    pub(crate) selected_warning: usize,
+    /// Where the last frame put the panels, to map mouse clicks to rows.
+    pub(crate) plan: Plan,
+}
+
+impl ViewState {
+    pub(crate) fn select_next(&mut self, rows: usize) {
+        if self.selected + 1 < rows {
+            self.selected += 1;
+        }
+        self.keep_selection_visible();
+    }
+
+    pub(crate) fn select_previous(&mut self) {
+        self.selected = self.selected.saturating_sub(1);
+        self.keep_selection_visible();
+    }
+
+    /// Selects row `index` (clamped to the `rows` there are) and scrolls it into view.
+    pub(crate) fn select_index(&mut self, index: usize, rows: usize) {
+        self.selected = index.min(rows.saturating_sub(1));
+        self.keep_selection_visible();
+    }
+
+    /// Keeps the selection on a row that exists after the row count changed.
+    pub(crate) fn clamp_to(&mut self, rows: usize) {
+        self.selected = self.selected.min(rows.saturating_sub(1));
+        self.offset = self.offset.min(self.selected);
+    }
+
+    pub(crate) fn page_down(&mut self, rows: usize) {
+        self.selected = (self.selected + self.page()).min(rows.saturating_sub(1));
+        self.keep_selection_visible();
+    }
+
+    pub(crate) fn page_up(&mut self) {
+        self.selected = self.selected.saturating_sub(self.page());
+        self.keep_selection_visible();
+    }
+
+    pub(crate) fn select_first(&mut self) {
+        self.selected = 0;
+        self.offset = 0;
+    }
+
+    pub(crate) fn select_last(&mut self, rows: usize) {
+        self.selected = rows.saturating_sub(1);
+        self.keep_selection_visible();
+    }
+
+    /// Records how many process rows fit on screen, so the page keys and scrolling match it.
+    pub(crate) fn set_page_rows(&mut self, rows: usize) {
+        self.page_rows = rows;
+        self.keep_selection_visible();
+    }
+
+    pub(crate) fn toggle_help(&mut self) {
+        self.show_help = !self.show_help;
+    }
+
+    pub(crate) fn toggle_warnings_expanded(&mut self) {
+        self.warnings_expanded = !self.warnings_expanded;
+    }
+
+    /// Closes the help and the expanded warning; returns whether one was open, so Esc can close
+    /// an overlay before it quits.
+    pub(crate) fn close_overlays(&mut self) -> bool {
+        let was_open = self.show_help || self.warnings_expanded;
+        self.show_help = false;
+        self.warnings_expanded = false;
+        was_open
+    }
+
+    fn page(&self) -> usize {
+        self.page_rows.max(1)
+    }
+
+    fn keep_selection_visible(&mut self) {
+        self.offset = first_visible_row(self.offset, self.selected, self.page());
+    }
+}
+
+/// The first row to draw so that `selected` is inside a window of `height` rows, moving the
+/// window from `offset` as little as possible.
+pub(crate) fn first_visible_row(offset: usize, selected: usize, height: usize) -> usize {
+    let height = height.max(1);
+    if selected < offset {
+        selected
+    } else if selected >= offset + height {
+        selected + 1 - height
+    } else {
+        offset
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrolling_moves_the_window_only_at_its_edges() {
+        let mut view = ViewState::default();
+        view.set_page_rows(5);
+        for _ in 0..7 {
+            view.select_next(20);
+        }
+        assert_eq!((view.selected, view.offset), (7, 3));
+        view.select_previous();
+        assert_eq!((view.selected, view.offset), (6, 3));
+        for _ in 0..4 {
+            view.select_previous();
+        }
+        assert_eq!((view.selected, view.offset), (2, 2));
+    }
+
+    #[test]
+    fn paging_and_ends_stay_in_range() {
+        let mut view = ViewState::default();
+        view.set_page_rows(10);
+        view.page_down(15);
+        assert_eq!(view.selected, 10);
+        view.page_down(15);
+        assert_eq!(view.selected, 14);
+        view.page_up();
+        assert_eq!(view.selected, 4);
+        view.select_last(15);
+        assert_eq!((view.selected, view.offset), (14, 5));
+        view.select_first();
+        assert_eq!((view.selected, view.offset), (0, 0));
+        view.select_last(0);
+        assert_eq!(view.selected, 0);
+    }
+
+    #[test]
+    fn clamping_follows_a_shrinking_table() {
+        let mut view = ViewState {
+            selected: 9,
+            offset: 6,
+            ..Default::default()
+        };
+        view.clamp_to(3);
+        assert_eq!((view.selected, view.offset), (2, 2));
+        view.clamp_to(0);
+        assert_eq!((view.selected, view.offset), (0, 0));
+    }
+
+    #[test]
+    fn esc_closes_overlays_first() {
+        let mut view = ViewState::default();
+        assert!(!view.close_overlays());
+        view.toggle_help();
+        assert!(view.close_overlays());
+        assert!(!view.show_help);
+    }
+}

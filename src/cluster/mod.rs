@@ -1,0 +1,243 @@
+//! `torchtop cluster --prometheus URL`: a view of many machines that gets every figure from
+//! Prometheus' HTTP API, as `torchtop serve` (or dcgm-exporter) exported them. No aggregation
+//! server of our own: Prometheus already is one.
+//!
+//! Built like the monitor:
+//! - [`promql`]: the HTTP API client; [`fetch`]: the panels' queries and the background task;
+//! - [`model`]: nodes, jobs (with stragglers) and warnings from the answers, without I/O;
+//! - [`state`]: the state machine (keys, selection, stale panels), without I/O;
+//! - [`render`]: pure drawing;
+//! - this file: the arguments, `--once --json`, and the event loop.
+
+pub(crate) mod fetch;
+pub(crate) mod model;
+pub(crate) mod promql;
+pub(crate) mod render;
+pub(crate) mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use crossterm::event::{Event, EventStream, KeyEventKind};
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, Notify};
+
+use crate::settings::Globals;
+use model::ClusterView;
+use promql::Client;
+use state::{ClusterApp, Effect, Stale};
+
+/// `torchtop cluster` options.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// The Prometheus that scrapes `torchtop serve` on every node (also `prometheus` in the
+    /// config's [cluster] table).
+    #[arg(long, value_name = "URL", env = "TORCHTOP_PROMETHEUS")]
+    pub(crate) prometheus: Option<String>,
+
+    /// Ask once, print, and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+
+    /// With --once: print one JSON document.
+    #[arg(long, requires = "once")]
+    pub(crate) json: bool,
+
+    /// A rank is a straggler when its step time is more than this percent above its job's
+    /// median (default 20, or the config's [cluster] straggler_percent).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_positive)]
+    pub(crate) straggler_percent: Option<f64>,
+
+    /// Seconds between refreshes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = parse_positive)]
+    pub(crate) refresh: f64,
+
+    /// How long one query may take before the panel is marked stale.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = parse_positive)]
+    pub(crate) query_timeout: f64,
+}
+
+fn parse_positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "expected a number above 0 (and at most 86400), not {text:?}"
+        )),
+    }
+}
+
+/// The `--once --json` document.
+#[derive(Debug, Serialize)]
+pub(crate) struct OnceDocument<'a> {
+    pub(crate) prometheus: &'a str,
+    pub(crate) stale: Stale,
+    pub(crate) problems: &'a [String],
+    /// How long the panels' queries took together, in milliseconds.
+    pub(crate) fetch_ms: Option<u128>,
+    #[serde(flatten)]
+    pub(crate) view: &'a ClusterView,
+}
+
+/// Runs `torchtop cluster`.
+pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
+    match run(globals, args) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("torchtop cluster: {}", model::printable(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
+    let config = match &globals.config {
+        Some(path) => crate::config::load(path)?.cluster,
+        None => Default::default(),
+    };
+    let url = args
+        .prometheus
+        .clone()
+        .or(config.prometheus)
+        .ok_or_else(|| {
+            "say where Prometheus is: --prometheus http://HOST:9090, TORCHTOP_PROMETHEUS, or \
+         `prometheus = \"...\"` in the [cluster] table of --config"
+                .to_string()
+        })?;
+    let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
+    let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
+    let mut app = ClusterApp::new(client.base().to_string(), straggler, globals.colors);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    if args.once {
+        let fetched = runtime.block_on(fetch::fetch_all(&client));
+        app.on_fetch(fetched, now_text());
+        return Ok(print_once(&app, args.json));
+    }
+    let refresh = Duration::from_secs_f64(args.refresh);
+    let result =
+        with_terminal(|terminal| runtime.block_on(event_loop(terminal, &mut app, client, refresh)));
+    runtime.shutdown_timeout(Duration::from_millis(10));
+    result
+        .and_then(|inner| inner)
+        .map_err(|e| format!("the terminal failed: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
+    if json {
+        let document = OnceDocument {
+            prometheus: &app.url,
+            stale: app.stale,
+            problems: &app.problems,
+            fetch_ms: app.took_ms,
+            view: &app.view,
+        };
+        match serde_json::to_string_pretty(&document) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("torchtop cluster: cannot write JSON: {e}"),
+        }
+    } else {
+        let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 40))
+            .unwrap_or_else(|never| match never {});
+        let _ = terminal.draw(|frame| render::draw(frame, app));
+        println!(
+            "{}",
+            tests_support::buffer_text(terminal.backend().buffer())
+        );
+    }
+    for problem in &app.problems {
+        eprintln!("torchtop cluster: {}", model::printable(problem));
+    }
+    // Nothing could be read at all: say so in the exit status, for scripts.
+    if app.stale.nodes {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The one place this view touches the terminal guard (whose API may change).
+fn with_terminal<T>(body: impl FnOnce(&mut crate::terminal::Tui) -> T) -> io::Result<T> {
+    let mut guard = crate::terminal::TerminalGuard::enter()?;
+    Ok(body(&mut guard.terminal))
+}
+
+fn now_text() -> String {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // "2026-01-01T12:00:01Z" -> "12:00:01 UTC"
+    now.get(11..19).map_or(now.clone(), |t| format!("{t} UTC"))
+}
+
+async fn event_loop(
+    terminal: &mut crate::terminal::Tui,
+    app: &mut ClusterApp,
+    client: Client,
+    refresh: Duration,
+) -> io::Result<()> {
+    let (results_tx, mut results) = mpsc::channel(2);
+    let wake = Arc::new(Notify::new());
+    let fetcher = fetch::spawn(client, refresh, results_tx, wake.clone());
+    let mut input = EventStream::new();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    draw(terminal, app)?;
+    loop {
+        let effect = tokio::select! {
+            event = input.next() => match event {
+                Some(Ok(Event::Key(key))) if key.kind != KeyEventKind::Release => app.on_key(key),
+                Some(Ok(Event::Resize(_, _))) => Effect::Redraw,
+                Some(Ok(_)) => Effect::None,
+                Some(Err(_)) | None => Effect::Quit,
+            },
+            Some(fetched) = results.recv() => {
+                app.on_fetch(fetched, now_text());
+                Effect::Redraw
+            }
+            _ = terminate.recv() => Effect::Quit,
+            _ = hangup.recv() => Effect::Quit,
+            _ = interrupt.recv() => Effect::Quit,
+        };
+        match effect {
+            Effect::Quit => break,
+            Effect::Refresh => {
+                wake.notify_one();
+                draw(terminal, app)?;
+            }
+            Effect::Redraw => draw(terminal, app)?,
+            Effect::None => {}
+        }
+    }
+    fetcher.abort();
+    Ok(())
+}
+
+fn draw(terminal: &mut crate::terminal::Tui, app: &ClusterApp) -> io::Result<()> {
+    terminal.draw(|frame| render::draw(frame, app))?;
+    Ok(())
+}
+
+/// Text of a drawn buffer, for `--once` without `--json` and for the render tests.
+pub(crate) mod tests_support {
+    pub(crate) fn buffer_text(buffer: &ratatui::buffer::Buffer) -> String {
+        let width = buffer.area.width as usize;
+        let cells: Vec<&str> = buffer.content().iter().map(|c| c.symbol()).collect();
+        cells
+            .chunks(width.max(1))
+            .map(|row| row.concat().trim_end().to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim_end()
+            .to_string()
+    }
+}

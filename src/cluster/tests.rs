@@ -1,0 +1,180 @@
+//! Render tests of the cluster view: hand-built Prometheus answers drawn on ratatui's
+//! TestBackend at 80x24 and 120x40, with insta snapshots of the text.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ratatui::{backend::TestBackend, Terminal};
+
+use super::fetch::Fetched;
+use super::promql::{Range, Sample};
+use super::render;
+use super::state::ClusterApp;
+use super::tests_support::buffer_text;
+
+fn sample(name: &str, labels: &[(&str, &str)], value: f64) -> Sample {
+    let mut map: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    map.insert("__name__".into(), name.into());
+    Sample { labels: map, value }
+}
+
+fn gpus(host: &str, count: u32) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for gpu in 0..count {
+        let index = gpu.to_string();
+        let l = [
+            ("Hostname", host),
+            ("gpu", index.as_str()),
+            ("modelName", "NVIDIA H100 80GB HBM3"),
+        ];
+        let g = f64::from(gpu);
+        out.push(sample("DCGM_FI_DEV_GPU_UTIL", &l, 60.0 + g * 5.0));
+        out.push(sample("DCGM_FI_DEV_FB_USED", &l, 40000.0 + g * 1000.0));
+        out.push(sample("DCGM_FI_DEV_FB_FREE", &l, 41000.0 - g * 1000.0));
+        out.push(sample("DCGM_FI_DEV_GPU_TEMP", &l, 55.0 + g));
+        out.push(sample("DCGM_FI_DEV_POWER_USAGE", &l, 400.0 + g * 10.0));
+        let mut state = l.to_vec();
+        state.push((
+            "state",
+            if host == "node-b" && gpu == 1 {
+                "stale"
+            } else {
+                "ok"
+            },
+        ));
+        out.push(sample("torchtop_gpu_state", &state, 1.0));
+    }
+    out
+}
+
+fn ranks() -> Vec<Sample> {
+    let mut out = Vec::new();
+    for (rank, host, pid, gpu, step) in [
+        (0, "node-a", "4100", "0", 0.412),
+        (1, "node-a", "4101", "1", 0.409),
+        (2, "node-b", "5200", "0", 0.415),
+        (3, "node-b", "5201", "1", 0.731),
+    ] {
+        let rank = rank.to_string();
+        let l = [
+            ("Hostname", host),
+            ("pid", pid),
+            ("rank", rank.as_str()),
+            ("training_job", "torchelastic run llama-7b"),
+        ];
+        let mut with_gpu = l.to_vec();
+        with_gpu.push(("gpu", gpu));
+        out.push(sample(
+            "torchtop_process_gpu_memory_bytes",
+            &with_gpu,
+            38.5e9,
+        ));
+        out.push(sample("torchtop_step_time_seconds", &l, step));
+    }
+    out
+}
+
+fn warnings() -> Vec<Sample> {
+    vec![
+        sample(
+            "torchtop_warning",
+            &[
+                ("Hostname", "node-b"),
+                ("id", "throttle"),
+                ("severity", "warn"),
+                ("subject", "gpu 1"),
+            ],
+            1.0,
+        ),
+        sample(
+            "torchtop_warning",
+            &[
+                ("Hostname", "node-a"),
+                ("id", "oom-risk"),
+                ("severity", "critical"),
+                ("subject", "pid 4101"),
+            ],
+            1.0,
+        ),
+    ]
+}
+
+fn history() -> Vec<Range> {
+    ["node-a", "node-b"]
+        .iter()
+        .enumerate()
+        .map(|(n, host)| Range {
+            labels: [("Hostname".to_string(), host.to_string())]
+                .into_iter()
+                .collect(),
+            points: (0..30)
+                .map(|i| (f64::from(i), f64::from((i * 7 + n as i32 * 30) % 100)))
+                .collect(),
+        })
+        .collect()
+}
+
+fn fetched() -> Fetched {
+    let mut nodes = gpus("node-a", 2);
+    nodes.extend(gpus("node-b", 2));
+    Fetched {
+        nodes: Ok(nodes),
+        jobs: Ok(ranks()),
+        warnings: Ok(warnings()),
+        history: Ok(history()),
+        took: Duration::from_millis(12),
+    }
+}
+
+fn app() -> ClusterApp {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched(), "12:00:01 UTC".into());
+    app
+}
+
+fn screen(app: &ClusterApp, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| render::draw(frame, app)).unwrap();
+    buffer_text(terminal.backend().buffer())
+}
+
+#[test]
+fn two_nodes_and_a_job_with_its_straggler() {
+    let mut app = app();
+    app.on_key(crossterm::event::KeyEvent::from(
+        crossterm::event::KeyCode::Enter,
+    ));
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 120, 40);
+    for text in [&small, &large] {
+        assert!(text.contains("node-a") && text.contains("node-b"), "{text}");
+        assert!(text.contains("STRAGGLER"), "{text}");
+        assert!(text.contains("GPU  1"), "node-a expanded: {text}");
+    }
+    insta::assert_snapshot!("cluster_80x24", small);
+    insta::assert_snapshot!("cluster_120x40", large);
+}
+
+#[test]
+fn a_failed_refresh_keeps_the_data_and_says_why() {
+    let mut app = app();
+    let mut failed = fetched();
+    failed.nodes = Err("cannot reach Prometheus at http://prometheus:9090: Connection refused; check the URL and that it runs".into());
+    failed.jobs = Err(
+        "Prometheus at http://prometheus:9090 did not answer within 5 s; it may be overloaded"
+            .into(),
+    );
+    app.on_fetch(failed, "12:00:06 UTC".into());
+    let small = screen(&app, 80, 24);
+    let large = screen(&app, 120, 40);
+    for text in [&small, &large] {
+        assert!(text.contains("STALE"), "{text}");
+        assert!(text.contains("node-b"), "the last data stays: {text}");
+        assert!(text.contains("nodes: cannot reach Prometheus"), "{text}");
+    }
+    insta::assert_snapshot!("cluster_stale_80x24", small);
+    insta::assert_snapshot!("cluster_stale_120x40", large);
+}

@@ -1,0 +1,146 @@
+//! The `devices` list of a stats message, read with bounded memory: the first
+//! [`MAX_DEVICES_PER_AGENT`] entries, each reduced to the `memory_stats` keys the hub shows; the
+//! rest of the list is only counted.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::json::{drain_map, drain_seq, scalars_are, visit_fields, Scalar};
+use super::MAX_DEVICES_PER_AGENT;
+use crate::model::DeviceAllocatorStats;
+
+/// The `devices` list: the first [`MAX_DEVICES_PER_AGENT`] entries read, the rest only counted.
+#[derive(Default)]
+pub(crate) struct Devices {
+    pub(crate) kept: Vec<DeviceAllocatorStats>,
+    pub(crate) listed: usize,
+}
+
+impl<'de> de::Deserialize<'de> for Devices {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DevicesVisitor;
+        impl<'de> Visitor<'de> for DevicesVisitor {
+            type Value = Devices;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of devices")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
+                let mut devices = Devices::default();
+                loop {
+                    if devices.listed < MAX_DEVICES_PER_AGENT {
+                        match seq.next_element::<DeviceEntry>()? {
+                            Some(DeviceEntry(Some(device))) => devices.kept.push(device),
+                            Some(DeviceEntry(None)) => {}
+                            None => break,
+                        }
+                    } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                    devices.listed += 1;
+                }
+                Ok(devices)
+            }
+            // Anything else is no list: no devices.
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Devices, A::Error> {
+                drain_map(map).map(|()| Devices::default())
+            }
+            scalars_are!(Devices::default());
+        }
+        deserializer.deserialize_any(DevicesVisitor)
+    }
+}
+
+/// One entry of `devices`; `None` when it is not an object with a valid `index`.
+struct DeviceEntry(Option<DeviceAllocatorStats>);
+
+/// The `memory_stats` keys the hub reads, in the order of [`DeviceAllocatorStats`]' fields.
+const STAT_KEYS: &[&str] = &[
+    "allocated_bytes.all.current",
+    "reserved_bytes.all.current",
+    "active_bytes.all.current",
+    "inactive_split_bytes.all.current",
+    "requested_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "segment.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+];
+
+fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64> {
+    match index {
+        0 => &mut device.allocated_bytes,
+        1 => &mut device.reserved_bytes,
+        2 => &mut device.active_bytes,
+        3 => &mut device.inactive_split_bytes,
+        4 => &mut device.requested_bytes,
+        5 => &mut device.peak_allocated_bytes,
+        6 => &mut device.segments,
+        7 => &mut device.alloc_retries,
+        _ => &mut device.ooms,
+    }
+}
+
+impl<'de> de::Deserialize<'de> for DeviceEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let scalar_or_stats = deserializer.deserialize_any(DeviceVisitor)?;
+        Ok(DeviceEntry(scalar_or_stats))
+    }
+}
+
+struct DeviceVisitor;
+
+impl<'de> Visitor<'de> for DeviceVisitor {
+    type Value = Option<DeviceAllocatorStats>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a device object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mut index = None;
+        let mut device = DeviceAllocatorStats::default();
+        visit_fields(map, &["index", "stats"], |key, map| {
+            if key == 0 {
+                index = map.next_value::<Scalar>()?.as_u32();
+            } else {
+                device = map.next_value::<StatsMap>()?.0;
+            }
+            Ok(())
+        })?;
+        Ok(index.map(|index| DeviceAllocatorStats { index, ..device }))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        drain_seq(seq).map(|()| None)
+    }
+    scalars_are!(None);
+}
+
+/// A device's `stats` object, reduced to the keys in [`STAT_KEYS`]; anything else is empty.
+struct StatsMap(DeviceAllocatorStats);
+
+impl<'de> de::Deserialize<'de> for StatsMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let scalar = deserializer.deserialize_any(StatsVisitor)?;
+        Ok(StatsMap(scalar))
+    }
+}
+
+struct StatsVisitor;
+
+impl<'de> Visitor<'de> for StatsVisitor {
+    type Value = DeviceAllocatorStats;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a memory_stats object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mut device = DeviceAllocatorStats::default();
+        visit_fields(map, STAT_KEYS, |key, map| {
+            *stat_slot(&mut device, key) = map.next_value::<Scalar>()?.as_u64();
+            Ok(())
+        })?;
+        Ok(device)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        drain_seq(seq).map(|()| DeviceAllocatorStats::default())
+    }
+    scalars_are!(DeviceAllocatorStats::default());
+}

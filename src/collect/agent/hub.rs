@@ -1,0 +1,505 @@
+//! [`AgentHub`]: all agent connections of one socket directory, as the sampler sees them. Each
+//! [`AgentHub::poll`] reaps ended connections, collects answers to commands and times out the
+//! unanswered ones, connects to new sockets (at most [`Limits::max_connections`] open, the one
+//! idle longest dropped to make room), and returns the latest figures per pid. Reading happens on
+//! the one reader thread; nothing here waits on an agent.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::connection::{self, socket_file_pid, Refusal};
+use super::parse::{AgentEvent, AgentReply};
+use super::reader::Reader;
+use super::state::{lock, Awaiting, ConnId, ConnState, Shared, EVENT_CAPACITY};
+use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
+use crate::model::TorchInfo;
+use crate::protocol::sockets::inspect_socket_dir;
+use crate::protocol::AgentCommand;
+use crate::sys::effective_uid;
+
+const RETRY_AFTER_END: Duration = Duration::from_secs(1);
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+const RETRY_AFTER_BAD_INPUT: Duration = Duration::from_secs(30);
+/// Directory entries looked at per poll: a directory of a million files costs a bounded scan.
+const MAX_ENTRIES_SCANNED: usize = 4096;
+
+/// The hub's bounds; [`Limits::default`] holds the documented ones.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Limits {
+    pub(crate) max_connections: usize,
+    /// Bytes of unfinished lines held across all connections.
+    pub(crate) pending_budget: usize,
+    pub(crate) command_timeout: Duration,
+    /// New connections opened per poll, so one poll stays short whatever the directory holds.
+    pub(crate) max_new_per_poll: usize,
+    /// Commands awaiting an answer on one connection.
+    pub(crate) max_awaiting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: MAX_CONNECTIONS,
+            pending_budget: PENDING_BYTES_BUDGET,
+            command_timeout: COMMAND_TIMEOUT,
+            max_new_per_poll: 64,
+            max_awaiting: 16,
+        }
+    }
+}
+
+/// What became of a command sent with [`AgentHub::request`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CommandOutcome {
+    Replied {
+        pid: u32,
+        command: AgentCommand,
+        reply: AgentReply,
+    },
+    TimedOut {
+        pid: u32,
+        command: AgentCommand,
+        after: Duration,
+    },
+    /// The connection ended first.
+    Unanswered {
+        pid: u32,
+        command: AgentCommand,
+        reason: String,
+    },
+}
+
+/// The hub's side of one connection: what it needs to send commands and to reconnect.
+struct HubConn {
+    file_pid: u32,
+    pid: u32,
+    stream: Arc<UnixStream>,
+}
+
+/// All agent connections in one socket directory.
+pub struct AgentHub {
+    dir: PathBuf,
+    limits: Limits,
+    shared: Arc<Mutex<Shared>>,
+    /// Started with the first connection.
+    reader: Option<Reader>,
+    conns: HashMap<ConnId, HubConn>,
+    next_conn: ConnId,
+    next_command: u64,
+    retry_at: HashMap<u32, Instant>,
+    outcomes: Vec<CommandOutcome>,
+    events: VecDeque<(u32, AgentEvent)>,
+    last_dir_problem: Option<String>,
+    warned_crowded: bool,
+}
+
+impl AgentHub {
+    /// A hub for the sockets in `dir` (usually [`crate::protocol::default_socket_dir`]). Connects nothing
+    /// yet.
+    pub fn new(dir: PathBuf) -> Self {
+        Self::with_limits(dir, Limits::default())
+    }
+
+    pub(crate) fn with_limits(dir: PathBuf, limits: Limits) -> Self {
+        AgentHub {
+            dir,
+            limits,
+            shared: Arc::default(),
+            reader: None,
+            conns: HashMap::new(),
+            next_conn: 0,
+            next_command: 1,
+            retry_at: HashMap::new(),
+            outcomes: Vec::new(),
+            events: VecDeque::new(),
+            last_dir_problem: None,
+            warned_crowded: false,
+        }
+    }
+
+    /// Connects to new agents, drops ended connections, and returns the latest figures per pid
+    /// (the pid of the agent's process as this machine sees it). Never blocks on an agent.
+    pub fn poll(&mut self) -> HashMap<u32, TorchInfo> {
+        let now = Instant::now();
+        self.reap(now);
+        match inspect_socket_dir(&self.dir) {
+            Ok(Some(owner)) => {
+                self.last_dir_problem = None;
+                self.discover(owner, now);
+            }
+            Ok(None) => {}
+            Err(problem) => {
+                if self.last_dir_problem.as_deref() != Some(problem.as_str()) {
+                    self.push_log(format!("not reading agents: {problem}"));
+                    self.last_dir_problem = Some(problem);
+                }
+            }
+        }
+        lock(&self.shared)
+            .conns
+            .values()
+            .filter_map(|state| Some((state.pid, state.torch_info(now)?)))
+            .collect()
+    }
+
+    /// Sends `cmd` to the agent of `pid`; returns the command id its reply will carry. The
+    /// outcome comes from [`AgentHub::take_outcomes`]: the reply, or a timeout.
+    pub(crate) fn request(&mut self, pid: u32, cmd: AgentCommand) -> Result<u64, String> {
+        let (id, stream) = self
+            .conns
+            .iter()
+            .find(|(_, conn)| conn.pid == pid)
+            .map(|(&id, conn)| (id, Arc::clone(&conn.stream)))
+            .ok_or_else(|| format!("no agent is connected for pid {pid}"))?;
+        let command_id = self.next_command;
+        {
+            let mut shared = lock(&self.shared);
+            let Some(state) = shared.conns.get_mut(&id).filter(|s| s.ended.is_none()) else {
+                return Err(format!("the agent of pid {pid} has disconnected"));
+            };
+            if state.awaiting.len() >= self.limits.max_awaiting {
+                return Err(format!(
+                    "the agent of pid {pid} has not answered {} earlier commands yet; wait for \
+                     them before sending more",
+                    state.awaiting.len()
+                ));
+            }
+            // Recorded before the line goes out, so even an instant reply finds it.
+            let awaiting = Awaiting {
+                command: cmd,
+                sent_at: Instant::now(),
+            };
+            state.awaiting.insert(command_id, awaiting);
+        }
+        self.next_command += 1;
+        let line = cmd.to_line(command_id);
+        let written = write_once(&stream, line.as_bytes());
+        if matches!(written, Ok(n) if n == line.len()) {
+            return Ok(command_id);
+        }
+        // Not sent: nothing will answer it, and the caller hears why from the error.
+        if let Some(state) = lock(&self.shared).conns.get_mut(&id) {
+            state.awaiting.remove(&command_id);
+        }
+        let why = match written {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(format!(
+                    "the agent of pid {pid} is not reading its commands (its socket is full); \
+                     try again later"
+                ));
+            }
+            Err(e) => e.to_string(),
+            Ok(_) => "only part of it fit in the socket".to_string(),
+        };
+        // Part of the line may have gone out: the stream is no longer well framed.
+        self.close(
+            id,
+            &format!("sending a command failed: {why}"),
+            RETRY_AFTER_END,
+        );
+        Err(format!(
+            "could not send a command to the agent of pid {pid}: {why}"
+        ))
+    }
+
+    /// Replies to this hub's commands, timeouts and commands lost with their connection, since
+    /// the last call.
+    pub(crate) fn take_outcomes(&mut self) -> Vec<CommandOutcome> {
+        std::mem::take(&mut self.outcomes)
+    }
+
+    /// Events (such as `oom`) received since the last call, with the pid of the agent.
+    pub(crate) fn take_events(&mut self) -> Vec<(u32, AgentEvent)> {
+        self.events.drain(..).collect()
+    }
+
+    /// Recent reasons for refused or dropped connections and removed stale sockets, oldest first.
+    pub fn log(&self) -> Vec<String> {
+        lock(&self.shared).log.lines()
+    }
+
+    /// The lines logged after the first `seen` ever logged (those still in the ring), and the
+    /// count to pass next time.
+    pub(crate) fn log_since(&self, seen: usize) -> (Vec<String>, usize) {
+        let shared = lock(&self.shared);
+        (shared.log.since(seen), shared.log.total())
+    }
+
+    /// How many connections are open.
+    #[cfg(test)]
+    pub(crate) fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn push_log(&self, line: String) {
+        lock(&self.shared).log.push(line);
+    }
+
+    /// Collects replies, events and timeouts, and removes the connections the reader ended.
+    fn reap(&mut self, now: Instant) {
+        let shared = Arc::clone(&self.shared);
+        let mut shared = lock(&shared);
+        let mut ended = Vec::new();
+        for (&id, state) in shared.conns.iter_mut() {
+            self.collect(state, now);
+            if state.ended.is_some() {
+                ended.push(id);
+            }
+        }
+        for id in ended {
+            let Some(mut state) = shared.conns.remove(&id) else {
+                continue;
+            };
+            let Some(ending) = state.ended.take() else {
+                continue;
+            };
+            self.lose_awaiting(&state, &ending.reason);
+            let verb = if ending.bad_input {
+                "dropped the connection"
+            } else {
+                "connection ended"
+            };
+            shared
+                .log
+                .push(format!("pid {}: {verb}: {}", state.pid, ending.reason));
+            if let Some(conn) = self.conns.remove(&id) {
+                let wait = if ending.bad_input {
+                    RETRY_AFTER_BAD_INPUT
+                } else {
+                    RETRY_AFTER_END
+                };
+                self.retry_at.insert(conn.file_pid, now + wait);
+            }
+        }
+    }
+
+    fn collect(&mut self, state: &mut ConnState, now: Instant) {
+        let pid = state.pid;
+        for (awaiting, reply) in state.replies.drain(..) {
+            let command = awaiting.command;
+            self.outcomes.push(CommandOutcome::Replied {
+                pid,
+                command,
+                reply,
+            });
+        }
+        let timeout = self.limits.command_timeout;
+        let outcomes = &mut self.outcomes;
+        state.awaiting.retain(|_, awaiting| {
+            let late = now.saturating_duration_since(awaiting.sent_at) >= timeout;
+            if late {
+                outcomes.push(CommandOutcome::TimedOut {
+                    pid,
+                    command: awaiting.command,
+                    after: timeout,
+                });
+            }
+            !late
+        });
+        for event in state.events.drain(..) {
+            if self.events.len() == EVENT_CAPACITY {
+                self.events.pop_front();
+            }
+            self.events.push_back((pid, event));
+        }
+    }
+
+    fn lose_awaiting(&mut self, state: &ConnState, reason: &str) {
+        for awaiting in state.awaiting.values() {
+            self.outcomes.push(CommandOutcome::Unanswered {
+                pid: state.pid,
+                command: awaiting.command,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    fn discover(&mut self, owner: u32, now: Instant) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        self.retry_at.retain(|_, at| *at > now);
+        let connected: HashSet<u32> = self.conns.values().map(|c| c.file_pid).collect();
+        let mut opened = 0;
+        for (scanned, entry) in entries.flatten().enumerate() {
+            if scanned == MAX_ENTRIES_SCANNED {
+                self.warn_crowded();
+                break;
+            }
+            let Some(file_pid) = socket_file_pid(&entry.file_name()) else {
+                continue;
+            };
+            // The entry's own type: a symlink named like a socket is not followed.
+            let is_socket = entry.file_type().is_ok_and(|t| {
+                use std::os::unix::fs::FileTypeExt;
+                t.is_socket()
+            });
+            if !is_socket || connected.contains(&file_pid) || self.retry_at.contains_key(&file_pid)
+            {
+                continue;
+            }
+            let path = entry.path();
+            if !Path::new(&format!("/proc/{file_pid}")).exists() {
+                self.stale(&path, file_pid, owner, now);
+                continue;
+            }
+            if opened == self.limits.max_new_per_poll {
+                break;
+            }
+            opened += 1;
+            self.connect(&path, file_pid, owner, now);
+        }
+    }
+
+    fn warn_crowded(&mut self) {
+        if !self.warned_crowded {
+            self.warned_crowded = true;
+            self.push_log(format!(
+                "{} holds more than {MAX_ENTRIES_SCANNED} entries; only the first \
+                 {MAX_ENTRIES_SCANNED} are looked at each time",
+                self.dir.display()
+            ));
+        }
+    }
+
+    fn connect(&mut self, path: &Path, file_pid: u32, owner: u32, now: Instant) {
+        let opened = match connection::open(path, file_pid, owner) {
+            Ok(opened) => opened,
+            Err(refusal) => return self.refuse(file_pid, refusal, now),
+        };
+        let pid = opened.peer_pid;
+        if self.conns.values().any(|c| c.pid == pid) {
+            let refusal = Refusal {
+                reason: format!(
+                    "{} is served by pid {pid}, whose agent is already connected",
+                    path.display()
+                ),
+                bad_input: true,
+            };
+            return self.refuse(file_pid, refusal, now);
+        }
+        if self.conns.len() >= self.limits.max_connections {
+            self.evict_oldest_idle(file_pid, now);
+        }
+        if let Err(problem) = self.start_reader() {
+            return self.refuse(file_pid, problem, now);
+        }
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let stream = Arc::new(opened.stream);
+        lock(&self.shared)
+            .conns
+            .insert(id, ConnState::new(pid, now));
+        self.conns.insert(
+            id,
+            HubConn {
+                file_pid,
+                pid,
+                stream: Arc::clone(&stream),
+            },
+        );
+        if let Some(Err(problem)) = self.reader.as_ref().map(|r| r.add(id, stream)) {
+            self.close(id, &problem, RETRY_AFTER_FAILURE);
+        }
+    }
+
+    fn start_reader(&mut self) -> Result<(), Refusal> {
+        if self.reader.is_none() {
+            let reader = Reader::start(Arc::clone(&self.shared), self.limits.pending_budget)
+                .map_err(|e| Refusal {
+                    reason: format!("cannot start the agent reader thread: {e}"),
+                    bad_input: false,
+                })?;
+            self.reader = Some(reader);
+        }
+        Ok(())
+    }
+
+    fn refuse(&mut self, file_pid: u32, refusal: Refusal, now: Instant) {
+        let (wait, verb) = if refusal.bad_input {
+            (RETRY_AFTER_BAD_INPUT, "refused")
+        } else {
+            (RETRY_AFTER_FAILURE, "could not connect")
+        };
+        self.retry_at.insert(file_pid, now + wait);
+        self.push_log(format!("pid {file_pid}: {verb}: {}", refusal.reason));
+    }
+
+    /// Makes room for the agent of `newcomer` by dropping the connection silent longest.
+    fn evict_oldest_idle(&mut self, newcomer: u32, now: Instant) {
+        let oldest = lock(&self.shared)
+            .conns
+            .iter()
+            .min_by_key(|(_, state)| state.last_line_at)
+            .map(|(&id, state)| (id, state.pid, state.last_line_at));
+        let Some((id, pid, last_line_at)) = oldest else {
+            return;
+        };
+        let idle = now.saturating_duration_since(last_line_at).as_secs_f64();
+        let reason = format!(
+            "{} agent connections are open, the most torchtop keeps: dropped the one to pid \
+             {pid}, silent for {idle:.0} s, to make room for pid {newcomer}",
+            self.limits.max_connections
+        );
+        self.close(id, &reason, RETRY_AFTER_BAD_INPUT);
+    }
+
+    /// Closes a connection from this side, with a log line; its socket is retried after `wait`.
+    fn close(&mut self, id: ConnId, reason: &str, wait: Duration) {
+        let state = lock(&self.shared).conns.remove(&id);
+        let Some(conn) = self.conns.remove(&id) else {
+            return;
+        };
+        if let Some(state) = &state {
+            self.lose_awaiting(state, reason);
+        }
+        if let Some(reader) = &self.reader {
+            reader.remove(id);
+        }
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        self.retry_at.insert(conn.file_pid, Instant::now() + wait);
+        self.push_log(format!("pid {}: closed the connection: {reason}", conn.pid));
+    }
+
+    /// A socket whose process is gone: removed when the directory is ours. Root reading another
+    /// user's directory leaves it alone, since it never writes where another user chose.
+    fn stale(&mut self, path: &Path, pid: u32, owner: u32, now: Instant) {
+        self.retry_at.insert(pid, now + RETRY_AFTER_FAILURE);
+        if owner != effective_uid() {
+            return;
+        }
+        match fs::remove_file(path) {
+            Ok(()) => self.push_log(format!(
+                "removed stale socket {} (pid {pid} is gone)",
+                path.display()
+            )),
+            Err(e) => self.push_log(format!(
+                "could not remove stale socket {}: {e}",
+                path.display()
+            )),
+        }
+    }
+}
+
+impl Drop for AgentHub {
+    fn drop(&mut self) {
+        for conn in self.conns.values() {
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// One `write` of a whole command line, retried only when a signal interrupted it.
+fn write_once(stream: &UnixStream, line: &[u8]) -> io::Result<usize> {
+    loop {
+        match (&*stream).write(line) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Parses one line of agent protocol v1 (assets/agent-protocol.md) into what the hub keeps,
+//! with memory bounded whatever the agent sends: the JSON is read straight into typed fields,
+//! every field the hub does not use is skipped without being built, at most
+//! [`MAX_DEVICES_PER_AGENT`](super::MAX_DEVICES_PER_AGENT) devices are read, and text is cut at
+//! [`MAX_TEXT_BYTES`](super::json::MAX_TEXT_BYTES).
+//! A line that breaks a rule of the protocol comes back as `Err(sentence)`: the caller drops the
+//! connection for it.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::devices::Devices;
+use super::json::{cut, drain_seq, scalars_are, visit_fields, Scalar};
+use super::PROTOCOL_VERSION;
+use crate::model::DeviceAllocatorStats;
+
+/// The longest version or allocator setting kept from a hello, which every snapshot repeats.
+const MAX_HELLO_TEXT_BYTES: usize = 256;
+
+/// An agent's hello: who the process is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Hello {
+    pub(crate) python: Option<String>,
+    pub(crate) torch: Option<String>,
+    pub(crate) rank: Option<u32>,
+    pub(crate) local_rank: Option<u32>,
+    pub(crate) world_size: Option<u32>,
+    pub(crate) alloc_conf: Option<String>,
+}
+
+/// An agent's stats message: allocator figures as sent, before the cudaMallocAsync rule.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Stats {
+    pub(crate) step: Option<u64>,
+    pub(crate) step_time_seconds: Option<f64>,
+    /// The first [`MAX_DEVICES_PER_AGENT`] entries with a valid index, sorted, one per index.
+    pub(crate) devices: Vec<DeviceAllocatorStats>,
+    /// How many entries `devices` had in the message, read or not.
+    pub(crate) listed: usize,
+}
+
+/// An agent's answer to a command.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AgentReply {
+    pub(crate) id: u64,
+    pub(crate) ok: bool,
+    /// The command's name as echoed by the agent.
+    pub(crate) cmd: Option<String>,
+    /// Where a snapshot went.
+    pub(crate) path: Option<String>,
+    /// Why a command failed.
+    pub(crate) error: Option<String>,
+}
+
+/// Something an agent reported between stats, such as an OOM.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AgentEvent {
+    pub(crate) kind: String,
+    pub(crate) device: Option<u32>,
+}
+
+/// One parsed line.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Incoming {
+    Hello(Hello),
+    Stats(Stats),
+    Reply(AgentReply),
+    Event(AgentEvent),
+    Ignored,
+}
+
+/// Parses one line (newline excluded). An `Err` is a reason to drop the connection.
+pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
+    let text = std::str::from_utf8(line).map_err(|_| "a line is not UTF-8".to_string())?;
+    let top: Top = serde_json::from_str(text).map_err(|e| format!("a line is not JSON ({e})"))?;
+    let Top::Object(fields) = top else {
+        return Err("a line is not a JSON object".to_string());
+    };
+    match &fields.v {
+        Some(Scalar::U64(PROTOCOL_VERSION)) => {}
+        other => {
+            let v = other.as_ref().map_or("none".to_string(), Scalar::describe);
+            return Err(format!("protocol version {v}, expected {PROTOCOL_VERSION}"));
+        }
+    }
+    Ok(match fields.kind.as_ref().and_then(Scalar::text) {
+        Some("hello") => Incoming::Hello(fields.hello()),
+        Some("stats") => Incoming::Stats(fields.stats()),
+        Some("reply") => match fields.reply() {
+            Some(reply) => Incoming::Reply(reply),
+            None => return Err("a reply without an integer id or a boolean ok".to_string()),
+        },
+        Some("event") => Incoming::Event(AgentEvent {
+            kind: fields
+                .event_kind
+                .as_ref()
+                .and_then(Scalar::text)
+                .unwrap_or("unknown")
+                .to_string(),
+            device: fields.device.as_ref().and_then(Scalar::as_u32),
+        }),
+        _ => Incoming::Ignored,
+    })
+}
+
+/// The whole line: an object's fields, or anything else.
+enum Top {
+    Object(Box<Fields>),
+    NotObject,
+}
+
+/// Every top-level field the hub reads, whatever the message type (the type may come last).
+#[derive(Default)]
+struct Fields {
+    v: Option<Scalar>,
+    kind: Option<Scalar>,
+    python: Option<Scalar>,
+    torch: Option<Scalar>,
+    rank: Option<Scalar>,
+    local_rank: Option<Scalar>,
+    world_size: Option<Scalar>,
+    alloc_conf: Option<Scalar>,
+    step: Option<Scalar>,
+    step_time_s: Option<Scalar>,
+    devices: Option<Devices>,
+    id: Option<Scalar>,
+    ok: Option<Scalar>,
+    cmd: Option<Scalar>,
+    path: Option<Scalar>,
+    error: Option<Scalar>,
+    event_kind: Option<Scalar>,
+    device: Option<Scalar>,
+}
+
+const TOP_FIELDS: &[&str] = &[
+    "v",
+    "type",
+    "python",
+    "torch",
+    "rank",
+    "local_rank",
+    "world_size",
+    "alloc_conf",
+    "step",
+    "step_time_s",
+    "devices",
+    "id",
+    "ok",
+    "cmd",
+    "path",
+    "error",
+    "kind",
+    "device",
+];
+
+impl Fields {
+    fn slot(&mut self, index: usize) -> Option<&mut Option<Scalar>> {
+        Some(match TOP_FIELDS[index] {
+            "v" => &mut self.v,
+            "type" => &mut self.kind,
+            "python" => &mut self.python,
+            "torch" => &mut self.torch,
+            "rank" => &mut self.rank,
+            "local_rank" => &mut self.local_rank,
+            "world_size" => &mut self.world_size,
+            "alloc_conf" => &mut self.alloc_conf,
+            "step" => &mut self.step,
+            "step_time_s" => &mut self.step_time_s,
+            "id" => &mut self.id,
+            "ok" => &mut self.ok,
+            "cmd" => &mut self.cmd,
+            "path" => &mut self.path,
+            "error" => &mut self.error,
+            "kind" => &mut self.event_kind,
+            "device" => &mut self.device,
+            _ => return None,
+        })
+    }
+
+    fn hello(&self) -> Hello {
+        let text = |s: &Option<Scalar>| {
+            s.as_ref()
+                .and_then(Scalar::text)
+                .map(|t| cut(t, MAX_HELLO_TEXT_BYTES))
+        };
+        let number = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::as_u32);
+        Hello {
+            python: text(&self.python),
+            torch: text(&self.torch),
+            rank: number(&self.rank),
+            local_rank: number(&self.local_rank),
+            world_size: number(&self.world_size),
+            alloc_conf: text(&self.alloc_conf),
+        }
+    }
+
+    fn stats(self) -> Stats {
+        let Devices { mut kept, listed } = self.devices.unwrap_or_default();
+        kept.sort_by_key(|d| d.index);
+        kept.dedup_by_key(|d| d.index);
+        Stats {
+            step: self.step.as_ref().and_then(Scalar::as_u64),
+            step_time_seconds: self
+                .step_time_s
+                .as_ref()
+                .and_then(Scalar::as_f64)
+                .filter(|t| t.is_finite() && *t >= 0.0),
+            devices: kept,
+            listed,
+        }
+    }
+
+    fn reply(&self) -> Option<AgentReply> {
+        let text = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::text).map(str::to_string);
+        let id = match self.id {
+            Some(Scalar::U64(id)) => id,
+            _ => return None,
+        };
+        let ok = match self.ok {
+            Some(Scalar::Bool(ok)) => ok,
+            _ => return None,
+        };
+        Some(AgentReply {
+            id,
+            ok,
+            cmd: text(&self.cmd),
+            path: text(&self.path),
+            error: text(&self.error),
+        })
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Top {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TopVisitor;
+        impl<'de> Visitor<'de> for TopVisitor {
+            type Value = Top;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+                let mut fields = Box::<Fields>::default();
+                visit_fields(map, TOP_FIELDS, |index, map| {
+                    match fields.slot(index) {
+                        Some(slot) => *slot = Some(map.next_value()?),
+                        None => fields.devices = Some(map.next_value()?),
+                    }
+                    Ok(())
+                })?;
+                Ok(Top::Object(fields))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
+                drain_seq(seq).map(|()| Top::NotObject)
+            }
+            scalars_are!(Top::NotObject);
+        }
+        deserializer.deserialize_any(TopVisitor)
+    }
+}

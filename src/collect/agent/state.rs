@@ -1,0 +1,197 @@
+//! What the reader thread has learned of each connection, and the hub's log: the state the two
+//! threads share behind one mutex. Everything here is bounded: the latest hello and stats, the
+//! replies to commands this hub sent (at most one per command), a short queue of events, and a
+//! ring of log lines.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::parse::{AgentEvent, AgentReply, Hello, Stats};
+use crate::model::TorchInfo;
+use crate::protocol::AgentCommand;
+
+/// Lines the log keeps; older ones are dropped.
+const LOG_CAPACITY: usize = 64;
+/// Events one connection keeps until the hub takes them; older ones are dropped.
+pub(crate) const EVENT_CAPACITY: usize = 64;
+
+/// A connection's number, unique for the hub's lifetime (also its epoll token).
+pub(crate) type ConnId = usize;
+
+/// A command sent on a connection and not answered yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Awaiting {
+    pub(crate) command: AgentCommand,
+    pub(crate) sent_at: Instant,
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ending {
+    pub(crate) reason: String,
+    /// The agent broke the protocol or a bound: it is not reconnected for a while.
+    pub(crate) bad_input: bool,
+}
+
+/// One connection as the reader has seen it.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    /// The pid of the agent's process, from `SO_PEERCRED` (else the socket's name).
+    pub(crate) pid: u32,
+    pub(crate) hello: Option<Hello>,
+    pub(crate) stats: Option<Stats>,
+    pub(crate) stats_at: Option<Instant>,
+    /// When the agent last completed a line (or when the connection opened): the idle clock.
+    pub(crate) last_line_at: Instant,
+    /// Commands this hub sent on this connection, by id, until answered or timed out.
+    pub(crate) awaiting: HashMap<u64, Awaiting>,
+    /// Answers to commands in `awaiting`, with the command they answer.
+    pub(crate) replies: Vec<(Awaiting, AgentReply)>,
+    pub(crate) events: VecDeque<AgentEvent>,
+    pub(crate) ended: Option<Ending>,
+    /// Whether the log already said that this agent lists too many devices.
+    pub(crate) warned_devices: bool,
+    /// Whether the log already said that this agent sent a reply nobody asked for.
+    pub(crate) warned_unsolicited: bool,
+}
+
+impl ConnState {
+    pub(crate) fn new(pid: u32, now: Instant) -> Self {
+        ConnState {
+            pid,
+            hello: None,
+            stats: None,
+            stats_at: None,
+            last_line_at: now,
+            awaiting: HashMap::new(),
+            replies: Vec::new(),
+            events: VecDeque::new(),
+            ended: None,
+            warned_devices: false,
+            warned_unsolicited: false,
+        }
+    }
+
+    /// What this agent has said, as the snapshot shows it; `None` before its hello.
+    pub(crate) fn torch_info(&self, now: Instant) -> Option<TorchInfo> {
+        let hello = self.hello.as_ref()?;
+        let mut info = torch_info(hello, self.stats.as_ref());
+        info.age_seconds = self
+            .stats_at
+            .map(|at| now.saturating_duration_since(at).as_secs_f64());
+        Some(info)
+    }
+}
+
+/// A ring of recent log lines, with a count of every line ever logged so a reader can tell
+/// which lines are new after old ones fell off.
+#[derive(Debug, Default)]
+pub(crate) struct Log {
+    lines: VecDeque<String>,
+    total: usize,
+}
+
+impl Log {
+    pub(crate) fn push(&mut self, line: String) {
+        self.total += 1;
+        if self.lines.len() == LOG_CAPACITY {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.lines.iter().cloned().collect()
+    }
+
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// The lines after the first `seen` ever logged, as far as the ring still holds them.
+    pub(crate) fn since(&self, seen: usize) -> Vec<String> {
+        let fresh = self.total.saturating_sub(seen).min(self.lines.len());
+        self.lines
+            .range(self.lines.len() - fresh..)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The state both threads see.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub(crate) conns: HashMap<ConnId, ConnState>,
+    pub(crate) log: Log,
+}
+
+/// Locks the shared state. Neither thread panics while holding it, but a poisoned lock must not
+/// take the monitor down with it.
+pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// With the cudaMallocAsync backend PyTorch fills only allocated, active and reserved bytes;
+/// the other counters read 0 without meaning it.
+fn uses_cuda_malloc_async(alloc_conf: Option<&str>) -> bool {
+    alloc_conf.is_some_and(|conf| conf.contains("cudaMallocAsync"))
+}
+
+/// Builds a [`TorchInfo`] from an agent's latest hello and stats (`None`: not received yet).
+/// Pure: `age_seconds` and `non_pytorch_bytes` stay `None`.
+pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
+    let malloc_async = uses_cuda_malloc_async(hello.alloc_conf.as_deref());
+    let devices = stats
+        .map(|s| s.devices.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut device| {
+            if malloc_async {
+                device.inactive_split_bytes = None;
+                device.requested_bytes = None;
+                device.segments = None;
+                device.alloc_retries = None;
+                device.ooms = None;
+            }
+            device
+        })
+        .collect();
+    TorchInfo {
+        python: hello.python.clone(),
+        torch: hello.torch.clone(),
+        rank: hello.rank,
+        local_rank: hello.local_rank,
+        world_size: hello.world_size,
+        alloc_conf: hello.alloc_conf.clone(),
+        step: stats.and_then(|s| s.step),
+        step_time_seconds: stats.and_then(|s| s.step_time_seconds),
+        devices,
+        age_seconds: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_says_what_is_new_even_after_its_ring_wrapped() {
+        let mut log = Log::default();
+        log.push("a".into());
+        assert_eq!(log.since(0), ["a"]);
+        assert!(log.since(1).is_empty());
+        for i in 0..100 {
+            log.push(format!("{i}"));
+        }
+        assert_eq!(log.total(), 101);
+        assert_eq!(log.since(99), ["98", "99"]);
+        assert_eq!(
+            log.since(1).len(),
+            LOG_CAPACITY,
+            "older lines fell off the ring"
+        );
+    }
+}

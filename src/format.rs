@@ -1,0 +1,301 @@
+//! Turning figures into the short strings the panels show. A missing figure is always "N/A".
+//! Also [`escape`], the one function every piece of outside text goes through before it reaches
+//! a terminal: the TUI, `--once` text, the status line and error messages.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+pub(crate) const NA: &str = "N/A";
+
+const KIB: f64 = 1024.0;
+const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+
+/// Bytes in binary units with one decimal: "512B", "12.3MiB", "12.3GiB".
+pub(crate) fn bytes(value: u64) -> String {
+    let (scaled, unit) = scale(value);
+    if unit == 0 {
+        format!("{value}B")
+    } else {
+        format!("{scaled:.1}{}", UNITS[unit])
+    }
+}
+
+/// Bytes with a one-letter unit, for narrow columns: "12.3G", "512M", "0B".
+pub(crate) fn bytes_short(value: u64) -> String {
+    let (scaled, unit) = scale(value);
+    let letter = &UNITS[unit][..1];
+    match unit {
+        0 => format!("{value}B"),
+        _ if scaled >= 100.0 => format!("{scaled:.0}{letter}"),
+        _ => format!("{scaled:.1}{letter}"),
+    }
+}
+
+fn scale(value: u64) -> (f64, usize) {
+    let mut scaled = value as f64;
+    let mut unit = 0;
+    while scaled >= KIB && unit + 1 < UNITS.len() {
+        scaled /= KIB;
+        unit += 1;
+    }
+    (scaled, unit)
+}
+
+pub(crate) fn opt_bytes(value: Option<u64>) -> String {
+    value.map_or_else(|| NA.to_string(), bytes)
+}
+
+pub(crate) fn opt_bytes_short(value: Option<u64>) -> String {
+    value.map_or_else(|| NA.to_string(), bytes_short)
+}
+
+/// "used/total" in short units, each side N/A on its own.
+pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {
+    format!("{}/{}", opt_bytes_short(used), opt_bytes_short(total))
+}
+
+pub(crate) fn percent(value: Option<u32>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| format!("{v}%"))
+}
+
+pub(crate) fn percent_f(value: Option<f64>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| format!("{v:.1}%"))
+}
+
+pub(crate) fn watts(value: Option<f64>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| format!("{v:.0}W"))
+}
+
+/// "draw/limitW"; "N/A" stands in for either side that is missing.
+pub(crate) fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> String {
+    match (draw, limit) {
+        (Some(d), Some(l)) => format!("{d:.0}/{l:.0}W"),
+        (draw, limit) => format!("{}/{}", watts(draw), watts(limit)),
+    }
+}
+
+pub(crate) fn celsius(value: Option<u32>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| format!("{v}C"))
+}
+
+pub(crate) fn mhz(value: Option<u32>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| format!("{v}MHz"))
+}
+
+/// A PCIe throughput given in KiB/s, as a byte rate.
+pub(crate) fn kib_rate(value: Option<u32>) -> String {
+    value.map_or_else(
+        || NA.to_string(),
+        |v| format!("{}/s", bytes(u64::from(v) * 1024)),
+    )
+}
+
+pub(crate) fn count(value: Option<u64>) -> String {
+    value.map_or_else(|| NA.to_string(), |v| v.to_string())
+}
+
+/// Outside text, escaped for a terminal, or "N/A".
+pub(crate) fn text(value: Option<&str>) -> String {
+    escape(value.unwrap_or(NA)).into_owned()
+}
+
+/// Text that other people control (command lines, user names, host names, paths, what agents
+/// and the driver say), made safe to print on a terminal.
+///
+/// Control characters (C0, DEL, C1) and the Unicode controls that reorder text (bidi overrides
+/// and isolates) are written out as visible escapes: `\e`, `\n`, `\r`, `\t`, `\xNN`, `\u{NNNN}`.
+/// So no escape sequence reaches the terminal (OSC 52 writes the clipboard, OSC 0 the title,
+/// CSI 2J clears the screen) and no newline can forge a line. Text that needs nothing is
+/// borrowed as is.
+pub(crate) fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\x1b' => out.push_str("\\e"),
+            c if needs_escape(c) && c.is_ascii() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A message of several lines whose line breaks are torchtop's own (an error that quotes a
+/// tool's output, say): each line goes through [`escape`], and the breaks are kept.
+pub fn escape_lines(text: &str) -> String {
+    text.split('\n').map(escape).collect::<Vec<_>>().join("\n")
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+        )
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+/// A running time: "0:42", "12:34", "1:02:03", then "2d03h" from one day on.
+pub(crate) fn duration(seconds: f64) -> String {
+    let total = if seconds.is_finite() && seconds > 0.0 {
+        seconds as u64
+    } else {
+        0
+    };
+    let (days, hours) = (total / 86_400, total / 3600 % 24);
+    let (minutes, secs) = (total / 60 % 60, total % 60);
+    if days > 0 {
+        format!("{days}d{hours:02}h")
+    } else if hours > 0 {
+        format!("{hours}:{minutes:02}:{secs:02}")
+    } else {
+        format!("{minutes}:{secs:02}")
+    }
+}
+
+pub(crate) fn opt_duration(value: Option<f64>) -> String {
+    value.map_or_else(|| NA.to_string(), duration)
+}
+
+/// Cuts `text` to at most `width` characters, marking the cut with "…".
+pub(crate) fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let kept: String = text.chars().take(width - 1).collect();
+    format!("{kept}…")
+}
+
+/// `text` cut or padded with spaces to exactly `width` characters, left-aligned.
+pub(crate) fn pad_left_aligned(text: &str, width: usize) -> String {
+    format!("{:<width$}", truncate(text, width))
+}
+
+/// `text` cut or padded with spaces to exactly `width` characters, right-aligned.
+pub(crate) fn pad_right_aligned(text: &str, width: usize) -> String {
+    format!("{:>width$}", truncate(text, width))
+}
+
+/// Packs pieces (each a few spans) into lines of at most `width` columns, two spaces apart;
+/// lines after the first start with `indent` spaces. A piece wider than a line gets its own.
+pub(crate) fn pack(
+    pieces: Vec<Vec<ratatui::text::Span<'static>>>,
+    width: usize,
+    indent: usize,
+) -> Vec<ratatui::text::Line<'static>> {
+    use ratatui::text::{Line, Span};
+    let mut lines = Vec::new();
+    let mut spans: Vec<Span<'static>> = vec![Span::raw(" ".repeat(indent))];
+    let mut used = indent;
+    let mut empty = true;
+    for piece in pieces {
+        let len: usize = piece.iter().map(|s| s.content.chars().count()).sum();
+        let gap = if empty { 0 } else { 2 };
+        if !empty && used + gap + len > width {
+            lines.push(Line::from(std::mem::take(&mut spans)));
+            spans.push(Span::raw(" ".repeat(indent)));
+            used = indent;
+            empty = true;
+        }
+        if !empty {
+            spans.push(Span::raw("  "));
+            used += 2;
+        }
+        spans.extend(piece);
+        used += len;
+        empty = false;
+    }
+    if !empty {
+        lines.push(Line::from(spans));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_use_binary_units() {
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(1536), "1.5KiB");
+        assert_eq!(bytes(13_207_024_435), "12.3GiB");
+        assert_eq!(bytes_short(80 * 1024 * 1024 * 1024), "80.0G");
+        assert_eq!(bytes_short(300 * 1024 * 1024), "300M");
+        assert_eq!(bytes_short(0), "0B");
+    }
+
+    #[test]
+    fn missing_values_read_na_not_zero() {
+        assert_eq!(opt_bytes(None), "N/A");
+        assert_eq!(percent(None), "N/A");
+        assert_eq!(watts(None), "N/A");
+        assert_eq!(power_of_limit(None, Some(700.0)), "N/A/700W");
+        assert_eq!(used_of_total(None, None), "N/A/N/A");
+        assert_eq!(opt_duration(None), "N/A");
+    }
+
+    #[test]
+    fn durations_grow_units() {
+        assert_eq!(duration(42.0), "0:42");
+        assert_eq!(duration(754.0), "12:34");
+        assert_eq!(duration(3723.0), "1:02:03");
+        assert_eq!(duration(2.0 * 86_400.0 + 3.0 * 3600.0 + 59.0), "2d03h");
+        assert_eq!(duration(f64::NAN), "0:00");
+        assert_eq!(duration(-5.0), "0:00");
+    }
+
+    #[test]
+    fn packing_wraps_whole_pieces() {
+        use ratatui::text::Span;
+        let piece = |t: &str| vec![Span::raw(t.to_string())];
+        let lines = pack(vec![piece("aaaa"), piece("bbbb"), piece("cc")], 12, 2);
+        let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        assert_eq!(text, vec!["  aaaa  bbbb", "  cc"]);
+        assert!(pack(Vec::new(), 10, 2).is_empty());
+    }
+
+    #[test]
+    fn escape_sequences_and_newlines_become_visible_text() {
+        let hostile = "py\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\nroot  FORGED\r\t\x7f\u{9b}31m";
+        let shown = escape(hostile);
+        assert_eq!(
+            shown,
+            "py\\e]52;c;aGk=\\x07\\e]0;owned\\x07\\e[2J\\nroot  FORGED\\r\\t\\x7f\\u{009b}31m"
+        );
+        assert!(!shown.chars().any(char::is_control));
+        assert_eq!(escape("abc\u{202e}gpj.exe"), "abc\\u{202e}gpj.exe");
+        assert!(matches!(
+            escape("python train.py --lr 3e-4 ü"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_lines("gdb said:\nNo \x1b[2J symbol"),
+            "gdb said:\nNo \\e[2J symbol"
+        );
+        assert_eq!(text(Some("a\nb")), "a\\nb");
+        assert_eq!(text(None), "N/A");
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate("python train.py", 8), "python …");
+        assert_eq!(truncate("short", 8), "short");
+        assert_eq!(pad_right_aligned("7", 3), "  7");
+        assert_eq!(pad_left_aligned("abcdef", 4), "abc…");
+    }
+}

@@ -1,0 +1,98 @@
+//! Agent protocol v1 (assets/agent-protocol.md): what both ends share. The version, the bound on
+//! a line, the commands torchtop sends and the messages the tch agent (`crate::tch_agent`)
+//! writes, as typed serde structs; and where sockets live and who may use them ([`sockets`]).
+//!
+//! The client (the hub in [`crate::collect::agent`]) does not read agents' lines through these
+//! types: a hostile agent controls those bytes, so the hub reads them with a bounded parser of
+//! its own that skips what it does not use without building it.
+
+// The messages an agent writes are needed by the tch agent only, which is built with the
+// `torch` feature (and for its tests).
+#[cfg(any(feature = "torch", test))]
+mod messages;
+pub(crate) mod sockets;
+
+use serde::Serialize;
+
+#[cfg(any(feature = "torch", test))]
+pub(crate) use messages::*;
+
+#[cfg(feature = "torch")]
+pub(crate) use sockets::ensure_own_socket_dir;
+pub(crate) use sockets::{default_socket_dir, socket_dir_from};
+
+/// The protocol version both ends speak; a line with another `v` drops the connection.
+pub(crate) const PROTOCOL_VERSION: u64 = 1;
+/// The longest line either side may send, newline excluded.
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// A command torchtop can send to an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgentCommand {
+    /// `torch.cuda.reset_peak_memory_stats` on the devices the process uses.
+    ResetPeak,
+    /// Dump `torch.cuda.memory._snapshot()` to a 0600 file beside the socket.
+    Snapshot,
+}
+
+impl AgentCommand {
+    /// The command's name on the wire.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AgentCommand::ResetPeak => "reset_peak",
+            AgentCommand::Snapshot => "snapshot",
+        }
+    }
+
+    /// The request in words, for sentences such as "did not answer the snapshot request".
+    pub(crate) fn request_words(self) -> &'static str {
+        match self {
+            AgentCommand::ResetPeak => "peak reset request",
+            AgentCommand::Snapshot => "snapshot request",
+        }
+    }
+
+    /// The command as one line of the protocol, newline included.
+    pub(crate) fn to_line(self, id: u64) -> String {
+        let message = CommandMessage {
+            v: PROTOCOL_VERSION,
+            kind: "cmd",
+            id,
+            cmd: self.name(),
+        };
+        line(&message)
+    }
+}
+
+/// `{"type": "cmd"}`: what torchtop asks of an agent.
+#[derive(Debug, Serialize)]
+struct CommandMessage {
+    v: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: u64,
+    cmd: &'static str,
+}
+
+fn line<T: Serialize>(message: &T) -> String {
+    // Serializing these plain structs cannot fail: every key is a string and every number
+    // finite or null.
+    let mut text = serde_json::to_string(message).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn a_command_line_has_the_version_its_id_and_only_the_fields_it_needs() {
+        let line: Value = serde_json::from_str(&AgentCommand::Snapshot.to_line(4)).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"v": 1, "type": "cmd", "id": 4, "cmd": "snapshot"})
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! Where agent sockets live and who may use them, for both ends of protocol v1: the torchtop
+//! client (the hub in [`crate::collect::agent`], `torchtop run`/`attach`) and the tch agent
+//! server ([`crate::tch_agent`]). One set of rules, so both ends always agree on the directory and its
+//! checks: `$TORCHTOP_AGENT_DIR`, else `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`;
+//! a real directory (not a symlink) of mode 0700 or stricter; peers identified by `SO_PEERCRED`.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::sys::effective_uid;
+
+/// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
+/// `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`. Empty values count as unset.
+pub(crate) fn socket_dir_from(
+    agent_dir: Option<&OsStr>,
+    xdg_runtime_dir: Option<&OsStr>,
+    uid: u32,
+) -> PathBuf {
+    match (
+        agent_dir.filter(|d| !d.is_empty()),
+        xdg_runtime_dir.filter(|d| !d.is_empty()),
+    ) {
+        (Some(dir), _) => PathBuf::from(dir),
+        (None, Some(runtime)) => Path::new(runtime).join("torchtop"),
+        (None, None) => PathBuf::from(format!("/tmp/torchtop-{uid}")),
+    }
+}
+
+/// The socket directory for this process's environment and user.
+pub(crate) fn default_socket_dir() -> PathBuf {
+    let agent_dir = std::env::var_os("TORCHTOP_AGENT_DIR");
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR");
+    socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
+}
+
+/// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
+/// are root), mode 0700 or stricter. Returns its owner's uid, `Ok(None)` when it does not exist.
+pub(crate) fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(format!(
+            "{} is a symlink; refusing to use it",
+            dir.display()
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    check_owner(dir, meta.uid(), RootMayUseAny::Yes)?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {:o}; it must be accessible by its owner only (0700)",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(Some(meta.uid()))
+}
+
+/// Creates `dir` with mode 0700 if it is missing (parents as needed), then checks it as
+/// [`inspect_socket_dir`] does.
+pub fn ensure_socket_dir(dir: &Path) -> Result<u32, String> {
+    if let Some(parent) = dir.parent() {
+        if !parent.as_os_str().is_empty() && !parent.exists() {
+            fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    inspect_socket_dir(dir)?
+        .ok_or_else(|| format!("{} vanished while being created", dir.display()))
+}
+
+/// [`ensure_socket_dir`] for a directory an agent serves in: it must be ours even when we are
+/// root, as the Python agent requires, since torchtop refuses a socket whose server is not the
+/// directory's owner.
+#[cfg(any(feature = "torch", test))]
+pub(crate) fn ensure_own_socket_dir(dir: &Path) -> Result<(), String> {
+    let owner = ensure_socket_dir(dir)?;
+    check_owner(dir, owner, RootMayUseAny::No)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum RootMayUseAny {
+    Yes,
+    /// Only for a directory an agent serves in, which only the tch agent does.
+    #[cfg_attr(not(any(feature = "torch", test)), allow(dead_code))]
+    No,
+}
+
+fn check_owner(dir: &Path, owner: u32, root: RootMayUseAny) -> Result<(), String> {
+    let me = effective_uid();
+    if owner == me || (me == 0 && root == RootMayUseAny::Yes) {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is owned by uid {owner}, not by us (uid {me})",
+        dir.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("tt-sockets-")
+            .tempdir()
+            .expect("create a scratch directory")
+    }
+
+    #[test]
+    fn socket_dir_rules() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        assert_eq!(
+            socket_dir_from(os("/x/agents"), os("/run/user/7"), 7),
+            PathBuf::from("/x/agents")
+        );
+        assert_eq!(
+            socket_dir_from(None, os("/run/user/7"), 7),
+            PathBuf::from("/run/user/7/torchtop")
+        );
+        assert_eq!(
+            socket_dir_from(os(""), os(""), 7),
+            PathBuf::from("/tmp/torchtop-7")
+        );
+        assert_eq!(
+            socket_dir_from(None, None, 0),
+            PathBuf::from("/tmp/torchtop-0")
+        );
+    }
+
+    #[test]
+    fn own_socket_dir_is_created_0700_and_unsafe_dirs_are_refused() {
+        let temp = scratch();
+        let base = temp.path();
+        let fresh = base.join("run/torchtop");
+        ensure_own_socket_dir(&fresh).unwrap();
+        assert_eq!(fs::metadata(&fresh).unwrap().mode() & 0o777, 0o700);
+        ensure_own_socket_dir(&fresh).unwrap();
+
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&fresh, &link).unwrap();
+        assert!(ensure_own_socket_dir(&link)
+            .unwrap_err()
+            .contains("symlink"));
+
+        let open = base.join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(ensure_own_socket_dir(&open).unwrap_err().contains("0700"));
+
+        let file = base.join("file");
+        fs::write(&file, "").unwrap();
+        assert!(ensure_own_socket_dir(&file)
+            .unwrap_err()
+            .contains("not a directory"));
+    }
+
+    #[test]
+    fn root_reads_other_users_dirs_but_serves_only_in_its_own() {
+        if effective_uid() != 0 {
+            println!("skipped: only root can make a directory of another uid");
+            return;
+        }
+        let temp = scratch();
+        let foreign = temp.path().join("foreign");
+        fs::create_dir(&foreign).unwrap();
+        fs::set_permissions(&foreign, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&foreign, Some(12345), Some(12345)).unwrap();
+        assert_eq!(inspect_socket_dir(&foreign), Ok(Some(12345)));
+        assert_eq!(ensure_socket_dir(&foreign), Ok(12345));
+        assert!(ensure_own_socket_dir(&foreign)
+            .unwrap_err()
+            .contains("owned by uid 12345"));
+    }
+}

@@ -1,0 +1,342 @@
+//! The sampler, the pipeline between the sources and the screen: it runs every source off the
+//! UI task, joins what they said, runs the warning rules, and publishes one immutable
+//! [`Snapshot`] a tick.
+//!
+//! Threads, and why:
+//! - the GPU pool ([`gpus`]): one *driver* thread that loads the GPU library, and one *worker*
+//!   thread per GPU, so a GPU whose driver calls hang delays nobody;
+//! - the *sampler* thread itself, which reads the host (cheap /proc files), joins the GPU
+//!   processes with /proc and the agents' figures, runs the rules, and publishes.
+//!
+//! Stuck threads are never joined: the process exits around them.
+
+mod gpus;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Sender};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::collect::agent::{AgentEvent, AgentHub, CommandOutcome};
+use crate::collect::host::HostCollector;
+pub use crate::collect::GpuLoader;
+use crate::config::RulesConfig;
+use crate::model::{GpuProcess, GpuSample, HostSnapshot, Snapshot, TorchInfo};
+use crate::protocol::AgentCommand;
+use crate::rules::{group_jobs, torch_device_on, Engine};
+use gpus::GpuPool;
+
+/// How long the first snapshot waits for the GPU library before going out without GPUs.
+const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// Time between snapshots.
+    pub(crate) interval: Duration,
+    /// A GPU without a reading for this long is published as stale.
+    pub(crate) stale_after: Duration,
+    /// How long one tick waits for the GPU workers before publishing without the late ones.
+    pub(crate) gpu_wait: Duration,
+    /// How often the GPU count is asked again (GPUs can appear and disappear).
+    pub(crate) recount_every: Duration,
+    pub(crate) proc_root: PathBuf,
+    /// The library the loader will try, for messages while it is still loading.
+    pub(crate) library_label: String,
+    /// Thresholds and windows of the warning rules.
+    pub rules: RulesConfig,
+    /// Where the agents inside training processes put their sockets.
+    pub(crate) agent_dir: PathBuf,
+}
+
+/// Something the UI asks of the sampler between ticks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SamplerRequest {
+    /// Send a command to the agent inside process `pid`.
+    Agent { pid: u32, command: AgentCommand },
+    /// Scan every host process each tick (for the tree view), or stop.
+    ProcessTable { wanted: bool },
+}
+
+impl SamplerConfig {
+    pub fn for_interval(interval: Duration, library_label: String) -> Self {
+        SamplerConfig {
+            interval,
+            stale_after: Duration::from_secs(3),
+            gpu_wait: (interval / 2).min(Duration::from_millis(500)),
+            recount_every: Duration::from_secs(5),
+            proc_root: PathBuf::from("/proc"),
+            library_label,
+            rules: RulesConfig::default(),
+            agent_dir: crate::protocol::default_socket_dir(),
+        }
+    }
+}
+
+pub struct Sampler {
+    config: SamplerConfig,
+    gpus: GpuPool,
+    /// Asked for by the tree view: each tick then scans every host process.
+    want_process_table: bool,
+    host: HostCollector,
+    rules: Engine,
+    agents: AgentHub,
+    /// Outcomes of agent commands and dropped agent connections, for the next snapshot.
+    notices: Vec<String>,
+    agent_log_seen: usize,
+}
+
+impl Sampler {
+    /// Starts the driver thread; GPU workers follow once the library is loaded.
+    pub fn start(config: SamplerConfig, loader: GpuLoader) -> Self {
+        let gpus = GpuPool::start(
+            loader,
+            &config.library_label,
+            config.stale_after,
+            config.recount_every,
+        );
+        let host = HostCollector::new(config.proc_root.clone());
+        let rules = Engine::new(config.rules.clone());
+        let agents = AgentHub::new(config.agent_dir.clone());
+        Sampler {
+            config,
+            gpus,
+            want_process_table: false,
+            host,
+            rules,
+            agents,
+            notices: Vec::new(),
+            agent_log_seen: 0,
+        }
+    }
+
+    /// One snapshot: ask every idle GPU for a reading, wait up to `gpu_wait` for the answers,
+    /// then read the host and publish what is known.
+    pub(crate) fn tick(&mut self) -> Snapshot {
+        let started = Instant::now();
+        self.gpus.drain_driver_events();
+        self.gpus.request_count_if_due(started);
+        let asked = self.gpus.request_readings(started);
+        self.gpus
+            .collect_readings(&asked, started + self.config.gpu_wait);
+        let host = self.host.sample_host();
+        let mut processes = self.gpus.gpu_processes();
+        self.host.join_processes(&mut processes);
+        let torch = self.agents.poll();
+        let mut snapshot = self.assemble(host, processes, &torch);
+        if self.want_process_table {
+            snapshot.host_processes = self.host.process_table();
+        }
+        snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot
+    }
+
+    /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
+    /// agents' figures joined onto the processes.
+    fn assemble(
+        &mut self,
+        host: HostSnapshot,
+        mut processes: Vec<GpuProcess>,
+        torch: &HashMap<u32, TorchInfo>,
+    ) -> Snapshot {
+        let mut snapshot = Snapshot::at(SystemTime::now());
+        snapshot.driver = self.gpus.driver.clone();
+        snapshot.host = host;
+        snapshot.gpus = self.gpus.gpu_samples(Instant::now());
+        join_torch(&mut processes, torch, &snapshot.gpus);
+        snapshot.jobs = group_jobs(&processes);
+        snapshot.processes = processes;
+        snapshot.notices = self.take_notices();
+        snapshot
+    }
+
+    /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
+    /// measures CPU figures over at least `cpu_window`.
+    pub fn once(mut self, timeout: Duration, cpu_window: Duration) -> Snapshot {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        self.host.sample_host();
+        self.agents.poll();
+        self.gpus.wait_for_driver(deadline);
+        // In a single shot, whatever answered before the deadline is current.
+        self.gpus.stale_after = timeout + cpu_window;
+        let asked = self.gpus.request_readings(Instant::now());
+        self.gpus.collect_readings(&asked, deadline);
+        let mut processes = self.gpus.gpu_processes();
+        self.host.join_processes(&mut processes);
+        let primed = Instant::now();
+        let until = (started + cpu_window).max(primed + cpu_window / 2);
+        thread::sleep(until.saturating_duration_since(primed));
+        let host = self.host.sample_host();
+        self.host.join_processes(&mut processes);
+        let torch = self.poll_agents_until_heard(deadline);
+        if self.gpus.driver_loaded_at.is_none() {
+            self.gpus.driver.error = Some(format!(
+                "the GPU library {} did not finish loading within {:.1} s (the driver may be hung)",
+                self.config.library_label,
+                timeout.as_secs_f64()
+            ));
+        }
+        let mut snapshot = self.assemble(host, processes, &torch);
+        snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot
+    }
+
+    /// Polls the agents until each connected one has sent stats, or the deadline passes.
+    fn poll_agents_until_heard(&mut self, deadline: Instant) -> HashMap<u32, TorchInfo> {
+        loop {
+            let torch = self.agents.poll();
+            let all_heard = torch.values().all(|info| info.age_seconds.is_some());
+            if all_heard || Instant::now() >= deadline {
+                return torch;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Carries out a request from the UI; its outcome shows in the next snapshot's notices.
+    pub(crate) fn handle(&mut self, request: SamplerRequest) {
+        match request {
+            SamplerRequest::Agent { pid, command } => {
+                let label = command_label(&command);
+                match self.agents.request(pid, command) {
+                    Ok(_) => self
+                        .notices
+                        .push(format!("asked the agent of {pid} for {label}")),
+                    Err(why) => self.notices.push(why),
+                }
+            }
+            SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
+        }
+    }
+
+    fn take_notices(&mut self) -> Vec<String> {
+        for outcome in self.agents.take_outcomes() {
+            self.notices.push(describe_outcome(&outcome));
+        }
+        for (pid, event) in self.agents.take_events() {
+            self.notices.extend(describe_event(pid, &event));
+        }
+        let (fresh, total) = self.agents.log_since(self.agent_log_seen);
+        self.agent_log_seen = total;
+        self.notices.extend(fresh);
+        std::mem::take(&mut self.notices)
+    }
+}
+
+/// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the
+/// memory outside PyTorch's allocator on that row's GPU.
+fn join_torch(processes: &mut [GpuProcess], torch: &HashMap<u32, TorchInfo>, gpus: &[GpuSample]) {
+    for process in processes.iter_mut() {
+        let Some(info) = torch.get(&process.pid) else {
+            continue;
+        };
+        process.torch = Some(info.clone());
+        let device = torch_device_on(process, gpus).map(|d| d.index);
+        let nvml_bytes = process.gpu_memory_bytes;
+        if let (Some(index), Some(info)) = (device, process.torch.as_mut()) {
+            if let Some(stats) = info.devices.iter_mut().find(|d| d.index == index) {
+                stats.non_pytorch_bytes = match (nvml_bytes, stats.reserved_bytes) {
+                    (Some(used), Some(reserved)) => Some(used.saturating_sub(reserved)),
+                    _ => None,
+                };
+            }
+        }
+    }
+}
+
+fn command_label(command: &AgentCommand) -> &'static str {
+    match command {
+        AgentCommand::ResetPeak => "a peak reset",
+        AgentCommand::Snapshot => "a memory snapshot",
+    }
+}
+
+/// The sentence for the status line about a command's outcome. The command's name is the one
+/// this monitor sent, not the agent's echo of it.
+fn describe_outcome(outcome: &CommandOutcome) -> String {
+    match outcome {
+        CommandOutcome::Replied {
+            pid,
+            command,
+            reply,
+        } => {
+            let what = command.name();
+            match (reply.ok, &reply.path, &reply.error) {
+                (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
+                (true, None, _) => format!("agent of {pid}: {what} done"),
+                (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
+                (false, _, None) => format!("agent of {pid}: {what} failed"),
+            }
+        }
+        CommandOutcome::TimedOut {
+            pid,
+            command,
+            after,
+        } => format!(
+            "the agent of {pid} did not answer the {} within {} s",
+            command.request_words(),
+            after.as_secs_f64().round()
+        ),
+        CommandOutcome::Unanswered {
+            pid,
+            command,
+            reason,
+        } => format!(
+            "the agent of {pid} did not answer the {}: {reason}",
+            command.request_words()
+        ),
+    }
+}
+
+/// The sentence for an event an agent reported, if it is one worth the status line.
+fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
+    (event.kind == "oom").then(|| match event.device {
+        Some(device) => format!("agent of {pid}: PyTorch ran out of memory on cuda:{device}"),
+        None => format!("agent of {pid}: PyTorch ran out of memory"),
+    })
+}
+
+/// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
+/// false. Requests sent on the returned channel are carried out as they arrive, between ticks.
+pub(crate) fn spawn_loop<F>(
+    config: SamplerConfig,
+    loader: GpuLoader,
+    mut publish: F,
+) -> Sender<SamplerRequest>
+where
+    F: FnMut(Snapshot) -> bool + Send + 'static,
+{
+    let (requests_tx, requests) = mpsc::channel();
+    thread::Builder::new()
+        .name("torchtop-sampler".into())
+        .spawn(move || {
+            let interval = config.interval;
+            let mut sampler = Sampler::start(config, loader);
+            // The first frame is worth more with the GPUs in it: give the library a moment.
+            sampler
+                .gpus
+                .wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
+            let mut next = Instant::now();
+            loop {
+                if !publish(sampler.tick()) {
+                    return;
+                }
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now;
+                }
+                while let Ok(request) =
+                    requests.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    sampler.handle(request);
+                }
+            }
+        })
+        .expect("spawning a thread only fails when the OS is out of resources");
+    requests_tx
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,258 @@
+//! The sampler against fake GPU sources: hung and lost GPUs, a hung library, agent commands.
+
+use super::*;
+use crate::collect::agent::tests::{hello, my_pid, serve, TempDir};
+use crate::collect::{DeviceError, DeviceReader, DeviceReading, GpuSource};
+use crate::model::{DriverInfo, GpuState};
+use crate::protocol::AgentCommand;
+use crate::test_ci::PATIENCE;
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A source whose GPU `hang` blocks forever and whose GPU `lose` reports lost.
+struct FakeSource {
+    count: AtomicU32,
+    hang: Option<u32>,
+    lose: Option<u32>,
+}
+
+struct FakeReader {
+    index: u32,
+    hang: bool,
+    lose: bool,
+    /// Readings so far, published as the temperature: a figure that moves.
+    reads: u32,
+}
+
+impl DeviceReader for FakeReader {
+    fn read(&mut self) -> Result<DeviceReading, DeviceError> {
+        if self.hang {
+            thread::sleep(Duration::from_secs(3600));
+        }
+        if self.lose {
+            return Err(DeviceError::Lost("gone".into()));
+        }
+        self.reads += 1;
+        let mut reading = DeviceReading::default();
+        reading.sample.temperature_c = Some(self.reads);
+        reading.sample.name = Some(format!("Fake {}", self.index));
+        reading.sample.utilization_percent = Some(40 + self.index);
+        reading.processes.push(GpuProcess::new(
+            1000 + self.index,
+            self.index,
+            crate::model::ProcessKind::Compute,
+        ));
+        Ok(reading)
+    }
+}
+
+impl GpuSource for FakeSource {
+    fn driver_info(&self) -> DriverInfo {
+        DriverInfo {
+            nvml_loaded: true,
+            library: "fake".into(),
+            driver_version: Some("1.0".into()),
+            ..Default::default()
+        }
+    }
+    fn device_count(&self) -> Result<u32, String> {
+        Ok(self.count.load(Ordering::SeqCst))
+    }
+    fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
+        Box::new(FakeReader {
+            index,
+            hang: self.hang == Some(index),
+            lose: self.lose == Some(index),
+            reads: 0,
+        })
+    }
+}
+
+/// A test config whose agent directory is a fresh one of its own (kept while the returned
+/// guard lives), never the developer's, where the hub would remove stale sockets.
+fn config() -> (SamplerConfig, TempDir) {
+    let mut config = SamplerConfig::for_interval(Duration::from_millis(100), "fake".into());
+    config.gpu_wait = Duration::from_millis(200);
+    config.stale_after = Duration::from_millis(300);
+    let agents = TempDir::new();
+    config.agent_dir = agents.0.clone();
+    (config, agents)
+}
+
+fn loader(count: u32, hang: Option<u32>, lose: Option<u32>) -> GpuLoader {
+    Box::new(move || {
+        Arc::new(FakeSource {
+            count: AtomicU32::new(count),
+            hang,
+            lose,
+        }) as Arc<dyn GpuSource>
+    })
+}
+
+/// Runs `body` on a thread of its own and returns what it returns; fails the test if that
+/// takes more than [`PATIENCE`], as a body waiting on a GPU that hangs for an hour would.
+fn returns<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(body());
+    });
+    rx.recv_timeout(PATIENCE)
+        .expect("the sampler waited for a hung GPU")
+}
+
+/// Ticks until a snapshot satisfies `done` (a tick waits up to `gpu_wait` on the GPUs).
+fn tick_until(sampler: &mut Sampler, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = sampler.tick();
+        if done(&snapshot) {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "never: {:?}", snapshot.gpus);
+    }
+}
+
+/// GPU 1's read blocks for an hour: ticks that come back at all did not wait for it.
+#[test]
+fn a_hung_gpu_is_stale_while_the_others_update() {
+    let (first, later) = returns(|| {
+        let (config, _agents) = config();
+        let mut sampler = Sampler::start(config, loader(3, Some(1), None));
+        sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+        let others_ok = |s: &Snapshot| {
+            s.gpus.len() == 3 && s.gpus[0].state == GpuState::Ok && s.gpus[2].state == GpuState::Ok
+        };
+        let first = tick_until(&mut sampler, others_ok);
+        thread::sleep(Duration::from_millis(350));
+        let moved =
+            |s: &Snapshot| others_ok(s) && s.gpus[0].temperature_c > first.gpus[0].temperature_c;
+        let later = tick_until(&mut sampler, moved);
+        (first, later)
+    });
+    assert_eq!(first.gpus[0].utilization_percent, Some(40));
+    assert_eq!(first.gpus[1].state, GpuState::Stale);
+    assert_eq!(first.gpus[1].utilization_percent, None);
+    let pids: Vec<u32> = first.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [1000, 1002]);
+    assert_eq!(later.gpus[1].state, GpuState::Stale);
+    assert!(later.gpus[1].stale_seconds.unwrap() >= 0.3);
+}
+
+#[test]
+fn a_lost_gpu_is_lost_and_its_processes_go() {
+    let (config, _agents) = config();
+    let mut sampler = Sampler::start(config, loader(2, None, Some(0)));
+    sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+    let snapshot = tick_until(&mut sampler, |s| {
+        s.gpus.len() == 2 && s.gpus[0].state == GpuState::Lost && s.gpus[1].state == GpuState::Ok
+    });
+    assert!(snapshot.processes.iter().all(|p| p.gpu == 1));
+}
+
+/// GPU 0's read blocks for an hour: `once` coming back at all gave up on it, after the
+/// timeout (a lower bound, which load cannot break).
+#[test]
+fn once_gives_up_on_a_hung_gpu_after_the_timeout() {
+    let (snapshot, took) = returns(|| {
+        let (config, _agents) = config();
+        let sampler = Sampler::start(config, loader(2, Some(0), None));
+        let started = Instant::now();
+        let snapshot = sampler.once(Duration::from_secs(2), Duration::from_millis(10));
+        (snapshot, started.elapsed())
+    });
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert_eq!(snapshot.gpus[0].state, GpuState::Stale);
+    assert_eq!(snapshot.gpus[1].state, GpuState::Ok);
+}
+
+#[test]
+fn once_reports_a_hung_library_load() {
+    let hung: GpuLoader = Box::new(|| {
+        thread::sleep(Duration::from_secs(3600));
+        unreachable!()
+    });
+    let snapshot = returns(|| {
+        let (config, _agents) = config();
+        Sampler::start(config, hung).once(Duration::from_millis(200), Duration::from_millis(10))
+    });
+    assert!(!snapshot.driver.nvml_loaded);
+    assert!(snapshot
+        .driver
+        .error
+        .unwrap()
+        .contains("did not finish loading"));
+    assert!(snapshot.gpus.is_empty());
+}
+
+/// Ticks until a notice satisfies `found` or [`PATIENCE`] passes; returns every notice seen.
+fn notices_until(sampler: &mut Sampler, found: impl Fn(&str) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + PATIENCE;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        seen.extend(sampler.tick().notices);
+        if seen.iter().any(|n| found(n)) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    seen
+}
+
+#[test]
+fn a_reply_nobody_asked_for_never_reaches_the_status_line() {
+    let (config, agents) = config();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let server = serve(&agents, move |mut stream| {
+        writeln!(stream, "{}", hello()).unwrap();
+        let forged =
+            r#"{"v":1,"type":"reply","id":1,"ok":true,"cmd":"snapshot","path":"/etc/shadow"}"#;
+        writeln!(stream, "{forged}").unwrap();
+        let _ = done_rx.recv();
+    });
+    let mut sampler = Sampler::start(config, loader(0, None, None));
+    let notices = notices_until(&mut sampler, |n| n.contains("ignored a reply"));
+    drop(done_tx);
+    assert!(
+        notices.iter().all(|n| !n.contains("/etc/shadow")),
+        "{notices:?}"
+    );
+    assert!(
+        notices.iter().any(|n| n.contains("ignored a reply")),
+        "{notices:?}"
+    );
+    server.join().unwrap();
+}
+
+#[test]
+fn a_command_without_an_answer_is_timed_out_in_the_status_line() {
+    let (config, agents) = config();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let server = serve(&agents, move |mut stream| {
+        writeln!(stream, "{}", hello()).unwrap();
+        // Reads nothing and answers nothing, as an agent whose commands are stuck.
+        let _ = done_rx.recv();
+    });
+    let mut sampler = Sampler::start(config, loader(0, None, None));
+    let connected = Instant::now() + PATIENCE;
+    while !sampler.agents.poll().contains_key(&my_pid()) && Instant::now() < connected {
+        thread::sleep(Duration::from_millis(20));
+    }
+    sampler.handle(SamplerRequest::Agent {
+        pid: my_pid(),
+        command: AgentCommand::Snapshot,
+    });
+    let timed_out = format!(
+        "the agent of {} did not answer the snapshot request within 10 s",
+        my_pid()
+    );
+    let notices = notices_until(&mut sampler, |n| n == timed_out);
+    assert!(
+        notices.iter().any(|n| n.contains("asked the agent of")),
+        "{notices:?}"
+    );
+    assert!(notices.contains(&timed_out), "{notices:?}");
+    drop(sampler);
+    drop(done_tx);
+    server.join().unwrap();
+}

@@ -1,0 +1,216 @@
+//! The system-wide /proc files: memory, CPU time, load, uptime and the sysctls torchtop shows
+//! or checks.
+
+use std::path::Path;
+
+use super::{read_parsed, ParseError, ProcError};
+use crate::model::LoadAverage;
+
+/// The /proc/meminfo keys torchtop shows, in bytes. A key the kernel did not list is `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct MemInfo {
+    pub(crate) total_bytes: Option<u64>,
+    pub(crate) available_bytes: Option<u64>,
+    pub(crate) swap_total_bytes: Option<u64>,
+    pub(crate) swap_free_bytes: Option<u64>,
+}
+
+pub(crate) fn parse_meminfo(text: &str) -> Result<MemInfo, ParseError> {
+    const FILE: &str = "/proc/meminfo";
+    let mut info = MemInfo::default();
+    let mut recognised_lines = 0;
+    for line in text.lines() {
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        recognised_lines += 1;
+        let slot = match key.trim() {
+            "MemTotal" => &mut info.total_bytes,
+            "MemAvailable" => &mut info.available_bytes,
+            "SwapTotal" => &mut info.swap_total_bytes,
+            "SwapFree" => &mut info.swap_free_bytes,
+            _ => continue,
+        };
+        *slot = Some(
+            parse_kib_value(rest)
+                .map_err(|reason| ParseError::new(FILE, format!("{}: {reason}", key.trim())))?,
+        );
+    }
+    if recognised_lines == 0 {
+        return Err(ParseError::new(FILE, "no \"Key: value\" lines"));
+    }
+    Ok(info)
+}
+
+/// "   16318480 kB" -> bytes. The kernel writes "kB" but means KiB.
+pub(super) fn parse_kib_value(rest: &str) -> Result<u64, String> {
+    let mut words = rest.split_whitespace();
+    let number = words.next().ok_or("the value is missing")?;
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("\"{number}\" is not a number"))?;
+    match words.next() {
+        None => Ok(value),
+        Some("kB") => value
+            .checked_mul(1024)
+            .ok_or_else(|| format!("{value} kB overflows")),
+        Some(unit) => Err(format!("unknown unit \"{unit}\"")),
+    }
+}
+
+/// CPU time counters (in clock ticks) of the aggregate "cpu" line of /proc/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CpuTimes {
+    /// Every tick counted on the line except guest time, which is already inside user/nice.
+    pub(crate) total: u64,
+    /// idle + iowait: time the CPUs had nothing to run.
+    pub(crate) idle: u64,
+}
+
+impl CpuTimes {
+    /// Busy share of all CPUs between `earlier` and `self`, 0-100; `None` when no time passed
+    /// or the counters went backwards (a different boot, a fixture rewritten).
+    pub(crate) fn busy_percent_since(&self, earlier: &CpuTimes) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let idle = self.idle.checked_sub(earlier.idle)?;
+        if total == 0 || idle > total {
+            return None;
+        }
+        Some((total - idle) as f64 * 100.0 / total as f64)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ProcStat {
+    pub(crate) cpu: CpuTimes,
+    /// Number of "cpuN" lines: the online CPUs.
+    pub(crate) cpu_count: u32,
+}
+
+pub(crate) fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
+    const FILE: &str = "/proc/stat";
+    let mut cpu = None;
+    let mut cpu_count = 0u32;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            cpu_count += 1;
+        } else if rest.starts_with(' ') {
+            cpu = Some(parse_cpu_line(rest).map_err(|reason| ParseError::new(FILE, reason))?);
+        }
+    }
+    let cpu = cpu.ok_or_else(|| ParseError::new(FILE, "no aggregate \"cpu\" line"))?;
+    Ok(ProcStat { cpu, cpu_count })
+}
+
+/// "user nice system idle iowait irq softirq steal guest guest_nice"; old kernels list fewer.
+fn parse_cpu_line(rest: &str) -> Result<CpuTimes, String> {
+    let values = rest
+        .split_whitespace()
+        .map(|word| {
+            word.parse::<u64>()
+                .map_err(|_| format!("cpu line: \"{word}\" is not a number"))
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
+    if values.len() < 4 {
+        return Err(format!(
+            "cpu line has {} counters, at least 4 expected",
+            values.len()
+        ));
+    }
+    let counted = &values[..values.len().min(8)];
+    let total = counted.iter().try_fold(0u64, |sum, v| sum.checked_add(*v));
+    let total = total.ok_or("cpu line counters overflow")?;
+    let idle = values[3] + values.get(4).copied().unwrap_or(0);
+    Ok(CpuTimes { total, idle })
+}
+
+pub(crate) fn parse_loadavg(text: &str) -> Result<LoadAverage, ParseError> {
+    const FILE: &str = "/proc/loadavg";
+    let mut words = text.split_whitespace();
+    let mut next = |name: &str| -> Result<f64, ParseError> {
+        let word = words
+            .next()
+            .ok_or_else(|| ParseError::new(FILE, format!("the {name} load is missing")))?;
+        parse_finite(word)
+            .ok_or_else(|| ParseError::new(FILE, format!("{name} load \"{word}\" is not a number")))
+    };
+    Ok(LoadAverage {
+        one: next("1-minute")?,
+        five: next("5-minute")?,
+        fifteen: next("15-minute")?,
+    })
+}
+
+/// Seconds since boot, the first number of /proc/uptime.
+pub(crate) fn parse_uptime(text: &str) -> Result<f64, ParseError> {
+    const FILE: &str = "/proc/uptime";
+    let word = text
+        .split_whitespace()
+        .next()
+        .ok_or_else(|| ParseError::new(FILE, "the file is empty"))?;
+    parse_finite(word)
+        .filter(|v| *v >= 0.0)
+        .ok_or_else(|| ParseError::new(FILE, format!("\"{word}\" is not a number of seconds")))
+}
+
+fn parse_finite(word: &str) -> Option<f64> {
+    word.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// A /proc/sys file holding one unsigned number (vm.swappiness, vm.overcommit_memory).
+pub(crate) fn parse_sysctl_u32(file: &'static str, text: &str) -> Result<u32, ParseError> {
+    let word = text.trim();
+    word.parse()
+        .map_err(|_| ParseError::new(file, format!("\"{word}\" is not an unsigned number")))
+}
+
+/// /proc/sys/kernel/hostname; `None` when empty.
+pub(crate) fn parse_hostname(text: &str) -> Option<String> {
+    let name = text.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+pub(crate) fn read_meminfo(root: &Path) -> Result<MemInfo, ProcError> {
+    read_parsed(root.join("meminfo"), parse_meminfo)
+}
+
+pub(crate) fn read_stat(root: &Path) -> Result<ProcStat, ProcError> {
+    read_parsed(root.join("stat"), parse_stat)
+}
+
+pub(crate) fn read_loadavg(root: &Path) -> Result<LoadAverage, ProcError> {
+    read_parsed(root.join("loadavg"), parse_loadavg)
+}
+
+pub(crate) fn read_uptime(root: &Path) -> Result<f64, ProcError> {
+    read_parsed(root.join("uptime"), parse_uptime)
+}
+
+pub(crate) fn read_swappiness(root: &Path) -> Result<u32, ProcError> {
+    read_parsed(root.join("sys/vm/swappiness"), |text| {
+        parse_sysctl_u32("/proc/sys/vm/swappiness", text)
+    })
+}
+
+pub(crate) fn read_overcommit_memory(root: &Path) -> Result<u32, ProcError> {
+    read_parsed(root.join("sys/vm/overcommit_memory"), |text| {
+        parse_sysctl_u32("/proc/sys/vm/overcommit_memory", text)
+    })
+}
+
+pub(crate) fn read_hostname(root: &Path) -> Result<Option<String>, ProcError> {
+    read_parsed(root.join("sys/kernel/hostname"), |text| {
+        Ok(parse_hostname(text))
+    })
+}
+
+/// kernel.yama.ptrace_scope, or `None` without Yama.
+pub(crate) fn read_yama_ptrace_scope(root: &Path) -> Option<u32> {
+    read_parsed(root.join("sys/kernel/yama/ptrace_scope"), |text| {
+        parse_sysctl_u32("/proc/sys/kernel/yama/ptrace_scope", text)
+    })
+    .ok()
+}

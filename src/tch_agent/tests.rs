@@ -1,0 +1,395 @@
+//! The agent server over real Unix sockets, with a fake allocator source.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::*;
+use crate::protocol::{MAX_INTERVAL_MS, MAX_LINE_BYTES};
+use crate::test_ci::PATIENCE;
+
+/// A 0700 directory (`.0`) that is removed when the test ends.
+struct TempDir(PathBuf, #[allow(dead_code)] tempfile::TempDir);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = tempfile::Builder::new()
+            .prefix("tt-agent-")
+            .tempdir()
+            .expect("a scratch directory");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        TempDir(dir.path().to_path_buf(), dir)
+    }
+}
+
+/// Reports one device whose allocated bytes grow by 1 MiB per reading.
+#[derive(Default, Clone)]
+struct FakeSource {
+    readings: Arc<AtomicU64>,
+    ooms: Arc<AtomicI64>,
+    resets: Arc<Mutex<Vec<u32>>>,
+    panics: bool,
+}
+
+impl AllocatorStatsSource for FakeSource {
+    fn device_stats(&self) -> Vec<(u32, Map<String, Value>)> {
+        assert!(!self.panics, "a source bug");
+        let n = self.readings.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut stats = Map::new();
+        stats.insert("allocated_bytes.all.current".into(), json!(n << 20));
+        stats.insert("reserved_bytes.all.current".into(), json!(64u64 << 20));
+        stats.insert("num_ooms".into(), json!(self.ooms.load(Ordering::SeqCst)));
+        vec![(0, stats)]
+    }
+
+    fn torch_version(&self) -> Option<String> {
+        Some("2.11.0".into())
+    }
+
+    fn reset_peak(&self) -> Result<Vec<u32>, String> {
+        self.resets.lock().unwrap().push(0);
+        Ok(vec![0])
+    }
+}
+
+fn facts() -> HelloFacts {
+    HelloFacts {
+        pid: std::process::id(),
+        argv: vec!["trainer".into(), "--fast".into()],
+        torch: Some("2.11.0".into()),
+        rank: Some(3),
+        local_rank: Some(1),
+        world_size: Some(8),
+        alloc_conf: Some("expandable_segments:True".into()),
+    }
+}
+
+fn serve(dir: &Path, interval_ms: u64, source: FakeSource) -> (Agent, Arc<StepCounter>) {
+    let steps = Arc::new(StepCounter::default());
+    let agent = Agent::serve(
+        &dir.join("4242.sock"),
+        Duration::from_millis(interval_ms),
+        facts(),
+        Box::new(source),
+        steps.clone(),
+    )
+    .unwrap();
+    (agent, steps)
+}
+
+struct Peer {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Peer {
+    fn connect(agent: &Agent) -> Peer {
+        let stream = UnixStream::connect(agent.socket_path()).unwrap();
+        // Only there so that a broken agent fails the test instead of hanging it.
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        Peer {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// The next message, or None at end of stream.
+    fn next(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(&line).unwrap()),
+        }
+    }
+
+    /// The next message of `kind`, skipping others.
+    fn next_of(&mut self, kind: &str) -> Value {
+        for _ in 0..100 {
+            let message = self.next().expect("the stream ended early");
+            if message["type"] == kind {
+                return message;
+            }
+        }
+        panic!("no {kind} message");
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+    }
+
+    fn command(&mut self, command: Value) -> Value {
+        self.send(format!("{command}\n").as_bytes());
+        self.next_of("reply")
+    }
+
+    /// Whether the agent closes this connection (within [`PATIENCE`]), reading through anything
+    /// queued.
+    fn was_dropped(&mut self) -> bool {
+        let deadline = Instant::now() + PATIENCE;
+        let mut sink = [0u8; 65536];
+        while Instant::now() < deadline {
+            match self.reader.read(&mut sink) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+#[test]
+fn hello_then_stats_then_periodic_stats() {
+    let dir = TempDir::new();
+    let (agent, steps) = serve(&dir.0, 50, FakeSource::default());
+    let mut peer = Peer::connect(&agent);
+
+    let hello = peer.next().unwrap();
+    assert_eq!(hello["v"], 1);
+    assert_eq!(hello["type"], "hello");
+    assert_eq!(hello["pid"], std::process::id());
+    assert_eq!(hello["argv"], json!(["trainer", "--fast"]));
+    assert_eq!(hello["python"], Value::Null);
+    assert_eq!(hello["torch"], "2.11.0");
+    assert_eq!(
+        (&hello["rank"], &hello["local_rank"], &hello["world_size"]),
+        (&json!(3), &json!(1), &json!(8))
+    );
+    assert_eq!(hello["alloc_conf"], "expandable_segments:True");
+    assert_eq!(hello["interval_ms"], 50);
+
+    let first = peer.next().unwrap();
+    assert_eq!(first["type"], "stats");
+    assert_eq!(first["v"], 1);
+    assert_eq!(first["step"], Value::Null, "no step marked yet");
+    assert!(first["ts"].as_f64().unwrap() > 1.6e9);
+    let device = &first["devices"][0];
+    assert_eq!(device["index"], 0);
+    assert!(
+        device["stats"]["allocated_bytes.all.current"]
+            .as_u64()
+            .unwrap()
+            >= 1 << 20
+    );
+
+    steps.mark();
+    steps.mark();
+    let later = peer.next_of("stats");
+    assert!(later["seq"].as_u64().unwrap() > first["seq"].as_u64().unwrap());
+    assert!(
+        later["devices"][0]["stats"]["allocated_bytes.all.current"].as_u64()
+            > device["stats"]["allocated_bytes.all.current"].as_u64(),
+        "each reading comes fresh from the source"
+    );
+    assert_eq!(later["step"], 2);
+    assert!(later["step_time_s"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn commands_are_answered() {
+    let dir = TempDir::new();
+    let source = FakeSource::default();
+    // The longest interval there is: a next reading that waited it out would come in an hour,
+    // far past the read timeout.
+    let (agent, _) = serve(&dir.0, MAX_INTERVAL_MS, source.clone());
+    let mut peer = Peer::connect(&agent);
+
+    peer.next_of("stats");
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":7,"cmd":"set_interval","ms":40}));
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["ok"], true);
+    assert_eq!(reply["interval_ms"], 40);
+    let next = peer.next_of("stats");
+    assert_eq!(
+        next["interval_ms"], 40,
+        "a shorter interval is in force without waiting out the old one"
+    );
+
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":8,"cmd":"set_interval","ms":1}));
+    assert_eq!((&reply["id"], &reply["ok"]), (&json!(8), &json!(false)));
+    assert!(reply["error"].as_str().unwrap().contains("ms must be"));
+
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":9,"cmd":"reset_peak"}));
+    assert_eq!(reply["ok"], true);
+    assert_eq!(reply["devices"], json!([0]));
+    assert_eq!(*source.resets.lock().unwrap(), vec![0]);
+
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":10,"cmd":"snapshot"}));
+    assert_eq!(reply["ok"], false);
+    assert!(reply["error"].as_str().unwrap().contains("not supported"));
+
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":11,"cmd":"launch_missiles"}));
+    assert_eq!(reply["ok"], false);
+
+    // Unknown types and fields are ignored: the connection stays and the next reply is ours.
+    peer.send(b"{\"v\":1,\"type\":\"gossip\",\"extra\":[1,2]}\n\n");
+    let reply = peer.command(json!({"v":1,"type":"cmd","id":12,"cmd":"reset_peak","x":1}));
+    assert_eq!((&reply["id"], &reply["ok"]), (&json!(12), &json!(true)));
+}
+
+fn assert_dropped_after(bad: &[u8]) {
+    let dir = TempDir::new();
+    let (agent, _) = serve(&dir.0, 30, FakeSource::default());
+    let mut bystander = Peer::connect(&agent);
+    let mut peer = Peer::connect(&agent);
+    peer.next_of("stats");
+    peer.send(bad);
+    assert!(
+        peer.was_dropped(),
+        "{:?} should drop the client",
+        String::from_utf8_lossy(&bad[..bad.len().min(40)])
+    );
+    // The agent goes on serving everyone else, and new clients.
+    let before = bystander.next_of("stats")["seq"].as_u64().unwrap();
+    assert!(bystander.next_of("stats")["seq"].as_u64().unwrap() > before);
+    assert_eq!(Peer::connect(&agent).next().unwrap()["type"], "hello");
+}
+
+#[test]
+fn garbage_drops_only_that_client() {
+    assert_dropped_after(b"this is not json\n");
+    assert_dropped_after(b"[1,2,3]\n");
+    assert_dropped_after(b"\xff\xfe{}\n");
+}
+
+#[test]
+fn another_version_drops_the_client() {
+    assert_dropped_after(b"{\"v\":2,\"type\":\"cmd\",\"id\":1,\"cmd\":\"reset_peak\"}\n");
+    assert_dropped_after(b"{\"type\":\"cmd\",\"id\":1,\"cmd\":\"reset_peak\"}\n");
+    assert_dropped_after(b"{\"v\":1,\"type\":\"cmd\",\"id\":\"one\",\"cmd\":\"reset_peak\"}\n");
+}
+
+#[test]
+fn an_oversized_line_drops_the_client() {
+    let mut huge = vec![b'x'; MAX_LINE_BYTES + 10];
+    huge.push(b'\n');
+    assert_dropped_after(&huge);
+    // No newline at all: dropped as soon as the buffer passes the limit.
+    assert_dropped_after(&vec![b' '; MAX_LINE_BYTES + 70_000]);
+}
+
+#[test]
+fn a_peer_dying_mid_line_is_forgotten() {
+    let dir = TempDir::new();
+    let (agent, _) = serve(&dir.0, 20, FakeSource::default());
+    {
+        let mut peer = Peer::connect(&agent);
+        peer.send(b"{\"v\":1,\"type\":\"cmd\",\"id\"");
+    }
+    let mut next = Peer::connect(&agent);
+    assert_eq!(next.next().unwrap()["type"], "hello");
+    next.next_of("stats");
+}
+
+#[test]
+fn a_rising_oom_count_is_announced() {
+    let dir = TempDir::new();
+    let source = FakeSource::default();
+    let (agent, _) = serve(&dir.0, 30, source.clone());
+    let mut peer = Peer::connect(&agent);
+    peer.next_of("stats");
+    source.ooms.store(1, Ordering::SeqCst);
+    let event = peer.next_of("event");
+    assert_eq!(event["kind"], "oom");
+    assert_eq!(event["device"], 0);
+    assert_eq!(event["num_ooms"], 1);
+}
+
+#[test]
+fn a_panicking_source_does_not_stop_the_agent() {
+    let dir = TempDir::new();
+    let source = FakeSource {
+        panics: true,
+        ..FakeSource::default()
+    };
+    let (agent, _) = serve(&dir.0, 20, source);
+    let mut peer = Peer::connect(&agent);
+    assert_eq!(peer.next().unwrap()["type"], "hello");
+    let stats = peer.next_of("stats");
+    assert_eq!(stats["devices"], json!([]));
+    assert!(peer.next_of("stats")["seq"].as_u64() > stats["seq"].as_u64());
+}
+
+#[test]
+fn the_socket_is_private_and_removed_on_drop() {
+    let dir = TempDir::new();
+    let (agent, _) = serve(&dir.0, 1000, FakeSource::default());
+    let path = agent.socket_path().to_path_buf();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    let mut peer = Peer::connect(&agent);
+    peer.next_of("stats");
+    drop(agent);
+    assert!(!path.exists(), "the socket file is removed");
+    assert!(peer.was_dropped(), "clients are disconnected");
+}
+
+#[test]
+fn a_stale_socket_of_ours_is_replaced() {
+    let dir = TempDir::new();
+    let path = dir.0.join("4242.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists(), "a dead process left its socket");
+    let (agent, _) = serve(&dir.0, 1000, FakeSource::default());
+    assert_eq!(Peer::connect(&agent).next().unwrap()["type"], "hello");
+}
+
+#[test]
+fn a_regular_file_at_the_socket_path_is_not_clobbered() {
+    let dir = TempDir::new();
+    let path = dir.0.join("4242.sock");
+    std::fs::write(&path, "precious").unwrap();
+    let steps = Arc::new(StepCounter::default());
+    let served = Agent::serve(
+        &path,
+        Duration::from_secs(1),
+        facts(),
+        Box::new(FakeSource::default()),
+        steps,
+    );
+    assert!(served.is_err());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
+}
+
+#[test]
+fn hello_facts_come_from_the_environment() {
+    let vars = |name: &str| match name {
+        "RANK" => Some("5".to_string()),
+        "WORLD_SIZE" => Some(" 16 ".to_string()),
+        "LOCAL_RANK" => Some("not a number".to_string()),
+        "PYTORCH_CUDA_ALLOC_CONF" => Some("backend:cudaMallocAsync".to_string()),
+        _ => None,
+    };
+    let facts = HelloFacts::gather(vars, Some("2.11.0".into()));
+    assert_eq!(facts.pid, std::process::id());
+    assert_eq!((facts.rank, facts.world_size), (Some(5), Some(16)));
+    assert_eq!(facts.local_rank, None, "garbage is a missing value, not 0");
+    assert_eq!(facts.alloc_conf.as_deref(), Some("backend:cudaMallocAsync"));
+    assert!(!facts.argv.is_empty());
+    let none = HelloFacts::gather(|_| None, None);
+    assert_eq!((none.rank, none.alloc_conf), (None, None));
+}
+
+#[test]
+fn steps_count_and_time() {
+    let steps = StepCounter::default();
+    assert_eq!(steps.read(), (None, None));
+    steps.mark();
+    assert_eq!(
+        steps.read(),
+        (Some(1), None),
+        "one mark has no interval yet"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    steps.mark();
+    let (count, mean) = steps.read();
+    assert_eq!(count, Some(2));
+    assert!(mean.unwrap() >= 0.015, "{mean:?}");
+}

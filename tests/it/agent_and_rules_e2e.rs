@@ -1,0 +1,362 @@
+//! End to end with the built binary, the fake NVML and real processes: a Python "training
+//! script" under `torchtop run` (with the stand-in torch) shows its allocator figures in the JSON
+//! and in the TUI, and the warning rules fire on an imbalanced 8-GPU job and on a leaking process
+//! when the config's windows allow it, and stay quiet with the defaults.
+
+use crate::common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
+use common::pty::PtySession;
+use common::{json_stream_until, output_within_patience, wait_until, PATIENCE};
+use serde_json::Value;
+use tempfile::{NamedTempFile, TempDir};
+
+const MIB: u64 = 1 << 20;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A private agent socket directory for one test, not made yet (`torchtop run` makes it), in a
+/// scratch directory removed when the returned guard drops.
+fn agent_dir() -> (TempDir, PathBuf) {
+    let scratch = tempfile::Builder::new()
+        .prefix("torchtop-e2e-")
+        .tempdir()
+        .expect("a scratch directory");
+    let agents = scratch.path().join("agents");
+    (scratch, agents)
+}
+
+/// A Python process that imports the stand-in torch, "uses" GPU 0 and idles: the agent comes
+/// from `torchtop run`'s sitecustomize, not from the script.
+struct TrainingScript {
+    child: Child,
+}
+
+impl TrainingScript {
+    fn start(agent_dir: &Path) -> Self {
+        let script =
+            "import time, torch\ntorch.cuda._fake_init((0,))\nwhile True:\n    time.sleep(0.05)\n";
+        let child = Command::new(common::torchtop_binary())
+            .args(["run", "--", "python3", "-c", script])
+            .env("PYTHONPATH", repo().join("tests/python/fake_torch"))
+            .env("TORCHTOP_AGENT_DIR", agent_dir)
+            .env("TORCHTOP_AGENT_INTERVAL_MS", "100")
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("torchtop run");
+        let started = TrainingScript { child };
+        let socket = agent_dir.join(format!("{}.sock", started.pid()));
+        wait_until(&format!("the agent socket {}", socket.display()), || {
+            socket.exists()
+        });
+        started
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for TrainingScript {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn one_gpu_with(pid: u32, used_mib: u64) -> String {
+    format!(
+        "[[gpu]]\nname = \"Agent GPU\"\nmemory_total_mib = 81920\nmemory_used_mib = 8192\n\
+         [[gpu.process]]\npid = {pid}\nused_memory_mib = {used_mib}\nsm_percent = 80\n"
+    )
+}
+
+/// Runs torchtop to its end; fails if it runs past [`PATIENCE`].
+fn torchtop(scenario: &ScenarioFile, agents: &Path, args: &[&str]) -> Vec<Value> {
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(args)
+            .envs(scenario.env())
+            .env("TORCHTOP_AGENT_DIR", agents),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // One pretty document with --once, one per line when streaming: read them all in turn.
+    serde_json::Deserializer::from_slice(&output.stdout)
+        .into_iter::<Value>()
+        .map(|doc| doc.expect("valid JSON"))
+        .collect()
+}
+
+/// A config file holding `text`, removed when the returned guard drops.
+fn config_file(text: &str) -> NamedTempFile {
+    let mut file = tempfile::Builder::new()
+        .prefix("torchtop-e2e-")
+        .suffix(".toml")
+        .tempfile()
+        .expect("a config file");
+    file.write_all(text.as_bytes()).unwrap();
+    file
+}
+
+/// Streams `torchtop --json` until a snapshot carries the warning `id`, however slowly the
+/// samples come; returns the snapshots up to that one.
+fn warned(scenario: &ScenarioFile, agents: &Path, args: &[&str], id: &str) -> Vec<Value> {
+    let mut command = Command::new(common::torchtop_binary());
+    command
+        .arg("--json")
+        .args(args)
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", agents);
+    json_stream_until(&mut command, |docs| {
+        docs.last()
+            .is_some_and(|doc| warning_ids(doc).iter().any(|w| w == id))
+    })
+}
+
+fn warning_ids(doc: &Value) -> Vec<String> {
+    doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_script_under_torchtop_run_shows_its_allocator_in_the_json() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let docs = torchtop(&scenario, &agents, &["--once", "--json"]);
+    let process = &docs[0]["processes"][0];
+    assert_eq!(process["pid"], script.pid());
+    let torch = &process["torch"];
+    assert!(torch.is_object(), "no torch figures: {process}");
+    assert_eq!(torch["rank"], 0);
+    assert_eq!(torch["world_size"], 1);
+    let device = &torch["devices"][0];
+    assert_eq!(device["index"], 0);
+    let allocated = device["allocated_bytes"].as_u64().unwrap();
+    let reserved = device["reserved_bytes"].as_u64().unwrap();
+    // The stand-in's figures: 100 MiB plus 1 MiB per read.
+    assert!(
+        allocated > 100 * MIB && allocated < 400 * MIB,
+        "{allocated}"
+    );
+    assert!(device["peak_allocated_bytes"].as_u64().unwrap() > allocated);
+    assert_eq!(device["ooms"], 0);
+    let non_pytorch = device["non_pytorch_bytes"].as_u64().unwrap();
+    assert_eq!(
+        non_pytorch,
+        2048 * MIB - reserved,
+        "NVML's memory minus reserved"
+    );
+
+    // The stats change from one look to the next, once the agent has read them again.
+    wait_until("the allocated bytes to grow", || {
+        let later = torchtop(&scenario, &agents, &["--once", "--json"]);
+        later[0]["processes"][0]["torch"]["devices"][0]["allocated_bytes"]
+            .as_u64()
+            .is_some_and(|later| later > allocated)
+    });
+}
+
+#[test]
+fn a_script_under_torchtop_run_shows_its_allocator_in_the_tui() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 200, 50);
+    let panel = |s: &str| {
+        s.contains(&script.pid().to_string())
+            && [
+                "allocated",
+                "reserved",
+                "inactive-split",
+                "non-PyTorch",
+                "retries",
+            ]
+            .iter()
+            .all(|label| s.contains(label))
+    };
+    assert!(
+        session.wait_for(PATIENCE, panel),
+        "no allocator panel:\n{}",
+        session.screen()
+    );
+}
+
+#[test]
+fn a_leaking_process_is_warned_about_when_the_window_allows() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let config =
+        config_file("[rules.leak]\nwindow_seconds = 2.0\nmin_samples = 4\nmin_rise_mib = 4.0\n");
+    let docs = warned(
+        &scenario,
+        &agents,
+        &["-d", "0.4", "--config", config.path().to_str().unwrap()],
+        "leak",
+    );
+    let last = docs.last().unwrap();
+    let leak = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == "leak")
+        .unwrap();
+    assert_eq!(leak["subject"]["kind"], "process");
+    assert_eq!(leak["subject"]["pid"], script.pid());
+    assert!(leak["remedy"].as_str().unwrap().contains("snapshot"));
+
+    // The same run with the default two-minute window stays quiet.
+    let quiet = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "--samples", "4", "-d", "0.4"],
+    );
+    assert!(!warning_ids(quiet.last().unwrap()).contains(&"leak".to_string()));
+}
+
+/// Eight ranks of one job (RANK/WORLD_SIZE/MASTER_PORT in their environment), one per GPU,
+/// with rank 5 holding far more memory than the others.
+fn imbalanced_job() -> (Vec<Child>, ScenarioFile) {
+    let ranks: Vec<Child> = (0..8)
+        .map(|rank| {
+            Command::new("sleep")
+                .arg("600")
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", "8")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", "29555")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut text = String::new();
+    for (gpu, child) in ranks.iter().enumerate() {
+        let used = if gpu == 5 { 60_000 } else { 20_000 };
+        text.push_str(&format!(
+            "[[gpu]]\nname = \"H100 #{gpu}\"\nmemory_total_mib = 81920\nmemory_used_mib = {}\nutilization_gpu = 90\n\
+             [[gpu.process]]\npid = {}\nused_memory_mib = {used}\nsm_percent = 85\n",
+            used + 500,
+            child.id()
+        ));
+    }
+    (ranks, ScenarioFile::new(&text))
+}
+
+#[test]
+fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
+    let (mut ranks, scenario) = imbalanced_job();
+    let (_scratch, agents) = agent_dir();
+    let config = config_file("[rules.imbalance]\nwindow_seconds = 1.0\n");
+    let docs = warned(
+        &scenario,
+        &agents,
+        &["-d", "0.4", "--config", config.path().to_str().unwrap()],
+        "imbalance",
+    );
+    let last = docs.last().unwrap();
+    let warning = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == "imbalance")
+        .unwrap();
+    assert_eq!(warning["subject"]["kind"], "job");
+    assert_eq!(last["jobs"][0]["id"], "job 127.0.0.1:29555");
+    assert_eq!(last["jobs"][0]["ranks"].as_array().unwrap().len(), 8);
+    assert!(
+        warning["message"].as_str().unwrap().contains('5'),
+        "{}",
+        warning["message"]
+    );
+
+    let quiet = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "--samples", "4", "-d", "0.4"],
+    );
+    assert!(
+        !warning_ids(quiet.last().unwrap()).contains(&"imbalance".to_string()),
+        "default window is 30 s"
+    );
+
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let args = ["--config", config.path().to_str().unwrap()];
+    let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&env), 200, 50);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("imbalance")
+            && s.contains("JOB job 127.0.0.1:29555")),
+        "no imbalance in the warnings panel:\n{}",
+        session.screen()
+    );
+    for rank in &mut ranks {
+        let _ = rank.kill();
+        let _ = rank.wait();
+    }
+}
+
+/// GPU 1's calls block for an hour: that the four samples come out at all (within the
+/// [`PATIENCE`] that `torchtop` allows) proves the stream does not wait for it.
+#[test]
+fn a_hung_gpu_raises_no_warning_from_its_stale_figures_and_the_stream_goes_on() {
+    let sleepers = Sleepers::spawn(1);
+    let text = format!(
+        "[[gpu]]\nname = \"Healthy\"\nmemory_total_mib = 81920\nmemory_used_mib = 1024\nutilization_gpu = 90\n\
+         [[gpu]]\nname = \"Stuck\"\nmemory_total_mib = 81920\nmemory_used_mib = 80000\nutilization_gpu = 0\n\
+         hang = {{ after_s = 0, block_s = 3600 }}\n[[gpu.process]]\npid = {}\nused_memory_mib = 79000\n",
+        sleepers.pids()[0]
+    );
+    let scenario = ScenarioFile::new(&text);
+    let (_scratch, agents) = agent_dir();
+    let docs = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "--samples", "4", "-d", "0.5"],
+    );
+    assert_eq!(docs.len(), 4);
+    let last = docs.last().unwrap();
+    assert_eq!(last["gpus"][0]["state"], "ok");
+    assert_eq!(last["gpus"][1]["state"], "stale");
+    let about_gpu1 = last["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["subject"]["kind"] == "gpu" && w["subject"]["index"] == 1)
+        .count();
+    assert_eq!(
+        about_gpu1, 0,
+        "warnings from a GPU never read: {}",
+        last["warnings"]
+    );
+}

@@ -1,0 +1,244 @@
+//! End to end with a real Prometheus: two `torchtop serve` instances on two fake-NVML
+//! scenarios stand for two nodes, each holding two ranks of one job (real Python processes with
+//! the agent and the stand-in torch, marking steps; rank 3 is slow). Prometheus scrapes both
+//! every second; `torchtop cluster` must then show both nodes, four GPUs and one job of four
+//! ranks with rank 3 as its straggler, in `--once --json` and in the TUI.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_nvml::{env_refs, ScenarioFile};
+use common::prometheus::{Prometheus, Serve};
+use common::pty::PtySession;
+use common::{require_program, PATIENCE};
+use serde_json::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+const RANK_SCRIPT: &str = "import sys, time, torch, torchtop_agent\n\
+torch.cuda._fake_init((0,))\n\
+torchtop_agent.start(interval_ms=200)\n\
+period = float(sys.argv[1])\n\
+while True:\n    time.sleep(period)\n    torchtop_agent.step()\n";
+
+/// Rank 3 steps every 0.3 s, the others every 0.1 s: 200 % above the median. A loaded machine
+/// stretches every sleep a little; a bar at 100 % (not the default 20) keeps a rank that slept
+/// a few ms long from counting as a straggler too.
+const STRAGGLER_PERCENT: &str = "100";
+
+/// One rank of the job: a Python process with the agent, marking a step every `period` s.
+struct RankProcess {
+    child: Child,
+}
+
+impl RankProcess {
+    fn start(rank: u32, local_rank: u32, period: f64, agents: &Path) -> Self {
+        let pythonpath = format!(
+            "{}:{}",
+            repo().join("assets/python").display(),
+            repo().join("tests/python/fake_torch").display()
+        );
+        let child = Command::new("python3")
+            .args(["-c", RANK_SCRIPT, &period.to_string()])
+            .env("PYTHONPATH", pythonpath)
+            .env("TORCHTOP_AGENT_DIR", agents)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", local_rank.to_string())
+            .env("WORLD_SIZE", "4")
+            .env("MASTER_ADDR", "10.0.0.1")
+            .env("MASTER_PORT", "29500")
+            .env("CUDA_VISIBLE_DEVICES", local_rank.to_string())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 for a rank");
+        let socket = agents.join(format!("{}.sock", child.id()));
+        let deadline = Instant::now() + PATIENCE;
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "no agent socket {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RankProcess { child }
+    }
+}
+
+impl Drop for RankProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A node: two GPUs, each with one rank, and its exporter.
+struct Node {
+    _ranks: Vec<RankProcess>,
+    _scenario: ScenarioFile,
+    serve: Serve,
+    /// Holds the agents' socket directory; dropped after the ranks.
+    _scratch: tempfile::TempDir,
+}
+
+fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
+    let scratch = tempfile::Builder::new()
+        .prefix("torchtop-cluster-")
+        .tempdir()
+        .expect("a scratch directory");
+    let agents = scratch.path().join("agents");
+    let ranks: Vec<RankProcess> = (0..2)
+        .map(|local| {
+            RankProcess::start(first_rank + local, local, periods[local as usize], &agents)
+        })
+        .collect();
+    let mut text = String::new();
+    for (gpu, rank) in ranks.iter().enumerate() {
+        text.push_str(&format!(
+            "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"GPU-{hostname}-{gpu}\"\n\
+             memory_total_mib = 81920\nmemory_used_mib = {}\nutilization_gpu = {}\ntemperature_c = {}\n\
+             [[gpu.process]]\npid = {}\nused_memory_mib = 20000\nsm_percent = 80\n",
+            20_500 + gpu * 1000,
+            70 + gpu * 10,
+            60 + gpu,
+            rank.child.id()
+        ));
+    }
+    let scenario = ScenarioFile::new(&text);
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let serve = Serve::start(&["-d", "0.5"], &["--hostname", hostname], &env);
+    Node {
+        _ranks: ranks,
+        _scenario: scenario,
+        serve,
+        _scratch: scratch,
+    }
+}
+
+fn cluster_json(url: &str) -> Option<Value> {
+    let output = Command::new(common::torchtop_binary())
+        .args(["cluster", "--prometheus", url, "--once", "--json"])
+        .args(["--straggler-percent", STRAGGLER_PERCENT])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop cluster");
+    serde_json::from_slice(&output.stdout).ok()
+}
+
+/// Whether the document shows everything the test waits for: 2 nodes, 4 GPUs, one job whose
+/// 4 ranks all have a step time.
+fn complete(doc: &Value) -> bool {
+    let jobs = doc["jobs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    doc["nodes"].as_array().is_some_and(|n| n.len() == 2)
+        && doc["gpu_count"] == 4
+        && jobs.len() == 1
+        && jobs[0]["ranks"].as_array().is_some_and(|r| {
+            r.len() == 4 && r.iter().all(|rank| rank["step_time_seconds"].is_number())
+        })
+}
+
+#[test]
+fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
+    if !require_program("prometheus") || !require_program("python3") {
+        return;
+    }
+    let a = node("node-a", 0, [0.1, 0.1]);
+    let b = node("node-b", 2, [0.1, 0.3]);
+    for node in [&a, &b] {
+        node.serve.wait_for_metrics(PATIENCE, |m| {
+            m.matches("torchtop_step_time_seconds{").count() == 2
+        });
+    }
+    let prometheus = Prometheus::start(&[a.serve.addr, b.serve.addr]);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let doc = loop {
+        let doc = cluster_json(&prometheus.url);
+        if let Some(doc) = doc.filter(complete) {
+            break doc;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster view never showed 2 nodes, 4 GPUs and a job of 4 ranks; Prometheus \
+             log:\n{}",
+            prometheus.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let hosts: Vec<&str> = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["hostname"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["node-a", "node-b"]);
+    assert_eq!(doc["nodes"][0]["gpus"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["nodes"][0]["utilization_min"], 70.0);
+    let job = &doc["jobs"][0];
+    assert_eq!(job["id"], "job 10.0.0.1:29500");
+    assert_eq!(job["nodes"], 2);
+    let ranks = job["ranks"].as_array().unwrap();
+    let numbers: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [0, 1, 2, 3]);
+    let stragglers: Vec<u64> = ranks
+        .iter()
+        .filter(|r| r["straggler"] == true)
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(stragglers, [3], "{job:#}");
+    assert!(
+        ranks[3]["headroom_bytes"].as_f64().unwrap() > 0.0,
+        "{job:#}"
+    );
+    assert_eq!(ranks[2]["hostname"], "node-b");
+
+    // The TUI, read from the same Prometheus.
+    let args = [
+        "cluster",
+        "--prometheus",
+        prometheus.url.as_str(),
+        "--refresh",
+        "1",
+        "--straggler-percent",
+        STRAGGLER_PERCENT,
+    ];
+    let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&[]), 120, 40);
+    let shown = session.wait_for(PATIENCE, |s| {
+        s.contains("node-a")
+            && s.contains("node-b")
+            && s.contains("JOB job 10.0.0.1:29500  4 ranks on 2 nodes")
+            && s.contains("STRAGGLER")
+    });
+    assert!(
+        shown,
+        "the TUI never showed both nodes and the job:\n{}",
+        session.screen()
+    );
+}
+
+#[test]
+fn an_unreachable_prometheus_is_a_sentence_and_a_failure_status() {
+    // Port 1 (tcpmux) has no listener on a test machine; a free port from the OS could be
+    // taken by a parallel test's server before this one connects.
+    let url = "http://127.0.0.1:1".to_string();
+    let output = Command::new(common::torchtop_binary())
+        .args(["cluster", "--prometheus", &url, "--once", "--json"])
+        .args(["--query-timeout", "5"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop cluster");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot reach Prometheus at"), "{stderr}");
+    let doc: Value = serde_json::from_slice(&output.stdout).expect("JSON even on failure");
+    assert_eq!(doc["stale"]["nodes"], true);
+}

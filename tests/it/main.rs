@@ -1,0 +1,30 @@
+//! The integration tests that can share one process, as modules of one test binary: one link
+//! instead of twelve after each change to the library (about 30 s less per rebuild here).
+//!
+//! Run one file's tests with `cargo test --test it memsnap::`. Tests that need a process of their
+//! own stay separate binaries in `tests/`: `actions` and `root_attacks` re-execute their own
+//! binary as helpers (and `root_attacks` adds an `.init_array` hook), `agent_attach` and
+//! `fake_nvml_library` set environment variables that every child would inherit,
+//! `agent_hub_limits` counts this process's threads, `tch_demo` needs the `torch` feature, and
+//! `make_demo` is not a test but the generator of `assets/demo.ttrec` (ignored by `cargo test`).
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../launch_support/mod.rs"]
+mod launch_support;
+
+use common::ci;
+
+mod agent_and_rules_e2e;
+mod agent_python;
+mod attach_injector;
+mod cluster_prometheus;
+mod grafana_dashboard;
+mod memsnap;
+mod once_fake_nvml;
+mod record_replay;
+mod run_launch;
+mod serve_exporter;
+mod tui_actions;
+mod tui_fake_nvml;
+mod tui_terminal;

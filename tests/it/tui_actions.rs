@@ -1,0 +1,182 @@
+//! Process actions end to end: the built torchtop in a pseudo-terminal, the fake NVML naming
+//! real child processes as GPU processes, and keys typed as a person would type them.
+
+use crate::common;
+
+use std::os::unix::process::ExitStatusExt;
+
+use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
+use common::pty::PtySession;
+use common::{assert_no_fatal_signal_on_its_way, PATIENCE};
+
+/// The F8 key as xterm sends it.
+const F8: &[u8] = b"\x1b[19~";
+
+/// Two GPU processes on one GPU: a victim and a bystander, both real children.
+fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
+    let children = Sleepers::named(&["torchtop-e2e-victim", "torchtop-e2e-bystander"]);
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[children.pid(0), children.pid(1)]);
+    let mut env = scenario.env();
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 120, 40);
+    let both = [children.pid(0).to_string(), children.pid(1).to_string()];
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("victim")
+            && both.iter().all(|pid| s.contains(pid.as_str()))),
+        "the children never appeared as GPU processes:\n{}",
+        session.screen()
+    );
+    (children, scenario, session)
+}
+
+fn wait_for_text(session: &PtySession, text: &str) {
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains(text)),
+        "{text:?} never appeared:\n{}",
+        session.screen()
+    );
+}
+
+/// Types `/`, the text, and Enter: the filter is kept and its first match selected.
+fn filter_to(session: &mut PtySession, text: &str) {
+    session.send(b"/");
+    wait_for_text(session, "filter: ");
+    session.send(text.as_bytes());
+    wait_for_text(session, &format!("filter: {text}_"));
+    session.send(b"\r");
+    wait_for_text(session, &format!("filter \"{text}\""));
+}
+
+#[test]
+fn filter_to_the_child_press_k_then_y_and_it_is_killed() {
+    let (mut children, _scenario, mut session) = start(&[]);
+    let victim = children.pid(0);
+    filter_to(&mut session, "victim");
+    let screen = session.screen();
+    assert!(
+        !screen.contains("bystander"),
+        "the filter hides the other process:\n{screen}"
+    );
+
+    session.send(b"K");
+    wait_for_text(&session, "Send SIGKILL to this process?");
+    let screen = session.screen();
+    let listed = screen
+        .lines()
+        .find(|l| l.contains(&victim.to_string()) && l.contains("torchtop-e2e-victim 600"))
+        .unwrap_or_else(|| panic!("the dialog does not name the victim:\n{screen}"));
+    assert!(listed.contains(&whoami()), "{listed}");
+    assert_no_fatal_signal_on_its_way(victim);
+
+    session.send(b"y");
+    let status = children
+        .wait_exit(0, PATIENCE)
+        .unwrap_or_else(|| panic!("the child still runs:\n{}", session.screen()));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    wait_for_text(
+        &session,
+        &format!("sent SIGKILL to {victim} (torchtop-e2e-victim"),
+    );
+    assert_no_fatal_signal_on_its_way(children.pid(1));
+
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
+}
+
+#[test]
+fn readonly_refuses_every_action_key_with_a_sentence() {
+    let (children, _scenario, mut session) = start(&[("TORCHTOP_READONLY", "1")]);
+    filter_to(&mut session, "victim");
+    session.send(b"K");
+    wait_for_text(
+        &session,
+        "read-only mode: signals, renice and agent commands are turned off",
+    );
+    session.send(b"T");
+    session.send(F8);
+    // Keys are handled in order: once `t` shows the tree, T and F8 have been handled.
+    session.send(b"t");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("(tree,")),
+        "the keys after T and F8 did not reach the process list (a dialog open?):\n{}",
+        session.screen()
+    );
+    assert!(!session.screen().contains("Send SIG"), "no dialog opens");
+    assert_no_fatal_signal_on_its_way(children.pid(0));
+    assert_eq!(nice_of(children.pid(0)), 0);
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some());
+}
+
+#[test]
+fn n_cancels_the_dialog_and_f8_renices_the_selected_child() {
+    let (children, _scenario, mut session) = start(&[]);
+    let bystander = children.pid(1);
+    filter_to(&mut session, "bystander");
+    session.send(b"T");
+    wait_for_text(&session, "Send SIGTERM to this process?");
+    session.send(b"n");
+    wait_for_text(&session, "SIGTERM not sent");
+    assert_no_fatal_signal_on_its_way(bystander);
+
+    let before = nice_of(bystander);
+    session.send(F8);
+    wait_for_text(
+        &session,
+        &format!(
+            "the nice value of {bystander} (torchtop-e2e-bystander 600) is now {}",
+            before + 1
+        ),
+    );
+    assert_eq!(nice_of(bystander), before + 1, "read back from /proc");
+    assert_no_fatal_signal_on_its_way(children.pid(0));
+    assert_no_fatal_signal_on_its_way(bystander);
+}
+
+#[test]
+fn the_tree_view_shows_the_child_under_its_parents() {
+    let (_children, _scenario, mut session) = start(&[]);
+    session.send(b"t");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("(tree,")
+            && s.lines().any(|l| l.contains("─ torchtop-e2e-victim 600"))),
+        "no tree with the child nested under its parent:\n{}",
+        session.screen()
+    );
+    session.send(b"t");
+    assert!(
+        session.wait_for(PATIENCE, |s| !s.contains("(tree,")),
+        "t leaves the tree:\n{}",
+        session.screen()
+    );
+}
+
+/// Field 19 of /proc/PID/stat.
+fn nice_of(pid: u32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    let after_comm = &stat[stat.rfind(')').expect("comm") + 1..];
+    after_comm
+        .split_whitespace()
+        .nth(16)
+        .expect("nice field")
+        .parse()
+        .expect("a number")
+}
+
+/// The name of the user this test runs as, as torchtop's USER column shows it.
+fn whoami() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() }.to_string();
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.get(2) == Some(&uid.as_str())).then(|| fields[0].to_string())
+        })
+        .unwrap_or(uid)
+}

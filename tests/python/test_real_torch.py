@@ -1,0 +1,160 @@
+"""The agent under the real torch: a DataLoader with 2 workers, fork and spawn, under the
+sitecustomize that `torchtop run` installs, checked from outside by a tiny protocol client.
+
+The interpreter with torch comes from $TORCHTOP_TEST_TORCH_PYTHON, else the virtual environment
+that .ci/torch-cpu-libtorch.sh makes (target/torch-ci/venv/bin/python). Without one that can
+`import torch`, the test is skipped and says so.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from agent_testlib import ROOT, TempDirMixin, clean_env, sockets_in
+
+TORCH_PYTHON_ENV = "TORCHTOP_TEST_TORCH_PYTHON"
+
+PROGRAM = r'''
+import json, os, socket, sys, time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        agent = sys.modules.get("torchtop_agent")
+        has_agent = agent is not None and agent.socket_path() is not None
+        return torch.tensor([i, os.getpid(), int(has_agent)])
+
+
+class Client:
+    """Protocol v1 (assets/agent-protocol.md): JSON objects, one per line, each way."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(path)
+        self.buf = b""
+        self.next_id = 0
+
+    def read(self):
+        while b"\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise RuntimeError("the agent closed the connection")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def command(self, cmd, **extra):
+        self.next_id += 1
+        message = dict({"v": 1, "type": "cmd", "id": self.next_id, "cmd": cmd}, **extra)
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            reply = self.read()
+            if reply["type"] == "reply" and reply["id"] == self.next_id:
+                return reply
+        raise RuntimeError("no reply to %s within 30 s" % cmd)
+
+
+def main():
+    import torchtop_agent  # already started by the sitecustomize
+
+    directory = os.environ["TORCHTOP_AGENT_DIR"]
+    client = Client(torchtop_agent.socket_path())
+    hello = client.read()
+    out = {"main_pid": os.getpid(), "torch": hello["torch"], "runs": []}
+    for context in ("fork", "spawn"):
+        for persistent in (False, True):
+            loader = DataLoader(Numbers(), batch_size=4, num_workers=2,
+                                multiprocessing_context=context, persistent_workers=persistent)
+            for epoch in range(2):
+                batches = iter(loader)
+                rows = [next(batches)]  # the workers are up, and alive until the epoch ends
+                replies = [client.command("snapshot"), client.command("set_interval", ms=200)]
+                sockets = sorted(n for n in os.listdir(directory) if n.endswith(".sock"))
+                rows += list(batches)
+                replies.append(client.command("reset_peak"))  # after the epoch's workers
+                table = torch.cat(rows).tolist()
+                out["runs"].append({
+                    "context": context, "persistent": persistent, "epoch": epoch,
+                    "replies": [[r["cmd"], r["ok"], r.get("error")] for r in replies],
+                    "sockets_mid_epoch": sockets,
+                    "items": sorted(r[0] for r in table),
+                    "worker_pids": sorted({r[1] for r in table}),
+                    "workers_with_agent": sum(r[2] for r in table),
+                })
+            del loader
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def torch_python():
+    """(interpreter, None), or (None, why not)."""
+    explicit = os.environ.get(TORCH_PYTHON_ENV)
+    candidate = explicit or os.path.join(ROOT, "target", "torch-ci", "venv", "bin", "python")
+    if not os.access(candidate, os.X_OK):
+        return None, "no interpreter at %s (set %s to a python that has torch)" % (candidate, TORCH_PYTHON_ENV)
+    try:
+        out = subprocess.run([candidate, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, timeout=600, env=clean_env())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, "%s did not run: %s" % (candidate, e)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return None, "%s cannot import torch (%s); set %s to a python that can" % (
+            candidate, last, TORCH_PYTHON_ENV)
+    return candidate, None
+
+
+class RealTorchTests(TempDirMixin, unittest.TestCase):
+    def setUp(self):
+        self.python, why = torch_python()
+        if self.python is None:
+            print("\nskipped: the real-torch DataLoader test: %s" % why, file=sys.stderr)
+            self.skipTest(why)
+        self.make_tmp()
+
+    def test_dataloader_workers_under_the_agent(self):
+        program = os.path.join(self.tmp, "train.py")  # spawn workers re-import the main module
+        with open(program, "w") as f:
+            f.write(PROGRAM)
+        out = subprocess.run([self.python, program], env=clean_env(self.site_env()),
+                             capture_output=True, text=True, timeout=900, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        main_pid = result["main_pid"]
+        self.assertTrue(result["torch"].startswith("2."), result["torch"])
+        self.assertEqual(len(result["runs"]), 8)
+        for run in result["runs"]:
+            with self.subTest(context=run["context"], persistent=run["persistent"], epoch=run["epoch"]):
+                # Every command is answered while the workers live and after they are gone.
+                self.assertEqual([r[0] for r in run["replies"]], ["snapshot", "set_interval", "reset_peak"])
+                snapshot, interval, reset = run["replies"]
+                self.assertEqual(snapshot[1:], [False, "CUDA is not initialized in this process"])
+                self.assertEqual(interval[1:], [True, None])
+                self.assertFalse(reset[1])
+                self.assertEqual(run["items"], list(range(16)))
+                self.assertEqual(len(run["worker_pids"]), 2)
+                self.assertNotIn(main_pid, run["worker_pids"])
+                self.assertEqual(run["workers_with_agent"], 0, "a worker served an agent")
+                self.assertEqual(run["sockets_mid_epoch"], ["%d.sock" % main_pid],
+                                 "only the main program has a socket")
+        self.assertEqual(sockets_in(self.dir), [], "sockets left behind")
+        print("\nreal torch %s: 8 DataLoader epochs (fork and spawn, 2 workers), every command answered"
+              % result["torch"], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
