@@ -12,6 +12,8 @@ use crate::common;
 use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 use common::{output_within_patience, wait_until, PATIENCE};
+use torchtop::record::reader::Cursor;
+use torchtop::record::Recording;
 
 fn eight_gpus() -> (Sleepers, ScenarioFile) {
     let sleepers = Sleepers::spawn(64);
@@ -67,14 +69,10 @@ fn replay_json(file: &Path, extra: &[&str]) -> (Vec<String>, String, bool) {
     (lines, text(&out.stderr), out.status.success())
 }
 
-#[test]
-fn a_recording_replays_as_the_same_json_lines_that_were_printed_live() {
-    let (_sleepers, scenario) = eight_gpus();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("run.ttrec");
-    let live = record(&file, &scenario.env(), "0.2", "4s");
-    assert!(live.len() >= 10, "{} lines", live.len());
-    let (replayed, stderr, ok) = replay_json(&file, &[]);
+/// The replay's `--json` lines are the live ones, byte for byte; and chosen figures of chosen
+/// frames, read as a script would, are those of the 8-GPU scenario.
+fn assert_replays_as_live(file: &Path, live: &[String]) {
+    let (replayed, stderr, ok) = replay_json(file, &[]);
     assert!(ok && stderr.is_empty(), "{stderr}");
     assert_eq!(replayed.len(), live.len());
     for (i, (a, b)) in live.iter().zip(&replayed).enumerate() {
@@ -100,6 +98,16 @@ fn a_recording_replays_as_the_same_json_lines_that_were_printed_live() {
             was["processes"][63]["running_seconds"]
         );
     }
+}
+
+#[test]
+fn a_recording_replays_as_the_same_json_lines_that_were_printed_live() {
+    let (_sleepers, scenario) = eight_gpus();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("run.ttrec");
+    let live = record(&file, &scenario.env(), "0.2", "4s");
+    assert!(live.len() >= 10, "{} lines", live.len());
+    assert_replays_as_live(&file, &live);
     // A slice by time: the lines whose time lies in it.
     let first: serde_json::Value = serde_json::from_str(&live[2]).unwrap();
     let from = first["time"].as_str().unwrap().to_string();
@@ -109,6 +117,49 @@ fn a_recording_replays_as_the_same_json_lines_that_were_printed_live() {
     assert!(slice
         .iter()
         .all(|l| l.contains(&format!("\"time\":\"{from}\""))));
+}
+
+/// The check at full length: a 10-minute recording of the 8-GPU scenario at the
+/// monitor's 1 s refresh replays with the figures `--json` printed live. Ten minutes of wall
+/// time, so it runs only when asked: `cargo test --test it -- --ignored ten_minute`.
+#[test]
+#[ignore]
+fn a_ten_minute_recording_replays_with_the_live_figures() {
+    let (_sleepers, scenario) = eight_gpus();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ten.ttrec");
+    // `--duration` ends it; the patience of the short tests would cut it off.
+    let out = Command::new(common::torchtop_binary())
+        .args([
+            "record",
+            "-o",
+            path_str(&file),
+            "-d",
+            "1",
+            "--duration",
+            "10m",
+        ])
+        .arg("--json")
+        .envs(scenario.env())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop record");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let live: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    let unix = |line: &String| {
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["unix_seconds"]
+            .as_f64()
+            .unwrap()
+    };
+    let span = unix(live.last().expect("live lines")) - unix(&live[0]);
+    assert!(span >= 540.0, "the live lines span only {span} s");
+    assert_replays_as_live(&file, &live);
+    let bytes = std::fs::metadata(&file).unwrap().len();
+    println!(
+        "10 minutes: {} frames, {bytes} bytes in the recording, {} bytes of --json lines",
+        live.len(),
+        live.iter().map(|l| l.len() + 1).sum::<usize>()
+    );
 }
 
 #[test]
@@ -344,7 +395,8 @@ fn the_replay_tui_moves_in_time_and_refuses_actions() {
 
 #[test]
 fn r_in_the_monitor_records_and_the_recording_replays() {
-    let (_sleepers, scenario) = eight_gpus();
+    let (sleepers, scenario) = eight_gpus();
+    let sleepers_pids = sleepers.pids();
     let dir = tempfile::tempdir().unwrap();
     let mut env = scenario.env();
     env.push((
@@ -389,6 +441,35 @@ fn r_in_the_monitor_records_and_the_recording_replays() {
     let (replayed, stderr, ok) = replay_json(&files[0], &[]);
     assert!(ok && stderr.is_empty(), "{stderr}");
     assert!(replayed.len() >= 8, "{} frames", replayed.len());
+    assert_process_table_recorded(&files[0], &sleepers_pids);
+}
+
+/// The replay's tree view needs the host process table: the recording asks the sampler for
+/// it at the start, so some frame carries it, with the GPU processes in it.
+fn assert_process_table_recorded(file: &Path, gpu_pids: &[u32]) {
+    let mut recording = Recording::open(file).expect("open the recording");
+    let mut cursor = Cursor::default();
+    let tables: Vec<Vec<u32>> = (0..recording.frames().len())
+        .map(|i| recording.snapshot(&mut cursor, i).expect("a frame"))
+        .filter(|s| !s.host_processes.is_empty())
+        .map(|s| s.host_processes.iter().map(|p| p.pid).collect())
+        .collect();
+    assert!(!tables.is_empty(), "no frame carries the process table");
+    assert!(
+        tables
+            .iter()
+            .any(|t| gpu_pids.iter().all(|p| t.contains(p))),
+        "the process table lacks the GPU processes"
+    );
+}
+
+#[test]
+fn torchtop_record_keeps_the_process_table_for_the_tree() {
+    let (sleepers, scenario) = eight_gpus();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tree.ttrec");
+    record(&file, &scenario.env(), "0.2", "2s");
+    assert_process_table_recorded(&file, &sleepers.pids());
 }
 
 /// Polls until the screen differs from `before` and has settled (two reads 100 ms apart agree:
