@@ -15,6 +15,8 @@ pub(crate) mod warnings_view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warnings_tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -202,7 +202,8 @@ impl WarningsView {
         let want = open.unwrap_or(!is_open);
         match entry {
             Entry::Single { .. } => return false,
-            Entry::Member { .. } if want => return false,
+            // Enter on a member shows it; only Left closes its group from there.
+            Entry::Member { .. } if want || open.is_none() => return false,
             // Closing from a member selects the group's line, which stays.
             Entry::Member { .. } => {
                 self.selected_key = self.key_of(

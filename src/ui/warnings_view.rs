@@ -104,10 +104,17 @@ fn render_detail(frame: &mut Frame, area: WarningsViewArea, detail: &Detail, the
         escape(&warning.id),
         subject_text(&warning.subject)
     );
+    let more = if detail.scroll < area.detail_max_scroll {
+        " ↓ more "
+    } else {
+        ""
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .title(title)
-        .title_bottom(" j k: scroll  g: go to  Esc: back to the list ");
+        .title_bottom(format!(
+            "{more} j k: scroll  g: go to  Esc: back to the list "
+        ));
     frame.render_widget(block, area.frame);
     let lines: Vec<Line> = detail_lines(detail, usize::from(area.body.width), theme)
         .into_iter()
