@@ -83,6 +83,10 @@ impl App {
     /// Clicks select an entry (a second click on it opens it) and the wheel walks the list or
     /// scrolls the detail. Nothing reaches the panels behind the view.
     pub(crate) fn on_warnings_mouse(&mut self, mouse: MouseEvent) -> Effect {
+        // A screen too small for the monitor shows no view to click on.
+        if !matches!(self.view.plan, super::Plan::Screen(_)) {
+            return Effect::None;
+        }
         let detail = matches!(self.warnings_view.level, Level::Detail(_));
         let step = match mouse.kind {
             MouseEventKind::ScrollDown => KeyCode::Down,

@@ -366,3 +366,34 @@ fn an_empty_view_opens_and_closes() {
     };
     assert!(!app.warnings_view.opened.contains(&key));
 }
+
+#[test]
+fn help_opens_over_the_view_and_esc_closes_only_the_help() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('w'));
+    press(&mut app, KeyCode::Char('?'));
+    assert!(app.view.show_help && app.warnings_view.is_open());
+    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw);
+    assert!(!app.view.show_help && app.warnings_view.is_open());
+    assert_eq!(
+        press(&mut app, KeyCode::Char('w')),
+        Effect::Redraw,
+        "w closes"
+    );
+    assert!(!app.warnings_view.is_open());
+}
+
+#[test]
+fn clicks_on_a_screen_too_small_to_draw_the_view_do_nothing() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('w'));
+    let body = app.warnings_view.area.body;
+    app.set_layout(layout::plan(Rect::new(0, 0, 40, 10), &Default::default()));
+    let click = mouse(
+        MouseEventKind::Down(MouseButton::Left),
+        body.x + 2,
+        body.y + 3,
+    );
+    assert_eq!(app.on_mouse(click), Effect::None);
+    assert_eq!(app.warnings_view.selected, 0);
+}
