@@ -41,17 +41,26 @@ fn render_list(
     theme: Theme,
 ) {
     let title = format!(" WARNINGS ({}) ", snapshot.warnings.len());
+    let rows = usize::from(area.body.height);
+    let first = first_visible_row(view.offset, view.selected, rows);
+    let below = view.entries.len().saturating_sub(first + rows);
+    let more = if below > 0 {
+        format!(" ↓ {below} more ")
+    } else {
+        String::new()
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .title(title)
-        .title_bottom(" j k: select  Enter: open  g: go to  Esc: close ");
+        .title_bottom(format!(
+            "{more} j k: select  Enter: open  g: go to  Esc: close "
+        ));
     frame.render_widget(block, area.frame);
     if view.entries.is_empty() {
         let line = Line::styled(" No warnings: nothing needs attention now.", theme.dim());
         frame.render_widget(Paragraph::new(line), area.body);
         return;
     }
-    let first = first_visible_row(view.offset, view.selected, usize::from(area.body.height));
     let lines: Vec<Line> = view
         .entries
         .iter()

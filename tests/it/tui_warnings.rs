@@ -30,7 +30,9 @@ fn warning_count(screen: &str) -> Option<usize> {
 fn view_body(screen: &str) -> Option<Vec<String>> {
     let lines: Vec<&str> = screen.lines().collect();
     let top = lines.iter().position(|l| l.contains("┌ WARNINGS ("))?;
-    let bottom = lines.iter().position(|l| l.contains("└ j k: select"))?;
+    let bottom = lines
+        .iter()
+        .position(|l| l.contains('└') && l.contains(" j k: select "))?;
     Some(
         lines[top + 1..bottom]
             .iter()
@@ -177,7 +179,7 @@ fn walk_to_the_last_warning_read_its_remedy_and_the_process_selection_stays() {
     );
     session.send(b"\x1b");
     assert!(
-        session.wait_for(PATIENCE, |s| !s.contains("└ j k: select")
+        session.wait_for(PATIENCE, |s| !s.contains(" j k: select ")
             && s.contains("PID")),
         "the second Esc did not close the list:\n{}",
         session.screen()
