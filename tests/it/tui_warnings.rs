@@ -13,6 +13,8 @@ const COLS: u16 = 120;
 const ROWS: u16 = 40;
 /// The view's body at 120x40: columns 13..107 (inside a border 12 columns in from each side).
 const BODY: std::ops::Range<usize> = 13..107;
+/// The row of the view's top border at 120x40 (5 rows down from the top of the screen).
+const TOP: usize = 5;
 /// What the selection's background is in the default theme (blue).
 const SELECTED: vt100::Color = vt100::Color::Idx(4);
 const DOWN: &[u8] = b"\x1b[B";
@@ -177,6 +179,34 @@ fn walk_to_the_last_warning_read_its_remedy_and_the_process_selection_stays() {
         "Esc did not go back to the list:\n{}",
         session.screen()
     );
+
+    // The mouse: a click on an empty row of the view, over the process table, does nothing
+    // behind it; a click selects the first line and the wheel moves down to the second.
+    let body = view_body(&session.screen()).unwrap();
+    let empty = body
+        .iter()
+        .rposition(|l| l.trim().is_empty())
+        .expect("an empty row");
+    session.send(&left_click(BODY.start + 5, TOP + 1 + empty));
+    session.send(&left_click(BODY.start + 5, TOP + 1));
+    let line = |s: &PtySession, i: usize| {
+        let body = view_body(&s.screen()).unwrap_or_default();
+        body.get(i).map(|l| l.trim().to_string())
+    };
+    let first_line = line(&session, 0).unwrap();
+    let second_line = line(&session, 1).unwrap();
+    assert!(
+        wait(&session, |s| selected_entry(s) == Some(first_line.clone())),
+        "a click did not select the first line:\n{}",
+        session.screen()
+    );
+    session.send(&mouse(65, BODY.start + 5, TOP + 1));
+    assert!(
+        wait(&session, |s| selected_entry(s) == Some(second_line.clone())),
+        "the wheel did not move down:\n{}",
+        session.screen()
+    );
+
     session.send(b"\x1b");
     assert!(
         session.wait_for(PATIENCE, |s| !s.contains(" j k: select ")
@@ -198,6 +228,18 @@ fn walk_to_the_last_warning_read_its_remedy_and_the_process_selection_stays() {
     session.send(b"q");
     let status = session.wait_exit(PATIENCE).expect("q quits");
     assert!(status.success());
+}
+
+/// An SGR mouse report (xterm's 1006 mode, which torchtop turns on) of button code `button` at
+/// the 0-based cell (`column`, `row`).
+fn mouse(button: u8, column: usize, row: usize) -> Vec<u8> {
+    format!("\x1b[<{button};{};{}M", column + 1, row + 1).into_bytes()
+}
+
+fn left_click(column: usize, row: usize) -> Vec<u8> {
+    let mut bytes = mouse(0, column, row);
+    bytes.extend(format!("\x1b[<0;{};{}m", column + 1, row + 1).into_bytes());
+    bytes
 }
 
 fn wait(session: &PtySession, condition: impl Fn(&PtySession) -> bool) -> bool {
