@@ -9,9 +9,14 @@
 pub(crate) mod layout;
 pub(crate) mod rows;
 pub(crate) mod view;
+pub(crate) mod warning_groups;
+mod warnings_keys;
+pub(crate) mod warnings_view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warnings_tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +33,7 @@ use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
 use layout::Plan;
 use view::{first_visible_row, ViewState};
+use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
@@ -49,8 +55,8 @@ pub(crate) enum Effect {
     AskSampler(SamplerRequest),
 }
 
-/// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
-/// [`ViewState`] and are handled in `Normal`.
+/// Which dialog has the keyboard. The help overlay (in [`ViewState`]) and the warnings view
+/// ([`WarningsView`]) are overlays handled in `Normal`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum Mode {
     #[default]
@@ -84,6 +90,8 @@ pub struct App {
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) history: History,
     pub(crate) view: ViewState,
+    /// The warnings, grouped, and the `w` view over them.
+    pub(crate) warnings_view: WarningsView,
     pub(crate) readonly: bool,
     pub(crate) colors: bool,
     pub(crate) delay_seconds: f64,
@@ -105,6 +113,7 @@ impl App {
             snapshot: Arc::new(Snapshot::default()),
             history: History::for_interval(delay_seconds),
             view: ViewState::default(),
+            warnings_view: WarningsView::default(),
             readonly,
             colors,
             delay_seconds,
@@ -148,6 +157,7 @@ impl App {
         }
         self.history.record(&snapshot);
         self.snapshot = snapshot;
+        self.warnings_view.refresh(&self.snapshot);
         self.drop_tags_of_exited_processes();
         self.refresh_rows();
     }
@@ -156,6 +166,9 @@ impl App {
     /// clicks are mapped to rows through the areas drawn.
     pub(crate) fn set_layout(&mut self, plan: Plan) {
         let page = plan.process_rows();
+        if let Plan::Screen(areas) = &plan {
+            self.warnings_view.set_area(areas.warnings_view);
+        }
         self.view.plan = plan;
         self.view.set_page_rows(page);
     }
@@ -215,6 +228,7 @@ impl App {
         }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
+            Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
@@ -229,6 +243,9 @@ impl App {
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
         if self.mode != Mode::Normal || self.view.show_help {
             return Effect::None;
+        }
+        if self.warnings_view.is_open() {
+            return self.on_warnings_mouse(mouse);
         }
         match mouse.kind {
             MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
@@ -310,10 +327,7 @@ impl App {
                 self.view.toggle_help();
                 Effect::Redraw
             }
-            KeyCode::Char('w') => {
-                self.view.toggle_warnings_expanded();
-                Effect::Redraw
-            }
+            KeyCode::Char('w') => self.open_warnings(),
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
             _ => Effect::None,
@@ -340,7 +354,7 @@ impl App {
         Effect::AskSampler(SamplerRequest::Agent { pid, command })
     }
 
-    /// Esc closes an overlay, then clears a kept filter, and only then quits.
+    /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.
     fn escape(&mut self) -> Effect {
         if self.view.close_overlays() {
             return Effect::Redraw;
