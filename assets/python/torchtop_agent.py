@@ -462,10 +462,11 @@ class _Agent:
     def _greet(self, client):
         self.hello_facts = self._hello()
         self._send(client, self.hello_facts)
-        self._send(client, self._stats())
+        # Before the stats: a monitor that waits for stats has then read the OOM too.
         last_oom = self.last_oom
         if last_oom is not None:
             self._send(client, last_oom)
+        self._send(client, self._stats())
 
     def _peer_allowed(self, sock):
         opt = getattr(socket, "SO_PEERCRED", None)

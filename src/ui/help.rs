@@ -43,6 +43,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         "PyTorch and warnings",
         &[
             ("s", "ask the agent for a memory snapshot file"),
+            ("S", "record memory history, snapshot, open the viewer"),
             ("P", "ask the agent to reset its peak counters"),
             ("w", "show the evidence and remedy of a warning"),
         ],
