@@ -120,10 +120,7 @@ async fn event_loop(
         reports: &reports_tx,
         sampler: &sampler_requests,
     };
-    let mut screen = Screen {
-        app,
-        viewer: None,
-    };
+    let mut screen = Screen { app, viewer: None };
     screen.draw(terminal)?;
     fault_injection_for_tests();
     loop {
@@ -184,7 +181,8 @@ impl Screen {
             Input::Gone => Step::End(End::Quit),
             Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
             Input::Event(Event::Key(key))
-                if key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL) =>
+                if key.code == KeyCode::Char('c')
+                    && key.modifiers.contains(KeyModifiers::CONTROL) =>
             {
                 Step::End(End::Quit)
             }
@@ -218,7 +216,10 @@ impl Screen {
 
 /// Reads and analyses a snapshot off the UI task (a big one takes a second or two). The file is
 /// in the agents' directory: a link there is not followed.
-fn load_in_background(path: std::path::PathBuf, done: mpsc::UnboundedSender<Result<LoadedSnapshot, String>>) {
+fn load_in_background(
+    path: std::path::PathBuf,
+    done: mpsc::UnboundedSender<Result<LoadedSnapshot, String>>,
+) {
     tokio::task::spawn_blocking(move || {
         let result = memsnap::load(&path, Links::Refuse)
             .map_err(|e| format!("the memory viewer could not open the snapshot: {e}"));

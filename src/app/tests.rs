@@ -624,7 +624,11 @@ fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     app.on_snapshot(Arc::new(with_agent.clone()));
     assert_eq!(app.take_memsnap(), Some(ready.clone()));
     app.on_snapshot(Arc::new(with_agent.clone()));
-    assert_eq!(app.take_memsnap(), None, "the same file is not opened again");
+    assert_eq!(
+        app.take_memsnap(),
+        None,
+        "the same file is not opened again"
+    );
     with_agent.memsnap_ready = Some(crate::model::MemsnapReady {
         request: 8,
         ..ready

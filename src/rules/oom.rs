@@ -79,7 +79,10 @@ fn oom_warning(report: &OomReport) -> Warning {
     };
     let evidence = vec![
         ("requested", fmt_opt_bytes(report.requested_bytes)),
-        ("free on the device", fmt_opt_bytes(report.device_free_bytes)),
+        (
+            "free on the device",
+            fmt_opt_bytes(report.device_free_bytes),
+        ),
         (
             "snapshot",
             report
@@ -141,7 +144,11 @@ mod tests {
         let warnings = replay_default(3, with(vec![report(4242, T0, Some(path))]));
         let w = find(&warnings, "oom", &Subject::Process { pid: 4242 });
         assert_eq!(w.severity, Severity::Critical);
-        assert!(w.message.contains("pid 4242 (python train.py --batch 512)"), "{}", w.message);
+        assert!(
+            w.message.contains("pid 4242 (python train.py --batch 512)"),
+            "{}",
+            w.message
+        );
         assert!(w.message.contains("5.0 GiB"), "{}", w.message);
         assert!(w.message.contains("1 MiB free"), "{}", w.message);
         assert!(w.message.contains(path), "{}", w.message);
@@ -155,7 +162,11 @@ mod tests {
         failed.snapshot_error = Some("the OOM snapshot was not written: disk full".into());
         let warnings = replay_default(1, with(vec![report(5, T0, None), failed]));
         let w = find(&warnings, "oom", &Subject::Process { pid: 5 });
-        assert!(w.message.contains("memory history was not recorded"), "{}", w.message);
+        assert!(
+            w.message.contains("memory history was not recorded"),
+            "{}",
+            w.message
+        );
         assert!(w.remedy.contains("--record-history"));
         let w = find(&warnings, "oom", &Subject::Process { pid: 7 });
         assert!(w.message.contains("disk full"), "{}", w.message);
@@ -167,7 +178,11 @@ mod tests {
         let warnings = replay_default(2, with(ooms));
         let found = with_id(&warnings, "oom");
         assert_eq!(found.len(), 1);
-        assert!(found[0].message.ends_with("snapshot: /b"), "{}", found[0].message);
+        assert!(
+            found[0].message.ends_with("snapshot: /b"),
+            "{}",
+            found[0].message
+        );
     }
 
     #[test]

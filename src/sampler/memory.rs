@@ -23,9 +23,9 @@ pub(crate) fn remember_oom(
     processes: &[GpuProcess],
 ) {
     let unix_seconds = event.ts.unwrap_or_else(now);
-    let known = ooms.iter().any(|r| {
-        r.pid == pid && r.device == event.device && event.ts == Some(r.unix_seconds)
-    });
+    let known = ooms
+        .iter()
+        .any(|r| r.pid == pid && r.device == event.device && event.ts == Some(r.unix_seconds));
     if known {
         return;
     }
@@ -125,8 +125,7 @@ fn is_snapshot_name(name: &str) -> bool {
         .strip_prefix("snapshot-")
         .or_else(|| rest.strip_prefix("oom-"));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    digits(pid)
-        && stamp.is_some_and(|s| digits(&s.replace('-', "")) && !s.starts_with('-'))
+    digits(pid) && stamp.is_some_and(|s| digits(&s.replace('-', "")) && !s.starts_with('-'))
 }
 
 #[cfg(test)]
@@ -139,7 +138,11 @@ mod tests {
         let good = "42-snapshot-20260101-120000.pickle";
         std::fs::write(dir.path().join(good), b"x").unwrap();
         let found = snapshot_file(dir.path(), &format!("/elsewhere/{good}")).unwrap();
-        assert_eq!(found, dir.path().join(good), "the agent's directory part is ignored");
+        assert_eq!(
+            found,
+            dir.path().join(good),
+            "the agent's directory part is ignored"
+        );
         std::fs::write(dir.path().join("42-oom-20260101-120000-1.pickle"), b"x").unwrap();
         assert!(snapshot_file(dir.path(), "42-oom-20260101-120000-1.pickle").is_ok());
         for bad in [
