@@ -33,9 +33,10 @@ pub(crate) fn check(inputs: &Inputs) -> Vec<Warning> {
     let now = inputs.snapshot.unix_seconds;
     let mut latest: BTreeMap<u32, &OomReport> = BTreeMap::new();
     for report in &inputs.snapshot.ooms {
+        // Too old, NaN, or from an agent clock far ahead: quiet.
         let age = now - report.unix_seconds;
-        if !(age <= HOLD_SECONDS) {
-            continue; // too old (or NaN)
+        if !(-HOLD_SECONDS..=HOLD_SECONDS).contains(&age) {
+            continue;
         }
         let keep = latest
             .get(&report.pid)
