@@ -66,6 +66,11 @@ def _fake_init(devices=(0,)):
     _used.update(devices)
 
 
+def _fake_malloc(index, nbytes):
+    """An allocation that succeeds (nothing is allocated; history is recorded if on)."""
+    memory._record_alloc(index, nbytes)
+
+
 def _fake_alloc(index, nbytes):
     """An allocation the device cannot satisfy: what the caching allocator does on an OOM."""
     _fake_init((index,))
