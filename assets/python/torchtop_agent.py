@@ -32,7 +32,14 @@ Process life (see the "Processes" section below):
   over the default disposition and only from the main thread; a handler the program installs
   later wins. The agent's thread also watches for SIGTERM (through the signal wakeup fd, when the
   program does not use it), so SIGTERM still ends a process whose main thread is stuck in C.
-- Nothing here may break the program: every exception is caught and kept in a small log.
+- Nothing here may break the program: every exception is caught and kept in a small log, or
+  answered in a reply or an event.
+
+Memory post-mortems: the record_history command (or TORCHTOP_RECORD_HISTORY, which
+`torchtop run --record-history` sets) starts torch's memory history recording, never before the
+program has initialized CUDA itself (the start is queued with torch.cuda._lazy_call). While it
+records, PyTorch's OOM observer writes a snapshot `<pid>-oom-<time>.pickle` (0600, O_EXCL, the
+oldest pruned over a cap) before the OutOfMemoryError is raised, and the oom event names it.
 """
 
 import atexit

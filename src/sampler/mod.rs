@@ -333,10 +333,17 @@ fn describe_outcome(outcome: &CommandOutcome) -> String {
 
 /// The sentence for an event an agent reported, if it is one worth the status line.
 fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
-    (event.kind == "oom").then(|| match event.device {
+    if event.kind != "oom" {
+        return None;
+    }
+    let mut sentence = match event.device {
         Some(device) => format!("agent of {pid}: PyTorch ran out of memory on cuda:{device}"),
         None => format!("agent of {pid}: PyTorch ran out of memory"),
-    })
+    };
+    if let Some(path) = &event.path {
+        sentence.push_str(&format!("; snapshot written to {path}"));
+    }
+    Some(sentence)
 }
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
