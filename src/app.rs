@@ -28,7 +28,7 @@ use crate::actions::{
 };
 use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::ProcessIdentity;
-use crate::model::{History, Snapshot};
+use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
 use layout::Plan;
@@ -105,6 +105,8 @@ pub struct App {
     rows: Vec<RowRef>,
     /// The selected row's process, followed across refreshes.
     selected_key: Option<RowKey>,
+    /// The last snapshot file handed to the viewer, by request number.
+    memsnap_taken: Option<u64>,
 }
 
 impl App {
@@ -123,6 +125,7 @@ impl App {
             tags: Tags::new(),
             rows: Vec::new(),
             selected_key: None,
+            memsnap_taken: None,
         }
     }
 
@@ -160,6 +163,17 @@ impl App {
         self.warnings_view.refresh(&self.snapshot);
         self.drop_tags_of_exited_processes();
         self.refresh_rows();
+    }
+
+    /// The snapshot file that `S` asked for, once it is written, and only once: the event loop
+    /// opens it in the viewer.
+    pub(crate) fn take_memsnap(&mut self) -> Option<MemsnapReady> {
+        let ready = self.snapshot.memsnap_ready.as_ref()?;
+        if self.memsnap_taken == Some(ready.request) {
+            return None;
+        }
+        self.memsnap_taken = Some(ready.request);
+        Some(ready.clone())
     }
 
     /// Records where this frame puts the panels: page keys move by the table's height, and
@@ -330,12 +344,18 @@ impl App {
             KeyCode::Char('w') => self.open_warnings(),
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
+            KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
             _ => Effect::None,
         }
     }
 
     /// `s` and `P`: a command for the agent inside the selected process.
     fn ask_agent(&mut self, command: AgentCommand) -> Effect {
+        self.ask_for_agent(|pid| SamplerRequest::Agent { pid, command })
+    }
+
+    /// A request about the agent inside the selected process (`s`, `P`, `S`).
+    fn ask_for_agent(&mut self, request: impl FnOnce(u32) -> SamplerRequest) -> Effect {
         if self.readonly {
             self.status = Some(READONLY_REFUSAL.to_string());
             return Effect::Redraw;
@@ -351,7 +371,7 @@ impl App {
             ));
             return Effect::Redraw;
         }
-        Effect::AskSampler(SamplerRequest::Agent { pid, command })
+        Effect::AskSampler(request(pid))
     }
 
     /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.

@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actions::{perform, ActionReport};
 use crate::app::{App, Effect};
+use crate::memsnap::view::state::{Effect as ViewerEffect, Viewer};
+use crate::memsnap::{self, Links, LoadedSnapshot};
 use crate::model::Snapshot;
 use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
@@ -103,7 +105,7 @@ impl Step {
 
 async fn event_loop(
     terminal: &mut Tui,
-    mut app: App,
+    app: App,
     config: SamplerConfig,
     loader: GpuLoader,
     mut wakers: Wakers,
@@ -113,26 +115,32 @@ async fn event_loop(
         snapshots_tx.send(Arc::new(snapshot)).is_ok()
     });
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
+    let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
     let actions = Actions {
         reports: &reports_tx,
         sampler: &sampler_requests,
     };
-    draw(terminal, &mut app)?;
+    let mut screen = Screen { app, viewer: None };
+    screen.draw(terminal)?;
     fault_injection_for_tests();
     loop {
         let mut step = tokio::select! {
-            Some(input) = wakers.inputs.recv() => on_input(&mut app, input, &actions),
+            Some(input) = wakers.inputs.recv() => screen.on_input(input, &actions),
             changed = snapshots.changed() => match changed {
                 Ok(()) => {
-                    app.on_snapshot(snapshots.borrow_and_update().clone());
+                    screen.app.on_snapshot(snapshots.borrow_and_update().clone());
+                    if let Some(ready) = screen.app.take_memsnap() {
+                        load_in_background(ready.path, loaded_tx.clone());
+                    }
                     Step::Redraw
                 }
                 Err(_) => Step::End(End::Quit),
             },
             Some(report) = reports.recv() => {
-                app.on_action_done(&report);
+                screen.app.on_action_done(&report);
                 Step::Redraw
             }
+            Some(result) = loaded.recv() => screen.open_viewer(result),
             Some(control) = wakers.controls.recv() => on_control(control),
             else => Step::End(End::Quit),
         };
@@ -140,22 +148,83 @@ async fn event_loop(
             let Ok(input) = wakers.inputs.try_recv() else {
                 break;
             };
-            step = step.merge(on_input(&mut app, input, &actions));
+            step = step.merge(screen.on_input(input, &actions));
         }
         match step {
             Step::End(end) => return Ok(end),
             Step::Suspend => {
                 terminal::suspend(terminal)?;
-                draw(terminal, &mut app)?;
+                screen.draw(terminal)?;
             }
             Step::Resume => {
                 terminal::resume(terminal)?;
-                draw(terminal, &mut app)?;
+                screen.draw(terminal)?;
             }
-            Step::Redraw => draw(terminal, &mut app)?,
+            Step::Redraw => screen.draw(terminal)?,
             Step::Nothing => {}
         }
     }
+}
+
+/// What the terminal shows: the monitor, or the snapshot viewer over it.
+struct Screen {
+    app: App,
+    viewer: Option<Box<Viewer>>,
+}
+
+impl Screen {
+    fn on_input(&mut self, input: Input, actions: &Actions) -> Step {
+        let Some(viewer) = self.viewer.as_mut() else {
+            return on_input(&mut self.app, input, actions);
+        };
+        match input {
+            Input::Gone => Step::End(End::Quit),
+            Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
+            Input::Event(Event::Key(key))
+                if key.code == KeyCode::Char('c')
+                    && key.modifiers.contains(KeyModifiers::CONTROL) =>
+            {
+                Step::End(End::Quit)
+            }
+            Input::Event(Event::Key(key)) if key.kind == KeyEventKind::Release => Step::Nothing,
+            Input::Event(event) => {
+                if memsnap::view::handle(viewer, event) == ViewerEffect::Quit {
+                    self.viewer = None; // Esc or q: back to the monitor
+                }
+                Step::Redraw
+            }
+        }
+    }
+
+    /// A snapshot file finished loading: the viewer takes the terminal, or the status line says
+    /// why not.
+    fn open_viewer(&mut self, result: Result<LoadedSnapshot, String>) -> Step {
+        match result {
+            Ok(loaded) => self.viewer = Some(Box::new(Viewer::new(loaded, self.app.colors))),
+            Err(why) => self.app.status = Some(why),
+        }
+        Step::Redraw
+    }
+
+    fn draw(&mut self, terminal: &mut Tui) -> io::Result<()> {
+        match self.viewer.as_mut() {
+            Some(viewer) => memsnap::view::draw(viewer, terminal),
+            None => draw(terminal, &mut self.app),
+        }
+    }
+}
+
+/// Reads and analyses a snapshot off the UI task (a big one takes a second or two). The file is
+/// in the agents' directory: a link there is not followed.
+fn load_in_background(
+    path: std::path::PathBuf,
+    done: mpsc::UnboundedSender<Result<LoadedSnapshot, String>>,
+) {
+    tokio::task::spawn_blocking(move || {
+        let result = memsnap::load(&path, Links::Refuse)
+            .map_err(|e| format!("the memory viewer could not open the snapshot: {e}"));
+        let _ = done.send(result);
+    });
 }
 
 /// Where actions go: the blocking pool (reports come back on `reports`) or the sampler.

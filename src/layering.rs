@@ -43,7 +43,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("serve", &["sampler", "collect", "rules", "settings"]),
     ("cluster", &["serve", "settings"]),
     ("memsnap", &[]),
-    ("event", &["ui", "app", "sampler", "actions"]),
+    ("event", &["ui", "app", "sampler", "actions", "memsnap"]),
     ("cli", &["serve", "cluster", "memsnap", "settings"]),
 ];
 

@@ -80,7 +80,10 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
         Command::Serve(args) => torchtop::serve::main(&cli.globals(), args),
         Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
-        Command::Run { command } => match torchtop::launch::run(command) {
+        Command::Run {
+            command,
+            record_history,
+        } => match torchtop::launch::run(command, *record_history) {
             Ok(never) => match never {},
             Err(error) => {
                 complain("torchtop run", &error);

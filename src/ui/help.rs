@@ -43,6 +43,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         "PyTorch and warnings",
         &[
             ("s P", "agent: write a memory snapshot; reset its peaks"),
+            ("S", "record memory history, snapshot, open the viewer"),
             ("w", "list warnings: j k select, Enter opens, Esc back"),
             ("g", "in that list: select its process, GPU or job"),
         ],

@@ -21,6 +21,7 @@ mod cluster_prometheus;
 mod grafana_dashboard;
 mod memsnap;
 mod once_fake_nvml;
+mod oom_memsnap;
 mod run_launch;
 mod serve_exporter;
 mod tui_actions;
