@@ -9,9 +9,14 @@
 pub(crate) mod layout;
 pub(crate) mod rows;
 pub(crate) mod view;
+pub(crate) mod warning_groups;
+mod warnings_keys;
+pub(crate) mod warnings_view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warnings_tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +28,12 @@ use crate::actions::{
 };
 use crate::model::filter::{action_targets, SortKey, Tags};
 use crate::model::ProcessIdentity;
-use crate::model::{History, Snapshot};
+use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
 use layout::Plan;
 use view::{first_visible_row, ViewState};
+use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
@@ -51,8 +57,8 @@ pub(crate) enum Effect {
     ToggleRecording,
 }
 
-/// Which dialog has the keyboard. The help overlay and the expanded warning are overlays in
-/// [`ViewState`] and are handled in `Normal`.
+/// Which dialog has the keyboard. The help overlay (in [`ViewState`]) and the warnings view
+/// ([`WarningsView`]) are overlays handled in `Normal`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum Mode {
     #[default]
@@ -86,6 +92,8 @@ pub struct App {
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) history: History,
     pub(crate) view: ViewState,
+    /// The warnings, grouped, and the `w` view over them.
+    pub(crate) warnings_view: WarningsView,
     pub(crate) readonly: bool,
     pub(crate) colors: bool,
     pub(crate) delay_seconds: f64,
@@ -101,6 +109,8 @@ pub struct App {
     selected_key: Option<RowKey>,
     /// A short text at the right of the header: the recording indicator, or REPLAY.
     pub(crate) badge: Option<String>,
+    /// The last snapshot file handed to the viewer, by request number.
+    memsnap_taken: Option<u64>,
 }
 
 impl App {
@@ -109,6 +119,7 @@ impl App {
             snapshot: Arc::new(Snapshot::default()),
             history: History::for_interval(delay_seconds),
             view: ViewState::default(),
+            warnings_view: WarningsView::default(),
             readonly,
             colors,
             delay_seconds,
@@ -119,6 +130,7 @@ impl App {
             rows: Vec::new(),
             selected_key: None,
             badge: None,
+            memsnap_taken: None,
         }
     }
 
@@ -153,14 +165,29 @@ impl App {
         }
         self.history.record(&snapshot);
         self.snapshot = snapshot;
+        self.warnings_view.refresh(&self.snapshot);
         self.drop_tags_of_exited_processes();
         self.refresh_rows();
+    }
+
+    /// The snapshot file that `S` asked for, once it is written, and only once: the event loop
+    /// opens it in the viewer.
+    pub(crate) fn take_memsnap(&mut self) -> Option<MemsnapReady> {
+        let ready = self.snapshot.memsnap_ready.as_ref()?;
+        if self.memsnap_taken == Some(ready.request) {
+            return None;
+        }
+        self.memsnap_taken = Some(ready.request);
+        Some(ready.clone())
     }
 
     /// Records where this frame puts the panels: page keys move by the table's height, and
     /// clicks are mapped to rows through the areas drawn.
     pub(crate) fn set_layout(&mut self, plan: Plan) {
         let page = plan.process_rows();
+        if let Plan::Screen(areas) = &plan {
+            self.warnings_view.set_area(areas.warnings_view);
+        }
         self.view.plan = plan;
         self.view.set_page_rows(page);
     }
@@ -220,6 +247,7 @@ impl App {
         }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
+            Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
@@ -234,6 +262,9 @@ impl App {
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
         if self.mode != Mode::Normal || self.view.show_help {
             return Effect::None;
+        }
+        if self.warnings_view.is_open() {
+            return self.on_warnings_mouse(mouse);
         }
         match mouse.kind {
             MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
@@ -315,12 +346,10 @@ impl App {
                 self.view.toggle_help();
                 Effect::Redraw
             }
-            KeyCode::Char('w') => {
-                self.view.toggle_warnings_expanded();
-                Effect::Redraw
-            }
+            KeyCode::Char('w') => self.open_warnings(),
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
+            KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
             KeyCode::Char('R') => Effect::ToggleRecording,
             _ => Effect::None,
         }
@@ -328,6 +357,11 @@ impl App {
 
     /// `s` and `P`: a command for the agent inside the selected process.
     fn ask_agent(&mut self, command: AgentCommand) -> Effect {
+        self.ask_for_agent(|pid| SamplerRequest::Agent { pid, command })
+    }
+
+    /// A request about the agent inside the selected process (`s`, `P`, `S`).
+    fn ask_for_agent(&mut self, request: impl FnOnce(u32) -> SamplerRequest) -> Effect {
         if self.readonly {
             self.status = Some(READONLY_REFUSAL.to_string());
             return Effect::Redraw;
@@ -343,10 +377,10 @@ impl App {
             ));
             return Effect::Redraw;
         }
-        Effect::AskSampler(SamplerRequest::Agent { pid, command })
+        Effect::AskSampler(request(pid))
     }
 
-    /// Esc closes an overlay, then clears a kept filter, and only then quits.
+    /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.
     fn escape(&mut self) -> Effect {
         if self.view.close_overlays() {
             return Effect::Redraw;

@@ -87,6 +87,10 @@ pub enum Command {
     Cluster(crate::cluster::ClusterArgs),
     /// Run a command with the torchtop agent started in every Python process it launches.
     Run {
+        /// Record PyTorch memory history (allocation stacks) from the program's first CUDA
+        /// allocation, so that an out-of-memory error writes a snapshot with its stacks.
+        #[arg(long)]
+        record_history: bool,
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
@@ -313,7 +317,7 @@ mod tests {
     fn run_takes_the_rest_of_the_line() {
         let cli = Cli::try_parse_from(["torchtop", "run", "--", "python", "-c", "pass"]).unwrap();
         match cli.command {
-            Some(Command::Run { command }) => assert_eq!(command, ["python", "-c", "pass"]),
+            Some(Command::Run { command, .. }) => assert_eq!(command, ["python", "-c", "pass"]),
             other => panic!("unexpected {other:?}"),
         }
     }

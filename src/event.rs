@@ -4,7 +4,8 @@
 //! costs one frame. Nothing here waits on a collector or on an action (signals and renice run
 //! on tokio's blocking pool and report back through a channel), so keys answer at once even
 //! while the driver hangs. The loop ends when the user quits, when the terminal goes away, and
-//! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it.
+//! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it. `S` opens the
+//! memory-snapshot viewer over the monitor.
 //!
 //! Snapshots come from a [`Source`]: the sampler (the monitor), or a recording's player (the
 //! replay, whose keys and time bar are its own; see [`crate::replay`]).
@@ -18,6 +19,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::actions::{perform, ActionReport};
 use crate::app::{App, Effect};
+use crate::memsnap::view::state::{Effect as ViewerEffect, Viewer};
+use crate::memsnap::{self, Links, LoadedSnapshot};
 use crate::model::Snapshot;
 use crate::record::live::LiveRecording;
 use crate::replay::{player::Update, Session};
@@ -195,28 +198,34 @@ impl Feed {
 
 async fn event_loop(
     terminal: &mut Tui,
-    mut app: App,
+    app: App,
     source: Source,
     mut wakers: Wakers,
 ) -> io::Result<End> {
     let mut feed = Feed::start(source, &app);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
-    draw(terminal, &mut app, &feed)?;
+    let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
+    let mut screen = Screen { app, viewer: None };
+    screen.draw(terminal, &feed)?;
     fault_injection_for_tests();
     loop {
         let mut step = tokio::select! {
-            Some(input) = wakers.inputs.recv() => on_input(&mut app, input, &mut feed, &reports_tx),
+            Some(input) = wakers.inputs.recv() => screen.on_input(input, &mut feed, &reports_tx),
             arrival = feed.next() => match arrival {
                 Some(arrival) => {
-                    feed.apply(&mut app, arrival);
+                    feed.apply(&mut screen.app, arrival);
+                    if let Some(ready) = screen.app.take_memsnap() {
+                        load_in_background(ready.path, loaded_tx.clone());
+                    }
                     Step::Redraw
                 }
                 None => Step::End(End::Quit),
             },
             Some(report) = reports.recv() => {
-                app.on_action_done(&report);
+                screen.app.on_action_done(&report);
                 Step::Redraw
             }
+            Some(result) = loaded.recv() => screen.open_viewer(result),
             Some(control) = wakers.controls.recv() => on_control(control),
             else => Step::End(End::Quit),
         };
@@ -224,22 +233,88 @@ async fn event_loop(
             let Ok(input) = wakers.inputs.try_recv() else {
                 break;
             };
-            step = step.merge(on_input(&mut app, input, &mut feed, &reports_tx));
+            step = step.merge(screen.on_input(input, &mut feed, &reports_tx));
         }
         match step {
             Step::End(end) => return Ok(end),
             Step::Suspend => {
                 terminal::suspend(terminal)?;
-                draw(terminal, &mut app, &feed)?;
+                screen.draw(terminal, &feed)?;
             }
             Step::Resume => {
                 terminal::resume(terminal)?;
-                draw(terminal, &mut app, &feed)?;
+                screen.draw(terminal, &feed)?;
             }
-            Step::Redraw => draw(terminal, &mut app, &feed)?,
+            Step::Redraw => screen.draw(terminal, &feed)?,
             Step::Nothing => {}
         }
     }
+}
+
+/// What the terminal shows: the monitor, or the snapshot viewer over it.
+struct Screen {
+    app: App,
+    viewer: Option<Box<Viewer>>,
+}
+
+impl Screen {
+    fn on_input(
+        &mut self,
+        input: Input,
+        feed: &mut Feed,
+        reports: &mpsc::UnboundedSender<ActionReport>,
+    ) -> Step {
+        let Some(viewer) = self.viewer.as_mut() else {
+            return on_input(&mut self.app, input, feed, reports);
+        };
+        match input {
+            Input::Gone => Step::End(End::Quit),
+            Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
+            Input::Event(Event::Key(key))
+                if key.code == KeyCode::Char('c')
+                    && key.modifiers.contains(KeyModifiers::CONTROL) =>
+            {
+                Step::End(End::Quit)
+            }
+            Input::Event(Event::Key(key)) if key.kind == KeyEventKind::Release => Step::Nothing,
+            Input::Event(event) => {
+                if memsnap::view::handle(viewer, event) == ViewerEffect::Quit {
+                    self.viewer = None; // Esc or q: back to the monitor
+                }
+                Step::Redraw
+            }
+        }
+    }
+
+    /// A snapshot file finished loading: the viewer takes the terminal, or the status line says
+    /// why not.
+    fn open_viewer(&mut self, result: Result<LoadedSnapshot, String>) -> Step {
+        match result {
+            Ok(loaded) => self.viewer = Some(Box::new(Viewer::new(loaded, self.app.colors))),
+            Err(why) => self.app.status = Some(why),
+        }
+        Step::Redraw
+    }
+
+    fn draw(&mut self, terminal: &mut Tui, feed: &Feed) -> io::Result<()> {
+        match self.viewer.as_mut() {
+            Some(viewer) => memsnap::view::draw(viewer, terminal),
+            None => draw(terminal, &mut self.app, feed),
+        }
+    }
+}
+
+/// Reads and analyses a snapshot off the UI task (a big one takes a second or two). The file is
+/// in the agents' directory: a link there is not followed.
+fn load_in_background(
+    path: std::path::PathBuf,
+    done: mpsc::UnboundedSender<Result<LoadedSnapshot, String>>,
+) {
+    tokio::task::spawn_blocking(move || {
+        let result = memsnap::load(&path, Links::Refuse)
+            .map_err(|e| format!("the memory viewer could not open the snapshot: {e}"));
+        let _ = done.send(result);
+    });
 }
 
 fn on_input(

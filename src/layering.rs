@@ -50,7 +50,9 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("replay", &["record", "app"]),
     (
         "event",
-        &["ui", "app", "sampler", "actions", "record", "replay"],
+        &[
+            "ui", "app", "sampler", "actions", "memsnap", "record", "replay",
+        ],
     ),
     (
         "cli",

@@ -173,7 +173,10 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
         Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
         Command::Record { .. } => record(cli, command),
         Command::Replay { .. } => replay(cli, command),
-        Command::Run { command } => match torchtop::launch::run(command) {
+        Command::Run {
+            command,
+            record_history,
+        } => match torchtop::launch::run(command, *record_history) {
             Ok(never) => match never {},
             Err(error) => {
                 complain("torchtop run", &error);

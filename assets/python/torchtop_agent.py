@@ -32,7 +32,14 @@ Process life (see the "Processes" section below):
   over the default disposition and only from the main thread; a handler the program installs
   later wins. The agent's thread also watches for SIGTERM (through the signal wakeup fd, when the
   program does not use it), so SIGTERM still ends a process whose main thread is stuck in C.
-- Nothing here may break the program: every exception is caught and kept in a small log.
+- Nothing here may break the program: every exception is caught and kept in a small log, or
+  answered in a reply or an event.
+
+Memory post-mortems: the record_history command (or TORCHTOP_RECORD_HISTORY, which
+`torchtop run --record-history` sets) starts torch's memory history recording, never before the
+program has initialized CUDA itself (the start is queued with torch.cuda._lazy_call). While it
+records, PyTorch's OOM observer writes a snapshot `<pid>-oom-<time>.pickle` (0600, O_EXCL, the
+oldest pruned over a cap) before the OutOfMemoryError is raised, and the oom event names it.
 """
 
 import atexit
@@ -250,7 +257,11 @@ class _Agent:
         self.seen_ooms = {}
         self.pending_events = deque(maxlen=100)
         self.oom_observer_attached = False
+        self.observer_lock = threading.Lock()
         self.observer_fired = set()
+        # The latest oom event, sent again to each monitor that connects later.
+        self.last_oom = None
+        self.history = _History(self)
         self.hello_facts = None
         self.log = deque(maxlen=50)
         self.clients = {}
@@ -458,6 +469,10 @@ class _Agent:
     def _greet(self, client):
         self.hello_facts = self._hello()
         self._send(client, self.hello_facts)
+        # Before the stats: a monitor that waits for stats has then read the OOM too.
+        last_oom = self.last_oom
+        if last_oom is not None:
+            self._send(client, last_oom)
         self._send(client, self._stats())
 
     def _peer_allowed(self, sock):
@@ -607,6 +622,7 @@ class _Agent:
         if torch is None or not _cuda_ready(torch):
             return []
         self._attach_oom_observer(torch)
+        self._guarded(self.history.tick, torch)
         try:
             count = int(torch.cuda.device_count())
         except Exception:
@@ -675,35 +691,52 @@ class _Agent:
                 if index in self.observer_fired:
                     self.observer_fired.discard(index)
                     continue
-                self.pending_events.append({
+                self._queue_event({
                     "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
                     "device": index, "num_ooms": count, "source": "num_ooms"})
 
     def _attach_oom_observer(self, torch):
-        if self.oom_observer_attached:
-            return
-        self.oom_observer_attached = True
+        with self.observer_lock:
+            if self.oom_observer_attached:
+                return
+            self.oom_observer_attached = True
         attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
         if attach is None:
             return
         agent = self
 
-        # Called inside the allocator while it holds its lock: only queue, never call torch.
+        # PyTorch calls observers on the allocating thread, after releasing the allocator's
+        # lock and before raising OutOfMemoryError: the one moment a snapshot still shows what
+        # filled the device. Nothing may escape from here into the program's allocation.
         def observer(device, alloc, device_allocated, device_free):
             try:
-                agent.observer_fired.add(device)
-                agent.pending_events.append({
-                    "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
-                    "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
-                    "device_free": device_free, "source": "observer"})
-                agent.wake()
+                agent._on_oom(device, alloc, device_allocated, device_free)
             except Exception:
                 pass
 
         try:
             attach(observer)
         except Exception as e:
-            self.log.append("could not attach the OOM observer: %r" % (e,))
+            self._note("could not attach the OOM observer: %r" % (e,))
+
+    def _on_oom(self, device, alloc, device_allocated, device_free):
+        self.observer_fired.add(device)
+        event = {"v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
+                 "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
+                 "device_free": device_free, "source": "observer"}
+        if self.history.recording():
+            try:
+                event["path"], event["bytes"] = self._dump("oom", _torch().cuda.memory._snapshot())
+                _prune_oom_files(self.dir, event["path"])
+            except Exception as e:
+                event["path"] = None
+                event["error"] = "the OOM snapshot was not written: %s" % (str(e) or type(e).__name__)
+        self._queue_event(event)
+
+    def _queue_event(self, event):
+        self.last_oom = event
+        self.pending_events.append(event)
+        self.wake()
 
     def _flush_events(self):
         while self.pending_events:
@@ -727,6 +760,8 @@ class _Agent:
             elif cmd == "snapshot":
                 path, size = self._snapshot()
                 reply.update(ok=True, path=path, bytes=size)
+            elif cmd == "record_history":
+                reply.update(ok=True, **self.history.command(msg))
             else:
                 raise ValueError("unknown command %r" % (cmd,))
         except Exception as e:
@@ -752,9 +787,13 @@ class _Agent:
 
     def _snapshot(self):
         torch = self._require_cuda()
-        snapshot = torch.cuda.memory._snapshot()
+        return self._dump("snapshot", torch.cuda.memory._snapshot())
+
+    def _dump(self, kind, snapshot):
+        """Pickles a snapshot into a new 0600 file `<pid>-<kind>-<time>[-n].pickle` beside the
+        socket; an existing file is never overwritten. Returns (path, size)."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = os.path.join(self.dir, "%d-snapshot-%s" % (os.getpid(), stamp))
+        base = os.path.join(self.dir, "%d-%s-%s" % (os.getpid(), kind, stamp))
         for attempt in range(100):
             path = "%s%s.pickle" % (base, "" if attempt == 0 else "-%d" % attempt)
             try:
@@ -764,10 +803,280 @@ class _Agent:
                 continue
         else:
             raise RuntimeError("could not create a snapshot file beside %s" % self.path)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(snapshot, f, protocol=4)
-            size = f.tell()
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(snapshot, f, protocol=4)
+                size = f.tell()
+        except BaseException:
+            _unlink_quietly(path)  # a half-written pickle helps nobody
+            raise
         return path, size
+
+
+# ---- memory history and OOM snapshots --------------------------------------------------------
+HISTORY_ENABLED = ("all", "state")
+HISTORY_STACKS = ("python", "all")
+HISTORY_CONTEXTS = ("state", "alloc", "all", None)
+# Recent torch versions keep an unbounded history by default; each entry costs a few KB.
+DEFAULT_MAX_ENTRIES = 100000
+MAX_MAX_ENTRIES = 100000000
+# OOM snapshots (<pid>-oom-*.pickle) of every process in the socket directory are pruned, oldest
+# first, while together they hold more than this; the newest one is always kept.
+DEFAULT_OOM_KEEP_BYTES = 1 << 30
+_OOM_FILE = re.compile(r"^[0-9]+-oom-[0-9-]+\.pickle$")
+
+
+def _history_settings(msg, default_enabled="all"):
+    """The recording asked for by a record_history command (or the environment), or None to
+    stop. Raises ValueError with a sentence for a bad field."""
+    enabled = msg.get("enabled", default_enabled)
+    if enabled is None:
+        return None
+    if enabled not in HISTORY_ENABLED:
+        raise ValueError("enabled must be \"all\", \"state\" or null, not %r" % (enabled,))
+    max_entries = msg.get("max_entries", DEFAULT_MAX_ENTRIES)
+    if (not isinstance(max_entries, int) or isinstance(max_entries, bool)
+            or not 1 <= max_entries <= MAX_MAX_ENTRIES):
+        raise ValueError("max_entries must be an integer from 1 to %d" % MAX_MAX_ENTRIES)
+    stacks = msg.get("stacks", "python")
+    if stacks not in HISTORY_STACKS:
+        raise ValueError("stacks must be \"python\" or \"all\", not %r" % (stacks,))
+    context = msg.get("context", "all")
+    if context not in HISTORY_CONTEXTS:
+        raise ValueError("context must be \"state\", \"alloc\", \"all\" or null, not %r" % (context,))
+    return {"enabled": enabled, "max_entries": max_entries, "stacks": stacks, "context": context}
+
+
+def _history_from_env(environ=None):
+    """What `torchtop run --record-history` asks for through TORCHTOP_RECORD_HISTORY."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("TORCHTOP_RECORD_HISTORY", "")
+    if not value or value == "0":
+        return None
+    msg = {"enabled": "all" if value == "1" else value}
+    entries = environ.get("TORCHTOP_RECORD_HISTORY_MAX_ENTRIES")
+    if entries:
+        msg["max_entries"] = int(entries) if entries.isdigit() else entries
+    return _history_settings(msg)
+
+
+class _History:
+    """Memory history recording: what was asked for and what torch does.
+
+    `_record_memory_history` initializes CUDA when it is not yet (a context on the current
+    device), which the agent never does: before the program initializes CUDA, the start is
+    queued with `torch.cuda._lazy_call`, which torch runs right after its CUDA initialization and
+    before the first allocation. Before torch is even imported, a one-shot import hook queues it
+    once `import torch` has finished.
+    """
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.lock = threading.Lock()
+        self.wanted = None  # the settings asked for, or None
+        self.active = None  # the settings torch records with, or None
+        self.queued = False
+
+    def recording(self):
+        return self.active is not None
+
+    def describe(self):
+        wanted = self.wanted
+        out = {"enabled": None} if wanted is None else dict(wanted)
+        out["recording"] = self.active is not None
+        out["pending"] = wanted is not None and wanted != self.active
+        return out
+
+    def command(self, msg):
+        """The record_history command; returns the reply's fields or raises with a sentence."""
+        settings = _history_settings(msg)
+        torch = _torch()
+        if torch is None and settings is not None:
+            raise RuntimeError("torch is not imported in this process yet; ask again once it is, "
+                               "or start it under `torchtop run --record-history`")
+        self.want(settings, torch)
+        return self.describe()
+
+    def want(self, settings, torch):
+        with self.lock:
+            self.wanted = settings
+        if torch is None:
+            if settings is not None:
+                _watch_torch_import(self.on_torch_imported)
+        elif _cuda_ready(torch):
+            try:
+                self.apply()
+            except Exception:
+                with self.lock:
+                    self.wanted = self.active
+                raise
+        elif settings is not None:
+            self.queue(torch)
+
+    def on_torch_imported(self):
+        torch = _torch()
+        if torch is None or self.wanted is None:
+            return
+        if _cuda_ready(torch):
+            self.apply_deferred()
+        else:
+            self.queue(torch)
+
+    def queue(self, torch):
+        """Starts recording right after the program's CUDA initialization. Without
+        torch.cuda._lazy_call the agent's next stats reading starts it instead."""
+        with self.lock:
+            if self.queued:
+                return
+            self.queued = True
+        lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
+        if lazy_call is None:
+            return
+        history, pid = self, os.getpid()
+
+        def start_recording_after_cuda_init():
+            # Any exception here would reach the program as a DeferredCudaCallError.
+            try:
+                if os.getpid() == pid:
+                    history.apply_deferred()
+            except Exception:
+                pass
+
+        lazy_call(start_recording_after_cuda_init)
+
+    def apply(self):
+        """Makes torch record as wanted (CUDA is initialized). True when something changed;
+        raises with a sentence when torch cannot."""
+        with self.lock:
+            wanted, active = self.wanted, self.active
+            self.queued = False
+        if wanted == active:
+            return False
+        torch = _torch()
+        record = getattr(getattr(torch.cuda, "memory", None), "_record_memory_history", None)
+        if record is None:
+            raise RuntimeError("this torch has no torch.cuda.memory._record_memory_history "
+                               "(torch 2.1 or newer records allocation history)")
+        if wanted is None:
+            record(None)
+        else:
+            try:
+                record(wanted["enabled"], context=wanted["context"], stacks=wanted["stacks"],
+                       max_entries=wanted["max_entries"])
+            except TypeError as e:
+                raise RuntimeError("this torch's _record_memory_history does not take enabled, "
+                                   "context, stacks and max_entries (torch 2.1 or newer does): %s" % e)
+            self.agent._attach_oom_observer(torch)
+        with self.lock:
+            self.active = wanted
+        return True
+
+    def apply_deferred(self):
+        """apply() where no command waits for the outcome: it goes out as an event."""
+        event = {"v": PROTOCOL_VERSION, "type": "event", "kind": "record_history", "ts": time.time()}
+        try:
+            if not self.apply():
+                return
+            event.update(ok=True, **self.describe())
+        except Exception as e:
+            with self.lock:
+                self.wanted = self.active  # do not retry what failed at every reading
+            event.update(ok=False, error=str(e) or type(e).__name__)
+        self.agent.pending_events.append(event)
+        self.agent.wake()
+
+    def tick(self, torch):
+        """At each stats reading once CUDA is initialized: a start that no hook ran."""
+        if self.wanted != self.active:
+            self.apply_deferred()
+
+
+class _TorchImportWatcher:
+    """A one-shot sys.meta_path entry: finds torch with the finders after it, and runs a
+    callback once `import torch` has finished executing. It never changes what is imported."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        _unwatch(self)
+        try:
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            else:
+                return None
+            loader = spec.loader
+            run_module = getattr(loader, "exec_module", None)
+            if run_module is None:
+                return spec
+            callback = self.callback
+
+            def exec_module(module):
+                run_module(module)
+                try:
+                    callback()
+                except Exception:
+                    pass
+
+            loader.exec_module = exec_module
+            return spec
+        except Exception:
+            return None
+
+
+def _watch_torch_import(callback):
+    if any(isinstance(f, _TorchImportWatcher) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _TorchImportWatcher(callback))
+
+
+def _unwatch(watcher):
+    try:
+        sys.meta_path.remove(watcher)
+    except ValueError:
+        pass
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _oom_keep_bytes():
+    value = os.environ.get("TORCHTOP_OOM_KEEP_BYTES", "")
+    return int(value) if value.isdigit() else DEFAULT_OOM_KEEP_BYTES
+
+
+def _prune_oom_files(directory, keep):
+    """Removes the oldest OOM snapshots of the directory while together they hold more than
+    the cap. Only regular files of ours named like OOM snapshots; never `keep`."""
+    found = []
+    uid = os.getuid()
+    for name in os.listdir(directory):
+        if not _OOM_FILE.match(name):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            found.append((st.st_mtime, name, path, st.st_size))
+    total = sum(f[3] for f in found)
+    cap = _oom_keep_bytes()
+    for _mtime, _name, path, size in sorted(found):
+        if total <= cap:
+            break
+        if path != keep:
+            _unlink_quietly(path)
+            total -= size
 
 
 # ---- SIGTERM ---------------------------------------------------------------------------------
@@ -1067,7 +1376,18 @@ def _start(interval_ms, socket_dir):
             _agent = None
             agent.close_all(unlink=True)
             raise
+        _record_history_from_env(agent)
         return path
+
+
+def _record_history_from_env(agent):
+    """`torchtop run --record-history`: recording from the program's first CUDA allocation."""
+    try:
+        settings = _history_from_env()
+        if settings is not None:
+            agent.history.want(settings, _torch())
+    except Exception as e:
+        _warn("memory history is not recorded: %s" % (str(e) or type(e).__name__))
 
 
 def step():

@@ -27,7 +27,7 @@
 //! +--------------------------------------------------------------+
 //! ```
 
-use ratatui::layout::Rect;
+use ratatui::layout::{Margin, Rect};
 
 pub(crate) const MIN_WIDTH: u16 = 60;
 pub(crate) const MIN_HEIGHT: u16 = 16;
@@ -51,7 +51,11 @@ pub(crate) struct LayoutNeeds {
     pub(crate) gpu_count: u16,
     /// Detail lines the busiest GPU needs under its main line at this width.
     pub(crate) gpu_detail_lines: u16,
+    /// Lines the warnings panel wants below its title: one per group of warnings.
     pub(crate) warnings: u16,
+    /// Lines of the open warning's evidence and remedy in the `w` view at this width; 0 when
+    /// none is open.
+    pub(crate) warning_detail_lines: u16,
     /// Rows the jobs panel wants; 0 without jobs.
     pub(crate) jobs: u16,
     /// Rows of the process table (its content, not its place).
@@ -94,6 +98,30 @@ pub(crate) struct Areas {
     pub(crate) processes: Rect,
     pub(crate) allocator: Option<Rect>,
     pub(crate) status: Rect,
+    /// The `w` view over the panels.
+    pub(crate) warnings_view: WarningsViewArea,
+}
+
+/// Where the `w` view is drawn, and how far its evidence and remedy can scroll.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WarningsViewArea {
+    /// The view with its border.
+    pub(crate) frame: Rect,
+    /// Inside the border: one list entry (or one line of the detail) per row.
+    pub(crate) body: Rect,
+    /// How many lines the open detail can scroll down before its end is on the last row.
+    pub(crate) detail_max_scroll: u16,
+}
+
+/// The `w` view's place on a `screen`, centred, for `detail_lines` of evidence and remedy.
+pub(crate) fn warnings_view_area(screen: Rect, detail_lines: u16) -> WarningsViewArea {
+    let frame = screen.inner(Margin::new(screen.width / 10, screen.height / 8));
+    let body = frame.inner(Margin::new(1, 1));
+    WarningsViewArea {
+        frame,
+        body,
+        detail_max_scroll: detail_lines.saturating_sub(body.height),
+    }
 }
 
 /// Rows each optional part asked for, and what it was granted.
@@ -117,7 +145,9 @@ pub(crate) fn plan(area: Rect, needs: &LayoutNeeds) -> Plan {
         };
     }
     let heights = heights(area, needs);
-    Plan::Screen(place(area, needs, &heights))
+    let mut areas = place(area, needs, &heights);
+    areas.warnings_view = warnings_view_area(area, needs.warning_detail_lines);
+    Plan::Screen(areas)
 }
 
 fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
@@ -155,6 +185,17 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let extra = COMFORTABLE_PROCESS_ROWS.min(unshown).min(left);
     left -= extra;
     h.processes += extra;
+    // Every warning should be reachable without a key: the panel grows up to a third.
+    let most = (area.height / 3).max(warnings);
+    let wanted = if needs.warnings == 0 {
+        0
+    } else {
+        1 + needs.warnings
+    };
+    let more = wanted.min(most).saturating_sub(warnings);
+    let more = more.min(left);
+    left -= more;
+    h.warnings += more;
     if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, detail_lines * gpu_count) {
         h.gpu_detail_lines = detail_lines;
         h.gpus += detail_lines * gpu_count;
@@ -218,6 +259,7 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
         processes,
         allocator,
         status,
+        warnings_view: WarningsViewArea::default(),
     }
 }
 

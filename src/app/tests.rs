@@ -598,3 +598,41 @@ fn a_sampler_notice_shows_in_the_status_line() {
         Some("agent of 100: snapshot written to /tmp/x.pickle")
     );
 }
+
+#[test]
+fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
+    let mut with_agent = snapshot();
+    with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(with_agent.clone()));
+    select(&mut app, 100);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('S')),
+        Effect::AskSampler(SamplerRequest::MemoryView { pid: 100 })
+    );
+    select(&mut app, 300);
+    assert_eq!(press(&mut app, KeyCode::Char('S')), Effect::Redraw);
+    assert!(app.status.as_deref().unwrap().contains("no torchtop agent"));
+    assert_eq!(app.take_memsnap(), None);
+
+    let ready = crate::model::MemsnapReady {
+        request: 7,
+        pid: 100,
+        path: "/run/t/100-snapshot-20260101-000000.pickle".into(),
+    };
+    with_agent.memsnap_ready = Some(ready.clone());
+    app.on_snapshot(Arc::new(with_agent.clone()));
+    assert_eq!(app.take_memsnap(), Some(ready.clone()));
+    app.on_snapshot(Arc::new(with_agent.clone()));
+    assert_eq!(
+        app.take_memsnap(),
+        None,
+        "the same file is not opened again"
+    );
+    with_agent.memsnap_ready = Some(crate::model::MemsnapReady {
+        request: 8,
+        ..ready
+    });
+    app.on_snapshot(Arc::new(with_agent));
+    assert_eq!(app.take_memsnap().map(|r| r.request), Some(8));
+}

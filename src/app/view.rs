@@ -1,8 +1,15 @@
 //! What the user has chosen to look at: the selected process row and the scroll position of the
-//! process table, the selected warning, and which overlays are open; and where the last frame
-//! put the panels. Only the key handler and the event loop change it; drawing reads it.
+//! process table, the GPU or job marked from the warnings view, and whether the help is open;
+//! and where the last frame put the panels. Only the key handler and the event loop change it; drawing reads it.
 
 use super::layout::Plan;
+
+/// A GPU or a job highlighted in its panel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mark {
+    Gpu(u32),
+    Job(String),
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ViewState {
@@ -15,10 +22,8 @@ pub(crate) struct ViewState {
     /// Page keys move by this much. 0 means "not known yet" and counts as 1.
     pub(crate) page_rows: usize,
     pub(crate) show_help: bool,
-    /// Whether the warnings panel shows the evidence and remedy of the selected warning.
-    pub(crate) warnings_expanded: bool,
-    /// Index of the selected warning, in the panel's order (most severe first).
-    pub(crate) selected_warning: usize,
+    /// The GPU or job that `g` in the warnings view went to, highlighted until Esc.
+    pub(crate) mark: Option<Mark>,
     /// Where the last frame put the panels, to map mouse clicks to rows.
     pub(crate) plan: Plan,
 }
@@ -78,17 +83,14 @@ impl ViewState {
         self.show_help = !self.show_help;
     }
 
-    pub(crate) fn toggle_warnings_expanded(&mut self) {
-        self.warnings_expanded = !self.warnings_expanded;
-    }
-
-    /// Closes the help and the expanded warning; returns whether one was open, so Esc can close
-    /// an overlay before it quits.
+    /// Closes the help, or else drops the mark; returns whether there was one, so Esc can
+    /// close things before it quits.
     pub(crate) fn close_overlays(&mut self) -> bool {
-        let was_open = self.show_help || self.warnings_expanded;
-        self.show_help = false;
-        self.warnings_expanded = false;
-        was_open
+        if self.show_help {
+            self.show_help = false;
+            return true;
+        }
+        self.mark.take().is_some()
     }
 
     fn page(&self) -> usize {

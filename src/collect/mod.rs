@@ -9,6 +9,7 @@ pub mod agent;
 pub(crate) mod gpu;
 pub(crate) mod host;
 pub(crate) mod nvml;
+mod xid;
 
 pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuLoader, GpuSource};
 /// Public for the procfs benchmark, which times it against sysinfo.

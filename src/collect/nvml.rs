@@ -20,6 +20,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
 use super::gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
+use super::xid::XidWatch;
 use crate::model::{DriverInfo, GpuProcess, GpuSample, Implausible, ProcessKind};
 
 /// Fields that change rarely (the power limit, ECC error counts) are read on every this many
@@ -100,6 +101,7 @@ impl GpuSource for NvmlSource {
             last_util_timestamp: 0,
             process_sm: HashMap::new(),
             implausible: Implausible::default(),
+            xid: XidWatch::new(),
         })
     }
 }
@@ -192,6 +194,7 @@ struct NvmlDevice {
     process_sm: HashMap<u32, (u32, Instant)>,
     /// Out-of-range values dropped since this GPU was first read.
     implausible: Implausible,
+    xid: XidWatch,
 }
 
 /// Turns one call's result into a field value, noting a lost GPU on the way.
@@ -233,6 +236,12 @@ impl NvmlDevice {
         self.readings = self.readings.wrapping_add(1);
         let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
         sample.index = self.index;
+        if let Some(nvml) = self.nvml {
+            if let Some((last, count)) = self.xid.poll(nvml, device) {
+                sample.xid_last = Some(last);
+                sample.xid_count = Some(count);
+            }
+        }
         let mut processes = self.read_processes(device, &mut reader);
         if reader.lost {
             return Err(DeviceError::Lost(

@@ -22,7 +22,7 @@ mod yama;
 use std::path::{Path, PathBuf};
 
 pub use attach::{attach, attach_with, inject_python, AttachOptions, Method};
-pub use run::{prepare_run, run, Prepared};
+pub use run::{prepare_run, prepare_run_recording, run, Prepared, RECORD_HISTORY_ENV};
 
 /// The agent module, embedded so that torchtop needs no pip install.
 pub(crate) const AGENT_SOURCE: &str = include_str!("../../assets/python/torchtop_agent.py");

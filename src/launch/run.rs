@@ -1,4 +1,5 @@
-//! `torchtop run -- CMD ARGS...`: runs CMD with the agent's sitecustomize first on PYTHONPATH.
+//! `torchtop run [--record-history] -- CMD ARGS...`: runs CMD with the agent's sitecustomize first
+//! on PYTHONPATH (and, with `--record-history`, `TORCHTOP_RECORD_HISTORY=all` in its environment).
 //!
 //! A monitoring problem never stops a training launch: when the site directory cannot be made
 //! safely (a squatted or unwritable socket directory, say), CMD runs without the agent and
@@ -27,11 +28,20 @@ pub struct Prepared {
 /// kept after it), or CMD unchanged with a warning when the site directory is unusable. Fails
 /// only when there is no command.
 pub fn prepare_run(command: &[String]) -> Result<Prepared, String> {
+    prepare_run_recording(command, false)
+}
+
+/// [`prepare_run`], and with `record_history` the agent records memory history from the
+/// program's first CUDA allocation (`TORCHTOP_RECORD_HISTORY`, read by the agent).
+pub fn prepare_run_recording(command: &[String], record_history: bool) -> Result<Prepared, String> {
     let (program, args) = command.split_first().ok_or_else(|| {
         "torchtop run needs a command, as in: torchtop run -- python train.py".to_string()
     })?;
     let mut cmd = Command::new(program);
     cmd.args(args);
+    if record_history {
+        cmd.env(RECORD_HISTORY_ENV, "all");
+    }
     let mut warnings = Vec::new();
     match prepare_site_dir(&default_socket_dir()) {
         Ok(site) => {
@@ -51,9 +61,12 @@ pub fn prepare_run(command: &[String]) -> Result<Prepared, String> {
     })
 }
 
+/// The variable that makes the agent record memory history from the start.
+pub const RECORD_HISTORY_ENV: &str = "TORCHTOP_RECORD_HISTORY";
+
 /// Replaces torchtop with CMD (exec), so signals and the exit status are CMD's own.
-pub fn run(command: &[String]) -> Result<Infallible, String> {
-    let mut prepared = prepare_run(command)?;
+pub fn run(command: &[String], record_history: bool) -> Result<Infallible, String> {
+    let mut prepared = prepare_run_recording(command, record_history)?;
     for warning in &prepared.warnings {
         eprintln!("torchtop run: {warning}");
     }

@@ -73,6 +73,12 @@ pub struct GpuSample {
     pub remapped_rows_uncorrectable: Option<u64>,
     /// Whether a row remapping has failed (the GPU needs service).
     pub remapped_rows_failed: Option<bool>,
+    /// The code of the last critical Xid error since torchtop began watching this GPU, 0 while
+    /// there has been none (as dcgm-exporter reports it); `None` where the driver gives no Xid
+    /// events.
+    pub xid_last: Option<u64>,
+    /// Critical Xid errors since torchtop began watching this GPU.
+    pub xid_count: Option<u64>,
     /// Values the driver reported out of physical range, shown as null instead.
     #[serde(default)]
     pub implausible: Implausible,

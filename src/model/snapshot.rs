@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Job, Warning};
+use super::{
+    DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Job, MemsnapReady, OomReport,
+    Warning,
+};
 
 /// The version of the `--once --json` document; bump on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -27,6 +30,12 @@ pub struct Snapshot {
     /// Every host process, only while the tree view asks for it (it costs a full /proc scan).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_processes: Vec<HostProcess>,
+    /// Out-of-memory errors agents reported in this monitor's lifetime, oldest first (bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ooms: Vec<OomReport>,
+    /// The snapshot file of the latest `S` request, once written: the event loop opens it.
+    #[serde(skip)]
+    pub memsnap_ready: Option<MemsnapReady>,
 }
 
 impl Snapshot {

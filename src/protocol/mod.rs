@@ -33,7 +33,28 @@ pub(crate) enum AgentCommand {
     ResetPeak,
     /// Dump `torch.cuda.memory._snapshot()` to a 0600 file beside the socket.
     Snapshot,
+    /// Start recording memory history (stack traces of allocations) with [`HISTORY`]'s
+    /// settings; while it records, an OOM also writes a snapshot.
+    RecordHistory,
 }
+
+/// What `record_history` asks for: every event, a bounded trace (recent torch versions keep an
+/// unbounded one by default), Python stacks only (C++ unwinding costs far more).
+#[derive(Debug, Serialize)]
+pub(crate) struct HistorySettings {
+    enabled: &'static str,
+    max_entries: u64,
+    stacks: &'static str,
+    context: &'static str,
+}
+
+/// The settings torchtop's `S` key records with.
+pub(crate) const HISTORY: HistorySettings = HistorySettings {
+    enabled: "all",
+    max_entries: 100_000,
+    stacks: "python",
+    context: "all",
+};
 
 impl AgentCommand {
     /// The command's name on the wire.
@@ -41,6 +62,7 @@ impl AgentCommand {
         match self {
             AgentCommand::ResetPeak => "reset_peak",
             AgentCommand::Snapshot => "snapshot",
+            AgentCommand::RecordHistory => "record_history",
         }
     }
 
@@ -49,6 +71,7 @@ impl AgentCommand {
         match self {
             AgentCommand::ResetPeak => "peak reset request",
             AgentCommand::Snapshot => "snapshot request",
+            AgentCommand::RecordHistory => "request to record memory history",
         }
     }
 
@@ -59,6 +82,7 @@ impl AgentCommand {
             kind: "cmd",
             id,
             cmd: self.name(),
+            history: (self == AgentCommand::RecordHistory).then_some(&HISTORY),
         };
         line(&message)
     }
@@ -72,6 +96,8 @@ struct CommandMessage {
     kind: &'static str,
     id: u64,
     cmd: &'static str,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    history: Option<&'static HistorySettings>,
 }
 
 fn line<T: Serialize>(message: &T) -> String {
@@ -93,6 +119,17 @@ mod tests {
         assert_eq!(
             line,
             serde_json::json!({"v": 1, "type": "cmd", "id": 4, "cmd": "snapshot"})
+        );
+    }
+
+    #[test]
+    fn record_history_carries_its_settings() {
+        let line: Value = serde_json::from_str(&AgentCommand::RecordHistory.to_line(5)).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"v": 1, "type": "cmd", "id": 5, "cmd": "record_history",
+                               "enabled": "all", "max_entries": 100000, "stacks": "python",
+                               "context": "all"})
         );
     }
 }

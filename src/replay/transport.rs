@@ -47,7 +47,9 @@ impl Transport {
         if self.input.is_some() {
             return Some(self.on_input_key(key));
         }
-        if app.mode != Mode::Normal {
+        // A dialog, and the warnings list (whose keys act only on it, `g` included), keep
+        // their keys.
+        if app.mode != Mode::Normal || app.warnings_view.is_open() {
             return None;
         }
         if let Some(sentence) = refusal(app, key.code) {
@@ -65,7 +67,7 @@ impl Transport {
             KeyCode::Char('-') => self.send(Command::Slower),
             KeyCode::Char('[') => self.send(Command::Jump(false)),
             KeyCode::Char(']') => self.send(Command::Jump(true)),
-            KeyCode::Char('g') if !app.view.warnings_expanded => {
+            KeyCode::Char('g') => {
                 self.input = Some(String::new());
                 self.input_error = None;
                 Effect::Redraw
@@ -125,8 +127,9 @@ fn refusal(app: &App, code: KeyCode) -> Option<String> {
             "cannot be signalled"
         }
         KeyCode::F(7) | KeyCode::F(8) | KeyCode::Char('n') => "cannot be reniced",
-        KeyCode::Char('s') | KeyCode::Char('P') => {
-            "has no agent to ask: memory snapshots and peak resets need the live process"
+        KeyCode::Char('s') | KeyCode::Char('P') | KeyCode::Char('S') => {
+            "has no agent to ask: memory snapshots, memory history and peak resets need the \
+             live process"
         }
         KeyCode::Char('R') => {
             return Some(

@@ -8,7 +8,7 @@
 //! the same warnings.
 //!
 //! Rule ids: `oom-risk`, `fragmentation`, `leak`, `gpu-starved`, `imbalance`, `swap`,
-//! `throttle`, `zombie-memory`, `ecc`.
+//! `throttle`, `zombie-memory`, `ecc`, `oom`.
 //!
 //! Two facts the rules rely on from the collectors:
 //! - `DeviceAllocatorStats::index` is the process's own torch ordinal (`cuda:N`), which maps to
@@ -22,6 +22,7 @@ mod gpu_starved;
 mod imbalance;
 pub(crate) mod jobs;
 mod leak;
+mod oom;
 mod oom_risk;
 mod swap;
 mod throttle;
@@ -325,7 +326,7 @@ impl Engine {
 }
 
 fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
-    let mut found = Vec::new();
+    let mut found = oom::check(inputs);
     if config.oom_risk.enabled {
         found.extend(oom_risk::check(inputs, &config.oom_risk));
     }

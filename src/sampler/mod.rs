@@ -12,7 +12,9 @@
 
 mod gpus;
 
-use std::collections::HashMap;
+mod memory;
+
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Sender};
 use std::thread;
@@ -22,7 +24,9 @@ use crate::collect::agent::{AgentEvent, AgentHub, CommandOutcome};
 use crate::collect::host::HostCollector;
 pub use crate::collect::GpuLoader;
 use crate::config::RulesConfig;
-use crate::model::{GpuProcess, GpuSample, HostSnapshot, Snapshot, TorchInfo};
+use crate::model::{
+    GpuProcess, GpuSample, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo,
+};
 use crate::protocol::AgentCommand;
 use crate::rules::{group_jobs, torch_device_on, Engine};
 use gpus::GpuPool;
@@ -56,6 +60,9 @@ pub(crate) enum SamplerRequest {
     Agent { pid: u32, command: AgentCommand },
     /// Scan every host process each tick (for the tree view), or stop.
     ProcessTable { wanted: bool },
+    /// `S`: make the agent of `pid` record memory history and write a snapshot, to be opened
+    /// in the viewer once written.
+    MemoryView { pid: u32 },
 }
 
 impl SamplerConfig {
@@ -84,6 +91,12 @@ pub struct Sampler {
     /// Outcomes of agent commands and dropped agent connections, for the next snapshot.
     notices: Vec<String>,
     agent_log_seen: usize,
+    /// The OOMs agents reported, oldest first, at most [`memory::MAX_OOMS`].
+    ooms: VecDeque<OomReport>,
+    /// Snapshot commands sent for the viewer, by command id, with the pid asked.
+    memory_views: HashMap<u64, u32>,
+    /// The latest snapshot written for the viewer, repeated in every snapshot until a newer one.
+    memsnap_ready: Option<MemsnapReady>,
 }
 
 impl Sampler {
@@ -107,6 +120,9 @@ impl Sampler {
             agents,
             notices: Vec::new(),
             agent_log_seen: 0,
+            ooms: VecDeque::new(),
+            memory_views: HashMap::new(),
+            memsnap_ready: None,
         }
     }
 
@@ -145,8 +161,10 @@ impl Sampler {
         snapshot.gpus = self.gpus.gpu_samples(Instant::now());
         join_torch(&mut processes, torch, &snapshot.gpus);
         snapshot.jobs = group_jobs(&processes);
+        snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
-        snapshot.notices = self.take_notices();
+        snapshot.ooms = self.ooms.iter().cloned().collect();
+        snapshot.memsnap_ready = self.memsnap_ready.clone();
         snapshot
     }
 
@@ -207,14 +225,37 @@ impl Sampler {
                 }
             }
             SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
+            SamplerRequest::MemoryView { pid } => self.ask_for_memory_view(pid),
         }
     }
 
-    fn take_notices(&mut self) -> Vec<String> {
+    /// Recording first, so the snapshot (and any later OOM) carries stacks; the agent runs
+    /// the two commands in order.
+    fn ask_for_memory_view(&mut self, pid: u32) {
+        let sent = self
+            .agents
+            .request(pid, AgentCommand::RecordHistory)
+            .and_then(|_| self.agents.request(pid, AgentCommand::Snapshot));
+        match sent {
+            Ok(id) => {
+                self.memory_views.insert(id, pid);
+                self.notices.push(format!(
+                    "asked the agent of {pid} to record memory history and write a snapshot;                      the viewer opens when it is written"
+                ));
+            }
+            Err(why) => self.notices.push(why),
+        }
+    }
+
+    fn take_notices(&mut self, processes: &[GpuProcess]) -> Vec<String> {
         for outcome in self.agents.take_outcomes() {
-            self.notices.push(describe_outcome(&outcome));
+            let notice = self.on_outcome(&outcome);
+            self.notices.push(notice);
         }
         for (pid, event) in self.agents.take_events() {
+            if event.kind == "oom" {
+                memory::remember_oom(&mut self.ooms, pid, &event, processes);
+            }
             self.notices.extend(describe_event(pid, &event));
         }
         let (fresh, total) = self.agents.log_since(self.agent_log_seen);
@@ -249,6 +290,7 @@ fn command_label(command: &AgentCommand) -> &'static str {
     match command {
         AgentCommand::ResetPeak => "a peak reset",
         AgentCommand::Snapshot => "a memory snapshot",
+        AgentCommand::RecordHistory => "memory history recording",
     }
 }
 
@@ -291,10 +333,17 @@ fn describe_outcome(outcome: &CommandOutcome) -> String {
 
 /// The sentence for an event an agent reported, if it is one worth the status line.
 fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
-    (event.kind == "oom").then(|| match event.device {
+    if event.kind != "oom" {
+        return None;
+    }
+    let mut sentence = match event.device {
         Some(device) => format!("agent of {pid}: PyTorch ran out of memory on cuda:{device}"),
         None => format!("agent of {pid}: PyTorch ran out of memory"),
-    })
+    };
+    if let Some(path) = &event.path {
+        sentence.push_str(&format!("; snapshot written to {path}"));
+    }
+    Some(sentence)
 }
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns

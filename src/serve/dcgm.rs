@@ -44,7 +44,7 @@ fn mib(bytes: Option<u64>) -> Option<Value> {
 }
 
 /// Name, help, and how to read it from a sample.
-const FIELDS: [(&str, &str, Getter); 18] = [
+const FIELDS: [(&str, &str, Getter); 19] = [
     (
         "DCGM_FI_DEV_SM_CLOCK",
         "SM clock frequency (in MHz).",
@@ -124,6 +124,11 @@ const FIELDS: [(&str, &str, Getter); 18] = [
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         "Whether remapping of rows has failed.",
         |g| g.remapped_rows_failed.map(|f| Value::Int(u64::from(f))),
+    ),
+    (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered.",
+        |g| g.xid_last.map(Value::Int),
     ),
 ];
 

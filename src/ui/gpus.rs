@@ -10,6 +10,7 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::view::Mark;
 use crate::app::App;
 use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
 use crate::model::{GpuSample, GpuState, Snapshot};
@@ -42,7 +43,18 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         frame.render_widget(text, body);
         return;
     }
-    let lines = gpu_lines(&app.snapshot.gpus, &columns, theme, detail_lines, body);
+    let marked = match &app.view.mark {
+        Some(Mark::Gpu(index)) => Some(*index),
+        _ => None,
+    };
+    let lines = gpu_lines(
+        &app.snapshot.gpus,
+        &columns,
+        theme,
+        detail_lines,
+        body,
+        marked,
+    );
     frame.render_widget(Paragraph::new(lines), body);
 }
 
@@ -73,6 +85,7 @@ fn gpu_lines(
     theme: Theme,
     detail_lines: u16,
     body: Rect,
+    marked: Option<u32>,
 ) -> Vec<Line<'static>> {
     let per_gpu = 1 + usize::from(detail_lines);
     let room = usize::from(body.height);
@@ -83,7 +96,12 @@ fn gpu_lines(
     };
     let mut lines = Vec::new();
     for gpu in &gpus[..shown] {
-        lines.push(columns.main_line(gpu, theme));
+        let line = columns.main_line(gpu, theme);
+        if marked == Some(gpu.index) {
+            lines.push(line.style(theme.selected()));
+        } else {
+            lines.push(line);
+        }
         if detail_lines > 0 {
             let mut detail = detail(gpu, theme, body.width);
             detail.resize(usize::from(detail_lines), Line::default());

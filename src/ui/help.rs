@@ -42,9 +42,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "PyTorch and warnings",
         &[
-            ("s", "ask the agent for a memory snapshot file"),
-            ("P", "ask the agent to reset its peak counters"),
-            ("w", "show the evidence and remedy of a warning"),
+            ("s P", "agent: write a memory snapshot; reset its peaks"),
+            ("S", "record memory history, snapshot, open the viewer"),
+            ("w", "list warnings: j k select, Enter opens, Esc back"),
+            ("g", "in that list: select its process, GPU or job"),
             ("R", "start or stop recording to a file (torchtop replay)"),
         ],
     ),

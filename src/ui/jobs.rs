@@ -8,6 +8,7 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::view::Mark;
 use crate::app::App;
 use crate::model::{Job, Snapshot};
 use crate::terminal::theme::Theme;
@@ -30,7 +31,14 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .jobs
         .iter()
         .take(usize::from(area.height))
-        .map(|job| job_line(job, &app.snapshot, theme))
+        .map(|job| {
+            let line = job_line(job, &app.snapshot, theme);
+            if app.view.mark == Some(Mark::Job(job.id.clone())) {
+                line.style(theme.selected())
+            } else {
+                line
+            }
+        })
         .collect();
     frame.render_widget(Paragraph::new(lines), area);
 }

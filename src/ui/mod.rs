@@ -16,6 +16,7 @@ pub(crate) mod jobs;
 pub(crate) mod processes;
 pub(crate) mod status;
 pub(crate) mod warnings;
+pub(crate) mod warnings_view;
 
 #[cfg(test)]
 mod tests;
@@ -40,8 +41,10 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
         Plan::TooSmall { width, height } => draw_too_small(frame, screen, *width, *height),
         Plan::Screen(areas) => draw_panels(frame, app, theme, areas),
     }
-    if app.view.warnings_expanded && !app.snapshot.warnings.is_empty() {
-        warnings::render_expanded(frame, screen, app, theme);
+    if let Plan::Screen(areas) = plan {
+        if app.warnings_view.is_open() {
+            warnings_view::render(frame, areas.warnings_view, app, theme);
+        }
     }
     if app.view.show_help {
         help::render(frame, screen, app, theme);
@@ -55,7 +58,8 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_detail_lines: gpus::detail_line_count(&app.snapshot.gpus, width),
-        warnings: u16::try_from(app.snapshot.warnings.len()).unwrap_or(u16::MAX),
+        warnings: u16::try_from(app.warnings_view.groups.len()).unwrap_or(u16::MAX),
+        warning_detail_lines: warnings_view::detail_line_count(&app.warnings_view, width),
         jobs: jobs::wanted_height(&app.snapshot),
         process_rows: app.row_count(),
         allocator_below: torch.map_or(0, |t| allocator::wanted_height(t, width)),

@@ -11,6 +11,9 @@ use crate::model::{
     MemoryInfo, ProcessKind, Severity, Snapshot, Subject, SwapInfo, TorchInfo, VmSettings, Warning,
 };
 
+#[path = "warnings_tests.rs"]
+mod warnings_tests;
+
 const GIB: u64 = 1024 * 1024 * 1024;
 const TIME: &str = "2025-06-01T12:34:56Z";
 const HISTORY_SAMPLES: u32 = 320;
@@ -587,17 +590,18 @@ fn warnings_most_severe_first_and_expandable() {
             "allocated keeps rising",
         ),
     ];
-    let mut app = app_with(snapshot);
+    let mut app = sized(app_with(snapshot), 80, 24);
     let s = screen(&app, 80, 24);
     assert!(s.contains("WARNINGS (3)"));
-    assert!(row_of(&s, "CRIT oom-risk") < row_of(&s, "+2 more"), "{s}");
+    assert!(row_of(&s, "CRIT oom-risk") < row_of(&s, "WARN swap"), "{s}");
     let wide = screen(&app, 200, 50);
     let rows: Vec<usize> = ["CRIT oom-risk", "WARN swap", "INFO leak"]
         .iter()
         .map(|w| row_of(&wide, w))
         .collect();
     assert!(rows.windows(2).all(|w| w[0] + 1 == w[1]), "{wide}");
-    app.view.toggle_warnings_expanded();
+    key(&mut app, crossterm::event::KeyCode::Char('w'));
+    key(&mut app, crossterm::event::KeyCode::Enter);
     let expanded = screen(&app, 80, 24);
     insta::assert_snapshot!("warning_expanded_80x24", expanded);
     assert!(expanded.contains("CRIT oom-risk on GPU 1"));

@@ -1,57 +1,52 @@
-//! The warnings panel (one line per warning, most severe first) and the expanded view of the
-//! selected warning with its evidence and remedy.
+//! The warnings panel: one line per group of warnings (several warnings with one id and one
+//! cause share a line), most severe and most harmful first, as many as the layout gives rows.
+//! The lines are shared with the `w` view ([`super::warnings_view`]).
 
 use ratatui::{
-    layout::{Margin, Rect},
+    layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Clear, Paragraph, Wrap},
+    widgets::Paragraph,
     Frame,
 };
 
+use crate::app::warning_groups::{Cause, Group};
 use crate::app::App;
 use crate::format::{escape, pad_left_aligned};
-use crate::model::{Severity, Subject, Warning};
+use crate::model::{Severity, Snapshot, Subject, Warning};
 use crate::terminal::theme::Theme;
-
-/// The warnings in the order the panel lists them: most severe first, otherwise as raised.
-pub(crate) fn ordered(app: &App) -> Vec<&Warning> {
-    let mut warnings: Vec<&Warning> = app.snapshot.warnings.iter().collect();
-    warnings.sort_by_key(|w| std::cmp::Reverse(w.severity));
-    warnings
-}
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }
-    let warnings = ordered(app);
-    let title = format!(" WARNINGS ({})  w: details", warnings.len());
+    let groups = &app.warnings_view.groups;
+    let count = app.snapshot.warnings.len();
+    let title = if groups.len() < count {
+        format!(
+            " WARNINGS ({count} in {} lines)  w: walk the list",
+            groups.len()
+        )
+    } else {
+        format!(" WARNINGS ({count})  w: walk the list")
+    };
     frame.render_widget(
         Paragraph::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
         Rect { height: 1, ..area },
     );
     let room = usize::from(area.height - 1);
-    let shown = if warnings.len() <= room {
-        warnings.len()
+    let shown = if groups.len() <= room {
+        groups.len()
     } else {
         room.saturating_sub(1)
     };
-    let mut lines: Vec<Line> = warnings
+    let mut lines: Vec<Line> = groups
         .iter()
         .take(shown)
-        .enumerate()
-        .map(|(i, w)| {
-            let line = warning_line(w, theme);
-            if app.view.warnings_expanded && i == app.view.selected_warning {
-                line.style(theme.selected())
-            } else {
-                line
-            }
-        })
+        .map(|g| group_line(g, &app.snapshot, false, theme))
         .collect();
-    if shown < warnings.len() {
+    if shown < groups.len() {
         lines.push(Line::styled(
-            format!(" +{} more", warnings.len() - shown),
+            format!(" +{} more: w lists them all", groups.len() - shown),
             theme.dim(),
         ));
     }
@@ -63,7 +58,56 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     frame.render_widget(Paragraph::new(lines), body);
 }
 
-fn warning_line(warning: &Warning, theme: Theme) -> Line<'static> {
+/// A group's line: the warning itself for a group of one, else the count and the cause, with
+/// an arrow that says whether the group is opened.
+pub(crate) fn group_line(
+    group: &Group,
+    snapshot: &Snapshot,
+    opened: bool,
+    theme: Theme,
+) -> Line<'static> {
+    let Some(first) = group.member(snapshot, 0) else {
+        return Line::default();
+    };
+    if group.is_single() {
+        return warning_line(first, theme);
+    }
+    let arrow = if opened { '▾' } else { '▸' };
+    let summary = format!(
+        " {arrow} {}: {}",
+        count_phrase(group, snapshot),
+        escape(&first.message)
+    );
+    Line::from(vec![
+        Span::styled(
+            format!(" {:<4}", severity_label(group.severity)),
+            theme.severity(group.severity),
+        ),
+        Span::styled(format!(" {:<14}", escape(&group.key.id)), theme.label()),
+        Span::raw(format!(" {:<10}", cause_text(&group.key.cause))),
+        Span::raw(summary),
+    ])
+}
+
+/// "5 ranks of job X", "3 processes on GPU 2", "2 warnings on GPU 1".
+pub(crate) fn count_phrase(group: &Group, snapshot: &Snapshot) -> String {
+    let n = group.members.len();
+    let all_processes = (0..n).all(|i| {
+        group
+            .member(snapshot, i)
+            .is_some_and(|w| matches!(w.subject, Subject::Process { .. }))
+    });
+    let cause = cause_text(&group.key.cause);
+    match &group.key.cause {
+        Cause::Job(_) if all_processes => format!("{n} ranks of {cause}"),
+        Cause::Gpu(_) if all_processes => format!("{n} processes on {cause}"),
+        Cause::Host => format!("{n} warnings about the host"),
+        _ => format!("{n} warnings on {cause}"),
+    }
+}
+
+/// One warning: severity, id, subject, message.
+pub(crate) fn warning_line(warning: &Warning, theme: Theme) -> Line<'static> {
     Line::from(vec![
         Span::styled(
             format!(" {:<4}", severity_label(warning.severity)),
@@ -87,48 +131,26 @@ pub(crate) fn subject_text(subject: &Subject) -> String {
     match subject {
         Subject::Gpu { index } => format!("GPU {index}"),
         Subject::Process { pid } => format!("pid {pid}"),
-        Subject::Job { id } => format!("job {}", escape(id)),
+        Subject::Job { id } => job_label(id),
         Subject::Host => "host".to_string(),
     }
 }
 
-/// The selected warning in full, over the middle of the screen.
-pub(crate) fn render_expanded(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
-    let warnings = ordered(app);
-    let Some(warning) = warnings.get(app.view.selected_warning).or(warnings.last()) else {
-        return;
-    };
-    let area = screen.inner(Margin::new(screen.width / 10, screen.height / 6));
-    let title = format!(
-        " {} {} on {} ",
-        severity_label(warning.severity),
-        escape(&warning.id),
-        subject_text(&warning.subject)
-    );
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .title(title)
-        .title_bottom(" w or Esc: close ");
-    let mut lines = vec![
-        Line::from(escape(&warning.message).into_owned()),
-        Line::styled(format!("since {}", warning.since), theme.dim()),
-        Line::from(""),
-        Line::styled("Evidence", theme.label()),
-    ];
-    lines.extend(
-        warning
-            .evidence
-            .iter()
-            .map(|(name, value)| Line::from(format!("  {}: {}", escape(name), escape(value)))),
-    );
-    lines.push(Line::from(""));
-    lines.push(Line::styled("Remedy", theme.label()));
-    lines.push(Line::from(format!("  {}", escape(&warning.remedy))));
-    frame.render_widget(Clear, area);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .block(block)
-            .wrap(Wrap { trim: false }),
-        area,
-    );
+/// "job X", without doubling the word when the id already starts with it ("job host:29500").
+fn job_label(id: &str) -> String {
+    let id = escape(id);
+    if id.starts_with("job ") {
+        id.into_owned()
+    } else {
+        format!("job {id}")
+    }
+}
+
+fn cause_text(cause: &Cause) -> String {
+    match cause {
+        Cause::Gpu(index) => format!("GPU {index}"),
+        Cause::Process(pid) => format!("pid {pid}"),
+        Cause::Job(id) => job_label(id),
+        Cause::Host => "host".to_string(),
+    }
 }

@@ -211,3 +211,28 @@ impl PtySession {
         })
     }
 }
+
+#[allow(dead_code)]
+impl PtySession {
+    /// Each row (index and text) whose cell at `column` has `background`: how a test finds
+    /// the selection, which torchtop draws on a blue background when colours are on.
+    pub fn rows_with_background(
+        &self,
+        column: u16,
+        background: vt100::Color,
+    ) -> Vec<(u16, String)> {
+        let parser = self.parser.lock().unwrap();
+        let screen = parser.screen();
+        let (_, cols) = screen.size();
+        screen
+            .rows(0, cols)
+            .zip(0u16..)
+            .filter(|(_, row)| {
+                screen
+                    .cell(*row, column)
+                    .is_some_and(|cell| cell.bgcolor() == background)
+            })
+            .map(|(text, row)| (row, text))
+            .collect()
+    }
+}

@@ -143,6 +143,30 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
     }
 }
 
+/// Xid errors come as NVML events: 0 until the first one (as dcgm-exporter reports it), then the
+/// code of the last one, whatever else the scrape carries.
+#[test]
+fn xid_errors_are_exported_as_the_last_code_seen() {
+    let text = common::fake_nvml::fixture_text("one_gpu.toml").replace(
+        "ecc_uncorrected = 0\n",
+        "ecc_uncorrected = 0\nxid = [{ at_s = 5.0, code = 31 }, { at_s = 5.5, code = 79 }]\n",
+    );
+    let scenario = ScenarioFile::new(&common::fake_nvml::fill_pids(&text, &[std::process::id()]));
+    let once = once_prometheus(&scenario);
+    let xid_line = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("DCGM_FI_DEV_XID_ERRORS{"))
+            .map(str::to_string)
+    };
+    let first = xid_line(&once).unwrap_or_else(|| panic!("no Xid series in:\n{once}"));
+    assert!(first.ends_with("} 0"), "{first}");
+    let serve = Serve::start(&["-d", "0.2"], &[], &scenario.env());
+    let body = serve.wait_for_metrics(PATIENCE, |m| {
+        xid_line(m).is_some_and(|l| l.ends_with("} 79"))
+    });
+    assert!(xid_line(&body).unwrap().contains("gpu=\"0\""), "{body}");
+}
+
 #[test]
 fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
     let mut children = ranks();

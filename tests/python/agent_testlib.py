@@ -173,4 +173,8 @@ def reset_fake_torch():
     cuda._peak_resets.clear()
     cuda._stats_garbage = None
     del cuda._calls[:]
+    del cuda._queued_calls[:]
     del torch._C._oom_observers[:]
+    cuda.memory._history = None
+    del cuda.memory._history_calls[:]
+    del cuda.memory._traces[:]

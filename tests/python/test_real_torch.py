@@ -95,6 +95,27 @@ def main():
     print(json.dumps(out))
 
 
+    def test_record_history_waits_for_cuda_and_fits_this_torch(self):
+        program = os.path.join(self.tmp, "history.py")
+        with open(program, "w") as f:
+            f.write(HISTORY_PROGRAM)
+        env = clean_env(dict(self.site_env(), TORCHTOP_RECORD_HISTORY="all"))
+        out = subprocess.run([self.python, program], env=env, capture_output=True, text=True,
+                             timeout=600, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertTrue(result["signature_fits"], result)
+        self.assertTrue(result["has_oom_observer_hook"])
+        self.assertFalse(result["initialized_after_import"], "the agent initialized CUDA")
+        self.assertFalse(result["initialized_after_command"], "the agent initialized CUDA")
+        self.assertEqual(result["queued_by_the_import_hook"], 1)
+        reply = result["reply"]
+        self.assertTrue(reply["ok"], reply)
+        self.assertEqual((reply["recording"], reply["pending"]), (False, True))
+        print("\nreal torch: record_history is pending until CUDA is initialized (%s); the "
+              "program's own torch.cuda.init() gave %s" % (reply, result["init"]), file=sys.stderr)
+
+
 if __name__ == "__main__":
     main()
 '''
@@ -116,6 +137,46 @@ def torch_python():
         return None, "%s cannot import torch (%s); set %s to a python that can" % (
             candidate, last, TORCH_PYTHON_ENV)
     return candidate, None
+
+
+HISTORY_PROGRAM = r'''
+import inspect, json, os, socket, sys
+
+import torchtop_agent  # started by the sitecustomize, before torch is imported
+import torch
+
+out = {"initialized_after_import": torch.cuda.is_initialized()}
+ours = [c for c, _ in torch.cuda._queued_calls if "start_recording" in getattr(c, "__name__", "")]
+out["queued_by_the_import_hook"] = len(ours)
+try:
+    inspect.signature(torch.cuda.memory._record_memory_history).bind(
+        "all", context="all", stacks="python", max_entries=100000)
+    out["signature_fits"] = True
+except TypeError as e:
+    out["signature_fits"] = str(e)
+out["has_oom_observer_hook"] = hasattr(torch._C, "_cuda_attach_out_of_memory_observer")
+
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(torchtop_agent.socket_path())
+sock.sendall(b'{"v":1,"type":"cmd","id":1,"cmd":"record_history"}\n')
+buf = b""
+while True:
+    line, _, buf = buf.partition(b"\n") if b"\n" in buf else (None, None, buf)
+    if line is None:
+        buf += sock.recv(65536)
+        continue
+    msg = json.loads(line)
+    if msg["type"] == "reply":
+        out["reply"] = msg
+        break
+out["initialized_after_command"] = torch.cuda.is_initialized()
+try:
+    torch.cuda.init()  # no GPU here: the program's own error, not one of the agent's
+    out["init"] = "ok"
+except Exception as e:
+    out["init"] = "%s: %s" % (type(e).__name__, str(e)[:90])
+print(json.dumps(out))
+'''
 
 
 class RealTorchTests(TempDirMixin, unittest.TestCase):
@@ -154,6 +215,27 @@ class RealTorchTests(TempDirMixin, unittest.TestCase):
         self.assertEqual(sockets_in(self.dir), [], "sockets left behind")
         print("\nreal torch %s: 8 DataLoader epochs (fork and spawn, 2 workers), every command answered"
               % result["torch"], file=sys.stderr)
+
+
+    def test_record_history_waits_for_cuda_and_fits_this_torch(self):
+        program = os.path.join(self.tmp, "history.py")
+        with open(program, "w") as f:
+            f.write(HISTORY_PROGRAM)
+        env = clean_env(dict(self.site_env(), TORCHTOP_RECORD_HISTORY="all"))
+        out = subprocess.run([self.python, program], env=env, capture_output=True, text=True,
+                             timeout=600, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertTrue(result["signature_fits"], result)
+        self.assertTrue(result["has_oom_observer_hook"])
+        self.assertFalse(result["initialized_after_import"], "the agent initialized CUDA")
+        self.assertFalse(result["initialized_after_command"], "the agent initialized CUDA")
+        self.assertEqual(result["queued_by_the_import_hook"], 1)
+        reply = result["reply"]
+        self.assertTrue(reply["ok"], reply)
+        self.assertEqual((reply["recording"], reply["pending"]), (False, True))
+        print("\nreal torch: record_history is pending until CUDA is initialized (%s); the "
+              "program's own torch.cuda.init() gave %s" % (reply, result["init"]), file=sys.stderr)
 
 
 if __name__ == "__main__":

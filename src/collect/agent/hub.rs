@@ -213,9 +213,25 @@ impl AgentHub {
         std::mem::take(&mut self.outcomes)
     }
 
-    /// Events (such as `oom`) received since the last call, with the pid of the agent.
+    /// Events (such as `oom`) received since the last call, with the pid of the agent. Takes
+    /// those the reader has parsed since the last poll too, so an event an agent sent before
+    /// the stats a poll returned is never left for later.
     pub(crate) fn take_events(&mut self) -> Vec<(u32, AgentEvent)> {
+        let shared = Arc::clone(&self.shared);
+        for state in lock(&shared).conns.values_mut() {
+            let pid = state.pid;
+            for event in state.events.drain(..) {
+                self.push_event(pid, event);
+            }
+        }
         self.events.drain(..).collect()
+    }
+
+    fn push_event(&mut self, pid: u32, event: AgentEvent) {
+        if self.events.len() == EVENT_CAPACITY {
+            self.events.pop_front();
+        }
+        self.events.push_back((pid, event));
     }
 
     /// Recent reasons for refused or dropped connections and removed stale sockets, oldest first.
@@ -302,10 +318,7 @@ impl AgentHub {
             !late
         });
         for event in state.events.drain(..) {
-            if self.events.len() == EVENT_CAPACITY {
-                self.events.pop_front();
-            }
-            self.events.push_back((pid, event));
+            self.push_event(pid, event);
         }
     }
 

@@ -53,11 +53,21 @@ pub(crate) struct AgentReply {
     pub(crate) error: Option<String>,
 }
 
-/// Something an agent reported between stats, such as an OOM.
-#[derive(Debug, Clone, PartialEq)]
+/// Something an agent reported between stats, such as an OOM. The byte counts, the path and
+/// the error are those of an `oom` event; any of them may be missing.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct AgentEvent {
     pub(crate) kind: String,
     pub(crate) device: Option<u32>,
+    /// The agent's clock, seconds since the epoch: with the pid and device, the event's identity.
+    pub(crate) ts: Option<f64>,
+    pub(crate) requested_bytes: Option<u64>,
+    pub(crate) device_allocated: Option<u64>,
+    pub(crate) device_free: Option<u64>,
+    /// The snapshot the agent wrote for it.
+    pub(crate) path: Option<String>,
+    /// Why no snapshot was written.
+    pub(crate) error: Option<String>,
 }
 
 /// One parsed line.
@@ -91,15 +101,7 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
             Some(reply) => Incoming::Reply(reply),
             None => return Err("a reply without an integer id or a boolean ok".to_string()),
         },
-        Some("event") => Incoming::Event(AgentEvent {
-            kind: fields
-                .event_kind
-                .as_ref()
-                .and_then(Scalar::text)
-                .unwrap_or("unknown")
-                .to_string(),
-            device: fields.device.as_ref().and_then(Scalar::as_u32),
-        }),
+        Some("event") => Incoming::Event(fields.event()),
         _ => Incoming::Ignored,
     })
 }
@@ -131,6 +133,10 @@ struct Fields {
     error: Option<Scalar>,
     event_kind: Option<Scalar>,
     device: Option<Scalar>,
+    ts: Option<Scalar>,
+    requested_bytes: Option<Scalar>,
+    device_allocated: Option<Scalar>,
+    device_free: Option<Scalar>,
 }
 
 const TOP_FIELDS: &[&str] = &[
@@ -152,6 +158,10 @@ const TOP_FIELDS: &[&str] = &[
     "error",
     "kind",
     "device",
+    "ts",
+    "requested_bytes",
+    "device_allocated",
+    "device_free",
 ];
 
 impl Fields {
@@ -174,6 +184,10 @@ impl Fields {
             "error" => &mut self.error,
             "kind" => &mut self.event_kind,
             "device" => &mut self.device,
+            "ts" => &mut self.ts,
+            "requested_bytes" => &mut self.requested_bytes,
+            "device_allocated" => &mut self.device_allocated,
+            "device_free" => &mut self.device_free,
             _ => return None,
         })
     }
@@ -208,6 +222,25 @@ impl Fields {
                 .filter(|t| t.is_finite() && *t >= 0.0),
             devices: kept,
             listed,
+        }
+    }
+
+    fn event(&self) -> AgentEvent {
+        let text = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::text).map(str::to_string);
+        let bytes = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::as_u64);
+        AgentEvent {
+            kind: text(&self.event_kind).unwrap_or_else(|| "unknown".to_string()),
+            device: self.device.as_ref().and_then(Scalar::as_u32),
+            ts: self
+                .ts
+                .as_ref()
+                .and_then(Scalar::as_f64)
+                .filter(|t| t.is_finite() && *t >= 0.0),
+            requested_bytes: bytes(&self.requested_bytes),
+            device_allocated: bytes(&self.device_allocated),
+            device_free: bytes(&self.device_free),
+            path: text(&self.path),
+            error: text(&self.error),
         }
     }
 
@@ -256,5 +289,43 @@ impl<'de> de::Deserialize<'de> for Top {
             scalars_are!(Top::NotObject);
         }
         deserializer.deserialize_any(TopVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oom_event_keeps_its_sizes_path_and_time() {
+        let line = br#"{"v":1,"type":"event","kind":"oom","ts":1767225601.5,"device":1,"source":"observer","requested_bytes":2147483648,"device_allocated":81000000000,"device_free":12345,"path":"/run/t/42-oom-20260101-120001.pickle","bytes":9,"extra":{"a":[1]}}"#;
+        let Ok(Incoming::Event(event)) = parse_line(line) else {
+            panic!("not an event");
+        };
+        assert_eq!(
+            event,
+            AgentEvent {
+                kind: "oom".into(),
+                device: Some(1),
+                ts: Some(1767225601.5),
+                requested_bytes: Some(2 << 30),
+                device_allocated: Some(81_000_000_000),
+                device_free: Some(12345),
+                path: Some("/run/t/42-oom-20260101-120001.pickle".into()),
+                error: None,
+            }
+        );
+    }
+
+    #[test]
+    fn an_oom_event_with_odd_fields_keeps_what_is_sound() {
+        let line = br#"{"v":1,"type":"event","kind":"oom","ts":-3,"requested_bytes":-1,"device_free":"lots","path":null,"error":"disk full"}"#;
+        let Ok(Incoming::Event(event)) = parse_line(line) else {
+            panic!("not an event");
+        };
+        assert_eq!(event.ts, None);
+        assert_eq!((event.requested_bytes, event.device_free), (None, None));
+        assert_eq!(event.path, None);
+        assert_eq!(event.error.as_deref(), Some("disk full"));
     }
 }

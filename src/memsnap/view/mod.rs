@@ -1,7 +1,8 @@
 //! The interactive snapshot viewer: four views (summary, who holds the memory, segment map,
 //! timeline) with the monitor's keys and look.
 //!
-//! [`run_standalone`] sets the terminal up for `torchtop snapshot FILE` and runs the viewer. The state machine ([`state`]) does no I/O and the
+//! [`run_standalone`] sets the terminal up for `torchtop snapshot FILE` and runs the viewer; the
+//! monitor's event loop opens it in its own terminal with [`draw`] and [`handle`]. The state machine ([`state`]) does no I/O and the
 //! render functions ([`render`] and one module per view) only draw.
 
 mod holders;
@@ -43,15 +44,22 @@ fn with_terminal(body: impl FnOnce(&mut Tui) -> io::Result<()>) -> io::Result<()
     result
 }
 
+/// Draws one frame of the viewer on a terminal already in TUI mode (also the monitor's, where
+/// `S` opens the viewer from the event loop).
+pub(crate) fn draw(viewer: &mut Viewer, terminal: &mut Tui) -> io::Result<()> {
+    let size = terminal.size()?;
+    viewer.screen = (size.width, size.height);
+    viewer.page_rows = usize::from(size.height.saturating_sub(6)).max(1);
+    viewer.chart_columns = usize::from(size.width)
+        .saturating_sub(timeline::GUTTER)
+        .max(1);
+    terminal.draw(|frame| render::draw(frame, viewer))?;
+    Ok(())
+}
+
 fn run(mut viewer: Viewer, terminal: &mut Tui, stop: &AtomicBool) -> io::Result<()> {
     loop {
-        let size = terminal.size()?;
-        viewer.screen = (size.width, size.height);
-        viewer.page_rows = usize::from(size.height.saturating_sub(6)).max(1);
-        viewer.chart_columns = usize::from(size.width)
-            .saturating_sub(timeline::GUTTER)
-            .max(1);
-        terminal.draw(|frame| render::draw(frame, &viewer))?;
+        draw(&mut viewer, terminal)?;
         let effect = loop {
             if stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -66,7 +74,8 @@ fn run(mut viewer: Viewer, terminal: &mut Tui, stop: &AtomicBool) -> io::Result<
     }
 }
 
-fn handle(viewer: &mut Viewer, event: Event) -> Effect {
+/// One input event for the viewer.
+pub(crate) fn handle(viewer: &mut Viewer, event: Event) -> Effect {
     match event {
         Event::Key(key) if key.kind != KeyEventKind::Release => viewer.on_key(key),
         Event::Mouse(mouse) => {

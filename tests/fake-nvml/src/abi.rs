@@ -16,6 +16,7 @@ pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
 pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
 pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
 pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
+pub const NVML_ERROR_TIMEOUT: nvmlReturn_t = 10;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 pub const NVML_ERROR_GPU_IS_LOST: nvmlReturn_t = 15;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: nvmlReturn_t = 25;
@@ -252,4 +253,19 @@ mod tests {
         assert_eq!(return_code_by_name("no_permission"), Some(4));
         assert_eq!(return_code_by_name("BOGUS"), None);
     }
+}
+
+/// `nvmlEventSet_t`: an opaque pointer to the caller.
+pub type nvmlEventSet_t = *mut c_void;
+/// `nvmlEventTypeXidCriticalError`.
+pub const NVML_EVENT_TYPE_XID_CRITICAL_ERROR: c_ulonglong = 0x8;
+
+/// `nvmlEventData_t`.
+#[repr(C)]
+pub struct nvmlEventData_t {
+    pub device: nvmlDevice_t,
+    pub eventType: c_ulonglong,
+    pub eventData: c_ulonglong,
+    pub gpuInstanceId: c_uint,
+    pub computeInstanceId: c_uint,
 }

@@ -9,6 +9,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
+use crate::events;
 use crate::scenario::{Field, ProcessSpec, TimeOrigin};
 use crate::state::{self, DeviceView};
 
@@ -58,6 +59,26 @@ pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
 }
 
 export! {
+    /// A new, empty event set.
+    fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) {
+        events::create(set)
+    }
+    fn nvmlEventSetFree(set: nvmlEventSet_t) {
+        events::free(set)
+    }
+    /// Critical Xid errors are the one event type this library raises.
+    fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, eventTypes: *mut c_ulonglong) {
+        events::supported(device, eventTypes)
+    }
+    fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, eventTypes: c_ulonglong, set: nvmlEventSet_t) {
+        events::register(device, eventTypes, set)
+    }
+    fn nvmlEventSetWait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeoutms: c_uint) {
+        events::wait(set, data, timeoutms)
+    }
+    fn nvmlEventSetWait_v2(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeoutms: c_uint) {
+        events::wait(set, data, timeoutms)
+    }
     /// Initializes: reads the scenario, resets t to 0.
     fn nvmlInit_v2() { state::init() }
     /// Same as `nvmlInit_v2`.

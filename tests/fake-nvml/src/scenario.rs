@@ -135,6 +135,8 @@ pub enum Field {
     ComputeMode,
     MigMode,
     Display,
+    /// The event calls: supported event types, registration, waits.
+    Events,
 }
 
 /// What `nvmlDeviceGetRemappedRows` answers.
@@ -149,6 +151,15 @@ pub struct RemappedRowsSpec {
     pub pending: bool,
     #[serde(default)]
     pub failed: bool,
+}
+
+/// One Xid error: its code (79 is "GPU has fallen off the bus", 48 a double-bit ECC error,
+/// 13 and 31 a program's fault) and when it happens.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XidSpec {
+    pub at_s: f64,
+    pub code: u64,
 }
 
 /// Calls on a GPU that block, like a driver stuck on a GPU that fell off the bus.
@@ -353,6 +364,10 @@ pub struct GpuSpec {
     pub energy_mj: Option<Metric>,
     /// Remapped rows; without them the call is not supported (a pre-Ampere GPU).
     pub remapped_rows: Option<RemappedRowsSpec>,
+    /// Xid errors this GPU raises, delivered through `nvmlEventSetWait` to event sets that
+    /// registered for critical Xid errors before they happened.
+    #[serde(default)]
+    pub xid: Vec<XidSpec>,
 
     #[serde(default)]
     pub unsupported: Vec<Field>,

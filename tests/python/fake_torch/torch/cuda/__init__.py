@@ -1,8 +1,12 @@
 """Stand-in for torch.cuda: flat memory_stats keys like the real allocator, values that change.
 
 Test controls (not in real torch): _fake_init(devices), _fake_set(index, key, value),
-_fake_oom(index), _stats_garbage (what memory_stats returns instead, when set), and the
-call log _calls.
+_fake_oom(index) (the observers only), _fake_alloc(index, nbytes) (an allocation that fails as
+the real allocator does: observers, then OutOfMemoryError), _stats_garbage (what memory_stats
+returns instead, when set), and the call log _calls.
+
+Like the real torch.cuda, _lazy_call queues a callable until CUDA is initialized, and
+_fake_init runs the queue right after initializing.
 """
 
 from collections import OrderedDict
@@ -35,11 +39,44 @@ def device_count():
     return _device_count
 
 
+_queued_calls = []
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+def _lazy_call(callable, **kwargs):
+    if _initialized:
+        callable()
+    else:
+        _queued_calls.append(callable)
+
+
 def _fake_init(devices=(0,)):
-    """What the program's first CUDA use would do: initialize and allocate on these devices."""
+    """What the program's first CUDA use would do: initialize (running the queued calls, as
+    torch.cuda._lazy_init does) and allocate on these devices."""
     global _initialized
-    _initialized = True
+    if not _initialized:
+        _initialized = True
+        queued = list(_queued_calls)
+        del _queued_calls[:]
+        for call in queued:
+            call()
     _used.update(devices)
+
+
+def _fake_malloc(index, nbytes):
+    """An allocation that succeeds (nothing is allocated; history is recorded if on)."""
+    memory._record_alloc(index, nbytes)
+
+
+def _fake_alloc(index, nbytes):
+    """An allocation the device cannot satisfy: what the caching allocator does on an OOM."""
+    _fake_init((index,))
+    memory._record_alloc_attempt(index, nbytes)
+    _fake_oom(index, requested=nbytes)
+    raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes (stand-in)" % nbytes)
 
 
 def _fake_set(index, key, value):

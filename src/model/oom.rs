@@ -1,0 +1,34 @@
+//! An out-of-memory error that an agent reported: which process, how much it asked for, what
+//! was free, and the snapshot the agent wrote for it.
+
+use serde::{Deserialize, Serialize};
+
+/// One CUDA OOM in one process, as its agent reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct OomReport {
+    pub pid: u32,
+    /// The process's command line when the report arrived, where known.
+    pub command: Option<String>,
+    /// The torch device (`cuda:N`, the process's own numbering).
+    pub device: Option<u32>,
+    pub requested_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
+    /// What PyTorch passes its OOM observers as the device's allocated memory (its total, or the
+    /// allowed maximum under a memory fraction).
+    pub device_allocated_bytes: Option<u64>,
+    /// The snapshot written at the OOM, as the agent named it.
+    pub snapshot_path: Option<String>,
+    /// Why the agent wrote no snapshot, when it tried.
+    pub snapshot_error: Option<String>,
+    /// When it happened, seconds since the epoch (the agent's clock, else the time it arrived).
+    pub unix_seconds: f64,
+}
+
+/// A snapshot file an agent wrote because the user asked for the memory viewer (`S`), ready
+/// for the event loop to open. `request` tells one request from the next.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemsnapReady {
+    pub request: u64,
+    pub pid: u32,
+    pub path: std::path::PathBuf,
+}

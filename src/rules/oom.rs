@@ -1,0 +1,204 @@
+//! `oom`: a process ran out of CUDA memory, as its agent reported it. Critical, and it names the
+//! process, the size asked for, what was free, and the snapshot file the agent wrote at that
+//! moment, which `torchtop snapshot FILE` opens.
+//!
+//! It reads [`Snapshot::ooms`](crate::model::Snapshot), which the sampler keeps after the process
+//! has exited (an OOM usually ends the job), and holds for [`HOLD_SECONDS`] after the OOM: a
+//! post-mortem is looked for after the fact. One warning per process, about its latest OOM.
+
+use std::collections::BTreeMap;
+
+use crate::model::{OomReport, Severity, Subject, Warning};
+
+use super::{fmt_opt_bytes, warning, Inputs};
+
+pub(crate) const ID: &str = "oom";
+
+/// How long after an OOM its warning stays up.
+pub(crate) const HOLD_SECONDS: f64 = 3600.0;
+
+/// The most characters of the command line a message quotes.
+const COMMAND_CHARS: usize = 60;
+
+const REMEDY_WITH_FILE: &str = "Open the snapshot with `torchtop snapshot FILE` to see who held \
+the memory (the Holders view), then shrink the batch or sequence length, free what the stacks \
+show is kept alive, enable activation checkpointing, or set \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the summary shows fragmentation.";
+
+const REMEDY_WITHOUT_FILE: &str = "Run the job under `torchtop run --record-history` (or press S \
+on it in the monitor) so that the next OOM writes a memory snapshot with the stacks that held the \
+memory; meanwhile shrink the batch or sequence length.";
+
+pub(crate) fn check(inputs: &Inputs) -> Vec<Warning> {
+    let now = inputs.snapshot.unix_seconds;
+    let mut latest: BTreeMap<u32, &OomReport> = BTreeMap::new();
+    for report in &inputs.snapshot.ooms {
+        // Too old, NaN, or from an agent clock far ahead: quiet.
+        let age = now - report.unix_seconds;
+        if !(-HOLD_SECONDS..=HOLD_SECONDS).contains(&age) {
+            continue;
+        }
+        let keep = latest
+            .get(&report.pid)
+            .is_none_or(|kept| kept.unix_seconds <= report.unix_seconds);
+        if keep {
+            latest.insert(report.pid, report);
+        }
+    }
+    latest.into_values().map(oom_warning).collect()
+}
+
+fn oom_warning(report: &OomReport) -> Warning {
+    let who = match report.command.as_deref().map(short_command) {
+        Some(command) => format!("pid {} ({command})", report.pid),
+        None => format!("pid {}", report.pid),
+    };
+    let device = report
+        .device
+        .map_or_else(|| "a CUDA device".to_string(), |d| format!("cuda:{d}"));
+    let mut message = format!("{who} ran out of memory on {device}");
+    if report.requested_bytes.is_some() {
+        message.push_str(&format!(
+            " asking for {} with {} free",
+            fmt_opt_bytes(report.requested_bytes),
+            fmt_opt_bytes(report.device_free_bytes)
+        ));
+    }
+    let remedy = match (&report.snapshot_path, &report.snapshot_error) {
+        (Some(path), _) => {
+            message.push_str(&format!("; snapshot: {path}"));
+            REMEDY_WITH_FILE
+        }
+        (None, Some(error)) => {
+            message.push_str(&format!("; no snapshot: {error}"));
+            REMEDY_WITHOUT_FILE
+        }
+        (None, None) => {
+            message.push_str("; no snapshot (memory history was not recorded)");
+            REMEDY_WITHOUT_FILE
+        }
+    };
+    let evidence = vec![
+        ("requested", fmt_opt_bytes(report.requested_bytes)),
+        (
+            "free on the device",
+            fmt_opt_bytes(report.device_free_bytes),
+        ),
+        (
+            "snapshot",
+            report
+                .snapshot_path
+                .clone()
+                .unwrap_or_else(|| "N/A".to_string()),
+        ),
+    ];
+    warning(
+        ID,
+        Severity::Critical,
+        Subject::Process { pid: report.pid },
+        message,
+        evidence,
+        remedy,
+    )
+}
+
+fn short_command(command: &str) -> String {
+    if command.chars().count() <= COMMAND_CHARS {
+        return command.to_string();
+    }
+    let mut short: String = command.chars().take(COMMAND_CHARS - 1).collect();
+    short.push('…');
+    short
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Severity, Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    fn report(pid: u32, t: f64, path: Option<&str>) -> OomReport {
+        OomReport {
+            pid,
+            command: Some("python train.py --batch 512".into()),
+            device: Some(0),
+            requested_bytes: Some(5 * GIB),
+            device_free_bytes: Some(MIB),
+            device_allocated_bytes: Some(80 * GIB),
+            snapshot_path: path.map(str::to_string),
+            snapshot_error: None,
+            unix_seconds: t,
+        }
+    }
+
+    fn with(ooms: Vec<OomReport>) -> impl Fn(u32) -> Snapshot {
+        move |step| {
+            let mut snap = at(step);
+            snap.ooms = ooms.clone();
+            snap
+        }
+    }
+
+    #[test]
+    fn an_oom_is_critical_and_names_the_process_the_size_and_the_file() {
+        let path = "/run/user/0/torchtop/4242-oom-20260101-120001.pickle";
+        let warnings = replay_default(3, with(vec![report(4242, T0, Some(path))]));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 4242 });
+        assert_eq!(w.severity, Severity::Critical);
+        assert!(
+            w.message.contains("pid 4242 (python train.py --batch 512)"),
+            "{}",
+            w.message
+        );
+        assert!(w.message.contains("5.0 GiB"), "{}", w.message);
+        assert!(w.message.contains("1 MiB free"), "{}", w.message);
+        assert!(w.message.contains(path), "{}", w.message);
+        assert_eq!(evidence(w, "snapshot"), path);
+        assert!(w.remedy.contains("torchtop snapshot"));
+    }
+
+    #[test]
+    fn without_a_file_it_says_how_to_get_one_next_time() {
+        let mut failed = report(7, T0, None);
+        failed.snapshot_error = Some("the OOM snapshot was not written: disk full".into());
+        let warnings = replay_default(1, with(vec![report(5, T0, None), failed]));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 5 });
+        assert!(
+            w.message.contains("memory history was not recorded"),
+            "{}",
+            w.message
+        );
+        assert!(w.remedy.contains("--record-history"));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 7 });
+        assert!(w.message.contains("disk full"), "{}", w.message);
+    }
+
+    #[test]
+    fn one_warning_per_process_about_its_latest_oom() {
+        let ooms = vec![report(9, T0, Some("/a")), report(9, T0 + 1.0, Some("/b"))];
+        let warnings = replay_default(2, with(ooms));
+        let found = with_id(&warnings, "oom");
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].message.ends_with("snapshot: /b"),
+            "{}",
+            found[0].message
+        );
+    }
+
+    #[test]
+    fn an_oom_older_than_the_hold_time_is_quiet() {
+        let old = report(9, T0 - HOLD_SECONDS - 10.0, Some("/a"));
+        let warnings = replay_default(2, with(vec![old, report(3, f64::NAN, None)]));
+        assert!(with_id(&warnings, "oom").is_empty(), "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_long_command_is_shortened() {
+        let mut long = report(1, T0, None);
+        long.command = Some("x".repeat(500));
+        let warnings = replay_default(0, with(vec![long]));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 1 });
+        assert!(w.message.len() < 300, "{}", w.message);
+    }
+}
