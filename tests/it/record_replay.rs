@@ -530,3 +530,48 @@ fn the_demo_jumps_to_the_oom_with_the_bracket_key() {
     );
     assert!(screen.contains(" || "), "a jump pauses:\n{screen}");
 }
+
+#[test]
+fn in_a_replay_the_warnings_list_keeps_its_keys() {
+    // `g` seeks in a replay, but in the warnings list it selects the warning's subject and
+    // closes the list, as in the monitor.
+    let mut session = PtySession::spawn(
+        &common::torchtop_binary(),
+        &["replay", "--demo", "--from", "-60s", "--speed", "1"],
+        &[],
+        180,
+        50,
+    );
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("REPLAY demo")),
+        "no demo:\n{}",
+        session.screen()
+    );
+    session.send(b" ");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains(" || ")),
+        "{}",
+        session.screen()
+    );
+    // The list's bottom line; the panel behind it has a title of the same words.
+    let list_open = |s: &str| s.contains("Enter: open  g: go to  Esc: close");
+    session.send(b"w");
+    assert!(
+        session.wait_for(PATIENCE, list_open),
+        "no warnings list:\n{}",
+        session.screen()
+    );
+    session.send(b"g");
+    assert!(
+        session.wait_for(PATIENCE, |s| !list_open(s) && s.contains("is selected")),
+        "g did not close the list:\n{}",
+        session.screen()
+    );
+    assert!(
+        !session.screen().contains(" go to: "),
+        "g in the list opened the time prompt:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q did not quit");
+}
