@@ -73,6 +73,12 @@ pub struct GpuSample {
     pub remapped_rows_uncorrectable: Option<u64>,
     /// Whether a row remapping has failed (the GPU needs service).
     pub remapped_rows_failed: Option<bool>,
+    /// Whether a row remapping waits for the next GPU reset (Ampere and later).
+    #[serde(default)]
+    pub remapped_rows_pending: Option<bool>,
+    /// Whether retired pages wait for the next driver reload (before Ampere).
+    #[serde(default)]
+    pub retired_pages_pending: Option<bool>,
     /// Values the driver reported out of physical range, shown as null instead.
     #[serde(default)]
     pub implausible: Implausible,

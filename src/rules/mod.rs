@@ -7,8 +7,11 @@
 //! the snapshot's own (`unix_seconds`, `time`), never the wall clock, so a replayed history gives
 //! the same warnings.
 //!
-//! Rule ids: `oom-risk`, `fragmentation`, `leak`, `gpu-starved`, `imbalance`, `swap`,
-//! `throttle`, `zombie-memory`, `ecc`.
+//! Rule ids: `gpu-lost`, `gpu-unresponsive`, `driver-missing`, `ecc`, `oom-risk`,
+//! `training-stalled`, `leak`, `fragmentation`, `wrong-gpu`, `zombie-memory`, `swap`,
+//! `imbalance`, `throttle`, `gpu-starved`: the order of [`IMPACT`], which sorts warnings of one
+//! severity. Each process warning whose process belongs to a job gets a `job` evidence row,
+//! which [`Warning::group`] groups on.
 //!
 //! Two facts the rules rely on from the collectors:
 //! - `DeviceAllocatorStats::index` is the process's own torch ordinal (`cuda:N`), which maps to
@@ -19,12 +22,16 @@
 mod ecc;
 mod fragmentation;
 mod gpu_starved;
+mod health;
 mod imbalance;
 pub(crate) mod jobs;
 mod leak;
 mod oom_risk;
 mod swap;
 mod throttle;
+pub(crate) mod training;
+mod training_stalled;
+mod wrong_gpu;
 mod zombie_memory;
 
 #[cfg(test)]
@@ -34,9 +41,35 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) use crate::config::RulesConfig;
 use crate::model::{
-    DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning,
+    DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
+use training_stalled::StepTrack;
+
+/// Rule ids by the harm they announce, most first: within one severity, warnings come in this
+/// order (health and lost work before advice). Ids not listed (a newer rule) come last, by id.
+pub(crate) const IMPACT: &[&str] = &[
+    health::LOST,
+    health::UNRESPONSIVE,
+    health::DRIVER_MISSING,
+    ecc::ID,
+    "oom",
+    oom_risk::ID,
+    training_stalled::ID,
+    leak::ID,
+    fragmentation::ID,
+    wrong_gpu::ID,
+    zombie_memory::ID,
+    swap::ID,
+    imbalance::ID,
+    throttle::ID,
+    gpu_starved::ID,
+];
+
+/// Where `id` stands in [`IMPACT`].
+fn impact_rank(id: &str) -> usize {
+    IMPACT.iter().position(|i| *i == id).unwrap_or(IMPACT.len())
+}
 
 /// The most points one window keeps; past it the older half is thinned to every second point,
 /// so a long window at a fast refresh keeps its time span at a coarser grain.
@@ -182,6 +215,8 @@ pub(crate) struct Inputs<'a> {
     /// Keyed by (pid, torch device index).
     pub(crate) allocators: &'a BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     pub(crate) host: &'a Window<HostPoint>,
+    /// Keyed by pid: the step counters of the processes with an agent.
+    pub(crate) steps: &'a BTreeMap<u32, StepTrack>,
 }
 
 impl Inputs<'_> {
@@ -211,6 +246,7 @@ pub(crate) struct Engine {
     processes: BTreeMap<(u32, u32), Tracked<ProcPoint>>,
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     host: Window<HostPoint>,
+    steps: BTreeMap<u32, StepTrack>,
     first_seen: HashMap<(String, SubjectKey), String>,
 }
 
@@ -224,13 +260,14 @@ impl Engine {
             processes: BTreeMap::new(),
             allocators: BTreeMap::new(),
             host: Window::default(),
+            steps: BTreeMap::new(),
             first_seen: HashMap::new(),
         }
     }
 
     /// Records the snapshot and returns the warnings that hold now: most severe first, then by
-    /// id, then by subject; one per (id, subject), its `since` kept while it holds without a
-    /// break.
+    /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
+    /// without a break.
     pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
         self.record(snapshot);
         let inputs = Inputs {
@@ -239,8 +276,10 @@ impl Engine {
             processes: &self.processes,
             allocators: &self.allocators,
             host: &self.host,
+            steps: &self.steps,
         };
-        let found = run_rules(&inputs, &self.config);
+        let mut found = run_rules(&inputs, &self.config);
+        name_jobs(&mut found, snapshot);
         self.finish(found, snapshot)
     }
 
@@ -289,12 +328,14 @@ impl Engine {
             memory_total_bytes: host.memory.total_bytes,
         };
         self.host.push(t, point, keep);
+        training_stalled::record(&mut self.steps, snapshot);
     }
 
     fn finish(&mut self, mut found: Vec<Warning>, snapshot: &Snapshot) -> Vec<Warning> {
         found.sort_by(|a, b| {
             b.severity
                 .cmp(&a.severity)
+                .then_with(|| impact_rank(&a.id).cmp(&impact_rank(&b.id)))
                 .then_with(|| a.id.cmp(&b.id))
                 .then_with(|| SubjectKey::of(&a.subject).cmp(&SubjectKey::of(&b.subject)))
         });
@@ -324,8 +365,37 @@ impl Engine {
     }
 }
 
+/// Adds a `job` evidence row to each process warning whose process is a rank of a job.
+fn name_jobs(found: &mut [Warning], snapshot: &Snapshot) {
+    for warning in found.iter_mut() {
+        let Subject::Process { pid } = warning.subject else {
+            continue;
+        };
+        let job = snapshot
+            .jobs
+            .iter()
+            .find(|j| j.ranks.iter().any(|r| r.pid == pid));
+        if let Some(job) = job {
+            if !warning.evidence.iter().any(|(n, _)| n == JOB_EVIDENCE) {
+                warning
+                    .evidence
+                    .push((JOB_EVIDENCE.to_string(), job.id.clone()));
+            }
+        }
+    }
+}
+
 fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
     let mut found = Vec::new();
+    if config.health.enabled {
+        found.extend(health::check(inputs, &config.health));
+    }
+    if config.wrong_gpu.enabled {
+        found.extend(wrong_gpu::check(inputs, &config.wrong_gpu));
+    }
+    if config.training_stalled.enabled {
+        found.extend(training_stalled::check(inputs, &config.training_stalled));
+    }
     if config.oom_risk.enabled {
         found.extend(oom_risk::check(inputs, &config.oom_risk));
     }
