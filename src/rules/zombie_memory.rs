@@ -3,6 +3,9 @@
 //! Fires when a (pid, GPU) pair NVML lists has been invisible in /proc for at least
 //! `min_seconds` (so a process exiting between the driver read and the /proc read stays quiet).
 //! A pid from another container or PID namespace looks exactly the same, and the message says so.
+//! When several processes hold GPUs and none of them is in /proc, torchtop itself runs in a
+//! PID namespace of its own (a container without `--pid=host`): then every process looks
+//! missing, and the rule stays quiet rather than flag them all.
 
 use crate::config::ZombieMemoryConfig;
 use crate::model::{Severity, Subject, Warning};
@@ -20,6 +23,13 @@ process's memory is freed once its parent reaps it. If nothing holds it, resetti
 (nvidia-smi -r) frees it.";
 
 pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning> {
+    let processes = &inputs.snapshot.processes;
+    let mut pids: Vec<u32> = processes.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.len() >= 2 && processes.iter().all(|p| !p.visible) {
+        return Vec::new();
+    }
     covering(inputs.processes, config.min_seconds)
         .filter_map(|((pid, gpu), points)| missing(pid, gpu, points, config))
         .collect()

@@ -47,6 +47,8 @@ pub struct SamplerConfig {
     pub rules: RulesConfig,
     /// Where the agents inside training processes put their sockets.
     pub(crate) agent_dir: PathBuf,
+    /// Where the NVIDIA device nodes live: `/dev`, or `TORCHTOP_DEV_DIR` (for tests).
+    pub(crate) dev_dir: PathBuf,
 }
 
 /// Something the UI asks of the sampler between ticks.
@@ -69,6 +71,8 @@ impl SamplerConfig {
             library_label,
             rules: RulesConfig::default(),
             agent_dir: crate::protocol::default_socket_dir(),
+            dev_dir: std::env::var_os("TORCHTOP_DEV_DIR")
+                .map_or_else(|| PathBuf::from("/dev"), PathBuf::from),
         }
     }
 }
@@ -147,6 +151,9 @@ impl Sampler {
         snapshot.jobs = group_jobs(&processes);
         snapshot.processes = processes;
         snapshot.notices = self.take_notices();
+        if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
+            snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
+        }
         snapshot
     }
 
@@ -222,6 +229,21 @@ impl Sampler {
         self.notices.extend(fresh);
         std::mem::take(&mut self.notices)
     }
+}
+
+/// The names of the `nvidia*` entries of `dev`, sorted; none where it cannot be read.
+fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("nvidia"))
+        .map(|name| crate::format::escape(&name).into_owned())
+        .collect();
+    names.sort();
+    names.truncate(64);
+    names
 }
 
 /// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the
