@@ -50,6 +50,23 @@ pub struct Cli {
           default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub readonly: bool,
 
+    /// With --once: which warnings make the exit status non-zero: `critical` (the default) exits
+    /// 4 while a critical warning holds, `warn` also exits 3 for a warning at warn level,
+    /// `never` always exits 0. Usage errors exit 2.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        default_value = "critical",
+        requires = "once"
+    )]
+    pub fail_on: crate::report::FailOn,
+
+    /// With --json (and no --once): leave out of each line what earlier lines said (nulls, fixed
+    /// GPU and process fields, the prose of warnings already shown).
+    #[arg(long, requires = "json", conflicts_with = "once")]
+    pub compact: bool,
+
     /// With --once: the output format (`prometheus` is the exporter's text, for node
     /// exporter's textfile collector).
     #[arg(long, value_enum, value_name = "FORMAT", requires = "once")]

@@ -1,6 +1,8 @@
 //! `--once`: one snapshot as a compact text summary (like gpustat) or as one JSON document.
 //! Works without a terminal: nothing here touches the TTY.
 
+mod compact;
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 
@@ -9,19 +11,54 @@ use crate::sampler::{self, GpuLoader, SamplerConfig};
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
-use crate::model::{GpuSample, GpuState, Snapshot};
+use crate::model::{GpuSample, GpuState, Severity, Snapshot};
 
-/// Writes one compact JSON document per line for each snapshot the sampler publishes, until
-/// `samples` have been written or stdout is closed (a pipe into `head`, say).
+/// `--once`'s exit status when a warning at `warn` level holds (with `--fail-on warn`).
+pub const EXIT_WARN: u8 = 3;
+/// `--once`'s exit status when a critical warning holds (unless `--fail-on never`).
+pub const EXIT_CRITICAL: u8 = 4;
+
+/// Which warnings make `--once` fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailOn {
+    /// Always exit 0.
+    Never,
+    /// Exit [`EXIT_CRITICAL`] while a critical warning holds.
+    #[default]
+    Critical,
+    /// Also exit [`EXIT_WARN`] while a warning at warn level holds.
+    Warn,
+}
+
+/// The exit status of `--once` for this snapshot: 0, [`EXIT_WARN`] or [`EXIT_CRITICAL`].
+pub fn exit_status(snapshot: &Snapshot, fail_on: FailOn) -> u8 {
+    let worst = snapshot.warnings.iter().map(|w| w.severity).max();
+    match (fail_on, worst) {
+        (FailOn::Never, _) => 0,
+        (_, Some(Severity::Critical)) => EXIT_CRITICAL,
+        (FailOn::Warn, Some(Severity::Warn)) => EXIT_WARN,
+        _ => 0,
+    }
+}
+
+/// Writes one JSON document per line for each snapshot the sampler publishes, until `samples`
+/// have been written or stdout is closed (a pipe into `head`, say). With `compact`, each line
+/// leaves out what earlier lines said (see [`compact`]).
 pub fn stream_json(
     config: SamplerConfig,
     loader: GpuLoader,
     samples: Option<u64>,
+    compact: bool,
 ) -> std::io::Result<()> {
     let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<()>>();
     let mut written = 0u64;
+    let mut compactor = compact::Compactor::default();
     let _requests = sampler::spawn_loop(config, loader, move |snapshot| {
-        let line = serde_json::to_string(&snapshot).unwrap_or_default();
+        let line = if compact {
+            compactor.line(&snapshot)
+        } else {
+            serde_json::to_string(&snapshot).unwrap_or_default()
+        };
         let mut out = std::io::stdout().lock();
         if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
             let _ = done_tx.send(Err(error));

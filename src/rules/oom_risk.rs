@@ -42,7 +42,9 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
             })
             .collect();
         let reserved_by_servers = !holders.is_empty()
-            && holders.iter().all(|p| super::training::looks_like_serving(p));
+            && holders
+                .iter()
+                .all(|p| super::training::looks_like_serving(p));
         if by_process.is_empty() && !reserved_by_servers {
             found.extend(gpu_near_full(gpu, &holders, config));
         }

@@ -26,3 +26,4 @@ mod serve_exporter;
 mod tui_actions;
 mod tui_fake_nvml;
 mod tui_terminal;
+mod warnings_e2e;
