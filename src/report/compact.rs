@@ -1,9 +1,12 @@
-//! The compact form of the `--json` stream (`--json --compact`): each line is still a whole
-//! snapshot document, but what a reader of the previous lines already has is left out.
+//! The compact form of the `--json` stream (`--json --compact`): each line is still one JSON
+//! document per snapshot, but it leaves out what a reader of the earlier lines already has.
 //!
-//! - `null` fields are left out (a missing key reads as null).
-//! - A GPU's fixed fields ([`GPU_FIXED`]) and a process's ([`PROCESS_FIXED`]) are written the
-//!   first time that GPU or (pid, GPU) is seen, and again only when they change.
+//! - Each GPU (by `index`) and each process row (by `pid` and `gpu`) is listed on every line,
+//!   so a missing one is gone. The first time one is listed it has all its non-null fields;
+//!   after that only its key and the fields that changed since the previous line (a field that
+//!   became null is written as `null`). A missing field means "as before".
+//! - `running_seconds` of a process is written only the first time (add the time since).
+//! - Elsewhere (driver, host, jobs) `null` fields are left out.
 //! - A warning is written in full the first time it appears (a new id, subject, severity or
 //!   `since`); after that only `id`, `severity`, `subject`, `group` and `since`, with
 //!   `"repeat": true`.
@@ -16,32 +19,17 @@ use serde_json::{Map, Value};
 
 use crate::model::Snapshot;
 
-/// GPU fields that do not change while it stays in place.
-const GPU_FIXED: &[&str] = &[
-    "name",
-    "uuid",
-    "bus_id",
-    "memory_total_bytes",
-    "power_limit_w",
-];
-/// Process fields that do not change while it runs.
-const PROCESS_FIXED: &[&str] = &[
-    "kind",
-    "user",
-    "uid",
-    "command",
-    "ppid",
-    "start_ticks",
-    "env",
-];
 /// The warning fields kept in a repeat.
 const WARNING_KEPT: &[&str] = &["id", "severity", "subject", "group", "since"];
+
+/// Fields written only the first time their row is listed.
+const FIRST_ONLY: &[&str] = &["running_seconds"];
 
 /// What the lines written so far have said.
 #[derive(Debug, Default)]
 pub(crate) struct Compactor {
-    gpus: HashMap<u64, Map<String, Value>>,
-    processes: HashMap<(u64, u64), Map<String, Value>>,
+    gpus: HashMap<Vec<u64>, Map<String, Value>>,
+    processes: HashMap<Vec<u64>, Map<String, Value>>,
     warnings: HashSet<String>,
 }
 
@@ -49,30 +37,18 @@ impl Compactor {
     /// The compact line for `snapshot`.
     pub(crate) fn line(&mut self, snapshot: &Snapshot) -> String {
         let mut doc = serde_json::to_value(snapshot).unwrap_or(Value::Null);
-        strip_nulls(&mut doc);
         if let Some(object) = doc.as_object_mut() {
+            for (key, value) in object.iter_mut() {
+                if key != "gpus" && key != "processes" {
+                    strip_nulls(value);
+                }
+            }
             object.insert("compact".into(), Value::Bool(true));
         }
-        self.fixed_fields(&mut doc);
+        self.gpus = changes(&mut doc, "gpus", &["index"], &self.gpus);
+        self.processes = changes(&mut doc, "processes", &["pid", "gpu"], &self.processes);
         self.warnings(&mut doc);
         serde_json::to_string(&doc).unwrap_or_default()
-    }
-
-    fn fixed_fields(&mut self, doc: &mut Value) {
-        let mut gpus_now = HashMap::new();
-        for gpu in array(doc, "gpus") {
-            let key = number(gpu, "index");
-            let fixed = drop_if_seen(gpu, GPU_FIXED, self.gpus.get(&key));
-            gpus_now.insert(key, fixed);
-        }
-        self.gpus = gpus_now;
-        let mut processes_now = HashMap::new();
-        for process in array(doc, "processes") {
-            let key = (number(process, "pid"), number(process, "gpu"));
-            let fixed = drop_if_seen(process, PROCESS_FIXED, self.processes.get(&key));
-            processes_now.insert(key, fixed);
-        }
-        self.processes = processes_now;
     }
 
     fn warnings(&mut self, doc: &mut Value) {
@@ -95,36 +71,47 @@ impl Compactor {
     }
 }
 
+/// Replaces each row of `doc[list]` by its key fields and what changed since `before`; returns
+/// the rows as they are now, for the next line.
+fn changes(
+    doc: &mut Value,
+    list: &str,
+    keys: &[&str],
+    before: &HashMap<Vec<u64>, Map<String, Value>>,
+) -> HashMap<Vec<u64>, Map<String, Value>> {
+    let mut now = HashMap::new();
+    for row in array(doc, list) {
+        let Some(object) = row.as_object_mut() else {
+            continue;
+        };
+        let key: Vec<u64> = keys
+            .iter()
+            .map(|k| object.get(*k).and_then(Value::as_u64).unwrap_or(u64::MAX))
+            .collect();
+        let current = object.clone();
+        match before.get(&key) {
+            None => {
+                object.retain(|_, v| !v.is_null());
+                object.values_mut().for_each(strip_nulls);
+            }
+            Some(previous) => {
+                object.retain(|k, v| {
+                    keys.contains(&k.as_str())
+                        || (!FIRST_ONLY.contains(&k.as_str())
+                            && previous.get(k).unwrap_or(&Value::Null) != v)
+                });
+            }
+        }
+        now.insert(key, current);
+    }
+    now
+}
+
 fn array<'a>(doc: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
     doc.get_mut(key)
         .and_then(Value::as_array_mut)
         .into_iter()
         .flatten()
-}
-
-fn number(value: &Value, key: &str) -> u64 {
-    value.get(key).and_then(Value::as_u64).unwrap_or(u64::MAX)
-}
-
-/// Removes the `fixed` fields of `item` when they are what `seen` holds; returns them as now.
-fn drop_if_seen(
-    item: &mut Value,
-    fixed: &[&str],
-    seen: Option<&Map<String, Value>>,
-) -> Map<String, Value> {
-    let Some(object) = item.as_object_mut() else {
-        return Map::new();
-    };
-    let current: Map<String, Value> = fixed
-        .iter()
-        .filter_map(|k| Some((k.to_string(), object.get(*k)?.clone())))
-        .collect();
-    if seen == Some(&current) {
-        for key in fixed {
-            object.remove(*key);
-        }
-    }
-    current
 }
 
 fn strip_nulls(value: &mut Value) {
@@ -184,12 +171,41 @@ mod tests {
         assert_eq!(repeat["group"], "ecc@GPU 0");
         assert!(repeat.get("message").is_none() && repeat.get("remedy").is_none());
         assert!(second["gpus"][0].get("name").is_none());
-        assert_eq!(second["gpus"][0]["utilization_percent"], 50);
+        assert!(
+            second["gpus"][0].get("utilization_percent").is_none(),
+            "unchanged"
+        );
+        assert_eq!(second["gpus"][0]["index"], 0);
         assert!(second["processes"][0].get("command").is_none());
+        assert_eq!(second["processes"][0]["pid"], 7);
         let third: Value = serde_json::from_str(&compactor.line(&snapshot("t9"))).unwrap();
         assert_eq!(
             third["warnings"][0]["message"], "a long sentence",
             "a new since"
         );
+    }
+
+    /// A reader that applies each line's changes to what it has gets every row as it is.
+    #[test]
+    fn applying_the_changes_rebuilds_every_row() {
+        let mut compactor = Compactor::default();
+        let mut rows: HashMap<u64, Map<String, Value>> = HashMap::new();
+        for step in 0..4u32 {
+            let mut snap = snapshot("t0");
+            snap.gpus[0].utilization_percent = (step != 2).then_some(step * 10);
+            snap.gpus[0].temperature_c = Some(40 + step / 2);
+            if step == 3 {
+                snap.gpus[0].name = Some("renamed".into());
+            }
+            let line: Value = serde_json::from_str(&compactor.line(&snap)).unwrap();
+            let row = rows.entry(0).or_default();
+            for (k, v) in line["gpus"][0].as_object().unwrap() {
+                row.insert(k.clone(), v.clone());
+            }
+            row.retain(|_, v| !v.is_null());
+            let mut full = serde_json::to_value(&snap.gpus[0]).unwrap();
+            strip_nulls(&mut full);
+            assert_eq!(&Value::Object(row.clone()), &full, "step {step}");
+        }
     }
 }

@@ -448,3 +448,35 @@ fn training_stalled_stays_quiet_while_the_steps_advance() {
         );
     }
 }
+
+/// Eight GPUs and 64 processes, every figure moving: after the first line (which carries
+/// everything once), each compact line stays within 8 KiB, and still lists every GPU and process.
+#[test]
+fn compact_json_lines_stay_within_8_kib_for_8_gpus_and_64_processes() {
+    let sleepers = Sleepers::spawn(64);
+    let scenario = ScenarioFile::from_fixture("eight_gpus.toml", &sleepers.pids());
+    let output = once(
+        &scenario,
+        &["--json", "--compact", "--samples", "6", "-d", "0.4"],
+    );
+    assert!(output.status.success());
+    let lines: Vec<&[u8]> = output
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 6);
+    let sizes: Vec<usize> = lines.iter().map(|l| l.len()).collect();
+    for line in &lines[1..] {
+        let doc: Value = serde_json::from_slice(line).unwrap();
+        assert_eq!(doc["compact"], true);
+        assert_eq!(doc["gpus"].as_array().unwrap().len(), 8);
+        assert_eq!(doc["processes"].as_array().unwrap().len(), 64, "{doc}");
+        assert!(line.len() <= 8 * 1024, "line sizes {sizes:?}");
+    }
+    let first: Value = serde_json::from_slice(lines[0]).unwrap();
+    assert!(
+        first["processes"][0]["command"].is_string(),
+        "the first line has it all"
+    );
+}
