@@ -121,9 +121,10 @@ pub fn text(snapshot: &Snapshot) -> String {
     for warning in &snapshot.warnings {
         let _ = writeln!(
             out,
-            "{:?} {}: {}",
+            "{:?} {} on {}: {}",
             warning.severity,
             escape(&warning.id),
+            escape(&warning.subject.label()),
             escape(&warning.message)
         );
     }
@@ -179,6 +180,28 @@ fn host_line(snapshot: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_warning_names_its_job_once() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.warnings.push(crate::model::Warning {
+            id: "imbalance".into(),
+            severity: Severity::Warn,
+            subject: crate::model::Subject::Job {
+                id: "job 127.0.0.1:29500".into(),
+            },
+            message: "8 ranks out of balance over 30 s: rank 5 uses more".into(),
+            evidence: vec![],
+            remedy: String::new(),
+            since: String::new(),
+        });
+        let text = text(&snapshot);
+        assert!(
+            text.contains("Warn imbalance on job 127.0.0.1:29500: 8 ranks out of balance"),
+            "{text}"
+        );
+        assert_eq!(text.matches("job ").count(), 1, "{text}");
+    }
 
     #[test]
     fn missing_values_are_na_in_text_and_null_in_json() {

@@ -97,24 +97,30 @@ fn starved(
     pids.sort_unstable();
     pids.dedup();
     let gpu_list = join(&gpus);
+    // The subject names the job or GPU; the message does not repeat it.
     let (subject, who) = match key {
-        GroupKey::Job(id) => {
-            let label = Subject::Job { id: id.clone() }.label();
-            let who = format!(
-                "{label} ({} rank{} on GPU{} {gpu_list})",
+        GroupKey::Job(id) => (
+            Subject::Job { id },
+            format!(
+                "{} rank{} on GPU{} {gpu_list} hold{}",
                 pids.len(),
                 if pids.len() == 1 { "" } else { "s" },
                 if gpus.len() == 1 { "" } else { "s" },
-            );
-            (Subject::Job { id }, who)
-        }
+                if pids.len() == 1 { "s" } else { "" },
+            ),
+        ),
         GroupKey::Gpu(index) => (
             Subject::Gpu { index },
-            format!("training on GPU {index} (pid {})", join(&pids)),
+            format!(
+                "training pid{} {} on GPU {index} hold{}",
+                if pids.len() == 1 { "" } else { "s" },
+                join(&pids),
+                if pids.len() == 1 { "s" } else { "" },
+            ),
         ),
     };
     let message = format!(
-        "{who} holds {} but the GPU{} averaged {} utilization over {}: {verdict}",
+        "{who} {} but the GPU{} averaged {} utilization over {}: {verdict}",
         fmt_bytes(memory as f64),
         if gpus.len() == 1 { "" } else { "s" },
         fmt_percent(utilization),

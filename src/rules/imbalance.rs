@@ -131,9 +131,10 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
     if findings.is_empty() {
         return None;
     }
+    // The subject names the job; the message does not repeat it ("job job X job X").
     let message = format!(
-        "{} is out of balance over {}: {}",
-        job.id,
+        "{} ranks out of balance over {}: {}",
+        loads.len(),
         fmt_seconds(config.window_seconds),
         findings.join("; ")
     );

@@ -210,7 +210,7 @@ fn a_lost_gpu_is_critical_and_once_exits_with_the_critical_code() {
     let text = once(&scenario, &["--once"]);
     let stdout = String::from_utf8_lossy(&text.stdout);
     assert_eq!(text.status.code(), Some(EXIT_CRITICAL), "{stdout}");
-    assert!(stdout.contains("Critical gpu-lost: GPU 1"), "{stdout}");
+    assert!(stdout.contains("Critical gpu-lost on GPU 1: GPU 1"), "{stdout}");
     let json = once(&scenario, &["--once", "--json"]);
     assert_eq!(json.status.code(), Some(EXIT_CRITICAL));
     let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
@@ -281,7 +281,7 @@ fn device_nodes_without_a_loadable_library_are_a_missing_driver() {
     let broken = run(dev.path());
     let stdout = String::from_utf8_lossy(&broken.stdout);
     assert_eq!(broken.status.code(), Some(EXIT_CRITICAL), "{stdout}");
-    assert!(stdout.contains("Critical driver-missing"), "{stdout}");
+    assert!(stdout.contains("Critical driver-missing on host"), "{stdout}");
 }
 
 #[test]
@@ -315,7 +315,7 @@ fn a_healthy_machine_exits_0_and_warn_level_fails_only_when_asked() {
     });
     let default = once(&scenario, &["--once"]);
     let stdout = String::from_utf8_lossy(&default.stdout);
-    assert!(stdout.contains("Warn wrong-gpu"), "{stdout}");
+    assert!(stdout.contains("Warn wrong-gpu on pid"), "{stdout}");
     assert_eq!(
         default.status.code(),
         Some(0),
