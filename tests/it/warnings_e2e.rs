@@ -210,7 +210,10 @@ fn a_lost_gpu_is_critical_and_once_exits_with_the_critical_code() {
     let text = once(&scenario, &["--once"]);
     let stdout = String::from_utf8_lossy(&text.stdout);
     assert_eq!(text.status.code(), Some(EXIT_CRITICAL), "{stdout}");
-    assert!(stdout.contains("Critical gpu-lost on GPU 1: GPU 1"), "{stdout}");
+    assert!(
+        stdout.contains("Critical gpu-lost on GPU 1: GPU 1"),
+        "{stdout}"
+    );
     let json = once(&scenario, &["--once", "--json"]);
     assert_eq!(json.status.code(), Some(EXIT_CRITICAL));
     let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
@@ -260,6 +263,54 @@ fn uncorrected_ecc_present_from_the_start_is_critical() {
 }
 
 #[test]
+fn pages_waiting_for_retirement_or_rows_for_remapping_are_critical() {
+    for (name, spec) in [
+        (
+            "retired",
+            "retired_pages = { double_bit = 2, pending = true }",
+        ),
+        (
+            "remapped",
+            "remapped_rows = { uncorrectable = 1, pending = true }",
+        ),
+    ] {
+        let scenario = ScenarioFile::new(&format!(
+            "[[gpu]]\nname = \"Worn\"\nutilization_gpu = 50\n{spec}\n"
+        ));
+        let output = once(&scenario, &["--once", "--json"]);
+        assert_eq!(output.status.code(), Some(EXIT_CRITICAL), "{name}");
+        let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            doc["gpus"][0][format!(
+                "{name}_{}_pending",
+                if name == "retired" { "pages" } else { "rows" }
+            )],
+            true
+        );
+        let ecc = with_id(&doc, "ecc");
+        assert_eq!(ecc.len(), 1, "{name}: {}", doc["warnings"]);
+        assert!(
+            ecc[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("wait for a reset"),
+            "{}",
+            ecc[0]["message"]
+        );
+    }
+    let quiet = ScenarioFile::new(
+        "[[gpu]]\nname = \"Fine\"\nretired_pages = { single_bit = 1 }\nremapped_rows = { correctable = 2 }\n",
+    );
+    let output = once(&quiet, &["--once", "--json"]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[test]
 fn device_nodes_without_a_loadable_library_are_a_missing_driver() {
     let dev = tempfile::tempdir().unwrap();
     let run = |dev_dir: &Path| {
@@ -281,7 +332,10 @@ fn device_nodes_without_a_loadable_library_are_a_missing_driver() {
     let broken = run(dev.path());
     let stdout = String::from_utf8_lossy(&broken.stdout);
     assert_eq!(broken.status.code(), Some(EXIT_CRITICAL), "{stdout}");
-    assert!(stdout.contains("Critical driver-missing on host"), "{stdout}");
+    assert!(
+        stdout.contains("Critical driver-missing on host"),
+        "{stdout}"
+    );
 }
 
 #[test]

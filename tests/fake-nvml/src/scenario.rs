@@ -128,6 +128,7 @@ pub enum Field {
     EccErrors,
     Energy,
     RemappedRows,
+    RetiredPages,
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
@@ -149,6 +150,22 @@ pub struct RemappedRowsSpec {
     pub pending: bool,
     #[serde(default)]
     pub failed: bool,
+}
+
+/// What `nvmlDeviceGetRetiredPages*` and `nvmlDeviceGetRetiredPagesPendingStatus` answer
+/// (page retirement, the pre-Ampere scheme).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetiredPagesSpec {
+    /// Pages retired after multiple single-bit errors.
+    #[serde(default)]
+    pub single_bit: u32,
+    /// Pages retired after a double-bit error.
+    #[serde(default)]
+    pub double_bit: u32,
+    /// Whether a retirement waits for the next driver reload.
+    #[serde(default)]
+    pub pending: bool,
 }
 
 /// Calls on a GPU that block, like a driver stuck on a GPU that fell off the bus.
@@ -353,6 +370,8 @@ pub struct GpuSpec {
     pub energy_mj: Option<Metric>,
     /// Remapped rows; without them the call is not supported (a pre-Ampere GPU).
     pub remapped_rows: Option<RemappedRowsSpec>,
+    /// Retired pages; without them the calls are not supported (an Ampere or later GPU).
+    pub retired_pages: Option<RetiredPagesSpec>,
 
     #[serde(default)]
     pub unsupported: Vec<Field>,
