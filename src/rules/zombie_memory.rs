@@ -111,4 +111,20 @@ mod tests {
         let warnings = replay(config, 0, ghost(|_| false));
         assert_eq!(with_id(&warnings, "zombie-memory").len(), 1);
     }
+
+    /// torchtop in a container of its own sees none of the GPU processes in /proc.
+    #[test]
+    fn a_pid_namespace_of_its_own_hides_every_process_and_stays_quiet() {
+        let warnings = replay_default(30, |step| {
+            let mut snap = ghost(|_| false)(step);
+            let mut other = snap.processes[0].clone();
+            other.pid = 4343;
+            snap.processes.push(other);
+            snap
+        });
+        assert!(
+            with_id(&warnings, "zombie-memory").is_empty(),
+            "{warnings:#?}"
+        );
+    }
 }
