@@ -60,7 +60,7 @@ pub struct Cli {
         default_value = "critical",
         requires = "once"
     )]
-    pub fail_on: crate::report::FailOn,
+    pub fail_on: FailOn,
 
     /// With --json (and no --once): leave out of each line what earlier lines said (nulls, fixed
     /// GPU and process fields, the prose of warnings already shown).
@@ -86,6 +86,29 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Which warnings make `--once` fail (`--fail-on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailOn {
+    /// Always exit 0.
+    Never,
+    /// Exit 4 while a critical warning holds.
+    #[default]
+    Critical,
+    /// Also exit 3 while a warning at warn level holds.
+    Warn,
+}
+
+impl FailOn {
+    /// The least severity that fails; `None` for never.
+    pub fn threshold(self) -> Option<crate::model::Severity> {
+        match self {
+            FailOn::Never => None,
+            FailOn::Critical => Some(crate::model::Severity::Critical),
+            FailOn::Warn => Some(crate::model::Severity::Warn),
+        }
+    }
 }
 
 /// What `--once` prints.

@@ -75,7 +75,7 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     println!("{}", out.trim_end());
     exit_now(ExitCode::from(torchtop::report::exit_status(
         &snapshot,
-        cli.fail_on,
+        cli.fail_on.threshold(),
     )))
 }
 

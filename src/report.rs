@@ -18,25 +18,17 @@ pub const EXIT_WARN: u8 = 3;
 /// `--once`'s exit status when a critical warning holds (unless `--fail-on never`).
 pub const EXIT_CRITICAL: u8 = 4;
 
-/// Which warnings make `--once` fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum FailOn {
-    /// Always exit 0.
-    Never,
-    /// Exit [`EXIT_CRITICAL`] while a critical warning holds.
-    #[default]
-    Critical,
-    /// Also exit [`EXIT_WARN`] while a warning at warn level holds.
-    Warn,
-}
-
-/// The exit status of `--once` for this snapshot: 0, [`EXIT_WARN`] or [`EXIT_CRITICAL`].
-pub fn exit_status(snapshot: &Snapshot, fail_on: FailOn) -> u8 {
-    let worst = snapshot.warnings.iter().map(|w| w.severity).max();
-    match (fail_on, worst) {
-        (FailOn::Never, _) => 0,
-        (_, Some(Severity::Critical)) => EXIT_CRITICAL,
-        (FailOn::Warn, Some(Severity::Warn)) => EXIT_WARN,
+/// The exit status of `--once` for this snapshot: [`EXIT_CRITICAL`] while a critical warning
+/// holds, [`EXIT_WARN`] while one at warn level does and `fail_at` is `warn`, else 0. With
+/// `fail_at` `None` (`--fail-on never`), always 0.
+pub fn exit_status(snapshot: &Snapshot, fail_at: Option<Severity>) -> u8 {
+    let Some(fail_at) = fail_at else {
+        return 0;
+    };
+    match snapshot.warnings.iter().map(|w| w.severity).max() {
+        Some(worst) if worst < fail_at => 0,
+        Some(Severity::Critical) => EXIT_CRITICAL,
+        Some(Severity::Warn) => EXIT_WARN,
         _ => 0,
     }
 }

@@ -26,6 +26,13 @@ room, set pin_memory=True and copy batches with .to(device, non_blocking=True), 
 torch.backends.cudnn.benchmark = True when input shapes are fixed. Profile one step \
 (torch.profiler) to see where the time goes.";
 
+/// For GPUs that wait while the data pipeline does not look saturated: no DataLoader advice.
+const WAIT_REMEDY: &str = "The data pipeline does not look saturated, so find what the GPUs wait \
+on: profile one step (torch.profiler) or look at the stacks (py-spy dump --pid PID); check disk \
+and network reads (iostat, a slow shared filesystem), host-device syncs in the loop (.item(), \
+.cpu(), printing tensors), and a slower rank holding the others in collectives. A job idle \
+between phases (evaluation, checkpointing) looks the same.";
+
 /// What the window says about the CPU side of a group of processes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct CpuSide {
@@ -91,7 +98,7 @@ fn starved(
         return None;
     }
     let cpu = cpu_side(inputs, members, config.window_seconds);
-    let verdict = verdict(&cpu, config);
+    let (verdict, remedy) = verdict(&cpu, config);
     let memory: u64 = members.iter().filter_map(|p| p.gpu_memory_bytes).sum();
     let mut pids: Vec<u32> = members.iter().map(|p| p.pid).collect();
     pids.sort_unstable();
@@ -143,7 +150,7 @@ fn starved(
         subject,
         message,
         evidence,
-        REMEDY,
+        remedy,
     ))
 }
 
@@ -204,39 +211,53 @@ fn cpu_side(inputs: &Inputs, members: &[&GpuProcess], seconds: f64) -> CpuSide {
     }
 }
 
-/// One sentence on whether data loading looks like the bottleneck.
-fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> String {
+/// One sentence on whether data loading looks like the bottleneck, and the remedy that goes
+/// with it: DataLoader advice only when the CPU side is saturated.
+fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
     let host_busy = cpu.host_cpu.filter(|&c| c >= config.host_busy_percent);
     let host_note = host_busy.map_or_else(String::new, |c| {
         format!(", and the host CPU is saturated too ({})", fmt_percent(c))
     });
     match (cpu.workers, cpu.worker_cpu_each, cpu.main_cpu) {
-        (Some(n), Some(each), _) if n > 0 && each >= config.worker_busy_percent => format!(
-            "its {n} DataLoader worker{} look{} saturated ({} CPU each){host_note}: data loading \
-             is the bottleneck",
-            if n == 1 { "" } else { "s" },
-            if n == 1 { "s" } else { "" },
-            fmt_percent(each),
+        (Some(n), Some(each), _) if n > 0 && each >= config.worker_busy_percent => (
+            format!(
+                "its {n} DataLoader worker{} look{} saturated ({} CPU each){host_note}: data \
+                 loading is the bottleneck",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" },
+                fmt_percent(each),
+            ),
+            REMEDY,
         ),
-        (Some(0), _, Some(main)) if main >= config.main_busy_percent => format!(
-            "it has no DataLoader workers and its own CPU is saturated ({}){host_note}: loading \
-             data in the main process (num_workers=0) is the bottleneck",
-            fmt_percent(main),
+        (Some(0), _, Some(main)) if main >= config.main_busy_percent => (
+            format!(
+                "it has no DataLoader workers and its own CPU is saturated ({}){host_note}: \
+                 loading data in the main process (num_workers=0) is the bottleneck",
+                fmt_percent(main),
+            ),
+            REMEDY,
         ),
         _ => match host_busy {
-            Some(c) => format!(
-                "the host CPU is saturated ({}): the data pipeline is starved of CPU",
-                fmt_percent(c)
+            Some(c) => (
+                format!(
+                    "the host CPU is saturated ({}): the data pipeline is starved of CPU",
+                    fmt_percent(c)
+                ),
+                REMEDY,
             ),
-            None if cpu.workers.is_none() && cpu.host_cpu.is_none() => {
+            None if cpu.workers.is_none() && cpu.host_cpu.is_none() => (
                 "its DataLoader workers and the host CPU could not be read, so the cause is \
                  unknown"
-                    .to_string()
-            }
-            None => "neither its DataLoader workers nor the host CPU look saturated, so it \
-                     likely waits on something else: disk or network I/O, a blocking sync \
-                     (.item(), .cpu()), another rank in a collective, or it is idle"
-                .to_string(),
+                    .to_string(),
+                WAIT_REMEDY,
+            ),
+            None => (
+                "neither its DataLoader workers nor the host CPU look saturated, so it likely \
+                 waits on something else: disk or network I/O, a blocking sync (.item(), \
+                 .cpu()), another rank in a collective, or it is idle"
+                    .to_string(),
+                WAIT_REMEDY,
+            ),
         },
     }
 }
@@ -350,6 +371,12 @@ mod tests {
             "{}",
             w.message
         );
+        assert!(
+            !w.remedy.contains("num_workers"),
+            "no pipeline advice: {}",
+            w.remedy
+        );
+        assert!(w.remedy.contains("py-spy dump"), "{}", w.remedy);
     }
 
     #[test]
