@@ -2,9 +2,9 @@
 //! inference server, a notebook or a video encode never gets told to raise `num_workers`.
 //!
 //! A process trains when its agent reports a step counter, or it is not a known server or
-//! notebook and either has an agent or was started by a distributed launcher (RANK, LOCAL_RANK
-//! or WORLD_SIZE in its environment: torchrun, torch.distributed.launch, DeepSpeed, Accelerate
-//! and Lightning all set them).
+//! notebook and either has an agent or was started by a distributed launcher: RANK, LOCAL_RANK
+//! or WORLD_SIZE in its environment (torchrun, torch.distributed.launch, DeepSpeed, Accelerate
+//! and Lightning all set them), or a parent that is a launcher (`LaunchEnv::launcher`).
 
 use crate::model::GpuProcess;
 
@@ -35,10 +35,9 @@ pub(crate) fn is_training(process: &GpuProcess) -> bool {
     if looks_like_serving(process) {
         return false;
     }
-    let launched = process
-        .env
-        .as_ref()
-        .is_some_and(|e| e.rank.is_some() || e.local_rank.is_some() || e.world_size.is_some());
+    let launched = process.env.as_ref().is_some_and(|e| {
+        e.rank.is_some() || e.local_rank.is_some() || e.world_size.is_some() || e.launcher.is_some()
+    });
     process.torch.is_some() || launched
 }
 
@@ -83,6 +82,11 @@ mod tests {
             None
         )));
         assert!(!is_training(&with("python eval.py", None, None)));
+        let spawned = Some(LaunchEnv {
+            launcher: Some("torchrun".into()),
+            ..Default::default()
+        });
+        assert!(is_training(&with("python train.py", spawned, None)));
     }
 
     #[test]
