@@ -22,4 +22,4 @@ pub use job::{Job, JobRank};
 pub use process::{GpuProcess, HostProcess, LaunchEnv, ProcessKind};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
-pub use warning::{Fact, Severity, Subject, Warning, JOB_EVIDENCE};
+pub use warning::{Fact, Severity, Subject, Warning, GPU_EVIDENCE, JOB_EVIDENCE};

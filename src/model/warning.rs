@@ -40,6 +40,10 @@ impl Subject {
 /// it, and [`Warning::group`] groups on it.
 pub const JOB_EVIDENCE: &str = "job";
 
+/// The evidence row that names the GPU a process warning is about (the lowest, when the process
+/// holds several); [`Warning::group`] groups a process outside any job on it.
+pub const GPU_EVIDENCE: &str = "gpu";
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Warning {
     pub id: String,
@@ -54,16 +58,25 @@ pub struct Warning {
 }
 
 impl Warning {
-    /// The stable key several warnings with one cause share: the id and the cause, where the
-    /// cause is the job a process belongs to (its `job` evidence row), else the subject.
-    /// "leak@job 127.0.0.1:29500", "ecc@GPU 1", "swap@host".
+    /// The stable key several warnings with one cause share: the id and the cause. A job or
+    /// GPU warning is its own cause; a process warning's cause is its job (its `job` evidence
+    /// row), else its GPU (its `gpu` row), else the process. "leak@job 127.0.0.1:29500",
+    /// "ecc@GPU 1", "swap@host", "wrong-gpu@GPU 3".
     pub fn group(&self) -> String {
-        let job = self
-            .evidence
-            .iter()
-            .find(|(name, _)| name == JOB_EVIDENCE)
-            .map(|(_, id)| Subject::Job { id: id.clone() });
-        let cause = job.as_ref().unwrap_or(&self.subject);
+        let row = |name: &str| {
+            self.evidence
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let cause = match (&self.subject, row(JOB_EVIDENCE), row(GPU_EVIDENCE)) {
+            (Subject::Process { .. }, Some(id), _) => Subject::Job { id: id.to_string() },
+            (Subject::Process { .. }, None, Some(gpu)) => match gpu.trim().parse() {
+                Ok(index) => Subject::Gpu { index },
+                Err(_) => self.subject.clone(),
+            },
+            (subject, _, _) => subject.clone(),
+        };
         format!("{}@{}", self.id, cause.label())
     }
 
@@ -170,6 +183,8 @@ mod tests {
         assert_eq!(ranked.group(), "leak@job 127.0.0.1:29500");
         let alone = warning(Subject::Process { pid: 5 }, &[]);
         assert_eq!(alone.group(), "leak@pid 5");
+        let on_gpu = warning(Subject::Process { pid: 5 }, &[("gpu", "3")]);
+        assert_eq!(on_gpu.group(), "leak@GPU 3");
         let run = warning(
             Subject::Job {
                 id: "torchelastic run abc".into(),

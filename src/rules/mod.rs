@@ -7,11 +7,11 @@
 //! the snapshot's own (`unix_seconds`, `time`), never the wall clock, so a replayed history gives
 //! the same warnings.
 //!
-//! Rule ids: `gpu-lost`, `gpu-unresponsive`, `driver-missing`, `ecc`, `oom-risk`,
-//! `training-stalled`, `leak`, `fragmentation`, `wrong-gpu`, `zombie-memory`, `swap`,
-//! `imbalance`, `throttle`, `gpu-starved`: the order of [`IMPACT`], which sorts warnings of one
-//! severity. Each process warning whose process belongs to a job gets a `job` evidence row,
-//! which [`Warning::group`] groups on.
+//! Rule ids: `gpu-lost`, `gpu-unresponsive`, `driver-missing`, `ecc`, `training-stalled`,
+//! `wrong-gpu`, `oom-risk`, `leak`, `fragmentation`, `zombie-memory`, `swap`, `imbalance`,
+//! `throttle`, `gpu-starved`: the order of [`IMPACT`], which sorts warnings of one severity.
+//! Each process warning gets a `job` evidence row when its process is a rank of a job, else a
+//! `gpu` row (its lowest GPU) when it has none: [`Warning::group`] groups on them.
 //!
 //! Two facts the rules rely on from the collectors:
 //! - `DeviceAllocatorStats::index` is the process's own torch ordinal (`cuda:N`), which maps to
@@ -41,24 +41,27 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) use crate::config::RulesConfig;
 use crate::model::{
-    DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning, JOB_EVIDENCE,
+    DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning,
+    GPU_EVIDENCE, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
 use training_stalled::StepTrack;
 
 /// Rule ids by the harm they announce, most first: within one severity, warnings come in this
-/// order (health and lost work before advice). Ids not listed (a newer rule) come last, by id.
+/// order (the machine's health, then lost work, then advice). Ids not listed come last, by id.
+/// The `w` view's grouping (app::warning_groups) ranks health, `oom-risk`, `leak`,
+/// `fragmentation`, `zombie-memory`/`swap` the same way.
 pub(crate) const IMPACT: &[&str] = &[
     health::LOST,
     health::UNRESPONSIVE,
     health::DRIVER_MISSING,
     ecc::ID,
+    training_stalled::ID,
+    wrong_gpu::ID,
     "oom",
     oom_risk::ID,
-    training_stalled::ID,
     leak::ID,
     fragmentation::ID,
-    wrong_gpu::ID,
     zombie_memory::ID,
     swap::ID,
     imbalance::ID,
@@ -365,22 +368,32 @@ impl Engine {
     }
 }
 
-/// Adds a `job` evidence row to each process warning whose process is a rank of a job.
+/// Names the cause of each process warning in its evidence, for [`Warning::group`]: a `job` row
+/// when the process is a rank of a job, else a `gpu` row (its lowest GPU) unless it has one.
 fn name_jobs(found: &mut [Warning], snapshot: &Snapshot) {
     for warning in found.iter_mut() {
         let Subject::Process { pid } = warning.subject else {
             continue;
         };
+        let has = |w: &Warning, name: &str| w.evidence.iter().any(|(n, _)| n == name);
         let job = snapshot
             .jobs
             .iter()
             .find(|j| j.ranks.iter().any(|r| r.pid == pid));
-        if let Some(job) = job {
-            if !warning.evidence.iter().any(|(n, _)| n == JOB_EVIDENCE) {
-                warning
-                    .evidence
-                    .push((JOB_EVIDENCE.to_string(), job.id.clone()));
-            }
+        let gpu = snapshot
+            .processes
+            .iter()
+            .filter(|p| p.pid == pid)
+            .map(|p| p.gpu)
+            .min();
+        match (job, gpu) {
+            (Some(job), _) if !has(warning, JOB_EVIDENCE) => warning
+                .evidence
+                .push((JOB_EVIDENCE.to_string(), job.id.clone())),
+            (None, Some(gpu)) if !has(warning, GPU_EVIDENCE) => warning
+                .evidence
+                .push((GPU_EVIDENCE.to_string(), gpu.to_string())),
+            _ => {}
         }
     }
 }
@@ -729,6 +742,8 @@ mod tests {
                 ("throttle", Severity::Warn, Subject::Gpu { index: 1 }),
             ]
         );
+        // A process outside any job is grouped on its GPU, as the `w` view groups it.
+        assert_eq!(warnings[0].group(), "oom-risk@GPU 0");
     }
 
     #[test]
