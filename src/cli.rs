@@ -50,6 +50,23 @@ pub struct Cli {
           default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub readonly: bool,
 
+    /// With --once: which warnings make the exit status non-zero: `critical` (the default) exits
+    /// 4 while a critical warning holds, `warn` also exits 3 for a warning at warn level,
+    /// `never` always exits 0. Usage errors exit 2.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        default_value = "critical",
+        requires = "once"
+    )]
+    pub fail_on: FailOn,
+
+    /// With --json (and no --once): leave out of each line what earlier lines said (nulls, fixed
+    /// GPU and process fields, the prose of warnings already shown).
+    #[arg(long, requires = "json", conflicts_with = "once")]
+    pub compact: bool,
+
     /// With --once: the output format (`prometheus` is the exporter's text, for node
     /// exporter's textfile collector).
     #[arg(long, value_enum, value_name = "FORMAT", requires = "once")]
@@ -69,6 +86,29 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Which warnings make `--once` fail (`--fail-on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailOn {
+    /// Always exit 0.
+    Never,
+    /// Exit 4 while a critical warning holds.
+    #[default]
+    Critical,
+    /// Also exit 3 while a warning at warn level holds.
+    Warn,
+}
+
+impl FailOn {
+    /// The least severity that fails; `None` for never.
+    pub fn threshold(self) -> Option<crate::model::Severity> {
+        match self {
+            FailOn::Never => None,
+            FailOn::Critical => Some(crate::model::Severity::Critical),
+            FailOn::Warn => Some(crate::model::Severity::Warn),
+        }
+    }
 }
 
 /// What `--once` prints.

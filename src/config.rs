@@ -54,6 +54,9 @@ pub struct RulesConfig {
     pub(crate) throttle: ThrottleConfig,
     pub(crate) zombie_memory: ZombieMemoryConfig,
     pub(crate) ecc: EccConfig,
+    pub(crate) health: HealthConfig,
+    pub(crate) wrong_gpu: WrongGpuConfig,
+    pub(crate) training_stalled: TrainingStalledConfig,
 }
 
 /// `oom-risk`: memory near the GPU's total, and allocator OOMs.
@@ -297,6 +300,67 @@ impl Default for EccConfig {
     }
 }
 
+/// `gpu-lost`, `gpu-unresponsive` and `driver-missing`: the GPUs and the driver themselves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct HealthConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// A GPU the driver has not answered for this long is unresponsive. Default 10.
+    pub(crate) unresponsive_seconds: f64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            enabled: true,
+            unresponsive_seconds: 10.0,
+        }
+    }
+}
+
+/// `wrong-gpu`: a process holds memory on a GPU its CUDA_VISIBLE_DEVICES does not list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct WrongGpuConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The least memory that counts, in MiB. Default 64.
+    pub(crate) min_memory_mib: f64,
+}
+
+impl Default for WrongGpuConfig {
+    fn default() -> Self {
+        WrongGpuConfig {
+            enabled: true,
+            min_memory_mib: 64.0,
+        }
+    }
+}
+
+/// `training-stalled`: an agent still reports, but its step counter stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct TrainingStalledConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Stalled once the step has not moved for this many median step times. Default 10.
+    pub(crate) step_time_factor: f64,
+    /// ... and for at least this many seconds (evaluation and checkpoints pause the step
+    /// counter too). Default 300.
+    pub(crate) min_seconds: f64,
+}
+
+impl Default for TrainingStalledConfig {
+    fn default() -> Self {
+        TrainingStalledConfig {
+            enabled: true,
+            step_time_factor: 10.0,
+            min_seconds: 300.0,
+        }
+    }
+}
+
 /// The default config text, commented.
 pub fn print_default() -> &'static str {
     DEFAULT_CONFIG_TOML
@@ -500,6 +564,14 @@ impl RulesConfig {
             ("swap.window_seconds", self.swap.window_seconds),
             ("zombie_memory.min_seconds", self.zombie_memory.min_seconds),
             ("ecc.window_seconds", self.ecc.window_seconds),
+            (
+                "health.unresponsive_seconds",
+                self.health.unresponsive_seconds,
+            ),
+            (
+                "training_stalled.min_seconds",
+                self.training_stalled.min_seconds,
+            ),
         ];
         for (key, value) in windows {
             if !(0.0..=MAX_WINDOW_SECONDS).contains(&value) {
@@ -530,6 +602,11 @@ impl RulesConfig {
                 self.imbalance.min_memory_spread_mib,
             ),
             ("swap.min_growth_mib", self.swap.min_growth_mib),
+            ("wrong_gpu.min_memory_mib", self.wrong_gpu.min_memory_mib),
+            (
+                "training_stalled.step_time_factor",
+                self.training_stalled.step_time_factor,
+            ),
         ];
         for (key, value) in non_negative {
             if !value.is_finite() || value < 0.0 {

@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         return print_once(&cli, config, loader);
     }
     if cli.json {
-        return match torchtop::report::stream_json(config, loader, cli.samples) {
+        return match torchtop::report::stream_json(config, loader, cli.samples, cli.compact) {
             Ok(()) => exit_now(ExitCode::SUCCESS),
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
                 exit_now(ExitCode::SUCCESS)
@@ -164,7 +164,10 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
         torchtop::report::text(&snapshot)
     };
     println!("{}", out.trim_end());
-    exit_now(ExitCode::SUCCESS)
+    exit_now(ExitCode::from(torchtop::report::exit_status(
+        &snapshot,
+        cli.fail_on.threshold(),
+    )))
 }
 
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {
@@ -237,10 +240,20 @@ fn complain(prefix: &str, error: &dyn std::fmt::Display) {
     eprintln!("{prefix}: {}", escape_lines(&error.to_string()));
 }
 
-/// Leaves without waiting for collector threads, which may be stuck in the driver.
+/// Leaves without waiting for collector threads, which may be stuck in the driver. Keeps the
+/// codes `--once` documents (0, 3, 4); any other failure is 1.
 fn exit_now(code: ExitCode) -> ExitCode {
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let status = if code == ExitCode::SUCCESS { 0 } else { 1 };
+    let status = [
+        0u8,
+        1,
+        2,
+        torchtop::report::EXIT_WARN,
+        torchtop::report::EXIT_CRITICAL,
+    ]
+    .into_iter()
+    .find(|c| ExitCode::from(*c) == code)
+    .map_or(1, i32::from);
     std::process::exit(status)
 }

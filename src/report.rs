@@ -1,6 +1,8 @@
 //! `--once`: one snapshot as a compact text summary (like gpustat) or as one JSON document.
 //! Works without a terminal: nothing here touches the TTY.
 
+mod compact;
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 
@@ -9,19 +11,46 @@ use crate::sampler::{self, GpuLoader, SamplerConfig};
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
-use crate::model::{GpuSample, GpuState, Snapshot};
+use crate::model::{GpuSample, GpuState, Severity, Snapshot};
 
-/// Writes one compact JSON document per line for each snapshot the sampler publishes, until
-/// `samples` have been written or stdout is closed (a pipe into `head`, say).
+/// `--once`'s exit status when a warning at `warn` level holds (with `--fail-on warn`).
+pub const EXIT_WARN: u8 = 3;
+/// `--once`'s exit status when a critical warning holds (unless `--fail-on never`).
+pub const EXIT_CRITICAL: u8 = 4;
+
+/// The exit status of `--once` for this snapshot: [`EXIT_CRITICAL`] while a critical warning
+/// holds, [`EXIT_WARN`] while one at warn level does and `fail_at` is `warn`, else 0. With
+/// `fail_at` `None` (`--fail-on never`), always 0.
+pub fn exit_status(snapshot: &Snapshot, fail_at: Option<Severity>) -> u8 {
+    let Some(fail_at) = fail_at else {
+        return 0;
+    };
+    match snapshot.warnings.iter().map(|w| w.severity).max() {
+        Some(worst) if worst < fail_at => 0,
+        Some(Severity::Critical) => EXIT_CRITICAL,
+        Some(Severity::Warn) => EXIT_WARN,
+        _ => 0,
+    }
+}
+
+/// Writes one JSON document per line for each snapshot the sampler publishes, until `samples`
+/// have been written or stdout is closed (a pipe into `head`, say). With `compact`, each line
+/// leaves out what earlier lines said (see [`compact`]).
 pub fn stream_json(
     config: SamplerConfig,
     loader: GpuLoader,
     samples: Option<u64>,
+    compact: bool,
 ) -> std::io::Result<()> {
     let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<()>>();
     let mut written = 0u64;
+    let mut compactor = compact::Compactor::default();
     let _requests = sampler::spawn_loop(config, loader, move |snapshot| {
-        let line = serde_json::to_string(&snapshot).unwrap_or_default();
+        let line = if compact {
+            compactor.line(&snapshot)
+        } else {
+            serde_json::to_string(&snapshot).unwrap_or_default()
+        };
         let mut out = std::io::stdout().lock();
         if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
             let _ = done_tx.send(Err(error));
@@ -84,9 +113,10 @@ pub fn text(snapshot: &Snapshot) -> String {
     for warning in &snapshot.warnings {
         let _ = writeln!(
             out,
-            "{:?} {}: {}",
+            "{:?} {} on {}: {}",
             warning.severity,
             escape(&warning.id),
+            escape(&warning.subject.label()),
             escape(&warning.message)
         );
     }
@@ -142,6 +172,28 @@ fn host_line(snapshot: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_warning_names_its_job_once() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.warnings.push(crate::model::Warning {
+            id: "imbalance".into(),
+            severity: Severity::Warn,
+            subject: crate::model::Subject::Job {
+                id: "job 127.0.0.1:29500".into(),
+            },
+            message: "8 ranks out of balance over 30 s: rank 5 uses more".into(),
+            evidence: vec![],
+            remedy: String::new(),
+            since: String::new(),
+        });
+        let text = text(&snapshot);
+        assert!(
+            text.contains("Warn imbalance on job 127.0.0.1:29500: 8 ranks out of balance"),
+            "{text}"
+        );
+        assert_eq!(text.matches("job ").count(), 1, "{text}");
+    }
 
     #[test]
     fn missing_values_are_na_in_text_and_null_in_json() {

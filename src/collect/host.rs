@@ -283,7 +283,12 @@ impl HostCollector {
                 _ => self.read_identity(stat, now),
             };
             if with_env && identity.env.is_none() {
-                identity.env = Some(procfs::read_environ(&self.root, pid).ok());
+                let mut env = procfs::read_environ(&self.root, pid).ok();
+                if let Some(env) = env.as_mut() {
+                    let parent = procfs::read_cmdline(&self.root, stat.ppid).ok().flatten();
+                    env.launcher = parent.as_deref().and_then(launcher_in).map(str::to_string);
+                }
+                identity.env = Some(env);
             }
             self.confirm_same_process(stat)?;
             self.identities.insert(pid, identity);
@@ -418,6 +423,40 @@ impl HostCollector {
 
 fn checked_difference(total: Option<u64>, part: Option<u64>) -> Option<u64> {
     total?.checked_sub(part?)
+}
+
+/// Command-line words of the distributed launchers, with the name each is reported as.
+const LAUNCHERS: &[(&str, &str)] = &[
+    ("torchrun", "torchrun"),
+    ("torch.distributed.run", "torchrun"),
+    ("torch.distributed.launch", "torch.distributed.launch"),
+    ("deepspeed", "deepspeed"),
+    ("deepspeed.launcher.launch", "deepspeed"),
+    ("accelerate", "accelerate"),
+    ("mpirun", "mpirun"),
+    ("horovodrun", "horovodrun"),
+];
+
+/// The launcher a parent's command line names, if any: its program, or under a Python
+/// interpreter its script or `-m` module.
+fn launcher_in(cmdline: &str) -> Option<&'static str> {
+    let basename = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let mut words = cmdline.split_whitespace();
+    let program = basename(words.next()?);
+    let run = if program.starts_with("python") {
+        let rest: Vec<&str> = words.take(8).collect();
+        let module = rest
+            .iter()
+            .position(|w| *w == "-m")
+            .and_then(|i| rest.get(i + 1));
+        basename(module.or_else(|| rest.iter().find(|w| !w.starts_with('-')))?)
+    } else {
+        program
+    };
+    LAUNCHERS
+        .iter()
+        .find(|(word, _)| run == *word)
+        .map(|(_, name)| *name)
 }
 
 fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
@@ -898,5 +937,29 @@ mod tests {
         let me_again = again.iter().find(|p| p.pid == me.pid).unwrap();
         assert_eq!(me_again.start_ticks, me.start_ticks);
         assert!(me_again.cpu_percent.is_some());
+    }
+
+    #[test]
+    fn launchers_are_named_from_the_parents_command_line() {
+        let cases = [
+            (
+                "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 8 train.py",
+                Some("torchrun"),
+            ),
+            (
+                "python -m torch.distributed.run --nproc_per_node 2 t.py",
+                Some("torchrun"),
+            ),
+            (
+                "python -u -m deepspeed.launcher.launch --world_info=x",
+                Some("deepspeed"),
+            ),
+            ("/opt/conda/bin/deepspeed train.py", Some("deepspeed")),
+            ("bash run.sh", None),
+            ("python train.py --note torchrun", None),
+        ];
+        for (cmdline, expected) in cases {
+            assert_eq!(launcher_in(cmdline), expected, "{cmdline}");
+        }
     }
 }

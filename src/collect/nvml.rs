@@ -162,6 +162,7 @@ struct SlowFields {
     ecc_volatile_corrected: Option<u64>,
     ecc_volatile_uncorrected: Option<u64>,
     remapped_rows: Option<RemappedRows>,
+    retired_pages_pending: Option<bool>,
 }
 
 /// nvmlDeviceGetRemappedRows' answer (Ampere and later), which nvml-wrapper does not wrap.
@@ -169,6 +170,7 @@ struct SlowFields {
 struct RemappedRows {
     correctable: u64,
     uncorrectable: u64,
+    pending: bool,
     failed: bool,
 }
 
@@ -360,6 +362,13 @@ fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowF
             .get(device.enforced_power_limit())
             .map(milliwatts_to_watts),
         remapped_rows: remapped_rows(device),
+        // Page retirement is the pre-Ampere scheme; a GPU that remaps rows answers
+        // NOT_SUPPORTED, which the reader keeps as `None`.
+        retired_pages_pending: if ecc_on {
+            reader.get(device.are_pages_pending_retired())
+        } else {
+            None
+        },
     }
 }
 
@@ -386,6 +395,7 @@ fn remapped_rows(device: &Device) -> Option<RemappedRows> {
     (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(RemappedRows {
         correctable: u64::from(correctable),
         uncorrectable: u64::from(uncorrectable),
+        pending: pending != 0,
         failed: failed != 0,
     })
 }
@@ -414,6 +424,8 @@ fn read_sample(
         remapped_rows_correctable: slow.remapped_rows.map(|r| r.correctable),
         remapped_rows_uncorrectable: slow.remapped_rows.map(|r| r.uncorrectable),
         remapped_rows_failed: slow.remapped_rows.map(|r| r.failed),
+        remapped_rows_pending: slow.remapped_rows.map(|r| r.pending),
+        retired_pages_pending: slow.retired_pages_pending,
         temperature_c: reader.get(device.temperature(TemperatureSensor::Gpu)),
         power_w: reader.get(device.power_usage()).map(milliwatts_to_watts),
         power_limit_w: slow.power_limit_w,

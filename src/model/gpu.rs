@@ -79,6 +79,12 @@ pub struct GpuSample {
     pub xid_last: Option<u64>,
     /// Critical Xid errors since torchtop began watching this GPU.
     pub xid_count: Option<u64>,
+    /// Whether a row remapping waits for the next GPU reset (Ampere and later).
+    #[serde(default)]
+    pub remapped_rows_pending: Option<bool>,
+    /// Whether retired pages wait for the next driver reload (before Ampere).
+    #[serde(default)]
+    pub retired_pages_pending: Option<bool>,
     /// Values the driver reported out of physical range, shown as null instead.
     #[serde(default)]
     pub implausible: Implausible,

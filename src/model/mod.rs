@@ -24,4 +24,4 @@ pub use oom::{MemsnapReady, OomReport};
 pub use process::{GpuProcess, HostProcess, LaunchEnv, ProcessKind};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
-pub use warning::{Severity, Subject, Warning};
+pub use warning::{Fact, Severity, Subject, Warning, GPU_EVIDENCE, JOB_EVIDENCE};

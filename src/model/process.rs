@@ -92,6 +92,11 @@ pub struct LaunchEnv {
     pub master_addr: Option<String>,
     pub master_port: Option<String>,
     pub pytorch_cuda_alloc_conf: Option<String>,
+    /// The distributed launcher that started the process, when its parent is one (`torchrun`,
+    /// `torch.distributed.run`, `deepspeed`, `accelerate`, `mpirun`, ...), from the parent's
+    /// command line; not an environment variable.
+    #[serde(default)]
+    pub launcher: Option<String>,
 }
 
 /// Any host process, as the tree view and the job grouping see it.

@@ -27,6 +27,10 @@ pub struct Snapshot {
     /// Outcomes of agent commands and other one-off news since the previous snapshot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// The `/dev/nvidia*` device nodes found, listed only when the GPU library finished
+    /// loading and failed: a driver that is installed but broken (the `driver-missing` rule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvidia_devices: Vec<String>,
     /// Every host process, only while the tree view asks for it (it costs a full /proc scan).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_processes: Vec<HostProcess>,

@@ -1,10 +1,13 @@
-//! `ecc`: a GPU's volatile ECC error counts rising.
+//! `ecc`: a GPU's memory errors.
 //!
-//! Volatile counts restart at driver load; a fall is a reset, not a change. Any rise within the
-//! window fires: uncorrected errors (data was corrupted) are critical, corrected ones a warning.
+//! Critical whenever the volatile uncorrected count is above 0 (data was corrupted since the
+//! driver loaded; present from the start counts, not only a rise), or the GPU waits for a reset
+//! to retire pages or remap rows, or a row remapping failed. A warning when the corrected count
+//! rose within the window (the hardware fixed them, but a steady rise means failing memory).
+//! Volatile counts restart at driver load; a fall is a reset, not a change.
 
 use crate::config::EccConfig;
-use crate::model::{Severity, Subject, Warning};
+use crate::model::{GpuSample, Severity, Subject, Warning};
 
 use super::{counter_rise, fmt_opt, fmt_seconds, warning, GpuPoint, Inputs, Point};
 
@@ -12,56 +15,73 @@ pub(crate) const ID: &str = "ecc";
 
 const REMEDY: &str = "Uncorrected errors corrupt results: stop the jobs on this GPU, check \
 nvidia-smi -q -d ECC and the retired or remapped pages (nvidia-smi -q -d \
-PAGE_RETIREMENT,ROW_REMAPPER), then reset the GPU or reboot; if errors come back, have the GPU \
-replaced. A few corrected errors are handled by the hardware, but a steady rise is a sign of \
-failing memory.";
+PAGE_RETIREMENT,ROW_REMAPPER), then reset the GPU or reboot (pending retirements and remappings \
+take effect only then); if errors come back, have the GPU replaced. A few corrected errors are \
+handled by the hardware, but a steady rise is a sign of failing memory.";
 
 pub(crate) fn check(inputs: &Inputs, config: &EccConfig) -> Vec<Warning> {
     inputs
         .gpus
         .iter()
-        .filter_map(|(&index, window)| rising(index, window.recent(config.window_seconds), config))
+        .filter_map(|(&index, window)| {
+            let gpu = inputs.snapshot.gpu(index)?;
+            errors(gpu, window.recent(config.window_seconds), config)
+        })
         .collect()
 }
 
-fn rising(index: u32, points: &[Point<GpuPoint>], config: &EccConfig) -> Option<Warning> {
+fn errors(gpu: &GpuSample, points: &[Point<GpuPoint>], config: &EccConfig) -> Option<Warning> {
+    let index = gpu.index;
     let corrected = counter_rise(points, |g| g.ecc_corrected);
-    let uncorrected = counter_rise(points, |g| g.ecc_uncorrected);
     let new_corrected = corrected.map_or(0, |(rise, _)| rise);
-    let new_uncorrected = uncorrected.map_or(0, |(rise, _)| rise);
-    if new_corrected == 0 && new_uncorrected == 0 {
+    let uncorrected = gpu.ecc_volatile_uncorrected.unwrap_or(0);
+    let retire_pending = gpu.retired_pages_pending == Some(true);
+    let remap_pending = gpu.remapped_rows_pending == Some(true);
+    let remap_failed = gpu.remapped_rows_failed == Some(true);
+    let mut parts = Vec::new();
+    if uncorrected > 0 {
+        parts.push(format!(
+            "{uncorrected} uncorrected ECC error{} since the driver loaded",
+            plural(uncorrected)
+        ));
+    }
+    if retire_pending {
+        parts.push("retired pages wait for a reset".to_string());
+    }
+    if remap_pending {
+        parts.push("remapped rows wait for a reset".to_string());
+    }
+    if remap_failed {
+        parts.push("a row remapping failed".to_string());
+    }
+    let critical = !parts.is_empty();
+    if new_corrected > 0 {
+        parts.push(format!(
+            "{new_corrected} new corrected ECC error{} in the last {}",
+            plural(new_corrected),
+            fmt_seconds(config.window_seconds)
+        ));
+    }
+    if parts.is_empty() {
         return None;
     }
-    let severity = if new_uncorrected > 0 {
+    let severity = if critical {
         Severity::Critical
     } else {
         Severity::Warn
     };
-    let mut parts = Vec::new();
-    if new_uncorrected > 0 {
-        parts.push(format!("{new_uncorrected} new uncorrected"));
-    }
-    if new_corrected > 0 {
-        parts.push(format!("{new_corrected} new corrected"));
-    }
-    let message = format!(
-        "GPU {index} reported {} ECC error{} in the last {}",
-        parts.join(" and "),
-        if new_corrected + new_uncorrected == 1 {
-            ""
-        } else {
-            "s"
-        },
-        fmt_seconds(config.window_seconds),
-    );
+    let message = format!("GPU {index} reports {}", parts.join("; "));
+    let yes_no = |v: Option<bool>| fmt_opt(v.map(|b| if b { "yes" } else { "no" }));
     let evidence = vec![
-        ("new uncorrected", new_uncorrected.to_string()),
-        ("new corrected", new_corrected.to_string()),
         (
             "volatile uncorrected",
-            fmt_opt(uncorrected.map(|(_, now)| now)),
+            fmt_opt(gpu.ecc_volatile_uncorrected),
         ),
+        ("new corrected", new_corrected.to_string()),
         ("volatile corrected", fmt_opt(corrected.map(|(_, now)| now))),
+        ("retired pages pending", yes_no(gpu.retired_pages_pending)),
+        ("remapped rows pending", yes_no(gpu.remapped_rows_pending)),
+        ("remapped rows failed", yes_no(gpu.remapped_rows_failed)),
     ];
     Some(warning(
         ID,
@@ -71,6 +91,14 @@ fn rising(index: u32, points: &[Point<GpuPoint>], config: &EccConfig) -> Option<
         evidence,
         REMEDY,
     ))
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 #[cfg(test)]
@@ -101,20 +129,43 @@ mod tests {
     }
 
     #[test]
-    fn a_new_uncorrected_error_is_critical() {
-        let warnings = replay_default(10, counts(|_| 5, |s| u64::from(s >= 8)));
+    fn uncorrected_errors_present_from_the_start_are_critical_at_once() {
+        let warnings = replay_default(0, counts(|_| 0, |_| 4));
         let w = find(&warnings, "ecc", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Critical);
         assert!(
-            w.message.contains("1 new uncorrected ECC error"),
+            w.message.contains("4 uncorrected ECC errors"),
             "{}",
             w.message
+        );
+        let later = replay_default(100, counts(|_| 7, |_| 1));
+        assert_eq!(
+            find(&later, "ecc", &Subject::Gpu { index: 0 }).severity,
+            Severity::Critical
         );
     }
 
     #[test]
-    fn steady_counts_and_a_reset_stay_silent() {
-        let steady = replay_default(10, counts(|_| 7, |_| 1));
+    fn pending_retirements_and_remappings_are_critical() {
+        for pending in ["retired", "remapped"] {
+            let warnings = replay_default(0, |step| {
+                let mut snap = counts(|_| 0, |_| 0)(step);
+                if pending == "retired" {
+                    snap.gpus[0].retired_pages_pending = Some(true);
+                } else {
+                    snap.gpus[0].remapped_rows_pending = Some(true);
+                }
+                snap
+            });
+            let w = find(&warnings, "ecc", &Subject::Gpu { index: 0 });
+            assert_eq!(w.severity, Severity::Critical, "{pending}");
+            assert!(w.message.contains("wait for a reset"), "{}", w.message);
+        }
+    }
+
+    #[test]
+    fn steady_corrected_counts_and_a_reset_stay_silent() {
+        let steady = replay_default(10, counts(|_| 7, |_| 0));
         assert!(with_id(&steady, "ecc").is_empty(), "{steady:#?}");
         let reset = replay_default(10, counts(|s| if s < 5 { 9 } else { 0 }, |_| 0));
         assert!(with_id(&reset, "ecc").is_empty(), "{reset:#?}");

@@ -4,7 +4,9 @@
 //! figure for the process) and utilization (the process's SM figure, else its GPU's) are
 //! averaged over a full window. The job is imbalanced when the memory spread reaches both the
 //! share of the largest rank and the absolute minimum, or the utilization spread reaches its
-//! threshold. Ranks without a full window are left out; at least two must remain.
+//! threshold. Ranks without a full window are left out; at least two must remain. Jobs of
+//! servers (sharded inference launchers set RANK too) are left alone: the remedy is about
+//! training data and batches.
 
 use crate::config::ImbalanceConfig;
 use crate::model::{Severity, Subject, Warning};
@@ -35,6 +37,7 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
         .snapshot
         .jobs
         .iter()
+        .filter(|job| !serving(inputs, job))
         .filter_map(|job| {
             let loads: Vec<RankLoad> = job
                 .ranks
@@ -48,6 +51,17 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
             imbalanced(job, &loads, config)
         })
         .collect()
+}
+
+/// Whether any rank of the job is a known server or notebook.
+fn serving(inputs: &Inputs, job: &Job) -> bool {
+    job.ranks.iter().any(|rank| {
+        inputs
+            .snapshot
+            .processes
+            .iter()
+            .any(|p| p.pid == rank.pid && super::training::looks_like_serving(p))
+    })
 }
 
 fn rank_load<'a>(rank: &'a JobRank, points: &[Point<ProcPoint>]) -> RankLoad<'a> {
@@ -131,9 +145,10 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
     if findings.is_empty() {
         return None;
     }
+    // The subject names the job; the message does not repeat it ("job job X job X").
     let message = format!(
-        "{} is out of balance over {}: {}",
-        job.id,
+        "{} ranks out of balance over {}: {}",
+        loads.len(),
         fmt_seconds(config.window_seconds),
         findings.join("; ")
     );
@@ -247,5 +262,18 @@ mod tests {
         let mut config = RulesConfig::default();
         config.imbalance.utilization_spread_percent = 15.0;
         assert_eq!(with_id(&replay(config, 30, uneven), "imbalance").len(), 1);
+    }
+
+    #[test]
+    fn a_sharded_inference_server_is_not_a_training_job_out_of_balance() {
+        let serve = |step: u32| {
+            let mut snap = job(|r| if r == 5 { 60 * GIB } else { 20 * GIB }, |_| 80)(step);
+            for p in &mut snap.processes {
+                p.command = Some("text-generation-server serve model --sharded".into());
+            }
+            snap
+        };
+        let warnings = replay_default(60, serve);
+        assert!(with_id(&warnings, "imbalance").is_empty(), "{warnings:#?}");
     }
 }

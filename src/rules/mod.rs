@@ -7,8 +7,12 @@
 //! the snapshot's own (`unix_seconds`, `time`), never the wall clock, so a replayed history gives
 //! the same warnings.
 //!
-//! Rule ids: `oom-risk`, `fragmentation`, `leak`, `gpu-starved`, `imbalance`, `swap`,
-//! `throttle`, `zombie-memory`, `ecc`, `oom`.
+//! Rule ids: `gpu-lost`, `gpu-unresponsive`, `driver-missing`, `ecc`, `training-stalled`,
+//! `wrong-gpu`, `oom-risk`, `leak`, `fragmentation`, `zombie-memory`, `swap`, `imbalance`,
+//! `throttle`, `gpu-starved`, `oom`: the order of [`IMPACT`], which sorts warnings of one
+//! severity.
+//! Each process warning gets a `job` evidence row when its process is a rank of a job, else a
+//! `gpu` row (its lowest GPU) when it has none: [`Warning::group`] groups on them.
 //!
 //! Two facts the rules rely on from the collectors:
 //! - `DeviceAllocatorStats::index` is the process's own torch ordinal (`cuda:N`), which maps to
@@ -19,6 +23,7 @@
 mod ecc;
 mod fragmentation;
 mod gpu_starved;
+mod health;
 mod imbalance;
 pub(crate) mod jobs;
 mod leak;
@@ -26,6 +31,9 @@ mod oom;
 mod oom_risk;
 mod swap;
 mod throttle;
+pub(crate) mod training;
+mod training_stalled;
+mod wrong_gpu;
 mod zombie_memory;
 
 #[cfg(test)]
@@ -36,8 +44,37 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub(crate) use crate::config::RulesConfig;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Snapshot, Subject, Warning,
+    GPU_EVIDENCE, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
+use training_stalled::StepTrack;
+
+/// Rule ids by the harm they announce, most first: within one severity, warnings come in this
+/// order (the machine's health, then lost work, then advice). Ids not listed come last, by id.
+/// The `w` view's grouping (app::warning_groups) ranks health, `oom-risk`, `leak`,
+/// `fragmentation`, `zombie-memory`/`swap` the same way.
+pub(crate) const IMPACT: &[&str] = &[
+    health::LOST,
+    health::UNRESPONSIVE,
+    health::DRIVER_MISSING,
+    ecc::ID,
+    training_stalled::ID,
+    wrong_gpu::ID,
+    oom::ID,
+    oom_risk::ID,
+    leak::ID,
+    fragmentation::ID,
+    zombie_memory::ID,
+    swap::ID,
+    imbalance::ID,
+    throttle::ID,
+    gpu_starved::ID,
+];
+
+/// Where `id` stands in [`IMPACT`].
+fn impact_rank(id: &str) -> usize {
+    IMPACT.iter().position(|i| *i == id).unwrap_or(IMPACT.len())
+}
 
 /// The most points one window keeps; past it the older half is thinned to every second point,
 /// so a long window at a fast refresh keeps its time span at a coarser grain.
@@ -183,6 +220,8 @@ pub(crate) struct Inputs<'a> {
     /// Keyed by (pid, torch device index).
     pub(crate) allocators: &'a BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     pub(crate) host: &'a Window<HostPoint>,
+    /// Keyed by pid: the step counters of the processes with an agent.
+    pub(crate) steps: &'a BTreeMap<u32, StepTrack>,
 }
 
 impl Inputs<'_> {
@@ -212,6 +251,7 @@ pub(crate) struct Engine {
     processes: BTreeMap<(u32, u32), Tracked<ProcPoint>>,
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     host: Window<HostPoint>,
+    steps: BTreeMap<u32, StepTrack>,
     first_seen: HashMap<(String, SubjectKey), String>,
 }
 
@@ -225,13 +265,14 @@ impl Engine {
             processes: BTreeMap::new(),
             allocators: BTreeMap::new(),
             host: Window::default(),
+            steps: BTreeMap::new(),
             first_seen: HashMap::new(),
         }
     }
 
     /// Records the snapshot and returns the warnings that hold now: most severe first, then by
-    /// id, then by subject; one per (id, subject), its `since` kept while it holds without a
-    /// break.
+    /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
+    /// without a break.
     pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
         self.record(snapshot);
         let inputs = Inputs {
@@ -240,8 +281,10 @@ impl Engine {
             processes: &self.processes,
             allocators: &self.allocators,
             host: &self.host,
+            steps: &self.steps,
         };
-        let found = run_rules(&inputs, &self.config);
+        let mut found = run_rules(&inputs, &self.config);
+        name_jobs(&mut found, snapshot);
         self.finish(found, snapshot)
     }
 
@@ -290,12 +333,14 @@ impl Engine {
             memory_total_bytes: host.memory.total_bytes,
         };
         self.host.push(t, point, keep);
+        training_stalled::record(&mut self.steps, snapshot);
     }
 
     fn finish(&mut self, mut found: Vec<Warning>, snapshot: &Snapshot) -> Vec<Warning> {
         found.sort_by(|a, b| {
             b.severity
                 .cmp(&a.severity)
+                .then_with(|| impact_rank(&a.id).cmp(&impact_rank(&b.id)))
                 .then_with(|| a.id.cmp(&b.id))
                 .then_with(|| SubjectKey::of(&a.subject).cmp(&SubjectKey::of(&b.subject)))
         });
@@ -325,8 +370,47 @@ impl Engine {
     }
 }
 
+/// Names the cause of each process warning in its evidence, for [`Warning::group`]: a `job` row
+/// when the process is a rank of a job, else a `gpu` row (its lowest GPU) unless it has one.
+fn name_jobs(found: &mut [Warning], snapshot: &Snapshot) {
+    for warning in found.iter_mut() {
+        let Subject::Process { pid } = warning.subject else {
+            continue;
+        };
+        let has = |w: &Warning, name: &str| w.evidence.iter().any(|(n, _)| n == name);
+        let job = snapshot
+            .jobs
+            .iter()
+            .find(|j| j.ranks.iter().any(|r| r.pid == pid));
+        let gpu = snapshot
+            .processes
+            .iter()
+            .filter(|p| p.pid == pid)
+            .map(|p| p.gpu)
+            .min();
+        match (job, gpu) {
+            (Some(job), _) if !has(warning, JOB_EVIDENCE) => warning
+                .evidence
+                .push((JOB_EVIDENCE.to_string(), job.id.clone())),
+            (None, Some(gpu)) if !has(warning, GPU_EVIDENCE) => warning
+                .evidence
+                .push((GPU_EVIDENCE.to_string(), gpu.to_string())),
+            _ => {}
+        }
+    }
+}
+
 fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
     let mut found = oom::check(inputs);
+    if config.health.enabled {
+        found.extend(health::check(inputs, &config.health));
+    }
+    if config.wrong_gpu.enabled {
+        found.extend(wrong_gpu::check(inputs, &config.wrong_gpu));
+    }
+    if config.training_stalled.enabled {
+        found.extend(training_stalled::check(inputs, &config.training_stalled));
+    }
     if config.oom_risk.enabled {
         found.extend(oom_risk::check(inputs, &config.oom_risk));
     }
@@ -660,6 +744,8 @@ mod tests {
                 ("throttle", Severity::Warn, Subject::Gpu { index: 1 }),
             ]
         );
+        // A process outside any job is grouped on its GPU, as the `w` view groups it.
+        assert_eq!(warnings[0].group(), "oom-risk@GPU 0");
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! (the subject is the process, since the remedy is in its code), otherwise when the GPU's used
 //! memory does (the subject is the GPU, with its largest holder as evidence). Critical when the
 //! allocator's `num_ooms` rose within `oom_window_seconds`.
+//!
+//! The GPU-level warning stays quiet when every holder is a known server or notebook
+//! ([`looks_like_serving`](super::training::looks_like_serving)): vLLM and its kind take most of
+//! a GPU on purpose (`gpu_memory_utilization`), and a GPU reserved that way is not about to fail
+//! anyone.
 
 use crate::config::OomRiskConfig;
 use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Subject, Warning};
@@ -36,7 +41,11 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
                 reserved_near_full(p, device, gpu, config)
             })
             .collect();
-        if by_process.is_empty() {
+        let reserved_by_servers = !holders.is_empty()
+            && holders
+                .iter()
+                .all(|p| super::training::looks_like_serving(p));
+        if by_process.is_empty() && !reserved_by_servers {
             found.extend(gpu_near_full(gpu, &holders, config));
         }
         found.extend(by_process);
@@ -189,6 +198,16 @@ mod tests {
         assert_eq!(evidence(w, "largest holder"), "pid 42 (76.8 GiB)");
         assert!(w.remedy.contains("GradScaler"));
         assert!(w.remedy.contains("FSDP"));
+    }
+
+    #[test]
+    fn a_gpu_filled_by_an_inference_server_on_purpose_is_silent() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(97);
+            snap.processes[0].command = Some("python -m vllm.entrypoints.openai.api_server".into());
+            snap
+        });
+        assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! Fires when a (pid, GPU) pair NVML lists has been invisible in /proc for at least
 //! `min_seconds` (so a process exiting between the driver read and the /proc read stays quiet).
 //! A pid from another container or PID namespace looks exactly the same, and the message says so.
+//! When several processes hold GPUs and none of them is in /proc, torchtop itself runs in a
+//! PID namespace of its own (a container without `--pid=host`): then every process looks
+//! missing, and the rule stays quiet rather than flag them all.
 
 use crate::config::ZombieMemoryConfig;
 use crate::model::{Severity, Subject, Warning};
@@ -20,6 +23,13 @@ process's memory is freed once its parent reaps it. If nothing holds it, resetti
 (nvidia-smi -r) frees it.";
 
 pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning> {
+    let processes = &inputs.snapshot.processes;
+    let mut pids: Vec<u32> = processes.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.len() >= 2 && processes.iter().all(|p| !p.visible) {
+        return Vec::new();
+    }
     covering(inputs.processes, config.min_seconds)
         .filter_map(|((pid, gpu), points)| missing(pid, gpu, points, config))
         .collect()
@@ -100,5 +110,21 @@ mod tests {
         config.zombie_memory.min_seconds = 0.0;
         let warnings = replay(config, 0, ghost(|_| false));
         assert_eq!(with_id(&warnings, "zombie-memory").len(), 1);
+    }
+
+    /// torchtop in a container of its own sees none of the GPU processes in /proc.
+    #[test]
+    fn a_pid_namespace_of_its_own_hides_every_process_and_stays_quiet() {
+        let warnings = replay_default(30, |step| {
+            let mut snap = ghost(|_| false)(step);
+            let mut other = snap.processes[0].clone();
+            other.pid = 4343;
+            snap.processes.push(other);
+            snap
+        });
+        assert!(
+            with_id(&warnings, "zombie-memory").is_empty(),
+            "{warnings:#?}"
+        );
     }
 }

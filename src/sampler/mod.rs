@@ -51,6 +51,8 @@ pub struct SamplerConfig {
     pub rules: RulesConfig,
     /// Where the agents inside training processes put their sockets.
     pub(crate) agent_dir: PathBuf,
+    /// Where the NVIDIA device nodes live: `/dev`, or `TORCHTOP_DEV_DIR` (for tests).
+    pub(crate) dev_dir: PathBuf,
 }
 
 /// Something the UI asks of the sampler between ticks.
@@ -76,6 +78,8 @@ impl SamplerConfig {
             library_label,
             rules: RulesConfig::default(),
             agent_dir: crate::protocol::default_socket_dir(),
+            dev_dir: std::env::var_os("TORCHTOP_DEV_DIR")
+                .map_or_else(|| PathBuf::from("/dev"), PathBuf::from),
         }
     }
 }
@@ -165,6 +169,9 @@ impl Sampler {
         snapshot.processes = processes;
         snapshot.ooms = self.ooms.iter().cloned().collect();
         snapshot.memsnap_ready = self.memsnap_ready.clone();
+        if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
+            snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
+        }
         snapshot
     }
 
@@ -263,6 +270,21 @@ impl Sampler {
         self.notices.extend(fresh);
         std::mem::take(&mut self.notices)
     }
+}
+
+/// The names of the `nvidia*` entries of `dev`, sorted; none where it cannot be read.
+fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("nvidia"))
+        .map(|name| crate::format::escape(&name).into_owned())
+        .collect();
+    names.sort();
+    names.truncate(64);
+    names
 }
 
 /// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the

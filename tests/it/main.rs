@@ -30,3 +30,4 @@ mod tui_actions;
 mod tui_fake_nvml;
 mod tui_terminal;
 mod tui_warnings;
+mod warnings_e2e;

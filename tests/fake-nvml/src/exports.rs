@@ -269,6 +269,21 @@ export! {
             None => NVML_ERROR_NOT_SUPPORTED,
         })
     }
+    /// Whether a page retirement waits for the next driver reload.
+    fn nvmlDeviceGetRetiredPagesPendingStatus(device: nvmlDevice_t, isPending: *mut c_uint) {
+        state::device_call(device, Field::RetiredPages, |v| match v.gpu().retired_pages {
+            Some(pages) => put(isPending, c_uint::from(pages.pending)),
+            None => NVML_ERROR_NOT_SUPPORTED,
+        })
+    }
+    /// The addresses of the pages retired for `cause` (0: multiple single-bit, 1: double-bit).
+    fn nvmlDeviceGetRetiredPages(device: nvmlDevice_t, cause: c_uint, pageCount: *mut c_uint, addresses: *mut c_ulonglong) {
+        state::device_call(device, Field::RetiredPages, |v| retired_pages(v, cause, pageCount, addresses, std::ptr::null_mut()))
+    }
+    /// As `nvmlDeviceGetRetiredPages`, with the time of each retirement (µs since the epoch).
+    fn nvmlDeviceGetRetiredPages_v2(device: nvmlDevice_t, cause: c_uint, pageCount: *mut c_uint, addresses: *mut c_ulonglong, timestamps: *mut c_ulonglong) {
+        state::device_call(device, Field::RetiredPages, |v| retired_pages(v, cause, pageCount, addresses, timestamps))
+    }
     /// Number of fans.
     fn nvmlDeviceGetNumFans(device: nvmlDevice_t, numFans: *mut c_uint) {
         state::device_call(device, Field::NumFans, |v| put(numFans, v.gpu().num_fans))
@@ -659,6 +674,43 @@ fn process_v2(p: &ProcessSpec, t: f64) -> nvmlProcessInfo_v2_t {
         gpuInstanceId: p.gpu_instance_id.unwrap_or(NO_INSTANCE_ID),
         computeInstanceId: p.compute_instance_id.unwrap_or(NO_INSTANCE_ID),
     }
+}
+
+/// The retired pages of one cause under the size protocol; made-up addresses 4 KiB apart and
+/// timestamps one second apart from the Unix epoch's first day.
+fn retired_pages(
+    v: &DeviceView,
+    cause: c_uint,
+    count: *mut c_uint,
+    addresses: *mut c_ulonglong,
+    timestamps: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    let Some(pages) = v.gpu().retired_pages else {
+        return NVML_ERROR_NOT_SUPPORTED;
+    };
+    let n = match cause {
+        0 => pages.single_bit,
+        1 => pages.double_bit,
+        _ => return NVML_ERROR_INVALID_ARGUMENT,
+    };
+    let base = u64::from(cause) << 32;
+    let addresses_of: Vec<c_ulonglong> = (0..u64::from(n)).map(|i| base + i * 4096).collect();
+    if !timestamps.is_null() && !count.is_null() {
+        // SAFETY: count is non-null and caller-vouched; timestamps holds as many records.
+        let capacity = unsafe { *count };
+        if capacity >= n {
+            for i in 0..n as usize {
+                // SAFETY: i < n <= capacity records, per the caller.
+                unsafe {
+                    timestamps
+                        .add(i)
+                        .write(86_400_000_000 + i as u64 * 1_000_000)
+                };
+            }
+        }
+    }
+    // SAFETY: count null or writable, addresses null or valid for *count records (caller).
+    unsafe { write_list(addresses_of, count, addresses) }
 }
 
 /// The size protocol of NVML's list calls: a null or short buffer gets INSUFFICIENT_SIZE and

@@ -128,6 +128,7 @@ pub enum Field {
     EccErrors,
     Energy,
     RemappedRows,
+    RetiredPages,
     ComputeProcesses,
     GraphicsProcesses,
     ProcessUtilization,
@@ -160,6 +161,22 @@ pub struct RemappedRowsSpec {
 pub struct XidSpec {
     pub at_s: f64,
     pub code: u64,
+}
+
+/// What `nvmlDeviceGetRetiredPages*` and `nvmlDeviceGetRetiredPagesPendingStatus` answer
+/// (page retirement, the pre-Ampere scheme).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetiredPagesSpec {
+    /// Pages retired after multiple single-bit errors.
+    #[serde(default)]
+    pub single_bit: u32,
+    /// Pages retired after a double-bit error.
+    #[serde(default)]
+    pub double_bit: u32,
+    /// Whether a retirement waits for the next driver reload.
+    #[serde(default)]
+    pub pending: bool,
 }
 
 /// Calls on a GPU that block, like a driver stuck on a GPU that fell off the bus.
@@ -368,6 +385,8 @@ pub struct GpuSpec {
     /// registered for critical Xid errors before they happened.
     #[serde(default)]
     pub xid: Vec<XidSpec>,
+    /// Retired pages; without them the calls are not supported (an Ampere or later GPU).
+    pub retired_pages: Option<RetiredPagesSpec>,
 
     #[serde(default)]
     pub unsupported: Vec<Field>,

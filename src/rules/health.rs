@@ -1,0 +1,175 @@
+//! `gpu-lost`, `gpu-unresponsive` and `driver-missing`: the GPUs and the driver themselves,
+//! all critical, all from the current snapshot alone (so `--once` sees them).
+//!
+//! - `gpu-lost`: the driver reported the GPU as lost (fallen off the bus).
+//! - `gpu-unresponsive`: the driver has not answered for the GPU for longer than
+//!   `unresponsive_seconds` (its figures are the last ones read, or none). A GPU stale for less
+//!   stays quiet: one slow reading is not a failure.
+//! - `driver-missing`: `/dev/nvidia*` device nodes exist, so a driver was installed, but the
+//!   GPU library could not be loaded. A machine without the nodes has no NVIDIA GPU to miss.
+
+use crate::config::HealthConfig;
+use crate::model::{GpuSample, GpuState, Severity, Snapshot, Subject, Warning};
+
+use super::{fmt_opt, fmt_seconds, warning, Inputs};
+
+pub(crate) const LOST: &str = "gpu-lost";
+pub(crate) const UNRESPONSIVE: &str = "gpu-unresponsive";
+pub(crate) const DRIVER_MISSING: &str = "driver-missing";
+
+const LOST_REMEDY: &str = "The GPU fell off the bus (Xid 79 or 74 in the kernel log: dmesg | grep \
+-i xid). Jobs on it cannot recover: stop them, then reset the GPU (nvidia-smi -r -i N) or reboot. \
+If it happens again, check power, cooling and the PCIe seating, and have the GPU replaced.";
+
+const UNRESPONSIVE_REMEDY: &str = "The driver has stopped answering for this GPU, which usually \
+means a hung GPU or driver. Look in the kernel log (dmesg | grep -i -e xid -e nvrm); try \
+nvidia-smi -q -i N (if it hangs too, the driver is stuck); stop the jobs on the GPU, reset it \
+(nvidia-smi -r -i N) or reboot.";
+
+const DRIVER_REMEDY: &str = "The NVIDIA device nodes exist but the driver library cannot be \
+used: check that the kernel module is loaded (lsmod | grep nvidia, dmesg | grep -i nvrm), that \
+libnvidia-ml.so.1 matches the kernel module's version (a driver upgrade without a reboot breaks \
+this), and that nvidia-smi works; reinstall the driver or reboot.";
+
+pub(crate) fn check(inputs: &Inputs, config: &HealthConfig) -> Vec<Warning> {
+    let snapshot = inputs.snapshot;
+    let mut found: Vec<Warning> = snapshot
+        .gpus
+        .iter()
+        .filter_map(|gpu| gpu_health(gpu, config))
+        .collect();
+    found.extend(driver_missing(snapshot));
+    found
+}
+
+fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
+    let reason = fmt_opt(gpu.error.as_deref());
+    let name = fmt_opt(gpu.name.as_deref());
+    match gpu.state {
+        GpuState::Ok => None,
+        GpuState::Lost => Some(warning(
+            LOST,
+            Severity::Critical,
+            Subject::Gpu { index: gpu.index },
+            format!(
+                "GPU {} ({name}) is lost: the driver reports it fell off the bus",
+                gpu.index
+            ),
+            vec![
+                ("gpu", gpu.index.to_string()),
+                ("bus id", fmt_opt(gpu.bus_id.as_deref())),
+                ("driver says", reason),
+            ],
+            LOST_REMEDY,
+        )),
+        GpuState::Stale => {
+            let stale = gpu.stale_seconds?;
+            if stale < config.unresponsive_seconds {
+                return None;
+            }
+            Some(warning(
+                UNRESPONSIVE,
+                Severity::Critical,
+                Subject::Gpu { index: gpu.index },
+                format!(
+                    "GPU {} ({name}) has not answered the driver for {}: its figures are old",
+                    gpu.index,
+                    fmt_seconds(stale)
+                ),
+                vec![
+                    ("gpu", gpu.index.to_string()),
+                    ("stale", format!("{stale:.1} s")),
+                    ("threshold", format!("{:.1} s", config.unresponsive_seconds)),
+                    ("driver says", reason),
+                ],
+                UNRESPONSIVE_REMEDY,
+            ))
+        }
+    }
+}
+
+fn driver_missing(snapshot: &Snapshot) -> Option<Warning> {
+    let driver = &snapshot.driver;
+    if driver.nvml_loaded || snapshot.nvidia_devices.is_empty() {
+        return None;
+    }
+    let why = fmt_opt(driver.error.as_deref());
+    Some(warning(
+        DRIVER_MISSING,
+        Severity::Critical,
+        Subject::Host,
+        format!(
+            "NVIDIA device nodes exist ({}) but the GPU library {} could not be used: {why}",
+            snapshot.nvidia_devices.join(", "),
+            driver.library
+        ),
+        vec![
+            ("device nodes", snapshot.nvidia_devices.join(", ")),
+            ("library", driver.library.clone()),
+            ("error", why),
+        ],
+        DRIVER_REMEDY,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{GpuState, Severity, Subject};
+    use crate::rules::testkit::*;
+
+    #[test]
+    fn a_lost_gpu_is_critical_at_once() {
+        let warnings = replay_default(0, |step| {
+            let mut snap = at(step);
+            let mut g = gpu(1, 0, 80 * GIB, 0);
+            g.state = GpuState::Lost;
+            g.error = Some("GPU is lost".into());
+            snap.gpus = vec![gpu(0, GIB, 80 * GIB, 50), g];
+            snap
+        });
+        let w = find(&warnings, "gpu-lost", &Subject::Gpu { index: 1 });
+        assert_eq!(w.severity, Severity::Critical);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_gpu_stale_past_the_threshold_is_unresponsive_and_not_before() {
+        let stale = |seconds: f64| {
+            move |step: u32| {
+                let mut snap = at(step);
+                let mut g = gpu(0, GIB, 80 * GIB, 50);
+                g.state = GpuState::Stale;
+                g.stale_seconds = Some(seconds);
+                snap.gpus = vec![g];
+                snap
+            }
+        };
+        assert!(replay_default(0, stale(3.0)).is_empty());
+        let warnings = replay_default(0, stale(12.0));
+        let w = find(&warnings, "gpu-unresponsive", &Subject::Gpu { index: 0 });
+        assert_eq!(w.severity, Severity::Critical);
+        let mut config = RulesConfig::default();
+        config.health.unresponsive_seconds = 2.0;
+        assert_eq!(replay(config, 0, stale(3.0)).len(), 1);
+    }
+
+    #[test]
+    fn device_nodes_without_a_library_mean_a_missing_driver() {
+        let broken = |nodes: Vec<String>| {
+            move |step: u32| {
+                let mut snap = at(step);
+                snap.driver.nvml_loaded = false;
+                snap.driver.library = "libnvidia-ml.so.1".into();
+                snap.driver.error = Some("cannot open shared object file".into());
+                snap.nvidia_devices = nodes.clone();
+                snap
+            }
+        };
+        assert!(replay_default(0, broken(vec![])).is_empty());
+        let warnings = replay_default(0, broken(vec!["nvidia0".into(), "nvidiactl".into()]));
+        let w = find(&warnings, "driver-missing", &Subject::Host);
+        assert!(w.message.contains("nvidia0, nvidiactl"), "{}", w.message);
+        assert_eq!(w.severity, Severity::Critical);
+    }
+}

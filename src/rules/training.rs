@@ -1,0 +1,108 @@
+//! Which GPU processes are training: the rules that give training advice ask here first, so an
+//! inference server, a notebook or a video encode never gets told to raise `num_workers`.
+//!
+//! A process trains when its agent reports a step counter, or it is not a known server or
+//! notebook and either has an agent or was started by a distributed launcher: RANK, LOCAL_RANK
+//! or WORLD_SIZE in its environment (torchrun, torch.distributed.launch, DeepSpeed, Accelerate
+//! and Lightning all set them), or a parent that is a launcher (`LaunchEnv::launcher`).
+
+use crate::model::GpuProcess;
+
+/// Words in a command line that mark a server, a notebook or media work: processes that hold a
+/// GPU without a training loop. Launchers of sharded inference (TGI) set RANK too.
+const NOT_TRAINING: &[&str] = &[
+    "vllm",
+    "sglang",
+    "text-generation",
+    "tritonserver",
+    "torchserve",
+    "uvicorn",
+    "gunicorn",
+    "ollama",
+    "llama-server",
+    "ipykernel",
+    "jupyter",
+    "ffmpeg",
+    "gstreamer",
+    "gst-launch",
+];
+
+/// Whether the process looks like a training process (see the module doc).
+pub(crate) fn is_training(process: &GpuProcess) -> bool {
+    if process.torch.as_ref().is_some_and(|t| t.step.is_some()) {
+        return true;
+    }
+    if looks_like_serving(process) {
+        return false;
+    }
+    let launched = process.env.as_ref().is_some_and(|e| {
+        e.rank.is_some() || e.local_rank.is_some() || e.world_size.is_some() || e.launcher.is_some()
+    });
+    process.torch.is_some() || launched
+}
+
+/// Whether the command line names a server, a notebook kernel or media work.
+pub(crate) fn looks_like_serving(process: &GpuProcess) -> bool {
+    let Some(command) = process.command.as_deref() else {
+        return false;
+    };
+    let lower = command.to_ascii_lowercase();
+    NOT_TRAINING.iter().any(|word| lower.contains(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LaunchEnv, TorchInfo};
+    use crate::rules::testkit::process;
+
+    fn with(command: &str, env: Option<LaunchEnv>, torch: Option<TorchInfo>) -> GpuProcess {
+        let mut p = process(7, 0, 1 << 30);
+        p.command = Some(command.into());
+        p.env = env;
+        p.torch = torch;
+        p
+    }
+
+    fn ranked() -> Option<LaunchEnv> {
+        Some(LaunchEnv {
+            rank: Some(0),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn launcher_variables_or_an_agent_make_a_training_process() {
+        assert!(is_training(&with("python train.py", ranked(), None)));
+        let agent = Some(TorchInfo::default());
+        assert!(is_training(&with("python train.py", None, agent)));
+        assert!(!is_training(&with(
+            "python eval.py",
+            Some(LaunchEnv::default()),
+            None
+        )));
+        assert!(!is_training(&with("python eval.py", None, None)));
+        let spawned = Some(LaunchEnv {
+            launcher: Some("torchrun".into()),
+            ..Default::default()
+        });
+        assert!(is_training(&with("python train.py", spawned, None)));
+    }
+
+    #[test]
+    fn servers_notebooks_and_encoders_are_not_training_even_with_rank_set() {
+        for command in [
+            "python -m vllm.entrypoints.openai.api_server --model x",
+            "text-generation-server serve bigscience/bloom --sharded",
+            "/usr/bin/python3 -m ipykernel_launcher -f kernel.json",
+            "ffmpeg -hwaccel cuda -i in.mp4 out.mp4",
+        ] {
+            assert!(!is_training(&with(command, ranked(), None)), "{command}");
+        }
+        let stepping = Some(TorchInfo {
+            step: Some(3),
+            ..Default::default()
+        });
+        assert!(is_training(&with("jupyter-lab", None, stepping)));
+    }
+}

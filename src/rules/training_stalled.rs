@@ -1,0 +1,229 @@
+//! `training-stalled`: an agent still reports, but its step counter has stopped: the classic
+//! NCCL hang (one rank died or diverged and the others wait in a collective forever), a
+//! deadlocked DataLoader, or a stuck filesystem.
+//!
+//! The engine keeps, per process, the last step it saw, when it last moved, and the agent's step
+//! times. The rule fires when the step has not moved for `step_time_factor` median step times
+//! and for at least `min_seconds` (evaluation and checkpointing pause the counter too), while
+//! the agent's stats are fresh. Processes that never reported a step (no `torchtop_agent.step()`
+//! calls) are left alone.
+
+use std::collections::BTreeMap;
+
+use crate::config::TrainingStalledConfig;
+use crate::model::{Severity, Snapshot, Subject, Warning};
+
+use super::{fmt_seconds, warning, Inputs};
+
+pub(crate) const ID: &str = "training-stalled";
+
+/// Stats older than this mean the agent itself is not reporting: the process is gone or
+/// frozen, which this rule does not judge.
+const FRESH_STATS_SECONDS: f64 = 30.0;
+
+/// The step times kept per process, for the median.
+const STEP_TIMES_KEPT: usize = 64;
+
+const REMEDY: &str = "See where every rank is stuck: py-spy dump --pid PID (add --native for \
+C++ frames) on each rank; a rank missing from a collective, or one stuck elsewhere, is the \
+cause. Run with NCCL_DEBUG=INFO to see the collectives, and with \
+TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (with a timeout in init_process_group) so a hung collective \
+ends the job instead of waiting forever; TORCH_NCCL_TRACE_BUFFER_SIZE=2000 turns on the NCCL \
+flight recorder, whose dump on timeout names the last collective of each rank.";
+
+/// What the engine remembers of one process's steps.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct StepTrack {
+    start_ticks: Option<u64>,
+    step: Option<u64>,
+    /// Sample time the step last changed (or was first seen).
+    changed_at: f64,
+    /// How many times the step has been seen to move.
+    moves: u32,
+    step_times: Vec<f64>,
+}
+
+/// Records the steps of this snapshot's agents; forgets processes that are gone.
+pub(crate) fn record(tracks: &mut BTreeMap<u32, StepTrack>, snapshot: &Snapshot) {
+    let t = snapshot.unix_seconds;
+    let mut seen = Vec::new();
+    for process in &snapshot.processes {
+        let Some(torch) = &process.torch else {
+            continue;
+        };
+        if seen.contains(&process.pid) {
+            continue;
+        }
+        seen.push(process.pid);
+        let track = tracks.entry(process.pid).or_default();
+        if track.start_ticks.is_some() && track.start_ticks != process.start_ticks {
+            *track = StepTrack::default();
+        }
+        track.start_ticks = process.start_ticks;
+        match (track.step, torch.step) {
+            (None, Some(step)) => {
+                track.step = Some(step);
+                track.changed_at = t;
+            }
+            (Some(old), Some(new)) if new != old => {
+                track.step = Some(new);
+                track.changed_at = t;
+                track.moves += 1;
+            }
+            _ => {}
+        }
+        if let Some(seconds) = torch
+            .step_time_seconds
+            .filter(|s| s.is_finite() && *s > 0.0)
+        {
+            if track.step_times.len() == STEP_TIMES_KEPT {
+                track.step_times.remove(0);
+            }
+            track.step_times.push(seconds);
+        }
+    }
+    tracks.retain(|pid, _| seen.contains(pid));
+}
+
+pub(crate) fn check(inputs: &Inputs, config: &TrainingStalledConfig) -> Vec<Warning> {
+    let now = inputs.snapshot.unix_seconds;
+    inputs
+        .steps
+        .iter()
+        .filter_map(|(&pid, track)| stalled(inputs, pid, track, now, config))
+        .collect()
+}
+
+fn stalled(
+    inputs: &Inputs,
+    pid: u32,
+    track: &StepTrack,
+    now: f64,
+    config: &TrainingStalledConfig,
+) -> Option<Warning> {
+    let step = track.step?;
+    let torch = inputs.process(pid)?.torch.as_ref()?;
+    let fresh = torch.age_seconds.is_some_and(|a| a < FRESH_STATS_SECONDS);
+    if track.moves == 0 || !fresh {
+        return None;
+    }
+    let median = median(&track.step_times)?;
+    let still = now - track.changed_at;
+    let threshold = (config.step_time_factor * median).max(config.min_seconds);
+    if still < threshold {
+        return None;
+    }
+    let message = format!(
+        "pid {pid}'s training step has stayed at {step} for {} ({:.0} median step times of {}) \
+         while its agent still reports: the training loop is stuck, most often in a NCCL \
+         collective waiting for another rank",
+        fmt_seconds(still),
+        still / median,
+        fmt_step(median),
+    );
+    let evidence = vec![
+        ("step", step.to_string()),
+        ("unchanged for", format!("{still:.0} s")),
+        ("median step time", format!("{median:.3} s")),
+        ("threshold", format!("{threshold:.0} s")),
+        (
+            "stats age",
+            format!("{:.1} s", torch.age_seconds.unwrap_or(0.0)),
+        ),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid },
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+fn fmt_step(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1000.0)
+    } else {
+        fmt_seconds(seconds)
+    }
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::RulesConfig;
+    use crate::model::{Snapshot, Subject, TorchInfo};
+    use crate::rules::testkit::*;
+
+    /// One agent stepping every second until `stop`, then holding its step while stats go on.
+    fn stepping(stop: u32) -> impl Fn(u32) -> Snapshot {
+        move |t| {
+            let mut snap = at(t);
+            snap.gpus = vec![gpu(0, GIB, 80 * GIB, 100)];
+            let mut p = process(4, 0, GIB);
+            p.torch = Some(TorchInfo {
+                step: Some(u64::from(t.min(stop))),
+                step_time_seconds: Some(1.0),
+                age_seconds: Some(0.2),
+                ..Default::default()
+            });
+            snap.processes = vec![p];
+            snap
+        }
+    }
+
+    fn quick() -> RulesConfig {
+        let mut config = RulesConfig::default();
+        config.training_stalled.min_seconds = 20.0;
+        config
+    }
+
+    #[test]
+    fn a_step_that_stops_while_stats_go_on_is_a_stall() {
+        let warnings = replay(quick(), 60, stepping(30));
+        let w = find(&warnings, "training-stalled", &Subject::Process { pid: 4 });
+        assert!(w.message.contains("stayed at 30 for 30 s"), "{}", w.message);
+        for name in [
+            "py-spy dump",
+            "NCCL_DEBUG=INFO",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE",
+        ] {
+            assert!(w.remedy.contains(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn advancing_steps_a_short_pause_and_the_default_minimum_stay_quiet() {
+        assert!(with_id(&replay(quick(), 60, stepping(1000)), "training-stalled").is_empty());
+        assert!(with_id(&replay(quick(), 60, stepping(50)), "training-stalled").is_empty());
+        let warnings = replay_default(120, stepping(30));
+        assert!(
+            with_id(&warnings, "training-stalled").is_empty(),
+            "{warnings:#?}"
+        );
+    }
+
+    #[test]
+    fn stale_stats_or_a_process_that_never_stepped_stay_quiet() {
+        let frozen = replay(quick(), 60, |t| {
+            let mut snap = stepping(30)(t);
+            if t > 30 {
+                snap.processes[0].torch.as_mut().unwrap().age_seconds = Some(f64::from(t - 30));
+            }
+            snap
+        });
+        assert!(
+            with_id(&frozen, "training-stalled").is_empty(),
+            "{frozen:#?}"
+        );
+        let never = replay(quick(), 60, stepping(0));
+        assert!(with_id(&never, "training-stalled").is_empty(), "{never:#?}");
+    }
+}
