@@ -53,6 +53,8 @@ pub(crate) enum Effect {
     Act(ActionRequest),
     /// Pass this request to the sampler; its outcome comes back as a snapshot notice.
     AskSampler(SamplerRequest),
+    /// `R`: start a recording, or stop the one running.
+    ToggleRecording,
 }
 
 /// Which dialog has the keyboard. The help overlay (in [`ViewState`]) and the warnings view
@@ -105,6 +107,8 @@ pub struct App {
     rows: Vec<RowRef>,
     /// The selected row's process, followed across refreshes.
     selected_key: Option<RowKey>,
+    /// A short text at the right of the header: the recording indicator, or REPLAY.
+    pub(crate) badge: Option<String>,
     /// The last snapshot file handed to the viewer, by request number.
     memsnap_taken: Option<u64>,
 }
@@ -125,6 +129,7 @@ impl App {
             tags: Tags::new(),
             rows: Vec::new(),
             selected_key: None,
+            badge: None,
             memsnap_taken: None,
         }
     }
@@ -345,6 +350,7 @@ impl App {
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
             KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
+            KeyCode::Char('R') => Effect::ToggleRecording,
             _ => Effect::None,
         }
     }

@@ -142,6 +142,52 @@ pub enum Command {
         /// The process id.
         pid: u32,
     },
+    /// Record what the monitor sees to a file, without a terminal (systemd, tmux, nohup).
+    /// Options of the monitor (--config, --nvml-lib) go before `record`.
+    Record {
+        /// The file to write (default: torchtop-DATE-TIME.ttrec here). An earlier recording of
+        /// that name is moved to FILE.1.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Refresh interval in seconds (0.1 to 86400; default: the monitor's -d, 1).
+        #[arg(short = 'd', long = "delay", value_name = "SECONDS", value_parser = parse_delay)]
+        delay: Option<f64>,
+        /// Stop after this long: 90s, 10m, 8h, 2d (default: until SIGINT, SIGTERM or SIGHUP).
+        #[arg(long, value_name = "D", value_parser = crate::record::headless::parse_duration)]
+        duration: Option<std::time::Duration>,
+        /// Keep the recording's files under this size in all (500M, 2G): it is split into 4
+        /// files, and the oldest is deleted when a new one starts.
+        #[arg(long = "max-size", value_name = "SIZE",
+              value_parser = crate::record::headless::parse_size)]
+        max_size: Option<u64>,
+        /// Also print each snapshot as a JSON line on stdout, as `torchtop --json` does.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a recording in the monitor's TUI, or export it (--json, --summary).
+    Replay {
+        /// The recording to replay.
+        #[arg(value_name = "FILE", required_unless_present = "demo")]
+        file: Option<PathBuf>,
+        /// Play the demo recording: an 8-GPU job that fragments, leaks, straggles and hits OOM.
+        #[arg(long, conflicts_with = "file")]
+        demo: bool,
+        /// Print the snapshots as JSON lines (schema 1, as `torchtop --json` printed them).
+        #[arg(long, conflicts_with = "summary")]
+        json: bool,
+        /// Print what happened: peaks, warnings, OOMs, processes that came and went.
+        #[arg(long)]
+        summary: bool,
+        /// Start at T: 02:15, 02:15:30 (UTC), +10m from the start, -5m from the end, RFC 3339.
+        #[arg(long, value_name = "T", allow_hyphen_values = true)]
+        from: Option<String>,
+        /// Stop at T (with --json or --summary), written as for --from.
+        #[arg(long, value_name = "T", allow_hyphen_values = true)]
+        to: Option<String>,
+        /// Playback speed, 0.25 to 128 (default 1; the demo plays at 16).
+        #[arg(long, value_name = "X", value_parser = parse_speed)]
+        speed: Option<f64>,
+    },
     /// Train a small MLP with tch (libtorch) and the agent started: the allocator panel
     /// without Python. On GPU 0 when CUDA is available, else on the CPU.
     #[cfg(feature = "torch")]
@@ -171,6 +217,17 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 
 fn parse_delay(text: &str) -> Result<f64, String> {
     parse_seconds(text, "delay", 0.1)
+}
+
+fn parse_speed(text: &str) -> Result<f64, String> {
+    let shown = crate::format::escape(text);
+    match text.trim().parse::<f64>() {
+        Ok(speed) if (0.25..=128.0).contains(&speed) => Ok(speed),
+        Ok(_) => Err(format!(
+            "the speed must be between 0.25 and 128, not {shown}"
+        )),
+        Err(_) => Err(format!("'{shown}' is not a speed")),
+    }
 }
 
 fn parse_timeout(text: &str) -> Result<f64, String> {

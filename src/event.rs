@@ -4,7 +4,11 @@
 //! costs one frame. Nothing here waits on a collector or on an action (signals and renice run
 //! on tokio's blocking pool and report back through a channel), so keys answer at once even
 //! while the driver hangs. The loop ends when the user quits, when the terminal goes away, and
-//! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it.
+//! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it. `S` opens the
+//! memory-snapshot viewer over the monitor.
+//!
+//! Snapshots come from a [`Source`]: the sampler (the monitor), or a recording's player (the
+//! replay, whose keys and time bar are its own; see [`crate::replay`]).
 
 use std::io;
 use std::sync::Arc;
@@ -18,18 +22,40 @@ use crate::app::{App, Effect};
 use crate::memsnap::view::state::{Effect as ViewerEffect, Viewer};
 use crate::memsnap::{self, Links, LoadedSnapshot};
 use crate::model::Snapshot;
+use crate::record::live::LiveRecording;
+use crate::replay::{player::Update, Session};
 use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
+use crate::terminal::theme::Theme;
 use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
 
 /// Input events queued between the reader thread and the loop; the reader waits when full.
 const INPUT_QUEUE: usize = 1024;
 
+/// Where the snapshots come from.
+enum Source {
+    Live {
+        config: Box<SamplerConfig>,
+        loader: GpuLoader,
+    },
+    Replay(Session),
+}
+
 /// Runs the monitor until the user quits, the terminal goes away or a signal ends it. A fatal
 /// signal (SIGQUIT, SIGUSR1...) ends the process here, after the terminal is restored.
 pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result<()> {
+    let config = Box::new(config);
+    run(app, Source::Live { config, loader })
+}
+
+/// Replays a recording in the same TUI, with the time bar on the last row.
+pub fn run_replay(replay: crate::replay::Tui) -> io::Result<()> {
+    run(replay.app, Source::Replay(replay.session))
+}
+
+fn run(app: App, source: Source) -> io::Result<()> {
     let tty = terminal::tty()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -40,7 +66,7 @@ pub fn run_tui(app: App, config: SamplerConfig, loader: GpuLoader) -> io::Result
     let (inputs_tx, inputs) = mpsc::channel(INPUT_QUEUE);
     input::spawn(tty, inputs_tx)?;
     let wakers = Wakers { inputs, controls };
-    let end = runtime.block_on(event_loop(&mut guard.terminal, app, config, loader, wakers));
+    let end = runtime.block_on(event_loop(&mut guard.terminal, app, source, wakers));
     drop(guard);
     // Collector threads may be stuck in the driver; they are never joined.
     runtime.shutdown_timeout(Duration::from_millis(10));
@@ -79,7 +105,9 @@ impl Step {
         match effect {
             Effect::Quit => Step::End(End::Quit),
             Effect::None => Step::Nothing,
-            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) => Step::Redraw,
+            Effect::Redraw | Effect::Act(_) | Effect::AskSampler(_) | Effect::ToggleRecording => {
+                Step::Redraw
+            }
         }
     }
 
@@ -103,38 +131,95 @@ impl Step {
     }
 }
 
+/// The snapshots as they arrive: from the sampler (with `R`'s recording), or from the player.
+enum Feed {
+    Live {
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        requests: std::sync::mpsc::Sender<SamplerRequest>,
+        recording: LiveRecording,
+    },
+    Replay(Session),
+}
+
+/// What a feed delivered.
+enum Arrival {
+    Snapshot(Arc<Snapshot>),
+    Replay(Update),
+}
+
+impl Feed {
+    fn start(source: Source, app: &App) -> Feed {
+        match source {
+            Source::Live { config, loader } => {
+                let (snapshots_tx, snapshots) = watch::channel(Arc::new(Snapshot::default()));
+                let requests = sampler::spawn_loop(*config, loader, move |snapshot| {
+                    snapshots_tx.send(Arc::new(snapshot)).is_ok()
+                });
+                let recording = LiveRecording::new(app.delay_seconds);
+                Feed::Live {
+                    snapshots,
+                    requests,
+                    recording,
+                }
+            }
+            Source::Replay(session) => Feed::Replay(session),
+        }
+    }
+
+    /// The next snapshot or replay frame; `None` when the source has ended.
+    async fn next(&mut self) -> Option<Arrival> {
+        match self {
+            Feed::Live { snapshots, .. } => {
+                snapshots.changed().await.ok()?;
+                Some(Arrival::Snapshot(snapshots.borrow_and_update().clone()))
+            }
+            Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
+        }
+    }
+
+    fn apply(&mut self, app: &mut App, arrival: Arrival) {
+        match (self, arrival) {
+            (
+                Feed::Live {
+                    recording,
+                    requests,
+                    ..
+                },
+                Arrival::Snapshot(snapshot),
+            ) => {
+                recording.on_snapshot(app, &snapshot, requests);
+                app.on_snapshot(snapshot);
+            }
+            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
+            _ => {}
+        }
+    }
+}
+
 async fn event_loop(
     terminal: &mut Tui,
     app: App,
-    config: SamplerConfig,
-    loader: GpuLoader,
+    source: Source,
     mut wakers: Wakers,
 ) -> io::Result<End> {
-    let (snapshots_tx, mut snapshots) = watch::channel(Arc::new(Snapshot::default()));
-    let sampler_requests = sampler::spawn_loop(config, loader, move |snapshot| {
-        snapshots_tx.send(Arc::new(snapshot)).is_ok()
-    });
+    let mut feed = Feed::start(source, &app);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
-    let actions = Actions {
-        reports: &reports_tx,
-        sampler: &sampler_requests,
-    };
     let mut screen = Screen { app, viewer: None };
-    screen.draw(terminal)?;
+    screen.draw(terminal, &feed)?;
     fault_injection_for_tests();
     loop {
         let mut step = tokio::select! {
-            Some(input) = wakers.inputs.recv() => screen.on_input(input, &actions),
-            changed = snapshots.changed() => match changed {
-                Ok(()) => {
-                    screen.app.on_snapshot(snapshots.borrow_and_update().clone());
+            Some(input) = wakers.inputs.recv() => screen.on_input(input, &mut feed, &reports_tx),
+            arrival = feed.next() => match arrival {
+                Some(arrival) => {
+                    feed.apply(&mut screen.app, arrival);
                     if let Some(ready) = screen.app.take_memsnap() {
                         load_in_background(ready.path, loaded_tx.clone());
                     }
                     Step::Redraw
                 }
-                Err(_) => Step::End(End::Quit),
+                None => Step::End(End::Quit),
             },
             Some(report) = reports.recv() => {
                 screen.app.on_action_done(&report);
@@ -148,19 +233,19 @@ async fn event_loop(
             let Ok(input) = wakers.inputs.try_recv() else {
                 break;
             };
-            step = step.merge(screen.on_input(input, &actions));
+            step = step.merge(screen.on_input(input, &mut feed, &reports_tx));
         }
         match step {
             Step::End(end) => return Ok(end),
             Step::Suspend => {
                 terminal::suspend(terminal)?;
-                screen.draw(terminal)?;
+                screen.draw(terminal, &feed)?;
             }
             Step::Resume => {
                 terminal::resume(terminal)?;
-                screen.draw(terminal)?;
+                screen.draw(terminal, &feed)?;
             }
-            Step::Redraw => screen.draw(terminal)?,
+            Step::Redraw => screen.draw(terminal, &feed)?,
             Step::Nothing => {}
         }
     }
@@ -173,9 +258,14 @@ struct Screen {
 }
 
 impl Screen {
-    fn on_input(&mut self, input: Input, actions: &Actions) -> Step {
+    fn on_input(
+        &mut self,
+        input: Input,
+        feed: &mut Feed,
+        reports: &mpsc::UnboundedSender<ActionReport>,
+    ) -> Step {
         let Some(viewer) = self.viewer.as_mut() else {
-            return on_input(&mut self.app, input, actions);
+            return on_input(&mut self.app, input, feed, reports);
         };
         match input {
             Input::Gone => Step::End(End::Quit),
@@ -206,10 +296,10 @@ impl Screen {
         Step::Redraw
     }
 
-    fn draw(&mut self, terminal: &mut Tui) -> io::Result<()> {
+    fn draw(&mut self, terminal: &mut Tui, feed: &Feed) -> io::Result<()> {
         match self.viewer.as_mut() {
             Some(viewer) => memsnap::view::draw(viewer, terminal),
-            None => draw(terminal, &mut self.app),
+            None => draw(terminal, &mut self.app, feed),
         }
     }
 }
@@ -227,18 +317,28 @@ fn load_in_background(
     });
 }
 
-/// Where actions go: the blocking pool (reports come back on `reports`) or the sampler.
-struct Actions<'a> {
-    reports: &'a mpsc::UnboundedSender<ActionReport>,
-    sampler: &'a std::sync::mpsc::Sender<SamplerRequest>,
-}
-
-fn on_input(app: &mut App, input: Input, actions: &Actions) -> Step {
+fn on_input(
+    app: &mut App,
+    input: Input,
+    feed: &mut Feed,
+    reports: &mpsc::UnboundedSender<ActionReport>,
+) -> Step {
     match input {
         // The terminal is gone: nothing to restore it for, and no one to tell.
         Input::Gone => Step::End(End::Quit),
         Input::Event(Event::Key(key)) if is_suspend_key(&key) => Step::Suspend,
-        Input::Event(event) => Step::from_effect(start_action(handle_event(app, event), actions)),
+        Input::Event(Event::Key(key)) if key.kind != KeyEventKind::Release => {
+            let replayed = match feed {
+                Feed::Replay(session) => session.transport.on_key(app, key),
+                Feed::Live { .. } => None,
+            };
+            let effect = replayed.unwrap_or_else(|| app.on_key(key));
+            Step::from_effect(start_action(app, effect, feed, reports))
+        }
+        Input::Event(event) => {
+            let effect = handle_event(app, event);
+            Step::from_effect(start_action(app, effect, feed, reports))
+        }
     }
 }
 
@@ -267,19 +367,44 @@ fn handle_event(app: &mut App, event: Event) -> Effect {
     }
 }
 
-/// Hands an action to the blocking pool (its report arrives later through `reports`) or a
-/// request to the sampler (its outcome arrives as a snapshot notice).
-fn start_action(effect: Effect, actions: &Actions) -> Effect {
+/// Hands an action to the blocking pool (its report arrives later through `reports`), a
+/// request to the sampler (its outcome arrives as a snapshot notice), or `R` to the recording.
+/// A replay has no processes to act on: nothing leaves it.
+fn start_action(
+    app: &mut App,
+    effect: Effect,
+    feed: &mut Feed,
+    reports: &mpsc::UnboundedSender<ActionReport>,
+) -> Effect {
+    let Feed::Live {
+        requests,
+        recording,
+        ..
+    } = feed
+    else {
+        if matches!(
+            effect,
+            Effect::Act(_) | Effect::AskSampler(_) | Effect::ToggleRecording
+        ) {
+            app.status = Some("this is a recording: nothing in it can be acted on".into());
+            return Effect::Redraw;
+        }
+        return effect;
+    };
     let request = match effect {
         Effect::Act(request) => request,
         Effect::AskSampler(request) => {
             // The sampler thread only stops when the UI does; a failed send has no one to tell.
-            let _ = actions.sampler.send(request);
+            let _ = requests.send(request);
+            return Effect::Redraw;
+        }
+        Effect::ToggleRecording => {
+            recording.toggle(app, requests);
             return Effect::Redraw;
         }
         other => return other,
     };
-    let reports = actions.reports.clone();
+    let reports = reports.clone();
     tokio::task::spawn_blocking(move || {
         let _ = reports.send(perform(request));
     });
@@ -287,18 +412,25 @@ fn start_action(effect: Effect, actions: &Actions) -> Effect {
 }
 
 /// Draws a frame. The layout is planned once here and kept in the app, so that page keys and
-/// mouse clicks use the areas this frame shows.
-fn draw(terminal: &mut Tui, app: &mut App) -> io::Result<()> {
+/// mouse clicks use the areas this frame shows. A replay keeps the last row for its time bar.
+fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
     use crossterm::terminal::{BeginSynchronizedUpdate, EndSynchronizedUpdate};
+    use ratatui::layout::Rect;
     let size = terminal.size()?;
-    let plan = ui::plan(
-        app,
-        ratatui::layout::Rect::new(0, 0, size.width, size.height),
-    );
+    let bar_rows = u16::from(matches!(feed, Feed::Replay(_)) && size.height > 1);
+    let screen = Rect::new(0, 0, size.width, size.height - bar_rows);
+    let plan = ui::plan(app, screen);
     app.set_layout(plan.clone());
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    terminal.draw(|frame| ui::draw(frame, app, &plan))?;
+    terminal.draw(|frame| {
+        ui::draw(frame, screen, app, &plan);
+        if let Feed::Replay(session) = feed {
+            let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
+            let theme = Theme::new(app.colors);
+            crate::replay::timebar::render(frame, bar, &session.transport, theme);
+        }
+    })?;
     crossterm::execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
     Ok(())
 }

@@ -43,8 +43,21 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("serve", &["sampler", "collect", "rules", "settings"]),
     ("cluster", &["serve", "settings"]),
     ("memsnap", &[]),
-    ("event", &["ui", "app", "sampler", "actions", "memsnap"]),
-    ("cli", &["serve", "cluster", "memsnap", "settings"]),
+    // Recordings are written from the sampler's snapshots (`torchtop record`) or from the
+    // monitor's (`R`, which sets the app's header badge).
+    ("record", &["sampler", "app"]),
+    // The replay feeds the monitor's app from a recording; the event loop drives it.
+    ("replay", &["record", "app"]),
+    (
+        "event",
+        &[
+            "ui", "app", "sampler", "actions", "memsnap", "record", "replay",
+        ],
+    ),
+    (
+        "cli",
+        &["serve", "cluster", "memsnap", "settings", "record"],
+    ),
 ];
 
 /// Modules that are not part of the picture: the crate root and this check.

@@ -14,6 +14,7 @@
 //! - [`memsnap`]: `torchtop snapshot`, the reader and viewer of PyTorch memory snapshots.
 //! - [`serve`]: `torchtop serve`, a Prometheus exporter with dcgm-exporter's GPU names.
 //! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
+//! - [`record`]: recordings (`torchtop record`, `R`); [`replay`]: `torchtop replay`.
 
 pub mod actions;
 pub mod app;
@@ -27,6 +28,8 @@ pub mod launch;
 pub mod memsnap;
 pub mod model;
 pub(crate) mod protocol;
+pub mod record;
+pub mod replay;
 pub mod report;
 pub(crate) mod rules;
 pub mod sampler;

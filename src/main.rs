@@ -19,21 +19,10 @@ fn main() -> ExitCode {
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
     }
-    let rules = match &cli.config {
-        Some(path) => match torchtop::config::load(path) {
-            Ok(config) => config.rules,
-            Err(error) => {
-                complain("torchtop", &error);
-                return ExitCode::from(2);
-            }
-        },
-        None => Default::default(),
+    let config = match sampler_config(&cli, cli.delay) {
+        Ok(config) => config,
+        Err(code) => return code,
     };
-    let mut config = SamplerConfig::for_interval(
-        Duration::from_secs_f64(cli.delay),
-        cli.nvml_lib.display().to_string(),
-    );
-    config.rules = rules;
     let loader = nvml_loader(cli.nvml_lib.clone());
     if cli.once {
         return print_once(&cli, config, loader);
@@ -55,6 +44,108 @@ fn main() -> ExitCode {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {
             complain("torchtop", &error);
+            exit_now(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The sampler's settings from the command line: the interval, the library, the rules.
+fn sampler_config(cli: &Cli, delay: f64) -> Result<SamplerConfig, ExitCode> {
+    let rules = match &cli.config {
+        Some(path) => match torchtop::config::load(path) {
+            Ok(config) => config.rules,
+            Err(error) => {
+                complain("torchtop", &error);
+                return Err(ExitCode::from(2));
+            }
+        },
+        None => Default::default(),
+    };
+    let mut config = SamplerConfig::for_interval(
+        Duration::from_secs_f64(delay),
+        cli.nvml_lib.display().to_string(),
+    );
+    config.rules = rules;
+    Ok(config)
+}
+
+/// `torchtop record`: headless, until the duration is over or a signal.
+fn record(cli: &Cli, command: &Command) -> ExitCode {
+    let Command::Record {
+        output,
+        delay,
+        duration,
+        max_size,
+        json,
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let delay = delay.unwrap_or(cli.delay);
+    let config = match sampler_config(cli, delay) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let options = torchtop::record::headless::HeadlessOptions {
+        record: torchtop::record::RecordOptions {
+            path: output
+                .clone()
+                .unwrap_or_else(torchtop::record::headless::default_file_name),
+            max_size: *max_size,
+            interval_seconds: delay,
+        },
+        duration: *duration,
+        json: *json,
+    };
+    let loader = nvml_loader(cli.nvml_lib.clone());
+    match torchtop::record::headless::run(options, config, loader) {
+        Ok(recorded) => {
+            eprintln!("torchtop record: {recorded}");
+            exit_now(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            complain("torchtop record", &error);
+            exit_now(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `torchtop replay`: the TUI, `--json` or `--summary`.
+fn replay(cli: &Cli, command: &Command) -> ExitCode {
+    let Command::Replay {
+        file,
+        demo,
+        json,
+        summary,
+        from,
+        to,
+        speed,
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let options = torchtop::replay::ReplayOptions {
+        file: file.clone(),
+        demo: *demo,
+        json: *json,
+        summary: *summary,
+        from: from.clone(),
+        to: to.clone(),
+        speed: *speed,
+        colors: !cli.colors_disabled(),
+    };
+    let tui = match torchtop::replay::run(options) {
+        Ok(Some(tui)) => tui,
+        Ok(None) => return exit_now(ExitCode::SUCCESS),
+        Err(error) => {
+            complain("torchtop replay", &error);
+            return exit_now(ExitCode::FAILURE);
+        }
+    };
+    match torchtop::event::run_replay(tui) {
+        Ok(()) => exit_now(ExitCode::SUCCESS),
+        Err(error) => {
+            complain("torchtop replay", &format!("the replay failed: {error}"));
             exit_now(ExitCode::FAILURE)
         }
     }
@@ -83,6 +174,8 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
     match command {
         Command::Serve(args) => torchtop::serve::main(&cli.globals(), args),
         Command::Cluster(args) => torchtop::cluster::main(&cli.globals(), args),
+        Command::Record { .. } => record(cli, command),
+        Command::Replay { .. } => replay(cli, command),
         Command::Run {
             command,
             record_history,

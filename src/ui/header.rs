@@ -31,7 +31,12 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         ),
     ];
     let clock_text = clock_text(&snapshot.time);
-    let width = clock_text.len() as u16;
+    let badge = app
+        .badge
+        .as_deref()
+        .map(|b| format!(" {} ", format::escape(b)));
+    let badge_width = badge.as_ref().map_or(0, |b| b.chars().count() as u16);
+    let width = clock_text.len() as u16 + badge_width;
     let room = usize::from(area.width.saturating_sub(width));
     let mut spans = vec![Span::styled("torchtop", theme.brand())];
     let mut used = "torchtop".len();
@@ -44,11 +49,24 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         spans.push(Span::styled(field, theme.plain()));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    if let Some(badge) = badge {
+        let badge_area = Rect::new(
+            area.right().saturating_sub(width),
+            area.y,
+            badge_width.min(area.width),
+            1,
+        );
+        frame.render_widget(
+            Paragraph::new(badge).style(theme.readonly_badge()),
+            badge_area,
+        );
+    }
+    let clock_width = width - badge_width;
     let clock = Paragraph::new(clock_text).alignment(Alignment::Right);
     let clock_area = Rect::new(
-        area.right().saturating_sub(width),
+        area.right().saturating_sub(clock_width),
         area.y,
-        width.min(area.width),
+        clock_width.min(area.width),
         1,
     );
     frame.render_widget(clock.style(theme.label()), clock_area);

@@ -46,6 +46,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ("S", "record memory history, snapshot, open the viewer"),
             ("w", "list warnings: j k select, Enter opens, Esc back"),
             ("g", "in that list: select its process, GPU or job"),
+            ("R", "start or stop recording to a file (torchtop replay)"),
         ],
     ),
 ];

@@ -33,10 +33,10 @@ use crate::app::layout::{self, Areas, LayoutNeeds, Plan};
 use crate::app::App;
 use crate::terminal::theme::Theme;
 
-/// Draws one frame with the panels where `plan` puts them.
-pub(crate) fn draw(frame: &mut Frame, app: &App, plan: &Plan) {
+/// Draws one frame with the panels where `plan` puts them, inside `screen`, the area `plan` was
+/// made for (the whole terminal, but for a replay's last row, which holds its time bar).
+pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
     let theme = Theme::new(app.colors);
-    let screen = frame.area();
     match plan {
         Plan::TooSmall { width, height } => draw_too_small(frame, screen, *width, *height),
         Plan::Screen(areas) => draw_panels(frame, app, theme, areas),

@@ -225,7 +225,7 @@ fn render(app: &App, width: u16, height: u16) -> Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
     let plan = super::plan(app, ratatui::layout::Rect::new(0, 0, width, height));
     terminal
-        .draw(|frame| super::draw(frame, app, &plan))
+        .draw(|frame| super::draw(frame, frame.area(), app, &plan))
         .expect("draw");
     terminal.backend().buffer().clone()
 }

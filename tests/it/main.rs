@@ -5,7 +5,8 @@
 //! own stay separate binaries in `tests/`: `actions` and `root_attacks` re-execute their own
 //! binary as helpers (and `root_attacks` adds an `.init_array` hook), `agent_attach` and
 //! `fake_nvml_library` set environment variables that every child would inherit,
-//! `agent_hub_limits` counts this process's threads, and `tch_demo` needs the `torch` feature.
+//! `agent_hub_limits` counts this process's threads, `tch_demo` needs the `torch` feature, and
+//! `make_demo` is not a test but the generator of `assets/demo.ttrec` (ignored by `cargo test`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -22,6 +23,7 @@ mod grafana_dashboard;
 mod memsnap;
 mod once_fake_nvml;
 mod oom_memsnap;
+mod record_replay;
 mod run_launch;
 mod serve_exporter;
 mod tui_actions;

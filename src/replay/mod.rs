@@ -1,0 +1,161 @@
+//! `torchtop replay`: a recording shown again in the monitor's own TUI (every panel, the
+//! history, the warnings, the PyTorch panel, the tree), with a transport to move in time; or
+//! exported as `--json` lines, or summed up with `--summary`.
+//!
+//! - [`player`]: the thread that owns the recording and sends frames at the chosen speed.
+//! - [`transport`]: the replay's keys, and the sentences for the action keys.
+//! - [`timebar`]: the line under the panels that shows where the replay stands.
+//! - [`export`], [`summary`]: the outputs for scripts and people.
+//! - [`time`]: reading the times the user types.
+
+pub(crate) mod export;
+pub(crate) mod player;
+pub(crate) mod summary;
+pub(crate) mod time;
+pub(crate) mod timebar;
+pub(crate) mod transport;
+
+use std::path::PathBuf;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use crate::app::App;
+use crate::record::{RecordError, Recording};
+use player::Update;
+use transport::Transport;
+
+/// The demo recording: an 8-GPU DDP job that fragments, leaks, straggles and runs out of
+/// memory (built by `tests/fixtures/demo/make_demo.sh`).
+pub(crate) const DEMO: &[u8] = include_bytes!("../../assets/demo.ttrec");
+/// The demo plays at this speed unless `--speed` says otherwise.
+pub(crate) const DEMO_SPEED: f64 = 16.0;
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    pub file: Option<PathBuf>,
+    pub demo: bool,
+    pub json: bool,
+    pub summary: bool,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub speed: Option<f64>,
+    pub colors: bool,
+}
+
+/// A replay in the TUI: the transport and the frames from the player.
+pub(crate) struct Session {
+    pub(crate) transport: Transport,
+    pub(crate) updates: UnboundedReceiver<Update>,
+}
+
+impl Session {
+    /// Shows one update: the history first when it was rebuilt, then the frame.
+    pub(crate) fn apply(&mut self, app: &mut App, update: Update) {
+        if let Some(history) = update.history {
+            app.history = history;
+        }
+        if let Some(snapshot) = update.snapshot {
+            app.on_snapshot(snapshot);
+        }
+        self.transport.position = Some(update.position);
+        if let Some(note) = update.note {
+            app.status = Some(note);
+        }
+    }
+}
+
+fn open(options: &ReplayOptions) -> Result<Recording, RecordError> {
+    match (&options.file, options.demo) {
+        (_, true) => Recording::from_bytes("the demo recording", DEMO),
+        (Some(path), false) => Recording::open(path),
+        (None, false) => Err(RecordError(
+            "name a recording (torchtop replay FILE), or play the demo with torchtop replay --demo"
+                .into(),
+        )),
+    }
+}
+
+/// The range `--from`/`--to` ask for, as Unix times.
+fn range(
+    options: &ReplayOptions,
+    recording: &Recording,
+) -> Result<(Option<f64>, Option<f64>), RecordError> {
+    let frames = recording.frames();
+    let (start, end) = match (frames.first(), frames.last()) {
+        (Some(a), Some(b)) => (a.time, b.time),
+        _ => (0.0, 0.0),
+    };
+    let read = |text: &Option<String>| -> Result<Option<f64>, RecordError> {
+        text.as_deref()
+            .map(|t| time::parse_time(t, start, end).map_err(RecordError))
+            .transpose()
+    };
+    Ok((read(&options.from)?, read(&options.to)?))
+}
+
+/// What `torchtop replay` leaves to the TUI: the monitor's app set up for the recording, and the
+/// session that feeds it ([`crate::event::run_replay`] runs it; this module sits below the event
+/// loop and does not call it).
+pub struct Tui {
+    pub(crate) app: App,
+    pub(crate) session: Session,
+}
+
+/// Runs `torchtop replay` as the options say: `--json` and `--summary` are printed here; for
+/// the TUI, the app and the playing session are returned.
+pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
+    let mut recording = open(&options)?;
+    let (from, to) = range(&options, &recording)?;
+    let stderr = &mut std::io::stderr();
+    if options.json || options.summary {
+        for issue in &recording.issues {
+            eprintln!("torchtop replay: {issue}");
+        }
+    }
+    if options.json {
+        let stdout = &mut std::io::stdout().lock();
+        export::json_lines(&mut recording, from, to, stdout, stderr)?;
+        return Ok(None);
+    }
+    if options.summary {
+        print!("{}", summary::summary(&mut recording, from, to)?);
+        return Ok(None);
+    }
+    if recording.frames().is_empty() {
+        let mut sentence = format!("{} holds no frame to replay", recording.name());
+        for issue in &recording.issues {
+            sentence.push_str(&format!("\n{issue}"));
+        }
+        return Err(RecordError(sentence));
+    }
+    tui(recording, &options, from).map(Some)
+}
+
+fn tui(
+    recording: Recording,
+    options: &ReplayOptions,
+    from: Option<f64>,
+) -> Result<Tui, RecordError> {
+    let start = from.map_or(0, |t| recording.frames().partition_point(|f| f.time < t));
+    let speed = options
+        .speed
+        .unwrap_or(if options.demo { DEMO_SPEED } else { 1.0 });
+    let interval = recording.meta.interval_seconds;
+    let mut app = App::new(interval, options.colors, true);
+    app.badge = Some(if options.demo {
+        "REPLAY demo".to_string()
+    } else {
+        "REPLAY".to_string()
+    });
+    if let Some(first) = recording.issues.first() {
+        app.status = Some(first.clone());
+    }
+    let (updates_tx, updates) = mpsc::unbounded_channel();
+    let commands = player::spawn(recording, start, speed, updates_tx)
+        .map_err(|e| RecordError(format!("could not start the player: {e}")))?;
+    let session = Session {
+        transport: Transport::new(commands),
+        updates,
+    };
+    Ok(Tui { app, session })
+}

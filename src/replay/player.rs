@@ -1,0 +1,414 @@
+//! The player: a thread that owns the recording and moves through it as the transport asks
+//! (play at a speed, pause, step, seek, jump to the next event), sending each frame shown to
+//! the UI. After any move that is not one frame forward, the history (the sparklines) is built
+//! again from the frames before the one shown, so it is the history of that moment.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::model::{History, HostProcess, Snapshot};
+use crate::record::marks;
+use crate::record::reader::{clock, Cursor};
+use crate::record::Recording;
+
+/// The speeds `+` and `-` step through.
+pub(crate) const SPEEDS: [f64; 10] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// What the transport asks of the player.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Command {
+    TogglePause,
+    /// Pause and move by this many frames.
+    Step(i64),
+    Faster,
+    Slower,
+    /// Go to the frame at or after this Unix time.
+    Seek(f64),
+    /// Pause at the next (`true`) or previous marked frame.
+    Jump(bool),
+}
+
+/// Where the player stands, for the time bar.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Position {
+    pub(crate) index: usize,
+    pub(crate) count: usize,
+    pub(crate) time: f64,
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) paused: bool,
+    pub(crate) speed: f64,
+    /// Times of the frames with marks (warnings, OOMs, state changes).
+    pub(crate) events: Arc<Vec<f64>>,
+}
+
+/// One frame to show.
+pub(crate) struct Update {
+    /// `None` when only the position changed (pause, speed).
+    pub(crate) snapshot: Option<Arc<Snapshot>>,
+    /// The history up to (not including) this frame, when it had to be built again.
+    pub(crate) history: Option<History>,
+    pub(crate) position: Position,
+    /// A sentence for the status line: what happened at an event, the end of the recording.
+    pub(crate) note: Option<String>,
+}
+
+struct Player {
+    recording: Recording,
+    cursor: Cursor,
+    /// The last host process table read (frame index, table), for frames that have none.
+    table: Option<(usize, Arc<Vec<HostProcess>>)>,
+    /// The frame shown last, and the history the UI has up to and with it.
+    last: Option<(usize, Arc<Snapshot>)>,
+    history: History,
+    index: usize,
+    paused: bool,
+    speed: usize,
+    events: Arc<Vec<f64>>,
+    updates: UnboundedSender<Update>,
+}
+
+/// Starts the player on frame `start`; returns where to send commands.
+pub(crate) fn spawn(
+    recording: Recording,
+    start: usize,
+    speed: f64,
+    updates: UnboundedSender<Update>,
+) -> std::io::Result<Sender<Command>> {
+    let (commands_tx, commands) = std::sync::mpsc::channel();
+    let events = recording
+        .frames()
+        .iter()
+        .filter(|f| f.marks & marks::EVENTS != 0)
+        .map(|f| f.time)
+        .collect();
+    let speed = SPEEDS
+        .iter()
+        .position(|&s| s >= speed)
+        .unwrap_or(SPEEDS.len() - 1);
+    let history = History::for_interval(recording.meta.interval_seconds);
+    let player = Player {
+        index: start.min(recording.frames().len().saturating_sub(1)),
+        history,
+        recording,
+        cursor: Cursor::default(),
+        table: None,
+        last: None,
+        paused: false,
+        speed,
+        events: Arc::new(events),
+        updates,
+    };
+    std::thread::Builder::new()
+        .name("torchtop-replay".into())
+        .spawn(move || player.run(commands))?;
+    Ok(commands_tx)
+}
+
+impl Player {
+    fn count(&self) -> usize {
+        self.recording.frames().len()
+    }
+
+    fn run(mut self, commands: Receiver<Command>) {
+        if self.count() == 0 || !self.show(self.index, true, None) {
+            return;
+        }
+        let mut shown_at = Instant::now();
+        loop {
+            let command = match self.wait() {
+                None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(wait) => commands.recv_timeout(wait.saturating_sub(shown_at.elapsed())),
+            };
+            let alive = match command {
+                Ok(command) => self.obey(command),
+                Err(RecvTimeoutError::Timeout) => self.advance(),
+                Err(RecvTimeoutError::Disconnected) => false,
+            };
+            if !alive {
+                return;
+            }
+            shown_at = Instant::now();
+        }
+    }
+
+    /// How long the current frame stays while playing; `None` while paused.
+    fn wait(&self) -> Option<Duration> {
+        if self.paused || self.index + 1 >= self.count() {
+            return None;
+        }
+        let frames = self.recording.frames();
+        let interval = self.recording.meta.interval_seconds.max(0.01);
+        // A gap (torchtop was stopped, the machine slept) is played as a few intervals.
+        let gap =
+            (frames[self.index + 1].time - frames[self.index].time).clamp(0.0, 5.0 * interval);
+        Some(Duration::from_secs_f64(gap / SPEEDS[self.speed]))
+    }
+
+    fn advance(&mut self) -> bool {
+        let next = self.index + 1;
+        if next + 1 >= self.count() {
+            self.paused = true;
+            let note = format!(
+                "end of the recording ({}): Left steps back, g seeks, [ jumps to the last event",
+                clock(self.recording.frames()[next.min(self.count() - 1)].time)
+            );
+            return self.show(next.min(self.count() - 1), false, Some(note));
+        }
+        self.show(next, false, None)
+    }
+
+    fn obey(&mut self, command: Command) -> bool {
+        match command {
+            Command::TogglePause => {
+                self.paused = !self.paused;
+                let note = (!self.paused && self.index + 1 >= self.count()).then(|| {
+                    "this is the end of the recording: Left steps back, g seeks".to_string()
+                });
+                self.send_position(note)
+            }
+            Command::Faster | Command::Slower => {
+                self.speed = match command {
+                    Command::Faster => (self.speed + 1).min(SPEEDS.len() - 1),
+                    _ => self.speed.saturating_sub(1),
+                };
+                self.send_position(None)
+            }
+            Command::Step(by) => {
+                self.paused = true;
+                let target = (self.index as i64 + by).clamp(0, self.count() as i64 - 1) as usize;
+                self.show(target, target != self.index + 1, None)
+            }
+            Command::Seek(time) => {
+                let frames = self.recording.frames();
+                let target = frames
+                    .partition_point(|f| f.time < time)
+                    .min(self.count() - 1);
+                let note = format!("at {}", clock(frames[target].time));
+                self.show(target, true, Some(note))
+            }
+            Command::Jump(forward) => self.jump(forward),
+        }
+    }
+
+    fn jump(&mut self, forward: bool) -> bool {
+        let frames = self.recording.frames();
+        let found = if forward {
+            (self.index + 1..frames.len()).find(|&i| frames[i].marks & marks::EVENTS != 0)
+        } else {
+            (0..self.index)
+                .rev()
+                .find(|&i| frames[i].marks & marks::EVENTS != 0)
+        };
+        let Some(target) = found else {
+            let note = if forward {
+                "no warning, OOM or state change after this moment"
+            } else {
+                "no warning, OOM or state change before this moment"
+            };
+            return self.send_position(Some(note.to_string()));
+        };
+        self.paused = true;
+        self.show(target, true, None)
+    }
+
+    /// Decodes and sends frame `index`; with `rebuild`, the history too. A frame that cannot be
+    /// decoded is reported and the next one shown. Returns false when the UI is gone.
+    fn show(&mut self, index: usize, rebuild: bool, note: Option<String>) -> bool {
+        let mut index = index;
+        let mut problem = None;
+        let (snapshot, history, before) = loop {
+            match self.decode(index, rebuild) {
+                Ok(found) => break found,
+                Err(error) => {
+                    problem = Some(format!("{error}; skipped"));
+                    if index + 1 >= self.count() {
+                        return self.send_position(problem);
+                    }
+                    index += 1;
+                }
+            }
+        };
+        self.index = index;
+        let event = before
+            .filter(|_| self.recording.frames()[index].marks & marks::EVENTS != 0)
+            .map(|before| marks::describe(&before, &snapshot))
+            .filter(|sentences| !sentences.is_empty())
+            .map(|sentences| format!("{}  {}", clock(snapshot.unix_seconds), sentences.join("; ")));
+        let note = problem.or(event).or(note);
+        let snapshot = Arc::new(snapshot);
+        self.last = Some((index, snapshot.clone()));
+        let update = Update {
+            snapshot: Some(snapshot),
+            history,
+            position: self.position(),
+            note,
+        };
+        self.updates.send(update).is_ok()
+    }
+
+    /// The snapshot at `index`, the history before it (when the UI's must be replaced), and
+    /// the frame before it when known. The player keeps a copy of the UI's history: one frame
+    /// on is one more sample; a jump forward within the history's span adds the frames in
+    /// between; anything else builds it again from the frames before `index`.
+    fn decode(
+        &mut self,
+        index: usize,
+        rebuild: bool,
+    ) -> Result<(Snapshot, Option<History>, Option<Snapshot>), crate::record::RecordError> {
+        let capacity = self.history.capacity();
+        let last = self.last.as_ref().map(|(i, s)| (*i, s.clone()));
+        let (from, mut before) = match last {
+            Some((at, shown)) if at + 1 == index => (index, Some(shown.as_ref().clone())),
+            Some((at, _)) if at < index && index - at < capacity => (at + 1, None),
+            _ => {
+                self.history = History::for_interval(self.recording.meta.interval_seconds);
+                (index.saturating_sub(capacity.saturating_sub(1)), None)
+            }
+        };
+        for i in from..index {
+            if let Ok(snapshot) = self.recording.snapshot(&mut self.cursor, i) {
+                self.history.record(&snapshot);
+                before = Some(snapshot);
+            }
+        }
+        let sent = (rebuild || from != index).then(|| self.history.clone());
+        let mut snapshot = self.recording.snapshot(&mut self.cursor, index)?;
+        self.fill_table(index, &mut snapshot);
+        self.history.record(&snapshot);
+        Ok((snapshot, sent, before))
+    }
+
+    /// Gives a frame without the host process table the last one recorded before it, so the
+    /// tree view shows the parents and workers as last seen.
+    fn fill_table(&mut self, index: usize, snapshot: &mut Snapshot) {
+        if !snapshot.host_processes.is_empty() {
+            self.table = Some((index, Arc::new(snapshot.host_processes.clone())));
+            return;
+        }
+        let frames = self.recording.frames();
+        let Some(at) = (0..index)
+            .rev()
+            .find(|&i| frames[i].marks & marks::HOST_TABLE != 0)
+        else {
+            return;
+        };
+        if self.table.as_ref().is_none_or(|(i, _)| *i != at) {
+            let mut cursor = Cursor::default();
+            let Ok(found) = self.recording.snapshot(&mut cursor, at) else {
+                return;
+            };
+            self.table = Some((at, Arc::new(found.host_processes)));
+        }
+        if let Some((_, table)) = &self.table {
+            snapshot.host_processes = table.as_ref().clone();
+        }
+    }
+
+    /// Tells the UI where the player stands, without a new frame.
+    fn send_position(&self, note: Option<String>) -> bool {
+        let update = Update {
+            snapshot: None,
+            history: None,
+            position: self.position(),
+            note,
+        };
+        self.updates.send(update).is_ok()
+    }
+
+    fn position(&self) -> Position {
+        let frames = self.recording.frames();
+        Position {
+            index: self.index,
+            count: frames.len(),
+            time: frames.get(self.index).map_or(0.0, |f| f.time),
+            start: frames.first().map_or(0.0, |f| f.time),
+            end: frames.last().map_or(0.0, |f| f.time),
+            paused: self.paused,
+            speed: SPEEDS[self.speed],
+            events: self.events.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GpuSample;
+    use crate::record::writer::FileWriter;
+    use crate::record::RecordOptions;
+
+    /// A recording whose GPU 0 utilization at frame t is t.
+    fn recording(dir: &std::path::Path, frames: u32) -> Recording {
+        let path = dir.join("h.ttrec");
+        let mut writer = FileWriter::create(RecordOptions {
+            path: path.clone(),
+            max_size: None,
+            interval_seconds: 1.0,
+        })
+        .unwrap();
+        for t in 0..frames {
+            let at = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + u64::from(t));
+            let mut s = Snapshot::at(at);
+            s.gpus.push(GpuSample {
+                index: 0,
+                utilization_percent: Some(t),
+                ..Default::default()
+            });
+            writer.write(&Arc::new(s)).unwrap();
+        }
+        writer.finish().unwrap();
+        Recording::open(&path).unwrap()
+    }
+
+    fn utilization(history: &History) -> Vec<u32> {
+        history.gpus[&0]
+            .utilization_percent
+            .iter()
+            .map(|v| v.unwrap() as u32)
+            .collect()
+    }
+
+    #[test]
+    fn the_history_is_that_of_the_moment_shown_after_every_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let commands = spawn(recording(dir.path(), 400), 350, 1.0, tx).unwrap();
+        let mut next = || updates.blocking_recv().expect("an update");
+        let first = next();
+        // The history holds the 300 frames before the one shown (which the UI adds itself).
+        assert_eq!(
+            utilization(first.history.as_ref().unwrap()),
+            (50..350).collect::<Vec<_>>()
+        );
+        // Playing may have moved on a frame or two before the step arrives.
+        commands.send(Command::Step(-100)).unwrap();
+        let back = loop {
+            let update = next();
+            if update.position.paused {
+                break update;
+            }
+        };
+        let at = back.position.index;
+        assert!((250..260).contains(&at), "{at}");
+        assert_eq!(
+            utilization(back.history.as_ref().unwrap()),
+            (0..at as u32).collect::<Vec<_>>()
+        );
+        let target = at + 12;
+        commands
+            .send(Command::Seek(1_800_000_000.0 + target as f64))
+            .unwrap();
+        let ahead = next();
+        assert_eq!(ahead.position.index, target);
+        let expected: Vec<u32> = (0..target as u32).collect();
+        assert_eq!(utilization(ahead.history.as_ref().unwrap()), expected);
+        commands.send(Command::Step(1)).unwrap();
+        let one_on = next();
+        assert_eq!(one_on.position.index, target + 1);
+        assert!(one_on.history.is_none(), "one frame on: the UI adds it");
+    }
+}

@@ -1,0 +1,331 @@
+//! `torchtop replay FILE --summary`: what happened, in a few lines: the span, each GPU's and
+//! each process's peaks, every warning with its first and last time, the OOMs, the GPU state
+//! changes, and the processes that came and went.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::format::{bytes, escape};
+use crate::model::{Severity, Snapshot, Subject};
+use crate::record::marks;
+use crate::record::reader::{clock, rfc3339, Cursor};
+use crate::record::{RecordError, Recording};
+
+/// The most lines one section prints; the rest is counted.
+const MAX_LINES: usize = 200;
+
+/// A peak: the value and when it was reached.
+#[derive(Debug, Clone, Copy, Default)]
+struct Peak {
+    value: f64,
+    at: f64,
+    seen: bool,
+}
+
+impl Peak {
+    fn offer(&mut self, value: Option<f64>, at: f64) {
+        if let Some(value) = value.filter(|v| v.is_finite()) {
+            if !self.seen || value > self.value {
+                *self = Peak {
+                    value,
+                    at,
+                    seen: true,
+                };
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct GpuPeaks {
+    name: String,
+    total: Option<u64>,
+    utilization: Peak,
+    memory: Peak,
+    temperature: Peak,
+    power: Peak,
+}
+
+struct ProcessSeen {
+    command: String,
+    gpus: Vec<u32>,
+    rank: Option<u32>,
+    first: f64,
+    last: f64,
+    memory: Peak,
+    reserved: Peak,
+    allocated: Peak,
+}
+
+struct WarningSeen {
+    severity: Severity,
+    first: f64,
+    last: f64,
+    frames: u64,
+    message: String,
+}
+
+#[derive(Default)]
+struct Tally {
+    first: Option<f64>,
+    last: f64,
+    frames: u64,
+    skipped: Vec<String>,
+    gpus: BTreeMap<u32, GpuPeaks>,
+    processes: BTreeMap<u32, ProcessSeen>,
+    warnings: BTreeMap<(String, String, Severity), WarningSeen>,
+    events: Vec<String>,
+}
+
+fn subject(subject: &Subject) -> String {
+    match subject {
+        Subject::Gpu { index } => format!("GPU {index}"),
+        Subject::Process { pid } => format!("pid {pid}"),
+        Subject::Job { id } => escape(id).into_owned(),
+        Subject::Host => "host".into(),
+    }
+}
+
+impl Tally {
+    fn add(&mut self, before: Option<&Snapshot>, now: &Snapshot) {
+        let t = now.unix_seconds;
+        self.first.get_or_insert(t);
+        self.last = t;
+        self.frames += 1;
+        for gpu in &now.gpus {
+            let peaks = self.gpus.entry(gpu.index).or_default();
+            if let Some(name) = &gpu.name {
+                peaks.name = escape(name).into_owned();
+            }
+            peaks.total = gpu.memory_total_bytes.or(peaks.total);
+            peaks
+                .utilization
+                .offer(gpu.utilization_percent.map(f64::from), t);
+            peaks
+                .memory
+                .offer(gpu.memory_used_bytes.map(|b| b as f64), t);
+            peaks.temperature.offer(gpu.temperature_c.map(f64::from), t);
+            peaks.power.offer(gpu.power_w, t);
+        }
+        for process in &now.processes {
+            let seen = self
+                .processes
+                .entry(process.pid)
+                .or_insert_with(|| ProcessSeen {
+                    command: escape(process.command.as_deref().unwrap_or("?")).into_owned(),
+                    gpus: Vec::new(),
+                    rank: None,
+                    first: t,
+                    last: t,
+                    memory: Peak::default(),
+                    reserved: Peak::default(),
+                    allocated: Peak::default(),
+                });
+            seen.last = t;
+            if !seen.gpus.contains(&process.gpu) {
+                seen.gpus.push(process.gpu);
+            }
+            seen.memory
+                .offer(process.gpu_memory_bytes.map(|b| b as f64), t);
+            if let Some(torch) = &process.torch {
+                seen.rank = torch.rank.or(seen.rank);
+                for device in &torch.devices {
+                    seen.reserved
+                        .offer(device.reserved_bytes.map(|b| b as f64), t);
+                    seen.allocated
+                        .offer(device.allocated_bytes.map(|b| b as f64), t);
+                }
+            }
+        }
+        for warning in &now.warnings {
+            let key = (
+                warning.id.clone(),
+                subject(&warning.subject),
+                warning.severity,
+            );
+            let seen = self.warnings.entry(key).or_insert_with(|| WarningSeen {
+                severity: warning.severity,
+                first: t,
+                last: t,
+                frames: 0,
+                message: escape(&warning.message).into_owned(),
+            });
+            seen.last = t;
+            seen.frames += 1;
+        }
+        if let Some(before) = before {
+            let mask = marks::OOM | marks::GPU_STATE;
+            if marks::marks(Some(before), now) & mask != 0 {
+                for sentence in marks::describe(before, now) {
+                    if sentence.starts_with("out of memory") || sentence.starts_with("GPU ") {
+                        self.events.push(format!("  {}  {sentence}", clock(t)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads the frames in `[from, to]` and writes the summary.
+pub(crate) fn summary(
+    recording: &mut Recording,
+    from: Option<f64>,
+    to: Option<f64>,
+) -> Result<String, RecordError> {
+    let mut tally = Tally::default();
+    let mut cursor = Cursor::default();
+    let mut before: Option<Snapshot> = None;
+    for i in super::export::frames_between(recording, from, to) {
+        match recording.snapshot(&mut cursor, i) {
+            Ok(now) => {
+                tally.add(before.as_ref(), &now);
+                before = Some(now);
+            }
+            Err(error) => {
+                tally.skipped.push(error.0);
+                before = None;
+            }
+        }
+    }
+    Ok(render(recording, &tally))
+}
+
+fn render(recording: &Recording, tally: &Tally) -> String {
+    let mut out = String::new();
+    let meta = &recording.meta;
+    let _ = writeln!(
+        out,
+        "{}: recorded on {} by torchtop {}, every {:.1} s",
+        recording.name(),
+        escape(meta.host.as_deref().unwrap_or("an unnamed host")),
+        escape(&meta.torchtop),
+        meta.interval_seconds
+    );
+    let Some(first) = tally.first else {
+        let _ = writeln!(out, "no frame in that range");
+        return out;
+    };
+    let _ = writeln!(
+        out,
+        "from {} to {} ({}, {} frames)",
+        rfc3339(first),
+        rfc3339(tally.last),
+        crate::format::duration(tally.last - first),
+        tally.frames
+    );
+    for issue in recording.issues.iter().chain(&tally.skipped) {
+        let _ = writeln!(out, "note: {issue}");
+    }
+    render_peaks(&mut out, tally);
+    render_warnings(&mut out, tally);
+    section(&mut out, "OOMs and GPU state changes", &tally.events);
+    render_came_and_went(&mut out, tally);
+    out
+}
+
+fn at(peak: &Peak, show: impl Fn(f64) -> String) -> String {
+    if peak.seen {
+        format!("{} at {}", show(peak.value), clock(peak.at))
+    } else {
+        "N/A".into()
+    }
+}
+
+fn render_peaks(out: &mut String, tally: &Tally) {
+    let mut lines = Vec::new();
+    for (index, gpu) in &tally.gpus {
+        let total = gpu
+            .total
+            .map(|t| format!(" of {}", bytes(t)))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  GPU {index} {}: utilization {}, memory {}, temperature {}, power {}",
+            gpu.name,
+            at(&gpu.utilization, |v| format!("{v:.0}%")),
+            at(&gpu.memory, |v| format!("{}{total}", bytes(v as u64))),
+            at(&gpu.temperature, |v| format!("{v:.0}C")),
+            at(&gpu.power, |v| format!("{v:.0}W")),
+        ));
+    }
+    for (pid, p) in &tally.processes {
+        let rank = p.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+        let mut line = format!(
+            "  pid {pid} {} (GPU {}{rank}): GPU memory {}",
+            p.command,
+            join(&p.gpus),
+            at(&p.memory, |v| bytes(v as u64))
+        );
+        if p.reserved.seen {
+            let _ = write!(
+                line,
+                "; allocator reserved {}, allocated {}",
+                at(&p.reserved, |v| bytes(v as u64)),
+                at(&p.allocated, |v| bytes(v as u64))
+            );
+        }
+        lines.push(line);
+    }
+    section(out, "Peaks", &lines);
+}
+
+fn render_warnings(out: &mut String, tally: &Tally) {
+    let mut rows: Vec<(&(String, String, Severity), &WarningSeen)> =
+        tally.warnings.iter().collect();
+    rows.sort_by(|a, b| {
+        b.1.severity
+            .cmp(&a.1.severity)
+            .then(a.1.first.total_cmp(&b.1.first))
+    });
+    let lines: Vec<String> = rows
+        .into_iter()
+        .map(|((id, subject, _), w)| {
+            format!(
+                "  {:<8} {id} ({subject}): first {}, last {} ({} frames): {}",
+                format!("{:?}", w.severity).to_lowercase(),
+                clock(w.first),
+                clock(w.last),
+                w.frames,
+                w.message
+            )
+        })
+        .collect();
+    section(out, "Warnings", &lines);
+}
+
+fn render_came_and_went(out: &mut String, tally: &Tally) {
+    let (first, last) = (tally.first.unwrap_or_default(), tally.last);
+    let mut lines = Vec::new();
+    for (pid, p) in &tally.processes {
+        let what = format!("pid {pid} {} (GPU {})", p.command, join(&p.gpus));
+        if p.first > first {
+            lines.push((p.first, format!("  came {}  {what}", clock(p.first))));
+        }
+        if p.last < last {
+            lines.push((p.last, format!("  went {}  {what}", clock(p.last))));
+        }
+    }
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let lines: Vec<String> = lines.into_iter().map(|(_, l)| l).collect();
+    section(out, "Processes that came and went", &lines);
+}
+
+fn join(values: &[u32]) -> String {
+    values
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn section(out: &mut String, title: &str, lines: &[String]) {
+    let _ = writeln!(out, "\n{title}");
+    if lines.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for line in lines.iter().take(MAX_LINES) {
+        let _ = writeln!(out, "{line}");
+    }
+    if lines.len() > MAX_LINES {
+        let _ = writeln!(out, "  and {} more", lines.len() - MAX_LINES);
+    }
+}

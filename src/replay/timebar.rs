@@ -1,0 +1,122 @@
+//! The time bar under the replay: play or pause, speed, the time shown, a bar from the first
+//! frame to the last with the events marked, and the keys; or the `g` prompt while a time is
+//! typed.
+
+use ratatui::{
+    layout::Rect,
+    text::{Line, Span},
+    widgets::Paragraph,
+    Frame,
+};
+
+use super::player::Position;
+use super::transport::{input_hint, Transport};
+use crate::format::escape;
+use crate::record::reader::clock;
+use crate::terminal::theme::Theme;
+
+const KEYS: &str = "Space play/pause  Left/Right step  +/- speed  g go to  [ ] events";
+
+pub(crate) fn render(frame: &mut Frame, area: Rect, transport: &Transport, theme: Theme) {
+    let line = match (&transport.input, &transport.position) {
+        (Some(text), _) => prompt(text, transport, theme),
+        (None, Some(position)) => bar(position, area.width, theme),
+        (None, None) => Line::from(Span::styled(" reading the recording...", theme.dim())),
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+fn prompt(text: &str, transport: &Transport, theme: Theme) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(" go to: ", theme.label()),
+        Span::styled(format!("{}_", escape(text)), theme.selected()),
+        Span::styled(format!("  {}", escape(&input_hint(transport))), theme.dim()),
+    ])
+}
+
+fn bar(position: &Position, width: u16, theme: Theme) -> Line<'static> {
+    let state = if position.paused { " ||" } else { " |>" };
+    let speed = if position.speed < 1.0 {
+        format!(" {}x ", position.speed)
+    } else {
+        format!(" {:.0}x ", position.speed)
+    };
+    let now = clock(position.time);
+    let counter = format!(" {}/{} ", position.index + 1, position.count);
+    let end = clock(position.end);
+    let fixed = state.len() + speed.len() + now.len() + end.len() + counter.len() + 4;
+    let keys = if usize::from(width) >= fixed + 24 + KEYS.len() + 2 {
+        format!("  {KEYS}")
+    } else {
+        String::new()
+    };
+    let cells = usize::from(width).saturating_sub(fixed + keys.len()).max(4);
+    let mut spans = vec![
+        Span::styled(state.to_string(), theme.brand()),
+        Span::styled(speed, theme.label()),
+        Span::styled(now, theme.plain()),
+        Span::raw(" "),
+    ];
+    spans.extend(track(position, cells, theme));
+    spans.push(Span::raw(" "));
+    spans.push(Span::styled(end, theme.dim()));
+    spans.push(Span::styled(counter, theme.dim()));
+    spans.push(Span::styled(keys, theme.dim()));
+    Line::from(spans)
+}
+
+/// The bar itself: played cells, the cursor, events as ticks.
+fn track(position: &Position, cells: usize, theme: Theme) -> Vec<Span<'static>> {
+    let span = (position.end - position.start).max(1e-9);
+    let cell_of = |t: f64| {
+        (((t - position.start) / span) * (cells - 1) as f64)
+            .round()
+            .clamp(0.0, (cells - 1) as f64) as usize
+    };
+    let at = cell_of(position.time);
+    let mut events = vec![false; cells];
+    for &t in position.events.iter() {
+        events[cell_of(t)] = true;
+    }
+    (0..cells)
+        .map(|i| {
+            if i == at {
+                Span::styled("@", theme.selected())
+            } else if events[i] {
+                Span::styled("!", theme.warn())
+            } else if i < at {
+                Span::styled("=", theme.brand())
+            } else {
+                Span::styled("-", theme.dim())
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_bar_puts_the_cursor_and_the_events_in_place() {
+        let position = Position {
+            index: 50,
+            count: 101,
+            time: 1050.0,
+            start: 1000.0,
+            end: 1100.0,
+            paused: true,
+            speed: 8.0,
+            events: Arc::new(vec![1000.0, 1100.0]),
+        };
+        let spans = track(&position, 11, Theme::new(false));
+        let text: String = spans.iter().map(|s| s.content.as_ref()).collect();
+        assert_eq!(text, "!====@----!");
+        let line = bar(&position, 160, Theme::new(false));
+        let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
+        assert!(text.starts_with(" || 8x 00:17:30 !"), "{text}");
+        assert!(text.contains(" 51/101 "), "{text}");
+        assert!(text.contains("[ ] events"), "{text}");
+    }
+}
