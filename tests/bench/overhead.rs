@@ -17,42 +17,91 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
+use common::fake_nvml::{env_refs, fill_pids, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 
 struct Scenario {
     name: &'static str,
-    fixture: &'static str,
+    fixture: Fixture,
     gpu_processes: usize,
     idle_host_processes: usize,
 }
 
-const SCENARIOS: [Scenario; 4] = [
+/// Where a scenario's text comes from: a file in tests/fixtures, or written here (the large
+/// ones, which would be thousands of lines as a file).
+#[derive(Clone, Copy)]
+enum Fixture {
+    File(&'static str),
+    /// GPUs and processes, the processes spread over the GPUs in turn.
+    Generated {
+        gpus: usize,
+    },
+}
+
+const SCENARIOS: [Scenario; 5] = [
     Scenario {
         name: "4 GPUs, 20 procs",
-        fixture: "four_gpus_20_procs.toml",
+        fixture: Fixture::File("four_gpus_20_procs.toml"),
         gpu_processes: 20,
         idle_host_processes: 0,
     },
     Scenario {
         name: "8 GPUs, 64 procs",
-        fixture: "eight_gpus.toml",
+        fixture: Fixture::File("eight_gpus.toml"),
         gpu_processes: 64,
         idle_host_processes: 0,
     },
     Scenario {
         name: "4 GPUs, 20 procs + 2000 idle",
-        fixture: "four_gpus_20_procs.toml",
+        fixture: Fixture::File("four_gpus_20_procs.toml"),
         gpu_processes: 20,
         idle_host_processes: 2000,
     },
     Scenario {
         name: "8 GPUs, 64 procs + 2000 idle",
-        fixture: "eight_gpus.toml",
+        fixture: Fixture::File("eight_gpus.toml"),
         gpu_processes: 64,
         idle_host_processes: 2000,
     },
+    Scenario {
+        name: "16 GPUs, 1000 procs",
+        fixture: Fixture::Generated { gpus: 16 },
+        gpu_processes: 1000,
+        idle_host_processes: 0,
+    },
 ];
+
+/// A machine of `gpus` H100-like GPUs, every figure moving, with `processes` GPU processes
+/// dealt to the GPUs in turn; `{{pid:N}}` placeholders as in the fixtures.
+fn generated_scenario(gpus: usize, processes: usize) -> String {
+    let mut text = String::from(
+        "[system]\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\n\
+         cuda_driver_version = 12040\n",
+    );
+    for gpu in 0..gpus {
+        text.push_str(&format!(
+            "\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
+             uuid = \"GPU-00000000-a100-4e00-8f00-c0ffee{gpu:06x}\"\n\
+             bus_id = \"00000000:{:02x}:00.0\"\nmemory_total_mib = 81559\n\
+             power_limit_w = 700\nnum_fans = 0\nunsupported = [\"fan\"]\n\
+             utilization_gpu = {{ fn = \"sine\", mean = 55, amplitude = 35, period_s = 10 }}\n\
+             memory_used_mib = {{ fn = \"ramp\", from = 20000, to = 60000, duration_s = 60, repeat = true }}\n\
+             temperature_c = {{ fn = \"sine\", mean = 58, amplitude = 8, period_s = 30 }}\n\
+             power_w = {{ fn = \"sine\", mean = 450, amplitude = 200, period_s = 10 }}\n\
+             pcie_rx_kbs = {{ fn = \"noise\", mean = 400000, amplitude = 300000, seed = {gpu} }}\n",
+            0x18 + gpu
+        ));
+        for process in (gpu..processes).step_by(gpus) {
+            text.push_str(&format!(
+                "\n[[gpu.process]]\npid = {{{{pid:{process}}}}}\nused_memory_mib = {}\n\
+                 sm_percent = {{ fn = \"noise\", mean = 20, amplitude = 2, seed = {process} }}\n\
+                 mem_percent = 30\n",
+                256 + process % 64
+            ));
+        }
+    }
+    text
+}
 
 /// What was measured of one running program over the window.
 #[derive(Debug, Clone, Copy)]
@@ -243,7 +292,13 @@ fn run_scenario(
 ) {
     let gpu_procs = Sleepers::spawn(scenario.gpu_processes);
     let _idle = Sleepers::spawn(scenario.idle_host_processes);
-    let file = ScenarioFile::from_fixture(scenario.fixture, &gpu_procs.pids());
+    let file = match scenario.fixture {
+        Fixture::File(name) => ScenarioFile::from_fixture(name, &gpu_procs.pids()),
+        Fixture::Generated { gpus } => ScenarioFile::new(&fill_pids(
+            &generated_scenario(gpus, scenario.gpu_processes),
+            &gpu_procs.pids(),
+        )),
+    };
     let env = vec![
         (
             "TORCHTOP_NVML_LIB".to_string(),
