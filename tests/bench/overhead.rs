@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fake_nvml::{env_refs, fill_pids, ScenarioFile, Sleepers};
+use common::fake_nvml::{env_refs, fill_pids, many_gpus_scenario, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 
 struct Scenario {
@@ -70,38 +70,6 @@ const SCENARIOS: [Scenario; 5] = [
         idle_host_processes: 0,
     },
 ];
-
-/// A machine of `gpus` H100-like GPUs, every figure moving, with `processes` GPU processes
-/// dealt to the GPUs in turn; `{{pid:N}}` placeholders as in the fixtures.
-fn generated_scenario(gpus: usize, processes: usize) -> String {
-    let mut text = String::from(
-        "[system]\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\n\
-         cuda_driver_version = 12040\n",
-    );
-    for gpu in 0..gpus {
-        text.push_str(&format!(
-            "\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
-             uuid = \"GPU-00000000-a100-4e00-8f00-c0ffee{gpu:06x}\"\n\
-             bus_id = \"00000000:{:02x}:00.0\"\nmemory_total_mib = 81559\n\
-             power_limit_w = 700\nnum_fans = 0\nunsupported = [\"fan\"]\n\
-             utilization_gpu = {{ fn = \"sine\", mean = 55, amplitude = 35, period_s = 10 }}\n\
-             memory_used_mib = {{ fn = \"ramp\", from = 20000, to = 60000, duration_s = 60, repeat = true }}\n\
-             temperature_c = {{ fn = \"sine\", mean = 58, amplitude = 8, period_s = 30 }}\n\
-             power_w = {{ fn = \"sine\", mean = 450, amplitude = 200, period_s = 10 }}\n\
-             pcie_rx_kbs = {{ fn = \"noise\", mean = 400000, amplitude = 300000, seed = {gpu} }}\n",
-            0x18 + gpu
-        ));
-        for process in (gpu..processes).step_by(gpus) {
-            text.push_str(&format!(
-                "\n[[gpu.process]]\npid = {{{{pid:{process}}}}}\nused_memory_mib = {}\n\
-                 sm_percent = {{ fn = \"noise\", mean = 20, amplitude = 2, seed = {process} }}\n\
-                 mem_percent = 30\n",
-                256 + process % 64
-            ));
-        }
-    }
-    text
-}
 
 /// What was measured of one running program over the window.
 #[derive(Debug, Clone, Copy)]
@@ -295,7 +263,7 @@ fn run_scenario(
     let file = match scenario.fixture {
         Fixture::File(name) => ScenarioFile::from_fixture(name, &gpu_procs.pids()),
         Fixture::Generated { gpus } => ScenarioFile::new(&fill_pids(
-            &generated_scenario(gpus, scenario.gpu_processes),
+            &many_gpus_scenario(gpus, scenario.gpu_processes),
             &gpu_procs.pids(),
         )),
     };
