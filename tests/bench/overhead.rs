@@ -38,7 +38,7 @@ enum Fixture {
     },
 }
 
-const SCENARIOS: [Scenario; 5] = [
+const SCENARIOS: [Scenario; 6] = [
     Scenario {
         name: "4 GPUs, 20 procs",
         fixture: Fixture::File("four_gpus_20_procs.toml"),
@@ -62,6 +62,12 @@ const SCENARIOS: [Scenario; 5] = [
         fixture: Fixture::File("eight_gpus.toml"),
         gpu_processes: 64,
         idle_host_processes: 2000,
+    },
+    Scenario {
+        name: "16 GPUs, 16 procs",
+        fixture: Fixture::Generated { gpus: 16 },
+        gpu_processes: 16,
+        idle_host_processes: 0,
     },
     Scenario {
         name: "16 GPUs, 1000 procs",
@@ -233,8 +239,9 @@ fn main() {
     println!();
     println!("| scenario | tool | CPU ms/s | RSS MiB (peak) | wake-ups/s | first frame ms | --once --json ms | CPU ratio |");
     println!("|---|---|---|---|---|---|---|---|");
+    let mut sixteen = Vec::new();
     for scenario in &SCENARIOS {
-        run_scenario(
+        let cpu = run_scenario(
             scenario,
             &binary,
             &library,
@@ -244,7 +251,11 @@ fn main() {
             window,
             warmup,
         );
+        if matches!(scenario.fixture, Fixture::Generated { gpus: 16 }) {
+            sixteen.push((scenario.gpu_processes as f64, cpu));
+        }
     }
+    print_slope(&sixteen);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -257,7 +268,7 @@ fn run_scenario(
     nvitop: Option<&Path>,
     window: Duration,
     warmup: Duration,
-) {
+) -> f64 {
     let gpu_procs = Sleepers::spawn(scenario.gpu_processes);
     let _idle = Sleepers::spawn(scenario.idle_host_processes);
     let file = match scenario.fixture {
@@ -332,4 +343,17 @@ fn run_scenario(
     }
     drop(others);
     drop(torchtop);
+    ours.cpu_ms_per_s
+}
+
+/// The cost of one more GPU process: torchtop's CPU between the fewest and the most processes
+/// on the same GPUs, in µs per second per process.
+fn print_slope(runs: &[(f64, f64)]) {
+    if let [(few, cpu_few), .., (many, cpu_many)] = runs {
+        let slope_us = (cpu_many - cpu_few) * 1000.0 / (many - few);
+        println!();
+        println!(
+            "slope at 16 GPUs, {few} to {many} GPU processes: {slope_us:.1} µs of CPU per second per process"
+        );
+    }
 }
