@@ -14,7 +14,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::actions::{perform, ActionReport};
@@ -217,7 +217,7 @@ async fn event_loop(
                     if let Some(ready) = screen.app.take_memsnap() {
                         load_in_background(ready.path, loaded_tx.clone());
                     }
-                    Step::Redraw
+                    screen.snapshot_step()
                 }
                 None => Step::End(End::Quit),
             },
@@ -276,13 +276,23 @@ impl Screen {
             {
                 Step::End(End::Quit)
             }
-            Input::Event(Event::Key(key)) if key.kind == KeyEventKind::Release => Step::Nothing,
+            Input::Event(event) if !moves_the_viewer(&event) => Step::Nothing,
             Input::Event(event) => {
                 if memsnap::view::handle(viewer, event) == ViewerEffect::Quit {
                     self.viewer = None; // Esc or q: back to the monitor
                 }
                 Step::Redraw
             }
+        }
+    }
+
+    /// A new snapshot changes only the monitor: under the viewer nothing on screen moves, so
+    /// nothing is drawn.
+    fn snapshot_step(&self) -> Step {
+        if self.viewer.is_some() {
+            Step::Nothing
+        } else {
+            Step::Redraw
         }
     }
 
@@ -348,6 +358,21 @@ fn on_control(control: Control) -> Step {
         Control::Die(signal) => Step::End(End::Die(signal)),
         Control::Suspend => Step::Suspend,
         Control::Continue => Step::Resume,
+    }
+}
+
+/// Whether `event` can change what the snapshot viewer shows: key presses, the wheel and a
+/// resize. Mouse motion (reported for every cell crossed), releases and focus changes cannot,
+/// and are not worth a frame.
+fn moves_the_viewer(event: &Event) -> bool {
+    match event {
+        Event::Key(key) => key.kind != KeyEventKind::Release,
+        Event::Mouse(mouse) => matches!(
+            mouse.kind,
+            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp
+        ),
+        Event::Resize(_, _) => true,
+        _ => false,
     }
 }
 
@@ -467,6 +492,41 @@ mod tests {
             Step::End(End::Die(3)).merge(Step::Redraw),
             Step::End(End::Die(3))
         );
+    }
+
+    #[test]
+    fn only_keys_the_wheel_and_resizes_redraw_the_viewer() {
+        use crossterm::event::{MouseEvent, MouseEventKind as Kind};
+        let mouse = |kind| {
+            Event::Mouse(MouseEvent {
+                kind,
+                column: 3,
+                row: 4,
+                modifiers: KeyModifiers::NONE,
+            })
+        };
+        let key = KeyEvent::new(KeyCode::Down, KeyModifiers::NONE);
+        assert!(moves_the_viewer(&Event::Key(key)));
+        assert!(moves_the_viewer(&mouse(Kind::ScrollDown)));
+        assert!(moves_the_viewer(&Event::Resize(80, 24)));
+        assert!(!moves_the_viewer(&mouse(Kind::Moved)));
+        assert!(!moves_the_viewer(&Event::FocusLost));
+        let release =
+            KeyEvent::new_with_kind(KeyCode::Down, KeyModifiers::NONE, KeyEventKind::Release);
+        assert!(!moves_the_viewer(&Event::Key(release)));
+    }
+
+    #[test]
+    fn a_snapshot_under_the_viewer_draws_nothing() {
+        let mut screen = Screen {
+            app: App::new(1.0, false, true),
+            viewer: None,
+        };
+        assert_eq!(screen.snapshot_step(), Step::Redraw);
+        let fixture = crate::memsnap::model::tests::fixture("oom.pickle");
+        let loaded = memsnap::load(&fixture, Links::Follow).expect("fixture");
+        assert_eq!(screen.open_viewer(Ok(loaded)), Step::Redraw);
+        assert_eq!(screen.snapshot_step(), Step::Nothing);
     }
 
     #[test]

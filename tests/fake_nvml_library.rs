@@ -17,7 +17,9 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::fake_nvml::{fake_nvml_library, ScenarioFile, Sleepers, SCENARIO_ENV};
+use common::fake_nvml::{
+    fake_nvml_library, fill_pids, many_gpus_scenario, ScenarioFile, Sleepers, SCENARIO_ENV,
+};
 use common::{wait_until, PATIENCE};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
@@ -491,6 +493,33 @@ present_from_s = 1
         assert!(matches!(leaving.name(), Err(NvmlError::GpuLost)));
     }
     assert_eq!(nvml.device_by_index(1).unwrap().index().unwrap(), 1);
+}
+
+/// The overhead benchmark's largest machine: every one of the 1,000 processes is listed, with
+/// its utilization sample, on the GPU it was dealt to.
+#[test]
+fn sixteen_gpus_list_a_thousand_processes() {
+    let _guard = serialized();
+    let pids: Vec<u32> = (0..1000).map(|n| 100_000 + n).collect();
+    let scenario = ScenarioFile::new(&fill_pids(&many_gpus_scenario(16, 1000), &pids));
+    let nvml = init(&scenario);
+    assert_eq!(nvml.device_count().unwrap(), 16);
+    let mut listed = Vec::new();
+    for index in 0..16 {
+        let device = nvml.device_by_index(index).unwrap();
+        let processes = device.running_compute_processes().unwrap();
+        assert_eq!(
+            processes.len(),
+            if index < 8 { 63 } else { 62 },
+            "GPU {index}"
+        );
+        assert!(processes.iter().all(|p| (p.pid - 100_000) % 16 == index));
+        let samples = device.process_utilization_stats(0).unwrap();
+        assert_eq!(samples.len(), processes.len(), "GPU {index}");
+        listed.extend(processes.iter().map(|p| p.pid));
+    }
+    listed.sort_unstable();
+    assert_eq!(listed, pids);
 }
 
 #[test]

@@ -1,8 +1,11 @@
 //! The GPU worker pool: one *driver* thread loads the GPU library (nvmlInit can take seconds)
-//! and answers GPU-count requests; one *worker* thread per GPU, with at most one request in
-//! flight, so a GPU whose driver calls hang delays nobody. Its worker stays blocked, the tick's
-//! deadline passes, and the GPU is published as stale with its last figures. Stuck threads are
-//! never joined: the process exits around them.
+//! and answers GPU-count requests; one *shared* worker thread reads every healthy GPU in turn.
+//! When one GPU's call overruns the call deadline, the worker that is stuck in it keeps only
+//! that GPU, and a fresh shared worker takes the others at once, so a hung GPU delays nobody
+//! after its first overrun: the tick's deadline passes and the GPU is published as stale with
+//! its last figures. Once the GPU answers promptly again for a few rounds, it is folded back
+//! into the shared worker and its own worker ends. Stuck threads are never joined: the process
+//! exits around them.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -10,8 +13,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::gpu_worker::{self, Command, GpuCell, Progress, WorkerMessage};
 use crate::collect::{DeviceError, DeviceReading, GpuLoader, GpuSource};
 use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState};
+
+/// Prompt rounds (answered before the tick's deadline) after which a GPU on a worker of its
+/// own goes back to the shared worker.
+const FOLD_BACK_AFTER: u32 = 3;
 
 /// Messages from the driver thread.
 enum DriverEvent {
@@ -22,19 +30,9 @@ enum DriverEvent {
     Count(Result<u32, String>),
 }
 
-/// A reading from a GPU worker, tagged with the worker's generation.
-struct WorkerResult {
-    index: u32,
-    generation: u64,
-    reading: Result<DeviceReading, DeviceError>,
-}
-
-/// The sampler's view of one GPU worker.
-struct GpuWorker {
-    generation: u64,
-    requests: SyncSender<()>,
-    /// When the request now in flight was sent, if any.
-    pending_since: Option<Instant>,
+/// The sampler's view of one GPU.
+struct Slot {
+    cell: Arc<GpuCell>,
     created: Instant,
     last_reading: Option<DeviceReading>,
     last_ok: Option<Instant>,
@@ -42,7 +40,17 @@ struct GpuWorker {
     last_error: Option<String>,
 }
 
-/// The GPUs as the sampler sees them: the driver, its count, and one worker per GPU.
+/// The sampler's view of one worker thread.
+struct Worker {
+    commands: Sender<Command>,
+    progress: Arc<Progress>,
+    /// The round of the request in flight, if any: at most one at a time.
+    pending: Option<u64>,
+    /// Rounds in a row answered before their deadline.
+    prompt_rounds: u32,
+}
+
+/// The GPUs as the sampler sees them: the driver, its count, the GPUs and their workers.
 pub(crate) struct GpuPool {
     driver_events: Receiver<DriverEvent>,
     count_requests: Option<SyncSender<()>>,
@@ -52,21 +60,30 @@ pub(crate) struct GpuPool {
     /// When the library finished loading; `None` while it loads.
     pub(crate) driver_loaded_at: Option<Instant>,
     last_count_request: Instant,
-    workers: BTreeMap<u32, GpuWorker>,
-    results_tx: Sender<WorkerResult>,
-    results_rx: Receiver<WorkerResult>,
-    next_generation: u64,
+    slots: BTreeMap<u32, Slot>,
+    workers: BTreeMap<u64, Worker>,
+    /// The worker of the healthy GPUs.
+    shared: Option<u64>,
+    messages_tx: Sender<WorkerMessage>,
+    messages_rx: Receiver<WorkerMessage>,
+    next_worker: u64,
+    /// Counts requests, so that a late answer is told from a prompt one.
+    round: u64,
+    epoch: Instant,
     /// A GPU without a reading for this long is published as stale.
     pub(crate) stale_after: Duration,
+    /// A GPU whose call runs longer than this gets a worker of its own.
+    call_deadline: Duration,
     recount_every: Duration,
 }
 
 impl GpuPool {
-    /// Starts the driver thread; GPU workers follow once the library is loaded.
+    /// Starts the driver thread; the GPU worker follows once the library is loaded.
     pub(crate) fn start(
         loader: GpuLoader,
         library_label: &str,
         stale_after: Duration,
+        call_deadline: Duration,
         recount_every: Duration,
     ) -> Self {
         let (events_tx, driver_events) = mpsc::channel();
@@ -75,7 +92,7 @@ impl GpuPool {
             .name("torchtop-driver".into())
             .spawn(move || run_driver_thread(loader, events_tx, count_rx))
             .expect("spawning a thread only fails when the OS is out of resources");
-        let (results_tx, results_rx) = mpsc::channel();
+        let (messages_tx, messages_rx) = mpsc::channel();
         GpuPool {
             driver_events,
             count_requests: Some(count_tx),
@@ -87,11 +104,16 @@ impl GpuPool {
             },
             driver_loaded_at: None,
             last_count_request: Instant::now(),
+            slots: BTreeMap::new(),
             workers: BTreeMap::new(),
-            results_tx,
-            results_rx,
-            next_generation: 0,
+            shared: None,
+            messages_tx,
+            messages_rx,
+            next_worker: 0,
+            round: 0,
+            epoch: Instant::now(),
             stale_after,
+            call_deadline,
             recount_every,
         }
     }
@@ -138,54 +160,69 @@ impl GpuPool {
         };
         self.driver.error = None;
         self.driver.gpu_count = Some(count);
-        self.workers.retain(|index, _| *index < count);
-        for index in 0..count {
-            if !self.workers.contains_key(&index) {
-                self.spawn_worker(index);
+        self.slots.retain(|index, slot| {
+            let keep = *index < count;
+            if !keep {
+                slot.cell.disown();
             }
-        }
-    }
-
-    fn spawn_worker(&mut self, index: u32) {
+            keep
+        });
         let Some(source) = self.source.clone() else {
             return;
         };
-        let generation = self.next_generation;
-        self.next_generation += 1;
-        let (requests, request_rx) = mpsc::sync_channel::<()>(1);
-        let results = self.results_tx.clone();
-        let spawned = thread::Builder::new()
-            .name(format!("torchtop-gpu{index}"))
-            .spawn(move || {
-                let mut reader = source.open_device(index);
-                while request_rx.recv().is_ok() {
-                    let reading = reader.read();
-                    let result = WorkerResult {
-                        index,
-                        generation,
-                        reading,
-                    };
-                    if results.send(result).is_err() {
-                        return;
-                    }
-                }
-            });
-        if spawned.is_err() {
-            return;
+        for index in 0..count {
+            if self.slots.contains_key(&index) {
+                continue;
+            }
+            // Opening only builds the reader; its first driver call is on the worker.
+            let cell = GpuCell::new(index, source.open_device(index));
+            if let Some(shared) = self.shared_worker() {
+                self.hand_over(&cell, shared);
+            }
+            self.slots.insert(index, Slot::new(cell));
         }
-        self.workers.insert(
-            index,
-            GpuWorker {
-                generation,
-                requests,
-                pending_since: None,
-                created: Instant::now(),
-                last_reading: None,
-                last_ok: None,
-                lost: None,
-                last_error: None,
-            },
-        );
+    }
+
+    /// The shared worker, started if there is none (or `None` if no thread can be started).
+    fn shared_worker(&mut self) -> Option<u64> {
+        if self.shared.is_none() {
+            self.shared = self.spawn_worker();
+        }
+        self.shared
+    }
+
+    fn spawn_worker(&mut self) -> Option<u64> {
+        let id = self.next_worker;
+        self.next_worker += 1;
+        let (commands, commands_rx) = mpsc::channel();
+        let messages = self.messages_tx.clone();
+        let progress = Progress::new(self.epoch);
+        let seen = progress.clone();
+        thread::Builder::new()
+            .name(format!("torchtop-gpus{id}"))
+            .spawn(move || gpu_worker::run(id, commands_rx, messages, seen))
+            .ok()?;
+        let worker = Worker {
+            commands,
+            progress,
+            pending: None,
+            prompt_rounds: 0,
+        };
+        self.workers.insert(id, worker);
+        Some(id)
+    }
+
+    /// Gives `cell` to worker `to`; false if a worker is inside the GPU's call right now.
+    fn hand_over(&self, cell: &Arc<GpuCell>, to: u64) -> bool {
+        let Some(worker) = self.workers.get(&to) else {
+            return false;
+        };
+        if !cell.try_move(to) {
+            return false;
+        }
+        // A worker that is gone has nothing to read with; the GPU goes stale, as it should.
+        let _ = worker.commands.send(Command::Adopt(cell.clone()));
+        true
     }
 
     pub(crate) fn request_count_if_due(&mut self, now: Instant) {
@@ -201,63 +238,182 @@ impl GpuPool {
         }
     }
 
-    /// Sends a request to every GPU that has none in flight; returns those asked.
-    pub(crate) fn request_readings(&mut self, now: Instant) -> Vec<u32> {
-        let mut asked = Vec::new();
-        for (index, worker) in &mut self.workers {
-            if worker.pending_since.is_some() || worker.lost.is_some() {
-                continue;
-            }
-            if worker.requests.try_send(()).is_ok() {
-                worker.pending_since = Some(now);
-                asked.push(*index);
-            }
-        }
-        asked
-    }
-
-    pub(crate) fn collect_readings(&mut self, asked: &[u32], deadline: Instant) {
-        let mut waiting: Vec<u32> = asked.to_vec();
-        while let Ok(result) = self.results_rx.try_recv() {
-            self.apply_result(result, &mut waiting);
-        }
-        while !waiting.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.results_rx.recv_timeout(left) {
-                Ok(result) => self.apply_result(result, &mut waiting),
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return,
-            }
+    /// Starts a round: asks every worker that owns a GPU and has no request in flight.
+    pub(crate) fn request_readings(&mut self) {
+        self.round += 1;
+        // Walked by key rather than collected, so that a round allocates nothing.
+        let mut next = self.workers.keys().next().copied();
+        while let Some(id) = next {
+            self.ask(id);
+            next = self.workers.range(id + 1..).next().map(|(id, _)| *id);
         }
     }
 
-    fn apply_result(&mut self, result: WorkerResult, waiting: &mut Vec<u32>) {
-        let Some(worker) = self.workers.get_mut(&result.index) else {
+    fn ask(&mut self, id: u64) {
+        let owns = self.slots.values().any(|s| s.cell.owner() == id);
+        let Some(worker) = self.workers.get_mut(&id) else {
             return;
         };
-        if worker.generation != result.generation {
-            return;
-        }
-        waiting.retain(|i| *i != result.index);
-        worker.pending_since = None;
-        match result.reading {
-            Ok(reading) => {
-                worker.last_reading = Some(reading);
-                worker.last_ok = Some(Instant::now());
-                worker.last_error = None;
-            }
-            Err(DeviceError::Lost(why)) => worker.lost = Some(why),
-            Err(DeviceError::Failed(why)) => worker.last_error = Some(why),
+        if worker.pending.is_none() && owns && worker.commands.send(Command::Read).is_ok() {
+            worker.pending = Some(self.round);
         }
     }
 
-    pub(crate) fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
+    /// Takes the round's readings until every worker asked has answered or `deadline` passes,
+    /// giving a GPU whose call overruns a worker of its own on the way.
+    pub(crate) fn collect_readings(&mut self, deadline: Instant) {
+        loop {
+            let now = Instant::now();
+            self.isolate_overruns(now);
+            if now >= deadline || !self.round_pending() {
+                break;
+            }
+            let wake = self
+                .next_overrun(now)
+                .map_or(deadline, |at| at.min(deadline));
+            match self
+                .messages_rx
+                .recv_timeout(wake.saturating_duration_since(now))
+            {
+                Ok(message) => self.apply(message),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        for worker in self.workers.values_mut() {
+            if worker.pending.is_some() {
+                worker.prompt_rounds = 0;
+            }
+        }
+        self.fold_back_recovered();
+    }
+
+    fn round_pending(&self) -> bool {
+        self.workers.values().any(|w| w.pending == Some(self.round))
+    }
+
+    /// When to look again for a call that overruns on a worker with other GPUs: when the call
+    /// in flight would overrun, or, between two calls, a call deadline from now.
+    fn next_overrun(&self, now: Instant) -> Option<Instant> {
         self.workers
             .iter()
-            .map(|(index, worker)| self.gpu_sample(*index, worker, now))
+            .filter(|(id, w)| w.pending.is_some() && self.owned_by(**id) > 1)
+            .map(|(_, w)| match w.progress.current() {
+                Some((_, since)) => (since + self.call_deadline).max(now),
+                None => now + self.call_deadline,
+            })
+            .min()
+    }
+
+    fn owned_by(&self, id: u64) -> usize {
+        self.slots.values().filter(|s| s.cell.owner() == id).count()
+    }
+
+    /// A worker stuck in one GPU's call past the call deadline keeps that GPU alone; its other
+    /// GPUs go to the shared worker (a fresh one if the stuck worker was the shared one), which
+    /// reads them in this round still.
+    fn isolate_overruns(&mut self, now: Instant) {
+        let stuck: Vec<u64> = (self.workers.iter())
+            .filter(|(id, w)| w.pending.is_some() && self.owned_by(**id) > 1)
+            .filter(|(_, w)| {
+                w.progress
+                    .current()
+                    .is_some_and(|(_, since)| now.duration_since(since) >= self.call_deadline)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stuck {
+            if self.shared == Some(id) {
+                self.shared = None;
+            }
+            let Some(shared) = self.shared_worker() else {
+                return;
+            };
+            if let Some(worker) = self.workers.get_mut(&id) {
+                worker.prompt_rounds = 0;
+            }
+            let cells: Vec<Arc<GpuCell>> = (self.slots.values())
+                .filter(|s| s.cell.owner() == id)
+                .map(|s| s.cell.clone())
+                .collect();
+            for cell in &cells {
+                self.hand_over(cell, shared);
+            }
+            self.ask(shared);
+        }
+    }
+
+    /// Workers of their own whose GPUs answer promptly again give them back to the shared
+    /// worker and end; those left without GPUs end too.
+    fn fold_back_recovered(&mut self) {
+        let done: Vec<u64> = (self.workers.iter())
+            .filter(|(id, w)| Some(**id) != self.shared && w.pending.is_none())
+            .filter(|(id, w)| w.prompt_rounds >= FOLD_BACK_AFTER || self.owned_by(**id) == 0)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in done {
+            let Some(shared) = self.shared_worker() else {
+                return;
+            };
+            let cells: Vec<Arc<GpuCell>> = (self.slots.values())
+                .filter(|s| s.cell.owner() == id)
+                .map(|s| s.cell.clone())
+                .collect();
+            let all_moved = cells.iter().all(|cell| self.hand_over(cell, shared));
+            if all_moved {
+                // Dropping its command sender ends the thread.
+                self.workers.remove(&id);
+            }
+        }
+    }
+
+    fn apply(&mut self, message: WorkerMessage) {
+        match message {
+            WorkerMessage::Reading {
+                worker,
+                index,
+                reading,
+            } => {
+                if let Some(slot) = self.slots.get_mut(&index) {
+                    if slot.cell.owner() == worker {
+                        slot.apply(reading);
+                    }
+                }
+            }
+            WorkerMessage::Done { worker } => {
+                let round = self.round;
+                if let Some(w) = self.workers.get_mut(&worker) {
+                    let prompt = w.pending.take() == Some(round);
+                    w.prompt_rounds = if prompt { w.prompt_rounds + 1 } else { 0 };
+                }
+            }
+        }
+    }
+
+    /// The GPUs now read by a worker of their own.
+    #[cfg(test)]
+    pub(crate) fn on_own_workers(&self) -> Vec<u32> {
+        (self.slots.iter())
+            .filter(|(_, s)| Some(s.cell.owner()) != self.shared)
+            .filter(|(_, s)| s.cell.owner() != gpu_worker::NOBODY)
+            .map(|(index, _)| *index)
             .collect()
     }
 
-    fn gpu_sample(&self, index: u32, worker: &GpuWorker, now: Instant) -> GpuSample {
+    /// How many GPU worker threads the pool holds.
+    #[cfg(test)]
+    pub(crate) fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub(crate) fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
+        self.slots
+            .iter()
+            .map(|(index, slot)| self.gpu_sample(*index, slot, now))
+            .collect()
+    }
+
+    fn gpu_sample(&self, index: u32, worker: &Slot, now: Instant) -> GpuSample {
         let mut sample = worker
             .last_reading
             .as_ref()
@@ -284,12 +440,40 @@ impl GpuPool {
 
     /// The processes of every GPU that is not lost, from each GPU's latest reading.
     pub(crate) fn gpu_processes(&self) -> Vec<GpuProcess> {
-        self.workers
+        self.slots
             .values()
             .filter(|w| w.lost.is_none())
             .filter_map(|w| w.last_reading.as_ref())
             .flat_map(|r| r.processes.iter().cloned())
             .collect()
+    }
+}
+
+impl Slot {
+    fn new(cell: Arc<GpuCell>) -> Self {
+        Slot {
+            cell,
+            created: Instant::now(),
+            last_reading: None,
+            last_ok: None,
+            lost: None,
+            last_error: None,
+        }
+    }
+
+    fn apply(&mut self, reading: Result<DeviceReading, DeviceError>) {
+        match reading {
+            Ok(reading) => {
+                self.last_reading = Some(reading);
+                self.last_ok = Some(Instant::now());
+                self.last_error = None;
+            }
+            Err(DeviceError::Lost(why)) => {
+                self.lost = Some(why);
+                self.cell.disown();
+            }
+            Err(DeviceError::Failed(why)) => self.last_error = Some(why),
+        }
     }
 }
 

@@ -4,12 +4,14 @@
 //!
 //! Threads, and why:
 //! - the GPU pool ([`gpus`]): one *driver* thread that loads the GPU library, and one *worker*
-//!   thread per GPU, so a GPU whose driver calls hang delays nobody;
+//!   thread that reads every healthy GPU; a GPU whose driver call overruns gets a worker of its
+//!   own until it answers promptly again, so a GPU whose driver calls hang delays nobody;
 //! - the *sampler* thread itself, which reads the host (cheap /proc files), joins the GPU
 //!   processes with /proc and the agents' figures, runs the rules, and publishes.
 //!
 //! Stuck threads are never joined: the process exits around them.
 
+mod gpu_worker;
 mod gpus;
 
 mod memory;
@@ -110,6 +112,7 @@ impl Sampler {
             loader,
             &config.library_label,
             config.stale_after,
+            config.gpu_wait / 2,
             config.recount_every,
         );
         let host = HostCollector::new(config.proc_root.clone());
@@ -136,9 +139,8 @@ impl Sampler {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);
-        let asked = self.gpus.request_readings(started);
-        self.gpus
-            .collect_readings(&asked, started + self.config.gpu_wait);
+        self.gpus.request_readings();
+        self.gpus.collect_readings(started + self.config.gpu_wait);
         let host = self.host.sample_host();
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
@@ -185,8 +187,8 @@ impl Sampler {
         self.gpus.wait_for_driver(deadline);
         // In a single shot, whatever answered before the deadline is current.
         self.gpus.stale_after = timeout + cpu_window;
-        let asked = self.gpus.request_readings(Instant::now());
-        self.gpus.collect_readings(&asked, deadline);
+        self.gpus.request_readings();
+        self.gpus.collect_readings(deadline);
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
         let primed = Instant::now();

@@ -7,20 +7,23 @@ use crate::model::{DriverInfo, GpuState};
 use crate::protocol::AgentCommand;
 use crate::test_ci::PATIENCE;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// A source whose GPU `hang` blocks forever and whose GPU `lose` reports lost.
+/// A source whose GPU `hang` blocks forever, whose GPU `lose` reports lost, and whose GPU
+/// `hold.0` blocks while `hold.1` is set.
 struct FakeSource {
     count: AtomicU32,
     hang: Option<u32>,
     lose: Option<u32>,
+    hold: Option<(u32, Arc<AtomicBool>)>,
 }
 
 struct FakeReader {
     index: u32,
     hang: bool,
     lose: bool,
+    hold: Option<Arc<AtomicBool>>,
     /// Readings so far, published as the temperature: a figure that moves.
     reads: u32,
 }
@@ -29,6 +32,9 @@ impl DeviceReader for FakeReader {
     fn read(&mut self) -> Result<DeviceReading, DeviceError> {
         if self.hang {
             thread::sleep(Duration::from_secs(3600));
+        }
+        while self.hold.as_ref().is_some_and(|h| h.load(Ordering::SeqCst)) {
+            thread::sleep(Duration::from_millis(10));
         }
         if self.lose {
             return Err(DeviceError::Lost("gone".into()));
@@ -64,6 +70,9 @@ impl GpuSource for FakeSource {
             index,
             hang: self.hang == Some(index),
             lose: self.lose == Some(index),
+            hold: (self.hold.as_ref())
+                .filter(|(held, _)| *held == index)
+                .map(|(_, flag)| flag.clone()),
             reads: 0,
         })
     }
@@ -86,6 +95,19 @@ fn loader(count: u32, hang: Option<u32>, lose: Option<u32>) -> GpuLoader {
             count: AtomicU32::new(count),
             hang,
             lose,
+            hold: None,
+        }) as Arc<dyn GpuSource>
+    })
+}
+
+/// Three GPUs; GPU `index` blocks in its read while `flag` is set.
+fn loader_holding(index: u32, flag: Arc<AtomicBool>) -> GpuLoader {
+    Box::new(move || {
+        Arc::new(FakeSource {
+            count: AtomicU32::new(3),
+            hang: None,
+            lose: None,
+            hold: Some((index, flag)),
         }) as Arc<dyn GpuSource>
     })
 }
@@ -137,6 +159,48 @@ fn a_hung_gpu_is_stale_while_the_others_update() {
     assert_eq!(pids, [1000, 1002]);
     assert_eq!(later.gpus[1].state, GpuState::Stale);
     assert!(later.gpus[1].stale_seconds.unwrap() >= 0.3);
+}
+
+/// GPU 1 blocks from the start: it gets a worker of its own while the others keep updating on
+/// the shared one; once it answers again, promptly, it goes back and its own worker ends.
+#[test]
+fn a_gpu_that_hangs_and_recovers_is_folded_back() {
+    let held = Arc::new(AtomicBool::new(true));
+    let release = held.clone();
+    let (isolated, recovered, workers_after) = returns(move || {
+        let (config, _agents) = config();
+        let mut sampler = Sampler::start(config, loader_holding(1, held));
+        sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+        let others_ok = |s: &Snapshot| {
+            s.gpus.len() == 3 && [0, 2].iter().all(|i| s.gpus[*i].state == GpuState::Ok)
+        };
+        tick_until(&mut sampler, others_ok);
+        let isolated = sampler.gpus.on_own_workers();
+        let before = tick_until(&mut sampler, others_ok);
+        let moved = tick_until(&mut sampler, |s| {
+            others_ok(s) && s.gpus[0].temperature_c > before.gpus[0].temperature_c
+        });
+        assert_eq!(moved.gpus[1].state, GpuState::Stale);
+        release.store(false, Ordering::SeqCst);
+        let deadline = Instant::now() + PATIENCE;
+        let recovered = loop {
+            let snapshot = sampler.tick();
+            let all_ok = snapshot.gpus.iter().all(|g| g.state == GpuState::Ok);
+            if all_ok && sampler.gpus.on_own_workers().is_empty() {
+                break snapshot;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never folded back: {:?}",
+                snapshot.gpus
+            );
+        };
+        (isolated, recovered, sampler.gpus.worker_count())
+    });
+    assert_eq!(isolated, [1]);
+    assert_eq!(recovered.gpus.len(), 3);
+    assert_eq!(recovered.gpus[1].utilization_percent, Some(41));
+    assert_eq!(workers_after, 1, "the worker of its own did not end");
 }
 
 #[test]

@@ -17,40 +17,63 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
+use common::fake_nvml::{env_refs, fill_pids, many_gpus_scenario, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 
 struct Scenario {
     name: &'static str,
-    fixture: &'static str,
+    fixture: Fixture,
     gpu_processes: usize,
     idle_host_processes: usize,
 }
 
-const SCENARIOS: [Scenario; 4] = [
+/// Where a scenario's text comes from: a file in tests/fixtures, or written here (the large
+/// ones, which would be thousands of lines as a file).
+#[derive(Clone, Copy)]
+enum Fixture {
+    File(&'static str),
+    /// GPUs and processes, the processes spread over the GPUs in turn.
+    Generated {
+        gpus: usize,
+    },
+}
+
+const SCENARIOS: [Scenario; 6] = [
     Scenario {
         name: "4 GPUs, 20 procs",
-        fixture: "four_gpus_20_procs.toml",
+        fixture: Fixture::File("four_gpus_20_procs.toml"),
         gpu_processes: 20,
         idle_host_processes: 0,
     },
     Scenario {
         name: "8 GPUs, 64 procs",
-        fixture: "eight_gpus.toml",
+        fixture: Fixture::File("eight_gpus.toml"),
         gpu_processes: 64,
         idle_host_processes: 0,
     },
     Scenario {
         name: "4 GPUs, 20 procs + 2000 idle",
-        fixture: "four_gpus_20_procs.toml",
+        fixture: Fixture::File("four_gpus_20_procs.toml"),
         gpu_processes: 20,
         idle_host_processes: 2000,
     },
     Scenario {
         name: "8 GPUs, 64 procs + 2000 idle",
-        fixture: "eight_gpus.toml",
+        fixture: Fixture::File("eight_gpus.toml"),
         gpu_processes: 64,
         idle_host_processes: 2000,
+    },
+    Scenario {
+        name: "16 GPUs, 16 procs",
+        fixture: Fixture::Generated { gpus: 16 },
+        gpu_processes: 16,
+        idle_host_processes: 0,
+    },
+    Scenario {
+        name: "16 GPUs, 1000 procs",
+        fixture: Fixture::Generated { gpus: 16 },
+        gpu_processes: 1000,
+        idle_host_processes: 0,
     },
 ];
 
@@ -216,8 +239,9 @@ fn main() {
     println!();
     println!("| scenario | tool | CPU ms/s | RSS MiB (peak) | wake-ups/s | first frame ms | --once --json ms | CPU ratio |");
     println!("|---|---|---|---|---|---|---|---|");
+    let mut sixteen = Vec::new();
     for scenario in &SCENARIOS {
-        run_scenario(
+        let cpu = run_scenario(
             scenario,
             &binary,
             &library,
@@ -227,7 +251,11 @@ fn main() {
             window,
             warmup,
         );
+        if matches!(scenario.fixture, Fixture::Generated { gpus: 16 }) {
+            sixteen.push((scenario.gpu_processes as f64, cpu));
+        }
     }
+    print_slope(&sixteen);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -240,10 +268,16 @@ fn run_scenario(
     nvitop: Option<&Path>,
     window: Duration,
     warmup: Duration,
-) {
+) -> f64 {
     let gpu_procs = Sleepers::spawn(scenario.gpu_processes);
     let _idle = Sleepers::spawn(scenario.idle_host_processes);
-    let file = ScenarioFile::from_fixture(scenario.fixture, &gpu_procs.pids());
+    let file = match scenario.fixture {
+        Fixture::File(name) => ScenarioFile::from_fixture(name, &gpu_procs.pids()),
+        Fixture::Generated { gpus } => ScenarioFile::new(&fill_pids(
+            &many_gpus_scenario(gpus, scenario.gpu_processes),
+            &gpu_procs.pids(),
+        )),
+    };
     let env = vec![
         (
             "TORCHTOP_NVML_LIB".to_string(),
@@ -309,4 +343,17 @@ fn run_scenario(
     }
     drop(others);
     drop(torchtop);
+    ours.cpu_ms_per_s
+}
+
+/// The cost of one more GPU process: torchtop's CPU between the fewest and the most processes
+/// on the same GPUs, in µs per second per process.
+fn print_slope(runs: &[(f64, f64)]) {
+    if let [(few, cpu_few), .., (many, cpu_many)] = runs {
+        let slope_us = (cpu_many - cpu_few) * 1000.0 / (many - few);
+        println!();
+        println!(
+            "slope at 16 GPUs, {few} to {many} GPU processes: {slope_us:.1} µs of CPU per second per process"
+        );
+    }
 }

@@ -115,6 +115,38 @@ pub fn fill_pids(template: &str, pids: &[u32]) -> String {
     out
 }
 
+/// A machine of `gpus` H100-like GPUs, every figure moving, with `processes` GPU processes
+/// dealt to the GPUs in turn; `{{pid:N}}` placeholders as in the fixtures.
+pub fn many_gpus_scenario(gpus: usize, processes: usize) -> String {
+    let mut text = String::from(
+        "[system]\ndriver_version = \"550.54.15\"\nnvml_version = \"12.550.54.15\"\n\
+         cuda_driver_version = 12040\n",
+    );
+    for gpu in 0..gpus {
+        text.push_str(&format!(
+            "\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
+             uuid = \"GPU-00000000-a100-4e00-8f00-c0ffee{gpu:06x}\"\n\
+             bus_id = \"00000000:{:02x}:00.0\"\nmemory_total_mib = 81559\n\
+             power_limit_w = 700\nnum_fans = 0\nunsupported = [\"fan\"]\n\
+             utilization_gpu = {{ fn = \"sine\", mean = 55, amplitude = 35, period_s = 10 }}\n\
+             memory_used_mib = {{ fn = \"ramp\", from = 20000, to = 60000, duration_s = 60, repeat = true }}\n\
+             temperature_c = {{ fn = \"sine\", mean = 58, amplitude = 8, period_s = 30 }}\n\
+             power_w = {{ fn = \"sine\", mean = 450, amplitude = 200, period_s = 10 }}\n\
+             pcie_rx_kbs = {{ fn = \"noise\", mean = 400000, amplitude = 300000, seed = {gpu} }}\n",
+            0x18 + gpu
+        ));
+        for process in (gpu..processes).step_by(gpus) {
+            text.push_str(&format!(
+                "\n[[gpu.process]]\npid = {{{{pid:{process}}}}}\nused_memory_mib = {}\n\
+                 sm_percent = {{ fn = \"noise\", mean = 20, amplitude = 2, seed = {process} }}\n\
+                 mem_percent = 30\n",
+                256 + process % 64
+            ));
+        }
+    }
+    text
+}
+
 /// A scenario written to a file of its own under target/fake-nvml/tmp; removed on drop.
 pub struct ScenarioFile {
     path: PathBuf,
