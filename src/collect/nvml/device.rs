@@ -1,0 +1,371 @@
+//! The per-GPU reader: what NVML says of one device at each reading, with the fields that
+//! never change read once and the slow ones every [`SLOW_EVERY`] readings.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, TemperatureSensor,
+};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+use super::processes::merge_process_lists;
+use super::throttle_reason_names;
+use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
+use crate::collect::xid::XidWatch;
+use crate::model::{GpuProcess, GpuSample, Implausible};
+
+/// Fields that change rarely (the power limit, ECC error counts) are read on every this many
+/// readings, and the last value is reported in between.
+const SLOW_EVERY: u32 = 10;
+
+/// How long a per-process SM% sample stays current when NVML sends no newer one.
+const PROCESS_UTIL_FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// What is read once per device and kept.
+/// What is read every [`SLOW_EVERY`] readings.
+#[derive(Default, Clone)]
+struct SlowFields {
+    power_limit_w: Option<f64>,
+    ecc_volatile_corrected: Option<u64>,
+    ecc_volatile_uncorrected: Option<u64>,
+    remapped_rows: Option<RemappedRows>,
+    retired_pages_pending: Option<bool>,
+}
+
+/// nvmlDeviceGetRemappedRows' answer (Ampere and later), which nvml-wrapper does not wrap.
+#[derive(Default, Clone, Copy)]
+struct RemappedRows {
+    correctable: u64,
+    uncorrectable: u64,
+    pending: bool,
+    failed: bool,
+}
+
+#[derive(Default)]
+struct FixedFields {
+    read: bool,
+    name: Option<String>,
+    uuid: Option<String>,
+    bus_id: Option<String>,
+    ecc_enabled: Option<bool>,
+    fan_count: Option<u32>,
+}
+
+pub(super) struct NvmlDevice {
+    nvml: Option<&'static Nvml>,
+    index: u32,
+    device: Option<Device<'static>>,
+    fixed: FixedFields,
+    slow: SlowFields,
+    readings: u32,
+    last_util_timestamp: u64,
+    /// pid -> (SM%, when it was sampled).
+    process_sm: HashMap<u32, (u32, Instant)>,
+    /// Out-of-range values dropped since this GPU was first read.
+    implausible: Implausible,
+    xid: XidWatch,
+}
+
+impl NvmlDevice {
+    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32) -> Self {
+        NvmlDevice {
+            nvml,
+            index,
+            device: None,
+            fixed: FixedFields::default(),
+            slow: SlowFields::default(),
+            readings: 0,
+            last_util_timestamp: 0,
+            process_sm: HashMap::new(),
+            implausible: Implausible::default(),
+            xid: XidWatch::new(),
+        }
+    }
+}
+
+/// Turns one call's result into a field value, noting a lost GPU on the way.
+struct Reader {
+    lost: bool,
+}
+
+impl Reader {
+    fn get<T>(&mut self, result: Result<T, NvmlError>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(NvmlError::GpuLost) => {
+                self.lost = true;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl DeviceReader for NvmlDevice {
+    fn read(&mut self) -> Result<DeviceReading, DeviceError> {
+        let device = self.take_device()?;
+        let reading = self.read_with(&device);
+        self.device = Some(device);
+        reading
+    }
+}
+
+impl NvmlDevice {
+    fn read_with(&mut self, device: &Device<'static>) -> Result<DeviceReading, DeviceError> {
+        let mut reader = Reader { lost: false };
+        if !self.fixed.read {
+            self.fixed = read_fixed(device, &mut reader);
+        }
+        if self.readings % SLOW_EVERY == 0 {
+            self.slow = read_slow(device, &mut reader, &self.fixed);
+        }
+        self.readings = self.readings.wrapping_add(1);
+        let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
+        sample.index = self.index;
+        if let Some(nvml) = self.nvml {
+            if let Some((last, count)) = self.xid.poll(nvml, device) {
+                sample.xid_last = Some(last);
+                sample.xid_count = Some(count);
+            }
+        }
+        let mut processes = self.read_processes(device, &mut reader);
+        if reader.lost {
+            return Err(DeviceError::Lost(
+                "the driver reports the GPU has fallen off the bus".into(),
+            ));
+        }
+        self.drop_implausible(&mut sample, &mut processes);
+        Ok(DeviceReading { sample, processes })
+    }
+
+    /// Out-of-range values become `None`, counted for this GPU (see [`Implausible`]).
+    fn drop_implausible(&mut self, sample: &mut GpuSample, processes: &mut [GpuProcess]) {
+        let mut dropped = sample.drop_implausible();
+        for row in processes {
+            if row
+                .gpu_memory_bytes
+                .is_some_and(|bytes| !sample.plausible_process_memory(bytes))
+            {
+                row.gpu_memory_bytes = None;
+                dropped.push("process_memory");
+            }
+        }
+        self.implausible.record(&dropped);
+        sample.implausible = self.implausible.clone();
+    }
+
+    /// The cached handle, or a new one. The caller puts it back.
+    fn take_device(&mut self) -> Result<Device<'static>, DeviceError> {
+        if let Some(device) = self.device.take() {
+            return Ok(device);
+        }
+        let nvml = self
+            .nvml
+            .ok_or_else(|| DeviceError::Failed("NVML is not loaded".into()))?;
+        match nvml.device_by_index(self.index) {
+            Ok(device) => Ok(device),
+            Err(NvmlError::GpuLost) => Err(DeviceError::Lost(
+                "the driver reports the GPU has fallen off the bus".into(),
+            )),
+            Err(e) => Err(DeviceError::Failed(format!(
+                "GPU {} could not be opened: {e}",
+                self.index
+            ))),
+        }
+    }
+
+    fn read_processes(&mut self, device: &Device, reader: &mut Reader) -> Vec<GpuProcess> {
+        let compute = reader
+            .get(device.running_compute_processes())
+            .unwrap_or_default();
+        let graphics = reader
+            .get(device.running_graphics_processes())
+            .unwrap_or_default();
+        let mut rows = merge_process_lists(self.index, &compute, &graphics);
+        self.update_process_sm(device, reader);
+        let now = Instant::now();
+        for row in &mut rows {
+            row.sm_percent = self
+                .process_sm
+                .get(&row.pid)
+                .filter(|(_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR)
+                .map(|(sm, _)| *sm);
+        }
+        rows
+    }
+
+    fn update_process_sm(&mut self, device: &Device, reader: &mut Reader) {
+        let samples = match device.process_utilization_stats(self.last_util_timestamp) {
+            Ok(samples) => samples,
+            Err(NvmlError::NotFound) => Vec::new(),
+            Err(e) => {
+                reader.get::<()>(Err(e));
+                return;
+            }
+        };
+        let now = Instant::now();
+        for sample in samples {
+            self.last_util_timestamp = self.last_util_timestamp.max(sample.timestamp);
+            // Zombie processes have been seen to report absurd values and pid 0.
+            if sample.pid == 0 || sample.sm_util > 100 {
+                continue;
+            }
+            self.process_sm.insert(sample.pid, (sample.sm_util, now));
+        }
+        self.process_sm
+            .retain(|_, (_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR);
+    }
+}
+
+fn read_fixed(device: &Device, reader: &mut Reader) -> FixedFields {
+    FixedFields {
+        read: true,
+        name: reader.get(device.name()),
+        uuid: reader.get(device.uuid()),
+        bus_id: reader.get(device.pci_info()).map(|pci| pci.bus_id),
+        ecc_enabled: reader
+            .get(device.is_ecc_enabled())
+            .map(|ecc| ecc.currently_enabled),
+        fan_count: reader.get(device.num_fans()),
+    }
+}
+
+fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowFields {
+    let ecc_on = fixed.ecc_enabled == Some(true);
+    let mut ecc_count = |kind| {
+        if ecc_on {
+            reader.get(device.total_ecc_errors(kind, EccCounter::Volatile))
+        } else {
+            None
+        }
+    };
+    SlowFields {
+        ecc_volatile_corrected: ecc_count(MemoryError::Corrected),
+        ecc_volatile_uncorrected: ecc_count(MemoryError::Uncorrected),
+        power_limit_w: reader
+            .get(device.enforced_power_limit())
+            .map(milliwatts_to_watts),
+        remapped_rows: remapped_rows(device),
+        // Page retirement is the pre-Ampere scheme; a GPU that remaps rows answers
+        // NOT_SUPPORTED, which the reader keeps as `None`.
+        retired_pages_pending: if ecc_on {
+            reader.get(device.are_pages_pending_retired())
+        } else {
+            None
+        },
+    }
+}
+
+/// The remapped-row counts, or `None` where the GPU or the library has none.
+fn remapped_rows(device: &Device) -> Option<RemappedRows> {
+    let function = device
+        .nvml()
+        .lib()
+        .nvmlDeviceGetRemappedRows
+        .as_ref()
+        .ok()?;
+    let (mut correctable, mut uncorrectable, mut pending, mut failed) = (0, 0, 0, 0);
+    // SAFETY: the symbol was resolved from the loaded library with this signature; the handle
+    // comes from the live `Device`, and the four pointers are to locals that outlive the call.
+    let status = unsafe {
+        function(
+            device.handle(),
+            &mut correctable,
+            &mut uncorrectable,
+            &mut pending,
+            &mut failed,
+        )
+    };
+    (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(RemappedRows {
+        correctable: u64::from(correctable),
+        uncorrectable: u64::from(uncorrectable),
+        pending: pending != 0,
+        failed: failed != 0,
+    })
+}
+
+fn read_sample(
+    device: &Device,
+    reader: &mut Reader,
+    fixed: &FixedFields,
+    slow: &SlowFields,
+) -> GpuSample {
+    let utilization = reader.get(device.utilization_rates());
+    let memory = reader.get(device.memory_info());
+    let throttle_mask = reader
+        .get(device.current_throttle_reasons())
+        .map(|reasons: ThrottleReasons| reasons.bits());
+    GpuSample {
+        name: fixed.name.clone(),
+        uuid: fixed.uuid.clone(),
+        bus_id: fixed.bus_id.clone(),
+        utilization_percent: utilization.as_ref().map(|u| u.gpu),
+        memory_utilization_percent: utilization.as_ref().map(|u| u.memory),
+        memory_used_bytes: memory.as_ref().map(|m| m.used),
+        memory_total_bytes: memory.as_ref().map(|m| m.total),
+        memory_free_bytes: memory.as_ref().map(|m| m.free),
+        energy_millijoules: reader.get(device.total_energy_consumption()),
+        remapped_rows_correctable: slow.remapped_rows.map(|r| r.correctable),
+        remapped_rows_uncorrectable: slow.remapped_rows.map(|r| r.uncorrectable),
+        remapped_rows_failed: slow.remapped_rows.map(|r| r.failed),
+        remapped_rows_pending: slow.remapped_rows.map(|r| r.pending),
+        retired_pages_pending: slow.retired_pages_pending,
+        temperature_c: reader.get(device.temperature(TemperatureSensor::Gpu)),
+        power_w: reader.get(device.power_usage()).map(milliwatts_to_watts),
+        power_limit_w: slow.power_limit_w,
+        fan_percent: match fixed.fan_count {
+            Some(0) => None,
+            _ => reader.get(device.fan_speed(0)),
+        },
+        sm_clock_mhz: reader.get(device.clock_info(Clock::SM)),
+        memory_clock_mhz: reader.get(device.clock_info(Clock::Memory)),
+        pcie_rx_kib_s: reader.get(device.pcie_throughput(PcieUtilCounter::Receive)),
+        pcie_tx_kib_s: reader.get(device.pcie_throughput(PcieUtilCounter::Send)),
+        encoder_percent: reader
+            .get(device.encoder_utilization())
+            .map(|u| u.utilization),
+        decoder_percent: reader
+            .get(device.decoder_utilization())
+            .map(|u| u.utilization),
+        performance_state: reader
+            .get(device.performance_state())
+            .and_then(pstate_number),
+        throttle_reasons: throttle_mask.map(throttle_reason_names),
+        throttle_mask,
+        ecc_enabled: fixed.ecc_enabled,
+        ecc_volatile_corrected: slow.ecc_volatile_corrected,
+        ecc_volatile_uncorrected: slow.ecc_volatile_uncorrected,
+        ..Default::default()
+    }
+}
+
+fn milliwatts_to_watts(milliwatts: u32) -> f64 {
+    f64::from(milliwatts) / 1000.0
+}
+
+fn pstate_number(state: PerformanceState) -> Option<u32> {
+    use PerformanceState::*;
+    let number = match state {
+        Zero => 0,
+        One => 1,
+        Two => 2,
+        Three => 3,
+        Four => 4,
+        Five => 5,
+        Six => 6,
+        Seven => 7,
+        Eight => 8,
+        Nine => 9,
+        Ten => 10,
+        Eleven => 11,
+        Twelve => 12,
+        Thirteen => 13,
+        Fourteen => 14,
+        Fifteen => 15,
+        Unknown => return None,
+    };
+    Some(number)
+}
