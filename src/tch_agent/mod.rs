@@ -17,6 +17,7 @@
 #![cfg_attr(not(feature = "torch"), allow(dead_code))]
 
 mod server;
+mod socket;
 pub(crate) mod stats;
 
 #[cfg(feature = "torch")]
@@ -235,7 +236,7 @@ mod global {
             return;
         };
         if let Some(running) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
-            super::server::remove_socket(running.agent.socket_path());
+            super::socket::remove_socket(running.agent.socket_path());
         }
     }
 }

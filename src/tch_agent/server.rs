@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -16,12 +15,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
+use super::socket::{bind, peer_allowed, remove_socket};
 use super::{AllocatorStatsSource, HelloFacts, StepCounter};
 use crate::protocol::{
     message_line, DeviceStats, Event, Hello, Reply, Stats, MAX_INTERVAL_MS, MAX_LINE_BYTES,
     MIN_INTERVAL_MS, PROTOCOL_VERSION,
 };
-use crate::sys::{effective_uid, peer_credentials};
+
 /// A client that does not read is dropped once this much output waits for it.
 const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// The loop wakes at least this often, so a stop request is seen even without the waker.
@@ -94,31 +94,6 @@ impl Drop for Agent {
         }
         remove_socket(&self.path);
     }
-}
-
-/// Removes the socket file at `path` if it is still a socket (never anything else).
-pub(crate) fn remove_socket(path: &Path) {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-fn bind(path: &Path) -> io::Result<UnixListener> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        let ours = meta.uid() == effective_uid();
-        if meta.file_type().is_socket() && ours {
-            std::fs::remove_file(path)?;
-        }
-    }
-    let listener = UnixListener::bind(path)?;
-    // The directory is 0700 already; 0600 closes the socket itself too.
-    let closed = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| listener.set_nonblocking(true));
-    if let Err(error) = closed {
-        let _ = std::fs::remove_file(path);
-        return Err(error);
-    }
-    Ok(listener)
 }
 
 fn clamp_interval(interval: Duration) -> u64 {
@@ -492,17 +467,6 @@ fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
 fn drain(stream: &mut UnixStream) {
     let mut sink = [0u8; 256];
     while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
-}
-
-/// Only our own user (or root) may talk to the agent, as the socket's mode already says.
-fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
-    let (_, uid) = peer_credentials(stream)
-        .map_err(|e| format!("refused a peer whose credentials could not be read: {e}"))?;
-    if uid == effective_uid() || uid == 0 {
-        Ok(())
-    } else {
-        Err(format!("refused a peer of uid {uid}"))
-    }
 }
 
 fn unix_seconds() -> f64 {

@@ -1,27 +1,21 @@
-//! The real GPU source: NVIDIA's NVML, loaded at run time through nvml-wrapper.
-//!
-//! Loading and every device call may block (a GPU off the bus, a stuck driver), so callers run
-//! them on worker threads, one per GPU. A field the device does not report, or whose symbol the
-//! library lacks, is `None`, and so is a value out of physical range (counted in the sample's
-//! `implausible`). What never changes (name, UUID, bus id, ECC mode) is read once.
+//! The per-GPU reader: what NVML says of one device at each reading, with the fields that
+//! never change read once and the slow ones every [`SLOW_EVERY`] readings.
 
 use std::collections::HashMap;
-use std::ffi::CStr;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformanceState, TemperatureSensor,
 };
-use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, Nvml};
 
-use super::gpu::{DeviceError, DeviceReader, DeviceReading, GpuSource};
-use super::xid::XidWatch;
-use crate::model::{DriverInfo, GpuProcess, GpuSample, Implausible, ProcessKind};
+use super::processes::merge_process_lists;
+use super::throttle_reason_names;
+use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
+use crate::collect::xid::XidWatch;
+use crate::model::{GpuProcess, GpuSample, Implausible};
 
 /// Fields that change rarely (the power limit, ECC error counts) are read on every this many
 /// readings, and the last value is reported in between.
@@ -29,130 +23,6 @@ const SLOW_EVERY: u32 = 10;
 
 /// How long a per-process SM% sample stays current when NVML sends no newer one.
 const PROCESS_UTIL_FRESH_FOR: Duration = Duration::from_secs(5);
-
-/// Throttle-reason bits from NVML's header, with the names torchtop reports.
-const THROTTLE_NAMES: [(u64, &str); 9] = [
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-];
-
-pub(crate) struct NvmlSource {
-    /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
-    /// stuck in the driver must never be joined or have the library unloaded under it.
-    nvml: Option<&'static Nvml>,
-    info: DriverInfo,
-}
-
-impl NvmlSource {
-    /// Loads and initializes NVML from `library`. Blocks for as long as `nvmlInit` does.
-    pub(crate) fn load(library: &Path) -> Self {
-        let mut info = DriverInfo {
-            library: library.display().to_string(),
-            ..Default::default()
-        };
-        match Nvml::builder().lib_path(library.as_os_str()).init() {
-            Ok(nvml) => {
-                let nvml: &'static Nvml = Box::leak(Box::new(nvml));
-                info.nvml_loaded = true;
-                info.driver_version = nvml.sys_driver_version().ok();
-                info.nvml_version = nvml.sys_nvml_version().ok();
-                info.cuda_version = nvml.sys_cuda_driver_version().ok().map(format_cuda_version);
-                info.gpu_count = nvml.device_count().ok();
-                NvmlSource {
-                    nvml: Some(nvml),
-                    info,
-                }
-            }
-            Err(error) => {
-                info.error = Some(describe_init_error(library, error));
-                NvmlSource { nvml: None, info }
-            }
-        }
-    }
-}
-
-impl GpuSource for NvmlSource {
-    fn driver_info(&self) -> DriverInfo {
-        self.info.clone()
-    }
-
-    fn device_count(&self) -> Result<u32, String> {
-        match self.nvml {
-            Some(nvml) => nvml.device_count().map_err(|e| e.to_string()),
-            None => Ok(0),
-        }
-    }
-
-    fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
-        Box::new(NvmlDevice {
-            nvml: self.nvml,
-            index,
-            device: None,
-            fixed: FixedFields::default(),
-            slow: SlowFields::default(),
-            readings: 0,
-            last_util_timestamp: 0,
-            process_sm: HashMap::new(),
-            implausible: Implausible::default(),
-            xid: XidWatch::new(),
-        })
-    }
-}
-
-/// "12040" -> "12.4", as nvidia-smi shows the CUDA driver version.
-fn format_cuda_version(version: i32) -> String {
-    format!("{}.{}", version / 1000, (version % 1000) / 10)
-}
-
-fn describe_init_error(library: &Path, error: NvmlError) -> String {
-    match error {
-        NvmlError::LibloadingError(e) => {
-            format!("NVML could not be loaded from {}: {e}", library.display())
-        }
-        NvmlError::DriverNotLoaded => format!(
-            "NVML was loaded from {}, but the NVIDIA driver is not running",
-            library.display()
-        ),
-        other => {
-            let headline = other.to_string();
-            let code: u32 = other.into();
-            match library_error_string(library, code) {
-                Some(detail) if !detail.is_empty() && detail != headline => {
-                    format!(
-                        "NVML from {} failed to start: {headline} ({detail})",
-                        library.display()
-                    )
-                }
-                _ => format!(
-                    "NVML from {} failed to start: {headline}",
-                    library.display()
-                ),
-            }
-        }
-    }
-}
-
-/// The library's own sentence for an error code, which can say more than the code's name.
-fn library_error_string(library: &Path, code: u32) -> Option<String> {
-    // SAFETY: loading runs the library's initializers, which the failed init already ran; the
-    // symbol is checked before the call and the returned pointer is a static C string.
-    unsafe {
-        let lib = nvml_wrapper_sys::bindings::NvmlLib::new(library).ok()?;
-        let function = lib.nvmlErrorString.as_ref().ok()?;
-        let text = function(code);
-        if text.is_null() {
-            return None;
-        }
-        Some(CStr::from_ptr(text).to_string_lossy().into_owned())
-    }
-}
 
 /// What is read once per device and kept.
 /// What is read every [`SLOW_EVERY`] readings.
@@ -184,7 +54,7 @@ struct FixedFields {
     fan_count: Option<u32>,
 }
 
-struct NvmlDevice {
+pub(super) struct NvmlDevice {
     nvml: Option<&'static Nvml>,
     index: u32,
     device: Option<Device<'static>>,
@@ -197,6 +67,23 @@ struct NvmlDevice {
     /// Out-of-range values dropped since this GPU was first read.
     implausible: Implausible,
     xid: XidWatch,
+}
+
+impl NvmlDevice {
+    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32) -> Self {
+        NvmlDevice {
+            nvml,
+            index,
+            device: None,
+            fixed: FixedFields::default(),
+            slow: SlowFields::default(),
+            readings: 0,
+            last_util_timestamp: 0,
+            process_sm: HashMap::new(),
+            implausible: Implausible::default(),
+            xid: XidWatch::new(),
+        }
+    }
 }
 
 /// Turns one call's result into a field value, noting a lost GPU on the way.
@@ -481,96 +368,4 @@ fn pstate_number(state: PerformanceState) -> Option<u32> {
         Unknown => return None,
     };
     Some(number)
-}
-
-/// Names of the set throttle-reason bits; unknown bits are reported by number.
-pub(crate) fn throttle_reason_names(mask: u64) -> Vec<String> {
-    let mut names: Vec<String> = THROTTLE_NAMES
-        .iter()
-        .filter(|(bit, _)| mask & bit != 0)
-        .map(|(_, name)| (*name).to_string())
-        .collect();
-    let known: u64 = THROTTLE_NAMES.iter().map(|(bit, _)| bit).sum();
-    let unknown = mask & !known;
-    if unknown != 0 {
-        names.push(format!("unknown_0x{unknown:x}"));
-    }
-    names
-}
-
-/// One row per pid; a pid listed as both compute and graphics becomes one `Both` row.
-fn merge_process_lists(
-    gpu: u32,
-    compute: &[ProcessInfo],
-    graphics: &[ProcessInfo],
-) -> Vec<GpuProcess> {
-    let mut rows: Vec<GpuProcess> = Vec::with_capacity(compute.len() + graphics.len());
-    for (list, kind) in [
-        (compute, ProcessKind::Compute),
-        (graphics, ProcessKind::Graphics),
-    ] {
-        for info in list {
-            let memory = match info.used_gpu_memory {
-                UsedGpuMemory::Used(bytes) => Some(bytes),
-                UsedGpuMemory::Unavailable => None,
-            };
-            if let Some(row) = rows.iter_mut().find(|r| r.pid == info.pid) {
-                if row.kind != kind {
-                    row.kind = ProcessKind::Both;
-                }
-                row.gpu_memory_bytes = row.gpu_memory_bytes.max(memory);
-                continue;
-            }
-            let mut row = GpuProcess::new(info.pid, gpu, kind);
-            row.gpu_memory_bytes = memory;
-            rows.push(row);
-        }
-    }
-    rows
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cuda_version_is_major_dot_minor() {
-        assert_eq!(format_cuda_version(12040), "12.4");
-        assert_eq!(format_cuda_version(11080), "11.8");
-    }
-
-    #[test]
-    fn throttle_bits_become_names_and_unknown_bits_survive() {
-        assert_eq!(
-            throttle_reason_names(0x4 | 0x40),
-            ["sw_power_cap", "hw_thermal_slowdown"]
-        );
-        assert_eq!(throttle_reason_names(0x1000), ["unknown_0x1000"]);
-        assert!(throttle_reason_names(0).is_empty());
-    }
-
-    #[test]
-    fn a_pid_in_both_lists_is_one_row() {
-        let info = |pid, bytes| ProcessInfo {
-            pid,
-            used_gpu_memory: UsedGpuMemory::Used(bytes),
-            gpu_instance_id: None,
-            compute_instance_id: None,
-        };
-        let rows = merge_process_lists(2, &[info(10, 100), info(11, 5)], &[info(10, 50)]);
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].kind, ProcessKind::Both);
-        assert_eq!(rows[0].gpu_memory_bytes, Some(100));
-        assert_eq!(rows[1].gpu, 2);
-    }
-
-    #[test]
-    fn a_missing_library_says_which_file() {
-        let source = NvmlSource::load(Path::new("/nonexistent/libnvidia-ml.so.1"));
-        let info = source.driver_info();
-        assert!(!info.nvml_loaded);
-        let error = info.error.unwrap();
-        assert!(error.contains("/nonexistent/libnvidia-ml.so.1"), "{error}");
-        assert_eq!(source.device_count(), Ok(0));
-    }
 }

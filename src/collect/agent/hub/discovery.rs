@@ -1,0 +1,169 @@
+//! How the hub finds agents: scanning the socket directory (bounded per poll), opening a
+//! connection to each new socket, refusing or retrying the ones that fail, making room by
+//! dropping the connection idle longest, and removing stale sockets of our own.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::super::connection::{self, socket_file_pid, Refusal};
+use super::super::reader::Reader;
+use super::super::state::{lock, ConnState};
+use super::{AgentHub, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
+use crate::sys::effective_uid;
+
+/// Directory entries looked at per poll: a directory of a million files costs a bounded scan.
+const MAX_ENTRIES_SCANNED: usize = 4096;
+
+impl AgentHub {
+    pub(super) fn discover(&mut self, owner: u32, now: Instant) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        self.retry_at.retain(|_, at| *at > now);
+        let connected: HashSet<u32> = self.conns.values().map(|c| c.file_pid).collect();
+        let mut opened = 0;
+        for (scanned, entry) in entries.flatten().enumerate() {
+            if scanned == MAX_ENTRIES_SCANNED {
+                self.warn_crowded();
+                break;
+            }
+            let Some(file_pid) = socket_file_pid(&entry.file_name()) else {
+                continue;
+            };
+            // The entry's own type: a symlink named like a socket is not followed.
+            let is_socket = entry.file_type().is_ok_and(|t| {
+                use std::os::unix::fs::FileTypeExt;
+                t.is_socket()
+            });
+            if !is_socket || connected.contains(&file_pid) || self.retry_at.contains_key(&file_pid)
+            {
+                continue;
+            }
+            let path = entry.path();
+            if !Path::new(&format!("/proc/{file_pid}")).exists() {
+                self.stale(&path, file_pid, owner, now);
+                continue;
+            }
+            if opened == self.limits.max_new_per_poll {
+                break;
+            }
+            opened += 1;
+            self.connect(&path, file_pid, owner, now);
+        }
+    }
+
+    fn warn_crowded(&mut self) {
+        if !self.warned_crowded {
+            self.warned_crowded = true;
+            self.push_log(format!(
+                "{} holds more than {MAX_ENTRIES_SCANNED} entries; only the first \
+                 {MAX_ENTRIES_SCANNED} are looked at each time",
+                self.dir.display()
+            ));
+        }
+    }
+
+    fn connect(&mut self, path: &Path, file_pid: u32, owner: u32, now: Instant) {
+        let opened = match connection::open(path, file_pid, owner) {
+            Ok(opened) => opened,
+            Err(refusal) => return self.refuse(file_pid, refusal, now),
+        };
+        let pid = opened.peer_pid;
+        if self.conns.values().any(|c| c.pid == pid) {
+            let refusal = Refusal {
+                reason: format!(
+                    "{} is served by pid {pid}, whose agent is already connected",
+                    path.display()
+                ),
+                bad_input: true,
+            };
+            return self.refuse(file_pid, refusal, now);
+        }
+        if self.conns.len() >= self.limits.max_connections {
+            self.evict_oldest_idle(file_pid, now);
+        }
+        if let Err(problem) = self.start_reader() {
+            return self.refuse(file_pid, problem, now);
+        }
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let stream = Arc::new(opened.stream);
+        lock(&self.shared)
+            .conns
+            .insert(id, ConnState::new(pid, now));
+        self.conns.insert(
+            id,
+            HubConn {
+                file_pid,
+                pid,
+                stream: Arc::clone(&stream),
+            },
+        );
+        if let Some(Err(problem)) = self.reader.as_ref().map(|r| r.add(id, stream)) {
+            self.close(id, &problem, RETRY_AFTER_FAILURE);
+        }
+    }
+
+    fn start_reader(&mut self) -> Result<(), Refusal> {
+        if self.reader.is_none() {
+            let reader = Reader::start(Arc::clone(&self.shared), self.limits.pending_budget)
+                .map_err(|e| Refusal {
+                    reason: format!("cannot start the agent reader thread: {e}"),
+                    bad_input: false,
+                })?;
+            self.reader = Some(reader);
+        }
+        Ok(())
+    }
+
+    fn refuse(&mut self, file_pid: u32, refusal: Refusal, now: Instant) {
+        let (wait, verb) = if refusal.bad_input {
+            (RETRY_AFTER_BAD_INPUT, "refused")
+        } else {
+            (RETRY_AFTER_FAILURE, "could not connect")
+        };
+        self.retry_at.insert(file_pid, now + wait);
+        self.push_log(format!("pid {file_pid}: {verb}: {}", refusal.reason));
+    }
+
+    /// Makes room for the agent of `newcomer` by dropping the connection silent longest.
+    fn evict_oldest_idle(&mut self, newcomer: u32, now: Instant) {
+        let oldest = lock(&self.shared)
+            .conns
+            .iter()
+            .min_by_key(|(_, state)| state.last_line_at)
+            .map(|(&id, state)| (id, state.pid, state.last_line_at));
+        let Some((id, pid, last_line_at)) = oldest else {
+            return;
+        };
+        let idle = now.saturating_duration_since(last_line_at).as_secs_f64();
+        let reason = format!(
+            "{} agent connections are open, the most torchtop keeps: dropped the one to pid \
+             {pid}, silent for {idle:.0} s, to make room for pid {newcomer}",
+            self.limits.max_connections
+        );
+        self.close(id, &reason, RETRY_AFTER_BAD_INPUT);
+    }
+
+    /// A socket whose process is gone: removed when the directory is ours. Root reading another
+    /// user's directory leaves it alone, since it never writes where another user chose.
+    fn stale(&mut self, path: &Path, pid: u32, owner: u32, now: Instant) {
+        self.retry_at.insert(pid, now + RETRY_AFTER_FAILURE);
+        if owner != effective_uid() {
+            return;
+        }
+        match fs::remove_file(path) {
+            Ok(()) => self.push_log(format!(
+                "removed stale socket {} (pid {pid} is gone)",
+                path.display()
+            )),
+            Err(e) => self.push_log(format!(
+                "could not remove stale socket {}: {e}",
+                path.display()
+            )),
+        }
+    }
+}

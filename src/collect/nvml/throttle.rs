@@ -1,0 +1,29 @@
+//! Throttle-reason bits as the names torchtop reports.
+
+/// Throttle-reason bits from NVML's header, with the names torchtop reports.
+const THROTTLE_NAMES: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// Names of the set throttle-reason bits; unknown bits are reported by number.
+pub(crate) fn throttle_reason_names(mask: u64) -> Vec<String> {
+    let mut names: Vec<String> = THROTTLE_NAMES
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .map(|(_, name)| (*name).to_string())
+        .collect();
+    let known: u64 = THROTTLE_NAMES.iter().map(|(bit, _)| bit).sum();
+    let unknown = mask & !known;
+    if unknown != 0 {
+        names.push(format!("unknown_0x{unknown:x}"));
+    }
+    names
+}

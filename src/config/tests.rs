@@ -1,0 +1,121 @@
+//! Tests of the config file: the defaults, the checks, and the line and key each error names.
+
+use std::path::Path;
+
+use super::loading::{find_key_line, header_of};
+use super::*;
+
+#[test]
+fn the_default_file_parses_to_the_rust_defaults() {
+    let parsed = parse(DEFAULT_CONFIG_TOML).expect("default config parses");
+    assert_eq!(parsed, Config::default());
+    assert_eq!(print_default(), DEFAULT_CONFIG_TOML);
+}
+
+#[test]
+fn every_default_key_is_written_in_the_default_file() {
+    let defaults = toml::to_string(&Config::default()).expect("serializes");
+    let mut table = String::new();
+    for line in defaults.lines() {
+        if let Some(header) = header_of(line) {
+            table = header;
+        } else if let Some((key, _)) = line.split_once('=') {
+            let full = format!("{table}.{}", key.trim());
+            assert!(
+                find_key_line(DEFAULT_CONFIG_TOML, &full).is_some(),
+                "{full} is missing from assets/config.default.toml"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_empty_file_and_a_partial_file_keep_the_other_defaults() {
+    assert_eq!(parse("").unwrap(), Config::default());
+    let config = parse("[rules.leak]\nwindow_seconds = 30\n").unwrap();
+    assert_eq!(config.rules.leak.window_seconds, 30.0);
+    assert_eq!(config.rules.leak.min_samples, 6);
+    assert_eq!(config.rules.oom_risk, OomRiskConfig::default());
+}
+
+#[test]
+fn an_unknown_key_is_named_with_its_line() {
+    let text = "[rules.leak]\nwindow_seconds = 30\nwindow_secs = 30\n";
+    let error = parse(text).unwrap_err();
+    assert!(error.contains("line 3"), "{error}");
+    assert!(error.contains("`rules.leak.window_secs`"), "{error}");
+}
+
+#[test]
+fn an_unknown_table_is_named_with_its_line() {
+    let text = "# comment\n[rules.lek]\nwindow_seconds = 30\n";
+    let error = parse(text).unwrap_err();
+    assert!(error.contains("rules.lek"), "{error}");
+    assert!(error.contains("line 2"), "{error}");
+}
+
+#[test]
+fn a_wrong_type_names_the_key_and_the_line() {
+    let text = "# thresholds\n[rules]\noom_risk.memory_fraction = \"high\"\n";
+    let error = parse(text).unwrap_err();
+    assert!(error.contains("line 3"), "{error}");
+    assert!(
+        error.contains("`rules.oom_risk.memory_fraction`"),
+        "{error}"
+    );
+    assert!(error.contains("string"), "{error}");
+}
+
+#[test]
+fn a_syntax_error_names_the_line() {
+    let error = parse("[rules.swap]\nwindow_seconds = = 3\n").unwrap_err();
+    assert!(error.contains("line 2"), "{error}");
+}
+
+#[test]
+fn an_out_of_range_value_names_the_key_and_the_line() {
+    let text = "[rules.oom_risk]\n\nmemory_fraction = 1.5\n";
+    let error = parse(text).unwrap_err();
+    assert_eq!(
+        error,
+        "line 3: key `rules.oom_risk.memory_fraction` must be a fraction from 0 to 1 (got 1.5)"
+    );
+    let error = parse("[rules.throttle]\nreasons = [\"hot\"]\n").unwrap_err();
+    assert!(
+        error.starts_with("line 2: key `rules.throttle.reasons`"),
+        "{error}"
+    );
+    assert!(error.contains("\"hot\""), "{error}");
+}
+
+#[test]
+fn load_names_the_file_and_reads_it() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "[rules.swap]\navailable_fraction = 0.25\n").unwrap();
+    assert_eq!(load(&good).unwrap().rules.swap.available_fraction, 0.25);
+    let bad_file = dir.join("bad.toml");
+    std::fs::write(&bad_file, "[rules.swap]\nfoo = 1\n").unwrap();
+    let error = load(&bad_file).unwrap_err();
+    assert!(error.contains("bad.toml"), "{error}");
+    assert!(error.contains("line 2"), "{error}");
+    let missing = load(&dir.join("missing.toml")).unwrap_err();
+    assert!(missing.contains("cannot read config file"), "{missing}");
+}
+
+#[test]
+fn an_endless_file_is_refused_after_one_mib() {
+    let error = load(Path::new("/dev/zero")).unwrap_err();
+    assert!(error.contains("larger than 1 MiB"), "{error}");
+}
+
+#[test]
+fn windows_are_bounded() {
+    let error = parse("[rules.leak]\nwindow_seconds = 1e308\n").unwrap_err();
+    assert_eq!(
+        error,
+        "line 2: key `rules.leak.window_seconds` must be between 0 and 86400 seconds (got 1e308)"
+    );
+    assert!(parse("[rules.ecc]\nwindow_seconds = 86400\n").is_ok());
+}

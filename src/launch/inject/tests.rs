@@ -1,0 +1,118 @@
+//! Tests of the injector against real Python processes.
+
+use super::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::sys::proc::parse_maps;
+
+/// Seizes `pid`, stops it, runs `f` on it stopped, detaches.
+#[cfg(target_arch = "x86_64")]
+fn while_stopped<T>(pid: u32, f: impl FnOnce(&ptrace::Tracee) -> T) -> T {
+    let t = ptrace::Tracee::seize(pid).unwrap();
+    t.interrupt().unwrap();
+    let deadline = Instant::now() + crate::test_ci::PATIENCE;
+    imp::wait_for_stop(&t, deadline, &mut Vec::new(), |s| s == ptrace::Stop::Event).unwrap();
+    let out = f(&t);
+    t.detach().unwrap();
+    out
+}
+
+/// Save, scramble, restore: a later stop shows exactly the first state, general registers
+/// and the whole XSAVE area (a thread blocked in the kernel does not change them itself).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn restore_puts_back_every_register_and_the_extended_state() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + crate::test_ci::PATIENCE;
+    while std::fs::read_to_string(format!("/proc/{pid}/syscall")).map_or(true, |s| {
+        !s.starts_with(&libc::SYS_clock_nanosleep.to_string())
+    }) {
+        assert!(Instant::now() < deadline, "sleep never slept");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (before, restored) = while_stopped(pid, |t| {
+        let saved = arch::save(t).unwrap();
+        arch::scramble(t, &saved).unwrap();
+        let scrambled = arch::save(t).unwrap();
+        assert_ne!(arch::state_bytes(&scrambled), arch::state_bytes(&saved));
+        arch::restore(t, &saved).unwrap();
+        let restored = arch::save(t).unwrap();
+        (arch::state_bytes(&saved), arch::state_bytes(&restored))
+    });
+    assert!(before == restored, "the state differs right after restore");
+    // At the next stop the interrupted sleep may have been resumed through
+    // restart_syscall, which the kernel records in orig_rax; everything else is the same.
+    let after = while_stopped(pid, |t| arch::state_bytes(&arch::save(t).unwrap()));
+    assert_eq!(before.len(), after.len());
+    let orig_rax = std::mem::offset_of!(libc::user_regs_struct, orig_rax);
+    let differs: Vec<usize> = (0..before.len())
+        .filter(|&i| before[i] != after[i] && !(orig_rax..orig_rax + 8).contains(&i))
+        .collect();
+    assert!(
+        differs.is_empty(),
+        "the state differs at the next stop, at bytes {differs:?}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "sleep is still sleeping"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A call that never returns (libc's `pause` in place of Py_AddPendingCall) is abandoned at
+/// the deadline, and the target's registers are put back: its computation goes on exactly.
+#[test]
+fn a_call_that_never_returns_is_abandoned_and_the_target_restored() {
+    let Some(python) = ["/usr/bin/python3.11", "/usr/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        crate::test_ci::skip_or_fail("no system python3 (/usr/bin/python3)");
+        return;
+    };
+    let code = "n = 0; total = 0\n\
+                while True:\n    \
+                    n += 1; total += n * 3\n    \
+                    if n % 20000 == 0: print(n, total, flush=True)\n";
+    let mut child = Command::new(python)
+        .args(["-c", code])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let maps = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+    let pause = elf::runtime_symbol(pid, &maps, "libc", "pause").expect("libc's pause");
+    let never_returns = PythonImage {
+        path: "libc".to_string(),
+        add_pending_call: pause,
+        run_simple_string: 0,
+        version: None,
+    };
+    let err = queue_code(
+        pid,
+        &never_returns,
+        &maps,
+        "pass",
+        Duration::from_millis(300),
+    )
+    .unwrap_err();
+    assert!(err.text().contains("did not return"), "{err:?}");
+    assert!(err.text().contains("registers restored"), "{err:?}");
+    for _ in 0..20 {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let fields: Vec<u128> = line
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        assert_eq!(fields[1], 3 * fields[0] * (fields[0] + 1) / 2, "{line}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

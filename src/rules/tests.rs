@@ -1,0 +1,180 @@
+//! Tests of the engine: windows, ordering, first-seen times, the torch device map.
+
+use super::testkit::*;
+use super::window::MAX_POINTS;
+use super::*;
+use crate::model::{LaunchEnv, Severity, TorchInfo};
+
+#[test]
+fn a_window_covers_only_after_it_has_been_watched_long_enough() {
+    let mut window = Window::default();
+    for t in 0..10 {
+        window.push(f64::from(t), t, 5.0);
+    }
+    let covering = window.covering(5.0).expect("watched 9 s");
+    assert_eq!(covering.first().map(|p| p.v), Some(4));
+    assert_eq!(covering.last().map(|p| p.v), Some(9));
+    assert!(window.covering(20.0).is_none());
+    assert_eq!(window.recent(2.0).len(), 3);
+    assert_eq!(window.covering(0.0).map(<[_]>::len), Some(1));
+}
+
+#[test]
+fn a_window_stays_bounded_and_restarts_when_the_clock_goes_back() {
+    let mut window = Window::default();
+    for t in 0..20_000 {
+        window.push(f64::from(t) * 0.01, t, 1_000.0);
+    }
+    assert!(window.points.len() <= MAX_POINTS);
+    assert!(
+        window.covering(150.0).is_some(),
+        "thinning keeps the time span"
+    );
+    window.push(1.0, 7, 1_000.0);
+    assert_eq!(window.points.len(), 1);
+    window.push(f64::NAN, 8, 1_000.0);
+    assert_eq!(window.latest().map(|p| p.v), Some(7));
+}
+
+#[test]
+fn counter_rise_sums_rises_and_ignores_resets() {
+    let points: Vec<Point<Option<u64>>> = [Some(3), None, Some(5), Some(0), Some(2)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| Point { t: i as f64, v })
+        .collect();
+    assert_eq!(counter_rise(&points, |v| *v), Some((4, 2)));
+    let flat: Vec<Point<Option<u64>>> = vec![Point { t: 0.0, v: Some(1) }];
+    assert_eq!(counter_rise(&flat, |v| *v), Some((0, 1)));
+    assert_eq!(counter_rise(&flat[..0], |v| *v), None);
+}
+
+#[test]
+fn torch_devices_map_through_cuda_visible_devices() {
+    let gpus = vec![
+        GpuSample {
+            index: 2,
+            uuid: Some("GPU-abcdef12-0000".into()),
+            ..Default::default()
+        },
+        GpuSample {
+            index: 3,
+            uuid: Some("GPU-99999999-0000".into()),
+            ..Default::default()
+        },
+    ];
+    let mut process = process(10, 3, 1 << 30);
+    process.torch = Some(TorchInfo {
+        devices: vec![device(0, 1, 2), device(1, 3, 4)],
+        ..Default::default()
+    });
+    process.env = Some(LaunchEnv {
+        cuda_visible_devices: Some("2,3".into()),
+        ..Default::default()
+    });
+    assert_eq!(torch_device_on(&process, &gpus).map(|d| d.index), Some(1));
+    process.env.as_mut().unwrap().cuda_visible_devices = Some("GPU-9999, GPU-abcd".into());
+    assert_eq!(torch_device_on(&process, &gpus).map(|d| d.index), Some(0));
+    process.env.as_mut().unwrap().cuda_visible_devices = Some("0".into());
+    assert_eq!(torch_device_on(&process, &gpus), None);
+    process.env.as_mut().unwrap().cuda_visible_devices = None;
+    assert_eq!(
+        torch_device_on(&process, &gpus),
+        None,
+        "cuda:3 is not reported"
+    );
+}
+
+#[test]
+fn warnings_come_most_severe_first_then_by_id_and_subject() {
+    let mut engine = Engine::new(RulesConfig::default());
+    let mut snap = snapshot(100.0);
+    snap.gpus = vec![
+        gpu(1, 97 * GIB / 100 * 80, 80 * GIB, 90),
+        gpu(0, 97 * GIB / 100 * 80, 80 * GIB, 90),
+    ];
+    snap.gpus[0].throttle_reasons = Some(vec!["hw_thermal_slowdown".into()]);
+    let mut oom = process(7, 0, 10 * GIB);
+    oom.torch = Some(torch_on(vec![with_ooms(device(0, GIB, 2 * GIB), 1)]));
+    snap.processes.push(oom.clone());
+    engine.evaluate(&snap);
+    let mut later = snapshot(101.0);
+    later.gpus = snap.gpus.clone();
+    oom.torch = Some(torch_on(vec![with_ooms(device(0, GIB, 2 * GIB), 2)]));
+    later.processes.push(oom);
+    let warnings = engine.evaluate(&later);
+    let order: Vec<(&str, Severity, Subject)> = warnings
+        .iter()
+        .map(|w| (w.id.as_str(), w.severity, w.subject.clone()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("oom-risk", Severity::Critical, Subject::Process { pid: 7 }),
+            ("oom-risk", Severity::Warn, Subject::Gpu { index: 0 }),
+            ("oom-risk", Severity::Warn, Subject::Gpu { index: 1 }),
+            ("throttle", Severity::Warn, Subject::Gpu { index: 1 }),
+        ]
+    );
+    // A process outside any job is grouped on its GPU, as the `w` view groups it.
+    assert_eq!(warnings[0].group(), "oom-risk@GPU 0");
+}
+
+#[test]
+fn since_is_kept_while_the_condition_holds_and_reset_after_a_break() {
+    let mut engine = Engine::new(RulesConfig::default());
+    let full = |t: f64| {
+        let mut snap = snapshot(t);
+        snap.gpus = vec![gpu(0, 79 * GIB, 80 * GIB, 90)];
+        snap
+    };
+    let calm = |t: f64| {
+        let mut snap = snapshot(t);
+        snap.gpus = vec![gpu(0, 10 * GIB, 80 * GIB, 90)];
+        snap
+    };
+    let first = engine.evaluate(&full(1_000.0));
+    assert_eq!(first[0].since, rfc3339(1_000.0));
+    let second = engine.evaluate(&full(1_001.0));
+    assert_eq!(second[0].since, rfc3339(1_000.0));
+    assert!(engine.evaluate(&calm(1_002.0)).is_empty());
+    let again = engine.evaluate(&full(1_003.0));
+    assert_eq!(again[0].since, rfc3339(1_003.0));
+}
+
+#[test]
+fn since_falls_back_to_unix_seconds_when_the_time_text_is_missing() {
+    let mut snap = snapshot(0.0);
+    snap.time.clear();
+    snap.unix_seconds = 1_700_000_000.0;
+    assert_eq!(snapshot_time(&snap), "2023-11-14T22:13:20Z");
+    snap.unix_seconds = f64::NAN;
+    assert_eq!(snapshot_time(&snap), "N/A");
+}
+
+#[test]
+fn a_config_file_changes_what_fires() {
+    let snap = |t: f64| {
+        let mut snap = snapshot(t);
+        snap.gpus = vec![gpu(0, 70 * GIB, 80 * GIB, 90)];
+        snap
+    };
+    let mut default_engine = Engine::new(RulesConfig::default());
+    assert!(default_engine.evaluate(&snap(1.0)).is_empty());
+    let text = "[rules.oom_risk]\nmemory_fraction = 0.85\n";
+    let config = crate::config::parse(text).expect("valid config");
+    let mut engine = Engine::new(config.rules);
+    let warnings = engine.evaluate(&snap(1.0));
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0].id, "oom-risk");
+}
+
+#[test]
+fn a_disabled_rule_stays_quiet() {
+    let mut config = RulesConfig::default();
+    config.oom_risk.enabled = false;
+    let mut engine = Engine::new(config);
+    let mut snap = snapshot(1.0);
+    snap.gpus = vec![gpu(0, 79 * GIB, 80 * GIB, 90)];
+    assert!(engine.evaluate(&snap).is_empty());
+}

@@ -1,0 +1,199 @@
+//! The bounded, time-ordered windows the engine keeps, the points it records in them, the
+//! read-only [`Inputs`] a rule sees, and the sums the rules take over a window.
+
+use std::collections::BTreeMap;
+
+use super::training_stalled::StepTrack;
+use crate::model::{GpuProcess, Snapshot};
+
+/// The most points one window keeps; past it the older half is thinned to every second point,
+/// so a long window at a fast refresh keeps its time span at a coarser grain.
+pub(super) const MAX_POINTS: usize = 4096;
+
+/// One value at one sample time (seconds since the epoch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Point<T> {
+    pub(crate) t: f64,
+    pub(crate) v: T,
+}
+
+/// A time-ordered, bounded series of points.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Window<T> {
+    pub(super) points: Vec<Point<T>>,
+}
+
+impl<T> Default for Window<T> {
+    fn default() -> Self {
+        Window { points: Vec::new() }
+    }
+}
+
+impl<T> Window<T> {
+    /// Adds a point and forgets what is older than `keep_seconds` before it, keeping one point
+    /// at or before that edge so a full window always has its starting point.
+    pub(crate) fn push(&mut self, t: f64, v: T, keep_seconds: f64) {
+        if !t.is_finite() {
+            return;
+        }
+        match self.points.last() {
+            // The clock went back: the old points no longer line up with the new ones.
+            Some(last) if t < last.t => self.points.clear(),
+            Some(last) if t == last.t => {
+                self.points.pop();
+            }
+            _ => {}
+        }
+        self.points.push(Point { t, v });
+        let cutoff = t - keep_seconds;
+        let older = self.points.partition_point(|p| p.t <= cutoff);
+        self.points.drain(..older.saturating_sub(1));
+        if self.points.len() > MAX_POINTS {
+            let half = self.points.len() / 2;
+            let mut i = 0;
+            self.points.retain(|_| {
+                let keep = i >= half || i % 2 == 0;
+                i += 1;
+                keep
+            });
+        }
+    }
+
+    pub(crate) fn latest(&self) -> Option<&Point<T>> {
+        self.points.last()
+    }
+
+    /// The points spanning at least the last `seconds`, starting at the newest point at or
+    /// before that edge; `None` while the window has not been watched that long.
+    pub(crate) fn covering(&self, seconds: f64) -> Option<&[Point<T>]> {
+        let newest = self.points.last()?.t;
+        let at_or_before = self.points.partition_point(|p| p.t <= newest - seconds);
+        (at_or_before > 0).then(|| &self.points[at_or_before - 1..])
+    }
+
+    /// The points of the last `seconds`, however long the window has been watched.
+    pub(crate) fn recent(&self, seconds: f64) -> &[Point<T>] {
+        let Some(newest) = self.points.last().map(|p| p.t) else {
+            return &[];
+        };
+        let start = self.points.partition_point(|p| p.t < newest - seconds);
+        &self.points[start..]
+    }
+}
+
+/// A window that belongs to one process: cleared when the pid is reused by another process.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Tracked<T> {
+    start_ticks: Option<u64>,
+    pub(crate) window: Window<T>,
+}
+
+impl<T> Tracked<T> {
+    pub(super) fn push(&mut self, start_ticks: Option<u64>, t: f64, v: T, keep_seconds: f64) {
+        if let (Some(old), Some(new)) = (self.start_ticks, start_ticks) {
+            if old != new {
+                self.window = Window::default();
+            }
+        }
+        self.start_ticks = start_ticks.or(self.start_ticks);
+        self.window.push(t, v, keep_seconds);
+    }
+}
+
+/// What the rules read of one GPU at one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct GpuPoint {
+    pub(crate) utilization_percent: Option<u32>,
+    pub(crate) memory_used_bytes: Option<u64>,
+    pub(crate) ecc_corrected: Option<u64>,
+    pub(crate) ecc_uncorrected: Option<u64>,
+}
+
+/// What the rules read of one (process, GPU) pair at one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct ProcPoint {
+    pub(crate) visible: bool,
+    pub(crate) gpu_memory_bytes: Option<u64>,
+    pub(crate) sm_percent: Option<u32>,
+    /// The whole GPU's utilization, for processes NVML gives no SM figure for.
+    pub(crate) gpu_utilization_percent: Option<u32>,
+    pub(crate) cpu_percent: Option<f64>,
+    pub(crate) children_count: Option<u32>,
+    pub(crate) children_cpu_percent: Option<f64>,
+    pub(crate) host_cpu_percent: Option<f64>,
+}
+
+/// What the rules read of one process's allocator on one torch device at one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct AllocPoint {
+    pub(crate) allocated_bytes: Option<u64>,
+    pub(crate) reserved_bytes: Option<u64>,
+    pub(crate) inactive_split_bytes: Option<u64>,
+    pub(crate) alloc_retries: Option<u64>,
+    pub(crate) ooms: Option<u64>,
+}
+
+/// What the rules read of the host at one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct HostPoint {
+    pub(crate) swap_used_bytes: Option<u64>,
+    pub(crate) memory_available_bytes: Option<u64>,
+    pub(crate) memory_total_bytes: Option<u64>,
+}
+
+/// Everything a rule may read: the current snapshot and the windows. Read-only.
+pub(crate) struct Inputs<'a> {
+    pub(crate) snapshot: &'a Snapshot,
+    pub(crate) gpus: &'a BTreeMap<u32, Window<GpuPoint>>,
+    /// Keyed by (pid, NVML GPU index).
+    pub(crate) processes: &'a BTreeMap<(u32, u32), Tracked<ProcPoint>>,
+    /// Keyed by (pid, torch device index).
+    pub(crate) allocators: &'a BTreeMap<(u32, u32), Tracked<AllocPoint>>,
+    pub(crate) host: &'a Window<HostPoint>,
+    /// Keyed by pid: the step counters of the processes with an agent.
+    pub(crate) steps: &'a BTreeMap<u32, StepTrack>,
+}
+
+impl Inputs<'_> {
+    /// The first process row of a pid in the current snapshot.
+    pub(crate) fn process(&self, pid: u32) -> Option<&GpuProcess> {
+        self.snapshot.processes.iter().find(|p| p.pid == pid)
+    }
+}
+
+/// Each tracked window with its (pid, GPU or torch device) key and the points spanning at least
+/// the last `seconds`; windows not watched that long yet are left out.
+pub(crate) fn covering<T>(
+    tracked: &BTreeMap<(u32, u32), Tracked<T>>,
+    seconds: f64,
+) -> impl Iterator<Item = ((u32, u32), &[Point<T>])> {
+    tracked
+        .iter()
+        .filter_map(move |(&key, t)| Some((key, t.window.covering(seconds)?)))
+}
+
+/// How much a counter rose between the first and last known values of `points`, ignoring
+/// resets (a driver reload or a restarted agent counts from zero again): the sum of the rises
+/// between consecutive known values, and the latest value.
+pub(crate) fn counter_rise<T>(
+    points: &[Point<T>],
+    value: impl Fn(&T) -> Option<u64>,
+) -> Option<(u64, u64)> {
+    let mut known = points.iter().filter_map(|p| value(&p.v));
+    let mut previous = known.next()?;
+    let mut rise = 0u64;
+    for current in known {
+        rise = rise.saturating_add(current.saturating_sub(previous));
+        previous = current;
+    }
+    Some((rise, previous))
+}
+
+/// The mean of the known values.
+pub(crate) fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (sum, count) = values
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (count > 0).then(|| sum / count as f64)
+}
