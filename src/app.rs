@@ -6,6 +6,7 @@
 //! The rows the user sees ([`App::rows`]) are the only rows the selection, the tags and the
 //! actions use; see [`rows`].
 
+pub(crate) mod columns;
 pub(crate) mod layout;
 pub(crate) mod rows;
 pub(crate) mod view;
@@ -36,6 +37,9 @@ use view::{first_visible_row, ViewState};
 use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
+
+/// Characters COMMAND moves per `←` or `→`.
+const COMMAND_STEP: usize = 8;
 
 /// The sentence for any action key pressed under `--readonly`.
 pub(crate) const READONLY_REFUSAL: &str =
@@ -311,6 +315,14 @@ impl App {
 
     fn on_normal_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
+            KeyCode::Char('a') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.scroll_command(|_, _| 0)
+            }
+            KeyCode::Char('e') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.scroll_command(|_, end| end)
+            }
+            KeyCode::Left => self.scroll_command(|at, _| at.saturating_sub(COMMAND_STEP)),
+            KeyCode::Right => self.scroll_command(|at, end| (at + COMMAND_STEP).min(end)),
             KeyCode::Char('q') => Effect::Quit,
             KeyCode::Esc => self.escape(),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(|v, n| v.select_next(n)),
@@ -372,6 +384,36 @@ impl App {
             return Effect::Redraw;
         }
         Effect::AskSampler(request(pid))
+    }
+
+    /// The columns of the process table as the last layout places them.
+    pub(crate) fn columns(&self) -> Vec<columns::Placed> {
+        let width = match &self.view.plan {
+            Plan::Screen(areas) => areas.processes.width,
+            _ => 0,
+        };
+        let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
+        columns::fit(width, with_rank)
+    }
+
+    /// `←` `→` Ctrl-A Ctrl-E: moves COMMAND sideways; `to(now, end)` gives the new offset,
+    /// where `end` shows the tail of the longest command.
+    fn scroll_command(&mut self, to: impl FnOnce(usize, usize) -> usize) -> Effect {
+        let width = usize::from(columns::command_width(&self.columns()));
+        let longest = self
+            .rows()
+            .iter()
+            .map(|r| {
+                let prefix = r.tree.map_or(0, |(p, _)| p.chars().count());
+                r.display_command()
+                    .map_or(0, |c| c.chars().count() + prefix)
+            })
+            .max()
+            .unwrap_or(0);
+        let end = longest.saturating_sub(width);
+        let now = self.view.command_scroll.min(end);
+        self.view.command_scroll = to(now, end).min(end);
+        Effect::Redraw
     }
 
     /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.

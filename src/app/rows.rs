@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use crate::actions::ProcessIdentity;
+use crate::format;
 use crate::model::filter::{matches, sort_processes, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
 use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
@@ -113,6 +114,33 @@ impl<'a> ProcessRow<'a> {
         })
     }
 
+    /// The command as the table shows it: the program by its basename, as htop does
+    /// (`python3 train.py`, not `/home/alice/.pyenv/.../python3 train.py`), escaped for the
+    /// terminal; `None` where /proc does not show the process.
+    pub(crate) fn display_command(&self) -> Option<String> {
+        if !self.visible() {
+            return None;
+        }
+        let command = self.command()?;
+        Some(format::escape(&program_basename(&command)).into_owned())
+    }
+
+    /// "rank/world" of a torch process, from its agent or else its launcher's variables;
+    /// "torch" for an agent that reports no rank; `None` for any other process.
+    pub(crate) fn rank_text(&self) -> Option<String> {
+        let torch = self.gpus.iter().find_map(|g| g.torch.as_ref());
+        let env = self.gpus.iter().find_map(|g| g.env.as_ref());
+        let rank = torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank));
+        let world = torch
+            .and_then(|t| t.world_size)
+            .or(env.and_then(|e| e.world_size));
+        match (rank, world) {
+            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
+            (Some(r), None) => Some(r.to_string()),
+            _ => torch.map(|_| "torch".to_string()),
+        }
+    }
+
     pub(crate) fn is_gpu(&self) -> bool {
         !self.gpus.is_empty()
     }
@@ -168,6 +196,23 @@ impl<'a> ProcessRow<'a> {
             .first()
             .and_then(|g| from_gpu(g))
             .or_else(|| self.host.and_then(from_host))
+    }
+}
+
+/// `command` with its first word (the program) cut to its basename. A command whose first word
+/// has no `/` is returned as is.
+pub(crate) fn program_basename(command: &str) -> String {
+    let (program, rest) = match command.split_once(' ') {
+        Some((program, rest)) => (program, Some(rest)),
+        None => (command, None),
+    };
+    let base = match program.rsplit_once('/') {
+        Some((_, base)) if !base.is_empty() => base,
+        _ => program,
+    };
+    match rest {
+        Some(rest) => format!("{base} {rest}"),
+        None => base.to_string(),
     }
 }
 
@@ -372,6 +417,48 @@ mod tests {
         assert!(rank.host.is_none());
         assert_eq!(rank.identity(), Some(ProcessIdentity::new(200, 2000)));
         assert_eq!(rank.user(), Some("alice"));
+    }
+
+    #[test]
+    fn the_program_is_shown_by_its_basename() {
+        assert_eq!(
+            program_basename("/home/alice/.pyenv/versions/3.11.7/bin/python3 train.py --lr 3e-4"),
+            "python3 train.py --lr 3e-4"
+        );
+        assert_eq!(
+            program_basename("python3 /srv/x/train.py"),
+            "python3 /srv/x/train.py"
+        );
+        assert_eq!(program_basename("/usr/bin/nvidia-smi"), "nvidia-smi");
+        assert_eq!(program_basename("/weird/ -x"), "/weird/ -x");
+        assert_eq!(program_basename(""), "");
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_agent_or_the_launcher() {
+        let mut p = gpu_row(500, 0, "/usr/bin/python3 t.py", 1);
+        let snap = |p: &GpuProcess| Snapshot {
+            processes: vec![p.clone()],
+            ..Snapshot::default()
+        };
+        let first = |s: &Snapshot| {
+            let rows = compute_rows(s, &RowSettings::default());
+            let row = materialize(s, &rows[0]);
+            (row.rank_text(), row.display_command())
+        };
+        let plain = snap(&p);
+        assert_eq!(first(&plain).0, None);
+        p.env = Some(crate::model::LaunchEnv {
+            rank: Some(3),
+            world_size: Some(8),
+            ..Default::default()
+        });
+        assert_eq!(first(&snap(&p)).0.as_deref(), Some("3/8"));
+        p.env = None;
+        p.torch = Some(crate::model::TorchInfo::default());
+        assert_eq!(first(&snap(&p)).0.as_deref(), Some("torch"));
+        p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}'));
+        assert_eq!(first(&snap(&p)).1.as_deref(), Some("python3 t\\e.py"));
     }
 
     #[test]

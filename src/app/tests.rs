@@ -636,3 +636,38 @@ fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     app.on_snapshot(Arc::new(with_agent));
     assert_eq!(app.take_memsnap().map(|r| r.request), Some(8));
 }
+
+#[test]
+fn arrows_and_ctrl_a_e_scroll_the_command_within_the_longest_one() {
+    let long = format!("/opt/conda/bin/python3 train.py {}", "--flag ".repeat(12));
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(Snapshot {
+        processes: vec![gpu_process(100, 0, "alice", &long)],
+        ..Snapshot::default()
+    }));
+    lay_out(&mut app, Rect::new(0, 0, 80, 24));
+    let width = usize::from(columns::command_width(&app.columns()));
+    let shown = app.rows()[0].display_command().unwrap();
+    assert!(shown.starts_with("python3 train.py --flag"), "{shown}");
+    let end = shown.chars().count() - width;
+    assert!(end > 16, "the command is longer than its column");
+    press(&mut app, KeyCode::Right);
+    press(&mut app, KeyCode::Right);
+    assert_eq!(app.view.command_scroll, 16);
+    press(&mut app, KeyCode::Left);
+    assert_eq!(app.view.command_scroll, 8);
+    let ctrl = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL);
+    app.on_key(ctrl('e'));
+    assert_eq!(app.view.command_scroll, end);
+    press(&mut app, KeyCode::Right);
+    assert_eq!(app.view.command_scroll, end, "never past the end");
+    app.on_key(ctrl('a'));
+    assert_eq!(app.view.command_scroll, 0);
+    press(&mut app, KeyCode::Left);
+    assert_eq!(app.view.command_scroll, 0);
+    assert_eq!(
+        selected_pid(&app),
+        Some(100),
+        "the arrows never move the selection"
+    );
+}

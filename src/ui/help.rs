@@ -22,6 +22,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ("j k Up Down", "select a process (or click it, or scroll)"),
             ("PgUp PgDn", "select a page up or down"),
             ("Home End", "select the first or last process"),
+            ("← → ^A ^E", "scroll the command sideways; its start or end"),
             ("? h", "show or hide this help"),
             ("Ctrl-Z", "suspend to the shell; fg comes back"),
         ],

@@ -1,0 +1,196 @@
+//! The columns of the process table: their titles, widths and sort keys, and which of them fit
+//! a given width. The app owns this (not the drawing code) because header clicks and the
+//! sideways scroll of COMMAND need the same x positions the table is drawn with.
+
+use crate::model::filter::SortKey;
+
+/// One column of the process table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Column {
+    /// The pid, with the tag mark before it.
+    Pid,
+    User,
+    Gpu,
+    /// C, G or C+G: nearly always C, so the first to go.
+    Kind,
+    GpuMemory,
+    Sm,
+    Cpu,
+    Rss,
+    Time,
+    /// rank/world of a torch process.
+    Rank,
+    /// The command line; takes the room the others leave.
+    Command,
+}
+
+/// The fixed columns in display order (COMMAND, last, is not listed: it always shows).
+const ORDER: [Column; 10] = [
+    Column::Pid,
+    Column::User,
+    Column::Gpu,
+    Column::Kind,
+    Column::GpuMemory,
+    Column::Sm,
+    Column::Cpu,
+    Column::Rss,
+    Column::Time,
+    Column::Rank,
+];
+
+/// The fixed columns from the one kept longest to the one dropped first on a narrow terminal.
+const KEEP_ORDER: [Column; 10] = [
+    Column::Pid,
+    Column::Gpu,
+    Column::GpuMemory,
+    Column::Sm,
+    Column::Cpu,
+    Column::Rank,
+    Column::User,
+    Column::Rss,
+    Column::Time,
+    Column::Kind,
+];
+
+/// COMMAND gets at least this many cells before a lower-priority column is shown.
+const MIN_COMMAND_WIDTH: u16 = 19;
+/// Cells between two columns.
+pub(crate) const SPACING: u16 = 1;
+
+impl Column {
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Column::Pid => "PID",
+            Column::User => "USER",
+            Column::Gpu => "GPU",
+            Column::Kind => "TYPE",
+            Column::GpuMemory => "GPU-MEM",
+            Column::Sm => "SM%",
+            Column::Cpu => "CPU%",
+            Column::Rss => "RSS",
+            Column::Time => "TIME",
+            Column::Rank => "RANK",
+            Column::Command => "COMMAND",
+        }
+    }
+
+    /// Cells, with room for the sort arrow after the title of a sortable column.
+    fn width(self) -> u16 {
+        match self {
+            Column::Pid | Column::User | Column::GpuMemory | Column::Time => 8,
+            Column::Gpu | Column::Kind | Column::Sm => 4,
+            Column::Cpu => 6,
+            Column::Rss => 7,
+            Column::Rank => 5,
+            Column::Command => 0,
+        }
+    }
+
+    /// The order a click on the title (or the sort menu) chooses; `None` for unsortable ones.
+    pub(crate) fn sort_key(self) -> Option<SortKey> {
+        Some(match self {
+            Column::Pid => SortKey::Pid,
+            Column::User => SortKey::User,
+            Column::Gpu => SortKey::Gpu,
+            Column::GpuMemory => SortKey::GpuMemory,
+            Column::Sm => SortKey::Sm,
+            Column::Cpu => SortKey::Cpu,
+            Column::Rss => SortKey::Rss,
+            Column::Time => SortKey::Time,
+            Column::Command => SortKey::Command,
+            Column::Kind | Column::Rank => return None,
+        })
+    }
+
+    /// Figures are right-aligned, text left-aligned.
+    pub(crate) fn right_aligned(self) -> bool {
+        !matches!(self, Column::User | Column::Kind | Column::Command)
+    }
+}
+
+/// One column placed on the screen, relative to the table's left edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub(crate) column: Column,
+    pub(crate) x: u16,
+    pub(crate) width: u16,
+}
+
+/// The columns that fit a table `width` cells wide; RANK only `with_rank` (some row is a torch
+/// process). COMMAND is last and takes the rest.
+pub(crate) fn fit(width: u16, with_rank: bool) -> Vec<Placed> {
+    let mut chosen: Vec<Column> = Vec::new();
+    let mut used = MIN_COMMAND_WIDTH;
+    for column in KEEP_ORDER {
+        if column == Column::Rank && !with_rank {
+            continue;
+        }
+        let cost = column.width() + SPACING;
+        // Strictly by priority: a small column never shows while a more needed one is hidden.
+        if used + cost > width && chosen.len() >= 3 {
+            break;
+        }
+        used += cost;
+        chosen.push(column);
+    }
+    let mut placed = Vec::new();
+    let mut x = 0u16;
+    for column in ORDER.into_iter().filter(|c| chosen.contains(c)) {
+        placed.push(Placed {
+            column,
+            x,
+            width: column.width(),
+        });
+        x = x.saturating_add(column.width() + SPACING);
+    }
+    placed.push(Placed {
+        column: Column::Command,
+        x,
+        width: width.saturating_sub(x),
+    });
+    placed
+}
+
+/// The width of COMMAND among `placed`.
+pub(crate) fn command_width(placed: &[Placed]) -> u16 {
+    placed
+        .iter()
+        .find(|p| p.column == Column::Command)
+        .map_or(0, |p| p.width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn titles(placed: &[Placed]) -> Vec<&'static str> {
+        placed.iter().map(|p| p.column.title()).collect()
+    }
+
+    #[test]
+    fn narrow_terminals_drop_the_least_needed_columns_first() {
+        let wide = fit(200, true);
+        assert_eq!(
+            titles(&wide),
+            [
+                "PID", "USER", "GPU", "TYPE", "GPU-MEM", "SM%", "CPU%", "RSS", "TIME", "RANK",
+                "COMMAND"
+            ]
+        );
+        let narrow = fit(80, true);
+        assert!(!titles(&narrow).contains(&"TYPE"));
+        assert!(titles(&narrow).contains(&"RANK"));
+        assert!(command_width(&narrow) >= MIN_COMMAND_WIDTH);
+        assert!(!titles(&fit(200, false)).contains(&"RANK"));
+        let tiny = fit(30, true);
+        assert_eq!(titles(&tiny), ["PID", "GPU", "GPU-MEM", "COMMAND"]);
+    }
+
+    #[test]
+    fn columns_are_placed_one_cell_apart() {
+        let placed = fit(120, false);
+        for pair in placed.windows(2) {
+            assert_eq!(pair[1].x, pair[0].x + pair[0].width + SPACING);
+        }
+    }
+}
