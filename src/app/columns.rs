@@ -10,14 +10,24 @@ pub(crate) enum Column {
     /// The pid, with the tag mark before it.
     Pid,
     User,
+    /// The nice value.
+    Nice,
+    /// R, S, D, T (stopped), Z, ... from /proc.
+    State,
     Gpu,
     /// C, G or C+G: nearly always C, so the first to go.
     Kind,
     GpuMemory,
+    /// GPU-MEM as a share of the device's memory.
+    GpuMemoryPercent,
     Sm,
     Cpu,
+    /// RSS as a share of the host's memory.
+    HostMemoryPercent,
     Rss,
     Time,
+    /// The wall-clock time the process started.
+    Start,
     /// rank/world of a torch process.
     Rank,
     /// The command line; takes the room the others leave.
@@ -25,21 +35,26 @@ pub(crate) enum Column {
 }
 
 /// The fixed columns in display order (COMMAND, last, is not listed: it always shows).
-const ORDER: [Column; 10] = [
+const ORDER: [Column; 15] = [
     Column::Pid,
     Column::User,
+    Column::Nice,
+    Column::State,
     Column::Gpu,
     Column::Kind,
     Column::GpuMemory,
+    Column::GpuMemoryPercent,
     Column::Sm,
     Column::Cpu,
+    Column::HostMemoryPercent,
     Column::Rss,
     Column::Time,
+    Column::Start,
     Column::Rank,
 ];
 
 /// The fixed columns from the one kept longest to the one dropped first on a narrow terminal.
-const KEEP_ORDER: [Column; 10] = [
+const KEEP_ORDER: [Column; 15] = [
     Column::Pid,
     Column::Gpu,
     Column::GpuMemory,
@@ -47,12 +62,18 @@ const KEEP_ORDER: [Column; 10] = [
     Column::Cpu,
     Column::Rank,
     Column::User,
+    Column::State,
     Column::Rss,
     Column::Time,
+    Column::GpuMemoryPercent,
+    Column::HostMemoryPercent,
+    Column::Nice,
+    Column::Start,
     Column::Kind,
 ];
 
-/// COMMAND gets at least this many cells before a lower-priority column is shown.
+/// COMMAND gets at least this many cells, or a quarter of the width when that is more, before
+/// a lower-priority column is shown.
 const MIN_COMMAND_WIDTH: u16 = 19;
 /// Cells between two columns.
 pub(crate) const SPACING: u16 = 1;
@@ -62,13 +83,18 @@ impl Column {
         match self {
             Column::Pid => "PID",
             Column::User => "USER",
+            Column::Nice => "NI",
+            Column::State => "S",
             Column::Gpu => "GPU",
             Column::Kind => "TYPE",
             Column::GpuMemory => "GPU-MEM",
+            Column::GpuMemoryPercent => "GMEM%",
             Column::Sm => "SM%",
             Column::Cpu => "CPU%",
+            Column::HostMemoryPercent => "MEM%",
             Column::Rss => "RSS",
             Column::Time => "TIME",
+            Column::Start => "START",
             Column::Rank => "RANK",
             Column::Command => "COMMAND",
         }
@@ -79,9 +105,11 @@ impl Column {
         match self {
             Column::Pid | Column::User | Column::GpuMemory | Column::Time => 8,
             Column::Gpu | Column::Kind | Column::Sm => 4,
-            Column::Cpu => 6,
+            // Room for N/A.
+            Column::Nice | Column::State => 3,
+            Column::Cpu | Column::GpuMemoryPercent | Column::Start => 6,
             Column::Rss => 7,
-            Column::Rank => 5,
+            Column::Rank | Column::HostMemoryPercent => 5,
             Column::Command => 0,
         }
     }
@@ -92,19 +120,25 @@ impl Column {
             Column::Pid => SortKey::Pid,
             Column::User => SortKey::User,
             Column::Gpu => SortKey::Gpu,
-            Column::GpuMemory => SortKey::GpuMemory,
+            Column::Nice => SortKey::Nice,
+            // A share orders the rows as its figure does (on GPUs of one size), and the start
+            // time as the running time (oldest first when descending).
+            Column::GpuMemory | Column::GpuMemoryPercent => SortKey::GpuMemory,
             Column::Sm => SortKey::Sm,
             Column::Cpu => SortKey::Cpu,
-            Column::Rss => SortKey::Rss,
-            Column::Time => SortKey::Time,
+            Column::Rss | Column::HostMemoryPercent => SortKey::Rss,
+            Column::Time | Column::Start => SortKey::Time,
             Column::Command => SortKey::Command,
-            Column::Kind | Column::Rank => return None,
+            Column::Kind | Column::Rank | Column::State => return None,
         })
     }
 
     /// Figures are right-aligned, text left-aligned.
     pub(crate) fn right_aligned(self) -> bool {
-        !matches!(self, Column::User | Column::Kind | Column::Command)
+        !matches!(
+            self,
+            Column::User | Column::Kind | Column::State | Column::Command
+        )
     }
 }
 
@@ -120,7 +154,7 @@ pub(crate) struct Placed {
 /// process). COMMAND is last and takes the rest.
 pub(crate) fn fit(width: u16, with_rank: bool) -> Vec<Placed> {
     let mut chosen: Vec<Column> = Vec::new();
-    let mut used = MIN_COMMAND_WIDTH;
+    let mut used = MIN_COMMAND_WIDTH.max(width / 4);
     for column in KEEP_ORDER {
         if column == Column::Rank && !with_rank {
             continue;
@@ -173,8 +207,8 @@ mod tests {
         assert_eq!(
             titles(&wide),
             [
-                "PID", "USER", "GPU", "TYPE", "GPU-MEM", "SM%", "CPU%", "RSS", "TIME", "RANK",
-                "COMMAND"
+                "PID", "USER", "NI", "S", "GPU", "TYPE", "GPU-MEM", "GMEM%", "SM%", "CPU%", "MEM%",
+                "RSS", "TIME", "START", "RANK", "COMMAND"
             ]
         );
         let narrow = fit(80, true);

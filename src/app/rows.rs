@@ -157,6 +157,36 @@ impl<'a> ProcessRow<'a> {
         self.gpu_or_host(|g| g.nice, |h| h.nice)
     }
 
+    /// The process state letter (R, S, D, T, Z, ...).
+    pub(crate) fn state(&self) -> Option<char> {
+        self.gpu_or_host(|g| g.state, |h| Some(h.state))
+    }
+
+    /// The row's GPU memory as a share of its GPUs' memory, 0-100.
+    pub(crate) fn gpu_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
+        let used = self.gpu_memory_bytes()?;
+        let total: u64 = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let gpu = snapshot.gpus.iter().find(|s| s.index == g.gpu)?;
+                gpu.memory_total_bytes
+            })
+            .sum::<Option<u64>>()?;
+        percent_of(used, total)
+    }
+
+    /// Resident memory as a share of the host's memory, 0-100, as htop's MEM%.
+    pub(crate) fn host_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
+        percent_of(self.rss_bytes()?, snapshot.host.memory.total_bytes?)
+    }
+
+    /// When the process started, in seconds since the Unix epoch.
+    pub(crate) fn start_unix_seconds(&self, snapshot: &Snapshot) -> Option<f64> {
+        let running = self.running_seconds()?;
+        (snapshot.unix_seconds > 0.0).then_some(snapshot.unix_seconds - running)
+    }
+
     /// The GPU memory of every GPU on the row, summed; `None` if any is unknown.
     pub(crate) fn gpu_memory_bytes(&self) -> Option<u64> {
         if self.gpus.is_empty() {
@@ -197,6 +227,10 @@ impl<'a> ProcessRow<'a> {
             .and_then(|g| from_gpu(g))
             .or_else(|| self.host.and_then(from_host))
     }
+}
+
+fn percent_of(part: u64, total: u64) -> Option<f64> {
+    (total > 0).then(|| part as f64 * 100.0 / total as f64)
 }
 
 /// `command` with its first word (the program) cut to its basename. A command whose first word
@@ -459,6 +493,35 @@ mod tests {
         assert_eq!(first(&snap(&p)).0.as_deref(), Some("torch"));
         p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}'));
         assert_eq!(first(&snap(&p)).1.as_deref(), Some("python3 t\\e.py"));
+    }
+
+    #[test]
+    fn shares_of_gpu_and_host_memory_and_the_start_time() {
+        let mut snap = snapshot();
+        let rows = compute_rows(&snap, &RowSettings::default());
+        let first = materialize(&snap, &rows[0]);
+        assert_eq!(first.gpu_memory_percent(&snap), None, "no GPU total: N/A");
+        assert_eq!(first.host_memory_percent(&snap), None);
+        assert_eq!(first.state(), None);
+        assert_eq!(first.start_unix_seconds(&snap), None);
+        snap.gpus = (0..2)
+            .map(|index| crate::model::GpuSample {
+                index,
+                memory_total_bytes: Some(80 << 30),
+                ..Default::default()
+            })
+            .collect();
+        snap.host.memory.total_bytes = Some(64 << 30);
+        snap.unix_seconds = 10_000.0;
+        snap.processes[1].rss_bytes = Some(16 << 30);
+        snap.processes[1].running_seconds = Some(600.0);
+        snap.processes[1].state = Some('T');
+        let first = materialize(&snap, &rows[0]);
+        assert_eq!(first.pid, 200);
+        assert_eq!(first.gpu_memory_percent(&snap), Some(37.5));
+        assert_eq!(first.host_memory_percent(&snap), Some(25.0));
+        assert_eq!(first.state(), Some('T'));
+        assert_eq!(first.start_unix_seconds(&snap), Some(9_400.0));
     }
 
     #[test]

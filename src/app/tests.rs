@@ -359,7 +359,7 @@ fn the_signal_menu_leads_to_a_confirmation() {
 fn sort_menu_stepping_and_reverse() {
     let mut app = app();
     press(&mut app, KeyCode::F(6));
-    assert_eq!(app.mode, Mode::SortMenu { selected: 2 }, "starts on GPU");
+    assert_eq!(app.mode, Mode::SortMenu { selected: 3 }, "starts on GPU");
     press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.settings.sort, SortKey::GpuMemory);
@@ -371,11 +371,13 @@ fn sort_menu_stepping_and_reverse() {
     press(&mut app, KeyCode::Char('<'));
     assert_eq!(app.settings.sort, SortKey::Gpu);
     press(&mut app, KeyCode::Char('<'));
+    assert_eq!(app.settings.sort, SortKey::Nice);
+    press(&mut app, KeyCode::Char('<'));
     press(&mut app, KeyCode::Char('r'));
     assert_eq!(app.settings.sort, SortKey::User);
     assert_eq!(pids(&app), [100, 200, 300, 400]);
     press(&mut app, KeyCode::Char('>'));
-    assert_eq!(app.settings.sort, SortKey::Gpu);
+    assert_eq!(app.settings.sort, SortKey::Nice);
 }
 
 #[test]

@@ -85,6 +85,7 @@ pub(crate) fn action_targets(
 pub(crate) enum SortKey {
     Pid,
     User,
+    Nice,
     Gpu,
     GpuMemory,
     Sm,
@@ -96,9 +97,10 @@ pub(crate) enum SortKey {
 
 impl SortKey {
     /// Every key, in the order of the sort menu and of stepping.
-    pub(crate) const ALL: [SortKey; 9] = [
+    pub(crate) const ALL: [SortKey; 10] = [
         SortKey::Pid,
         SortKey::User,
+        SortKey::Nice,
         SortKey::Gpu,
         SortKey::GpuMemory,
         SortKey::Sm,
@@ -113,6 +115,7 @@ impl SortKey {
         match self {
             SortKey::Pid => "PID",
             SortKey::User => "USER",
+            SortKey::Nice => "NI",
             SortKey::Gpu => "GPU",
             SortKey::GpuMemory => "GPU MEM",
             SortKey::Sm => "SM%",
@@ -161,6 +164,7 @@ fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Or
             missing_last(a.gpu_memory_bytes, b.gpu_memory_bytes, reverse, Ord::cmp)
         }
         SortKey::Sm => missing_last(a.sm_percent, b.sm_percent, reverse, Ord::cmp),
+        SortKey::Nice => missing_last(a.nice, b.nice, reverse, Ord::cmp),
         SortKey::Rss => missing_last(a.rss_bytes, b.rss_bytes, reverse, Ord::cmp),
         SortKey::Cpu => missing_last(a.cpu_percent, b.cpu_percent, reverse, f64_cmp),
         SortKey::Time => missing_last(a.running_seconds, b.running_seconds, reverse, f64_cmp),

@@ -158,6 +158,10 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
             format!("{mark}{:>7}", row.pid)
         }
         Column::User => format::truncate(&format::text(row.user()), 8),
+        Column::Nice => row.nice().map_or(NA.to_string(), |n| n.to_string()),
+        Column::State => row.state().map_or(NA.to_string(), |c| {
+            format::escape(&c.to_string()).into_owned()
+        }),
         Column::Gpu => gpu_text(Some(
             row.gpus
                 .iter()
@@ -167,15 +171,43 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
         )),
         Column::Kind => gpu_text(row.kind().map(|k| k.short().to_string())),
         Column::GpuMemory => gpu_text(Some(format::opt_bytes_short(row.gpu_memory_bytes()))),
+        Column::GpuMemoryPercent => gpu_text(
+            row.gpu_memory_percent(&app.snapshot)
+                .map(|p| format!("{p:.0}")),
+        ),
         Column::Sm => gpu_text(row.sm_percent().map(|s| s.to_string())),
         Column::Cpu => row
             .cpu_percent()
             .map_or(NA.to_string(), |c| format!("{c:.1}")),
+        Column::HostMemoryPercent => row
+            .host_memory_percent(&app.snapshot)
+            .map_or(NA.to_string(), |p| format!("{p:.1}")),
         Column::Rss => format::opt_bytes_short(row.rss_bytes()),
+        Column::Start => row
+            .start_unix_seconds(&app.snapshot)
+            .map_or(NA.to_string(), |start| {
+                start_text(start, app.snapshot.unix_seconds)
+            }),
         Column::Time => format::opt_duration(row.running_seconds()),
         Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
         Column::Command => command_text(row, app.view.command_scroll),
     }
+}
+
+/// When a process started, in UTC as the header's clock: "14:05" within the last day, else
+/// "Nov30", as htop's START.
+fn start_text(start: f64, now: f64) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(start.max(0.0));
+    // "2025-06-01T12:34:56Z"
+    let stamp = humantime::format_rfc3339_seconds(at).to_string();
+    if now - start < 86_400.0 {
+        return stamp[11..16].to_string();
+    }
+    let month: usize = stamp[5..7].parse().unwrap_or(1);
+    format!("{}{}", MONTHS[month.clamp(1, 12) - 1], &stamp[8..10])
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
@@ -185,4 +217,18 @@ fn command_text(row: &ProcessRow<'_>, scroll: usize) -> String {
         .display_command()
         .unwrap_or_else(|| NOT_VISIBLE.to_string());
     format!("{prefix}{command}").chars().skip(scroll).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_text;
+
+    #[test]
+    fn start_is_a_clock_time_today_and_a_date_before() {
+        // 2025-06-01T12:34:56Z
+        let now = 1_748_781_296.0;
+        assert_eq!(start_text(now - 3600.0, now), "11:34");
+        assert_eq!(start_text(now - 3.0 * 86_400.0, now), "May29");
+        assert_eq!(start_text(-5.0, now), "Jan01");
+    }
 }

@@ -115,7 +115,8 @@ fn process(k: u32, gpu: u32) -> GpuProcess {
         cpu_percent: Some(99.5 - f64::from(k)),
         rss_bytes: Some(14 * GIB + u64::from(k) * GIB / 3),
         running_seconds: Some(3723.0 + f64::from(k) * 7200.0),
-        nice: Some(0),
+        nice: Some(if k == 2 { 5 } else { 0 }),
+        state: Some(if k == 1 { 'T' } else { 'R' }),
         ..GpuProcess::new(20_000 + k, gpu, ProcessKind::Compute)
     }
 }
@@ -386,14 +387,19 @@ fn gpu_with_missing_fields_reads_na_never_zero() {
     let large = screen(&app, 200, 50);
     insta::assert_snapshot!("na_fields_80x24", small);
     insta::assert_snapshot!("na_fields_200x50", large);
-    for s in [&small, &large] {
+    // GPU-MEM SM% CPU% RSS at 80 columns; GMEM% MEM% TIME START too at 200.
+    for (s, missing) in [(&small, 4), (&large, 8)] {
         let gpu_line = s.lines().nth(row_of(s, "GPU NAME") + 1).unwrap();
         assert!(gpu_line.contains("N/A/N/A"), "{gpu_line}");
         for zero in ["0W", " 0%", "0C", "0.0G", "P0"] {
             assert!(!gpu_line.contains(zero), "{zero:?} in {gpu_line:?}");
         }
         let process_line = line_with(s, "20000");
-        assert_eq!(process_line.matches("N/A").count(), 5, "{process_line}");
+        assert_eq!(
+            process_line.matches("N/A").count(),
+            missing,
+            "{process_line}"
+        );
     }
     let detail = line_with(&large, "SM N/A");
     assert!(detail.contains("PCIe rx N/A tx N/A  enc N/A dec N/A  throttle N/A"));
@@ -560,10 +566,10 @@ fn hidden_processes_stay_listed() {
     let mut hidden = GpuProcess::new(777_777, 0, ProcessKind::Both);
     hidden.gpu_memory_bytes = Some(2 * GIB);
     let app = app_with(snapshot_with(vec![gpu(0, 0)], vec![hidden]));
-    let s = screen(&app, 100, 24);
+    let s = screen(&app, 200, 24);
     let line = line_with(&s, "777777");
     assert!(line.contains("not visible here"), "{line}");
-    assert!(line.contains("C+G"), "TYPE shows from 100 columns: {line}");
+    assert!(line.contains("C+G"), "TYPE shows on a wide screen: {line}");
     assert!(line.contains("2.0G"));
     let narrow = screen(&app, 80, 24);
     assert!(line_with(&narrow, "777777").contains("not visible here"));
@@ -923,4 +929,47 @@ fn the_command_shows_the_program_basename_and_scrolls_sideways() {
             "scrolled by 8: {row}"
         );
     }
+}
+
+#[test]
+fn state_nice_memory_shares_and_start_time_have_columns() {
+    let app = app_after(|t| busy_snapshot(1, 3, t));
+    let wide = screen(&app, 200, 50);
+    let header = line_with(&wide, "PID USER");
+    for title in ["NI", " S ", "GMEM%", "MEM%", "START"] {
+        assert!(header.contains(title), "{title} in {header}");
+    }
+    let stopped = line_with(&wide, "20001 bob");
+    assert!(
+        stopped.contains("bob        0 T "),
+        "SIGSTOPped shows T: {stopped}"
+    );
+    let niced = line_with(&wide, "20002 carol");
+    assert!(niced.contains("carol      5 R "), "{niced}");
+    // 9 GiB of 80 GiB; 14 GiB of 2 TiB; started 1:02:03 before 12:34:56.
+    let first = line_with(&wide, "20000 alice");
+    assert!(first.contains("9.0G     11 "), "{first}");
+    assert!(first.contains("  0.7   14.0G  1:02:03  11:32 "), "{first}");
+    for (width, height) in [(80, 24), (120, 40)] {
+        let s = screen(&app, width, height);
+        let row = line_with(&s, "20001 bob");
+        assert!(
+            row.contains(" T "),
+            "the state column stays at {width}: {row}"
+        );
+        assert!(s.lines().all(|l| l.chars().count() <= usize::from(width)));
+    }
+    let mut unknown = process(0, 0);
+    unknown.state = None;
+    unknown.nice = None;
+    unknown.rss_bytes = None;
+    unknown.running_seconds = None;
+    let app = app_with(snapshot_with(vec![na_gpu()], vec![unknown]));
+    let s = screen(&app, 200, 50);
+    let row = line_with(&s, "20000 alice");
+    assert!(
+        row.starts_with("   20000 alice    N/A N/A    0 C        9.0G    N/A   85   99.5   N/A"),
+        "missing figures read N/A, never 0: {row}"
+    );
+    insta::assert_snapshot!("columns_missing_200x50", s);
 }
