@@ -266,6 +266,9 @@ impl App {
             return self.on_warnings_mouse(mouse);
         }
         match mouse.kind {
+            MouseEventKind::Down(MouseButton::Left) if self.is_header(mouse.row) => {
+                self.click_header(mouse.column)
+            }
             MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
                 Some(index) => {
                     self.view.select_index(index, self.rows.len());
@@ -277,6 +280,26 @@ impl App {
             MouseEventKind::ScrollDown => self.move_selection(|v, n| v.select_next(n)),
             MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
             _ => Effect::None,
+        }
+    }
+
+    fn is_header(&self, y: u16) -> bool {
+        matches!(&self.view.plan, Plan::Screen(areas) if areas.processes.height > 0 && areas.processes.y == y)
+    }
+
+    /// A click on a column title sorts by it; on the sorted column, it reverses the order.
+    fn click_header(&mut self, x: u16) -> Effect {
+        let Plan::Screen(areas) = &self.view.plan else {
+            return Effect::None;
+        };
+        let table = areas.processes;
+        if x < table.x || x >= table.right() {
+            return Effect::None;
+        }
+        let key = columns::column_at(&self.columns(), x - table.x).and_then(|c| c.sort_key());
+        match key {
+            Some(key) => self.choose_sort(key),
+            None => Effect::None,
         }
     }
 
@@ -346,8 +369,8 @@ impl App {
             }
             KeyCode::Char('t') => self.toggle_tree(),
             KeyCode::F(6) => self.open_sort_menu(),
-            KeyCode::Char('>') => self.set_sort(self.settings.sort.next(), self.settings.reverse),
-            KeyCode::Char('<') => self.set_sort(self.settings.sort.prev(), self.settings.reverse),
+            KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
+            KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
             KeyCode::Char('?') | KeyCode::Char('h') => {
                 self.view.toggle_help();
@@ -702,7 +725,7 @@ impl App {
             }
             KeyCode::Enter => {
                 self.mode = Mode::Normal;
-                return self.set_sort(SortKey::ALL[selected.min(count - 1)], self.settings.reverse);
+                return self.choose_sort(SortKey::ALL[selected.min(count - 1)]);
             }
             KeyCode::Char('r') => {
                 return self.set_sort(self.settings.sort, !self.settings.reverse);
@@ -713,6 +736,17 @@ impl App {
         };
         self.mode = Mode::SortMenu { selected };
         Effect::Redraw
+    }
+
+    /// A new sort column starts in its natural direction ([`SortKey::descending_first`]);
+    /// choosing the current one again reverses it, as a second click on a header does.
+    fn choose_sort(&mut self, key: SortKey) -> Effect {
+        let reverse = if key == self.settings.sort {
+            !self.settings.reverse
+        } else {
+            key.descending_first()
+        };
+        self.set_sort(key, reverse)
     }
 
     fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {

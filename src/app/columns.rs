@@ -133,6 +133,15 @@ impl Column {
         })
     }
 
+    /// A share or a start time sorts by the figure it derives from; the arrow goes on that
+    /// figure's column, not on both.
+    pub(crate) fn shows_sort_arrow(self) -> bool {
+        !matches!(
+            self,
+            Column::GpuMemoryPercent | Column::HostMemoryPercent | Column::Start
+        )
+    }
+
     /// Figures are right-aligned, text left-aligned.
     pub(crate) fn right_aligned(self) -> bool {
         !matches!(
@@ -185,6 +194,14 @@ pub(crate) fn fit(width: u16, with_rank: bool) -> Vec<Placed> {
     placed
 }
 
+/// The column drawn at `x` cells from the table's left edge, if any (not the gaps between).
+pub(crate) fn column_at(placed: &[Placed], x: u16) -> Option<Column> {
+    placed
+        .iter()
+        .find(|p| x >= p.x && (x < p.x + p.width || p.column == Column::Command))
+        .map(|p| p.column)
+}
+
 /// The width of COMMAND among `placed`.
 pub(crate) fn command_width(placed: &[Placed]) -> u16 {
     placed
@@ -221,10 +238,14 @@ mod tests {
     }
 
     #[test]
-    fn columns_are_placed_one_cell_apart() {
+    fn columns_are_placed_one_cell_apart_and_found_by_x() {
         let placed = fit(120, false);
         for pair in placed.windows(2) {
             assert_eq!(pair[1].x, pair[0].x + pair[0].width + SPACING);
         }
+        assert_eq!(column_at(&placed, 0), Some(Column::Pid));
+        assert_eq!(column_at(&placed, 8), None, "the gap after PID");
+        assert_eq!(column_at(&placed, 9), Some(Column::User));
+        assert_eq!(column_at(&placed, 119), Some(Column::Command));
     }
 }

@@ -28,8 +28,9 @@ impl Default for RowSettings {
     fn default() -> Self {
         RowSettings {
             filter: String::new(),
-            sort: SortKey::Gpu,
-            reverse: false,
+            // The biggest users of GPU memory first, as nvtop.
+            sort: SortKey::GpuMemory,
+            reverse: true,
             tree: false,
         }
     }

@@ -33,7 +33,7 @@ fn snapshot() -> Snapshot {
 }
 
 fn app() -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(snapshot()));
     app
 }
@@ -364,20 +364,90 @@ fn sort_menu_stepping_and_reverse() {
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.settings.sort, SortKey::GpuMemory);
     assert_eq!(app.mode, Mode::Normal);
-    assert_eq!(pids(&app), [100, 200, 300, 400], "ascending, unknown last");
+    assert!(app.settings.reverse, "a figure sorts descending first");
+    assert_eq!(
+        pids(&app),
+        [300, 200, 100, 400],
+        "biggest first, unknown last"
+    );
     press(&mut app, KeyCode::Char('r'));
-    assert!(app.settings.reverse);
-    assert_eq!(pids(&app), [300, 200, 100, 400]);
+    assert!(!app.settings.reverse);
+    assert_eq!(pids(&app), [100, 200, 300, 400]);
     press(&mut app, KeyCode::Char('<'));
     assert_eq!(app.settings.sort, SortKey::Gpu);
+    assert!(!app.settings.reverse, "an index sorts ascending first");
     press(&mut app, KeyCode::Char('<'));
     assert_eq!(app.settings.sort, SortKey::Nice);
+    assert!(app.settings.reverse);
     press(&mut app, KeyCode::Char('<'));
-    press(&mut app, KeyCode::Char('r'));
     assert_eq!(app.settings.sort, SortKey::User);
+    assert!(!app.settings.reverse, "text sorts ascending first");
     assert_eq!(pids(&app), [100, 200, 300, 400]);
+    press(&mut app, KeyCode::Char('r'));
+    assert_eq!(pids(&app), [300, 200, 100, 400]);
     press(&mut app, KeyCode::Char('>'));
     assert_eq!(app.settings.sort, SortKey::Nice);
+}
+
+#[test]
+fn the_default_order_is_gpu_memory_descending() {
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::GpuMemory, true)
+    );
+    assert_eq!(pids(&app), [300, 200, 100, 400], "unknown memory last");
+}
+
+#[test]
+fn a_click_on_a_title_sorts_by_it_and_a_second_click_reverses() {
+    let mut app = app();
+    lay_out(&mut app, Rect::new(0, 0, 200, 40));
+    let Plan::Screen(areas) = &app.view.plan else {
+        panic!("screen too small");
+    };
+    let table = areas.processes;
+    let placed = app.columns();
+    let x_of = |column: columns::Column| {
+        let p = placed.iter().find(|p| p.column == column).unwrap();
+        table.x + p.x + 1
+    };
+    let click = |column: u16| MouseEvent {
+        kind: MouseEventKind::Down(crossterm::event::MouseButton::Left),
+        column,
+        row: table.y,
+        modifiers: KeyModifiers::NONE,
+    };
+    select(&mut app, 200);
+    assert_eq!(
+        app.on_mouse(click(x_of(columns::Column::GpuMemory))),
+        Effect::Redraw
+    );
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::GpuMemory, true)
+    );
+    assert_eq!(pids(&app), [300, 200, 100, 400]);
+    assert_eq!(
+        selected_pid(&app),
+        Some(200),
+        "the selection stays on its process"
+    );
+    app.on_mouse(click(x_of(columns::Column::GpuMemory)));
+    assert!(!app.settings.reverse, "the second click reverses");
+    app.on_mouse(click(x_of(columns::Column::User)));
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::User, false)
+    );
+    assert_eq!(pids(&app), [100, 200, 300, 400]);
+    assert_eq!(
+        app.on_mouse(click(x_of(columns::Column::State))),
+        Effect::None,
+        "S is not sortable"
+    );
+    assert_eq!(app.settings.sort, SortKey::User);
 }
 
 #[test]
@@ -479,7 +549,15 @@ fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
     };
     assert_eq!(app.on_mouse(click(table.y + 3)), Effect::Redraw);
     assert_eq!(selected_pid(&app), Some(200));
-    assert_eq!(app.on_mouse(click(table.y)), Effect::None, "the header");
+    let gap_in_header = MouseEvent {
+        column: table.x + 8,
+        ..click(table.y)
+    };
+    assert_eq!(
+        app.on_mouse(gap_in_header),
+        Effect::None,
+        "between two titles"
+    );
     assert_eq!(app.on_mouse(click(table.y + 4 + 1)), Effect::None, "no row");
     assert_eq!(selected_pid(&app), Some(200));
     let wheel = MouseEvent {
@@ -492,7 +570,7 @@ fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
 
 #[test]
 fn page_keys_move_by_the_tables_height() {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     let mut many = snapshot();
     many.processes = (0..40)
         .map(|k| gpu_process(1000 + k, 0, "u", "python"))
@@ -556,7 +634,7 @@ fn an_action_report_becomes_the_status_sentence() {
 fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
     let mut with_agent = snapshot();
     with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent));
     select(&mut app, 100);
     assert_eq!(
@@ -581,7 +659,7 @@ fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
         .unwrap()
         .contains("process 300 has no torchtop agent"));
 
-    let mut readonly = App::new(1.0, true, true);
+    let mut readonly = in_gpu_order(App::new(1.0, true, true));
     readonly.on_snapshot(app.snapshot.clone());
     select(&mut readonly, 100);
     assert_eq!(press(&mut readonly, KeyCode::Char('s')), Effect::Redraw);
@@ -605,7 +683,7 @@ fn a_sampler_notice_shows_in_the_status_line() {
 fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     let mut with_agent = snapshot();
     with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent.clone()));
     select(&mut app, 100);
     assert_eq!(
@@ -642,7 +720,7 @@ fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
 #[test]
 fn arrows_and_ctrl_a_e_scroll_the_command_within_the_longest_one() {
     let long = format!("/opt/conda/bin/python3 train.py {}", "--flag ".repeat(12));
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(Snapshot {
         processes: vec![gpu_process(100, 0, "alice", &long)],
         ..Snapshot::default()
@@ -672,4 +750,12 @@ fn arrows_and_ctrl_a_e_scroll_the_command_within_the_longest_one() {
         Some(100),
         "the arrows never move the selection"
     );
+}
+
+/// These tests read rows in GPU order (ascending); the default order, GPU memory descending,
+/// has its own test.
+fn in_gpu_order(mut app: App) -> App {
+    app.settings.sort = SortKey::Gpu;
+    app.settings.reverse = false;
+    app
 }

@@ -73,7 +73,7 @@ fn snapshot() -> Snapshot {
 
 /// An app laid out on a 100x30 screen, as the event loop does before each frame.
 fn app() -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(snapshot()));
     lay_out(&mut app);
     app
@@ -352,7 +352,7 @@ fn the_detail_scrolls_within_its_text() {
 
 #[test]
 fn an_empty_view_opens_and_closes() {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(Snapshot::default()));
     press(&mut app, KeyCode::Char('w'));
     assert!(app.warnings_view.is_open());
@@ -396,4 +396,12 @@ fn clicks_on_a_screen_too_small_to_draw_the_view_do_nothing() {
     );
     assert_eq!(app.on_mouse(click), Effect::None);
     assert_eq!(app.warnings_view.selected, 0);
+}
+
+/// These tests read rows in GPU order (ascending); the default order, GPU memory descending,
+/// has its own test.
+fn in_gpu_order(mut app: App) -> App {
+    app.settings.sort = SortKey::Gpu;
+    app.settings.reverse = false;
+    app
 }

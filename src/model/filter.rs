@@ -126,6 +126,16 @@ impl SortKey {
         }
     }
 
+    /// Whether choosing this key sorts descending first: figures that measure something
+    /// (memory, utilization, CPU, time, nice), biggest first as in nvtop and htop. The pid, the
+    /// GPU index and text sort ascending first: they identify rather than measure.
+    pub(crate) fn descending_first(self) -> bool {
+        !matches!(
+            self,
+            SortKey::Pid | SortKey::Gpu | SortKey::User | SortKey::Command
+        )
+    }
+
     /// The next key in [`SortKey::ALL`], wrapping around.
     pub(crate) fn next(self) -> SortKey {
         let i = self.position();

@@ -20,8 +20,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
                 "quit (Esc first closes a dialog or clears a filter)",
             ),
             ("j k Up Down", "select a process (or click it, or scroll)"),
-            ("PgUp PgDn", "select a page up or down"),
-            ("Home End", "select the first or last process"),
+            (
+                "PgUp PgDn",
+                "a page up or down; Home End: the first or last",
+            ),
             ("← → ^A ^E", "scroll the command sideways; its start or end"),
             ("? h", "show or hide this help"),
             ("Ctrl-Z", "suspend to the shell; fg comes back"),
@@ -37,7 +39,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ("n", "type a nice value (-20 to 19)"),
             ("/", "filter by command, user or pid; Enter keeps"),
             ("t", "tree view with parents and children"),
-            ("F6 < > r", "sort menu, previous/next column, reverse"),
+            (
+                "F6 < > r",
+                "sort menu, prev/next column, reverse; or click a title",
+            ),
         ],
     ),
     (

@@ -118,7 +118,9 @@ fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
     Row::new(placed.iter().map(|p| {
         let title = p.column.title();
         // The tree keeps its own order.
-        let sorted = !settings.tree && p.column.sort_key() == Some(settings.sort);
+        let sorted = !settings.tree
+            && p.column.shows_sort_arrow()
+            && p.column.sort_key() == Some(settings.sort);
         let mut text = if sorted {
             format!("{title}{arrow}")
         } else {

@@ -704,7 +704,10 @@ fn confirm_dialog_names_pid_user_and_command_of_each_target() {
     assert!(s.contains("Send SIGKILL to these 2 processes?"), "{s}");
     let first = line_with(&s, "20000  alice");
     assert!(first.contains("/usr/bin/python3 train.py"), "{first}");
-    assert!(s.contains("20002  carol"), "{s}");
+    assert!(
+        s.contains("20001  bob"),
+        "the second row in GPU-memory order: {s}"
+    );
     assert!(s.contains("y or Enter: send"), "{s}");
     let last = s.lines().last().unwrap();
     assert!(
@@ -763,13 +766,18 @@ fn nice_and_sort_dialogs_draw() {
     key(&mut app, KeyCode::Down);
     let s = screen(&app, 80, 24);
     let now = line_with(&s, "(now)");
-    assert!(now.contains(" GPU ") && !now.contains("GPU MEM"), "{s}");
-    assert!(s.contains("order: ascending"), "{s}");
+    assert!(now.contains("GPU MEM"), "the default order: {s}");
+    assert!(s.contains("order: descending"), "{s}");
     key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 80, 24);
+    assert!(
+        line_with(&s, "COMMAND").contains("SM%▼"),
+        "SM% descending first: {s}"
+    );
+    assert!(!line_with(&s, "COMMAND").contains("GPU-MEM▼"), "{s}");
     key(&mut app, KeyCode::Char('r'));
     let s = screen(&app, 80, 24);
-    assert!(line_with(&s, "COMMAND").contains("GPU-MEM▼"), "{s}");
-    assert!(!line_with(&s, "COMMAND").contains("GPU▲"), "{s}");
+    assert!(line_with(&s, "COMMAND").contains("SM%▲"), "{s}");
 }
 
 #[test]
