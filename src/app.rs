@@ -416,7 +416,7 @@ impl App {
             _ => 0,
         };
         let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
-        columns::fit(width, with_rank)
+        columns::fit(width, with_rank, self.settings.tree)
     }
 
     /// `←` `→` Ctrl-A Ctrl-E: moves COMMAND sideways; `to(now, end)` gives the new offset,

@@ -72,8 +72,8 @@ const KEEP_ORDER: [Column; 15] = [
     Column::Kind,
 ];
 
-/// COMMAND gets at least this many cells, or a quarter of the width when that is more, before
-/// a lower-priority column is shown.
+/// COMMAND gets at least this many cells, or a quarter of the width when that is more (half in
+/// the tree, whose guides take room too), before a lower-priority column is shown.
 const MIN_COMMAND_WIDTH: u16 = 19;
 /// Cells between two columns.
 pub(crate) const SPACING: u16 = 1;
@@ -161,9 +161,10 @@ pub(crate) struct Placed {
 
 /// The columns that fit a table `width` cells wide; RANK only `with_rank` (some row is a torch
 /// process). COMMAND is last and takes the rest.
-pub(crate) fn fit(width: u16, with_rank: bool) -> Vec<Placed> {
+pub(crate) fn fit(width: u16, with_rank: bool, tree: bool) -> Vec<Placed> {
     let mut chosen: Vec<Column> = Vec::new();
-    let mut used = MIN_COMMAND_WIDTH.max(width / 4);
+    let share = if tree { width / 2 } else { width / 4 };
+    let mut used = MIN_COMMAND_WIDTH.max(share);
     for column in KEEP_ORDER {
         if column == Column::Rank && !with_rank {
             continue;
@@ -220,7 +221,7 @@ mod tests {
 
     #[test]
     fn narrow_terminals_drop_the_least_needed_columns_first() {
-        let wide = fit(200, true);
+        let wide = fit(200, true, false);
         assert_eq!(
             titles(&wide),
             [
@@ -228,18 +229,20 @@ mod tests {
                 "RSS", "TIME", "START", "RANK", "COMMAND"
             ]
         );
-        let narrow = fit(80, true);
+        let narrow = fit(80, true, false);
         assert!(!titles(&narrow).contains(&"TYPE"));
         assert!(titles(&narrow).contains(&"RANK"));
         assert!(command_width(&narrow) >= MIN_COMMAND_WIDTH);
-        assert!(!titles(&fit(200, false)).contains(&"RANK"));
-        let tiny = fit(30, true);
+        assert!(!titles(&fit(200, false, false)).contains(&"RANK"));
+        let tree = fit(120, false, true);
+        assert!(command_width(&tree) >= 60, "the tree's guides need room");
+        let tiny = fit(30, true, false);
         assert_eq!(titles(&tiny), ["PID", "GPU", "GPU-MEM", "COMMAND"]);
     }
 
     #[test]
     fn columns_are_placed_one_cell_apart_and_found_by_x() {
-        let placed = fit(120, false);
+        let placed = fit(120, false, false);
         for pair in placed.windows(2) {
             assert_eq!(pair[1].x, pair[0].x + pair[0].width + SPACING);
         }

@@ -41,7 +41,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let rows = visible_rows(app);
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let placed = columns::fit(area.width, rows.iter().any(|r| r.rank_text().is_some()));
+    let placed = columns::fit(
+        area.width,
+        rows.iter().any(|r| r.rank_text().is_some()),
+        app.settings.tree,
+    );
     let body: Vec<Row> = rows
         .iter()
         .enumerate()
