@@ -38,6 +38,9 @@ use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
 
+/// The status after an Esc with nothing to close, for a user who expected it to quit.
+pub(crate) const ESC_HAS_NOTHING_TO_CLOSE: &str = "Esc: nothing to close (q or F10 quits)";
+
 /// Characters COMMAND moves per `←` or `→`.
 const COMMAND_STEP: usize = 8;
 
@@ -76,6 +79,8 @@ pub(crate) enum Mode {
     SignalMenu {
         selected: usize,
         targets: Vec<ActionTarget>,
+        /// The digit typed just before, so "1" then "5" picks signal 15, as in htop.
+        typed: Option<u32>,
     },
     /// `n`: typing a nice value.
     NiceInput {
@@ -244,15 +249,21 @@ impl App {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Effect::Quit;
         }
+        // F10 quits from anywhere, as in htop and nvtop.
+        if key.code == KeyCode::F(10) {
+            return Effect::Quit;
+        }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
             Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
-            Mode::SignalMenu { selected, targets } => {
-                self.on_signal_menu_key(key, selected, targets)
-            }
+            Mode::SignalMenu {
+                selected,
+                targets,
+                typed,
+            } => self.on_signal_menu_key(key, selected, targets, typed),
             Mode::NiceInput { .. } => self.on_nice_key(key),
             Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
         }
@@ -439,7 +450,8 @@ impl App {
         Effect::Redraw
     }
 
-    /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.
+    /// Esc closes the help or drops a mark, then clears a kept filter; it never quits, so a
+    /// second Esc after clearing a filter does not end the monitor (`q` and F10 do).
     fn escape(&mut self) -> Effect {
         if self.view.close_overlays() {
             return Effect::Redraw;
@@ -448,7 +460,8 @@ impl App {
             self.set_filter(String::new());
             return Effect::Redraw;
         }
-        Effect::Quit
+        self.status = Some(ESC_HAS_NOTHING_TO_CLOSE.to_string());
+        Effect::Redraw
     }
 
     fn move_selection(&mut self, step: impl FnOnce(&mut ViewState, usize)) -> Effect {
@@ -545,6 +558,7 @@ impl App {
             app.mode = Mode::SignalMenu {
                 selected: 0,
                 targets,
+                typed: None,
             };
             Effect::Redraw
         })
@@ -579,8 +593,10 @@ impl App {
         key: KeyEvent,
         selected: usize,
         targets: Vec<ActionTarget>,
+        typed: Option<u32>,
     ) -> Effect {
         let count = Signal::ALL.len();
+        let mut next_typed = None;
         let selected = match key.code {
             KeyCode::Esc | KeyCode::F(9) => {
                 self.mode = Mode::Normal;
@@ -595,13 +611,21 @@ impl App {
             KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
             KeyCode::Home => 0,
             KeyCode::End => count - 1,
-            KeyCode::Char(c) => match c.to_digit(10) {
-                Some(d) if (1..=count as u32).contains(&d) => d as usize - 1,
-                _ => return Effect::None,
-            },
+            KeyCode::Char(c) => {
+                let Some(digit) = c.to_digit(10) else {
+                    return Effect::None;
+                };
+                let (found, rest) = signal_by_number(typed, digit);
+                next_typed = rest;
+                found.unwrap_or(selected)
+            }
             _ => return Effect::None,
         };
-        self.mode = Mode::SignalMenu { selected, targets };
+        self.mode = Mode::SignalMenu {
+            selected,
+            targets,
+            typed: next_typed,
+        };
         Effect::Redraw
     }
 
@@ -764,6 +788,17 @@ impl App {
             wanted: self.settings.tree,
         })
     }
+}
+
+/// The menu row of the signal whose number is typed: `previous` then `digit` as a two-digit
+/// number when that is a signal ("1" "5": SIGTERM), else `digit` alone ("9": SIGKILL). Also
+/// returns the digit to remember for the next key, `None` once a two-digit number matched.
+fn signal_by_number(previous: Option<u32>, digit: u32) -> (Option<usize>, Option<u32>) {
+    let row = |number: u32| Signal::ALL.iter().position(|s| s.number() as u32 == number);
+    if let Some(found) = previous.and_then(|p| row(p * 10 + digit)) {
+        return (Some(found), None);
+    }
+    (row(digit), Some(digit))
 }
 
 fn not_visible(pid: u32) -> String {

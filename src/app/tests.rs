@@ -142,7 +142,12 @@ fn esc_in_the_prompt_clears_the_filter_and_esc_after_enter_too() {
         "clears, not quits"
     );
     assert_eq!(pids(&app).len(), 4);
-    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Quit);
+    assert_eq!(
+        press(&mut app, KeyCode::Esc),
+        Effect::Redraw,
+        "a second Esc never quits"
+    );
+    assert_eq!(app.status.as_deref(), Some(ESC_HAS_NOTHING_TO_CLOSE));
 }
 
 #[test]
@@ -341,8 +346,27 @@ fn the_signal_menu_leads_to_a_confirmation() {
     press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Down);
     assert!(matches!(app.mode, Mode::SignalMenu { selected: 2, .. }));
-    press(&mut app, KeyCode::Char('6'));
-    assert!(matches!(app.mode, Mode::SignalMenu { selected: 5, .. }));
+    let selected_signal = |app: &App| match app.mode {
+        Mode::SignalMenu { selected, .. } => Some(Signal::ALL[selected]),
+        _ => None,
+    };
+    // Digits type the signal's number, as in htop: one digit, or two in a row.
+    press(&mut app, KeyCode::Char('9'));
+    assert_eq!(selected_signal(&app), Some(Signal::Kill));
+    type_text(&mut app, "15");
+    assert_eq!(selected_signal(&app), Some(Signal::Term));
+    press(&mut app, KeyCode::Char('2'));
+    assert_eq!(selected_signal(&app), Some(Signal::Int));
+    press(&mut app, KeyCode::Char('7'));
+    assert_eq!(
+        selected_signal(&app),
+        Some(Signal::Int),
+        "no signal 7 in the menu"
+    );
+    type_text(&mut app, "19");
+    assert_eq!(selected_signal(&app), Some(Signal::Stop));
+    type_text(&mut app, "18");
+    assert_eq!(selected_signal(&app), Some(Signal::Cont));
     press(&mut app, KeyCode::Enter);
     let Mode::Confirm { signal, targets } = &app.mode else {
         panic!("{:?}", app.mode);
@@ -607,6 +631,28 @@ fn help_esc_and_quit_keys() {
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.on_key(ctrl_c), Effect::Quit, "even while typing");
     assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw, "typed");
+    assert_eq!(
+        press(&mut app, KeyCode::F(10)),
+        Effect::Quit,
+        "F10, as in htop"
+    );
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Normal);
+    for _ in 0..3 {
+        assert_eq!(
+            press(&mut app, KeyCode::Esc),
+            Effect::Redraw,
+            "Esc never quits"
+        );
+    }
+    assert_eq!(press(&mut app, KeyCode::F(10)), Effect::Quit);
+    press(&mut app, KeyCode::F(9));
+    assert!(matches!(app.mode, Mode::SignalMenu { .. }));
+    assert_eq!(
+        press(&mut app, KeyCode::F(10)),
+        Effect::Quit,
+        "from a dialog too"
+    );
 }
 
 #[test]

@@ -25,9 +25,9 @@ const MAX_WIDTH: u16 = 76;
 pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     match &app.mode {
         Mode::Confirm { signal, targets } => confirm(frame, screen, *signal, targets, theme),
-        Mode::SignalMenu { selected, targets } => {
-            signal_menu(frame, screen, *selected, targets, theme)
-        }
+        Mode::SignalMenu {
+            selected, targets, ..
+        } => signal_menu(frame, screen, *selected, targets, theme),
         Mode::NiceInput {
             text,
             error,
@@ -79,10 +79,9 @@ fn signal_menu(
         .enumerate()
         .map(|(i, signal)| {
             let text = format!(
-                " {}  {:<8}{:>3}  {}",
-                i + 1,
-                signal.name(),
+                " {:>2}  {:<8}  {}",
                 signal.number(),
+                signal.name(),
                 meaning(*signal)
             );
             let style = if i == selected {
@@ -97,7 +96,7 @@ fn signal_menu(
     lines.push(Line::styled(format!("to {}", who(targets)), theme.label()));
     let popup = Popup {
         title: " Send a signal ".to_string(),
-        hint: " 1-8 or arrows, Enter: choose   Esc: close ",
+        hint: " number or arrows, Enter: choose   Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }

@@ -15,18 +15,18 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "General",
         &[
-            (
-                "q Esc Ctrl-C",
-                "quit (Esc first closes a dialog or clears a filter)",
-            ),
+            ("q F10 Ctrl-C", "quit"),
+            ("Esc", "close a dialog or clear a filter; it never quits"),
             ("j k Up Down", "select a process (or click it, or scroll)"),
             (
                 "PgUp PgDn",
                 "a page up or down; Home End: the first or last",
             ),
             ("← → ^A ^E", "scroll the command sideways; its start or end"),
-            ("? h", "show or hide this help"),
-            ("Ctrl-Z", "suspend to the shell; fg comes back"),
+            (
+                "? h Ctrl-Z",
+                "this help; suspend to the shell (fg comes back)",
+            ),
         ],
     ),
     (
@@ -34,7 +34,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         &[
             ("Space U", "tag or untag and move down; U untags all"),
             ("T K I", "send SIGTERM, SIGKILL, SIGINT (asks first)"),
-            ("F9", "menu of signals (asks first)"),
+            (
+                "F9",
+                "signal menu: type a number (9, 15) or move; asks first",
+            ),
             ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
             ("n", "type a nice value (-20 to 19)"),
             ("/", "filter by command, user or pid; Enter keeps"),

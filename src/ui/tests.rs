@@ -981,3 +981,32 @@ fn state_nice_memory_shares_and_start_time_have_columns() {
     );
     insta::assert_snapshot!("columns_missing_200x50", s);
 }
+
+#[test]
+fn a_long_status_sentence_is_cut_and_the_key_hints_stay() {
+    let mut app = app_after(|t| busy_snapshot(1, 3, t));
+    app.status = Some(format!(
+        "the nice value of 20000 ({}) is now 5",
+        "x".repeat(300)
+    ));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let last = s.lines().last().unwrap();
+        assert!(last.contains("the nice value of 20000"), "{last}");
+        assert!(last.contains('…'), "the sentence is cut: {last}");
+        assert!(
+            last.ends_with("F6 sort") || last.ends_with("q quit  ? help"),
+            "the hints (shortened if need be) stay whole at {width} columns: {last}"
+        );
+    }
+    app.status = Some("process 1234 has exited".to_string());
+    let s = screen(&app, 120, 40);
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("process 1234 has exited"), "{last}");
+    assert!(last.ends_with("F6 sort"), "room for all the hints: {last}");
+    app.readonly = true;
+    app.status = Some("y".repeat(300));
+    let s = screen(&app, 80, 24);
+    let last = s.lines().last().unwrap();
+    assert!(last.ends_with("? help READ-ONLY"), "{last}");
+}
