@@ -1010,3 +1010,52 @@ fn a_long_status_sentence_is_cut_and_the_key_hints_stay() {
     let last = s.lines().last().unwrap();
     assert!(last.ends_with("? help READ-ONLY"), "{last}");
 }
+
+#[test]
+fn the_kill_confirmation_names_the_rank_and_job_of_a_torch_process() {
+    use crossterm::event::KeyCode;
+    let mut snapshot = busy_snapshot(2, 1, 0);
+    for (rank, p) in snapshot.processes.iter_mut().enumerate() {
+        p.torch = Some(torch_info(rank as u32, 0));
+    }
+    snapshot.jobs = vec![crate::model::Job {
+        id: "job 127.0.0.1:29500".to_string(),
+        ranks: snapshot
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(rank, p)| crate::model::JobRank {
+                pid: p.pid,
+                gpu: p.gpu,
+                rank: Some(rank as u32),
+                local_rank: Some(rank as u32),
+                world_size: Some(2),
+            })
+            .collect(),
+    }];
+    let mut app = sized(app_with(snapshot), 120, 40);
+    key(&mut app, KeyCode::End);
+    key(&mut app, KeyCode::Char('K'));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        assert!(s.contains("Send SIGKILL to this process?"), "{s}");
+        let row = app.selected_row().unwrap();
+        let target = row_of(&s, &format!("{}  {}", row.pid, row.user().unwrap()));
+        let under = s.lines().nth(target + 1).unwrap();
+        assert!(under.contains("of job 127.0.0.1:29500"), "{s}");
+        assert!(
+            under.contains("rank 0/2") || under.contains("rank 1/2"),
+            "{under}"
+        );
+        if width == 80 {
+            insta::assert_snapshot!("confirm_kill_rank_80x24", s);
+        }
+    }
+    // Without a job, the agent's rank alone.
+    app.on_snapshot(Arc::new(Snapshot {
+        jobs: Vec::new(),
+        ..(*app.snapshot).clone()
+    }));
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("rank 1/8"), "{s}");
+}
