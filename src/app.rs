@@ -93,6 +93,8 @@ pub(crate) enum Mode {
     },
     /// F6: choosing the sort column; `selected` indexes [`SortKey::ALL`].
     SortMenu { selected: usize },
+    /// `u`: choosing whose processes to show; `selected` 0 is everyone, then `users`.
+    UserMenu { selected: usize, users: Vec<String> },
 }
 
 pub struct App {
@@ -136,6 +138,14 @@ impl App {
             selected_key: None,
             memsnap_taken: None,
         }
+    }
+
+    /// Starts with only `user`'s processes and only those on `gpus` (`--user`, `--gpus`).
+    pub fn with_filters(mut self, user: Option<String>, gpus: Option<Vec<u32>>) -> Self {
+        self.settings.user = user;
+        self.settings.gpus = gpus;
+        self.refresh_rows();
+        self
     }
 
     // ---- rows and selection ----------------------------------------------------------------
@@ -266,6 +276,7 @@ impl App {
             } => self.on_signal_menu_key(key, selected, targets, typed),
             Mode::NiceInput { .. } => self.on_nice_key(key),
             Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
+            Mode::UserMenu { selected, users } => self.on_user_menu_key(key, selected, users),
         }
     }
 
@@ -380,6 +391,7 @@ impl App {
             }
             KeyCode::Char('t') => self.toggle_tree(),
             KeyCode::F(6) => self.open_sort_menu(),
+            KeyCode::Char('u') => self.open_user_menu(),
             KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
             KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
@@ -771,6 +783,41 @@ impl App {
             key.descending_first()
         };
         self.set_sort(key, reverse)
+    }
+
+    fn open_user_menu(&mut self) -> Effect {
+        let users = rows::users(&self.snapshot);
+        let selected = self
+            .settings
+            .user
+            .as_ref()
+            .and_then(|u| users.iter().position(|x| x == u))
+            .map_or(0, |i| i + 1);
+        self.mode = Mode::UserMenu { selected, users };
+        Effect::Redraw
+    }
+
+    fn on_user_menu_key(&mut self, key: KeyEvent, selected: usize, users: Vec<String>) -> Effect {
+        let last = users.len();
+        let selected = match key.code {
+            KeyCode::Esc | KeyCode::Char('u') => {
+                self.mode = Mode::Normal;
+                return Effect::Redraw;
+            }
+            KeyCode::Enter => {
+                self.settings.user = selected.checked_sub(1).and_then(|i| users.get(i).cloned());
+                self.mode = Mode::Normal;
+                self.refresh_rows();
+                return Effect::Redraw;
+            }
+            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(last),
+            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
+            KeyCode::Home => 0,
+            KeyCode::End => last,
+            _ => return Effect::None,
+        };
+        self.mode = Mode::UserMenu { selected, users };
+        Effect::Redraw
     }
 
     fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {

@@ -22,6 +22,17 @@ pub(crate) struct RowSettings {
     /// Descending instead of ascending.
     pub(crate) reverse: bool,
     pub(crate) tree: bool,
+    /// Only this user's processes (`u`, `--user`); `None` shows everyone's.
+    pub(crate) user: Option<String>,
+    /// Only processes on these GPUs (`--gpus 0,3`); `None` shows every GPU.
+    pub(crate) gpus: Option<Vec<u32>>,
+}
+
+impl RowSettings {
+    /// Whether any filter (text, user, GPUs) hides rows.
+    pub(crate) fn filtering(&self) -> bool {
+        !self.filter.trim().is_empty() || self.user.is_some() || self.gpus.is_some()
+    }
 }
 
 impl Default for RowSettings {
@@ -32,6 +43,8 @@ impl Default for RowSettings {
             sort: SortKey::GpuMemory,
             reverse: true,
             tree: false,
+            user: None,
+            gpus: None,
         }
     }
 }
@@ -258,12 +271,47 @@ pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<R
     } else {
         sorted_rows(&snapshot.processes, settings.sort, settings.reverse)
     };
-    if settings.filter.trim().is_empty() {
+    if !settings.filtering() {
         return rows;
     }
     rows.into_iter()
-        .filter(|r| row_matches(&settings.filter, &materialize(snapshot, r)))
+        .filter(|r| {
+            let row = materialize(snapshot, r);
+            row_matches(&settings.filter, &row)
+                && settings
+                    .user
+                    .as_deref()
+                    .is_none_or(|u| row.user() == Some(u))
+                && settings
+                    .gpus
+                    .as_ref()
+                    .is_none_or(|gpus| on_gpus(&row, gpus))
+        })
         .collect()
+}
+
+/// Whether the row holds one of `gpus`; a tree row without a GPU (a launcher, a worker) stays,
+/// as the context of the GPU rows around it.
+fn on_gpus(row: &ProcessRow<'_>, gpus: &[u32]) -> bool {
+    (row.tree.is_some() && !row.is_gpu()) || row.gpus.iter().any(|g| gpus.contains(&g.gpu))
+}
+
+/// The users of the snapshot's processes, sorted, each once: the choices of the `u` menu.
+pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
+    let mut users: Vec<String> = snapshot
+        .processes
+        .iter()
+        .filter_map(|p| p.user.clone())
+        .chain(
+            snapshot
+                .host_processes
+                .iter()
+                .filter_map(|h| h.user.clone()),
+        )
+        .collect();
+    users.sort();
+    users.dedup();
+    users
 }
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
@@ -523,6 +571,31 @@ mod tests {
         assert_eq!(first.host_memory_percent(&snap), Some(25.0));
         assert_eq!(first.state(), Some('T'));
         assert_eq!(first.start_unix_seconds(&snap), Some(9_400.0));
+    }
+
+    #[test]
+    fn user_and_gpu_filters_keep_only_their_rows() {
+        let mut snap = snapshot();
+        snap.processes[0].user = Some("bob".to_string());
+        let by_user = RowSettings {
+            user: Some("alice".to_string()),
+            ..RowSettings::default()
+        };
+        assert_eq!(pids(&snap, &compute_rows(&snap, &by_user)), [200, 200]);
+        let by_gpu = RowSettings {
+            gpus: Some(vec![1]),
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &by_gpu);
+        assert_eq!(pids(&snap, &rows), [200, 300]);
+        assert!(rows.iter().all(|r| snap.processes[r.gpus[0]].gpu == 1));
+        let both = RowSettings {
+            gpus: Some(vec![1]),
+            user: Some("bob".to_string()),
+            ..RowSettings::default()
+        };
+        assert_eq!(pids(&snap, &compute_rows(&snap, &both)), [300]);
+        assert_eq!(users(&snap), ["alice", "bob"]);
     }
 
     #[test]

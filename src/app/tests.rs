@@ -805,3 +805,40 @@ fn in_gpu_order(mut app: App) -> App {
     app.settings.reverse = false;
     app
 }
+
+#[test]
+fn u_chooses_whose_processes_are_shown() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('u'));
+    let Mode::UserMenu { selected, users } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(*selected, 0);
+    assert_eq!(users, &["alice", "bob", "carol"]);
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(app.settings.user.as_deref(), Some("bob"));
+    assert_eq!(pids(&app), [200]);
+    press(&mut app, KeyCode::Char('u'));
+    assert!(
+        matches!(app.mode, Mode::UserMenu { selected: 2, .. }),
+        "opens on the choice"
+    );
+    press(&mut app, KeyCode::Home);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.settings.user, None);
+    assert_eq!(pids(&app).len(), 4);
+}
+
+#[test]
+fn user_and_gpu_filters_from_the_command_line() {
+    let mut app = in_gpu_order(App::new(1.0, true, false))
+        .with_filters(Some("alice".to_string()), Some(vec![0]));
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(pids(&app), [100]);
+    let mut app = in_gpu_order(App::new(1.0, true, false)).with_filters(None, Some(vec![1]));
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(pids(&app), [200, 400]);
+}

@@ -43,6 +43,7 @@ pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
             theme,
         ),
         Mode::SortMenu { selected } => sort_menu(frame, screen, app, *selected, theme),
+        Mode::UserMenu { selected, users } => user_menu(frame, screen, *selected, users, theme),
         Mode::Normal | Mode::Filter => {}
     }
 }
@@ -184,6 +185,30 @@ fn sort_menu(frame: &mut Frame, screen: Rect, app: &App, selected: usize, theme:
     let popup = Popup {
         title: " Sort by ".to_string(),
         hint: " Enter: sort   r: reverse   Esc: close ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+/// `u`: everyone, then each user with a process.
+fn user_menu(frame: &mut Frame, screen: Rect, selected: usize, users: &[String], theme: Theme) {
+    let choices = std::iter::once("all users".to_string())
+        .chain(users.iter().map(|u| format::escape(u).into_owned()));
+    let mut lines: Vec<Line> = choices
+        .enumerate()
+        .skip(selected.saturating_sub(usize::from(screen.height.saturating_sub(8))))
+        .map(|(i, name)| {
+            let style = if i == selected {
+                theme.selected()
+            } else {
+                Style::new()
+            };
+            Line::styled(format!(" {name}"), style)
+        })
+        .collect();
+    lines.truncate(usize::from(screen.height.saturating_sub(6)).max(1));
+    let popup = Popup {
+        title: " Show the processes of ".to_string(),
+        hint: " Enter: choose   Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }

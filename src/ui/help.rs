@@ -40,7 +40,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ),
             ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
             ("n", "type a nice value (-20 to 19)"),
-            ("/", "filter by command, user or pid; Enter keeps"),
+            ("/ u", "filter by text or pid (Enter keeps); u: by user"),
             ("t", "tree view with parents and children"),
             (
                 "F6 < > r",

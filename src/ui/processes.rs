@@ -94,7 +94,11 @@ fn cell(column: Column, text: String) -> Cell<'static> {
 
 fn empty_message(app: &App) -> String {
     if app.settings.filter.trim().is_empty() {
-        " no processes on the GPUs".to_string()
+        if app.settings.user.is_some() || app.settings.gpus.is_some() {
+            " no process of the chosen user or GPUs (u chooses the user)".to_string()
+        } else {
+            " no processes on the GPUs".to_string()
+        }
     } else {
         format!(
             " no process matches \"{}\" (Esc clears the filter)",
@@ -141,7 +145,7 @@ fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
 /// tag count are in the status line, which has the room.
 fn row_summary(app: &App, shown: usize) -> String {
     let tree = if app.settings.tree { "tree, " } else { "" };
-    if app.settings.filter.trim().is_empty() {
+    if !app.settings.filtering() {
         format!("({tree}{shown} rows)")
     } else {
         let total = app.snapshot.processes.len();

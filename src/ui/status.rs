@@ -66,6 +66,21 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> Line<'static> {
         ));
         spans.push(Span::raw(" "));
     }
+    if let Some(user) = &app.settings.user {
+        spans.push(Span::styled(
+            format!(" user {} ", escape(user)),
+            theme.selected(),
+        ));
+        spans.push(Span::raw(" "));
+    }
+    if let Some(gpus) = &app.settings.gpus {
+        let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        spans.push(Span::styled(
+            format!(" GPUs {} ", list.join(",")),
+            theme.selected(),
+        ));
+        spans.push(Span::raw(" "));
+    }
     if !app.tags.is_empty() {
         let tagged = format!(" {} tagged ", app.tags.len());
         spans.push(Span::styled(tagged, theme.tagged()));

@@ -1059,3 +1059,31 @@ fn the_kill_confirmation_names_the_rank_and_job_of_a_torch_process() {
     let s = screen(&app, 120, 40);
     assert!(s.contains("rank 1/8"), "{s}");
 }
+
+#[test]
+fn the_user_menu_and_the_user_and_gpu_filters_show() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(2, 4, 0)), 80, 24);
+    key(&mut app, KeyCode::Char('u'));
+    let s = screen(&app, 80, 24);
+    insta::assert_snapshot!("user_menu_80x24", s);
+    for name in ["all users", "alice", "bob", "carol", "dave"] {
+        assert!(s.contains(&format!("│  {name} ")), "{name}:\n{s}");
+    }
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Enter);
+    let user = app.settings.user.clone();
+    let app = app.with_filters(user, Some(vec![1]));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let last = s.lines().last().unwrap();
+        assert!(last.contains(" user bob   GPUs 1 "), "{last}");
+        assert!(line_with(&s, "COMMAND").contains("(2 of 8)"), "{s}");
+        assert!(line_with(&s, "20005 bob").contains(" 1 "), "{s}");
+        assert!(!s.contains("alice "), "{s}");
+    }
+    let app = app.with_filters(Some("nobody-here".to_string()), None);
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("no process of the chosen user or GPUs"), "{s}");
+}
