@@ -237,3 +237,28 @@ fn f9_then_19_stops_the_child_and_its_row_shows_state_t() {
     session.send(b"q");
     assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
 }
+
+#[test]
+fn u_shows_one_users_processes_then_everyones() {
+    let (_children, _scenario, mut session) = start(&[]);
+    let me = whoami();
+    session.send(b"u");
+    wait_for_text(&session, "Show the processes of");
+    wait_for_text(&session, &format!("  {me} "));
+    session.send(b"\x1b[B"); // ↓ to the first user
+    session.send(b"\r");
+    wait_for_text(&session, &format!(" user {me} "));
+    wait_for_text(&session, "(2 of 2)");
+    session.send(b"u");
+    wait_for_text(&session, "Show the processes of");
+    session.send(b"\x1b[H"); // Home: all users
+    session.send(b"\r");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("(2 rows)")
+            && !s.contains(" user ")),
+        "all users again:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
+}
