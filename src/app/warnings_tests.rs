@@ -10,6 +10,7 @@ use super::view::Mark;
 use super::warning_groups::{Cause, GroupKey};
 use super::warnings_view::{Entry, Level};
 use super::*;
+use crate::model::filter::SortKey;
 use crate::model::{GpuProcess, Job, JobRank, ProcessKind, Severity, Subject, Warning};
 
 fn gpu_process(pid: u32, gpu: u32) -> GpuProcess {
