@@ -6,8 +6,10 @@
 //! The rows the user sees ([`App::rows`]) are the only rows the selection, the tags and the
 //! actions use; see [`rows`].
 
+pub(crate) mod columns;
 pub(crate) mod layout;
 pub(crate) mod rows;
+mod table_keys;
 pub(crate) mod view;
 pub(crate) mod warning_groups;
 mod warnings_keys;
@@ -26,7 +28,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent,
 use crate::actions::{
     Action, ActionError, ActionReport, ActionRequest, ActionTarget, Signal, NICE_MAX, NICE_MIN,
 };
-use crate::model::filter::{action_targets, SortKey, Tags};
+use crate::model::filter::{action_targets, Tags};
 use crate::model::ProcessIdentity;
 use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
@@ -36,6 +38,12 @@ use view::{first_visible_row, ViewState};
 use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
+
+/// The status after an Esc with nothing to close, for a user who expected it to quit.
+pub(crate) const ESC_HAS_NOTHING_TO_CLOSE: &str = "Esc: nothing to close (q or F10 quits)";
+
+/// Characters COMMAND moves per `←` or `→`.
+const COMMAND_STEP: usize = 8;
 
 /// The sentence for any action key pressed under `--readonly`.
 pub(crate) const READONLY_REFUSAL: &str =
@@ -74,6 +82,8 @@ pub(crate) enum Mode {
     SignalMenu {
         selected: usize,
         targets: Vec<ActionTarget>,
+        /// The digit typed just before, so "1" then "5" picks signal 15, as in htop.
+        typed: Option<u32>,
     },
     /// `n`: typing a nice value.
     NiceInput {
@@ -86,6 +96,8 @@ pub(crate) enum Mode {
     },
     /// F6: choosing the sort column; `selected` indexes [`SortKey::ALL`].
     SortMenu { selected: usize },
+    /// `u`: choosing whose processes to show; `selected` 0 is everyone, then `users`.
+    UserMenu { selected: usize, users: Vec<String> },
 }
 
 pub struct App {
@@ -132,6 +144,14 @@ impl App {
             badge: None,
             memsnap_taken: None,
         }
+    }
+
+    /// Starts with only `user`'s processes and only those on `gpus` (`--user`, `--gpus`).
+    pub fn with_filters(mut self, user: Option<String>, gpus: Option<Vec<u32>>) -> Self {
+        self.settings.user = user;
+        self.settings.gpus = gpus;
+        self.refresh_rows();
+        self
     }
 
     // ---- rows and selection ----------------------------------------------------------------
@@ -245,17 +265,24 @@ impl App {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Effect::Quit;
         }
+        // F10 quits from anywhere, as in htop and nvtop.
+        if key.code == KeyCode::F(10) {
+            return Effect::Quit;
+        }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
             Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
-            Mode::SignalMenu { selected, targets } => {
-                self.on_signal_menu_key(key, selected, targets)
-            }
+            Mode::SignalMenu {
+                selected,
+                targets,
+                typed,
+            } => self.on_signal_menu_key(key, selected, targets, typed),
             Mode::NiceInput { .. } => self.on_nice_key(key),
             Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
+            Mode::UserMenu { selected, users } => self.on_user_menu_key(key, selected, users),
         }
     }
 
@@ -267,6 +294,9 @@ impl App {
             return self.on_warnings_mouse(mouse);
         }
         match mouse.kind {
+            MouseEventKind::Down(MouseButton::Left) if self.is_header(mouse.row) => {
+                self.click_header(mouse.column)
+            }
             MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
                 Some(index) => {
                     self.view.select_index(index, self.rows.len());
@@ -316,6 +346,14 @@ impl App {
 
     fn on_normal_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
+            KeyCode::Char('a') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.scroll_command(|_, _| 0)
+            }
+            KeyCode::Char('e') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.scroll_command(|_, end| end)
+            }
+            KeyCode::Left => self.scroll_command(|at, _| at.saturating_sub(COMMAND_STEP)),
+            KeyCode::Right => self.scroll_command(|at, end| (at + COMMAND_STEP).min(end)),
             KeyCode::Char('q') => Effect::Quit,
             KeyCode::Esc => self.escape(),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(|v, n| v.select_next(n)),
@@ -339,8 +377,9 @@ impl App {
             }
             KeyCode::Char('t') => self.toggle_tree(),
             KeyCode::F(6) => self.open_sort_menu(),
-            KeyCode::Char('>') => self.set_sort(self.settings.sort.next(), self.settings.reverse),
-            KeyCode::Char('<') => self.set_sort(self.settings.sort.prev(), self.settings.reverse),
+            KeyCode::Char('u') => self.open_user_menu(),
+            KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
+            KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
             KeyCode::Char('?') | KeyCode::Char('h') => {
                 self.view.toggle_help();
@@ -380,7 +419,8 @@ impl App {
         Effect::AskSampler(request(pid))
     }
 
-    /// Esc closes the help or drops a mark, then clears a kept filter, and only then quits.
+    /// Esc closes the help or drops a mark, then clears a kept filter; it never quits, so a
+    /// second Esc after clearing a filter does not end the monitor (`q` and F10 do).
     fn escape(&mut self) -> Effect {
         if self.view.close_overlays() {
             return Effect::Redraw;
@@ -389,7 +429,8 @@ impl App {
             self.set_filter(String::new());
             return Effect::Redraw;
         }
-        Effect::Quit
+        self.status = Some(ESC_HAS_NOTHING_TO_CLOSE.to_string());
+        Effect::Redraw
     }
 
     fn move_selection(&mut self, step: impl FnOnce(&mut ViewState, usize)) -> Effect {
@@ -486,6 +527,7 @@ impl App {
             app.mode = Mode::SignalMenu {
                 selected: 0,
                 targets,
+                typed: None,
             };
             Effect::Redraw
         })
@@ -520,8 +562,10 @@ impl App {
         key: KeyEvent,
         selected: usize,
         targets: Vec<ActionTarget>,
+        typed: Option<u32>,
     ) -> Effect {
         let count = Signal::ALL.len();
+        let mut next_typed = None;
         let selected = match key.code {
             KeyCode::Esc | KeyCode::F(9) => {
                 self.mode = Mode::Normal;
@@ -536,13 +580,21 @@ impl App {
             KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
             KeyCode::Home => 0,
             KeyCode::End => count - 1,
-            KeyCode::Char(c) => match c.to_digit(10) {
-                Some(d) if (1..=count as u32).contains(&d) => d as usize - 1,
-                _ => return Effect::None,
-            },
+            KeyCode::Char(c) => {
+                let Some(digit) = c.to_digit(10) else {
+                    return Effect::None;
+                };
+                let (found, rest) = signal_by_number(typed, digit);
+                next_typed = rest;
+                found.unwrap_or(selected)
+            }
             _ => return Effect::None,
         };
-        self.mode = Mode::SignalMenu { selected, targets };
+        self.mode = Mode::SignalMenu {
+            selected,
+            targets,
+            typed: next_typed,
+        };
         Effect::Redraw
     }
 
@@ -648,44 +700,6 @@ impl App {
         self.refresh_rows();
     }
 
-    fn open_sort_menu(&mut self) -> Effect {
-        let selected = SortKey::ALL
-            .iter()
-            .position(|&k| k == self.settings.sort)
-            .unwrap_or(0);
-        self.mode = Mode::SortMenu { selected };
-        Effect::Redraw
-    }
-
-    fn on_sort_menu_key(&mut self, key: KeyEvent, selected: usize) -> Effect {
-        let count = SortKey::ALL.len();
-        let selected = match key.code {
-            KeyCode::Esc | KeyCode::F(6) => {
-                self.mode = Mode::Normal;
-                return Effect::Redraw;
-            }
-            KeyCode::Enter => {
-                self.mode = Mode::Normal;
-                return self.set_sort(SortKey::ALL[selected.min(count - 1)], self.settings.reverse);
-            }
-            KeyCode::Char('r') => {
-                return self.set_sort(self.settings.sort, !self.settings.reverse);
-            }
-            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(count - 1),
-            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
-            _ => return Effect::None,
-        };
-        self.mode = Mode::SortMenu { selected };
-        Effect::Redraw
-    }
-
-    fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {
-        self.settings.sort = key;
-        self.settings.reverse = reverse;
-        self.refresh_rows();
-        Effect::Redraw
-    }
-
     /// `t`: the tree needs every host process, which the sampler reads only while asked.
     fn toggle_tree(&mut self) -> Effect {
         self.settings.tree = !self.settings.tree;
@@ -694,6 +708,17 @@ impl App {
             wanted: self.settings.tree,
         })
     }
+}
+
+/// The menu row of the signal whose number is typed: `previous` then `digit` as a two-digit
+/// number when that is a signal ("1" "5": SIGTERM), else `digit` alone ("9": SIGKILL). Also
+/// returns the digit to remember for the next key, `None` once a two-digit number matched.
+fn signal_by_number(previous: Option<u32>, digit: u32) -> (Option<usize>, Option<u32>) {
+    let row = |number: u32| Signal::ALL.iter().position(|s| s.number() as u32 == number);
+    if let Some(found) = previous.and_then(|p| row(p * 10 + digit)) {
+        return (Some(found), None);
+    }
+    (row(digit), Some(digit))
 }
 
 fn not_visible(pid: u32) -> String {

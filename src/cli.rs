@@ -84,6 +84,14 @@ pub struct Cli {
     #[arg(long)]
     pub no_color: bool,
 
+    /// Show only this user's processes (`u` changes it in the monitor).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+
+    /// Show only the processes on these GPUs, by NVML index: `--gpus 0,3`.
+    #[arg(long, value_name = "LIST", value_parser = parse_gpu_list)]
+    pub gpus: Option<GpuList>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -230,6 +238,28 @@ fn parse_speed(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The GPU indices of `--gpus`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuList(pub Vec<u32>);
+
+/// "0,3" or "0, 3": GPU indices separated by commas, or a sentence saying what is wrong.
+fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
+    let mut gpus = Vec::new();
+    for word in text.split(',') {
+        let word = word.trim();
+        let index = word.parse::<u32>().map_err(|_| {
+            format!(
+                "'{}' is not a GPU index: give indices separated by commas, as in --gpus 0,3",
+                crate::format::escape(word)
+            )
+        })?;
+        if !gpus.contains(&index) {
+            gpus.push(index);
+        }
+    }
+    Ok(GpuList(gpus))
+}
+
 fn parse_timeout(text: &str) -> Result<f64, String> {
     parse_seconds(text, "timeout", 0.01)
 }
@@ -306,6 +336,18 @@ pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_and_gpu_filters() {
+        let cli = Cli::try_parse_from(["torchtop", "--user", "alice", "--gpus", "0, 3,3"]).unwrap();
+        assert_eq!(cli.user.as_deref(), Some("alice"));
+        assert_eq!(cli.gpus, Some(GpuList(vec![0, 3])));
+        let error = Cli::try_parse_from(["torchtop", "--gpus", "0,x"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("'x' is not a GPU index"), "{error}");
+        assert!(Cli::try_parse_from(["torchtop", "--gpus", ""]).is_err());
+    }
 
     #[test]
     fn delay_has_a_floor() {

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use crate::actions::ProcessIdentity;
+use crate::format;
 use crate::model::filter::{matches, sort_processes, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
 use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
@@ -21,15 +22,29 @@ pub(crate) struct RowSettings {
     /// Descending instead of ascending.
     pub(crate) reverse: bool,
     pub(crate) tree: bool,
+    /// Only this user's processes (`u`, `--user`); `None` shows everyone's.
+    pub(crate) user: Option<String>,
+    /// Only processes on these GPUs (`--gpus 0,3`); `None` shows every GPU.
+    pub(crate) gpus: Option<Vec<u32>>,
+}
+
+impl RowSettings {
+    /// Whether any filter (text, user, GPUs) hides rows.
+    pub(crate) fn filtering(&self) -> bool {
+        !self.filter.trim().is_empty() || self.user.is_some() || self.gpus.is_some()
+    }
 }
 
 impl Default for RowSettings {
     fn default() -> Self {
         RowSettings {
             filter: String::new(),
-            sort: SortKey::Gpu,
-            reverse: false,
+            // The biggest users of GPU memory first, as nvtop.
+            sort: SortKey::GpuMemory,
+            reverse: true,
             tree: false,
+            user: None,
+            gpus: None,
         }
     }
 }
@@ -113,6 +128,33 @@ impl<'a> ProcessRow<'a> {
         })
     }
 
+    /// The command as the table shows it: the program by its basename, as htop does
+    /// (`python3 train.py`, not `/home/alice/.pyenv/.../python3 train.py`), escaped for the
+    /// terminal; `None` where /proc does not show the process.
+    pub(crate) fn display_command(&self) -> Option<String> {
+        if !self.visible() {
+            return None;
+        }
+        let command = self.command()?;
+        Some(format::escape(&program_basename(&command)).into_owned())
+    }
+
+    /// "rank/world" of a torch process, from its agent or else its launcher's variables;
+    /// "torch" for an agent that reports no rank; `None` for any other process.
+    pub(crate) fn rank_text(&self) -> Option<String> {
+        let torch = self.gpus.iter().find_map(|g| g.torch.as_ref());
+        let env = self.gpus.iter().find_map(|g| g.env.as_ref());
+        let rank = torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank));
+        let world = torch
+            .and_then(|t| t.world_size)
+            .or(env.and_then(|e| e.world_size));
+        match (rank, world) {
+            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
+            (Some(r), None) => Some(r.to_string()),
+            _ => torch.map(|_| "torch".to_string()),
+        }
+    }
+
     pub(crate) fn is_gpu(&self) -> bool {
         !self.gpus.is_empty()
     }
@@ -127,6 +169,36 @@ impl<'a> ProcessRow<'a> {
 
     pub(crate) fn nice(&self) -> Option<i32> {
         self.gpu_or_host(|g| g.nice, |h| h.nice)
+    }
+
+    /// The process state letter (R, S, D, T, Z, ...).
+    pub(crate) fn state(&self) -> Option<char> {
+        self.gpu_or_host(|g| g.state, |h| Some(h.state))
+    }
+
+    /// The row's GPU memory as a share of its GPUs' memory, 0-100.
+    pub(crate) fn gpu_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
+        let used = self.gpu_memory_bytes()?;
+        let total: u64 = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let gpu = snapshot.gpus.iter().find(|s| s.index == g.gpu)?;
+                gpu.memory_total_bytes
+            })
+            .sum::<Option<u64>>()?;
+        percent_of(used, total)
+    }
+
+    /// Resident memory as a share of the host's memory, 0-100, as htop's MEM%.
+    pub(crate) fn host_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
+        percent_of(self.rss_bytes()?, snapshot.host.memory.total_bytes?)
+    }
+
+    /// When the process started, in seconds since the Unix epoch.
+    pub(crate) fn start_unix_seconds(&self, snapshot: &Snapshot) -> Option<f64> {
+        let running = self.running_seconds()?;
+        (snapshot.unix_seconds > 0.0).then_some(snapshot.unix_seconds - running)
     }
 
     /// The GPU memory of every GPU on the row, summed; `None` if any is unknown.
@@ -171,6 +243,27 @@ impl<'a> ProcessRow<'a> {
     }
 }
 
+fn percent_of(part: u64, total: u64) -> Option<f64> {
+    (total > 0).then(|| part as f64 * 100.0 / total as f64)
+}
+
+/// `command` with its first word (the program) cut to its basename. A command whose first word
+/// has no `/` is returned as is.
+pub(crate) fn program_basename(command: &str) -> String {
+    let (program, rest) = match command.split_once(' ') {
+        Some((program, rest)) => (program, Some(rest)),
+        None => (command, None),
+    };
+    let base = match program.rsplit_once('/') {
+        Some((_, base)) if !base.is_empty() => base,
+        _ => program,
+    };
+    match rest {
+        Some(rest) => format!("{base} {rest}"),
+        None => base.to_string(),
+    }
+}
+
 /// The rows of `snapshot` under `settings`, in display order.
 pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
     let rows = if settings.tree {
@@ -178,12 +271,47 @@ pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<R
     } else {
         sorted_rows(&snapshot.processes, settings.sort, settings.reverse)
     };
-    if settings.filter.trim().is_empty() {
+    if !settings.filtering() {
         return rows;
     }
     rows.into_iter()
-        .filter(|r| row_matches(&settings.filter, &materialize(snapshot, r)))
+        .filter(|r| {
+            let row = materialize(snapshot, r);
+            row_matches(&settings.filter, &row)
+                && settings
+                    .user
+                    .as_deref()
+                    .is_none_or(|u| row.user() == Some(u))
+                && settings
+                    .gpus
+                    .as_ref()
+                    .is_none_or(|gpus| on_gpus(&row, gpus))
+        })
         .collect()
+}
+
+/// Whether the row holds one of `gpus`; a tree row without a GPU (a launcher, a worker) stays,
+/// as the context of the GPU rows around it.
+fn on_gpus(row: &ProcessRow<'_>, gpus: &[u32]) -> bool {
+    (row.tree.is_some() && !row.is_gpu()) || row.gpus.iter().any(|g| gpus.contains(&g.gpu))
+}
+
+/// The users of the snapshot's processes, sorted, each once: the choices of the `u` menu.
+pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
+    let mut users: Vec<String> = snapshot
+        .processes
+        .iter()
+        .filter_map(|p| p.user.clone())
+        .chain(
+            snapshot
+                .host_processes
+                .iter()
+                .filter_map(|h| h.user.clone()),
+        )
+        .collect();
+    users.sort();
+    users.dedup();
+    users
 }
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
@@ -372,6 +500,102 @@ mod tests {
         assert!(rank.host.is_none());
         assert_eq!(rank.identity(), Some(ProcessIdentity::new(200, 2000)));
         assert_eq!(rank.user(), Some("alice"));
+    }
+
+    #[test]
+    fn the_program_is_shown_by_its_basename() {
+        assert_eq!(
+            program_basename("/home/alice/.pyenv/versions/3.11.7/bin/python3 train.py --lr 3e-4"),
+            "python3 train.py --lr 3e-4"
+        );
+        assert_eq!(
+            program_basename("python3 /srv/x/train.py"),
+            "python3 /srv/x/train.py"
+        );
+        assert_eq!(program_basename("/usr/bin/nvidia-smi"), "nvidia-smi");
+        assert_eq!(program_basename("/weird/ -x"), "/weird/ -x");
+        assert_eq!(program_basename(""), "");
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_agent_or_the_launcher() {
+        let mut p = gpu_row(500, 0, "/usr/bin/python3 t.py", 1);
+        let snap = |p: &GpuProcess| Snapshot {
+            processes: vec![p.clone()],
+            ..Snapshot::default()
+        };
+        let first = |s: &Snapshot| {
+            let rows = compute_rows(s, &RowSettings::default());
+            let row = materialize(s, &rows[0]);
+            (row.rank_text(), row.display_command())
+        };
+        let plain = snap(&p);
+        assert_eq!(first(&plain).0, None);
+        p.env = Some(crate::model::LaunchEnv {
+            rank: Some(3),
+            world_size: Some(8),
+            ..Default::default()
+        });
+        assert_eq!(first(&snap(&p)).0.as_deref(), Some("3/8"));
+        p.env = None;
+        p.torch = Some(crate::model::TorchInfo::default());
+        assert_eq!(first(&snap(&p)).0.as_deref(), Some("torch"));
+        p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}'));
+        assert_eq!(first(&snap(&p)).1.as_deref(), Some("python3 t\\e.py"));
+    }
+
+    #[test]
+    fn shares_of_gpu_and_host_memory_and_the_start_time() {
+        let mut snap = snapshot();
+        let rows = compute_rows(&snap, &RowSettings::default());
+        let first = materialize(&snap, &rows[0]);
+        assert_eq!(first.gpu_memory_percent(&snap), None, "no GPU total: N/A");
+        assert_eq!(first.host_memory_percent(&snap), None);
+        assert_eq!(first.state(), None);
+        assert_eq!(first.start_unix_seconds(&snap), None);
+        snap.gpus = (0..2)
+            .map(|index| crate::model::GpuSample {
+                index,
+                memory_total_bytes: Some(80 << 30),
+                ..Default::default()
+            })
+            .collect();
+        snap.host.memory.total_bytes = Some(64 << 30);
+        snap.unix_seconds = 10_000.0;
+        snap.processes[1].rss_bytes = Some(16 << 30);
+        snap.processes[1].running_seconds = Some(600.0);
+        snap.processes[1].state = Some('T');
+        let first = materialize(&snap, &rows[0]);
+        assert_eq!(first.pid, 200);
+        assert_eq!(first.gpu_memory_percent(&snap), Some(37.5));
+        assert_eq!(first.host_memory_percent(&snap), Some(25.0));
+        assert_eq!(first.state(), Some('T'));
+        assert_eq!(first.start_unix_seconds(&snap), Some(9_400.0));
+    }
+
+    #[test]
+    fn user_and_gpu_filters_keep_only_their_rows() {
+        let mut snap = snapshot();
+        snap.processes[0].user = Some("bob".to_string());
+        let by_user = RowSettings {
+            user: Some("alice".to_string()),
+            ..RowSettings::default()
+        };
+        assert_eq!(pids(&snap, &compute_rows(&snap, &by_user)), [200, 200]);
+        let by_gpu = RowSettings {
+            gpus: Some(vec![1]),
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &by_gpu);
+        assert_eq!(pids(&snap, &rows), [200, 300]);
+        assert!(rows.iter().all(|r| snap.processes[r.gpus[0]].gpu == 1));
+        let both = RowSettings {
+            gpus: Some(vec![1]),
+            user: Some("bob".to_string()),
+            ..RowSettings::default()
+        };
+        assert_eq!(pids(&snap, &compute_rows(&snap, &both)), [300]);
+        assert_eq!(users(&snap), ["alice", "bob"]);
     }
 
     #[test]

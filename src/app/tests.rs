@@ -6,6 +6,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKi
 use ratatui::layout::Rect;
 
 use super::*;
+use crate::model::filter::SortKey;
 use crate::model::{GpuProcess, HostProcess, ProcessKind};
 
 fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
@@ -33,7 +34,7 @@ fn snapshot() -> Snapshot {
 }
 
 fn app() -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(snapshot()));
     app
 }
@@ -142,7 +143,12 @@ fn esc_in_the_prompt_clears_the_filter_and_esc_after_enter_too() {
         "clears, not quits"
     );
     assert_eq!(pids(&app).len(), 4);
-    assert_eq!(press(&mut app, KeyCode::Esc), Effect::Quit);
+    assert_eq!(
+        press(&mut app, KeyCode::Esc),
+        Effect::Redraw,
+        "a second Esc never quits"
+    );
+    assert_eq!(app.status.as_deref(), Some(ESC_HAS_NOTHING_TO_CLOSE));
 }
 
 #[test]
@@ -341,8 +347,27 @@ fn the_signal_menu_leads_to_a_confirmation() {
     press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Down);
     assert!(matches!(app.mode, Mode::SignalMenu { selected: 2, .. }));
-    press(&mut app, KeyCode::Char('6'));
-    assert!(matches!(app.mode, Mode::SignalMenu { selected: 5, .. }));
+    let selected_signal = |app: &App| match app.mode {
+        Mode::SignalMenu { selected, .. } => Some(Signal::ALL[selected]),
+        _ => None,
+    };
+    // Digits type the signal's number, as in htop: one digit, or two in a row.
+    press(&mut app, KeyCode::Char('9'));
+    assert_eq!(selected_signal(&app), Some(Signal::Kill));
+    type_text(&mut app, "15");
+    assert_eq!(selected_signal(&app), Some(Signal::Term));
+    press(&mut app, KeyCode::Char('2'));
+    assert_eq!(selected_signal(&app), Some(Signal::Int));
+    press(&mut app, KeyCode::Char('7'));
+    assert_eq!(
+        selected_signal(&app),
+        Some(Signal::Int),
+        "no signal 7 in the menu"
+    );
+    type_text(&mut app, "19");
+    assert_eq!(selected_signal(&app), Some(Signal::Stop));
+    type_text(&mut app, "18");
+    assert_eq!(selected_signal(&app), Some(Signal::Cont));
     press(&mut app, KeyCode::Enter);
     let Mode::Confirm { signal, targets } = &app.mode else {
         panic!("{:?}", app.mode);
@@ -359,23 +384,95 @@ fn the_signal_menu_leads_to_a_confirmation() {
 fn sort_menu_stepping_and_reverse() {
     let mut app = app();
     press(&mut app, KeyCode::F(6));
-    assert_eq!(app.mode, Mode::SortMenu { selected: 2 }, "starts on GPU");
+    assert_eq!(app.mode, Mode::SortMenu { selected: 3 }, "starts on GPU");
     press(&mut app, KeyCode::Down);
     press(&mut app, KeyCode::Enter);
     assert_eq!(app.settings.sort, SortKey::GpuMemory);
     assert_eq!(app.mode, Mode::Normal);
-    assert_eq!(pids(&app), [100, 200, 300, 400], "ascending, unknown last");
+    assert!(app.settings.reverse, "a figure sorts descending first");
+    assert_eq!(
+        pids(&app),
+        [300, 200, 100, 400],
+        "biggest first, unknown last"
+    );
     press(&mut app, KeyCode::Char('r'));
-    assert!(app.settings.reverse);
-    assert_eq!(pids(&app), [300, 200, 100, 400]);
-    press(&mut app, KeyCode::Char('<'));
-    assert_eq!(app.settings.sort, SortKey::Gpu);
-    press(&mut app, KeyCode::Char('<'));
-    press(&mut app, KeyCode::Char('r'));
-    assert_eq!(app.settings.sort, SortKey::User);
+    assert!(!app.settings.reverse);
     assert_eq!(pids(&app), [100, 200, 300, 400]);
-    press(&mut app, KeyCode::Char('>'));
+    press(&mut app, KeyCode::Char('<'));
     assert_eq!(app.settings.sort, SortKey::Gpu);
+    assert!(!app.settings.reverse, "an index sorts ascending first");
+    press(&mut app, KeyCode::Char('<'));
+    assert_eq!(app.settings.sort, SortKey::Nice);
+    assert!(app.settings.reverse);
+    press(&mut app, KeyCode::Char('<'));
+    assert_eq!(app.settings.sort, SortKey::User);
+    assert!(!app.settings.reverse, "text sorts ascending first");
+    assert_eq!(pids(&app), [100, 200, 300, 400]);
+    press(&mut app, KeyCode::Char('r'));
+    assert_eq!(pids(&app), [300, 200, 100, 400]);
+    press(&mut app, KeyCode::Char('>'));
+    assert_eq!(app.settings.sort, SortKey::Nice);
+}
+
+#[test]
+fn the_default_order_is_gpu_memory_descending() {
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::GpuMemory, true)
+    );
+    assert_eq!(pids(&app), [300, 200, 100, 400], "unknown memory last");
+}
+
+#[test]
+fn a_click_on_a_title_sorts_by_it_and_a_second_click_reverses() {
+    let mut app = app();
+    lay_out(&mut app, Rect::new(0, 0, 200, 40));
+    let Plan::Screen(areas) = &app.view.plan else {
+        panic!("screen too small");
+    };
+    let table = areas.processes;
+    let placed = app.columns();
+    let x_of = |column: columns::Column| {
+        let p = placed.iter().find(|p| p.column == column).unwrap();
+        table.x + p.x + 1
+    };
+    let click = |column: u16| MouseEvent {
+        kind: MouseEventKind::Down(crossterm::event::MouseButton::Left),
+        column,
+        row: table.y,
+        modifiers: KeyModifiers::NONE,
+    };
+    select(&mut app, 200);
+    assert_eq!(
+        app.on_mouse(click(x_of(columns::Column::GpuMemory))),
+        Effect::Redraw
+    );
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::GpuMemory, true)
+    );
+    assert_eq!(pids(&app), [300, 200, 100, 400]);
+    assert_eq!(
+        selected_pid(&app),
+        Some(200),
+        "the selection stays on its process"
+    );
+    app.on_mouse(click(x_of(columns::Column::GpuMemory)));
+    assert!(!app.settings.reverse, "the second click reverses");
+    app.on_mouse(click(x_of(columns::Column::User)));
+    assert_eq!(
+        (app.settings.sort, app.settings.reverse),
+        (SortKey::User, false)
+    );
+    assert_eq!(pids(&app), [100, 200, 300, 400]);
+    assert_eq!(
+        app.on_mouse(click(x_of(columns::Column::State))),
+        Effect::None,
+        "S is not sortable"
+    );
+    assert_eq!(app.settings.sort, SortKey::User);
 }
 
 #[test]
@@ -477,7 +574,15 @@ fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
     };
     assert_eq!(app.on_mouse(click(table.y + 3)), Effect::Redraw);
     assert_eq!(selected_pid(&app), Some(200));
-    assert_eq!(app.on_mouse(click(table.y)), Effect::None, "the header");
+    let gap_in_header = MouseEvent {
+        column: table.x + 8,
+        ..click(table.y)
+    };
+    assert_eq!(
+        app.on_mouse(gap_in_header),
+        Effect::None,
+        "between two titles"
+    );
     assert_eq!(app.on_mouse(click(table.y + 4 + 1)), Effect::None, "no row");
     assert_eq!(selected_pid(&app), Some(200));
     let wheel = MouseEvent {
@@ -490,7 +595,7 @@ fn a_click_selects_the_row_under_it_and_the_wheel_scrolls() {
 
 #[test]
 fn page_keys_move_by_the_tables_height() {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     let mut many = snapshot();
     many.processes = (0..40)
         .map(|k| gpu_process(1000 + k, 0, "u", "python"))
@@ -527,6 +632,28 @@ fn help_esc_and_quit_keys() {
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.on_key(ctrl_c), Effect::Quit, "even while typing");
     assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw, "typed");
+    assert_eq!(
+        press(&mut app, KeyCode::F(10)),
+        Effect::Quit,
+        "F10, as in htop"
+    );
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::Normal);
+    for _ in 0..3 {
+        assert_eq!(
+            press(&mut app, KeyCode::Esc),
+            Effect::Redraw,
+            "Esc never quits"
+        );
+    }
+    assert_eq!(press(&mut app, KeyCode::F(10)), Effect::Quit);
+    press(&mut app, KeyCode::F(9));
+    assert!(matches!(app.mode, Mode::SignalMenu { .. }));
+    assert_eq!(
+        press(&mut app, KeyCode::F(10)),
+        Effect::Quit,
+        "from a dialog too"
+    );
 }
 
 #[test]
@@ -554,7 +681,7 @@ fn an_action_report_becomes_the_status_sentence() {
 fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
     let mut with_agent = snapshot();
     with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent));
     select(&mut app, 100);
     assert_eq!(
@@ -579,7 +706,7 @@ fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
         .unwrap()
         .contains("process 300 has no torchtop agent"));
 
-    let mut readonly = App::new(1.0, true, true);
+    let mut readonly = in_gpu_order(App::new(1.0, true, true));
     readonly.on_snapshot(app.snapshot.clone());
     select(&mut readonly, 100);
     assert_eq!(press(&mut readonly, KeyCode::Char('s')), Effect::Redraw);
@@ -603,7 +730,7 @@ fn a_sampler_notice_shows_in_the_status_line() {
 fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     let mut with_agent = snapshot();
     with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent.clone()));
     select(&mut app, 100);
     assert_eq!(
@@ -635,4 +762,84 @@ fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     });
     app.on_snapshot(Arc::new(with_agent));
     assert_eq!(app.take_memsnap().map(|r| r.request), Some(8));
+}
+
+#[test]
+fn arrows_and_ctrl_a_e_scroll_the_command_within_the_longest_one() {
+    let long = format!("/opt/conda/bin/python3 train.py {}", "--flag ".repeat(12));
+    let mut app = in_gpu_order(App::new(1.0, true, false));
+    app.on_snapshot(Arc::new(Snapshot {
+        processes: vec![gpu_process(100, 0, "alice", &long)],
+        ..Snapshot::default()
+    }));
+    lay_out(&mut app, Rect::new(0, 0, 80, 24));
+    let width = usize::from(columns::command_width(&app.columns()));
+    let shown = app.rows()[0].display_command().unwrap();
+    assert!(shown.starts_with("python3 train.py --flag"), "{shown}");
+    let end = shown.chars().count() - width;
+    assert!(end > 16, "the command is longer than its column");
+    press(&mut app, KeyCode::Right);
+    press(&mut app, KeyCode::Right);
+    assert_eq!(app.view.command_scroll, 16);
+    press(&mut app, KeyCode::Left);
+    assert_eq!(app.view.command_scroll, 8);
+    let ctrl = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL);
+    app.on_key(ctrl('e'));
+    assert_eq!(app.view.command_scroll, end);
+    press(&mut app, KeyCode::Right);
+    assert_eq!(app.view.command_scroll, end, "never past the end");
+    app.on_key(ctrl('a'));
+    assert_eq!(app.view.command_scroll, 0);
+    press(&mut app, KeyCode::Left);
+    assert_eq!(app.view.command_scroll, 0);
+    assert_eq!(
+        selected_pid(&app),
+        Some(100),
+        "the arrows never move the selection"
+    );
+}
+
+/// These tests read rows in GPU order (ascending); the default order, GPU memory descending,
+/// has its own test.
+fn in_gpu_order(mut app: App) -> App {
+    app.settings.sort = SortKey::Gpu;
+    app.settings.reverse = false;
+    app
+}
+
+#[test]
+fn u_chooses_whose_processes_are_shown() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('u'));
+    let Mode::UserMenu { selected, users } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(*selected, 0);
+    assert_eq!(users, &["alice", "bob", "carol"]);
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.mode, Mode::Normal);
+    assert_eq!(app.settings.user.as_deref(), Some("bob"));
+    assert_eq!(pids(&app), [200]);
+    press(&mut app, KeyCode::Char('u'));
+    assert!(
+        matches!(app.mode, Mode::UserMenu { selected: 2, .. }),
+        "opens on the choice"
+    );
+    press(&mut app, KeyCode::Home);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.settings.user, None);
+    assert_eq!(pids(&app).len(), 4);
+}
+
+#[test]
+fn user_and_gpu_filters_from_the_command_line() {
+    let mut app = in_gpu_order(App::new(1.0, true, false))
+        .with_filters(Some("alice".to_string()), Some(vec![0]));
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(pids(&app), [100]);
+    let mut app = in_gpu_order(App::new(1.0, true, false)).with_filters(None, Some(vec![1]));
+    app.on_snapshot(Arc::new(snapshot()));
+    assert_eq!(pids(&app), [200, 400]);
 }

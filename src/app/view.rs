@@ -26,6 +26,8 @@ pub(crate) struct ViewState {
     pub(crate) mark: Option<Mark>,
     /// Where the last frame put the panels, to map mouse clicks to rows.
     pub(crate) plan: Plan,
+    /// How many characters of COMMAND are scrolled off to the left (`←` `→`).
+    pub(crate) command_scroll: usize,
 }
 
 impl ViewState {

@@ -10,6 +10,7 @@ use super::view::Mark;
 use super::warning_groups::{Cause, GroupKey};
 use super::warnings_view::{Entry, Level};
 use super::*;
+use crate::model::filter::SortKey;
 use crate::model::{GpuProcess, Job, JobRank, ProcessKind, Severity, Subject, Warning};
 
 fn gpu_process(pid: u32, gpu: u32) -> GpuProcess {
@@ -73,7 +74,7 @@ fn snapshot() -> Snapshot {
 
 /// An app laid out on a 100x30 screen, as the event loop does before each frame.
 fn app() -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(snapshot()));
     lay_out(&mut app);
     app
@@ -194,8 +195,8 @@ fn walking_to_the_last_warning_shows_its_remedy_and_esc_goes_back_one_level() {
     assert!(!app.warnings_view.is_open());
     assert_eq!(
         press(&mut app, KeyCode::Esc),
-        Effect::Quit,
-        "the monitor's Esc"
+        Effect::Redraw,
+        "the monitor's Esc never quits"
     );
 }
 
@@ -352,7 +353,7 @@ fn the_detail_scrolls_within_its_text() {
 
 #[test]
 fn an_empty_view_opens_and_closes() {
-    let mut app = App::new(1.0, true, false);
+    let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(Snapshot::default()));
     press(&mut app, KeyCode::Char('w'));
     assert!(app.warnings_view.is_open());
@@ -396,4 +397,12 @@ fn clicks_on_a_screen_too_small_to_draw_the_view_do_nothing() {
     );
     assert_eq!(app.on_mouse(click), Effect::None);
     assert_eq!(app.warnings_view.selected, 0);
+}
+
+/// These tests read rows in GPU order (ascending); the default order, GPU memory descending,
+/// has its own test.
+fn in_gpu_order(mut app: App) -> App {
+    app.settings.sort = SortKey::Gpu;
+    app.settings.reverse = false;
+    app
 }

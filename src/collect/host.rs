@@ -106,6 +106,7 @@ struct JoinedProcess {
     rss_bytes: u64,
     running_seconds: Option<f64>,
     nice: i32,
+    state: char,
     env: Option<LaunchEnv>,
     children_count: Option<u32>,
     children_cpu_percent: Option<f64>,
@@ -259,6 +260,7 @@ impl HostCollector {
             rss_bytes: stat.rss_pages.saturating_mul(self.page_size),
             running_seconds: uptime.map(|up| (up - started).max(0.0)),
             nice: stat.nice,
+            state: stat.state,
             env: identity.env.flatten(),
             children_count,
             children_cpu_percent,
@@ -470,6 +472,7 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
     row.rss_bytes = joined.map(|j| j.rss_bytes);
     row.running_seconds = joined.and_then(|j| j.running_seconds);
     row.nice = joined.map(|j| j.nice);
+    row.state = joined.map(|j| j.state);
     row.env = joined.and_then(|j| j.env.clone());
     row.children_count = joined.and_then(|j| j.children_count);
     row.children_cpu_percent = joined.and_then(|j| j.children_cpu_percent);
@@ -882,6 +885,22 @@ mod tests {
         assert_eq!(rows[0].cpu_percent, None);
         assert_eq!(rows[0].command, None);
         assert_eq!(rows[0].start_ticks, None);
+    }
+
+    #[test]
+    fn real_proc_a_stopped_process_shows_state_t() {
+        let child = ShChild::spawn("while :; do sleep 1; done");
+        let pid = child.pid();
+        let mut collector = HostCollector::new(PathBuf::from("/proc"));
+        let mut rows = vec![row(pid, 0)];
+        collector.join_processes(&mut rows);
+        assert!(rows[0].state.is_some());
+        let target = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        wait_for_state(pid, 'T');
+        collector.join_processes(&mut rows);
+        assert_eq!(rows[0].state, Some('T'));
+        nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGCONT).unwrap();
     }
 
     #[test]

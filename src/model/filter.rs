@@ -85,6 +85,7 @@ pub(crate) fn action_targets(
 pub(crate) enum SortKey {
     Pid,
     User,
+    Nice,
     Gpu,
     GpuMemory,
     Sm,
@@ -96,9 +97,10 @@ pub(crate) enum SortKey {
 
 impl SortKey {
     /// Every key, in the order of the sort menu and of stepping.
-    pub(crate) const ALL: [SortKey; 9] = [
+    pub(crate) const ALL: [SortKey; 10] = [
         SortKey::Pid,
         SortKey::User,
+        SortKey::Nice,
         SortKey::Gpu,
         SortKey::GpuMemory,
         SortKey::Sm,
@@ -113,6 +115,7 @@ impl SortKey {
         match self {
             SortKey::Pid => "PID",
             SortKey::User => "USER",
+            SortKey::Nice => "NI",
             SortKey::Gpu => "GPU",
             SortKey::GpuMemory => "GPU MEM",
             SortKey::Sm => "SM%",
@@ -121,6 +124,16 @@ impl SortKey {
             SortKey::Time => "TIME",
             SortKey::Command => "COMMAND",
         }
+    }
+
+    /// Whether choosing this key sorts descending first: figures that measure something
+    /// (memory, utilization, CPU, time, nice), biggest first as in nvtop and htop. The pid, the
+    /// GPU index and text sort ascending first: they identify rather than measure.
+    pub(crate) fn descending_first(self) -> bool {
+        !matches!(
+            self,
+            SortKey::Pid | SortKey::Gpu | SortKey::User | SortKey::Command
+        )
     }
 
     /// The next key in [`SortKey::ALL`], wrapping around.
@@ -161,6 +174,7 @@ fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Or
             missing_last(a.gpu_memory_bytes, b.gpu_memory_bytes, reverse, Ord::cmp)
         }
         SortKey::Sm => missing_last(a.sm_percent, b.sm_percent, reverse, Ord::cmp),
+        SortKey::Nice => missing_last(a.nice, b.nice, reverse, Ord::cmp),
         SortKey::Rss => missing_last(a.rss_bytes, b.rss_bytes, reverse, Ord::cmp),
         SortKey::Cpu => missing_last(a.cpu_percent, b.cpu_percent, reverse, f64_cmp),
         SortKey::Time => missing_last(a.running_seconds, b.running_seconds, reverse, f64_cmp),

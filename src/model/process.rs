@@ -45,6 +45,9 @@ pub struct GpuProcess {
     pub rss_bytes: Option<u64>,
     pub running_seconds: Option<f64>,
     pub nice: Option<i32>,
+    /// One-letter state from /proc/PID/stat (R, S, D, T, Z, ...); `None` where not visible.
+    #[serde(default)]
+    pub state: Option<char>,
     /// Direct children (DataLoader workers and the like): how many, and their summed CPU%.
     pub children_count: Option<u32>,
     pub children_cpu_percent: Option<f64>,
@@ -73,6 +76,7 @@ impl GpuProcess {
             rss_bytes: None,
             running_seconds: None,
             nice: None,
+            state: None,
             children_count: None,
             children_cpu_percent: None,
             env: None,

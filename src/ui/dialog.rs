@@ -24,10 +24,10 @@ const MAX_WIDTH: u16 = 76;
 
 pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     match &app.mode {
-        Mode::Confirm { signal, targets } => confirm(frame, screen, *signal, targets, theme),
-        Mode::SignalMenu { selected, targets } => {
-            signal_menu(frame, screen, *selected, targets, theme)
-        }
+        Mode::Confirm { signal, targets } => confirm(frame, screen, app, *signal, targets, theme),
+        Mode::SignalMenu {
+            selected, targets, ..
+        } => signal_menu(frame, screen, *selected, targets, theme),
         Mode::NiceInput {
             text,
             error,
@@ -43,6 +43,7 @@ pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
             theme,
         ),
         Mode::SortMenu { selected } => sort_menu(frame, screen, app, *selected, theme),
+        Mode::UserMenu { selected, users } => user_menu(frame, screen, *selected, users, theme),
         Mode::Normal | Mode::Filter => {}
     }
 }
@@ -50,6 +51,7 @@ pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
 fn confirm(
     frame: &mut Frame,
     screen: Rect,
+    app: &App,
     signal: Signal,
     targets: &[ActionTarget],
     theme: Theme,
@@ -59,7 +61,7 @@ fn confirm(
         n => format!("Send {signal} to these {n} processes?"),
     };
     let mut lines = vec![Line::styled(question, theme.warn()), Line::raw("")];
-    lines.extend(target_table(targets, theme));
+    lines.extend(target_table(targets, theme, |pid| rank_of(app, pid)));
     let popup = Popup {
         title: format!(" {signal} "),
         hint: " y or Enter: send   n or Esc: cancel ",
@@ -79,10 +81,9 @@ fn signal_menu(
         .enumerate()
         .map(|(i, signal)| {
             let text = format!(
-                " {}  {:<8}{:>3}  {}",
-                i + 1,
-                signal.name(),
+                " {:>2}  {:<8}  {}",
                 signal.number(),
+                signal.name(),
                 meaning(*signal)
             );
             let style = if i == selected {
@@ -97,7 +98,7 @@ fn signal_menu(
     lines.push(Line::styled(format!("to {}", who(targets)), theme.label()));
     let popup = Popup {
         title: " Send a signal ".to_string(),
-        hint: " 1-8 or arrows, Enter: choose   Esc: close ",
+        hint: " number or arrows, Enter: choose   Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }
@@ -188,6 +189,30 @@ fn sort_menu(frame: &mut Frame, screen: Rect, app: &App, selected: usize, theme:
     popup.draw(frame, screen, lines);
 }
 
+/// `u`: everyone, then each user with a process.
+fn user_menu(frame: &mut Frame, screen: Rect, selected: usize, users: &[String], theme: Theme) {
+    let choices = std::iter::once("all users".to_string())
+        .chain(users.iter().map(|u| format::escape(u).into_owned()));
+    let mut lines: Vec<Line> = choices
+        .enumerate()
+        .skip(selected.saturating_sub(usize::from(screen.height.saturating_sub(8))))
+        .map(|(i, name)| {
+            let style = if i == selected {
+                theme.selected()
+            } else {
+                Style::new()
+            };
+            Line::styled(format!(" {name}"), style)
+        })
+        .collect();
+    lines.truncate(usize::from(screen.height.saturating_sub(6)).max(1));
+    let popup = Popup {
+        title: " Show the processes of ".to_string(),
+        hint: " Enter: choose   Esc: close ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
 /// "1234 (python3 train.py)" for one target, "3 processes" for several.
 fn who(targets: &[ActionTarget]) -> String {
     match targets {
@@ -196,8 +221,33 @@ fn who(targets: &[ActionTarget]) -> String {
     }
 }
 
-/// PID, USER and COMMAND of each target, the command cut to the dialog's width.
-fn target_table(targets: &[ActionTarget], theme: Theme) -> Vec<Line<'static>> {
+/// "rank 0/8 of job 127.0.0.1:29500" for a rank of a distributed job, "rank 0/2" for a torch
+/// process outside any job torchtop grouped; `None` for any other process.
+fn rank_of(app: &App, pid: u32) -> Option<String> {
+    for job in &app.snapshot.jobs {
+        if let Some(rank) = job.ranks.iter().find(|r| r.pid == pid) {
+            let place = match (rank.rank, rank.world_size) {
+                (Some(r), Some(w)) => format!("rank {r}/{w}"),
+                (Some(r), None) => format!("rank {r}"),
+                _ => "a rank".to_string(),
+            };
+            return Some(format!("{place} of {}", format::escape(&job.id)));
+        }
+    }
+    let rows = app.rows();
+    let row = rows.iter().find(|r| r.pid == pid)?;
+    row.rank_text()
+        .filter(|text| text.contains('/') || text.parse::<u32>().is_ok())
+        .map(|text| format!("rank {text}"))
+}
+
+/// PID, USER and COMMAND of each target, the command cut to the dialog's width; under a torch
+/// rank, the rank and its job (`rank_of`).
+fn target_table(
+    targets: &[ActionTarget],
+    theme: Theme,
+    rank_of: impl Fn(u32) -> Option<String>,
+) -> Vec<Line<'static>> {
     let command_width = usize::from(MAX_WIDTH) - 4 - 8 - 10;
     let mut lines = vec![Line::styled(
         format!("{:>7}  {:<8}  COMMAND", "PID", "USER"),
@@ -210,6 +260,10 @@ fn target_table(targets: &[ActionTarget], theme: Theme) -> Vec<Line<'static>> {
             format::truncate(&format::text(target.user.as_deref()), 8),
             format::truncate(&format::text(target.command.as_deref()), command_width)
         )));
+        if let Some(rank) = rank_of(target.pid()) {
+            let text = format::truncate(&rank, command_width + 10);
+            lines.push(Line::styled(format!("{:>7}  {text}", ""), theme.warn()));
+        }
     }
     if targets.len() > LISTED_TARGETS {
         lines.push(Line::styled(

@@ -15,15 +15,18 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "General",
         &[
-            (
-                "q Esc Ctrl-C",
-                "quit (Esc first closes a dialog or clears a filter)",
-            ),
+            ("q F10 Ctrl-C", "quit"),
+            ("Esc", "close a dialog or clear a filter; it never quits"),
             ("j k Up Down", "select a process (or click it, or scroll)"),
-            ("PgUp PgDn", "select a page up or down"),
-            ("Home End", "select the first or last process"),
-            ("? h", "show or hide this help"),
-            ("Ctrl-Z", "suspend to the shell; fg comes back"),
+            (
+                "PgUp PgDn",
+                "a page up or down; Home End: the first or last",
+            ),
+            ("← → ^A ^E", "scroll the command sideways; its start or end"),
+            (
+                "? h Ctrl-Z",
+                "this help; suspend to the shell (fg comes back)",
+            ),
         ],
     ),
     (
@@ -31,12 +34,18 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         &[
             ("Space U", "tag or untag and move down; U untags all"),
             ("T K I", "send SIGTERM, SIGKILL, SIGINT (asks first)"),
-            ("F9", "menu of signals (asks first)"),
+            (
+                "F9",
+                "signal menu: type a number (9, 15) or move; asks first",
+            ),
             ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
             ("n", "type a nice value (-20 to 19)"),
-            ("/", "filter by command, user or pid; Enter keeps"),
+            ("/ u", "filter by text or pid (Enter keeps); u: by user"),
             ("t", "tree view with parents and children"),
-            ("F6 < > r", "sort menu, previous/next column, reverse"),
+            (
+                "F6 < > r",
+                "sort menu, prev/next column, reverse; or click a title",
+            ),
         ],
     ),
     (

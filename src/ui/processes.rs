@@ -11,10 +11,10 @@ use ratatui::{
     Frame,
 };
 
+use crate::app::columns::{self, Column, Placed};
 use crate::app::view::first_visible_row;
 use crate::app::{App, ProcessRow};
 use crate::format::{self, NA};
-use crate::model::filter::SortKey;
 use crate::model::tree::TreeRole;
 use crate::model::GpuProcess;
 use crate::terminal::theme::Theme;
@@ -41,7 +41,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let rows = visible_rows(app);
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let columns = Columns::for_width(area.width);
+    let placed = columns::fit(
+        area.width,
+        rows.iter().any(|r| r.rank_text().is_some()),
+        app.settings.tree,
+    );
     let body: Vec<Row> = rows
         .iter()
         .enumerate()
@@ -49,13 +53,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .take(height)
         .map(|(i, row)| {
             let tagged = app.is_tagged(row);
-            let cells = columns.keep(row_cells(row, tagged));
-            cells.style(row_style(row, tagged, i == app.view.selected, theme))
+            let cells = placed
+                .iter()
+                .map(|p| cell(p.column, row_text(p.column, row, tagged, app)));
+            Row::new(cells).style(row_style(row, tagged, i == app.view.selected, theme))
         })
         .collect();
-    let table = Table::new(body, columns.widths())
-        .header(columns.keep(header(app, rows.len())).style(theme.title()))
-        .column_spacing(1);
+    let widths: Vec<Constraint> = placed
+        .iter()
+        .map(|p| match p.column {
+            Column::Command => Constraint::Fill(1),
+            _ => Constraint::Length(p.width),
+        })
+        .collect();
+    let table = Table::new(body, widths)
+        .header(header(app, &placed, rows.len()).style(theme.title()))
+        .column_spacing(columns::SPACING);
     frame.render_widget(table, area);
     if rows.is_empty() && area.height > 1 {
         let message = Rect {
@@ -70,9 +83,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
+/// A cell aligned as its column wants.
+fn cell(column: Column, text: String) -> Cell<'static> {
+    if column.right_aligned() {
+        Cell::from(Line::from(text).right_aligned())
+    } else {
+        Cell::from(text)
+    }
+}
+
 fn empty_message(app: &App) -> String {
     if app.settings.filter.trim().is_empty() {
-        " no processes on the GPUs".to_string()
+        if app.settings.user.is_some() || app.settings.gpus.is_some() {
+            " no process of the chosen user or GPUs (u chooses the user)".to_string()
+        } else {
+            " no processes on the GPUs".to_string()
+        }
     } else {
         format!(
             " no process matches \"{}\" (Esc clears the filter)",
@@ -94,105 +120,32 @@ fn row_style(row: &ProcessRow<'_>, tagged: bool, selected: bool, theme: Theme) -
     }
 }
 
-/// Widths of PID (with the tag mark), USER, GPU, TYPE, GPU-MEM, SM%, CPU%, RSS, TIME;
-/// COMMAND takes the rest.
-const WIDTHS: [u16; 9] = [8, 8, 4, 4, 8, 4, 6, 7, 8];
-/// The columns each sort key orders.
-const SORT_COLUMNS: [(SortKey, usize); 9] = [
-    (SortKey::Pid, 0),
-    (SortKey::User, 1),
-    (SortKey::Gpu, 2),
-    (SortKey::GpuMemory, 4),
-    (SortKey::Sm, 5),
-    (SortKey::Cpu, 6),
-    (SortKey::Rss, 7),
-    (SortKey::Time, 8),
-    (SortKey::Command, 9),
-];
-const TYPE: usize = 3;
-/// RSS and TIME, dropped when the terminal is narrow.
-const NARROW_DROPS: [usize; 2] = [7, 8];
-/// Below this width RSS and TIME give their room to COMMAND.
-const ALL_COLUMNS_WIDTH: u16 = 80;
-/// Below this width TYPE (nearly always "C") does too.
-const TYPE_WIDTH: u16 = 100;
-
-/// Which columns fit the terminal's width.
-struct Columns {
-    width: u16,
-}
-
-impl Columns {
-    fn for_width(width: u16) -> Self {
-        Columns { width }
-    }
-
-    fn shown(&self, column: usize) -> bool {
-        if column == TYPE {
-            self.width >= TYPE_WIDTH
-        } else {
-            self.width >= ALL_COLUMNS_WIDTH || !NARROW_DROPS.contains(&column)
-        }
-    }
-
-    fn widths(&self) -> Vec<Constraint> {
-        let mut widths: Vec<Constraint> = (0..WIDTHS.len())
-            .filter(|c| self.shown(*c))
-            .map(|c| Constraint::Length(WIDTHS[c]))
-            .collect();
-        widths.push(Constraint::Fill(1));
-        widths
-    }
-
-    /// The row with the cells of hidden columns left out.
-    fn keep(&self, cells: Vec<Cell<'static>>) -> Row<'static> {
-        Row::new(
-            cells
-                .into_iter()
-                .enumerate()
-                .filter(|(c, _)| *c >= WIDTHS.len() || self.shown(*c))
-                .map(|(_, cell)| cell),
-        )
-    }
-}
-
-fn header(app: &App, count: usize) -> Vec<Cell<'static>> {
+fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
     let settings = &app.settings;
     let arrow = if settings.reverse { '▼' } else { '▲' };
-    let sorted = SORT_COLUMNS
-        .iter()
-        .find(|(key, _)| *key == settings.sort)
-        .map(|(_, column)| *column);
-    let label = |column: usize, text: &str| match sorted {
+    Row::new(placed.iter().map(|p| {
+        let title = p.column.title();
         // The tree keeps its own order.
-        Some(c) if c == column && !settings.tree => format!("{text}{arrow}"),
-        _ => text.to_string(),
-    };
-    let right =
-        |column: usize, text: &str| Cell::from(Line::from(label(column, text)).right_aligned());
-    vec![
-        right(0, "PID"),
-        Cell::from(label(1, "USER")),
-        right(2, "GPU"),
-        Cell::from("TYPE"),
-        right(4, "GPU-MEM"),
-        right(5, "SM%"),
-        right(6, "CPU%"),
-        right(7, "RSS"),
-        right(8, "TIME"),
-        Cell::from(format!(
-            "{} {}",
-            label(9, "COMMAND"),
-            row_summary(app, count)
-        )),
-    ]
+        let sorted = !settings.tree
+            && p.column.shows_sort_arrow()
+            && p.column.sort_key() == Some(settings.sort);
+        let mut text = if sorted {
+            format!("{title}{arrow}")
+        } else {
+            title.to_string()
+        };
+        if p.column == Column::Command {
+            text = format!("{text} {}", row_summary(app, count));
+        }
+        cell(p.column, text)
+    }))
 }
 
 /// "(64 rows)", "(2 of 64)" under a filter, "(tree, 12 rows)". The filter text and the
 /// tag count are in the status line, which has the room.
 fn row_summary(app: &App, shown: usize) -> String {
     let tree = if app.settings.tree { "tree, " } else { "" };
-    if app.settings.filter.trim().is_empty() {
+    if !app.settings.filtering() {
         format!("({tree}{shown} rows)")
     } else {
         let total = app.snapshot.processes.len();
@@ -200,9 +153,8 @@ fn row_summary(app: &App, shown: usize) -> String {
     }
 }
 
-fn row_cells(row: &ProcessRow<'_>, tagged: bool) -> Vec<Cell<'static>> {
-    let right = |text: String| Cell::from(Line::from(text).right_aligned());
-    let mark = if tagged { TAG_MARK } else { ' ' };
+/// The text of one cell of `row`.
+fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> String {
     let gpu_text = |value: Option<String>| {
         if row.is_gpu() {
             value.unwrap_or_else(|| NA.to_string())
@@ -210,49 +162,83 @@ fn row_cells(row: &ProcessRow<'_>, tagged: bool) -> Vec<Cell<'static>> {
             NO_GPU.to_string()
         }
     };
-    let gpus = row
-        .gpus
-        .iter()
-        .map(|g| g.gpu.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let command = if row.visible() {
-        command_text(row)
-    } else {
-        NOT_VISIBLE.to_string()
-    };
-    let prefix = row.tree.map_or("", |(prefix, _)| prefix);
-    vec![
-        right(format!("{mark}{:>7}", row.pid)),
-        Cell::from(format::truncate(&format::text(row.user()), 8)),
-        right(gpu_text(Some(gpus))),
-        Cell::from(gpu_text(row.kind().map(|k| k.short().to_string()))),
-        right(gpu_text(Some(format::opt_bytes_short(
-            row.gpu_memory_bytes(),
-        )))),
-        right(gpu_text(row.sm_percent().map(|s| s.to_string()))),
-        right(
-            row.cpu_percent()
-                .map_or(NA.to_string(), |c| format!("{c:.1}")),
+    match column {
+        Column::Pid => {
+            let mark = if tagged { TAG_MARK } else { ' ' };
+            format!("{mark}{:>7}", row.pid)
+        }
+        Column::User => format::truncate(&format::text(row.user()), 8),
+        Column::Nice => row.nice().map_or(NA.to_string(), |n| n.to_string()),
+        Column::State => row.state().map_or(NA.to_string(), |c| {
+            format::escape(&c.to_string()).into_owned()
+        }),
+        Column::Gpu => gpu_text(Some(
+            row.gpus
+                .iter()
+                .map(|g| g.gpu.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        )),
+        Column::Kind => gpu_text(row.kind().map(|k| k.short().to_string())),
+        Column::GpuMemory => gpu_text(Some(format::opt_bytes_short(row.gpu_memory_bytes()))),
+        Column::GpuMemoryPercent => gpu_text(
+            row.gpu_memory_percent(&app.snapshot)
+                .map(|p| format!("{p:.0}")),
         ),
-        right(format::opt_bytes_short(row.rss_bytes())),
-        right(format::opt_duration(row.running_seconds())),
-        Cell::from(format!("{prefix}{command}")),
-    ]
+        Column::Sm => gpu_text(row.sm_percent().map(|s| s.to_string())),
+        Column::Cpu => row
+            .cpu_percent()
+            .map_or(NA.to_string(), |c| format!("{c:.1}")),
+        Column::HostMemoryPercent => row
+            .host_memory_percent(&app.snapshot)
+            .map_or(NA.to_string(), |p| format!("{p:.1}")),
+        Column::Rss => format::opt_bytes_short(row.rss_bytes()),
+        Column::Start => row
+            .start_unix_seconds(&app.snapshot)
+            .map_or(NA.to_string(), |start| {
+                start_text(start, app.snapshot.unix_seconds)
+            }),
+        Column::Time => format::opt_duration(row.running_seconds()),
+        Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
+        Column::Command => command_text(row, app.view.command_scroll),
+    }
 }
 
-/// The command line, prefixed with the rank when an agent reports from inside the process.
-fn command_text(row: &ProcessRow<'_>) -> String {
-    let command = format::text(row.command().as_deref());
-    match row.gpus.iter().find_map(|g| g.torch.as_ref()) {
-        Some(torch) => {
-            let rank = match (torch.rank, torch.world_size) {
-                (Some(r), Some(w)) => format!(" r{r}/{w}"),
-                (Some(r), None) => format!(" r{r}"),
-                _ => String::new(),
-            };
-            format!("[torch{rank}] {command}")
-        }
-        None => command,
+/// When a process started, in UTC as the header's clock: "14:05" within the last day, else
+/// "Nov30", as htop's START.
+fn start_text(start: f64, now: f64) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(start.max(0.0));
+    // "2025-06-01T12:34:56Z"
+    let stamp = humantime::format_rfc3339_seconds(at).to_string();
+    if now - start < 86_400.0 {
+        return stamp[11..16].to_string();
+    }
+    let month: usize = stamp[5..7].parse().unwrap_or(1);
+    format!("{}{}", MONTHS[month.clamp(1, 12) - 1], &stamp[8..10])
+}
+
+/// The tree guides and the command, scrolled `scroll` characters to the left.
+fn command_text(row: &ProcessRow<'_>, scroll: usize) -> String {
+    let prefix = row.tree.map_or("", |(prefix, _)| prefix);
+    let command = row
+        .display_command()
+        .unwrap_or_else(|| NOT_VISIBLE.to_string());
+    format!("{prefix}{command}").chars().skip(scroll).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_text;
+
+    #[test]
+    fn start_is_a_clock_time_today_and_a_date_before() {
+        // 2025-06-01T12:34:56Z
+        let now = 1_748_781_296.0;
+        assert_eq!(start_text(now - 3600.0, now), "11:34");
+        assert_eq!(start_text(now - 3.0 * 86_400.0, now), "May29");
+        assert_eq!(start_text(-5.0, now), "Jan01");
     }
 }

@@ -115,7 +115,8 @@ fn process(k: u32, gpu: u32) -> GpuProcess {
         cpu_percent: Some(99.5 - f64::from(k)),
         rss_bytes: Some(14 * GIB + u64::from(k) * GIB / 3),
         running_seconds: Some(3723.0 + f64::from(k) * 7200.0),
-        nice: Some(0),
+        nice: Some(if k == 2 { 5 } else { 0 }),
+        state: Some(if k == 1 { 'T' } else { 'R' }),
         ..GpuProcess::new(20_000 + k, gpu, ProcessKind::Compute)
     }
 }
@@ -386,14 +387,19 @@ fn gpu_with_missing_fields_reads_na_never_zero() {
     let large = screen(&app, 200, 50);
     insta::assert_snapshot!("na_fields_80x24", small);
     insta::assert_snapshot!("na_fields_200x50", large);
-    for s in [&small, &large] {
+    // GPU-MEM SM% CPU% RSS at 80 columns; GMEM% MEM% TIME START too at 200.
+    for (s, missing) in [(&small, 4), (&large, 8)] {
         let gpu_line = s.lines().nth(row_of(s, "GPU NAME") + 1).unwrap();
         assert!(gpu_line.contains("N/A/N/A"), "{gpu_line}");
         for zero in ["0W", " 0%", "0C", "0.0G", "P0"] {
             assert!(!gpu_line.contains(zero), "{zero:?} in {gpu_line:?}");
         }
         let process_line = line_with(s, "20000");
-        assert_eq!(process_line.matches("N/A").count(), 5, "{process_line}");
+        assert_eq!(
+            process_line.matches("N/A").count(),
+            missing,
+            "{process_line}"
+        );
     }
     let detail = line_with(&large, "SM N/A");
     assert!(detail.contains("PCIe rx N/A tx N/A  enc N/A dec N/A  throttle N/A"));
@@ -520,7 +526,9 @@ fn torch_stats_of_the_selected_process() {
         assert!(s.contains("inactive-split 1.2GiB"));
         assert!(s.contains("non-PyTorch 1.5GiB"));
         assert!(s.contains("retries 3"));
-        assert!(s.contains("[torch r0/8]"));
+        let rank0 = line_with(s, "20000 alice");
+        assert!(rank0.contains(" 0/8 python3 train.py"), "{rank0}");
+        assert!(line_with(s, "PID").contains(" RANK COMMAND"), "{s}");
         let sparkline = |name: &str, bar: char| {
             s.lines()
                 .any(|l| l.contains(&format!(" {name} ")) && l.contains(bar))
@@ -558,10 +566,10 @@ fn hidden_processes_stay_listed() {
     let mut hidden = GpuProcess::new(777_777, 0, ProcessKind::Both);
     hidden.gpu_memory_bytes = Some(2 * GIB);
     let app = app_with(snapshot_with(vec![gpu(0, 0)], vec![hidden]));
-    let s = screen(&app, 100, 24);
+    let s = screen(&app, 200, 24);
     let line = line_with(&s, "777777");
     assert!(line.contains("not visible here"), "{line}");
-    assert!(line.contains("C+G"), "TYPE shows from 100 columns: {line}");
+    assert!(line.contains("C+G"), "TYPE shows on a wide screen: {line}");
     assert!(line.contains("2.0G"));
     let narrow = screen(&app, 80, 24);
     assert!(line_with(&narrow, "777777").contains("not visible here"));
@@ -696,7 +704,10 @@ fn confirm_dialog_names_pid_user_and_command_of_each_target() {
     assert!(s.contains("Send SIGKILL to these 2 processes?"), "{s}");
     let first = line_with(&s, "20000  alice");
     assert!(first.contains("/usr/bin/python3 train.py"), "{first}");
-    assert!(s.contains("20002  carol"), "{s}");
+    assert!(
+        s.contains("20001  bob"),
+        "the second row in GPU-memory order: {s}"
+    );
     assert!(s.contains("y or Enter: send"), "{s}");
     let last = s.lines().last().unwrap();
     assert!(
@@ -755,13 +766,18 @@ fn nice_and_sort_dialogs_draw() {
     key(&mut app, KeyCode::Down);
     let s = screen(&app, 80, 24);
     let now = line_with(&s, "(now)");
-    assert!(now.contains(" GPU ") && !now.contains("GPU MEM"), "{s}");
-    assert!(s.contains("order: ascending"), "{s}");
+    assert!(now.contains("GPU MEM"), "the default order: {s}");
+    assert!(s.contains("order: descending"), "{s}");
     key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 80, 24);
+    assert!(
+        line_with(&s, "COMMAND").contains("SM%▼"),
+        "SM% descending first: {s}"
+    );
+    assert!(!line_with(&s, "COMMAND").contains("GPU-MEM▼"), "{s}");
     key(&mut app, KeyCode::Char('r'));
     let s = screen(&app, 80, 24);
-    assert!(line_with(&s, "COMMAND").contains("GPU-MEM▼"), "{s}");
-    assert!(!line_with(&s, "COMMAND").contains("GPU▲"), "{s}");
+    assert!(line_with(&s, "COMMAND").contains("SM%▲"), "{s}");
 }
 
 #[test]
@@ -841,10 +857,7 @@ fn tree_view_draws_parents_and_workers_with_guides() {
         "{s}"
     );
     let rank = line_with(&s, "  300 ");
-    assert!(
-        rank.contains("└─ [torch") || rank.contains("└─ /usr/bin/python3"),
-        "{rank}"
-    );
+    assert!(rank.contains("└─ python3 train.py"), "{rank}");
     assert!(rank.contains("9.0G"), "GPU rows keep their figures: {rank}");
     assert!(row_of(&s, "torchrun") < row_of(&s, " 210 "));
 }
@@ -905,4 +918,172 @@ fn a_job_shows_each_rank_with_its_bars() {
             );
         }
     }
+}
+
+#[test]
+fn the_command_shows_the_program_basename_and_scrolls_sideways() {
+    let mut app = torch_app();
+    let medium = screen(&app, 120, 40);
+    insta::assert_snapshot!("torch_120x40", medium);
+    let row = line_with(&medium, "20000 alice");
+    assert!(row.contains(" 0/8 python3 train.py --config"), "{row}");
+    assert!(!medium.contains("/usr/bin/python3"), "{medium}");
+    app.view.command_scroll = 8;
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let row = line_with(&s, "20000 alice");
+        assert!(
+            row.contains(" 0/8 train.py --config"),
+            "scrolled by 8: {row}"
+        );
+    }
+}
+
+#[test]
+fn state_nice_memory_shares_and_start_time_have_columns() {
+    let app = app_after(|t| busy_snapshot(1, 3, t));
+    let wide = screen(&app, 200, 50);
+    let header = line_with(&wide, "PID USER");
+    for title in ["NI", " S ", "GMEM%", "MEM%", "START"] {
+        assert!(header.contains(title), "{title} in {header}");
+    }
+    let stopped = line_with(&wide, "20001 bob");
+    assert!(
+        stopped.contains("bob        0 T "),
+        "SIGSTOPped shows T: {stopped}"
+    );
+    let niced = line_with(&wide, "20002 carol");
+    assert!(niced.contains("carol      5 R "), "{niced}");
+    // 9 GiB of 80 GiB; 14 GiB of 2 TiB; started 1:02:03 before 12:34:56.
+    let first = line_with(&wide, "20000 alice");
+    assert!(first.contains("9.0G     11 "), "{first}");
+    assert!(first.contains("  0.7   14.0G  1:02:03  11:32 "), "{first}");
+    for (width, height) in [(80, 24), (120, 40)] {
+        let s = screen(&app, width, height);
+        let row = line_with(&s, "20001 bob");
+        assert!(
+            row.contains(" T "),
+            "the state column stays at {width}: {row}"
+        );
+        assert!(s.lines().all(|l| l.chars().count() <= usize::from(width)));
+    }
+    let mut unknown = process(0, 0);
+    unknown.state = None;
+    unknown.nice = None;
+    unknown.rss_bytes = None;
+    unknown.running_seconds = None;
+    let app = app_with(snapshot_with(vec![na_gpu()], vec![unknown]));
+    let s = screen(&app, 200, 50);
+    let row = line_with(&s, "20000 alice");
+    assert!(
+        row.starts_with("   20000 alice    N/A N/A    0 C        9.0G    N/A   85   99.5   N/A"),
+        "missing figures read N/A, never 0: {row}"
+    );
+    insta::assert_snapshot!("columns_missing_200x50", s);
+}
+
+#[test]
+fn a_long_status_sentence_is_cut_and_the_key_hints_stay() {
+    let mut app = app_after(|t| busy_snapshot(1, 3, t));
+    app.status = Some(format!(
+        "the nice value of 20000 ({}) is now 5",
+        "x".repeat(300)
+    ));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let last = s.lines().last().unwrap();
+        assert!(last.contains("the nice value of 20000"), "{last}");
+        assert!(last.contains('…'), "the sentence is cut: {last}");
+        assert!(
+            last.ends_with("F6 sort") || last.ends_with("q quit  ? help"),
+            "the hints (shortened if need be) stay whole at {width} columns: {last}"
+        );
+    }
+    app.status = Some("process 1234 has exited".to_string());
+    let s = screen(&app, 120, 40);
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("process 1234 has exited"), "{last}");
+    assert!(last.ends_with("F6 sort"), "room for all the hints: {last}");
+    app.readonly = true;
+    app.status = Some("y".repeat(300));
+    let s = screen(&app, 80, 24);
+    let last = s.lines().last().unwrap();
+    assert!(last.ends_with("? help READ-ONLY"), "{last}");
+}
+
+#[test]
+fn the_kill_confirmation_names_the_rank_and_job_of_a_torch_process() {
+    use crossterm::event::KeyCode;
+    let mut snapshot = busy_snapshot(2, 1, 0);
+    for (rank, p) in snapshot.processes.iter_mut().enumerate() {
+        p.torch = Some(torch_info(rank as u32, 0));
+    }
+    snapshot.jobs = vec![crate::model::Job {
+        id: "job 127.0.0.1:29500".to_string(),
+        ranks: snapshot
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(rank, p)| crate::model::JobRank {
+                pid: p.pid,
+                gpu: p.gpu,
+                rank: Some(rank as u32),
+                local_rank: Some(rank as u32),
+                world_size: Some(2),
+            })
+            .collect(),
+    }];
+    let mut app = sized(app_with(snapshot), 120, 40);
+    key(&mut app, KeyCode::End);
+    key(&mut app, KeyCode::Char('K'));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        assert!(s.contains("Send SIGKILL to this process?"), "{s}");
+        let row = app.selected_row().unwrap();
+        let target = row_of(&s, &format!("{}  {}", row.pid, row.user().unwrap()));
+        let under = s.lines().nth(target + 1).unwrap();
+        assert!(under.contains("of job 127.0.0.1:29500"), "{s}");
+        assert!(
+            under.contains("rank 0/2") || under.contains("rank 1/2"),
+            "{under}"
+        );
+        if width == 80 {
+            insta::assert_snapshot!("confirm_kill_rank_80x24", s);
+        }
+    }
+    // Without a job, the agent's rank alone.
+    app.on_snapshot(Arc::new(Snapshot {
+        jobs: Vec::new(),
+        ..(*app.snapshot).clone()
+    }));
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("rank 1/8"), "{s}");
+}
+
+#[test]
+fn the_user_menu_and_the_user_and_gpu_filters_show() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(app_with(busy_snapshot(2, 4, 0)), 80, 24);
+    key(&mut app, KeyCode::Char('u'));
+    let s = screen(&app, 80, 24);
+    insta::assert_snapshot!("user_menu_80x24", s);
+    for name in ["all users", "alice", "bob", "carol", "dave"] {
+        assert!(s.contains(&format!("│  {name} ")), "{name}:\n{s}");
+    }
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Enter);
+    let user = app.settings.user.clone();
+    let app = app.with_filters(user, Some(vec![1]));
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let last = s.lines().last().unwrap();
+        assert!(last.contains(" user bob   GPUs 1 "), "{last}");
+        assert!(line_with(&s, "COMMAND").contains("(2 of 8)"), "{s}");
+        assert!(line_with(&s, "20005 bob").contains(" 1 "), "{s}");
+        assert!(!s.contains("alice "), "{s}");
+    }
+    let app = app.with_filters(Some("nobody-here".to_string()), None);
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("no process of the chosen user or GPUs"), "{s}");
 }

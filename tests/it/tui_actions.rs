@@ -14,6 +14,11 @@ const F8: &[u8] = b"\x1b[19~";
 
 /// Two GPU processes on one GPU: a victim and a bystander, both real children.
 fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
+    start_sized(extra_env, 120)
+}
+
+/// [`start`] on a terminal `columns` wide.
+fn start_sized(extra_env: &[(&str, &str)], columns: u16) -> (Sleepers, ScenarioFile, PtySession) {
     let children = Sleepers::named(&["torchtop-e2e-victim", "torchtop-e2e-bystander"]);
     let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[children.pid(0), children.pid(1)]);
     let mut env = scenario.env();
@@ -22,7 +27,13 @@ fn start(extra_env: &[(&str, &str)]) -> (Sleepers, ScenarioFile, PtySession) {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
-    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 120, 40);
+    let session = PtySession::spawn(
+        &common::torchtop_binary(),
+        &[],
+        &env_refs(&env),
+        columns,
+        40,
+    );
     let both = [children.pid(0).to_string(), children.pid(1).to_string()];
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("victim")
@@ -179,4 +190,75 @@ fn whoami() -> String {
             (fields.get(2) == Some(&uid.as_str())).then(|| fields[0].to_string())
         })
         .unwrap_or(uid)
+}
+
+#[test]
+fn arrows_and_ctrl_a_e_scroll_the_command_sideways() {
+    // 60 columns leave COMMAND 25 cells: "torchtop-e2e-bystander 600" is one longer.
+    let (_children, _scenario, mut session) = start_sized(&[], 60);
+    wait_for_text(&session, " torchtop-e2e-victim 600");
+    session.send(b"\x1b[C"); // →
+    wait_for_text(&session, " orchtop-e2e-victim 600");
+    session.send(b"\x01"); // Ctrl-A
+    wait_for_text(&session, " torchtop-e2e-victim 600");
+    session.send(b"\x05"); // Ctrl-E
+    wait_for_text(&session, " orchtop-e2e-bystander 600");
+    session.send(b"\x1b[D"); // ←
+    wait_for_text(&session, " torchtop-e2e-bystander 60");
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
+}
+
+/// The F9 key as xterm sends it.
+const F9: &[u8] = b"\x1b[20~";
+
+#[test]
+fn f9_then_19_stops_the_child_and_its_row_shows_state_t() {
+    let (children, _scenario, mut session) = start(&[]);
+    let victim = children.pid(0);
+    filter_to(&mut session, "victim");
+    session.send(F9);
+    wait_for_text(&session, "Send a signal");
+    // Typed as in htop: the signal's number, then Enter.
+    session.send(b"19");
+    session.send(b"\r");
+    wait_for_text(&session, "Send SIGSTOP to this process?");
+    session.send(b"y");
+    let victim_text = victim.to_string();
+    assert!(
+        session.wait_for(PATIENCE, |s| s.lines().any(|l| l.contains(&victim_text)
+            && l.contains(" T ")
+            && l.contains("torchtop-e2e-victim"))),
+        "the stopped child's row never showed state T:\n{}",
+        session.screen()
+    );
+    // SAFETY: kill with a pid this test started and SIGCONT has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(victim as i32, libc::SIGCONT) }, 0);
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
+}
+
+#[test]
+fn u_shows_one_users_processes_then_everyones() {
+    let (_children, _scenario, mut session) = start(&[]);
+    let me = whoami();
+    session.send(b"u");
+    wait_for_text(&session, "Show the processes of");
+    wait_for_text(&session, &format!("  {me} "));
+    session.send(b"\x1b[B"); // ↓ to the first user
+    session.send(b"\r");
+    wait_for_text(&session, &format!(" user {me} "));
+    wait_for_text(&session, "(2 of 2)");
+    session.send(b"u");
+    wait_for_text(&session, "Show the processes of");
+    session.send(b"\x1b[H"); // Home: all users
+    session.send(b"\r");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("(2 rows)")
+            && !s.contains(" user ")),
+        "all users again:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).is_some(), "q quits");
 }

@@ -1,4 +1,5 @@
-//! The TUI in a pseudo-terminal: it starts without a driver, quits on q/Esc/Ctrl-C, answers
+//! The TUI in a pseudo-terminal: it starts without a driver, quits on q/F10/Ctrl-C (never on
+//! Esc), answers
 //! each key at once whatever the refresh, leaves the terminal as it found it after a normal
 //! exit, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and a panic, suspends on Ctrl-Z, ends when its
 //! terminal goes away, and says what to do when there is no terminal at all.
@@ -133,14 +134,46 @@ fn starts_without_a_driver_and_quits_on_q() {
     let _ = session.wait_exit(Duration::from_millis(10));
 }
 
+/// F10 as xterm sends it.
+const F10: &[u8] = b"\x1b[21~";
+
 #[test]
-fn quits_on_escape_and_on_ctrl_c() {
-    for key in [&b"\x1b"[..], &b"\x03"[..]] {
+fn quits_on_f10_and_on_ctrl_c() {
+    for key in [F10, &b"\x03"[..]] {
         let session = &mut spawn_wrapped(&[]);
         wait_for_first_frame(session);
         session.send(key);
         assert_restored(session, "EXIT=0");
     }
+}
+
+#[test]
+fn escape_never_quits() {
+    let session = &mut spawn_wrapped(&[]);
+    wait_for_first_frame(session);
+    session.send(b"?");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("torchtop keys")),
+        "the help did not open:\n{}",
+        session.screen()
+    );
+    session.send(b"\x1b");
+    assert!(
+        session.wait_for(PATIENCE, |s| !s.contains("torchtop keys")),
+        "Esc did not close the help:\n{}",
+        session.screen()
+    );
+    // The Esc that quit before: now it says how to quit, and torchtop goes on.
+    session.send(b"\x1b");
+    assert!(
+        session.wait_for(PATIENCE, |s| s
+            .contains("nothing to close (q or F10 quits)")),
+        "the second Esc was not answered:\n{}",
+        session.screen()
+    );
+    assert!(!session.screen().contains("EXIT="), "{}", session.screen());
+    session.send(F10);
+    assert_restored(session, "EXIT=0");
 }
 
 #[test]

@@ -1,0 +1,151 @@
+//! The process table's own keys and clicks: the sort order (F6, `<` `>` `r`, a click on a
+//! column title), the user menu (`u`), and the sideways scroll of COMMAND.
+
+use crossterm::event::{KeyCode, KeyEvent};
+
+use super::columns;
+use super::layout::Plan;
+use super::rows;
+use super::{App, Effect, Mode};
+use crate::model::filter::SortKey;
+
+impl App {
+    /// The columns of the process table as the last layout places them.
+    pub(crate) fn columns(&self) -> Vec<columns::Placed> {
+        let width = match &self.view.plan {
+            Plan::Screen(areas) => areas.processes.width,
+            _ => 0,
+        };
+        let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
+        columns::fit(width, with_rank, self.settings.tree)
+    }
+
+    /// `←` `→` Ctrl-A Ctrl-E: moves COMMAND sideways; `to(now, end)` gives the new offset,
+    /// where `end` shows the tail of the longest command.
+    pub(super) fn scroll_command(&mut self, to: impl FnOnce(usize, usize) -> usize) -> Effect {
+        let width = usize::from(columns::command_width(&self.columns()));
+        let longest = self
+            .rows()
+            .iter()
+            .map(|r| {
+                let prefix = r.tree.map_or(0, |(p, _)| p.chars().count());
+                r.display_command()
+                    .map_or(0, |c| c.chars().count() + prefix)
+            })
+            .max()
+            .unwrap_or(0);
+        let end = longest.saturating_sub(width);
+        let now = self.view.command_scroll.min(end);
+        self.view.command_scroll = to(now, end).min(end);
+        Effect::Redraw
+    }
+
+    pub(super) fn is_header(&self, y: u16) -> bool {
+        matches!(&self.view.plan, Plan::Screen(areas) if areas.processes.height > 0 && areas.processes.y == y)
+    }
+
+    /// A click on a column title sorts by it; on the sorted column, it reverses the order.
+    pub(super) fn click_header(&mut self, x: u16) -> Effect {
+        let Plan::Screen(areas) = &self.view.plan else {
+            return Effect::None;
+        };
+        let table = areas.processes;
+        if x < table.x || x >= table.right() {
+            return Effect::None;
+        }
+        let key = columns::column_at(&self.columns(), x - table.x).and_then(|c| c.sort_key());
+        match key {
+            Some(key) => self.choose_sort(key),
+            None => Effect::None,
+        }
+    }
+
+    pub(super) fn open_sort_menu(&mut self) -> Effect {
+        let selected = SortKey::ALL
+            .iter()
+            .position(|&k| k == self.settings.sort)
+            .unwrap_or(0);
+        self.mode = Mode::SortMenu { selected };
+        Effect::Redraw
+    }
+
+    pub(super) fn on_sort_menu_key(&mut self, key: KeyEvent, selected: usize) -> Effect {
+        let count = SortKey::ALL.len();
+        let selected = match key.code {
+            KeyCode::Esc | KeyCode::F(6) => {
+                self.mode = Mode::Normal;
+                return Effect::Redraw;
+            }
+            KeyCode::Enter => {
+                self.mode = Mode::Normal;
+                return self.choose_sort(SortKey::ALL[selected.min(count - 1)]);
+            }
+            KeyCode::Char('r') => {
+                return self.set_sort(self.settings.sort, !self.settings.reverse);
+            }
+            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(count - 1),
+            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
+            _ => return Effect::None,
+        };
+        self.mode = Mode::SortMenu { selected };
+        Effect::Redraw
+    }
+
+    /// A new sort column starts in its natural direction ([`SortKey::descending_first`]);
+    /// choosing the current one again reverses it, as a second click on a header does.
+    pub(super) fn choose_sort(&mut self, key: SortKey) -> Effect {
+        let reverse = if key == self.settings.sort {
+            !self.settings.reverse
+        } else {
+            key.descending_first()
+        };
+        self.set_sort(key, reverse)
+    }
+
+    pub(super) fn open_user_menu(&mut self) -> Effect {
+        let users = rows::users(&self.snapshot);
+        let selected = self
+            .settings
+            .user
+            .as_ref()
+            .and_then(|u| users.iter().position(|x| x == u))
+            .map_or(0, |i| i + 1);
+        self.mode = Mode::UserMenu { selected, users };
+        Effect::Redraw
+    }
+
+    pub(super) fn on_user_menu_key(
+        &mut self,
+        key: KeyEvent,
+        selected: usize,
+        users: Vec<String>,
+    ) -> Effect {
+        let last = users.len();
+        let selected = match key.code {
+            KeyCode::Esc | KeyCode::Char('u') => {
+                self.mode = Mode::Normal;
+                return Effect::Redraw;
+            }
+            KeyCode::Enter => {
+                self.settings.user = selected.checked_sub(1).and_then(|i| users.get(i).cloned());
+                self.mode = Mode::Normal;
+                self.refresh_rows();
+                return Effect::Redraw;
+            }
+            KeyCode::Down | KeyCode::Char('j') => (selected + 1).min(last),
+            KeyCode::Up | KeyCode::Char('k') => selected.saturating_sub(1),
+            KeyCode::Home => 0,
+            KeyCode::End => last,
+            _ => return Effect::None,
+        };
+        self.mode = Mode::UserMenu { selected, users };
+        Effect::Redraw
+    }
+
+    pub(super) fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {
+        self.settings.sort = key;
+        self.settings.reverse = reverse;
+        self.refresh_rows();
+        Effect::Redraw
+    }
+}
