@@ -1,9 +1,12 @@
 //! torchtop: a terminal monitor for machines that train PyTorch models.
 //!
-//! The engine and the screen are kept apart:
+//! The engine and the screen are kept apart, in layers (lowest first; `layering.rs` checks that
+//! nothing imports a layer above it):
+//! `main → event → ui → app → {sampler → collect, rules}, actions, launch`, all resting on the
+//! base `model`, `format`, `protocol`, `sys`, `config` and `terminal`.
 //! - [`model`]: plain data (snapshot, GPU, process, host, allocator stats, history).
-//! - [`collect`]: the data sources (NVML, /proc, agent sockets), each behind a trait, and the
-//!   sampler that runs them off the UI task and publishes immutable snapshots.
+//! - [`collect`]: the data sources (NVML, /proc, agent sockets), each behind a trait.
+//! - [`sampler`]: runs the sources off the UI task and publishes immutable snapshots.
 //! - [`rules`]: warnings as pure functions of the snapshot history.
 //! - [`actions`]: signals and renice, with typed errors and identity checks.
 //! - [`ui`]: one pure render function per panel; drawing only reads.
