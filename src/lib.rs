@@ -41,6 +41,8 @@ pub mod settings;
 pub(crate) mod sys;
 // Built with the `torch` feature (and for its tests, which need no libtorch).
 #[cfg(any(feature = "torch", test))]
+// Its `pub` items are the public `torchtop::agent`, which exists with the feature only.
+#[cfg_attr(not(feature = "torch"), allow(unreachable_pub))]
 pub(crate) mod tch_agent;
 pub(crate) mod terminal;
 pub(crate) mod ui;

@@ -18,7 +18,7 @@ mod long_version {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    pub fn emit() {
+    pub(super) fn emit() {
         let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
         let commit = git_commit(&root)
             .or_else(|| packaged_commit(&root))

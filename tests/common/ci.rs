@@ -7,7 +7,8 @@
 //! Used by the integration tests (through `tests/common`, or alone through `#[path]` in the
 //! binaries that need nothing else) and by the library's unit tests (through `#[path]` in
 //! src/lib.rs), so it needs nothing but std and libc.
-#![allow(dead_code)]
+// Shared by several test binaries, each of which uses a part: `pub` is their interface.
+#![allow(dead_code, unreachable_pub)]
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};

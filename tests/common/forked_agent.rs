@@ -2,7 +2,8 @@
 //! listens on (so `SO_PEERCRED`, the socket's name and a live process agree), while this process
 //! accepts and talks. Hundreds of them cost hundreds of sleeping children, not threads. Used by
 //! the agent hub's unit tests (through `#[path]`), its integration tests and the attack benchmark.
-#![allow(dead_code)]
+// Shared by several test binaries, each of which uses a part: `pub` is their interface.
+#![allow(dead_code, unreachable_pub)]
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests.
-#![allow(dead_code)]
+// Shared by several test binaries, each of which uses a part: `pub` is their interface.
+#![allow(dead_code, unreachable_pub)]
 
 pub mod ci;
 pub mod fake_nvml;

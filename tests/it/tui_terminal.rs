@@ -182,6 +182,7 @@ fn restores_the_terminal_on_sigterm_and_sighup() {
         let session = spawn_wrapped(&[]);
         wait_for_first_frame(&session);
         let pid = torchtop_pid(&session);
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
         assert_restored(&session, "EXIT=0");
     }

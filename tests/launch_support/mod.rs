@@ -2,7 +2,8 @@
 //! children that are killed when a test ends, running a child as another user, and reading an
 //! agent's stats through `AgentHub`. A test binary that uses it has `ci` (tests/common/ci.rs) at
 //! its root.
-#![allow(dead_code)]
+// Shared by several test binaries, each of which uses a part: `pub` is their interface.
+#![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

@@ -1,6 +1,7 @@
 //! What the soak and agent-attack benchmarks share: the release fake NVML library, the
 //! torchtop binary under test, and figures of a running process read from /proc.
-#![allow(dead_code)]
+// Shared by several benchmark binaries, each of which uses a part: `pub` is their interface.
+#![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
