@@ -13,10 +13,11 @@ const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
 /// Bytes in binary units with one decimal: "512B", "12.3MiB", "12.3GiB".
 pub(crate) fn bytes(value: u64) -> String {
     let (scaled, unit) = scale(value);
-    if unit == 0 {
-        format!("{value}B")
-    } else {
-        format!("{scaled:.1}{}", UNITS[unit])
+    match unit {
+        0 => format!("{value}B"),
+        // 1000 to 1023 of a unit reads as "0.98" of the next one.
+        _ if scaled < 1.0 => format!("{scaled:.2}{}", UNITS[unit]),
+        _ => format!("{scaled:.1}{}", UNITS[unit]),
     }
 }
 
@@ -31,10 +32,12 @@ pub(crate) fn bytes_short(value: u64) -> String {
     }
 }
 
+/// The figure in the largest unit that keeps it under 1000, so that it never reads "1000.0MiB"
+/// where "0.98GiB" is meant (and never takes more than 3 digits before the point).
 fn scale(value: u64) -> (f64, usize) {
     let mut scaled = value as f64;
     let mut unit = 0;
-    while scaled >= KIB && unit + 1 < UNITS.len() {
+    while scaled >= 1000.0 && unit + 1 < UNITS.len() {
         scaled /= KIB;
         unit += 1;
     }
@@ -50,7 +53,11 @@ pub(crate) fn opt_bytes_short(value: Option<u64>) -> String {
 }
 
 /// "used/total" in short units, each side N/A on its own.
+/// "12.3G/80.0G"; one "N/A" when both are missing, not "N/A/N/A".
 pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {
+    if used.is_none() && total.is_none() {
+        return NA.to_string();
+    }
     format!("{}/{}", opt_bytes_short(used), opt_bytes_short(total))
 }
 
@@ -70,6 +77,7 @@ pub(crate) fn watts(value: Option<f64>) -> String {
 pub(crate) fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> String {
     match (draw, limit) {
         (Some(d), Some(l)) => format!("{d:.0}/{l:.0}W"),
+        (None, None) => NA.to_string(),
         (draw, limit) => format!("{}/{}", watts(draw), watts(limit)),
     }
 }
@@ -237,6 +245,9 @@ mod tests {
         assert_eq!(bytes_short(80 * 1024 * 1024 * 1024), "80.0G");
         assert_eq!(bytes_short(300 * 1024 * 1024), "300M");
         assert_eq!(bytes_short(0), "0B");
+        assert_eq!(bytes(1000 * 1024 * 1024), "0.98GiB");
+        assert_eq!(bytes(1010 * 1024), "0.99MiB");
+        assert_eq!(bytes(999 * 1024 * 1024), "999.0MiB");
     }
 
     #[test]
@@ -245,7 +256,9 @@ mod tests {
         assert_eq!(percent(None), "N/A");
         assert_eq!(watts(None), "N/A");
         assert_eq!(power_of_limit(None, Some(700.0)), "N/A/700W");
-        assert_eq!(used_of_total(None, None), "N/A/N/A");
+        assert_eq!(used_of_total(None, None), "N/A");
+        assert_eq!(used_of_total(None, Some(1 << 30)), "N/A/1.0G");
+        assert_eq!(power_of_limit(None, None), "N/A");
         assert_eq!(opt_duration(None), "N/A");
     }
 

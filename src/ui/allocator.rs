@@ -10,7 +10,7 @@ use ratatui::{
 
 use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
 use crate::app::App;
-use crate::format::{self, pad_left_aligned, NA};
+use crate::format::{self, pad_left_aligned};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, TorchInfo};
 use crate::terminal::theme::Theme;
@@ -75,20 +75,24 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
 }
 
 fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
-    let rank = match (torch.rank, torch.world_size) {
-        (Some(r), Some(w)) => format!("rank {r}/{w}"),
-        (Some(r), None) => format!("rank {r}"),
-        _ => "rank N/A".to_string(),
-    };
-    let step_time = torch
-        .step_time_seconds
-        .map_or(NA.to_string(), |s| format!("{s:.3}s"));
-    let step = torch.step.map_or(NA.to_string(), |s| s.to_string());
-    format!(
-        " PYTORCH pid {}  {rank}  step {step}  {step_time}/step  torch {}",
-        process.pid,
+    let mut parts = vec![format!(" PYTORCH pid {}", process.pid)];
+    match (torch.rank, torch.world_size) {
+        (Some(r), Some(w)) => parts.push(format!("rank {r}/{w}")),
+        (Some(r), None) => parts.push(format!("rank {r}")),
+        _ => {}
+    }
+    // A script that never calls `step()` has no step to show: nothing, rather than N/A twice.
+    if let Some(step) = torch.step {
+        parts.push(format!("step {step}"));
+    }
+    if let Some(seconds) = torch.step_time_seconds {
+        parts.push(format!("{seconds:.3}s/step"));
+    }
+    parts.push(format!(
+        "torch {}",
         crate::format::text(torch.torch.as_deref())
-    )
+    ));
+    parts.join("  ")
 }
 
 /// Draws one device; returns the rows used, 0 when it did not fit.
@@ -226,5 +230,28 @@ fn render_sparklines(
             .direction(RenderDirection::RightToLeft)
             .style(style);
         frame.render_widget(sparkline, spark);
+    }
+}
+
+#[cfg(test)]
+mod title_tests {
+    use super::*;
+
+    #[test]
+    fn a_script_without_steps_shows_no_step_figures() {
+        let process = GpuProcess::new(42, 0, crate::model::ProcessKind::Compute);
+        let mut torch = TorchInfo {
+            torch: Some("2.11.0".into()),
+            ..TorchInfo::default()
+        };
+        assert_eq!(title(&process, &torch), " PYTORCH pid 42  torch 2.11.0");
+        torch.step = Some(7);
+        torch.step_time_seconds = Some(0.5);
+        torch.rank = Some(1);
+        torch.world_size = Some(2);
+        assert_eq!(
+            title(&process, &torch),
+            " PYTORCH pid 42  rank 1/2  step 7  0.500s/step  torch 2.11.0"
+        );
     }
 }

@@ -101,6 +101,8 @@ fn filter_to_the_child_press_k_then_y_and_it_is_killed() {
 #[test]
 fn readonly_refuses_every_action_key_with_a_sentence() {
     let (children, _scenario, mut session) = start(&[("TORCHTOP_READONLY", "1")]);
+    // What the child inherited from the test run (`nice cargo test` makes it 10).
+    let nice_before = nice_of(children.pid(0));
     filter_to(&mut session, "victim");
     session.send(b"K");
     wait_for_text(
@@ -118,7 +120,7 @@ fn readonly_refuses_every_action_key_with_a_sentence() {
     );
     assert!(!session.screen().contains("Send SIG"), "no dialog opens");
     assert_no_fatal_signal_on_its_way(children.pid(0));
-    assert_eq!(nice_of(children.pid(0)), 0);
+    assert_eq!(nice_of(children.pid(0)), nice_before);
     session.send(b"q");
     assert!(session.wait_exit(PATIENCE).is_some());
 }
