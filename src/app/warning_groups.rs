@@ -6,7 +6,7 @@
 //! warning is caused by its job when it is a rank of one, otherwise by the GPU it runs on
 //! (the lowest index when it holds several), otherwise by the process itself.
 //!
-//! Groups go most severe first, then by impact (health, then `oom-risk`, `leak`,
+//! Groups go most severe first, then by impact (`rules::IMPACT`: health, `oom`, `oom-risk`, `leak`,
 //! `fragmentation`, then what costs memory, then the rest), then in the order they were raised.
 
 use std::collections::{BTreeMap, HashMap};
@@ -55,29 +55,6 @@ impl Group {
     }
 }
 
-/// Warnings about the machine's health: a lost, hung or erroring GPU, a missing driver, a job
-/// that stopped. They come first among warnings of one severity.
-const HEALTH: [&str; 6] = [
-    "gpu-lost",
-    "gpu-unresponsive",
-    "driver-missing",
-    "ecc",
-    "training-stalled",
-    "wrong-gpu",
-];
-
-/// Lower comes first among warnings of one severity.
-pub(crate) fn impact(id: &str) -> u8 {
-    match id {
-        id if HEALTH.contains(&id) => 0,
-        "oom-risk" => 1,
-        "leak" => 2,
-        "fragmentation" => 3,
-        "zombie-memory" | "swap" => 4,
-        _ => 5,
-    }
-}
-
 /// The groups of the snapshot's warnings, in display order.
 pub(crate) fn group(snapshot: &Snapshot) -> Vec<Group> {
     let causes = ProcessCauses::of(snapshot);
@@ -106,7 +83,7 @@ pub(crate) fn group(snapshot: &Snapshot) -> Vec<Group> {
         let first_raised = g.members.iter().min().copied().unwrap_or(usize::MAX);
         (
             std::cmp::Reverse(g.severity),
-            impact(&g.key.id),
+            crate::rules::impact_rank(&g.key.id),
             first_raised,
         )
     });

@@ -81,8 +81,8 @@ pub(crate) const IMPACT: &[&str] = &[
     gpu_starved::ID,
 ];
 
-/// Where `id` stands in [`IMPACT`].
-fn impact_rank(id: &str) -> usize {
+/// Where `id` stands in [`IMPACT`]; the warnings panel orders its groups by it too.
+pub(crate) fn impact_rank(id: &str) -> usize {
     IMPACT.iter().position(|i| *i == id).unwrap_or(IMPACT.len())
 }
 
