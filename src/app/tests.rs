@@ -6,6 +6,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKi
 use ratatui::layout::Rect;
 
 use super::*;
+use crate::actions::Action;
 use crate::model::filter::SortKey;
 use crate::model::{GpuProcess, HostProcess, ProcessKind};
 
