@@ -92,11 +92,6 @@ impl fmt::Display for ActionError {
 
 impl std::error::Error for ActionError {}
 
-/// The errno of the last failed system call, or 0 where none was recorded.
-pub(crate) fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// Refuses pids that kill(2) or setpriority(2) would read as "me" or as a process group.
 pub(crate) fn checked_pid(pid: u32) -> Result<libc::pid_t, ActionError> {
     match libc::pid_t::try_from(pid) {

@@ -12,7 +12,9 @@
 use std::path::Path;
 
 use super::identity::{thread_ids, verify_identity, PROC_ROOT};
-use super::{checked_pid, last_errno, ActionError, Denied, ProcessIdentity};
+use rustix::process::{setpriority_process, Pid};
+
+use super::{checked_pid, ActionError, Denied, ProcessIdentity};
 
 /// The highest priority (lowest nice value) Linux allows.
 pub const NICE_MIN: i32 = -20;
@@ -59,14 +61,9 @@ fn renice_in(proc_root: &Path, target: &ProcessIdentity, nice: i32) -> Result<i3
 
 /// Errors are the errno, so the caller can tell a thread that ended (ESRCH) from a refusal.
 fn set_thread_nice(tid: libc::pid_t, nice: i32) -> Result<(), i32> {
-    // `id_t` is unsigned; `tid` is positive (checked by the caller or parsed from /proc).
-    let id = tid as libc::id_t;
-    // SAFETY: setpriority takes plain integers.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, id, nice) } == 0 {
-        Ok(())
-    } else {
-        Err(last_errno())
-    }
+    // A tid of 0 would mean "this process": never renice torchtop by mistake.
+    let tid = Pid::from_raw(tid).ok_or(libc::ESRCH)?;
+    setpriority_process(Some(tid), nice).map_err(|e| e.raw_os_error())
 }
 
 fn renice_error(pid: u32, errno: i32) -> ActionError {

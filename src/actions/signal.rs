@@ -7,11 +7,13 @@
 //! kill(2), which leaves a window of a few microseconds.
 
 use std::fmt;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::identity::{verify_identity, PROC_ROOT};
-use super::{checked_pid, last_errno, ActionError, Denied, ProcessIdentity};
+use rustix::process::{self, Pid, PidfdFlags};
+
+use super::{checked_pid, ActionError, Denied, ProcessIdentity};
 
 /// The signals torchtop offers, in the order of the F9 menu.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -132,53 +134,41 @@ fn send_signal_in(
 /// unknown system calls with EPERM (older container runtimes do; pidfd_open itself never
 /// needs permission).
 fn open_pidfd(pid: libc::pid_t, target: u32) -> Result<Option<OwnedFd>, ActionError> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is shared.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as libc::c_uint) };
-    if ret >= 0 {
-        let Ok(raw) = i32::try_from(ret) else {
-            return Err(ActionError::Io(format!(
-                "could not open process {target}: the kernel returned an invalid handle"
-            )));
-        };
-        // SAFETY: `raw` is a fresh fd this process owns and nothing else holds.
-        return Ok(Some(unsafe { OwnedFd::from_raw_fd(raw) }));
+    let Some(pid) = Pid::from_raw(pid) else {
+        return Err(ActionError::InvalidPid { pid: target });
+    };
+    match process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) => match e.raw_os_error() {
+            libc::ENOSYS | libc::EPERM => Ok(None),
+            libc::ESRCH => Err(ActionError::Exited { pid: target }),
+            libc::EINVAL => Err(ActionError::Io(format!(
+                "cannot signal {target}: it is a thread, not a process"
+            ))),
+            errno => Err(os_error(target, "open", errno)),
+        },
     }
-    match last_errno() {
-        libc::ENOSYS | libc::EPERM => Ok(None),
-        libc::ESRCH => Err(ActionError::Exited { pid: target }),
-        libc::EINVAL => Err(ActionError::Io(format!(
-            "cannot signal {target}: it is a thread, not a process"
-        ))),
-        errno => Err(os_error(target, "open", errno)),
-    }
+}
+
+/// The kernel's signal for ours; every [`Signal`] is a named POSIX signal, so this only fails
+/// if that list ever grows a number the kernel does not name.
+fn kernel_signal(target: u32, signal: Signal) -> Result<process::Signal, ActionError> {
+    process::Signal::from_named_raw(signal.number())
+        .ok_or_else(|| os_error(target, "signal", libc::EINVAL))
 }
 
 fn signal_pidfd(fd: &OwnedFd, target: u32, signal: Signal) -> Result<(), ActionError> {
-    // SAFETY: a valid pidfd, a signal number, a null siginfo (the kernel fills in a kill-like
-    // one) and no flags.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            signal.number(),
-            std::ptr::null::<libc::siginfo_t>(),
-            0 as libc::c_uint,
-        )
-    };
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(signal_error(target, last_errno()))
-    }
+    process::pidfd_send_signal(fd, kernel_signal(target, signal)?)
+        .map_err(|e| signal_error(target, e.raw_os_error()))
 }
 
 fn signal_pid(pid: libc::pid_t, target: u32, signal: Signal) -> Result<(), ActionError> {
-    // SAFETY: kill takes plain integers; `pid` is positive, so it names one process.
-    if unsafe { libc::kill(pid, signal.number()) } == 0 {
-        Ok(())
-    } else {
-        Err(signal_error(target, last_errno()))
-    }
+    // `pid` is positive (checked_pid), so it names one process, never a group.
+    let Some(pid) = Pid::from_raw(pid) else {
+        return Err(ActionError::InvalidPid { pid: target });
+    };
+    process::kill_process(pid, kernel_signal(target, signal)?)
+        .map_err(|e| signal_error(target, e.raw_os_error()))
 }
 
 fn signal_error(target: u32, errno: i32) -> ActionError {

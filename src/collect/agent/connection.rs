@@ -3,10 +3,12 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+
+use rustix::io::Errno;
+use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::sys::peer_credentials;
 
@@ -65,56 +67,28 @@ pub(crate) fn open(path: &Path, file_pid: u32, owner: u32) -> Result<Opened, Ref
 /// stream stays non-blocking: the reader thread polls it, and a command that does not fit in
 /// the socket's buffer fails at once instead of stalling the sampler.
 fn connect_nonblocking(path: &Path) -> Result<UnixStream, String> {
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(format!(
-            "{} is too long for a Unix socket path",
+    let addr = SocketAddrUnix::new(path)
+        .map_err(|_| format!("{} is too long for a Unix socket path", path.display()))?;
+    let socket = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(|e| format!("cannot create a socket: {}", io::Error::from(e)))?;
+    net::connect(&socket, &addr).map_err(|e| match e {
+        Errno::AGAIN => format!(
+            "{} is not accepting connections (backlog full)",
             path.display()
-        ));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, &src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = src as libc::c_char;
-    }
-    // SAFETY: plain socket(2) call; the result is checked before use.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "cannot create a socket: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: fd is a fresh descriptor that nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes and fd is an open socket.
-    let rc = unsafe {
-        libc::connect(
-            owned.as_raw_fd(),
-            std::ptr::addr_of!(addr).cast::<libc::sockaddr>(),
-            len,
-        )
-    };
-    if rc != 0 {
-        let err = io::Error::last_os_error();
-        return Err(match err.raw_os_error() {
-            Some(libc::EAGAIN) => format!(
-                "{} is not accepting connections (backlog full)",
-                path.display()
-            ),
-            Some(libc::ECONNREFUSED) => format!("nothing listens on {}", path.display()),
-            _ => format!("cannot connect to {}: {err}", path.display()),
-        });
-    }
-    Ok(UnixStream::from(owned))
+        ),
+        Errno::CONNREFUSED => format!("nothing listens on {}", path.display()),
+        e => format!(
+            "cannot connect to {}: {}",
+            path.display(),
+            io::Error::from(e)
+        ),
+    })?;
+    Ok(UnixStream::from(socket))
 }
 
 #[cfg(test)]
