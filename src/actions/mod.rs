@@ -36,61 +36,49 @@ pub enum Denied {
 }
 
 /// Why an action did not happen. `Display` is one sentence for the status line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ActionError {
     /// The process is gone (no /proc entry, a zombie, or ESRCH from the kernel).
+    #[error("process {pid} has exited")]
     Exited { pid: u32 },
     /// The pid exists but has another start time: the process the user saw has exited and the
     /// pid was given to another program.
+    #[error("process {pid} has exited; its pid now belongs to another program")]
     Reused { pid: u32 },
     /// The kernel refused: the process belongs to another user, or the change needs privilege.
+    #[error("not permitted to {what} process {pid}{}", what.because())]
     NotPermitted { pid: u32, what: Denied },
     /// A nice value outside -20..=19.
+    #[error("nice value {value} is out of range: it must be from {NICE_MIN} to {NICE_MAX}")]
     InvalidNice { value: i32 },
     /// A pid that must never be acted on (0 names the caller's process group to kill(2), and
     /// values above i32::MAX name groups or nothing).
+    #[error("{pid} is not a process id torchtop can act on")]
     InvalidPid { pid: u32 },
     /// Anything else, already phrased as a sentence.
+    #[error("{0}")]
     Io(String),
 }
 
-impl fmt::Display for ActionError {
+impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ActionError::Exited { pid } => write!(f, "process {pid} has exited"),
-            ActionError::Reused { pid } => write!(
-                f,
-                "process {pid} has exited; its pid now belongs to another program"
-            ),
-            ActionError::NotPermitted { pid, what } => match what {
-                Denied::Signal => write!(
-                    f,
-                    "not permitted to signal process {pid}: it belongs to another user"
-                ),
-                Denied::RaisePriority => write!(
-                    f,
-                    "not permitted to raise the priority of process {pid}: \
-                     that needs root or CAP_SYS_NICE"
-                ),
-                Denied::ChangePriority => write!(
-                    f,
-                    "not permitted to change the priority of process {pid}: \
-                     it belongs to another user"
-                ),
-            },
-            ActionError::InvalidNice { value } => write!(
-                f,
-                "nice value {value} is out of range: it must be from {NICE_MIN} to {NICE_MAX}"
-            ),
-            ActionError::InvalidPid { pid } => {
-                write!(f, "{pid} is not a process id torchtop can act on")
-            }
-            ActionError::Io(sentence) => f.write_str(sentence),
-        }
+        f.write_str(match self {
+            Denied::Signal => "signal",
+            Denied::RaisePriority => "raise the priority of",
+            Denied::ChangePriority => "change the priority of",
+        })
     }
 }
 
-impl std::error::Error for ActionError {}
+impl Denied {
+    /// Why the kernel refused, as the end of the sentence.
+    fn because(self) -> &'static str {
+        match self {
+            Denied::Signal | Denied::ChangePriority => ": it belongs to another user",
+            Denied::RaisePriority => ": that needs root or CAP_SYS_NICE",
+        }
+    }
+}
 
 /// Refuses pids that kill(2) or setpriority(2) would read as "me" or as a process group.
 pub(crate) fn checked_pid(pid: u32) -> Result<libc::pid_t, ActionError> {

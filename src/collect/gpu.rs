@@ -15,21 +15,14 @@ pub struct DeviceReading {
     pub processes: Vec<GpuProcess>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeviceError {
     /// The driver says the GPU is gone (NVML_ERROR_GPU_IS_LOST).
+    #[error("GPU lost: {0}")]
     Lost(String),
     /// Any other failure to read the device as a whole.
+    #[error("{0}")]
     Failed(String),
-}
-
-impl std::fmt::Display for DeviceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceError::Lost(why) => write!(f, "GPU lost: {why}"),
-            DeviceError::Failed(why) => write!(f, "{why}"),
-        }
-    }
 }
 
 /// A GPU driver. Calls may block for a long time; callers run them on worker threads.

@@ -13,14 +13,9 @@ use super::MAX_LINE_BYTES;
 pub(crate) const CHUNK: usize = 64 * 1024;
 
 /// Why a stream was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a line is longer than {MAX_LINE_BYTES} bytes")]
 pub(crate) struct TooLong;
-
-impl std::fmt::Display for TooLong {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "a line is longer than {MAX_LINE_BYTES} bytes")
-    }
-}
 
 /// The unfinished line of one connection.
 #[derive(Default)]

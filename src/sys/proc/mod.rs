@@ -19,7 +19,6 @@ mod pid;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -35,7 +34,8 @@ pub(crate) const PROC_ROOT: &str = "/proc";
 pub(crate) const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// What was wrong with a file's contents.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file} could not be parsed: {reason}")]
 pub(crate) struct ParseError {
     /// The file, as a /proc path pattern ("/proc/PID/stat").
     pub(crate) file: &'static str,
@@ -51,24 +51,20 @@ impl ParseError {
     }
 }
 
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} could not be parsed: {}", self.file, self.reason)
-    }
-}
-
-impl std::error::Error for ParseError {}
-
 /// Why a /proc file could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum ProcError {
     /// The file is not there, or its process exited while it was read.
+    #[error("{} is gone (the process may have exited)", .0.display())]
     Gone(PathBuf),
     /// The kernel refused to show it (another user's environ, hidepid, ...).
+    #[error("permission to read {} was denied", .0.display())]
     Denied(PathBuf),
     /// Any other read failure.
+    #[error("{} could not be read: {}", .0.display(), .1)]
     Io(PathBuf, io::Error),
     /// It was read but its contents made no sense.
+    #[error("{}: {}", .0.display(), .1.reason)]
     Parse(PathBuf, ParseError),
 }
 
@@ -83,21 +79,6 @@ impl ProcError {
         }
     }
 }
-
-impl fmt::Display for ProcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProcError::Gone(p) => {
-                write!(f, "{} is gone (the process may have exited)", p.display())
-            }
-            ProcError::Denied(p) => write!(f, "permission to read {} was denied", p.display()),
-            ProcError::Io(p, e) => write!(f, "{} could not be read: {e}", p.display()),
-            ProcError::Parse(p, e) => write!(f, "{}: {}", p.display(), e.reason),
-        }
-    }
-}
-
-impl std::error::Error for ProcError {}
 
 /// Reads a small file with open + read until EOF + close; `std::fs::read` would also stat it
 /// for a size hint, which /proc files do not have. At most [`MAX_FILE_BYTES`] are read: a
