@@ -44,6 +44,19 @@ fn scale(value: u64) -> (f64, usize) {
     (scaled, unit)
 }
 
+/// A byte figure that may be a mean or a difference: [`bytes`] of its size, with its sign.
+pub(crate) fn bytes_f64(value: f64) -> String {
+    if !value.is_finite() {
+        return NA.to_string();
+    }
+    let text = bytes(value.abs().round() as u64);
+    if value < 0.0 && text != "0B" {
+        format!("-{text}")
+    } else {
+        text
+    }
+}
+
 pub(crate) fn opt_bytes(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), bytes)
 }
@@ -172,6 +185,23 @@ pub(crate) fn duration(seconds: f64) -> String {
     }
 }
 
+/// A span of seconds in words, for sentences: "45 s", "2 min", "1.5 h". [`duration`] is the
+/// clock-like form for columns.
+pub(crate) fn span(seconds: f64) -> String {
+    if seconds < 120.0 {
+        format!("{seconds:.0} s")
+    } else if seconds < 7200.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
+}
+
+/// A percentage rounded to a whole number, for sentences: "98%".
+pub(crate) fn percent_whole(value: f64) -> String {
+    format!("{value:.0}%")
+}
+
 pub(crate) fn opt_duration(value: Option<f64>) -> String {
     value.map_or_else(|| NA.to_string(), duration)
 }
@@ -246,6 +276,11 @@ mod tests {
         assert_eq!(bytes_short(300 * 1024 * 1024), "300M");
         assert_eq!(bytes_short(0), "0B");
         assert_eq!(bytes(1000 * 1024 * 1024), "0.98GiB");
+        assert_eq!(bytes_f64(20.1 * 1024.0 * 1024.0 * 1024.0), "20.1GiB");
+        assert_eq!(bytes_f64(-512.0 * 1024.0 * 1024.0), "-512.0MiB");
+        assert_eq!(bytes_f64(f64::NAN), "N/A");
+        assert_eq!(span(45.0), "45 s");
+        assert_eq!(span(300.0), "5 min");
         assert_eq!(bytes(1010 * 1024), "0.99MiB");
         assert_eq!(bytes(999 * 1024 * 1024), "999.0MiB");
     }

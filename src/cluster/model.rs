@@ -85,13 +85,10 @@ pub(crate) struct ClusterView {
     pub(crate) warnings: Vec<ClusterWarning>,
 }
 
-/// Replaces control characters (escape sequences, newlines) with `?`, and bounds the length,
-/// so that text from Prometheus can reach a terminal.
+/// Text from Prometheus made safe for a terminal by the one escaping function every outside
+/// text goes through ([`crate::format::escape`]), and bounded in length.
 pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .take(256)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+    crate::format::escape(text).chars().take(256).collect()
 }
 
 fn label(sample: &Sample, name: &str) -> Option<String> {
@@ -401,7 +398,7 @@ mod tests {
 
     #[test]
     fn hostile_labels_cannot_reach_the_terminal() {
-        assert_eq!(printable("job\x1b[2J\n1"), "job?[2J?1");
+        assert_eq!(printable("job\x1b[2J\n1"), "job\\e[2J\\n1");
         let gpus = gpu_samples("evil\x1b]0;x\x07", "0", 1.0, 1.0, 1.0, 1.0);
         assert!(!nodes(&gpus, &[], &[])[0].hostname.contains('\x1b'));
     }

@@ -81,7 +81,7 @@ impl Warning {
     }
 
     /// The evidence as figures: each row's text, with its number and unit where the text is one
-    /// figure ("20.0 GiB", "98%", "3", "45 s"), else only the text.
+    /// figure ("20.0GiB", "98%", "3", "45 s"), else only the text.
     pub fn facts(&self) -> Vec<Fact> {
         self.evidence
             .iter()
@@ -94,7 +94,7 @@ impl Warning {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fact {
     pub name: String,
-    /// The number the text shows, as shown (20.0 for "20.0 GiB"); `None` when the text is not
+    /// The number the text shows, as shown (20.0 for "20.0GiB"); `None` when the text is not
     /// one figure.
     pub number: Option<f64>,
     /// The unit after the number ("GiB", "%", "s", "MiB/min"); `None` for a bare count.
@@ -199,10 +199,10 @@ mod tests {
         let w = warning(
             Subject::Host,
             &[
-                ("gpu memory", "20.0 GiB"),
+                ("gpu memory", "20.0GiB"),
                 ("util", "98%"),
                 ("count", "3"),
-                ("rate", "484 MiB/min"),
+                ("rate", "484.0MiB/min"),
                 ("verdict", "3 of 4 ranks"),
                 ("reasons", "sw_power_cap"),
             ],

@@ -160,7 +160,7 @@ mod tests {
         let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), None));
         let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
         assert_eq!(evidence(w, "split share"), "40%");
-        assert_eq!(evidence(w, "inactive split"), "8.0 GiB");
+        assert_eq!(evidence(w, "inactive split"), "8.0GiB");
         assert!(w
             .remedy
             .contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));

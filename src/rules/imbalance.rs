@@ -226,10 +226,10 @@ mod tests {
                 id: "torchelastic run run7".into(),
             },
         );
-        assert!(w.message.contains("rank 0 uses 60.0 GiB"), "{}", w.message);
-        assert_eq!(evidence(w, "memory spread"), "30.0 GiB");
+        assert!(w.message.contains("rank 0 uses 60.0GiB"), "{}", w.message);
+        assert_eq!(evidence(w, "memory spread"), "30.0GiB");
         assert_eq!(evidence(w, "ranks"), "8");
-        assert_eq!(evidence(w, "rank 0 (pid 100, GPU 0)"), "60.0 GiB, 95%");
+        assert_eq!(evidence(w, "rank 0 (pid 100, GPU 0)"), "60.0GiB, 95%");
         assert!(w.remedy.contains("DistributedSampler"));
     }
 

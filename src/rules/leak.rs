@@ -202,8 +202,8 @@ mod tests {
         let warnings = replay_default(120, agent_history(|s| 10 * GIB + u64::from(s) * 8 * MIB));
         let w = find(&warnings, "leak", &Subject::Process { pid: 77 });
         assert_eq!(evidence(w, "source"), "torch allocated_bytes (agent)");
-        assert_eq!(evidence(w, "rise"), "960 MiB");
-        assert_eq!(evidence(w, "rate"), "480 MiB/min");
+        assert_eq!(evidence(w, "rise"), "960.0MiB");
+        assert_eq!(evidence(w, "rate"), "480.0MiB/min");
         assert!(w.remedy.contains("_record_memory_history"));
         assert!(w.remedy.contains("`s`"));
     }

@@ -150,8 +150,8 @@ mod tests {
             "{}",
             w.message
         );
-        assert!(w.message.contains("5.0 GiB"), "{}", w.message);
-        assert!(w.message.contains("1 MiB free"), "{}", w.message);
+        assert!(w.message.contains("5.0GiB"), "{}", w.message);
+        assert!(w.message.contains("1.0MiB free"), "{}", w.message);
         assert!(w.message.contains(path), "{}", w.message);
         assert_eq!(evidence(w, "snapshot"), path);
         assert!(w.remedy.contains("torchtop snapshot"));

@@ -195,7 +195,7 @@ mod tests {
         let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Warn);
         assert_eq!(evidence(w, "used share"), "96%");
-        assert_eq!(evidence(w, "largest holder"), "pid 42 (76.8 GiB)");
+        assert_eq!(evidence(w, "largest holder"), "pid 42 (76.8GiB)");
         assert!(w.remedy.contains("GradScaler"));
         assert!(w.remedy.contains("FSDP"));
     }
@@ -226,7 +226,7 @@ mod tests {
         let found = with_id(&warnings, "oom-risk");
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].subject, Subject::Process { pid: 42 });
-        assert_eq!(evidence(found[0], "reserved"), "77.0 GiB");
+        assert_eq!(evidence(found[0], "reserved"), "77.0GiB");
     }
 
     #[test]

@@ -126,7 +126,7 @@ mod tests {
         let warnings = replay_default(60, host(|s| GIB + u64::from(s) * 4 * MIB, 20 * GIB));
         let w = find(&warnings, "swap", &Subject::Host);
         assert_eq!(w.severity, Severity::Warn);
-        assert!(w.message.contains("grew by 240 MiB"), "{}", w.message);
+        assert!(w.message.contains("grew by 240.0MiB"), "{}", w.message);
         assert!(w.message.contains("vm.swappiness is 60"), "{}", w.message);
         assert_eq!(evidence(w, "vm.swappiness"), "60");
         assert!(w.remedy.contains("vm.swappiness"));
@@ -138,7 +138,7 @@ mod tests {
         let w = find(&low, "swap", &Subject::Host);
         assert!(
             w.message
-                .contains("only 3.0 GiB of 64.0 GiB RAM is available (5%)"),
+                .contains("only 3.0GiB of 64.0GiB RAM is available (5%)"),
             "{}",
             w.message
         );

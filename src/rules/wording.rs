@@ -5,40 +5,17 @@ use crate::model::{Severity, Subject, Warning};
 
 pub(crate) const BYTES_PER_MIB: f64 = 1024.0 * 1024.0;
 
-/// A size the way the screen shows it: "512 MiB", "20.1 GiB".
-pub(crate) fn fmt_bytes(bytes: f64) -> String {
-    let gib = bytes / (BYTES_PER_MIB * 1024.0);
-    if gib.abs() >= 1.0 {
-        format!("{gib:.1} GiB")
-    } else {
-        format!("{:.0} MiB", bytes / BYTES_PER_MIB)
-    }
-}
-
-pub(crate) fn fmt_opt_bytes(bytes: Option<u64>) -> String {
-    bytes.map_or_else(|| "N/A".to_string(), |b| fmt_bytes(b as f64))
-}
+// Figures in sentences look exactly as they do on the screen: one format module for both.
+pub(crate) use crate::format::{
+    bytes_f64 as fmt_bytes, opt_bytes as fmt_opt_bytes, percent_whole as fmt_percent,
+    span as fmt_seconds,
+};
 
 pub(crate) fn fmt_opt<T: std::fmt::Display>(value: Option<T>) -> String {
-    value.map_or_else(|| "N/A".to_string(), |v| v.to_string())
+    value.map_or_else(|| crate::format::NA.to_string(), |v| v.to_string())
 }
 
-pub(crate) fn fmt_percent(value: f64) -> String {
-    format!("{value:.0}%")
-}
-
-/// A span of seconds as "45 s", "2 min", "1.5 h".
-pub(crate) fn fmt_seconds(seconds: f64) -> String {
-    if seconds < 120.0 {
-        format!("{seconds:.0} s")
-    } else if seconds < 7200.0 {
-        format!("{:.0} min", seconds / 60.0)
-    } else {
-        format!("{:.1} h", seconds / 3600.0)
-    }
-}
-
-/// The opening of a per-(process, GPU) message: "pid 5 holds 20.0 GiB on GPU 0".
+/// The opening of a per-(process, GPU) message: "pid 5 holds 20.0GiB on GPU 0".
 pub(crate) fn holds_on_gpu(pid: u32, gpu: u32, memory: Option<u64>) -> String {
     format!("pid {pid} holds {} on GPU {gpu}", fmt_opt_bytes(memory))
 }

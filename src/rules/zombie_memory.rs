@@ -88,7 +88,7 @@ mod tests {
     fn memory_held_by_a_missing_pid_fires_and_mentions_containers() {
         let warnings = replay_default(5, ghost(|_| false));
         let w = find(&warnings, "zombie-memory", &Subject::Process { pid: 4242 });
-        assert!(w.message.contains("3.0 GiB on GPU 1"), "{}", w.message);
+        assert!(w.message.contains("3.0GiB on GPU 1"), "{}", w.message);
         assert!(w.message.contains("another container"), "{}", w.message);
         assert!(w.remedy.contains("fuser"));
     }

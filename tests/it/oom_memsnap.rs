@@ -140,7 +140,7 @@ fn an_oom_under_record_history_leaves_a_private_snapshot_and_a_critical_warning(
     assert_eq!(warning["subject"]["pid"], pid);
     let message = warning["message"].as_str().unwrap();
     assert!(message.contains(&format!("pid {pid}")), "{message}");
-    assert!(message.contains("5.0 GiB"), "{message}");
+    assert!(message.contains("5.0GiB"), "{message}");
     assert!(message.contains(&file.display().to_string()), "{message}");
     assert_eq!(doc["ooms"][0]["requested_bytes"], 5u64 << 30);
 
