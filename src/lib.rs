@@ -18,6 +18,34 @@
 //! - [`serve`]: `torchtop serve`, a Prometheus exporter with dcgm-exporter's GPU names.
 //! - [`cluster`]: `torchtop cluster`, a view of many machines read from Prometheus.
 //! - [`record`]: recordings (`torchtop record`, `R`); [`replay`]: `torchtop replay`.
+//!
+//! ## Threads and what flows between them
+//!
+//! ```text
+//!  terminal ──keys, mouse, resize──▶ torchtop-input ───Input (bounded)───┐
+//!  hang-up  ─────────────────────── torchtop-hangup ──Control──────────┐ │
+//!  SIGTERM, SIGTSTP, SIGCONT ─────── torchtop-signals ─Control─────────┤ │
+//!                                    torchtop-watchdog: ends a stuck   │ │
+//!                                    loop on SIGTERM, restores the tty │ │
+//!                                                                      ▼ ▼
+//!  ┌────────────────────────── event loop (tokio, the UI task) ──────────────────────────┐
+//!  │ app (state, no I/O) ── ui::draw reads the newest snapshot and the history only      │
+//!  └──┬─────────────▲─────────────────┬───────────────────▲──────────────┬──────────────┘
+//!     │ SamplerRequest (tree on/off,  │ watch: the newest  │ Action       │ Snapshot per
+//!     │ agent commands, snapshots)    │ Arc<Snapshot>      │ Request ▼    │ tick (R on)
+//!     ▼                               │                    │ spawn_blocking│         ▼
+//!  torchtop-sampler: one tick per -d ─┘   actions::perform ─ActionReport─┘  torchtop-record:
+//!   │ collects, runs the rules,           (pidfd signals, renice;           zstd blocks to
+//!   │ publishes an immutable snapshot      identity checked first)          the .ttrec file
+//!   ├─▶ torchtop-driver: loads NVML, then reads every healthy GPU one after another (its
+//!   │     calls block); Xid events are polled with each GPU's reading
+//!   │     └─▶ torchtop-gpusN: a GPU of its own only while its calls overrun the deadline
+//!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
+//!   └─  /proc is read on the sampler thread itself
+//! ```
+//!
+//! A hung driver call stalls at most its worker: the sampler publishes what it has, and the
+//! event loop never waits on anything but its channels, so a key is handled at once.
 
 pub mod actions;
 pub mod app;
