@@ -37,8 +37,9 @@
 //!  torchtop-sampler: one tick per -d ─┘   actions::perform ─ActionReport─┘  torchtop-record:
 //!   │ collects, runs the rules,           (pidfd signals, renice;           zstd blocks to
 //!   │ publishes an immutable snapshot      identity checked first)          the .ttrec file
-//!   ├─▶ torchtop-driver: loads NVML, then reads every healthy GPU one after another (its
-//!   │     calls block); Xid events are polled with each GPU's reading
+//!   ├─▶ torchtop-driver: loads NVML and recounts the GPUs (calls that may block)
+//!   ├─▶ torchtop-gpus0: reads every healthy GPU, one after another; Xid events are polled
+//!   │     with each GPU's reading
 //!   │     └─▶ torchtop-gpusN: a GPU of its own only while its calls overrun the deadline
 //!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
 //!   └─  /proc is read on the sampler thread itself
