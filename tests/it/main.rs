@@ -20,6 +20,7 @@ mod agent_python;
 mod attach_injector;
 mod cluster_prometheus;
 mod grafana_dashboard;
+mod json_contract;
 mod memsnap;
 mod once_fake_nvml;
 mod oom_memsnap;
