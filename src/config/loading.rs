@@ -1,7 +1,11 @@
-//! Reading a config file: the size bound, the parse, and the line and key an error names,
-//! found by locating the key or table in the text toml reported.
+//! Reading a config file: the size bound, the parse, and the line and key an error names, found
+//! from toml's own spans (the parsed document knows where each key and value sits).
 
+use std::ops::Range;
 use std::path::Path;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
 use super::Config;
 
@@ -37,36 +41,37 @@ pub(crate) fn parse(text: &str) -> Result<Config, String> {
     config
         .rules
         .check()
-        .map_err(|(key, problem)| match find_key_line(text, &key) {
-            Some(line) => format!("line {line}: key `{key}` {problem}"),
+        .map_err(|(key, problem)| match key_span(text, &key) {
+            Some(span) => format!("line {}: key `{key}` {problem}", line_of(text, span.start)),
             None => format!("key `{key}` {problem}"),
         })?;
     Ok(config)
 }
 
-/// Turns toml's error into "line N: key `a.b.c`: what is wrong".
+/// Turns toml's error into "line N: key `a.b.c` what is wrong".
 fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim_end();
     let Some(span) = error.span() else {
         return message.to_string();
     };
-    let line = line_of_offset(text, span.start);
+    let line = line_of(text, span.start);
     let key = unknown_field_name(message)
-        .map(|field| match table_at_line(text, line) {
-            Some(table) if !key_at_line(text, line).is_some_and(|k| k.ends_with(&field)) => {
-                format!("{table}.{field}")
-            }
-            _ => key_at_line(text, line).unwrap_or(field),
+        .and_then(|field| {
+            // serde names only the field; toml's span is its key, under some table.
+            key_at(text, span.start).filter(|k| k.ends_with(&field))
         })
-        .or_else(|| key_at_line(text, line));
+        .or_else(|| key_at(text, span.start));
     match key {
+        Some(key) if message.starts_with("must be") => {
+            format!("line {line}: key `{key}` {message}")
+        }
         Some(key) => format!("line {line}: key `{key}`: {message}"),
         None => format!("line {line}: {message}"),
     }
 }
 
 /// The 1-based line holding a byte offset.
-fn line_of_offset(text: &str, offset: usize) -> usize {
+fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
     text.as_bytes()[..end]
         .iter()
@@ -81,52 +86,48 @@ fn unknown_field_name(message: &str) -> Option<String> {
     Some(rest[..rest.find('`')?].to_string())
 }
 
-/// Strips a TOML comment, spaces and quotes from a key or header.
-fn clean_key(raw: &str) -> String {
-    raw.split('.')
-        .map(|part| part.trim().trim_matches('"').trim_matches('\''))
-        .collect::<Vec<_>>()
-        .join(".")
+/// The full dotted key whose key or value covers `offset`, from the parsed document's spans;
+/// the deepest one when tables nest.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let (document, _) = DeTable::parse_recoverable(text);
+    let mut path = Vec::new();
+    deepest_key_at(document.get_ref(), offset, &mut path).then(|| path.join("."))
 }
 
-/// The `[table]` header in effect at a 1-based line, or the header on that line itself.
-fn table_at_line(text: &str, line: usize) -> Option<String> {
-    text.lines()
-        .take(line)
-        .filter_map(header_of)
-        .last()
-        .filter(|t| !t.is_empty())
-}
-
-pub(super) fn header_of(line: &str) -> Option<String> {
-    let trimmed = line.trim();
-    let inner = trimmed.strip_prefix('[')?;
-    let inner = inner.split(']').next()?;
-    Some(clean_key(inner.trim_start_matches('[')))
-}
-
-/// The full dotted key written on a 1-based line: its table plus the key before `=`, or the
-/// header itself when the line is a `[table]` header.
-fn key_at_line(text: &str, line: usize) -> Option<String> {
-    let content = text.lines().nth(line.checked_sub(1)?)?;
-    if let Some(header) = header_of(content) {
-        return Some(header);
+fn deepest_key_at(table: &DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    for (key, value) in table {
+        path.push(key.get_ref().to_string());
+        if let DeValue::Table(inner) = value.get_ref() {
+            if deepest_key_at(inner, offset, path) {
+                return true;
+            }
+        }
+        if covers(key, offset) || covers(value, offset) {
+            return true;
+        }
+        path.pop();
     }
-    let (raw_key, _) = content.split_once('=')?;
-    let key = clean_key(raw_key);
-    if key.is_empty() || key.starts_with('#') {
-        return None;
-    }
-    Some(match table_at_line(text, line) {
-        Some(table) => format!("{table}.{key}"),
-        None => key,
-    })
+    false
 }
 
-/// The 1-based line where a full dotted key is set, if written out as `key = value`.
-pub(super) fn find_key_line(text: &str, dotted: &str) -> Option<usize> {
-    (1..=text.lines().count()).find(|&line| {
-        let content = text.lines().nth(line - 1).unwrap_or("");
-        header_of(content).is_none() && key_at_line(text, line).as_deref() == Some(dotted)
-    })
+fn covers<T>(spanned: &Spanned<T>, offset: usize) -> bool {
+    spanned.span().contains(&offset)
+}
+
+/// Where the full dotted key is written, from the parsed document's spans.
+pub(super) fn key_span(text: &str, dotted: &str) -> Option<Range<usize>> {
+    let (document, _) = DeTable::parse_recoverable(text);
+    let mut table = document.get_ref();
+    let mut parts = dotted.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let (key, value) = table.iter().find(|(key, _)| key.get_ref() == part)?;
+        if parts.peek().is_none() {
+            return Some(key.span());
+        }
+        let DeValue::Table(inner) = value.get_ref() else {
+            return None;
+        };
+        table = inner;
+    }
+    None
 }

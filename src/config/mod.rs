@@ -8,7 +8,10 @@
 use serde::{Deserialize, Serialize};
 
 mod loading;
+mod units;
 mod validate;
+
+pub(crate) use units::{Fraction, NonNegative, Percent, Seconds};
 
 pub use loading::load;
 // Tests parse config text without a file; the program always goes through `load`.
@@ -73,17 +76,17 @@ pub(crate) struct OomRiskConfig {
     pub(crate) enabled: bool,
     /// Share of the GPU's total memory that used (or a process's reserved) memory must reach.
     /// Default 0.95.
-    pub(crate) memory_fraction: f64,
+    pub(crate) memory_fraction: Fraction,
     /// Critical while num_ooms rose within this many seconds. Default 300.
-    pub(crate) oom_window_seconds: f64,
+    pub(crate) oom_window_seconds: Seconds,
 }
 
 impl Default for OomRiskConfig {
     fn default() -> Self {
         OomRiskConfig {
             enabled: true,
-            memory_fraction: 0.95,
-            oom_window_seconds: 300.0,
+            memory_fraction: Fraction::new(0.95),
+            oom_window_seconds: Seconds::new(300.0),
         }
     }
 }
@@ -95,20 +98,20 @@ pub(crate) struct FragmentationConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// Share of reserved memory that inactive-split memory must reach. Default 0.3.
-    pub(crate) inactive_split_fraction: f64,
+    pub(crate) inactive_split_fraction: Fraction,
     /// The least inactive-split memory that counts, in MiB. Default 1024.
-    pub(crate) min_inactive_split_mib: f64,
+    pub(crate) min_inactive_split_mib: NonNegative,
     /// Warn while num_alloc_retries rose within this many seconds. Default 60.
-    pub(crate) retries_window_seconds: f64,
+    pub(crate) retries_window_seconds: Seconds,
 }
 
 impl Default for FragmentationConfig {
     fn default() -> Self {
         FragmentationConfig {
             enabled: true,
-            inactive_split_fraction: 0.3,
-            min_inactive_split_mib: 1024.0,
-            retries_window_seconds: 60.0,
+            inactive_split_fraction: Fraction::new(0.3),
+            min_inactive_split_mib: NonNegative::new(1024.0),
+            retries_window_seconds: Seconds::new(60.0),
         }
     }
 }
@@ -120,29 +123,29 @@ pub(crate) struct LeakConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// The span over which memory must keep rising. Default 120.
-    pub(crate) window_seconds: f64,
+    pub(crate) window_seconds: Seconds,
     /// The fewest samples in the window for a trend to count. Default 6.
     pub(crate) min_samples: u32,
     /// The least total rise over the window, in MiB. Default 256.
-    pub(crate) min_rise_mib: f64,
+    pub(crate) min_rise_mib: NonNegative,
     /// The largest fall allowed in one step, and below the window's start, in MiB. Default 64.
-    pub(crate) max_fallback_mib: f64,
+    pub(crate) max_fallback_mib: NonNegative,
     /// The least share of steps that must not fall. Default 0.6.
-    pub(crate) min_rising_steps_fraction: f64,
+    pub(crate) min_rising_steps_fraction: Fraction,
     /// The largest share of the total rise one step may carry. Default 0.5.
-    pub(crate) max_single_step_fraction: f64,
+    pub(crate) max_single_step_fraction: Fraction,
 }
 
 impl Default for LeakConfig {
     fn default() -> Self {
         LeakConfig {
             enabled: true,
-            window_seconds: 120.0,
+            window_seconds: Seconds::new(120.0),
             min_samples: 6,
-            min_rise_mib: 256.0,
-            max_fallback_mib: 64.0,
-            min_rising_steps_fraction: 0.6,
-            max_single_step_fraction: 0.5,
+            min_rise_mib: NonNegative::new(256.0),
+            max_fallback_mib: NonNegative::new(64.0),
+            min_rising_steps_fraction: Fraction::new(0.6),
+            max_single_step_fraction: Fraction::new(0.5),
         }
     }
 }
@@ -154,29 +157,29 @@ pub(crate) struct GpuStarvedConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// The span over which utilization must stay low. Default 60.
-    pub(crate) window_seconds: f64,
+    pub(crate) window_seconds: Seconds,
     /// Mean SM utilization over the window below this percentage counts as low. Default 30.
-    pub(crate) max_utilization_percent: f64,
+    pub(crate) max_utilization_percent: Percent,
     /// The least GPU memory the process must hold, in MiB. Default 1024.
-    pub(crate) min_memory_mib: f64,
+    pub(crate) min_memory_mib: NonNegative,
     /// Mean CPU% per DataLoader worker from which the workers look saturated. Default 80.
-    pub(crate) worker_busy_percent: f64,
+    pub(crate) worker_busy_percent: NonNegative,
     /// CPU% of the training process from which it looks saturated. Default 90.
-    pub(crate) main_busy_percent: f64,
+    pub(crate) main_busy_percent: NonNegative,
     /// Host CPU% from which the host looks saturated. Default 90.
-    pub(crate) host_busy_percent: f64,
+    pub(crate) host_busy_percent: Percent,
 }
 
 impl Default for GpuStarvedConfig {
     fn default() -> Self {
         GpuStarvedConfig {
             enabled: true,
-            window_seconds: 60.0,
-            max_utilization_percent: 30.0,
-            min_memory_mib: 1024.0,
-            worker_busy_percent: 80.0,
-            main_busy_percent: 90.0,
-            host_busy_percent: 90.0,
+            window_seconds: Seconds::new(60.0),
+            max_utilization_percent: Percent::new(30.0),
+            min_memory_mib: NonNegative::new(1024.0),
+            worker_busy_percent: NonNegative::new(80.0),
+            main_busy_percent: NonNegative::new(90.0),
+            host_busy_percent: Percent::new(90.0),
         }
     }
 }
@@ -188,23 +191,23 @@ pub(crate) struct ImbalanceConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// The span over which the ranks are compared. Default 30.
-    pub(crate) window_seconds: f64,
+    pub(crate) window_seconds: Seconds,
     /// Memory spread as a share of the largest rank's memory. Default 0.2.
-    pub(crate) memory_spread_fraction: f64,
+    pub(crate) memory_spread_fraction: Fraction,
     /// The least memory spread that counts, in MiB. Default 1024.
-    pub(crate) min_memory_spread_mib: f64,
+    pub(crate) min_memory_spread_mib: NonNegative,
     /// Utilization spread in percentage points. Default 30.
-    pub(crate) utilization_spread_percent: f64,
+    pub(crate) utilization_spread_percent: Percent,
 }
 
 impl Default for ImbalanceConfig {
     fn default() -> Self {
         ImbalanceConfig {
             enabled: true,
-            window_seconds: 30.0,
-            memory_spread_fraction: 0.2,
-            min_memory_spread_mib: 1024.0,
-            utilization_spread_percent: 30.0,
+            window_seconds: Seconds::new(30.0),
+            memory_spread_fraction: Fraction::new(0.2),
+            min_memory_spread_mib: NonNegative::new(1024.0),
+            utilization_spread_percent: Percent::new(30.0),
         }
     }
 }
@@ -216,20 +219,20 @@ pub(crate) struct SwapConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// The span over which swap growth is measured. Default 60.
-    pub(crate) window_seconds: f64,
+    pub(crate) window_seconds: Seconds,
     /// The least swap growth over the window, in MiB. Default 64.
-    pub(crate) min_growth_mib: f64,
+    pub(crate) min_growth_mib: NonNegative,
     /// Available RAM below this share of total counts as low. Default 0.1.
-    pub(crate) available_fraction: f64,
+    pub(crate) available_fraction: Fraction,
 }
 
 impl Default for SwapConfig {
     fn default() -> Self {
         SwapConfig {
             enabled: true,
-            window_seconds: 60.0,
-            min_growth_mib: 64.0,
-            available_fraction: 0.1,
+            window_seconds: Seconds::new(60.0),
+            min_growth_mib: NonNegative::new(64.0),
+            available_fraction: Fraction::new(0.1),
         }
     }
 }
@@ -250,7 +253,7 @@ pub(crate) struct ThrottleConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// Utilization from which a GPU counts as under load. Default 50.
-    pub(crate) min_utilization_percent: f64,
+    pub(crate) min_utilization_percent: Percent,
     /// The reasons that raise the warning. Default: all of [`THROTTLE_REASON_NAMES`].
     pub(crate) reasons: Vec<String>,
 }
@@ -259,7 +262,7 @@ impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
             enabled: true,
-            min_utilization_percent: 50.0,
+            min_utilization_percent: Percent::new(50.0),
             reasons: THROTTLE_REASON_NAMES
                 .iter()
                 .map(|s| s.to_string())
@@ -275,14 +278,14 @@ pub(crate) struct ZombieMemoryConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// How long the pid must have been missing. Default 2.
-    pub(crate) min_seconds: f64,
+    pub(crate) min_seconds: Seconds,
 }
 
 impl Default for ZombieMemoryConfig {
     fn default() -> Self {
         ZombieMemoryConfig {
             enabled: true,
-            min_seconds: 2.0,
+            min_seconds: Seconds::new(2.0),
         }
     }
 }
@@ -294,14 +297,14 @@ pub(crate) struct EccConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// Warn while the counts rose within this many seconds. Default 600.
-    pub(crate) window_seconds: f64,
+    pub(crate) window_seconds: Seconds,
 }
 
 impl Default for EccConfig {
     fn default() -> Self {
         EccConfig {
             enabled: true,
-            window_seconds: 600.0,
+            window_seconds: Seconds::new(600.0),
         }
     }
 }
@@ -313,14 +316,14 @@ pub(crate) struct HealthConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// A GPU the driver has not answered for this long is unresponsive. Default 10.
-    pub(crate) unresponsive_seconds: f64,
+    pub(crate) unresponsive_seconds: Seconds,
 }
 
 impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
             enabled: true,
-            unresponsive_seconds: 10.0,
+            unresponsive_seconds: Seconds::new(10.0),
         }
     }
 }
@@ -332,14 +335,14 @@ pub(crate) struct WrongGpuConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// The least memory that counts, in MiB. Default 64.
-    pub(crate) min_memory_mib: f64,
+    pub(crate) min_memory_mib: NonNegative,
 }
 
 impl Default for WrongGpuConfig {
     fn default() -> Self {
         WrongGpuConfig {
             enabled: true,
-            min_memory_mib: 64.0,
+            min_memory_mib: NonNegative::new(64.0),
         }
     }
 }
@@ -351,18 +354,18 @@ pub(crate) struct TrainingStalledConfig {
     /// Default true.
     pub(crate) enabled: bool,
     /// Stalled once the step has not moved for this many median step times. Default 10.
-    pub(crate) step_time_factor: f64,
+    pub(crate) step_time_factor: NonNegative,
     /// ... and for at least this many seconds (evaluation and checkpoints pause the step
     /// counter too). Default 300.
-    pub(crate) min_seconds: f64,
+    pub(crate) min_seconds: Seconds,
 }
 
 impl Default for TrainingStalledConfig {
     fn default() -> Self {
         TrainingStalledConfig {
             enabled: true,
-            step_time_factor: 10.0,
-            min_seconds: 300.0,
+            step_time_factor: NonNegative::new(10.0),
+            min_seconds: Seconds::new(300.0),
         }
     }
 }

@@ -25,7 +25,7 @@ pub(crate) fn check(inputs: &Inputs, config: &EccConfig) -> Vec<Warning> {
         .iter()
         .filter_map(|(&index, window)| {
             let gpu = inputs.snapshot.gpu(index)?;
-            errors(gpu, window.recent(config.window_seconds), config)
+            errors(gpu, window.recent(config.window_seconds.get()), config)
         })
         .collect()
 }
@@ -59,7 +59,7 @@ fn errors(gpu: &GpuSample, points: &[Point<GpuPoint>], config: &EccConfig) -> Op
         parts.push(format!(
             "{new_corrected} new corrected ECC error{} in the last {}",
             plural(new_corrected),
-            fmt_seconds(config.window_seconds)
+            fmt_seconds(config.window_seconds.get())
         ));
     }
     if parts.is_empty() {
@@ -176,7 +176,7 @@ mod tests {
         let old_rise = counts(|s| u64::from(s >= 2) * 4, |_| 0);
         assert_eq!(with_id(&replay_default(60, &old_rise), "ecc").len(), 1);
         let mut config = RulesConfig::default();
-        config.ecc.window_seconds = 30.0;
+        config.ecc.window_seconds = crate::config::Seconds::new(30.0);
         assert!(with_id(&replay(config, 60, old_rise), "ecc").is_empty());
     }
 }

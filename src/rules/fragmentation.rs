@@ -39,7 +39,7 @@ pub(crate) fn check(inputs: &Inputs, config: &FragmentationConfig) -> Vec<Warnin
         .iter()
         .filter_map(|(&(pid, index), tracked)| {
             let alloc_conf = inputs.process(pid).and_then(alloc_conf);
-            let points = tracked.window.recent(config.retries_window_seconds);
+            let points = tracked.window.recent(config.retries_window_seconds.get());
             fragmented(pid, index, points, alloc_conf.as_deref(), config)
         })
         .collect()
@@ -80,7 +80,7 @@ fn fragmented(
         reasons.push(format!(
             "cudaMalloc failed and was retried after a cache flush {rise} time{} in the last {}",
             if rise == 1 { "" } else { "s" },
-            fmt_seconds(config.retries_window_seconds),
+            fmt_seconds(config.retries_window_seconds.get()),
         ));
     }
     let message = format!(
@@ -128,8 +128,8 @@ fn ratio(point: &AllocPoint) -> Option<f64> {
 fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> {
     let share = ratio(point)?;
     let large_enough =
-        point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib * BYTES_PER_MIB;
-    (share >= config.inactive_split_fraction && large_enough).then_some(share)
+        point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib.get() * BYTES_PER_MIB;
+    (share >= config.inactive_split_fraction.get() && large_enough).then_some(share)
 }
 
 #[cfg(test)]
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn a_lower_minimum_makes_a_small_process_fire() {
         let mut config = RulesConfig::default();
-        config.fragmentation.min_inactive_split_mib = 50.0;
+        config.fragmentation.min_inactive_split_mib = crate::config::NonNegative::new(50.0);
         let warnings = replay(config, 0, |s| {
             with_stats(s, split(200 * MIB, 100 * MIB), None)
         });

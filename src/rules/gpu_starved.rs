@@ -76,7 +76,7 @@ fn candidate(process: &GpuProcess, config: &GpuStarvedConfig) -> bool {
         && process.kind != ProcessKind::Graphics
         && process
             .gpu_memory_bytes
-            .is_some_and(|m| m as f64 >= config.min_memory_mib * BYTES_PER_MIB)
+            .is_some_and(|m| m as f64 >= config.min_memory_mib.get() * BYTES_PER_MIB)
         && is_training(process)
 }
 
@@ -91,13 +91,13 @@ fn starved(
     gpus.dedup();
     let per_gpu: Vec<f64> = gpus
         .iter()
-        .map(|g| gpu_utilization(inputs, *g, config.window_seconds))
+        .map(|g| gpu_utilization(inputs, *g, config.window_seconds.get()))
         .collect::<Option<_>>()?;
     let utilization = mean(per_gpu.iter().copied())?;
-    if utilization >= config.max_utilization_percent {
+    if utilization >= config.max_utilization_percent.get() {
         return None;
     }
-    let cpu = cpu_side(inputs, members, config.window_seconds);
+    let cpu = cpu_side(inputs, members, config.window_seconds.get());
     let (verdict, remedy) = verdict(&cpu, config);
     let memory: u64 = members.iter().filter_map(|p| p.gpu_memory_bytes).sum();
     let mut pids: Vec<u32> = members.iter().map(|p| p.pid).collect();
@@ -131,7 +131,7 @@ fn starved(
         fmt_bytes(memory as f64),
         if gpus.len() == 1 { "" } else { "s" },
         fmt_percent(utilization),
-        fmt_seconds(config.window_seconds),
+        fmt_seconds(config.window_seconds.get()),
     );
     let format_cpu = |v: Option<f64>| fmt_opt(v.map(fmt_percent));
     let evidence = vec![
@@ -214,12 +214,14 @@ fn cpu_side(inputs: &Inputs, members: &[&GpuProcess], seconds: f64) -> CpuSide {
 /// One sentence on whether data loading looks like the bottleneck, and the remedy that goes
 /// with it: DataLoader advice only when the CPU side is saturated.
 fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
-    let host_busy = cpu.host_cpu.filter(|&c| c >= config.host_busy_percent);
+    let host_busy = cpu
+        .host_cpu
+        .filter(|&c| c >= config.host_busy_percent.get());
     let host_note = host_busy.map_or_else(String::new, |c| {
         format!(", and the host CPU is saturated too ({})", fmt_percent(c))
     });
     match (cpu.workers, cpu.worker_cpu_each, cpu.main_cpu) {
-        (Some(n), Some(each), _) if n > 0 && each >= config.worker_busy_percent => (
+        (Some(n), Some(each), _) if n > 0 && each >= config.worker_busy_percent.get() => (
             format!(
                 "its {n} DataLoader worker{} look{} saturated ({} CPU each){host_note}: data \
                  loading is the bottleneck",
@@ -229,7 +231,7 @@ fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
             ),
             REMEDY,
         ),
-        (Some(0), _, Some(main)) if main >= config.main_busy_percent => (
+        (Some(0), _, Some(main)) if main >= config.main_busy_percent.get() => (
             format!(
                 "it has no DataLoader workers and its own CPU is saturated ({}){host_note}: \
                  loading data in the main process (num_workers=0) is the bottleneck",
@@ -476,7 +478,7 @@ mod tests {
         let moderate = history(|_| 45, |_, _| {});
         assert!(with_id(&replay_default(60, &moderate), "gpu-starved").is_empty());
         let mut config = RulesConfig::default();
-        config.gpu_starved.max_utilization_percent = 50.0;
+        config.gpu_starved.max_utilization_percent = crate::config::Percent::new(50.0);
         assert_eq!(
             with_id(&replay(config, 60, moderate), "gpu-starved").len(),
             1

@@ -64,7 +64,7 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
         )),
         GpuState::Stale => {
             let stale = gpu.stale_seconds?;
-            if stale < config.unresponsive_seconds {
+            if stale < config.unresponsive_seconds.get() {
                 return None;
             }
             Some(warning(
@@ -79,7 +79,10 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                 vec![
                     ("gpu", gpu.index.to_string()),
                     ("stale", format!("{stale:.1} s")),
-                    ("threshold", format!("{:.1} s", config.unresponsive_seconds)),
+                    (
+                        "threshold",
+                        format!("{:.1} s", config.unresponsive_seconds.get()),
+                    ),
                     ("driver says", reason),
                 ],
                 UNRESPONSIVE_REMEDY,
@@ -150,7 +153,7 @@ mod tests {
         let w = find(&warnings, "gpu-unresponsive", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Critical);
         let mut config = RulesConfig::default();
-        config.health.unresponsive_seconds = 2.0;
+        config.health.unresponsive_seconds = crate::config::Seconds::new(2.0);
         assert_eq!(replay(config, 0, stale(3.0)).len(), 1);
     }
 

@@ -44,7 +44,7 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
                 .iter()
                 .filter_map(|rank| {
                     let tracked = inputs.processes.get(&(rank.pid, rank.gpu))?;
-                    let points = tracked.window.covering(config.window_seconds)?;
+                    let points = tracked.window.covering(config.window_seconds.get())?;
                     Some(rank_load(rank, points))
                 })
                 .collect();
@@ -117,8 +117,8 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
     if let Some(((low, low_v), (high, high_v))) = extremes(loads, |l| l.memory) {
         let spread = high_v - low_v;
         spreads.push(("memory spread", fmt_bytes(spread)));
-        let wide = spread >= config.memory_spread_fraction * high_v
-            && spread >= config.min_memory_spread_mib * BYTES_PER_MIB;
+        let wide = spread >= config.memory_spread_fraction.get() * high_v
+            && spread >= config.min_memory_spread_mib.get() * BYTES_PER_MIB;
         if wide && spread > 0.0 {
             findings.push(format!(
                 "{} uses {} of GPU memory against {} on {}",
@@ -132,7 +132,7 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
     if let Some(((low, low_v), (high, high_v))) = extremes(loads, |l| l.utilization) {
         let spread = high_v - low_v;
         spreads.push(("utilization spread", format!("{spread:.0} points")));
-        if spread >= config.utilization_spread_percent && spread > 0.0 {
+        if spread >= config.utilization_spread_percent.get() && spread > 0.0 {
             findings.push(format!(
                 "{} runs at {} utilization against {} on {}",
                 rank_name(high.rank),
@@ -149,7 +149,7 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
     let message = format!(
         "{} ranks out of balance over {}: {}",
         loads.len(),
-        fmt_seconds(config.window_seconds),
+        fmt_seconds(config.window_seconds.get()),
         findings.join("; ")
     );
     let mut evidence: Vec<(&str, String)> = spreads;
@@ -260,7 +260,7 @@ mod tests {
         let uneven = job(|_| 30 * GIB, |r| if r == 3 { 75 } else { 95 });
         assert!(with_id(&replay_default(30, &uneven), "imbalance").is_empty());
         let mut config = RulesConfig::default();
-        config.imbalance.utilization_spread_percent = 15.0;
+        config.imbalance.utilization_spread_percent = crate::config::Percent::new(15.0);
         assert_eq!(with_id(&replay(config, 30, uneven), "imbalance").len(), 1);
     }
 

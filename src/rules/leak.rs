@@ -40,11 +40,11 @@ enum Source {
 
 pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
     let mut found = Vec::new();
-    for ((pid, device), points) in covering(inputs.allocators, config.window_seconds) {
+    for ((pid, device), points) in covering(inputs.allocators, config.window_seconds.get()) {
         let series = known(points, |a| a.allocated_bytes);
         found.extend(leaking(pid, Source::Allocator { device }, &series, config));
     }
-    for ((pid, gpu), points) in covering(inputs.processes, config.window_seconds) {
+    for ((pid, gpu), points) in covering(inputs.processes, config.window_seconds.get()) {
         let has_agent = inputs.allocators.keys().any(|&(p, _)| p == pid);
         if has_agent {
             continue;
@@ -122,8 +122,8 @@ pub(crate) fn rising_trend(series: &[(f64, f64)], config: &LeakConfig) -> Option
     let (start_t, start) = *series.first()?;
     let (end_t, end) = *series.last()?;
     let rise = end - start;
-    let tolerance = config.max_fallback_mib * BYTES_PER_MIB;
-    if rise <= 0.0 || rise < config.min_rise_mib * BYTES_PER_MIB {
+    let tolerance = config.max_fallback_mib.get() * BYTES_PER_MIB;
+    if rise <= 0.0 || rise < config.min_rise_mib.get() * BYTES_PER_MIB {
         return None;
     }
     let steps: Vec<f64> = series.windows(2).map(|w| w[1].1 - w[0].1).collect();
@@ -133,11 +133,11 @@ pub(crate) fn rising_trend(series: &[(f64, f64)], config: &LeakConfig) -> Option
         return None;
     }
     let non_falling_steps = steps.iter().filter(|&&d| d >= 0.0).count() as f64 / steps.len() as f64;
-    if non_falling_steps < config.min_rising_steps_fraction {
+    if non_falling_steps < config.min_rising_steps_fraction.get() {
         return None;
     }
     let largest_step = steps.iter().copied().fold(0.0, f64::max);
-    if largest_step > config.max_single_step_fraction * rise {
+    if largest_step > config.max_single_step_fraction.get() * rise {
         return None;
     }
     let slope_per_second = least_squares_slope(series)?;
@@ -254,7 +254,7 @@ mod tests {
         let slow = agent_history(|s| 10 * GIB + u64::from(s) * MIB);
         assert!(with_id(&replay_default(120, &slow), "leak").is_empty());
         let mut config = RulesConfig::default();
-        config.leak.min_rise_mib = 100.0;
+        config.leak.min_rise_mib = crate::config::NonNegative::new(100.0);
         assert_eq!(with_id(&replay(config, 120, slow), "leak").len(), 1);
     }
 

@@ -51,7 +51,7 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
         found.extend(by_process);
     }
     for (&(pid, index), tracked) in inputs.allocators {
-        let points = tracked.window.recent(config.oom_window_seconds);
+        let points = tracked.window.recent(config.oom_window_seconds.get());
         found.extend(ooms_rising(pid, index, points, config));
     }
     found
@@ -67,7 +67,7 @@ fn reserved_near_full(
     let total = gpu.memory_total_bytes.filter(|&t| t > 0)?;
     let reserved = device.reserved_bytes?;
     let fraction = reserved as f64 / total as f64;
-    if fraction < config.memory_fraction {
+    if fraction < config.memory_fraction.get() {
         return None;
     }
     let message = format!(
@@ -88,7 +88,10 @@ fn reserved_near_full(
         ("gpu used", fmt_opt_bytes(gpu.memory_used_bytes)),
         ("gpu total", fmt_bytes(total as f64)),
         ("reserved share", fmt_percent(fraction * 100.0)),
-        ("threshold", fmt_percent(config.memory_fraction * 100.0)),
+        (
+            "threshold",
+            fmt_percent(config.memory_fraction.get() * 100.0),
+        ),
     ];
     Some(warning(
         ID,
@@ -107,7 +110,7 @@ fn gpu_near_full(
     config: &OomRiskConfig,
 ) -> Option<Warning> {
     let fraction = gpu.memory_fraction()?;
-    if fraction < config.memory_fraction {
+    if fraction < config.memory_fraction.get() {
         return None;
     }
     let largest = holders
@@ -128,7 +131,10 @@ fn gpu_near_full(
         ("used", fmt_opt_bytes(gpu.memory_used_bytes)),
         ("total", fmt_opt_bytes(gpu.memory_total_bytes)),
         ("used share", fmt_percent(fraction * 100.0)),
-        ("threshold", fmt_percent(config.memory_fraction * 100.0)),
+        (
+            "threshold",
+            fmt_percent(config.memory_fraction.get() * 100.0),
+        ),
         ("processes", holders.len().to_string()),
         ("largest holder", largest_holder),
     ];
@@ -157,7 +163,7 @@ fn ooms_rising(
     let message = format!(
         "pid {pid} hit {rise} CUDA out-of-memory error{} on cuda:{index} in the last {}",
         if rise == 1 { "" } else { "s" },
-        fmt_seconds(config.oom_window_seconds),
+        fmt_seconds(config.oom_window_seconds.get()),
     );
     let evidence = vec![
         ("device", format!("cuda:{index}")),
@@ -275,7 +281,7 @@ mod tests {
     #[test]
     fn the_critical_state_ends_when_the_window_passes() {
         let mut config = RulesConfig::default();
-        config.oom_risk.oom_window_seconds = 5.0;
+        config.oom_risk.oom_window_seconds = crate::config::Seconds::new(5.0);
         let warnings = replay(config, 10, |step| {
             let mut snap = one_gpu(50);
             snap.unix_seconds = T0 + f64::from(step);
@@ -291,7 +297,7 @@ mod tests {
     #[test]
     fn a_lower_threshold_fires_where_the_default_does_not() {
         let mut config = RulesConfig::default();
-        config.oom_risk.memory_fraction = 0.75;
+        config.oom_risk.memory_fraction = crate::config::Fraction::new(0.75);
         assert!(with_id(&replay_default(0, |_| one_gpu(80)), "oom-risk").is_empty());
         let warnings = replay(config, 0, |_| one_gpu(80));
         let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });

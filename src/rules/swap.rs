@@ -20,7 +20,10 @@ instead of held in lists; add RAM; lower vm.swappiness (e.g. sysctl vm.swappines
 kernel swaps training memory out less eagerly.";
 
 pub(crate) fn check(inputs: &Inputs, config: &SwapConfig) -> Vec<Warning> {
-    let window = inputs.host.covering(config.window_seconds).unwrap_or(&[]);
+    let window = inputs
+        .host
+        .covering(config.window_seconds.get())
+        .unwrap_or(&[]);
     let latest = inputs.host.latest().map(|p| p.v);
     latest
         .and_then(|now| pressure(&now, window, &inputs.snapshot.host.vm, config))
@@ -36,21 +39,21 @@ fn pressure(
 ) -> Option<Warning> {
     let growth = swap_growth(window).filter(|&g| {
         g > 0
-            && g as f64 >= config.min_growth_mib * BYTES_PER_MIB
+            && g as f64 >= config.min_growth_mib.get() * BYTES_PER_MIB
             && now.swap_used_bytes.is_some_and(|u| u > 0)
     });
     let available_share = match (now.memory_available_bytes, now.memory_total_bytes) {
         (Some(available), Some(total)) if total > 0 => Some(available as f64 / total as f64),
         _ => None,
     };
-    let low_ram = available_share.filter(|&s| s < config.available_fraction);
+    let low_ram = available_share.filter(|&s| s < config.available_fraction.get());
     let mut findings = Vec::new();
     if let Some(grown) = growth {
         findings.push(format!(
             "swap in use grew by {} to {} in {}",
             fmt_bytes(grown as f64),
             fmt_opt_bytes(now.swap_used_bytes),
-            fmt_seconds(config.window_seconds),
+            fmt_seconds(config.window_seconds.get()),
         ));
     }
     if let Some(share) = low_ram {
@@ -162,7 +165,7 @@ mod tests {
         let tight = host(|_| 0, 10 * GIB);
         assert!(with_id(&replay_default(0, &tight), "swap").is_empty());
         let mut config = RulesConfig::default();
-        config.swap.available_fraction = 0.2;
+        config.swap.available_fraction = crate::config::Fraction::new(0.2);
         assert_eq!(with_id(&replay(config, 0, tight), "swap").len(), 1);
     }
 }

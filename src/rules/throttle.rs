@@ -31,7 +31,7 @@ pub(crate) fn check(inputs: &Inputs, config: &ThrottleConfig) -> Vec<Warning> {
 
 fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
     let utilization = gpu.utilization_percent?;
-    if f64::from(utilization) < config.min_utilization_percent {
+    if f64::from(utilization) < config.min_utilization_percent.get() {
         return None;
     }
     let active: Vec<&str> = gpu
@@ -151,7 +151,7 @@ mod tests {
         )
         .is_empty());
         let mut config = RulesConfig::default();
-        config.throttle.min_utilization_percent = 20.0;
+        config.throttle.min_utilization_percent = crate::config::Percent::new(20.0);
         assert_eq!(
             with_id(
                 &replay(config, 0, |_| hot(&["hw_slowdown"], 30)),

@@ -109,7 +109,7 @@ fn stalled(
     }
     let median = median(&track.step_times)?;
     let still = now - track.changed_at;
-    let threshold = (config.step_time_factor * median).max(config.min_seconds);
+    let threshold = (config.step_time_factor.get() * median).max(config.min_seconds.get());
     if still < threshold {
         return None;
     }
@@ -180,7 +180,7 @@ mod tests {
 
     fn quick() -> RulesConfig {
         let mut config = RulesConfig::default();
-        config.training_stalled.min_seconds = 20.0;
+        config.training_stalled.min_seconds = crate::config::Seconds::new(20.0);
         config
     }
 

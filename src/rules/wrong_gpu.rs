@@ -31,7 +31,7 @@ pub(crate) fn check(inputs: &Inputs, config: &WrongGpuConfig) -> Vec<Warning> {
 
 fn outside(process: &GpuProcess, gpus: &[GpuSample], config: &WrongGpuConfig) -> Option<Warning> {
     let memory = process.gpu_memory_bytes?;
-    if !process.visible || (memory as f64) < config.min_memory_mib * BYTES_PER_MIB {
+    if !process.visible || (memory as f64) < config.min_memory_mib.get() * BYTES_PER_MIB {
         return None;
     }
     let list = process.env.as_ref()?.cuda_visible_devices.as_deref()?;

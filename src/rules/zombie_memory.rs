@@ -30,7 +30,7 @@ pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning
     if pids.len() >= 2 && processes.iter().all(|p| !p.visible) {
         return Vec::new();
     }
-    covering(inputs.processes, config.min_seconds)
+    covering(inputs.processes, config.min_seconds.get())
         .filter_map(|((pid, gpu), points)| missing(pid, gpu, points, config))
         .collect()
 }
@@ -52,7 +52,10 @@ fn missing(
         holds_on_gpu(pid, gpu, memory),
     );
     let mut evidence = held_on_gpu_evidence(gpu, memory);
-    evidence.push(("missing for", fmt_seconds(span.max(config.min_seconds))));
+    evidence.push((
+        "missing for",
+        fmt_seconds(span.max(config.min_seconds.get())),
+    ));
     Some(warning(
         ID,
         Severity::Warn,
@@ -107,7 +110,7 @@ mod tests {
     #[test]
     fn a_zero_wait_fires_on_a_single_snapshot() {
         let mut config = RulesConfig::default();
-        config.zombie_memory.min_seconds = 0.0;
+        config.zombie_memory.min_seconds = crate::config::Seconds::new(0.0);
         let warnings = replay(config, 0, ghost(|_| false));
         assert_eq!(with_id(&warnings, "zombie-memory").len(), 1);
     }
