@@ -74,6 +74,16 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
 
+/// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
+/// (`TZ`, or the system's).
+pub(crate) fn zone(utc: bool) -> jiff::tz::TimeZone {
+    if utc {
+        jiff::tz::TimeZone::UTC
+    } else {
+        jiff::tz::TimeZone::system()
+    }
+}
+
 /// " 12:34:56 UTC" under `--utc`, else the local time and zone (" 14:34:56 CEST") as `TZ`
 /// or the system's zone says; empty before the first sample.
 fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
@@ -83,12 +93,7 @@ fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
     let Ok(instant) = jiff::Timestamp::from_second(snapshot.unix_seconds.floor() as i64) else {
         return String::new();
     };
-    let zone = if utc {
-        jiff::tz::TimeZone::UTC
-    } else {
-        jiff::tz::TimeZone::system()
-    };
-    let zoned = instant.to_zoned(zone);
+    let zoned = instant.to_zoned(zone(utc));
     let name = zoned
         .time_zone()
         .to_offset_info(instant)
