@@ -8,6 +8,7 @@
 
 mod action_keys;
 pub(crate) mod columns;
+pub(crate) mod detail;
 pub(crate) mod layout;
 pub(crate) mod rows;
 mod table_keys;
@@ -16,6 +17,8 @@ pub(crate) mod warning_groups;
 mod warnings_keys;
 pub(crate) mod warnings_view;
 
+#[cfg(test)]
+mod screen_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -121,6 +124,12 @@ pub struct App {
     pub(crate) badge: Option<String>,
     /// The last snapshot file handed to the viewer, by request number.
     memsnap_taken: Option<u64>,
+    /// The detail view (`Enter`), when open.
+    pub(crate) detail: Option<detail::DetailView>,
+    /// The header's clock in UTC (`--utc`) instead of local time.
+    pub(crate) utc: bool,
+    /// The uid whose processes `m` ("only mine") shows: the user running torchtop.
+    pub(crate) my_uid: u32,
 }
 
 impl App {
@@ -141,7 +150,16 @@ impl App {
             selected_key: None,
             badge: None,
             memsnap_taken: None,
+            detail: None,
+            utc: false,
+            my_uid: crate::sys::invoking_uid(),
         }
+    }
+
+    /// Shows the header's clock in UTC instead of local time (`--utc`).
+    pub fn with_utc(mut self, utc: bool) -> Self {
+        self.utc = utc;
+        self
     }
 
     /// Starts with only `user`'s processes and only those on `gpus` (`--user`, `--gpus`).
@@ -269,6 +287,7 @@ impl App {
         }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
+            Mode::Normal if self.detail.is_some() => self.on_process_detail_key(key),
             Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
@@ -285,7 +304,7 @@ impl App {
     }
 
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
-        if self.mode != Mode::Normal || self.view.show_help {
+        if self.mode != Mode::Normal || self.view.show_help || self.detail.is_some() {
             return Effect::None;
         }
         if self.warnings_view.is_open() {
@@ -329,6 +348,7 @@ impl App {
     /// Puts the outcome of an action in the status line.
     pub(crate) fn on_action_done(&mut self, report: &ActionReport) {
         self.status = Some(report.sentence());
+        self.apply_nice_results(report);
     }
 
     fn on_help_key(&mut self, key: KeyEvent) -> Effect {
@@ -342,7 +362,7 @@ impl App {
         }
     }
 
-    fn on_normal_key(&mut self, key: KeyEvent) -> Effect {
+    pub(super) fn on_normal_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
             KeyCode::Char('a') if key.modifiers.contains(KeyModifiers::CONTROL) => {
                 self.scroll_command(|_, _| 0)
@@ -388,6 +408,12 @@ impl App {
             KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
             KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
             KeyCode::Char('R') => Effect::ToggleRecording,
+            KeyCode::Enter => self.open_detail(),
+            KeyCode::Char('a') => self.set_density(view::Density::Auto),
+            KeyCode::Char('f') => self.set_density(view::Density::Full),
+            KeyCode::Char('c') => self.set_density(view::Density::Compact),
+            KeyCode::Char('g') => self.cycle_gpu_filter(),
+            KeyCode::Char('m') => self.toggle_mine(),
             _ => Effect::None,
         }
     }

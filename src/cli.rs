@@ -92,6 +92,10 @@ pub struct Cli {
     #[arg(long, value_name = "LIST", value_parser = parse_gpu_list)]
     pub gpus: Option<GpuList>,
 
+    /// Show the monitor's clock in UTC; it shows local time (as TZ says) by default.
+    #[arg(long)]
+    pub utc: bool,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }

@@ -40,7 +40,8 @@ fn main() -> ExitCode {
         };
     }
     let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly)
-        .with_filters(cli.user.clone(), cli.gpus.clone().map(|g| g.0));
+        .with_filters(cli.user.clone(), cli.gpus.clone().map(|g| g.0))
+        .with_utc(cli.utc);
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
         Err(error) => {

@@ -8,7 +8,7 @@ use crossterm::event::{KeyCode, KeyEvent};
 
 use super::{App, Effect, Mode, READONLY_REFUSAL};
 use crate::actions::{
-    Action, ActionError, ActionRequest, ActionTarget, Signal, NICE_MAX, NICE_MIN,
+    Action, ActionError, ActionReport, ActionRequest, ActionTarget, Signal, NICE_MAX, NICE_MIN,
 };
 use crate::model::filter::{action_targets, Tags};
 use crate::model::ProcessIdentity;
@@ -174,6 +174,37 @@ impl App {
     }
 
     // ---- nice ------------------------------------------------------------------------------
+
+    /// Shows the nice values a renice set at once, on the rows and in the `n` dialog, rather
+    /// than the old ones until the next snapshot reads /proc again.
+    pub(super) fn apply_nice_results(&mut self, report: &ActionReport) {
+        let set: Vec<(ProcessIdentity, i32)> = report
+            .request
+            .targets
+            .iter()
+            .zip(&report.results)
+            .filter_map(|(target, result)| Some((target.identity, (*result.as_ref().ok()?)?)))
+            .collect();
+        if set.is_empty() {
+            return;
+        }
+        let snapshot = std::sync::Arc::make_mut(&mut self.snapshot);
+        for (identity, nice) in set {
+            let same = |pid: u32, start: Option<u64>| {
+                pid == identity.pid && start == Some(identity.start_ticks)
+            };
+            for process in &mut snapshot.processes {
+                if same(process.pid, process.start_ticks) {
+                    process.nice = Some(nice);
+                }
+            }
+            for process in &mut snapshot.host_processes {
+                if same(process.pid, Some(process.start_ticks)) {
+                    process.nice = Some(nice);
+                }
+            }
+        }
+    }
 
     pub(super) fn adjust_nice(&mut self, delta: i32) -> Effect {
         self.with_targets(|app, targets| {

@@ -29,6 +29,8 @@
 
 use ratatui::layout::{Margin, Rect};
 
+use super::view::Density;
+
 pub(crate) const MIN_WIDTH: u16 = 60;
 pub(crate) const MIN_HEIGHT: u16 = 16;
 /// From this width the allocator panel sits beside the process table instead of below it.
@@ -64,6 +66,9 @@ pub(crate) struct LayoutNeeds {
     pub(crate) allocator_below: u16,
     /// Whether the selected process has an allocator panel for beside a wide table.
     pub(crate) allocator_beside: bool,
+    /// `a` `f` `c`: whether the GPU detail lines and the larger sparklines come before extra
+    /// process rows (full), after them (auto), or never (compact).
+    pub(crate) density: Density,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +184,9 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
         h.history = 1 + gpu_count;
     }
+    if needs.density == Density::Full {
+        grant_gpu_extras(&mut h, &mut left, gpu_count, gpu_base, detail_lines);
+    }
     // Seeing the processes matters more than the per-GPU detail lines, when there are any.
     let rows = u16::try_from(needs.process_rows).unwrap_or(u16::MAX);
     let unshown = rows.saturating_sub(MIN_PROCESS_HEIGHT - 1);
@@ -196,16 +204,29 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let more = more.min(left);
     left -= more;
     h.warnings += more;
-    if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, detail_lines * gpu_count) {
-        h.gpu_detail_lines = detail_lines;
-        h.gpus += detail_lines * gpu_count;
-    }
-    if h.history > 0 && gpu_count <= 4 && grant(&mut left, 2 * gpu_count) {
-        h.history += 2 * gpu_count;
-        h.history_rows_per_gpu = 3;
+    if needs.density == Density::Auto {
+        grant_gpu_extras(&mut h, &mut left, gpu_count, gpu_base, detail_lines);
     }
     h.processes += left;
     h
+}
+
+/// The per-GPU detail lines, then the larger sparklines, each if all its rows are left.
+fn grant_gpu_extras(
+    h: &mut Heights,
+    left: &mut u16,
+    gpu_count: u16,
+    gpu_base: u16,
+    detail_lines: u16,
+) {
+    if gpu_count > 0 && h.gpus == gpu_base && grant(left, detail_lines * gpu_count) {
+        h.gpu_detail_lines = detail_lines;
+        h.gpus += detail_lines * gpu_count;
+    }
+    if h.history > 0 && gpu_count <= 4 && grant(left, 2 * gpu_count) {
+        h.history += 2 * gpu_count;
+        h.history_rows_per_gpu = 3;
+    }
 }
 
 /// Takes `want` rows from `left` if all of them are there.

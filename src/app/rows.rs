@@ -24,14 +24,19 @@ pub(crate) struct RowSettings {
     pub(crate) tree: bool,
     /// Only this user's processes (`u`, `--user`); `None` shows everyone's.
     pub(crate) user: Option<String>,
-    /// Only processes on these GPUs (`--gpus 0,3`); `None` shows every GPU.
+    /// Only processes on these GPUs (`--gpus 0,3`, `g`); `None` shows every GPU.
     pub(crate) gpus: Option<Vec<u32>>,
+    /// Only this uid's processes (`m`: the user running torchtop); `None` shows everyone's.
+    pub(crate) mine: Option<u32>,
 }
 
 impl RowSettings {
     /// Whether any filter (text, user, GPUs) hides rows.
     pub(crate) fn filtering(&self) -> bool {
-        !self.filter.trim().is_empty() || self.user.is_some() || self.gpus.is_some()
+        !self.filter.trim().is_empty()
+            || self.user.is_some()
+            || self.gpus.is_some()
+            || self.mine.is_some()
     }
 }
 
@@ -45,6 +50,7 @@ impl Default for RowSettings {
             tree: false,
             user: None,
             gpus: None,
+            mine: None,
         }
     }
 }
@@ -107,6 +113,12 @@ impl<'a> ProcessRow<'a> {
     /// Whether /proc shows the process on this machine.
     pub(crate) fn visible(&self) -> bool {
         self.host.is_some() || self.gpus.iter().any(|g| g.visible)
+    }
+
+    pub(crate) fn uid(&self) -> Option<u32> {
+        self.host
+            .and_then(|h| h.uid)
+            .or_else(|| self.gpus.iter().find_map(|g| g.uid))
     }
 
     pub(crate) fn user(&self) -> Option<&'a str> {
@@ -286,6 +298,7 @@ pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<R
                     .gpus
                     .as_ref()
                     .is_none_or(|gpus| on_gpus(&row, gpus))
+                && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
         })
         .collect()
 }

@@ -1,11 +1,13 @@
 //! The process table's own keys and clicks: the sort order (F6, `<` `>` `r`, a click on a
-//! column title), the user menu (`u`), and the sideways scroll of COMMAND.
+//! column title), the filters by user (`u`), by GPU (`g`) and "only mine" (`m`), the screen
+//! density (`a` `f` `c`), and the sideways scroll of COMMAND.
 
 use crossterm::event::{KeyCode, KeyEvent};
 
 use super::columns;
 use super::layout::Plan;
 use super::rows;
+use super::view::Density;
 use super::{App, Effect, Mode};
 use crate::model::filter::SortKey;
 
@@ -145,6 +147,41 @@ impl App {
     pub(super) fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {
         self.settings.sort = key;
         self.settings.reverse = reverse;
+        self.refresh_rows();
+        Effect::Redraw
+    }
+
+    /// `a` `f` `c`: how much room the GPU detail rows and the history take.
+    pub(super) fn set_density(&mut self, density: Density) -> Effect {
+        self.view.density = density;
+        self.status = Some(format!("layout: {}", density.name()));
+        Effect::Redraw
+    }
+
+    /// `g`: every GPU, then each GPU alone in turn, then every GPU again. A `--gpus` list
+    /// counts as "every GPU" here, so the next press shows its first GPU alone.
+    pub(super) fn cycle_gpu_filter(&mut self) -> Effect {
+        let mut indices: Vec<u32> = self.snapshot.gpus.iter().map(|g| g.index).collect();
+        indices.sort_unstable();
+        let next = match self.settings.gpus.as_deref() {
+            Some([one]) => indices.iter().find(|&&i| i > *one).copied(),
+            _ => indices.first().copied(),
+        };
+        self.settings.gpus = next.map(|i| vec![i]);
+        self.status = Some(match next {
+            Some(i) => format!("only processes on GPU {i} (g: next GPU)"),
+            None => "processes on every GPU".to_string(),
+        });
+        self.refresh_rows();
+        Effect::Redraw
+    }
+
+    /// `m`: only the processes of the user running torchtop, or everyone's again.
+    pub(super) fn toggle_mine(&mut self) -> Effect {
+        self.settings.mine = match self.settings.mine {
+            Some(_) => None,
+            None => Some(self.my_uid),
+        };
         self.refresh_rows();
         Effect::Redraw
     }

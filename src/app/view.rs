@@ -4,6 +4,28 @@
 
 use super::layout::Plan;
 
+/// How much of the screen the GPU panel and the history take, as nvitop's `a` `f` `c`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Density {
+    /// Detail rows and larger sparklines only where rows are left after the processes.
+    #[default]
+    Auto,
+    /// Every GPU's detail rows and the larger sparklines, before extra process rows.
+    Full,
+    /// One line per GPU and one history row per GPU: the most process rows.
+    Compact,
+}
+
+impl Density {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Density::Auto => "auto",
+            Density::Full => "full",
+            Density::Compact => "compact",
+        }
+    }
+}
+
 /// A GPU or a job highlighted in its panel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Mark {
@@ -28,6 +50,8 @@ pub(crate) struct ViewState {
     pub(crate) plan: Plan,
     /// How many characters of COMMAND are scrolled off to the left (`←` `→`).
     pub(crate) command_scroll: usize,
+    /// `a` `f` `c`: auto, full or compact GPU panel and history.
+    pub(crate) density: Density,
 }
 
 impl ViewState {

@@ -258,7 +258,10 @@ impl HostCollector {
             start_ticks: stat.start_ticks,
             cpu_percent,
             rss_bytes: stat.rss_pages.saturating_mul(self.page_size),
-            running_seconds: uptime.map(|up| (up - started).max(0.0)),
+            // Whole clock ticks: the difference of two decimals carries float noise
+            // (104.39999999999998) into JSON otherwise.
+            running_seconds: uptime
+                .map(|up| round_to_ticks((up - started).max(0.0), self.clock_ticks)),
             nice: stat.nice,
             state: stat.state,
             env: identity.env.flatten(),
@@ -478,6 +481,12 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
     row.children_cpu_percent = joined.and_then(|j| j.children_cpu_percent);
 }
 
+/// `seconds` rounded to the nearest 1/`ticks_per_second`, the resolution of /proc times.
+fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
+    let per = ticks_per_second.max(1) as f64;
+    (seconds * per).round() / per
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -486,6 +495,13 @@ mod tests {
     use super::*;
     use crate::model::ProcessKind;
     use crate::test_ci::PATIENCE;
+
+    #[test]
+    fn running_time_has_no_float_noise() {
+        let noisy = 3125.36 - 3020.96;
+        assert_ne!(noisy.to_string(), "104.4");
+        assert_eq!(round_to_ticks(noisy, 100).to_string(), "104.4");
+    }
 
     fn fixture_root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc")

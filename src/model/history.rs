@@ -63,12 +63,30 @@ pub(crate) struct AllocatorHistory {
     pub(crate) reserved_bytes: Series,
 }
 
+/// The history of one process, summed over its GPUs, for the detail view.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ProcessHistory {
+    /// The process's start time: a reused pid starts a new history.
+    start_ticks: Option<u64>,
+    pub(crate) gpu_memory_bytes: Series,
+    pub(crate) sm_percent: Series,
+    pub(crate) cpu_percent: Series,
+    pub(crate) rss_bytes: Series,
+}
+
+/// Per-process series keep at most this many samples, whatever the interval.
+pub(crate) const MAX_PROCESS_SAMPLES: usize = 600;
+/// At most this many processes have a history (the first by pid); the rest have none.
+pub(crate) const MAX_PROCESS_HISTORIES: usize = 256;
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
     capacity: usize,
     pub(crate) gpus: BTreeMap<u32, GpuHistory>,
     /// Keyed by (pid, device index).
     pub(crate) allocators: BTreeMap<(u32, u32), AllocatorHistory>,
+    /// Keyed by pid; bounded by [`MAX_PROCESS_HISTORIES`] and [`MAX_PROCESS_SAMPLES`].
+    pub(crate) processes: BTreeMap<u32, ProcessHistory>,
 }
 
 impl History {
@@ -131,6 +149,39 @@ impl History {
             }
         }
         self.allocators.retain(|key, _| seen.contains(key));
+        self.record_processes(snapshot);
+    }
+
+    fn record_processes(&mut self, snapshot: &Snapshot) {
+        let mut rows: BTreeMap<u32, Vec<&crate::model::GpuProcess>> = BTreeMap::new();
+        for process in &snapshot.processes {
+            rows.entry(process.pid).or_default().push(process);
+        }
+        let capacity = self.capacity.min(MAX_PROCESS_SAMPLES);
+        for (&pid, rows) in rows.iter().take(MAX_PROCESS_HISTORIES) {
+            let start_ticks = rows[0].start_ticks;
+            let entry = self.processes.entry(pid).or_default();
+            if entry.gpu_memory_bytes.capacity == 0 || entry.start_ticks != start_ticks {
+                *entry = ProcessHistory {
+                    start_ticks,
+                    gpu_memory_bytes: Series::with_capacity(capacity),
+                    sm_percent: Series::with_capacity(capacity),
+                    cpu_percent: Series::with_capacity(capacity),
+                    rss_bytes: Series::with_capacity(capacity),
+                };
+            }
+            let sum = |value: fn(&crate::model::GpuProcess) -> Option<f64>| {
+                rows.iter().filter_map(|r| value(r)).reduce(|a, b| a + b)
+            };
+            entry
+                .gpu_memory_bytes
+                .push(sum(|r| r.gpu_memory_bytes.map(|b| b as f64)));
+            entry.sm_percent.push(sum(|r| r.sm_percent.map(f64::from)));
+            entry.cpu_percent.push(rows[0].cpu_percent);
+            entry.rss_bytes.push(rows[0].rss_bytes.map(|b| b as f64));
+        }
+        let kept: Vec<u32> = rows.keys().take(MAX_PROCESS_HISTORIES).copied().collect();
+        self.processes.retain(|pid, _| kept.contains(pid));
     }
 }
 
@@ -195,6 +246,41 @@ mod tests {
             "a GPU keeps only its own span"
         );
         assert_eq!(history.allocators[&(1, 0)].allocated_bytes.len(), 2000);
+    }
+
+    #[test]
+    fn process_histories_are_bounded_in_count_and_length() {
+        let mut history = History::for_interval(0.05);
+        for tick in 0..1000u32 {
+            let mut snap = Snapshot::default();
+            for pid in 0..(MAX_PROCESS_HISTORIES as u32 + 50) {
+                let mut p =
+                    crate::model::GpuProcess::new(pid, 0, crate::model::ProcessKind::Compute);
+                p.gpu_memory_bytes = Some(u64::from(tick));
+                p.start_ticks = Some(1);
+                snap.processes.push(p.clone());
+                p.gpu = 1;
+                snap.processes.push(p);
+            }
+            history.record(&snap);
+        }
+        assert_eq!(history.processes.len(), MAX_PROCESS_HISTORIES);
+        let first = &history.processes[&0];
+        assert_eq!(first.gpu_memory_bytes.len(), MAX_PROCESS_SAMPLES);
+        assert_eq!(
+            first.gpu_memory_bytes.latest(),
+            Some(2.0 * 999.0),
+            "summed over GPUs"
+        );
+        assert_eq!(first.cpu_percent.latest(), None, "a gap, not 0");
+        // A reused pid starts afresh.
+        let mut snap = Snapshot::default();
+        let mut p = crate::model::GpuProcess::new(0, 0, crate::model::ProcessKind::Compute);
+        p.start_ticks = Some(2);
+        snap.processes.push(p);
+        history.record(&snap);
+        assert_eq!(history.processes[&0].gpu_memory_bytes.len(), 1);
+        assert_eq!(history.processes.len(), 1);
     }
 
     #[test]

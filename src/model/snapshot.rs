@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     DriverInfo, GpuProcess, GpuSample, HostProcess, HostSnapshot, Job, MemsnapReady, OomReport,
-    Warning,
+    ProcessDetail, Warning,
 };
 
 /// The version of the `--once --json` document; bump on incompatible change.
@@ -40,6 +40,9 @@ pub struct Snapshot {
     /// The snapshot file of the latest `S` request, once written: the event loop opens it.
     #[serde(skip)]
     pub memsnap_ready: Option<MemsnapReady>,
+    /// What the open detail view asked the sampler to read about one process.
+    #[serde(skip)]
+    pub detail: Option<ProcessDetail>,
 }
 
 impl Snapshot {

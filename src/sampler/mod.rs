@@ -14,6 +14,7 @@
 mod gpu_worker;
 mod gpus;
 
+mod detail;
 mod memory;
 
 use std::collections::{HashMap, VecDeque};
@@ -67,6 +68,9 @@ pub(crate) enum SamplerRequest {
     /// `S`: make the agent of `pid` record memory history and write a snapshot, to be opened
     /// in the viewer once written.
     MemoryView { pid: u32 },
+    /// The detail view of `pid` opened (read its cwd, environ, cgroup and children each
+    /// tick), or closed with `None`.
+    Detail { pid: Option<u32> },
 }
 
 impl SamplerConfig {
@@ -103,6 +107,8 @@ pub struct Sampler {
     memory_views: HashMap<u64, u32>,
     /// The latest snapshot written for the viewer, repeated in every snapshot until a newer one.
     memsnap_ready: Option<MemsnapReady>,
+    /// The detail view's process, read each tick while the view is open.
+    detail: detail::DetailReader,
 }
 
 impl Sampler {
@@ -130,6 +136,7 @@ impl Sampler {
             ooms: VecDeque::new(),
             memory_views: HashMap::new(),
             memsnap_ready: None,
+            detail: detail::DetailReader::default(),
         }
     }
 
@@ -149,6 +156,7 @@ impl Sampler {
         if self.want_process_table {
             snapshot.host_processes = self.host.process_table();
         }
+        snapshot.detail = self.detail.read(&self.config.proc_root);
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot
     }
@@ -235,6 +243,7 @@ impl Sampler {
             }
             SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
             SamplerRequest::MemoryView { pid } => self.ask_for_memory_view(pid),
+            SamplerRequest::Detail { pid } => self.detail.follow(pid),
         }
     }
 

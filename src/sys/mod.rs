@@ -37,6 +37,21 @@ pub(crate) fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// The user who ran torchtop: the real uid, or under `sudo` the uid sudo came from
+/// (`SUDO_UID`, set by sudo in our own environment), so "only my processes" means the
+/// admin's own jobs and not root's.
+pub(crate) fn invoking_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let real = unsafe { libc::getuid() };
+    if real != 0 {
+        return real;
+    }
+    std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|uid| uid.trim().parse().ok())
+        .unwrap_or(real)
+}
+
 /// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a
 /// client, the connecting process for a server. The pid is 0 when the peer lives in another
 /// pid namespace, which is why this goes through nix (a plain integer) rather than rustix

@@ -1,12 +1,14 @@
 //! Balance across GPUs: for each GPU a memory bar and a utilization bar side by side, drawn
 //! vertically so that eight GPUs fit in a third of an 80-column screen and a skewed job stands
-//! out at a glance.
+//! out at a glance. With one GPU there is nothing to balance: the bars are labelled with
+//! their figures instead, and without GPUs the panel says so.
 
 use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
 
 use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
-use crate::format::pad_left_aligned;
+use crate::format::{pad_left_aligned, percent, percent_f};
+use crate::model::GpuSample;
 use crate::terminal::theme::Theme;
 
 /// Columns per GPU when [`GROUP_WIDTH`] (memory bar, utilization bar, two spaces) is too wide.
@@ -20,7 +22,13 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height < 3 {
         return;
     }
-    let title = pad_left_aligned("BALANCE mem|util", usize::from(area.width));
+    let gpus = &app.snapshot.gpus;
+    let title = match gpus.as_slice() {
+        [] => "BALANCE: no GPUs".to_string(),
+        [one] => format!("GPU {} mem|util", one.index),
+        _ => "BALANCE mem|util".to_string(),
+    };
+    let title = pad_left_aligned(&title, usize::from(area.width));
     frame.render_widget(
         Paragraph::new(title).style(theme.title()),
         Rect { height: 1, ..area },
@@ -59,6 +67,37 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             label,
         );
         x += group;
+    }
+    if let [one] = gpus.as_slice() {
+        label_single_gpu(frame, area, one, theme);
+    }
+}
+
+/// Beside the one GPU's bars: their figures, and why there is no balance to show.
+fn label_single_gpu(frame: &mut Frame, area: Rect, gpu: &GpuSample, theme: Theme) {
+    let left = area.x + 4;
+    if left >= area.right() {
+        return;
+    }
+    let width = usize::from(area.right() - left);
+    let lines = [
+        format!(
+            "mem  {}",
+            percent_f(gpu.memory_fraction().map(|f| f * 100.0))
+        ),
+        format!("util {}", percent(gpu.utilization_percent)),
+        "balance: 2+ GPUs".to_string(),
+    ];
+    for (row, text) in lines.iter().enumerate() {
+        let y = area.y + 1 + row as u16;
+        if y >= area.bottom() {
+            break;
+        }
+        let style = if row == 2 { theme.dim() } else { theme.plain() };
+        frame.render_widget(
+            Paragraph::new(pad_left_aligned(text, width)).style(style),
+            Rect::new(left, y, width as u16, 1),
+        );
     }
 }
 

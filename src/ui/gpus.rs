@@ -65,12 +65,14 @@ pub(crate) fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
         return Some("waiting for the first sample...".to_string());
     }
     if !driver.nvml_loaded {
-        let error = driver.error.as_deref().unwrap_or("unknown error");
-        return Some(format!(
-            "NVML could not be loaded from {}: {}",
-            format::escape(&driver.library),
-            format::escape(error)
-        ));
+        // The loader's error is already a sentence that names the library.
+        return Some(match driver.error.as_deref() {
+            Some(error) => format::escape(error).into_owned(),
+            None => format!(
+                "NVML could not be loaded from {} (no reason was given)",
+                format::escape(&driver.library)
+            ),
+        });
     }
     if snapshot.gpus.is_empty() {
         let version = format::text(driver.driver_version.as_deref());

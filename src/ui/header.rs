@@ -1,4 +1,5 @@
-//! The top line: program, host, driver and CUDA versions, GPU count, refresh delay and time.
+//! The top line: program, host, driver and CUDA versions, GPU count, refresh delay and time
+//! (local time, as `TZ` says, or UTC under `--utc`).
 
 use ratatui::{
     layout::{Alignment, Rect},
@@ -8,7 +9,8 @@ use ratatui::{
 };
 
 use crate::app::App;
-use crate::format;
+use crate::format::{self, escape};
+use crate::model::Snapshot;
 use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
@@ -30,7 +32,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             app.delay_seconds
         ),
     ];
-    let clock_text = clock_text(&snapshot.time);
+    let clock_text = clock_text(snapshot, app.utc);
     let badge = app
         .badge
         .as_deref()
@@ -72,13 +74,46 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
 
-/// " 12:34:56 UTC" from an RFC 3339 UTC time; empty before the first sample.
-fn clock_text(time: &str) -> String {
-    match time.split_once('T') {
-        Some((_, rest)) => {
-            let clock: String = rest.chars().take(8).collect();
-            format!(" {clock} UTC")
-        }
-        None => String::new(),
+/// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
+/// (`TZ`, or the system's).
+pub(crate) fn zone(utc: bool) -> jiff::tz::TimeZone {
+    if utc {
+        jiff::tz::TimeZone::UTC
+    } else {
+        jiff::tz::TimeZone::system()
+    }
+}
+
+/// " 12:34:56 UTC" under `--utc`, else the local time and zone (" 14:34:56 CEST") as `TZ`
+/// or the system's zone says; empty before the first sample.
+fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
+    if snapshot.time.is_empty() {
+        return String::new();
+    }
+    let Ok(instant) = jiff::Timestamp::from_second(snapshot.unix_seconds.floor() as i64) else {
+        return String::new();
+    };
+    let zoned = instant.to_zoned(zone(utc));
+    let name = zoned
+        .time_zone()
+        .to_offset_info(instant)
+        .abbreviation()
+        .to_string();
+    format!(" {} {}", zoned.strftime("%H:%M:%S"), escape(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_and_a_fixed_zone() {
+        let snapshot = Snapshot {
+            time: "2025-06-01T12:34:56Z".to_string(),
+            unix_seconds: 1_748_781_296.0,
+            ..Default::default()
+        };
+        assert_eq!(clock_text(&snapshot, true), " 12:34:56 UTC");
+        assert_eq!(clock_text(&Snapshot::default(), true), "");
     }
 }

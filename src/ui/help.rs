@@ -40,8 +40,9 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
             ),
             ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
             ("n", "type a nice value (-20 to 19)"),
-            ("/ u", "filter by text or pid (Enter keeps); u: by user"),
-            ("t", "tree view with parents and children"),
+            ("/ u g m", "filter: text or pid; user; next GPU; only mine"),
+            ("t Enter", "tree view; Enter: the process's detail view"),
+            ("a f c", "layout: auto, full, compact (most process rows)"),
             (
                 "F6 < > r",
                 "sort menu, prev/next column, reverse; or click a title",

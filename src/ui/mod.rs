@@ -6,6 +6,7 @@
 
 pub(crate) mod allocator;
 pub(crate) mod balance;
+pub(crate) mod detail;
 pub(crate) mod dialog;
 pub(crate) mod gpus;
 pub(crate) mod header;
@@ -46,6 +47,9 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
             warnings_view::render(frame, areas.warnings_view, app, theme);
         }
     }
+    if let (Some(view), Plan::Screen(areas)) = (&app.detail, plan) {
+        detail::render(frame, detail::area(screen, areas), app, view, theme);
+    }
     if app.view.show_help {
         help::render(frame, screen, app, theme);
     }
@@ -64,6 +68,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
         process_rows: app.row_count(),
         allocator_below: torch.map_or(0, |t| allocator::wanted_height(t, width)),
         allocator_beside: torch.is_some(),
+        density: app.view.density,
     }
 }
 

@@ -196,7 +196,7 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
         Column::Start => row
             .start_unix_seconds(&app.snapshot)
             .map_or(NA.to_string(), |start| {
-                start_text(start, app.snapshot.unix_seconds)
+                start_text(start, app.snapshot.unix_seconds, app.utc)
             }),
         Column::Time => format::opt_duration(row.running_seconds()),
         Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
@@ -204,20 +204,17 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
     }
 }
 
-/// When a process started, in UTC as the header's clock: "14:05" within the last day, else
-/// "Nov30", as htop's START.
-fn start_text(start: f64, now: f64) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(start.max(0.0));
-    // "2025-06-01T12:34:56Z"
-    let stamp = humantime::format_rfc3339_seconds(at).to_string();
+/// When a process started, in the header clock's zone (local, or UTC under `--utc`): "14:05"
+/// within the last day, else "Nov30", as htop's START.
+fn start_text(start: f64, now: f64, utc: bool) -> String {
+    let Ok(at) = jiff::Timestamp::from_second(start.max(0.0).floor() as i64) else {
+        return NA.to_string();
+    };
+    let zoned = at.to_zoned(super::header::zone(utc));
     if now - start < 86_400.0 {
-        return stamp[11..16].to_string();
+        return zoned.strftime("%H:%M").to_string();
     }
-    let month: usize = stamp[5..7].parse().unwrap_or(1);
-    format!("{}{}", MONTHS[month.clamp(1, 12) - 1], &stamp[8..10])
+    zoned.strftime("%b%d").to_string()
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
@@ -237,8 +234,8 @@ mod tests {
     fn start_is_a_clock_time_today_and_a_date_before() {
         // 2025-06-01T12:34:56Z
         let now = 1_748_781_296.0;
-        assert_eq!(start_text(now - 3600.0, now), "11:34");
-        assert_eq!(start_text(now - 3.0 * 86_400.0, now), "May29");
-        assert_eq!(start_text(-5.0, now), "Jan01");
+        assert_eq!(start_text(now - 3600.0, now, true), "11:34");
+        assert_eq!(start_text(now - 3.0 * 86_400.0, now, true), "May29");
+        assert_eq!(start_text(-5.0, now, true), "Jan01");
     }
 }

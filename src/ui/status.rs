@@ -9,7 +9,9 @@ use ratatui::{
 };
 
 use crate::app::{App, Mode};
-use crate::format::{escape, truncate};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+use crate::format::escape;
 use crate::terminal::theme::Theme;
 
 const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
@@ -23,21 +25,48 @@ const FILTER_HINTS: &str = "Enter keep  Esc clear";
 const READONLY: &str = " READ-ONLY ";
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
-    let line = if app.mode == Mode::Filter {
-        filter_prompt(app, theme)
+    let badge = if app.readonly {
+        READONLY.len() as u16
     } else {
-        let badge = if app.readonly { READONLY.len() } else { 0 };
-        outcome_and_hints(app, theme, usize::from(area.width).saturating_sub(badge))
+        0
     };
-    frame.render_widget(Paragraph::new(line), area);
+    let room = area.width.saturating_sub(badge);
+    if app.mode == Mode::Filter {
+        frame.render_widget(Paragraph::new(filter_prompt(app, theme)), area);
+    } else {
+        let (left, hints) = outcome_and_hints(app, theme, usize::from(room));
+        if left.width() + hints.width() <= usize::from(room) {
+            let mut spans = left.spans;
+            spans.push(hints);
+            frame.render_widget(Paragraph::new(Line::from(spans)), area);
+        } else {
+            pin_hints_right(frame, area, room, left, hints);
+        }
+    }
     if app.readonly {
-        let width = (READONLY.len() as u16).min(area.width);
+        let width = badge.min(area.width);
         let badge = Rect::new(area.right() - width, area.y, width, 1);
         frame.render_widget(
             Paragraph::new(READONLY).style(theme.readonly_badge()),
             badge,
         );
     }
+}
+
+/// The hints get their own cells at the right, so the chips at the left can never push them
+/// off the line; the chips are cut instead.
+fn pin_hints_right(
+    frame: &mut Frame,
+    area: Rect,
+    room: u16,
+    left: Line<'static>,
+    hints: Span<'static>,
+) {
+    let hints_width = (hints.width() as u16).min(room);
+    let left_area = Rect::new(area.x, area.y, room - hints_width, 1);
+    let hints_area = Rect::new(area.x + room - hints_width, area.y, hints_width, 1);
+    frame.render_widget(Paragraph::new(left), left_area);
+    frame.render_widget(Paragraph::new(hints), hints_area);
 }
 
 fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
@@ -54,53 +83,80 @@ fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
     ])
 }
 
-/// The kept filter, the tag count, the status sentence and the key hints. The sentence is cut
-/// (with "…") to the room the others leave in `width` cells, so the hints always show.
-fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> Line<'static> {
+/// The kept filter, the tag count and the status sentence; and the key hints, which go at the
+/// right. The sentence is cut (with "…") to the cells the others leave in `width`, counted as
+/// the terminal draws them (a wide character takes two).
+fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, Span<'static>) {
     let mut spans = Vec::new();
+    let mut chip = |text: String, style| {
+        spans.push(Span::styled(text, style));
+        spans.push(Span::raw(" "));
+    };
     let filter = app.settings.filter.trim();
     if !filter.is_empty() {
-        spans.push(Span::styled(
-            format!(" filter \"{}\" ", escape(filter)),
-            theme.selected(),
-        ));
-        spans.push(Span::raw(" "));
+        chip(format!(" filter \"{}\" ", escape(filter)), theme.selected());
     }
     if let Some(user) = &app.settings.user {
-        spans.push(Span::styled(
-            format!(" user {} ", escape(user)),
-            theme.selected(),
-        ));
-        spans.push(Span::raw(" "));
+        chip(format!(" user {} ", escape(user)), theme.selected());
+    }
+    if app.settings.mine.is_some() {
+        chip(" only mine ".to_string(), theme.selected());
     }
     if let Some(gpus) = &app.settings.gpus {
         let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
-        spans.push(Span::styled(
-            format!(" GPUs {} ", list.join(",")),
-            theme.selected(),
-        ));
-        spans.push(Span::raw(" "));
+        chip(format!(" GPUs {} ", list.join(",")), theme.selected());
     }
     if !app.tags.is_empty() {
-        let tagged = format!(" {} tagged ", app.tags.len());
-        spans.push(Span::styled(tagged, theme.tagged()));
-        spans.push(Span::raw(" "));
+        chip(format!(" {} tagged ", app.tags.len()), theme.tagged());
     }
+    let taken: usize = spans.iter().map(|s| s.width()).sum::<usize>();
     let mut hints = format!(" {HINTS}");
+    if taken + hints.width() > width {
+        hints = format!(" {SHORT_HINTS}");
+    }
     if let Some(status) = &app.status {
         let status = escape(status);
-        let taken: usize = spans.iter().map(|s| s.width()).sum::<usize>() + STATUS_PADDING;
-        let wanted = status.chars().count().min(STATUS_ROOM);
-        if width.saturating_sub(taken + hints.chars().count()) < wanted {
+        let wanted = status.width().min(STATUS_ROOM) + STATUS_PADDING;
+        if width.saturating_sub(taken + hints.width()) < wanted {
             hints = format!(" {SHORT_HINTS}");
         }
-        let room = width.saturating_sub(taken + hints.chars().count());
+        let room = width.saturating_sub(taken + hints.width() + STATUS_PADDING);
         if room > 0 {
-            let sentence = truncate(&status, room);
+            let sentence = truncate_cells(&status, room);
             spans.push(Span::styled(format!(" {sentence} "), theme.warn()));
             spans.push(Span::raw(" "));
         }
     }
-    spans.push(Span::styled(hints, theme.dim()));
-    Line::from(spans)
+    (Line::from(spans), Span::styled(hints, theme.dim()))
+}
+
+/// `text` cut to at most `cells` terminal cells, "…" marking a cut.
+fn truncate_cells(text: &str, cells: usize) -> String {
+    if text.width() <= cells {
+        return text.to_string();
+    }
+    let mut kept = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > cells {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
+    kept.push('…');
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_characters_are_cut_by_the_cells_they_take() {
+        assert_eq!(truncate_cells("数据加载器", 5), "数据…");
+        assert_eq!(truncate_cells("abc", 3), "abc");
+        assert!(truncate_cells("数据加载器数据加载器", 9).width() <= 9);
+    }
 }

@@ -11,6 +11,10 @@ use crate::model::{
     MemoryInfo, ProcessKind, Severity, Snapshot, Subject, SwapInfo, TorchInfo, VmSettings, Warning,
 };
 
+#[path = "detail_tests.rs"]
+mod detail_tests;
+#[path = "readme_tests.rs"]
+mod readme_tests;
 #[path = "warnings_tests.rs"]
 mod warnings_tests;
 
@@ -146,7 +150,7 @@ fn busy_snapshot(gpu_count: u32, processes_per_gpu: u32, t: u32) -> Snapshot {
 
 /// An app that has seen `HISTORY_SAMPLES` snapshots made by `make(t)`.
 fn app_after(make: impl Fn(u32) -> Snapshot) -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = App::new(1.0, true, false).with_utc(true);
     for t in 0..HISTORY_SAMPLES {
         app.on_snapshot(Arc::new(make(t)));
     }
@@ -196,7 +200,7 @@ fn torch_app() -> App {
 }
 
 fn app_with(snapshot: Snapshot) -> App {
-    let mut app = App::new(1.0, true, false);
+    let mut app = App::new(1.0, true, false).with_utc(true);
     app.on_snapshot(Arc::new(snapshot));
     app
 }
@@ -355,7 +359,11 @@ fn no_driver() {
     let mut snapshot = snapshot_with(Vec::new(), Vec::new());
     snapshot.driver = DriverInfo {
         nvml_loaded: false,
-        error: Some("libnvidia-ml.so.1: cannot open shared object file".to_string()),
+        // As the loader words it (collect::nvml): one sentence that names the library once.
+        error: Some(
+            "NVML could not be loaded from libnvidia-ml.so.1: cannot open shared object file"
+                .to_string(),
+        ),
         library: "libnvidia-ml.so.1".to_string(),
         ..Default::default()
     };
@@ -370,8 +378,18 @@ fn no_driver() {
         assert!(s.contains("used 512.0GiB"), "host still drawn:\n{s}");
     }
     assert!(large.contains(
-        "NVML could not be loaded from libnvidia-ml.so.1: libnvidia-ml.so.1: cannot open shared object file"
+        "NVML could not be loaded from libnvidia-ml.so.1: cannot open shared object file"
     ));
+    assert_eq!(
+        large.matches("could not be loaded").count(),
+        1,
+        "said once:\n{large}"
+    );
+    assert_eq!(
+        large.matches("libnvidia-ml.so.1").count(),
+        1,
+        "named once:\n{large}"
+    );
 }
 
 #[test]

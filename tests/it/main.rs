@@ -29,6 +29,7 @@ mod run_launch;
 mod serve_exporter;
 mod tui_actions;
 mod tui_fake_nvml;
+mod tui_screen;
 mod tui_terminal;
 mod tui_warnings;
 mod warnings_e2e;

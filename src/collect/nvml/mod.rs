@@ -81,7 +81,14 @@ fn format_cuda_version(version: i32) -> String {
 fn describe_init_error(library: &Path, error: NvmlError) -> String {
     match error {
         NvmlError::LibloadingError(e) => {
-            format!("NVML could not be loaded from {}: {e}", library.display())
+            // dlerror's text starts with the path again: say it once.
+            let shown = library.display().to_string();
+            let reason = e.to_string();
+            let reason = reason
+                .strip_prefix(&format!("{shown}: "))
+                .unwrap_or(&reason)
+                .to_string();
+            format!("NVML could not be loaded from {shown}: {reason}")
         }
         NvmlError::DriverNotLoaded => format!(
             "NVML was loaded from {}, but the NVIDIA driver is not running",

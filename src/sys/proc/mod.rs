@@ -10,8 +10,10 @@
 //!
 //! - `host`: the system-wide files (meminfo, stat, loadavg, uptime, sysctls);
 //! - `pid`: one process's files (stat, status, cmdline, environ, task, children);
-//! - `maps`: /proc/PID/maps, for the injector.
+//! - `maps`: /proc/PID/maps, for the injector;
+//! - `detail`: cwd, the chosen environment, cgroup and children, for the detail view.
 
+mod detail;
 mod host;
 mod maps;
 mod pid;
@@ -23,6 +25,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+pub(crate) use detail::*;
 pub(crate) use host::*;
 pub(crate) use maps::*;
 pub(crate) use pid::*;

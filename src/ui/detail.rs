@@ -1,0 +1,356 @@
+//! The detail view (`Enter`) over the panels: one process's full command line, cwd, cgroup,
+//! launcher and CUDA environment, the GPUs it holds, history lines of its GPU memory, SM%,
+//! CPU%, RSS and allocator figures, and its children. Every text from /proc is escaped.
+
+use ratatui::{
+    layout::Rect,
+    text::{Line, Span},
+    widgets::{Block, Borders, Clear, Paragraph, Wrap},
+    Frame,
+};
+
+use crate::app::detail::DetailView;
+use crate::app::layout::Areas;
+use crate::app::App;
+use crate::format::{self, escape};
+use crate::model::history::{ProcessHistory, Series};
+use crate::model::{GpuProcess, ProcessDetail};
+use crate::terminal::theme::Theme;
+use crate::ui::balance::LEVELS;
+use crate::ui::history::{bucket_size, newest_first_buckets};
+
+/// Width of the labels at the left of each line.
+const LABEL: usize = 12;
+/// How a history line writes one of its values.
+type Figure = dyn Fn(f64) -> String;
+
+/// The widest history line drawn.
+const MAX_SPARK: usize = 120;
+
+/// The view covers everything between the header and the status line.
+pub(crate) fn area(screen: Rect, areas: &Areas) -> Rect {
+    let top = areas.header.bottom().min(screen.bottom());
+    let bottom = areas.status.y.max(top);
+    Rect::new(screen.x, top, screen.width, bottom - top)
+}
+
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, view: &DetailView, theme: Theme) {
+    if area.height < 3 || area.width < 20 {
+        return;
+    }
+    let rows: Vec<&GpuProcess> = app
+        .snapshot
+        .processes
+        .iter()
+        .filter(|p| p.pid == view.pid)
+        .collect();
+    let detail = app.snapshot.detail.as_ref().filter(|d| d.pid == view.pid);
+    let inner_width = usize::from(area.width - 2);
+    let mut lines = Vec::new();
+    if !app.detail_process_listed() {
+        lines.push(Line::styled(
+            "this process is no longer listed (it may have exited); the action keys are off",
+            theme.warn(),
+        ));
+    }
+    identity_lines(&mut lines, app, view.pid, &rows, detail, theme);
+    environment_lines(&mut lines, detail, theme);
+    gpu_lines(&mut lines, app, &rows, theme);
+    history_lines(&mut lines, app, view.pid, inner_width, theme);
+    children_lines(&mut lines, detail, theme);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(format!(" Process {} ", view.pid))
+        .title_bottom(" Esc close  j k scroll  T K I F9 n F7 F8 act on it ");
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .scroll((view.scroll, 0)),
+        area,
+    );
+}
+
+fn section(lines: &mut Vec<Line<'static>>, title: &str, theme: Theme) {
+    lines.push(Line::styled(title.to_string(), theme.title()));
+}
+
+fn labelled(label: &str, value: String, theme: Theme) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(format!("{label:<LABEL$}"), theme.label()),
+        Span::raw(value),
+    ])
+}
+
+/// A `Result` from the detail read: the value, "reading..." before the first read, or the
+/// reason in a dim sentence.
+fn read_or_reason<T>(
+    detail: Option<&ProcessDetail>,
+    field: impl Fn(&ProcessDetail) -> &Result<T, String>,
+    show: impl Fn(&T) -> String,
+) -> (String, bool) {
+    match detail.map(field) {
+        None => ("reading /proc...".to_string(), false),
+        Some(Ok(value)) => (show(value), true),
+        Some(Err(reason)) => (escape(reason).into_owned(), false),
+    }
+}
+
+fn identity_lines(
+    lines: &mut Vec<Line<'static>>,
+    app: &App,
+    pid: u32,
+    rows: &[&GpuProcess],
+    detail: Option<&ProcessDetail>,
+    theme: Theme,
+) {
+    let host = app.snapshot.host_processes.iter().find(|h| h.pid == pid);
+    let first = rows.first();
+    let user = first
+        .and_then(|p| p.user.as_deref())
+        .or_else(|| host.and_then(|h| h.user.as_deref()));
+    let state = first
+        .and_then(|p| p.state)
+        .or_else(|| host.map(|h| h.state));
+    let running = first.and_then(|p| p.running_seconds);
+    lines.push(labelled(
+        "user",
+        format!(
+            "{}   state {}   nice {}   running {}",
+            escape(&format::text(user)),
+            state.map_or("N/A".to_string(), |s| escape(&s.to_string()).into_owned()),
+            first
+                .and_then(|p| p.nice)
+                .map_or("N/A".to_string(), |n| n.to_string()),
+            format::opt_duration(running),
+        ),
+        theme,
+    ));
+    let known = first
+        .and_then(|p| p.command.clone())
+        .or_else(|| host.and_then(|h| h.command.clone()));
+    let (command, _) = read_or_reason(
+        detail,
+        |d| &d.command,
+        |c| format::text(c.as_deref().or(known.as_deref())),
+    );
+    lines.push(labelled("command", escape(&command).into_owned(), theme));
+    let (cwd, _) = read_or_reason(detail, |d| &d.cwd, |c| escape(c).into_owned());
+    lines.push(labelled("cwd", cwd, theme));
+    let (cgroup, _) = read_or_reason(detail, |d| &d.cgroup, |c| escape(c).into_owned());
+    lines.push(labelled("cgroup", cgroup, theme));
+}
+
+fn environment_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDetail>, theme: Theme) {
+    section(
+        lines,
+        "Environment (launcher, CUDA, NCCL, PyTorch, OpenMP)",
+        theme,
+    );
+    match detail.map(|d| &d.env) {
+        None => lines.push(Line::styled("  reading /proc...", theme.dim())),
+        Some(Err(reason)) => lines.push(Line::styled(format!("  {}", escape(reason)), theme.dim())),
+        Some(Ok(env)) if env.is_empty() => {
+            lines.push(Line::styled("  none of these is set", theme.dim()))
+        }
+        Some(Ok(env)) => lines.extend(
+            env.iter()
+                .map(|(k, v)| Line::raw(format!("  {}={}", escape(k), escape(v)))),
+        ),
+    }
+}
+
+fn gpu_lines(lines: &mut Vec<Line<'static>>, app: &App, rows: &[&GpuProcess], theme: Theme) {
+    section(lines, "GPUs", theme);
+    if rows.is_empty() {
+        lines.push(Line::styled("  holds no GPU", theme.dim()));
+    }
+    for row in rows {
+        let gpu = app.snapshot.gpu(row.gpu);
+        let name = gpu.and_then(|g| g.name.as_deref());
+        let share = match (row.gpu_memory_bytes, gpu.and_then(|g| g.memory_total_bytes)) {
+            (Some(used), Some(total)) if total > 0 => {
+                format!(
+                    " ({:.0}% of {})",
+                    used as f64 * 100.0 / total as f64,
+                    format::bytes(total)
+                )
+            }
+            _ => String::new(),
+        };
+        lines.push(Line::raw(format!(
+            "  GPU {}  {}  {}  mem {}{}  SM {}",
+            row.gpu,
+            escape(&format::text(name)),
+            row.kind.short(),
+            format::opt_bytes(row.gpu_memory_bytes),
+            share,
+            format::percent(row.sm_percent),
+        )));
+        if let Some(device) = row
+            .torch
+            .as_ref()
+            .and_then(|_| crate::rules::torch_device_on(row, &app.snapshot.gpus))
+        {
+            lines.push(Line::raw(format!(
+                "    cuda:{}  allocated {}  reserved {}  peak {}",
+                device.index,
+                format::opt_bytes(device.allocated_bytes),
+                format::opt_bytes(device.reserved_bytes),
+                format::opt_bytes(device.peak_allocated_bytes),
+            )));
+        }
+    }
+}
+
+fn history_lines(lines: &mut Vec<Line<'static>>, app: &App, pid: u32, width: usize, theme: Theme) {
+    let capacity = app
+        .history
+        .capacity()
+        .min(crate::model::history::MAX_PROCESS_SAMPLES);
+    let span = capacity.saturating_sub(1) as f64 * app.delay_seconds;
+    section(
+        lines,
+        &format!(
+            "History (last {}, scaled to its min..max)",
+            format::duration(span)
+        ),
+        theme,
+    );
+    let Some(history) = app.history.processes.get(&pid) else {
+        lines.push(Line::styled("  no samples yet", theme.dim()));
+        return;
+    };
+    let bytes = |v: f64| format::bytes(v.max(0.0) as u64);
+    let percent = |v: f64| format!("{v:.0}%");
+    let ProcessHistory {
+        gpu_memory_bytes,
+        sm_percent,
+        cpu_percent,
+        rss_bytes,
+        ..
+    } = history;
+    let series: [(&str, &Series, &Figure); 4] = [
+        ("GPU memory", gpu_memory_bytes, &bytes),
+        ("SM%", sm_percent, &percent),
+        ("CPU%", cpu_percent, &percent),
+        ("RSS", rss_bytes, &bytes),
+    ];
+    for (label, series, show) in series {
+        lines.push(history_line(label, series, capacity, width, show, theme));
+    }
+    for ((_, device), allocator) in app.history.allocators.range((pid, 0)..=(pid, u32::MAX)) {
+        let label = format!("cuda:{device} alloc");
+        let capacity = app.history.capacity();
+        lines.push(history_line(
+            &label,
+            &allocator.allocated_bytes,
+            capacity,
+            width,
+            &bytes,
+            theme,
+        ));
+        let label = format!("cuda:{device} resv");
+        lines.push(history_line(
+            &label,
+            &allocator.reserved_bytes,
+            capacity,
+            width,
+            &bytes,
+            theme,
+        ));
+    }
+}
+
+/// "  SM%        ▂▃▅▇  85% (60%..90%)": the series averaged to the columns a line of `line`
+/// cells leaves, oldest at the left, scaled to its own min..max so a small change shows.
+fn history_line(
+    label: &str,
+    series: &Series,
+    capacity: usize,
+    line: usize,
+    show: &Figure,
+    theme: Theme,
+) -> Line<'static> {
+    let now = series.iter().next_back().flatten();
+    let (low, high) = series
+        .iter()
+        .flatten()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
+    let figures = if low > high {
+        "N/A".to_string()
+    } else {
+        format!(
+            "{} ({}..{})",
+            now.map_or("N/A".to_string(), show),
+            show(low),
+            show(high)
+        )
+    };
+    let width = line
+        .saturating_sub(2 + LABEL + 1 + 2 + figures.chars().count())
+        .clamp(4, MAX_SPARK);
+    let bucket = bucket_size(capacity, width);
+    let mut values = newest_first_buckets(series, bucket, width);
+    values.reverse();
+    let spark: String = values
+        .iter()
+        .map(|v| match v {
+            None => " ",
+            Some(_) if high <= low => LEVELS[4],
+            Some(v) => {
+                LEVELS[1 + ((v - low) / (high - low) * 7.0).round().clamp(0.0, 7.0) as usize]
+            }
+        })
+        .collect();
+    Line::from(vec![
+        Span::styled(format!("  {label:<LABEL$} "), theme.label()),
+        Span::styled(format!("{spark:>width$}"), theme.memory_bar()),
+        Span::raw(format!("  {figures}")),
+    ])
+}
+
+fn children_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDetail>, theme: Theme) {
+    let Some(detail) = detail else {
+        section(lines, "Children", theme);
+        lines.push(Line::styled("  reading /proc...", theme.dim()));
+        return;
+    };
+    section(
+        lines,
+        &format!(
+            "Children ({})",
+            detail.children.len() + detail.children_left_out
+        ),
+        theme,
+    );
+    if detail.children.is_empty() {
+        lines.push(Line::styled("  none", theme.dim()));
+        return;
+    }
+    lines.push(Line::styled(
+        format!("  {:>8} S {:>6} {:>9} NAME", "PID", "CPU%", "RSS"),
+        theme.label(),
+    ));
+    for child in &detail.children {
+        lines.push(Line::raw(format!(
+            "  {:>8} {} {:>6} {:>9} {}",
+            child.pid,
+            child
+                .state
+                .map_or("?".to_string(), |s| escape(&s.to_string()).into_owned()),
+            format::percent_f(child.cpu_percent),
+            format::opt_bytes(child.rss_bytes),
+            escape(&child.comm),
+        )));
+    }
+    if detail.children_left_out > 0 {
+        lines.push(Line::styled(
+            format!("  and {} more", detail.children_left_out),
+            theme.dim(),
+        ));
+    }
+}

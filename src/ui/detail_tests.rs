@@ -1,0 +1,140 @@
+//! Render tests of issue 14's screen work: the detail view at 80x24, 120x40 and 200x50, the
+//! compact layout with 4 GPUs and 20 processes, BALANCE with one GPU, and a long status
+//! sentence that leaves the key hints in place.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::*;
+use crate::app::view::Density;
+use crate::model::{ChildProcess, ProcessDetail};
+
+fn press(app: &mut App, code: KeyCode) {
+    app.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+/// The detail the sampler would read: a hostile escape sequence in the command line and in an
+/// environment value, a cwd, a cgroup and two DataLoader workers.
+fn detail(pid: u32) -> ProcessDetail {
+    ProcessDetail {
+        pid,
+        command: Ok(Some(
+            "/usr/bin/python3 train.py --config configs/llama.yaml --lr 3e-4 \x1b[31mred"
+                .to_string(),
+        )),
+        cwd: Ok("/home/alice/llama".to_string()),
+        env: Ok(vec![
+            ("CUDA_VISIBLE_DEVICES".to_string(), "0,1".to_string()),
+            ("MASTER_ADDR".to_string(), "10.0.0.1".to_string()),
+            ("NCCL_DEBUG".to_string(), "INFO\x1b]0;pwned\x07".to_string()),
+            ("RANK".to_string(), "0".to_string()),
+        ]),
+        cgroup: Ok("/system.slice/train.service".to_string()),
+        children: (0..2)
+            .map(|k| ChildProcess {
+                pid: pid + 100 + k,
+                comm: "pt_data_worker".to_string(),
+                state: Some('S'),
+                cpu_percent: Some(45.0 + f64::from(k)),
+                rss_bytes: Some(3 * GIB),
+            })
+            .collect(),
+        children_left_out: 0,
+    }
+}
+
+/// A torch app with the detail view open on the first row and the sampler's read arrived.
+fn detail_app() -> App {
+    let mut app = torch_app();
+    press(&mut app, KeyCode::Enter);
+    let pid = app.detail.as_ref().unwrap().pid;
+    let mut snapshot = (*app.snapshot).clone();
+    snapshot.detail = Some(detail(pid));
+    app.on_snapshot(Arc::new(snapshot));
+    app
+}
+
+#[test]
+fn detail_view_at_three_sizes() {
+    let app = detail_app();
+    let pid = app.detail.as_ref().unwrap().pid;
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        insta::assert_snapshot!(format!("detail_{width}x{height}"), s);
+        assert!(s.contains(&format!("Process {pid}")), "{s}");
+        assert!(s.contains("cwd         /home/alice/llama"), "{s}");
+        assert!(s.contains("\\e[31mred"), "escaped command:\n{s}");
+        assert!(!s.contains('\x1b'), "{s}");
+        assert!(s.contains("NCCL_DEBUG=INFO\\e]0;pwned\\x07"), "{s}");
+        assert!(s.contains("/system.slice/train.service"), "{s}");
+        assert!(s.contains("GPU 0"), "{s}");
+    }
+    let s = screen(&app, 200, 50);
+    for needle in [
+        "GPU memory",
+        "SM%",
+        "CPU%",
+        "RSS",
+        "cuda:0 alloc",
+        "Children (2)",
+        "pt_data_worker",
+    ] {
+        assert!(s.contains(needle), "{needle} missing:\n{s}");
+    }
+}
+
+#[test]
+fn detail_view_scrolls_and_says_so_before_the_first_read() {
+    let mut app = torch_app();
+    press(&mut app, KeyCode::Enter);
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("reading /proc..."), "{s}");
+    let first_line = |s: &str| s.lines().nth(2).unwrap_or("").to_string();
+    let before = first_line(&s);
+    press(&mut app, KeyCode::Char('j'));
+    assert_ne!(first_line(&screen(&app, 80, 24)), before);
+}
+
+#[test]
+fn compact_shows_19_of_20_processes_at_120x40_with_4_gpus() {
+    let mut app = app_after(|t| busy_snapshot(4, 5, t));
+    let count_rows = |s: &str| s.lines().filter(|l| l.contains("train.py")).count();
+    let auto = count_rows(&screen(&app, 120, 40));
+    press(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.view.density, Density::Compact);
+    let s = screen(&app, 120, 40);
+    insta::assert_snapshot!("compact_4gpus_20procs_120x40", s);
+    assert!(
+        count_rows(&s) >= 19,
+        "{} rows (auto: {auto}):\n{s}",
+        count_rows(&s)
+    );
+    assert!(auto < 19, "auto showed {auto}: the test shows nothing");
+}
+
+#[test]
+fn balance_with_one_gpu_is_labelled() {
+    let app = app_after(|t| busy_snapshot(1, 3, t));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("GPU 0 mem|util"), "{s}");
+    assert!(s.contains("balance: 2+ GPUs"), "{s}");
+    assert!(line_with(&s, "GPU 0 mem|util").contains("HOST"), "{s}");
+    let eight = screen(&eight_gpu_app(), 80, 24);
+    assert!(eight.contains("BALANCE mem|util"), "{eight}");
+}
+
+#[test]
+fn a_long_status_sentence_leaves_the_key_hints_on_the_line() {
+    let mut app = app_after(|t| busy_snapshot(2, 2, t));
+    app.settings.filter = "train".to_string();
+    app.settings.user = Some("alice".to_string());
+    app.settings.gpus = Some(vec![0, 1]);
+    app.status = Some(format!("数据加载器 {}", "very long sentence ".repeat(20)));
+    for width in [60, 80, 200] {
+        let s = screen(&app, width, 24);
+        let last = s.lines().last().unwrap();
+        assert!(
+            last.ends_with("q quit  ? help") || last.ends_with("F6 sort"),
+            "{width}: {last}"
+        );
+    }
+}
