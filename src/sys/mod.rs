@@ -41,8 +41,7 @@ pub(crate) fn effective_uid() -> u32 {
 /// (`SUDO_UID`, set by sudo in our own environment), so "only my processes" means the
 /// admin's own jobs and not root's.
 pub(crate) fn invoking_uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let real = unsafe { libc::getuid() };
+    let real = rustix::process::getuid().as_raw();
     if real != 0 {
         return real;
     }
