@@ -15,7 +15,7 @@ pub mod torch;
 pub(crate) mod tree;
 pub mod warning;
 
-pub use gpu::{DriverInfo, GpuSample, GpuState, Implausible};
+pub use gpu::{DriverInfo, GpuSample, GpuState, GpuVendor, Implausible, MigDevice};
 pub(crate) use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;

@@ -64,7 +64,7 @@ pub(crate) fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
     if snapshot.time.is_empty() {
         return Some("waiting for the first sample...".to_string());
     }
-    if !driver.nvml_loaded {
+    if !driver.nvml_loaded && snapshot.gpus.is_empty() {
         let error = driver.error.as_deref().unwrap_or("unknown error");
         return Some(format!(
             "NVML could not be loaded from {}: {}",
