@@ -21,6 +21,7 @@ mod attach_injector;
 mod cluster_prometheus;
 mod grafana_dashboard;
 mod memsnap;
+mod mig_fake_nvml;
 mod once_fake_nvml;
 mod oom_memsnap;
 mod record_replay;
