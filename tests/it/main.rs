@@ -17,6 +17,7 @@ use common::ci;
 
 mod agent_and_rules_e2e;
 mod agent_python;
+mod amd_node;
 mod attach_injector;
 mod cluster_prometheus;
 mod grafana_dashboard;
