@@ -10,6 +10,7 @@ pub mod identity;
 pub mod job;
 pub mod oom;
 pub mod process;
+pub(crate) mod rocm_visible;
 pub mod snapshot;
 pub mod torch;
 pub(crate) mod tree;
