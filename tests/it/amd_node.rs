@@ -39,7 +39,7 @@ fn env(scenario: &ScenarioFile, root: &std::path::Path) -> Vec<(String, String)>
     env
 }
 
-fn row<'a>(doc: &'a Value, pid: u32, gpu: u64) -> &'a Value {
+fn row(doc: &Value, pid: u32, gpu: u64) -> &Value {
     doc["processes"]
         .as_array()
         .unwrap()

@@ -127,14 +127,20 @@ unsafe fn put<T>(out: *mut T, value: T) -> nvmlReturn_t {
 }
 
 /// The MIG device's name, "<GPU name> MIG <profile>".
-pub fn name(handle: nvmlDevice_t, buf: *mut c_char, length: c_uint) -> nvmlReturn_t {
+///
+/// # Safety
+/// The pointers must be null or valid as NVML's header describes them.
+pub unsafe fn name(handle: nvmlDevice_t, buf: *mut c_char, length: c_uint) -> nvmlReturn_t {
     mig_call(handle, |_, _, gpu, mig| {
         // SAFETY: the buffer comes from the exported caller, which vouches for its length.
         unsafe { write_c_string(buf, length, &format!("{} MIG {}", gpu.name, mig.profile)) }
     })
 }
 
-pub fn uuid(handle: nvmlDevice_t, buf: *mut c_char, length: c_uint) -> nvmlReturn_t {
+///
+/// # Safety
+/// The pointers must be null or valid as NVML's header describes them.
+pub unsafe fn uuid(handle: nvmlDevice_t, buf: *mut c_char, length: c_uint) -> nvmlReturn_t {
     mig_call(handle, |_, slot, _, mig| {
         let (_, index) = mig_of(handle).unwrap_or_default();
         let uuid = mig
@@ -153,7 +159,10 @@ fn memory_figures(v: &SystemView, mig: &MigSpec) -> (u64, u64) {
 }
 
 /// v1 memory of a MIG device.
-pub fn memory_v1(handle: nvmlDevice_t, out: *mut nvmlMemory_t) -> nvmlReturn_t {
+///
+/// # Safety
+/// The pointers must be null or valid as NVML's header describes them.
+pub unsafe fn memory_v1(handle: nvmlDevice_t, out: *mut nvmlMemory_t) -> nvmlReturn_t {
     mig_call(handle, |v, _, _, mig| {
         let (total, used) = memory_figures(v, mig);
         // SAFETY: `out` comes from the exported caller, null-checked by `put`.
@@ -171,7 +180,10 @@ pub fn memory_v1(handle: nvmlDevice_t, out: *mut nvmlMemory_t) -> nvmlReturn_t {
 }
 
 /// v2 memory of a MIG device; the caller checked the struct version.
-pub fn memory_v2(handle: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+///
+/// # Safety
+/// The pointers must be null or valid as NVML's header describes them.
+pub unsafe fn memory_v2(handle: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
     mig_call(handle, |v, _, _, mig| {
         let (total, used) = memory_figures(v, mig);
         let memory = nvmlMemory_v2_t {
@@ -188,7 +200,10 @@ pub fn memory_v2(handle: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_
 
 /// The MIG device's compute processes (24-byte records), or none for the graphics list, under
 /// the usual size protocol.
-pub fn processes(
+///
+/// # Safety
+/// The pointers must be null or valid as NVML's header describes them.
+pub unsafe fn processes(
     handle: nvmlDevice_t,
     graphics: bool,
     count: *mut c_uint,
@@ -335,4 +350,27 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
             put(id, mig.compute_instance_id)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+
+    #[test]
+    fn mig_tables_parse_and_are_checked() {
+        let ok = Scenario::parse(
+            "[[gpu]]\nmig_mode = true\n[[gpu.mig]]\ngpu_instance_id = 3\nmemory_total_mib = 10\n\
+             [[gpu.mig.process]]\npid = 9\nused_memory_mib = 4\n",
+        )
+        .unwrap();
+        let mig = &ok.gpus[0].mig[0];
+        assert_eq!((mig.gpu_instance_id, mig.compute_instance_id), (3, 0));
+        assert_eq!(mig.processes[0].pid, 9);
+        let off =
+            Scenario::parse("[[gpu]]\n[[gpu.mig]]\ngpu_instance_id = 1\nmemory_total_mib = 1\n");
+        assert!(off.unwrap_err().contains("mig_mode = true"));
+        let eight = "[[gpu.mig]]\ngpu_instance_id = 1\nmemory_total_mib = 1\n".repeat(8);
+        let many = Scenario::parse(&format!("[[gpu]]\nmig_mode = true\n{eight}"));
+        assert!(many.unwrap_err().contains("at most 7"));
+    }
 }
