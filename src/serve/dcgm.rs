@@ -35,7 +35,8 @@ pub(crate) fn gpu_labels(gpu: &GpuSample, hostname: &str, driver: Option<&str>) 
         labels.push(("modelName", name.clone()));
     }
     labels.push(("Hostname", hostname.to_string()));
-    if let Some(version) = driver {
+    // The version is NVIDIA's driver: an AMD card's series would claim it wrongly.
+    if let Some(version) = driver.filter(|_| gpu.vendor == GpuVendor::Nvidia) {
         labels.push(("DCGM_FI_DRIVER_VERSION", version.to_string()));
     }
     labels
@@ -199,11 +200,17 @@ mod tests {
             vendor_index: Some(0),
             ..Default::default()
         };
-        let labels = |g| gpu_labels(g, "node", None);
+        let labels = |g| gpu_labels(g, "node", Some("550.54.15"));
         assert!(labels(&nvidia).contains(&("device", "nvidia0".to_string())));
         assert!(!labels(&nvidia).iter().any(|(k, _)| *k == "vendor"));
         assert!(labels(&amd).contains(&("device", "amd0".to_string())));
         assert!(labels(&amd).contains(&("vendor", "amd".to_string())));
         assert!(labels(&amd).contains(&("gpu", "1".to_string())));
+        assert!(!labels(&amd)
+            .iter()
+            .any(|(k, _)| *k == "DCGM_FI_DRIVER_VERSION"));
+        assert!(labels(&nvidia)
+            .iter()
+            .any(|(k, _)| *k == "DCGM_FI_DRIVER_VERSION"));
     }
 }

@@ -292,19 +292,22 @@ pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'sta
     let mut pieces = vec![
         format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
         format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
-        format!(
+    ];
+    // amdgpu's sysfs has no PCIe rate, codec or throttle figures: no column of N/As for them.
+    if gpu.vendor == GpuVendor::Nvidia {
+        pieces.push(format!(
             "PCIe rx {} tx {}",
             format::kib_rate(gpu.pcie_rx_kib_s),
             format::kib_rate(gpu.pcie_tx_kib_s)
-        ),
-        format!(
+        ));
+        pieces.push(format!(
             "enc {} dec {}",
             format::percent(gpu.encoder_percent),
             format::percent(gpu.decoder_percent)
-        ),
-        format!("throttle {}", throttle_text(gpu)),
-        format!("bus {}", format::text(gpu.bus_id.as_deref())),
-    ];
+        ));
+        pieces.push(format!("throttle {}", throttle_text(gpu)));
+    }
+    pieces.push(format!("bus {}", format::text(gpu.bus_id.as_deref())));
     if gpu.vendor == GpuVendor::Amd {
         let rocm = gpu.vendor_index.map_or(NA.to_string(), |i| i.to_string());
         pieces.push(format!("AMD ROCm #{rocm}"));
