@@ -8,11 +8,12 @@
 //! lowest pid that holds them. Reading another user's `fd`/`fdinfo` needs the same rights as
 //! ptrace (root, or the same user); processes that cannot be read are skipped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// fdinfo of a DRM file is well under 2 KiB; anything longer is cut here.
 const MAX_FDINFO_BYTES: u64 = 16 * 1024;
@@ -114,8 +115,49 @@ pub(crate) struct ProcessUse {
     pub(crate) engine_percent: Option<u32>,
 }
 
-/// The amdgpu clients under `<proc_root>`, deduplicated, in pid order.
+/// How often every process's `fd` directory is listed again to find new DRM descriptors; in
+/// between, only the fdinfo of the descriptors already found is read, so a tick costs one small
+/// read per GPU client instead of a readlink per descriptor of every process.
+const FULL_RESCAN: Duration = Duration::from_secs(5);
+
+/// The amdgpu clients under `<proc_root>`, deduplicated, in pid order (one full scan).
+#[cfg(test)]
 pub(crate) fn scan_clients(proc_root: &Path) -> Vec<DrmClient> {
+    read_clients(proc_root, &mut find_drm_fds(proc_root))
+}
+
+/// Finds DRM descriptors with a full scan every [`FULL_RESCAN`], and reads their fdinfo.
+#[derive(Debug)]
+pub(crate) struct ClientScanner {
+    proc_root: PathBuf,
+    /// (pid, fd) of the DRM descriptors the last full scan found, still open at the last read.
+    drm_fds: Vec<(u32, OsString)>,
+    full_at: Option<Instant>,
+}
+
+impl ClientScanner {
+    pub(crate) fn new(proc_root: PathBuf) -> Self {
+        ClientScanner {
+            proc_root,
+            drm_fds: Vec::new(),
+            full_at: None,
+        }
+    }
+
+    pub(crate) fn scan(&mut self, now: Instant) -> Vec<DrmClient> {
+        let due = self
+            .full_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= FULL_RESCAN);
+        if due {
+            self.drm_fds = find_drm_fds(&self.proc_root);
+            self.full_at = Some(now);
+        }
+        read_clients(&self.proc_root, &mut self.drm_fds)
+    }
+}
+
+/// Every (pid, fd) under `proc_root` whose link points into `/dev/dri/`, in pid order.
+fn find_drm_fds(proc_root: &Path) -> Vec<(u32, OsString)> {
     let Ok(entries) = std::fs::read_dir(proc_root) else {
         return Vec::new();
     };
@@ -123,34 +165,38 @@ pub(crate) fn scan_clients(proc_root: &Path) -> Vec<DrmClient> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
-    let mut seen = std::collections::HashSet::new();
-    let mut clients = Vec::new();
+    let mut found = Vec::new();
     for pid in pids {
-        for info in process_clients(&proc_root.join(pid.to_string())) {
-            let key = info.client_id.map(|id| (info.pdev.clone(), id));
-            if key.is_some_and(|key| !seen.insert(key)) {
-                continue;
-            }
-            clients.push(DrmClient { pid, info });
-        }
+        let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+            continue;
+        };
+        let drm = (fds.take(MAX_FDS_PER_PROCESS).filter_map(|e| e.ok()))
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with("/dev/dri/")))
+            .map(|e| (pid, e.file_name()));
+        found.extend(drm);
     }
-    clients
+    found
 }
 
-/// The amdgpu fdinfo of one process's DRM descriptors.
-fn process_clients(pid_dir: &Path) -> Vec<DrmClientInfo> {
-    let Ok(fds) = std::fs::read_dir(pid_dir.join("fd")) else {
-        return Vec::new();
-    };
-    fds.take(MAX_FDS_PER_PROCESS)
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|target| target.starts_with("/dev/dri/"))
-        })
-        .filter_map(|e| read_fdinfo(&pid_dir.join("fdinfo").join(e.file_name())))
-        .map(|text| parse_fdinfo(&text))
-        .filter(|info| info.driver.as_deref() == Some("amdgpu"))
-        .collect()
+/// Reads the fdinfo of `fds`, dropping those that are gone, and keeps each amdgpu client once
+/// (for the lowest pid that holds it).
+fn read_clients(proc_root: &Path, fds: &mut Vec<(u32, OsString)>) -> Vec<DrmClient> {
+    let mut seen = HashSet::new();
+    let mut clients = Vec::new();
+    fds.retain(|(pid, fd)| {
+        let path = proc_root.join(pid.to_string()).join("fdinfo").join(fd);
+        let Some(text) = read_fdinfo(&path) else {
+            return false;
+        };
+        let info = parse_fdinfo(&text);
+        let key = info.client_id.map(|id| (info.pdev.clone(), id));
+        let duplicate = key.is_some_and(|key| !seen.insert(key));
+        if info.driver.as_deref() == Some("amdgpu") && !duplicate {
+            clients.push(DrmClient { pid: *pid, info });
+        }
+        true
+    });
+    clients
 }
 
 fn read_fdinfo(path: &Path) -> Option<String> {

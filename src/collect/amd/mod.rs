@@ -18,7 +18,7 @@ pub(crate) mod fdinfo;
 pub(crate) mod smi;
 pub(crate) mod sysfs;
 
-use fdinfo::{EngineClock, ProcessUse};
+use fdinfo::{ClientScanner, EngineClock, ProcessUse};
 use sysfs::AmdCard;
 
 /// One fdinfo scan serves every card read within this time.
@@ -119,8 +119,8 @@ fn process_row(usage: &ProcessUse, gpu: u32) -> GpuProcess {
 /// The fdinfo scan, shared by the cards: at most one runs at a time, and readers that find
 /// one running use the latest result instead of waiting behind it.
 struct ClientCache {
-    proc_root: PathBuf,
-    clock: Mutex<EngineClock>,
+    /// The scanner and the engine clock, held together for the length of a scan.
+    clock: Mutex<(ClientScanner, EngineClock)>,
     /// When the latest result was taken (`None` until a reading-worthy scan), and the result.
     latest: Mutex<(Option<Instant>, UsageByCard)>,
     primed_at: Mutex<Option<Instant>>,
@@ -129,8 +129,7 @@ struct ClientCache {
 impl ClientCache {
     fn new(proc_root: PathBuf) -> Self {
         ClientCache {
-            proc_root,
-            clock: Mutex::new(EngineClock::default()),
+            clock: Mutex::new((ClientScanner::new(proc_root), EngineClock::default())),
             latest: Mutex::new((None, Arc::default())),
             primed_at: Mutex::new(None),
         }
@@ -139,8 +138,9 @@ impl ClientCache {
     /// A first scan, so that the first reading can give engine shares.
     fn prime(&self) {
         let now = Instant::now();
-        let clients = fdinfo::scan_clients(&self.proc_root);
-        let usage = lock(&self.clock).usage(&clients, now);
+        let mut guard = lock(&self.clock);
+        let (scanner, clock) = &mut *guard;
+        let usage = clock.usage(&scanner.scan(now), now);
         *lock(&self.latest) = (None, Arc::new(usage));
         *lock(&self.primed_at) = Some(now);
     }
@@ -155,15 +155,15 @@ impl ClientCache {
                 return latest.1.clone();
             }
         }
-        let Ok(mut clock) = self.clock.try_lock() else {
+        let Ok(mut guard) = self.clock.try_lock() else {
             return lock(&self.latest).1.clone();
         };
+        let (scanner, clock) = &mut *guard;
         if let Some(primed) = lock(&self.primed_at).take() {
             std::thread::sleep(MIN_ENGINE_WINDOW.saturating_sub(primed.elapsed()));
         }
         let now = Instant::now();
-        let clients = fdinfo::scan_clients(&self.proc_root);
-        let usage = Arc::new(clock.usage(&clients, now));
+        let usage = Arc::new(clock.usage(&scanner.scan(now), now));
         *lock(&self.latest) = (Some(now), usage.clone());
         usage
     }

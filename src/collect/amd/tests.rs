@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::fdinfo::{parse_fdinfo, scan_clients, EngineClock};
+use super::fdinfo::{parse_fdinfo, scan_clients, ClientScanner, EngineClock};
 use super::sysfs::{current_dpm_mhz, find_cards};
 use super::AmdSource;
 use crate::model::GpuVendor;
@@ -166,4 +166,40 @@ fn dpm_tables_and_missing_trees() {
     let empty = tempfile::tempdir().unwrap();
     assert_eq!(AmdSource::load(empty.path()).count(), 0);
     assert!(find_cards(Path::new("/nonexistent/torchtop")).is_empty());
+}
+
+#[test]
+fn new_descriptors_are_found_by_the_next_full_scan_and_closed_ones_drop_at_once() {
+    let dir = node();
+    let mut scanner = ClientScanner::new(dir.path().join("proc"));
+    let start = Instant::now();
+    let pids_of = |clients: &[super::fdinfo::DrmClient]| {
+        clients
+            .iter()
+            .map(|c| (c.pid, c.info.client_id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(scanner.scan(start).len(), 4);
+    let late = Client {
+        pdev: MI300_PDEVS[1],
+        id: 40,
+        vram_kib: 1,
+        gtt_kib: 0,
+        gfx_ns: 0,
+        compute_ns: 0,
+    };
+    write_drm_fd(dir.path(), 4101, 11, &late.fdinfo());
+    let soon = scanner.scan(start + Duration::from_secs(1));
+    assert!(
+        !pids_of(&soon).contains(&(4101, Some(40))),
+        "between full scans"
+    );
+    let later = scanner.scan(start + Duration::from_secs(6));
+    assert!(
+        pids_of(&later).contains(&(4101, Some(40))),
+        "found by the full scan"
+    );
+    std::fs::remove_file(dir.path().join("proc/4102/fdinfo/4")).unwrap();
+    let closed = scanner.scan(start + Duration::from_secs(7));
+    assert!(!pids_of(&closed).iter().any(|(pid, _)| *pid == 4102));
 }
