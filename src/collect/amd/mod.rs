@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
-use crate::model::{GpuProcess, ProcessKind};
+use crate::model::{GpuProcess, Implausible, ProcessKind};
 
 pub(crate) mod fdinfo;
 pub(crate) mod smi;
@@ -68,6 +68,7 @@ impl AmdSource {
             index,
             fixed: None,
             clients: self.clients.clone(),
+            implausible: Implausible::default(),
         })
     }
 }
@@ -78,6 +79,8 @@ struct AmdDevice {
     index: u32,
     fixed: Option<sysfs::FixedFields>,
     clients: Arc<ClientCache>,
+    /// Out-of-range values dropped since this card was first read.
+    implausible: Implausible,
 }
 
 impl DeviceReader for AmdDevice {
@@ -103,8 +106,8 @@ impl DeviceReader for AmdDevice {
             .get(&card.pdev)
             .map(|rows| rows.iter().map(|u| process_row(u, self.index)).collect())
             .unwrap_or_default();
-        let dropped = sample.drop_implausible();
-        sample.implausible.record(&dropped);
+        self.implausible.record(&sample.drop_implausible());
+        sample.implausible = self.implausible.clone();
         Ok(DeviceReading { sample, processes })
     }
 }
