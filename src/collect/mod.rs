@@ -6,6 +6,7 @@
 //! in here is ever called from the UI task.
 
 pub mod agent;
+pub(crate) mod amd;
 pub(crate) mod gpu;
 pub(crate) mod host;
 pub(crate) mod nvml;

@@ -27,6 +27,48 @@ pub struct DriverInfo {
     pub cuda_version: Option<String>,
     pub nvml_version: Option<String>,
     pub gpu_count: Option<u32>,
+    /// How many amdgpu cards the sysfs collector found; `None` where it found none.
+    #[serde(default)]
+    pub amd_gpu_count: Option<u32>,
+    /// The libamd_smi library that was loaded, or why none was (it is optional).
+    #[serde(default)]
+    pub amd_smi: Option<String>,
+}
+
+/// Who made the GPU, and so which driver it was read through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuVendor {
+    /// Read through NVML.
+    #[default]
+    Nvidia,
+    /// Read from the amdgpu driver's sysfs files (and libamd_smi where present).
+    Amd,
+}
+
+impl GpuVendor {
+    /// The short label the GPU panel and the exporter use.
+    pub fn label(self) -> &'static str {
+        match self {
+            GpuVendor::Nvidia => "nvidia",
+            GpuVendor::Amd => "amd",
+        }
+    }
+}
+
+/// One MIG device (a compute instance inside a GPU instance) of a GPU in MIG mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct MigDevice {
+    /// Its position among the GPU's MIG devices (nvmlDeviceGetMigDeviceHandleByIndex).
+    pub index: u32,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// The processes running on this MIG device, as its own process list names them.
+    pub pids: Vec<u32>,
 }
 
 /// Every figure of one GPU at one sample. Fields the device does not report are `None`.
@@ -88,6 +130,24 @@ pub struct GpuSample {
     /// Values the driver reported out of physical range, shown as null instead.
     #[serde(default)]
     pub implausible: Implausible,
+    /// Which driver the figures came from.
+    #[serde(default)]
+    pub vendor: GpuVendor,
+    /// AMD: the card's position among the AMD GPUs (by PCI address), which ROCm's
+    /// HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES number; `None` for NVIDIA GPUs.
+    #[serde(default)]
+    pub vendor_index: Option<u32>,
+    /// AMD: system memory mapped into the GPU's address space (GTT).
+    #[serde(default)]
+    pub gtt_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub gtt_total_bytes: Option<u64>,
+    /// NVIDIA: whether MIG mode is on (`None` where the GPU has no MIG).
+    #[serde(default)]
+    pub mig_enabled: Option<bool>,
+    /// NVIDIA, MIG mode on: the GPU's MIG devices.
+    #[serde(default)]
+    pub mig_devices: Vec<MigDevice>,
 }
 
 /// Values from the driver that cannot be physical (a temperature of 4294967256 °C, a clock of

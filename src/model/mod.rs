@@ -11,13 +11,14 @@ pub mod identity;
 pub mod job;
 pub mod oom;
 pub mod process;
+pub(crate) mod rocm_visible;
 pub mod snapshot;
 pub mod torch;
 pub(crate) mod tree;
 pub mod warning;
 
 pub use detail::{ChildProcess, ProcessDetail};
-pub use gpu::{DriverInfo, GpuSample, GpuState, Implausible};
+pub use gpu::{DriverInfo, GpuSample, GpuState, GpuVendor, Implausible, MigDevice};
 pub(crate) use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;

@@ -101,6 +101,11 @@ pub struct LaunchEnv {
     /// command line; not an environment variable.
     #[serde(default)]
     pub launcher: Option<String>,
+    /// ROCm's device filters (AMD GPUs), applied before `HIP_VISIBLE_DEVICES`.
+    #[serde(default)]
+    pub rocr_visible_devices: Option<String>,
+    #[serde(default)]
+    pub hip_visible_devices: Option<String>,
 }
 
 /// Any host process, as the tree view and the job grouping see it.

@@ -45,8 +45,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) use crate::config::RulesConfig;
 use crate::model::{
-    DeviceAllocatorStats, GpuProcess, GpuSample, Snapshot, Subject, Warning, GPU_EVIDENCE,
-    JOB_EVIDENCE,
+    DeviceAllocatorStats, GpuProcess, GpuSample, GpuVendor, Snapshot, Subject, Warning,
+    GPU_EVIDENCE, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
 use training_stalled::StepTrack;
@@ -349,6 +349,15 @@ pub(crate) fn torch_device_on<'a>(
     gpus: &[GpuSample],
 ) -> Option<&'a DeviceAllocatorStats> {
     let devices = &process.torch.as_ref()?.devices;
+    if let Some(amd) = (gpus.iter()).find(|g| g.index == process.gpu && g.vendor == GpuVendor::Amd)
+    {
+        let ordinal = match &process.env {
+            Some(env) => crate::model::rocm_visible::rocm_ordinal(env, amd, gpus)?,
+            None if devices.len() == 1 => return devices.first(),
+            None => amd.vendor_index?,
+        };
+        return devices.iter().find(|d| d.index == ordinal);
+    }
     let ordinal = match &process.env {
         Some(env) => match &env.cuda_visible_devices {
             Some(list) => visible_position(list, process.gpu, gpus)?,

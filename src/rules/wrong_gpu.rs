@@ -34,6 +34,10 @@ fn outside(process: &GpuProcess, gpus: &[GpuSample], config: &WrongGpuConfig) ->
     if !process.visible || (memory as f64) < config.min_memory_mib.get() * BYTES_PER_MIB {
         return None;
     }
+    // AMD GPUs are numbered by ROCm's own variables (see model::rocm_visible), not NVML's.
+    if (gpus.iter()).any(|g| g.index == process.gpu && g.vendor == crate::model::GpuVendor::Amd) {
+        return None;
+    }
     let list = process.env.as_ref()?.cuda_visible_devices.as_deref()?;
     let entries: Vec<&str> = list.split(',').map(str::trim).collect();
     let judgeable = entries

@@ -148,7 +148,7 @@ impl GpuPool {
     }
 
     fn apply_count(&mut self, count: Result<u32, String>) {
-        if !self.driver.nvml_loaded {
+        if !self.driver.nvml_loaded && self.driver.amd_gpu_count.is_none() {
             return;
         }
         let count = match count {

@@ -16,6 +16,7 @@ mod gpus;
 
 mod detail;
 mod memory;
+mod vendors;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -56,6 +57,8 @@ pub struct SamplerConfig {
     pub(crate) agent_dir: PathBuf,
     /// Where the NVIDIA device nodes live: `/dev`, or `TORCHTOP_DEV_DIR` (for tests).
     pub(crate) dev_dir: PathBuf,
+    /// Where the AMD collector reads `sys/` and `proc/`: `/`, or `TORCHTOP_AMD_ROOT` (tests).
+    pub(crate) amd_root: PathBuf,
 }
 
 /// Something the UI asks of the sampler between ticks.
@@ -86,6 +89,7 @@ impl SamplerConfig {
             agent_dir: crate::protocol::default_socket_dir(),
             dev_dir: std::env::var_os("TORCHTOP_DEV_DIR")
                 .map_or_else(|| PathBuf::from("/dev"), PathBuf::from),
+            amd_root: vendors::amd_root_from_env(),
         }
     }
 }
@@ -114,6 +118,7 @@ pub struct Sampler {
 impl Sampler {
     /// Starts the driver thread; GPU workers follow once the library is loaded.
     pub fn start(config: SamplerConfig, loader: GpuLoader) -> Self {
+        let loader = vendors::with_amd(loader, config.amd_root.clone());
         let gpus = GpuPool::start(
             loader,
             &config.library_label,

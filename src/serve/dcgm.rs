@@ -7,7 +7,7 @@
 //! written here as gauges, because the text encoders append `_total` to every counter and the
 //! names are what dashboards query.
 
-use crate::model::{GpuSample, GpuState, Snapshot};
+use crate::model::{GpuSample, GpuState, GpuVendor, Snapshot};
 
 use super::exposition::{Family, Labels, Value};
 
@@ -22,12 +22,21 @@ pub(crate) fn gpu_labels(gpu: &GpuSample, hostname: &str, driver: Option<&str>) 
     if let Some(bus) = &gpu.bus_id {
         labels.push(("pci_bus_id", bus.clone()));
     }
-    labels.push(("device", format!("nvidia{}", gpu.index)));
+    match gpu.vendor {
+        GpuVendor::Nvidia => labels.push(("device", format!("nvidia{}", gpu.index))),
+        // AMD cards: numbered as ROCm numbers them, and marked, since DCGM has no such GPUs.
+        GpuVendor::Amd => {
+            let rocm = gpu.vendor_index.unwrap_or(gpu.index);
+            labels.push(("device", format!("amd{rocm}")));
+            labels.push(("vendor", "amd".to_string()));
+        }
+    }
     if let Some(name) = &gpu.name {
         labels.push(("modelName", name.clone()));
     }
     labels.push(("Hostname", hostname.to_string()));
-    if let Some(version) = driver {
+    // The version is NVIDIA's driver: an AMD card's series would claim it wrongly.
+    if let Some(version) = driver.filter(|_| gpu.vendor == GpuVendor::Nvidia) {
         labels.push(("DCGM_FI_DRIVER_VERSION", version.to_string()));
     }
     labels
@@ -173,4 +182,35 @@ fn state_family(labelled: &[(&GpuSample, Labels)]) -> Family {
         }
     }
     family
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amd_cards_are_labelled_as_such_and_nvidia_ones_as_before() {
+        let nvidia = GpuSample {
+            index: 0,
+            ..Default::default()
+        };
+        let amd = GpuSample {
+            index: 1,
+            vendor: GpuVendor::Amd,
+            vendor_index: Some(0),
+            ..Default::default()
+        };
+        let labels = |g| gpu_labels(g, "node", Some("550.54.15"));
+        assert!(labels(&nvidia).contains(&("device", "nvidia0".to_string())));
+        assert!(!labels(&nvidia).iter().any(|(k, _)| *k == "vendor"));
+        assert!(labels(&amd).contains(&("device", "amd0".to_string())));
+        assert!(labels(&amd).contains(&("vendor", "amd".to_string())));
+        assert!(labels(&amd).contains(&("gpu", "1".to_string())));
+        assert!(!labels(&amd)
+            .iter()
+            .any(|(k, _)| *k == "DCGM_FI_DRIVER_VERSION"));
+        assert!(labels(&nvidia)
+            .iter()
+            .any(|(k, _)| *k == "DCGM_FI_DRIVER_VERSION"));
+    }
 }

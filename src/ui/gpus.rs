@@ -13,7 +13,7 @@ use ratatui::{
 use crate::app::view::Mark;
 use crate::app::App;
 use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
-use crate::model::{GpuSample, GpuState, Snapshot};
+use crate::model::{GpuSample, GpuState, GpuVendor, Snapshot};
 use crate::terminal::theme::Theme;
 
 /// From this width the main line carries bars and longer labels.
@@ -64,7 +64,7 @@ pub(crate) fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
     if snapshot.time.is_empty() {
         return Some("waiting for the first sample...".to_string());
     }
-    if !driver.nvml_loaded {
+    if !driver.nvml_loaded && snapshot.gpus.is_empty() {
         // The loader's error is already a sentence that names the library.
         return Some(match driver.error.as_deref() {
             Some(error) => format::escape(error).into_owned(),
@@ -105,7 +105,8 @@ fn gpu_lines(
             lines.push(line);
         }
         if detail_lines > 0 {
-            let mut detail = detail(gpu, theme, body.width);
+            let mut detail = mig_lines(gpu, theme);
+            detail.extend(self::detail(gpu, theme, body.width));
             detail.resize(usize::from(detail_lines), Line::default());
             lines.extend(detail);
         }
@@ -293,19 +294,30 @@ pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'sta
     let mut pieces = vec![
         format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
         format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
-        format!(
+    ];
+    // amdgpu's sysfs has no PCIe rate, codec or throttle figures: no column of N/As for them.
+    if gpu.vendor == GpuVendor::Nvidia {
+        pieces.push(format!(
             "PCIe rx {} tx {}",
             format::kib_rate(gpu.pcie_rx_kib_s),
             format::kib_rate(gpu.pcie_tx_kib_s)
-        ),
-        format!(
+        ));
+        pieces.push(format!(
             "enc {} dec {}",
             format::percent(gpu.encoder_percent),
             format::percent(gpu.decoder_percent)
-        ),
-        format!("throttle {}", throttle_text(gpu)),
-        format!("bus {}", format::text(gpu.bus_id.as_deref())),
-    ];
+        ));
+        pieces.push(format!("throttle {}", throttle_text(gpu)));
+    }
+    pieces.push(format!("bus {}", format::text(gpu.bus_id.as_deref())));
+    if gpu.vendor == GpuVendor::Amd {
+        let rocm = gpu.vendor_index.map_or(NA.to_string(), |i| i.to_string());
+        pieces.push(format!("AMD ROCm #{rocm}"));
+        pieces.push(format!(
+            "GTT {}",
+            format::used_of_total(gpu.gtt_used_bytes, gpu.gtt_total_bytes)
+        ));
+    }
     if gpu.ecc_enabled == Some(true) {
         pieces.push(format!(
             "ECC corrected {} uncorrected {}",
@@ -327,12 +339,49 @@ pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'sta
     format::pack(pieces, usize::from(width), 6)
 }
 
-/// Detail lines the busiest GPU needs at this width; every GPU gets that many.
+/// Detail lines the busiest GPU needs at this width (its MIG sub-rows included); every GPU
+/// gets that many.
 pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
     gpus.iter()
-        .map(|g| detail(g, Theme::new(false), width).len() as u16)
+        .map(|g| (g.mig_devices.len() + detail(g, Theme::new(false), width).len()) as u16)
         .max()
         .unwrap_or(0)
+}
+
+/// Most pids named on a MIG sub-row; the rest are counted.
+const MIG_ROW_PIDS: usize = 6;
+
+/// One sub-row per MIG device: profile, instance ids, memory and the pids on it.
+fn mig_lines(gpu: &GpuSample, theme: Theme) -> Vec<Line<'static>> {
+    gpu.mig_devices
+        .iter()
+        .map(|mig| {
+            let name = mig
+                .name
+                .as_deref()
+                .map(|n| n.rsplit(" MIG ").next().unwrap_or(n));
+            let id = |id: Option<u32>| id.map_or(NA.to_string(), |i| i.to_string());
+            let mut pids: Vec<String> = (mig.pids.iter().take(MIG_ROW_PIDS))
+                .map(u32::to_string)
+                .collect();
+            if mig.pids.len() > MIG_ROW_PIDS {
+                pids.push(format!("+{}", mig.pids.len() - MIG_ROW_PIDS));
+            }
+            let text = format!(
+                "  └ MIG {:<8} GI {:<2} CI {:<2} {:>13}  {}",
+                format::text(name),
+                id(mig.gpu_instance_id),
+                id(mig.compute_instance_id),
+                format::used_of_total(mig.memory_used_bytes, mig.memory_total_bytes),
+                if pids.is_empty() {
+                    "no processes".to_string()
+                } else {
+                    format!("pids {}", pids.join(" "))
+                },
+            );
+            Line::styled(text, theme.plain())
+        })
+        .collect()
 }
 
 fn throttle_text(gpu: &GpuSample) -> String {

@@ -33,6 +33,7 @@ fn driver() -> DriverInfo {
         cuda_version: Some("12.4".to_string()),
         nvml_version: Some("12.550.54.15".to_string()),
         gpu_count: Some(0),
+        ..Default::default()
     }
 }
 

@@ -2,6 +2,7 @@
 // Shared by several test binaries, each of which uses a part: `pub` is their interface.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod amd_fixture;
 pub mod ci;
 pub mod fake_nvml;
 pub mod forked_agent;

@@ -17,11 +17,13 @@ use common::ci;
 
 mod agent_and_rules_e2e;
 mod agent_python;
+mod amd_node;
 mod attach_injector;
 mod cluster_prometheus;
 mod grafana_dashboard;
 mod json_contract;
 mod memsnap;
+mod mig_fake_nvml;
 mod once_fake_nvml;
 mod oom_memsnap;
 mod record_replay;

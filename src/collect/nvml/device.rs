@@ -11,6 +11,7 @@ use nvml_wrapper::enum_wrappers::device::{
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
+use super::mig::{merge_mig_processes, read_mig};
 use super::processes::merge_process_lists;
 use super::throttle_reason_names;
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
@@ -132,6 +133,10 @@ impl NvmlDevice {
             }
         }
         let mut processes = self.read_processes(device, &mut reader);
+        let mig = read_mig(device, &mut reader.lost);
+        sample.mig_enabled = mig.enabled;
+        sample.mig_devices = mig.devices;
+        merge_mig_processes(self.index, &mut processes, &mig.processes);
         if reader.lost {
             return Err(DeviceError::Lost(
                 "the driver reports the GPU has fallen off the bus".into(),

@@ -15,6 +15,7 @@ use super::gpu::{DeviceReader, GpuSource};
 use crate::model::DriverInfo;
 
 mod device;
+mod mig;
 mod processes;
 mod throttle;
 

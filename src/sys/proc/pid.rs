@@ -177,6 +177,8 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
         let number = || value.trim().parse::<u32>().ok();
         match key {
             "CUDA_VISIBLE_DEVICES" => env.cuda_visible_devices = text(),
+            "HIP_VISIBLE_DEVICES" => env.hip_visible_devices = text(),
+            "ROCR_VISIBLE_DEVICES" => env.rocr_visible_devices = text(),
             "RANK" => env.rank = number(),
             "LOCAL_RANK" => env.local_rank = number(),
             "WORLD_SIZE" => env.world_size = number(),

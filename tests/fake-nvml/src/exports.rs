@@ -146,10 +146,12 @@ export! {
     }
     /// The GPU's name.
     fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::name(device, name, length); }
         state::device_call(device, Field::Name, |v| write_c_string(name, length, &v.gpu().name))
     }
     /// The GPU's UUID.
     fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::uuid(device, uuid, length); }
         state::device_call(device, Field::Uuid, |v| {
             write_c_string(uuid, length, &v.gpu().uuid_at(v.slot))
         })
@@ -179,6 +181,7 @@ export! {
     }
     /// Memory in the v1 layout: `used` includes the reserved memory.
     fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::memory_v1(device, memory); }
         state::device_call(device, Field::Memory, |v| {
             let m = memory_figures(v);
             let used = m.used.saturating_add(m.reserved);
@@ -193,6 +196,7 @@ export! {
         if (*memory).version != NVML_MEMORY_V2_VERSION {
             return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
         }
+        if crate::mig::is_mig_handle(device) { return crate::mig::memory_v2(device, memory); }
         state::device_call(device, Field::Memory, |v| {
             let m = memory_figures(v);
             put(memory, nvmlMemory_v2_t {
@@ -431,12 +435,14 @@ export! {
     }
     /// Compute processes, 24-byte records.
     fn nvmlDeviceGetComputeRunningProcesses_v2(device: nvmlDevice_t, infoCount: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::processes(device, false, infoCount, infos); }
         state::device_call(device, Field::ComputeProcesses, |v| {
             list_processes(v, false, infoCount, infos, process_v2)
         })
     }
     /// Compute processes, 24-byte records.
     fn nvmlDeviceGetComputeRunningProcesses_v3(device: nvmlDevice_t, infoCount: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::processes(device, false, infoCount, infos); }
         state::device_call(device, Field::ComputeProcesses, |v| {
             list_processes(v, false, infoCount, infos, process_v2)
         })
@@ -449,12 +455,14 @@ export! {
     }
     /// Graphics processes, 24-byte records.
     fn nvmlDeviceGetGraphicsRunningProcesses_v2(device: nvmlDevice_t, infoCount: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::processes(device, true, infoCount, infos); }
         state::device_call(device, Field::GraphicsProcesses, |v| {
             list_processes(v, true, infoCount, infos, process_v2)
         })
     }
     /// Graphics processes, 24-byte records.
     fn nvmlDeviceGetGraphicsRunningProcesses_v3(device: nvmlDevice_t, infoCount: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) {
+        if crate::mig::is_mig_handle(device) { return crate::mig::processes(device, true, infoCount, infos); }
         state::device_call(device, Field::GraphicsProcesses, |v| {
             list_processes(v, true, infoCount, infos, process_v2)
         })

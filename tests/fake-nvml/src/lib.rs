@@ -7,6 +7,7 @@
 //! - [`state`]: init/shutdown, the clock, live reload of the scenario, hangs and faults.
 //! - [`events`]: event sets and the scenario's Xid errors.
 //! - [`exports`]: the `extern "C"` NVML symbols.
+//! - [`mig`]: MIG devices: their handles, ids, memory and process lists.
 //!
 //! The scenario file is named by `TORCHTOP_FAKE_NVML_SCENARIO`; without it the library acts as
 //! a machine with one idle GPU. See README.md for the format.
@@ -14,5 +15,6 @@
 pub mod abi;
 pub mod events;
 pub mod exports;
+pub mod mig;
 pub mod scenario;
 pub mod state;

@@ -397,6 +397,9 @@ pub struct GpuSpec {
     pub hang: Option<HangSpec>,
     #[serde(default, rename = "process")]
     pub processes: Vec<ProcessSpec>,
+    /// MIG devices (`[[gpu.mig]]`), with `mig_mode = true`.
+    #[serde(default)]
+    pub mig: Vec<crate::mig::MigSpec>,
 }
 
 impl GpuSpec {
@@ -771,6 +774,9 @@ impl Scenario {
                 "{} GPUs declared, at most {MAX_GPUS} are supported",
                 self.gpus.len()
             ));
+        }
+        for (index, gpu) in self.gpus.iter().enumerate() {
+            crate::mig::validate(index, gpu)?;
         }
         Ok(())
     }
