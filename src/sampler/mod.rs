@@ -15,6 +15,7 @@ mod gpu_worker;
 mod gpus;
 
 mod memory;
+mod torch_join;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -26,12 +27,11 @@ use crate::collect::agent::{AgentEvent, AgentHub, CommandOutcome};
 use crate::collect::host::HostCollector;
 pub use crate::collect::GpuLoader;
 use crate::config::RulesConfig;
-use crate::model::{
-    GpuProcess, GpuSample, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo,
-};
+use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo};
 use crate::protocol::AgentCommand;
-use crate::rules::{group_jobs, torch_device_on, Engine};
+use crate::rules::{group_jobs, Engine};
 use gpus::GpuPool;
+use torch_join::{join_torch, Churn};
 
 /// How long the first snapshot waits for the GPU library before going out without GPUs.
 const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
@@ -103,6 +103,8 @@ pub struct Sampler {
     memory_views: HashMap<u64, u32>,
     /// The latest snapshot written for the viewer, repeated in every snapshot until a newer one.
     memsnap_ready: Option<MemsnapReady>,
+    /// Allocation counters from the agents' previous reports, for the churn rates.
+    churn: Churn,
 }
 
 impl Sampler {
@@ -130,6 +132,7 @@ impl Sampler {
             ooms: VecDeque::new(),
             memory_views: HashMap::new(),
             memsnap_ready: None,
+            churn: Churn::default(),
         }
     }
 
@@ -145,27 +148,30 @@ impl Sampler {
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
         let torch = self.agents.poll();
-        let mut snapshot = self.assemble(host, processes, &torch);
+        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
         if self.want_process_table {
             snapshot.host_processes = self.host.process_table();
         }
         snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot.processes.extend(agent_only);
         snapshot
     }
 
     /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
-    /// agents' figures joined onto the processes.
+    /// agents' figures joined onto the processes; and the rows of agents whose processes hold
+    /// no GPU, which the caller adds after the rules (which are about GPUs) have run.
     fn assemble(
         &mut self,
         host: HostSnapshot,
         mut processes: Vec<GpuProcess>,
         torch: &HashMap<u32, TorchInfo>,
-    ) -> Snapshot {
+    ) -> (Snapshot, Vec<GpuProcess>) {
         let mut snapshot = Snapshot::at(SystemTime::now());
         snapshot.driver = self.gpus.driver.clone();
         snapshot.host = host;
         snapshot.gpus = self.gpus.gpu_samples(Instant::now());
-        join_torch(&mut processes, torch, &snapshot.gpus);
+        let mut agent_only = join_torch(&mut processes, torch, &snapshot.gpus, &mut self.churn);
+        self.host.join_processes(&mut agent_only);
         snapshot.jobs = group_jobs(&processes);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
@@ -174,7 +180,7 @@ impl Sampler {
         if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
             snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
         }
-        snapshot
+        (snapshot, agent_only)
     }
 
     /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
@@ -204,8 +210,9 @@ impl Sampler {
                 timeout.as_secs_f64()
             ));
         }
-        let mut snapshot = self.assemble(host, processes, &torch);
+        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
         snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot.processes.extend(agent_only);
         snapshot
     }
 
@@ -287,27 +294,6 @@ fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
     names.sort();
     names.truncate(64);
     names
-}
-
-/// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the
-/// memory outside PyTorch's allocator on that row's GPU.
-fn join_torch(processes: &mut [GpuProcess], torch: &HashMap<u32, TorchInfo>, gpus: &[GpuSample]) {
-    for process in processes.iter_mut() {
-        let Some(info) = torch.get(&process.pid) else {
-            continue;
-        };
-        process.torch = Some(info.clone());
-        let device = torch_device_on(process, gpus).map(|d| d.index);
-        let nvml_bytes = process.gpu_memory_bytes;
-        if let (Some(index), Some(info)) = (device, process.torch.as_mut()) {
-            if let Some(stats) = info.devices.iter_mut().find(|d| d.index == index) {
-                stats.non_pytorch_bytes = match (nvml_bytes, stats.reserved_bytes) {
-                    (Some(used), Some(reserved)) => Some(used.saturating_sub(reserved)),
-                    _ => None,
-                };
-            }
-        }
-    }
 }
 
 fn command_label(command: &AgentCommand) -> &'static str {
