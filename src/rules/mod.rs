@@ -349,6 +349,10 @@ pub(crate) fn torch_device_on<'a>(
     gpus: &[GpuSample],
 ) -> Option<&'a DeviceAllocatorStats> {
     let devices = &process.torch.as_ref()?.devices;
+    // The sampler has mapped each device to its GPU where it could (UUID or the agent's list).
+    if let Some(device) = devices.iter().find(|d| d.gpu == Some(process.gpu)) {
+        return Some(device);
+    }
     let ordinal = match &process.env {
         Some(env) => match &env.cuda_visible_devices {
             Some(list) => visible_position(list, process.gpu, gpus)?,

@@ -73,7 +73,9 @@ pub(crate) fn render(
     if hidden > 0 {
         title.push_str(&format!(" ({hidden} not shown)"));
     }
-    title.push_str("  ! stands out");
+    if rows.iter().any(|r| !r.outlier.is_empty()) {
+        title.push_str("  ! stands out");
+    }
     let mut lines = vec![
         Line::styled(
             format::truncate(&title, usize::from(area.width)),
