@@ -122,16 +122,17 @@ fn the_selection_moves_between_torch_and_plain_rows_and_no_panel_changes_height(
     );
     let plain_row = "no torchtop agent in this process";
     // Down to the trainer's second row, to the plain process, then back up twice.
-    let steps: [(&[u8], &dyn Fn(&str) -> bool); 4] = [
-        (b"\x1b[B", &|s: &str| s.contains(&torch_title)),
-        (b"\x1b[B", &|s: &str| s.contains(plain_row)),
-        (b"\x1b[A", &|s: &str| s.contains(&torch_title)),
-        (b"\x1b[A", &|s: &str| s.contains(&torch_title)),
+    let (down, up): (&[u8], &[u8]) = (b"\x1b[B", b"\x1b[A");
+    let steps = [
+        (down, torch_title.as_str()),
+        (down, plain_row),
+        (up, torch_title.as_str()),
+        (up, torch_title.as_str()),
     ];
     for (i, (key, shows)) in steps.iter().enumerate() {
         session.send(key);
         assert!(
-            session.wait_for(PATIENCE, |s| shows(s) && panel_rows(s).is_some()),
+            session.wait_for(PATIENCE, |s| s.contains(shows) && panel_rows(s).is_some()),
             "step {i}:\n{}",
             session.screen()
         );
