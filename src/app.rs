@@ -10,6 +10,7 @@ mod action_keys;
 pub(crate) mod columns;
 pub(crate) mod detail;
 pub(crate) mod layout;
+pub(crate) mod ranks;
 pub(crate) mod rows;
 mod table_keys;
 pub(crate) mod view;

@@ -254,6 +254,7 @@ class _Agent:
         self.last_step_at = None
         self.step_times = deque(maxlen=50)
         self.used_devices = set()
+        self.device_uuids = {}
         self.seen_ooms = {}
         self.pending_events = deque(maxlen=100)
         self.oom_observer_attached = False
@@ -613,6 +614,8 @@ class _Agent:
             "local_rank": local_rank,
             "world_size": world_size,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF")),
+            # Which physical GPU each cuda:N is (torchtop maps N through this list).
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "interval_ms": self.interval_ms,
             "agent": __version__,
         }
@@ -636,8 +639,27 @@ class _Agent:
             except Exception:  # not a mapping, or a torch that fails: skip the device this time
                 continue
             self.used_devices.add(index)
-            devices.append({"index": index, "stats": stats})
+            entry = {"index": index, "stats": stats}
+            uuid = self._device_uuid(torch, index)
+            if uuid is not None:
+                entry["uuid"] = uuid
+            devices.append(entry)
         return devices
+
+    def _device_uuid(self, torch, index):
+        """The UUID of a device the process uses, asked once: it names the physical GPU even
+        when CUDA_VISIBLE_DEVICES renumbers them. Only devices already in use are asked, so no
+        context is created anywhere new."""
+        if index not in self.device_uuids:
+            uuid = None
+            try:
+                props = getattr(torch.cuda, "get_device_properties", None)
+                value = getattr(props(index), "uuid", None) if props is not None else None
+                uuid = str(value) if value is not None else None
+            except Exception:
+                uuid = None
+            self.device_uuids[index] = uuid
+        return self.device_uuids[index]
 
     def _candidate_devices(self, torch, count):
         conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))

@@ -43,6 +43,8 @@ pub(crate) const BALANCE_GROUP_WIDTH: u16 = 4;
 const MIDDLE_HEIGHT: u16 = 5;
 /// The process table's header and this many rows are always kept.
 const MIN_PROCESS_HEIGHT: u16 = 3;
+/// The fewest rows worth giving the allocator panel below the table: its title and one line.
+const MIN_ALLOCATOR_HEIGHT: u16 = 2;
 /// Process rows to grant before the GPU detail lines and the larger sparklines are.
 const COMFORTABLE_PROCESS_ROWS: u16 = 6;
 
@@ -62,9 +64,10 @@ pub(crate) struct LayoutNeeds {
     pub(crate) jobs: u16,
     /// Rows of the process table (its content, not its place).
     pub(crate) process_rows: usize,
-    /// Rows the selected process's allocator panel wants below the table; 0 without an agent.
+    /// Rows the allocator panel wants below the table; 0 when no process has an agent. It
+    /// must not depend on the selection, so that moving the cursor resizes nothing.
     pub(crate) allocator_below: u16,
-    /// Whether the selected process has an allocator panel for beside a wide table.
+    /// Whether any process has an agent, so the allocator panel has a place beside a wide table.
     pub(crate) allocator_beside: bool,
     /// `a` `f` `c`: whether the GPU detail lines and the larger sparklines come before extra
     /// process rows (full), after them (auto), or never (compact).
@@ -175,14 +178,17 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
         allocator_below: 0,
     };
     let mut left = available.saturating_sub(h.gpus + h.processes);
-    if !wide {
-        h.allocator_below = needs.allocator_below;
-        if !grant(&mut left, h.allocator_below) {
-            h.allocator_below = 0;
-        }
-    }
     if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
         h.history = 1 + gpu_count;
+    }
+    // The allocator panel takes what it wants of the rest, or what is left when that is enough
+    // for its title and a device's OOM line.
+    if !wide && needs.allocator_below > 0 {
+        let rows = needs.allocator_below.min(left);
+        if rows >= MIN_ALLOCATOR_HEIGHT {
+            h.allocator_below = rows;
+            left -= rows;
+        }
     }
     if needs.density == Density::Full {
         grant_gpu_extras(&mut h, &mut left, gpu_count, gpu_base, detail_lines);

@@ -167,8 +167,10 @@ impl<'a> ProcessRow<'a> {
         }
     }
 
+    /// Whether the row holds a GPU: not a tree row without one, nor a process listed for its
+    /// agent only.
     pub(crate) fn is_gpu(&self) -> bool {
-        !self.gpus.is_empty()
+        self.gpus.iter().any(|g| !g.no_gpu)
     }
 
     pub(crate) fn cpu_percent(&self) -> Option<f64> {
@@ -229,8 +231,13 @@ impl<'a> ProcessRow<'a> {
         self.gpus.iter().map(|g| g.sm_percent).sum()
     }
 
+    /// How long the process has run; a tree row without a GPU (a DataLoader worker) has it
+    /// from the host table.
     pub(crate) fn running_seconds(&self) -> Option<f64> {
-        self.gpus.first().and_then(|g| g.running_seconds)
+        self.gpus
+            .first()
+            .and_then(|g| g.running_seconds)
+            .or_else(|| self.host.and_then(|h| h.running_seconds))
     }
 
     /// The kind of GPU use; a process both computing and drawing on several GPUs reads "Both".

@@ -199,6 +199,7 @@ impl HostCollector {
 
     fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
         let pids = procfs::read_pids(&self.root).unwrap_or_default();
+        let uptime = procfs::read_uptime(&self.root).ok();
         let mut table = Vec::with_capacity(pids.len());
         for pid in pids {
             let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
@@ -223,6 +224,8 @@ impl HostCollector {
                 cpu_percent: self.cpu_percent(&stat, now),
                 rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
                 nice: Some(stat.nice),
+                running_seconds: uptime
+                    .map(|up| (up - stat.start_ticks as f64 / self.clock_ticks as f64).max(0.0)),
                 comm: stat.comm,
             });
         }

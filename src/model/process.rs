@@ -23,7 +23,12 @@ impl ProcessKind {
     }
 }
 
-/// One (process, GPU) pair. A process on two GPUs appears twice.
+/// The `gpu` of a row without a GPU: no GPU has this index, so lookups by index find none.
+pub const NO_GPU: u32 = u32::MAX;
+
+/// One (process, GPU) pair. A process on two GPUs appears twice. A process with a torchtop
+/// agent that NVML does not list (CPU-only training, or before its first CUDA call) has one
+/// row with [`no_gpu`](Self::no_gpu) set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuProcess {
     pub pid: u32,
@@ -55,6 +60,10 @@ pub struct GpuProcess {
     pub env: Option<LaunchEnv>,
     /// Allocator figures published by an agent inside the process; `None` without one.
     pub torch: Option<TorchInfo>,
+    /// Listed for its agent only: it holds no GPU memory NVML knows of, and `gpu` is
+    /// [`NO_GPU`]. JSON says so with `"gpu": null`.
+    #[serde(skip)]
+    pub no_gpu: bool,
 }
 
 impl GpuProcess {
@@ -81,7 +90,58 @@ impl GpuProcess {
             children_cpu_percent: None,
             env: None,
             torch: None,
+            no_gpu: false,
         }
+    }
+
+    /// The row of a process whose agent spoke but which NVML does not list.
+    pub fn agent_only(pid: u32, torch: TorchInfo) -> Self {
+        GpuProcess {
+            no_gpu: true,
+            torch: Some(torch),
+            ..GpuProcess::new(pid, NO_GPU, ProcessKind::Compute)
+        }
+    }
+}
+
+/// (De)serializes the rows of a snapshot with `"gpu": null` for a row without a GPU.
+pub(crate) mod rows_serde {
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    use super::{GpuProcess, NO_GPU};
+
+    pub(crate) fn serialize<S: Serializer>(rows: &[GpuProcess], s: S) -> Result<S::Ok, S::Error> {
+        let mut values = Vec::with_capacity(rows.len());
+        for row in rows {
+            let mut value = serde_json::to_value(row).map_err(S::Error::custom)?;
+            if row.no_gpu {
+                value["gpu"] = Value::Null;
+            }
+            values.push(value);
+        }
+        values.serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<GpuProcess>, D::Error> {
+        let values = Vec::<Value>::deserialize(d)?;
+        values
+            .into_iter()
+            .map(|mut value| {
+                let no_gpu = value.get("gpu").is_some_and(Value::is_null);
+                if no_gpu {
+                    value["gpu"] = Value::from(NO_GPU);
+                }
+                let mut row: GpuProcess =
+                    serde_json::from_value(value).map_err(D::Error::custom)?;
+                row.no_gpu = no_gpu;
+                Ok(row)
+            })
+            .collect()
     }
 }
 
@@ -125,4 +185,7 @@ pub struct HostProcess {
     pub cpu_percent: Option<f64>,
     pub rss_bytes: Option<u64>,
     pub nice: Option<i32>,
+    /// Seconds since the process started (a DataLoader worker's TIME in the tree view).
+    #[serde(default)]
+    pub running_seconds: Option<f64>,
 }

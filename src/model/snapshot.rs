@@ -20,6 +20,9 @@ pub struct Snapshot {
     pub driver: DriverInfo,
     pub host: HostSnapshot,
     pub gpus: Vec<GpuSample>,
+    /// NVML's processes, one row per (process, GPU), then the processes with an agent and no
+    /// GPU ([`GpuProcess::no_gpu`], `"gpu": null` in JSON).
+    #[serde(with = "super::process::rows_serde")]
     pub processes: Vec<GpuProcess>,
     /// The distributed jobs among the processes (two or more ranks each).
     pub jobs: Vec<Job>,

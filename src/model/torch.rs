@@ -1,4 +1,6 @@
-//! What a torchtop agent inside a training process reports about PyTorch's caching allocator.
+//! What a torchtop agent inside a training process reports about PyTorch's caching allocator,
+//! with the figures the sampler derives from it (the physical GPU behind each torch device, the
+//! headroom left on that GPU, the allocation churn between two reports).
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +19,55 @@ pub struct DeviceAllocatorStats {
     pub ooms: Option<u64>,
     /// NVML's memory for the process on this GPU minus reserved: CUDA context, cuBLAS, NCCL.
     pub non_pytorch_bytes: Option<u64>,
+    /// `reserved_bytes.all.peak`.
+    #[serde(default)]
+    pub peak_reserved_bytes: Option<u64>,
+    /// `reserved_bytes.large_pool.current`: blocks over 1 MiB.
+    #[serde(default)]
+    pub large_pool_reserved_bytes: Option<u64>,
+    /// `reserved_bytes.small_pool.current`: blocks of 1 MiB or less.
+    #[serde(default)]
+    pub small_pool_reserved_bytes: Option<u64>,
+    /// `allocation.all.allocated`: allocations made since the start (or the last reset).
+    #[serde(default)]
+    pub allocations_total: Option<u64>,
+    /// `allocation.all.freed`: allocations freed since the start (or the last reset).
+    #[serde(default)]
+    pub frees_total: Option<u64>,
+    /// `oversize_allocations.current`: live allocations larger than `max_split_size`.
+    #[serde(default)]
+    pub oversize_allocations: Option<u64>,
+    /// `oversize_segments.current`: segments holding them.
+    #[serde(default)]
+    pub oversize_segments: Option<u64>,
+    /// `max_split_size`: blocks larger than this are never split; `None` when unlimited.
+    #[serde(default)]
+    pub max_split_size_bytes: Option<u64>,
+    /// The device's UUID as torch reports it (`get_device_properties(i).uuid`).
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// The NVML index of the physical GPU behind `cuda:index`, where it could be told.
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    /// That GPU's total memory.
+    #[serde(default)]
+    pub device_total_bytes: Option<u64>,
+    /// That GPU's total minus what NVML says is used on it, by everyone.
+    #[serde(default)]
+    pub headroom_bytes: Option<u64>,
+    /// Allocations per second between the agent's last two reports.
+    #[serde(default)]
+    pub allocations_per_second: Option<f64>,
+    /// Frees per second between the agent's last two reports.
+    #[serde(default)]
+    pub frees_per_second: Option<f64>,
+}
+
+impl DeviceAllocatorStats {
+    /// Reserved minus allocated: memory the allocator holds and can reuse without cudaMalloc.
+    pub fn cached_bytes(&self) -> Option<u64> {
+        Some(self.reserved_bytes?.saturating_sub(self.allocated_bytes?))
+    }
 }
 
 /// Everything the agent of one process has said.
@@ -33,4 +84,10 @@ pub struct TorchInfo {
     pub devices: Vec<DeviceAllocatorStats>,
     /// Seconds since the agent last sent stats.
     pub age_seconds: Option<f64>,
+    /// `CUDA_VISIBLE_DEVICES` as the agent saw it in its own process.
+    #[serde(default)]
+    pub cuda_visible_devices: Option<String>,
+    /// The agent's clock when it took its latest stats, seconds since the epoch.
+    #[serde(default)]
+    pub stats_unix_seconds: Option<f64>,
 }

@@ -23,6 +23,10 @@ pub(crate) struct Hello<'a> {
     pub(crate) local_rank: Option<i64>,
     pub(crate) world_size: Option<i64>,
     pub(crate) alloc_conf: Option<&'a str>,
+    /// `CUDA_VISIBLE_DEVICES` in the process, which maps `cuda:N` to a physical GPU (optional
+    /// in v1: left out when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cuda_visible_devices: Option<&'a str>,
     pub(crate) interval_ms: u64,
     /// The agent's name and version.
     pub(crate) agent: &'a str,

@@ -349,6 +349,10 @@ pub(crate) fn torch_device_on<'a>(
     gpus: &[GpuSample],
 ) -> Option<&'a DeviceAllocatorStats> {
     let devices = &process.torch.as_ref()?.devices;
+    // The sampler has mapped each device to its GPU where it could (UUID or the agent's list).
+    if let Some(device) = devices.iter().find(|d| d.gpu == Some(process.gpu)) {
+        return Some(device);
+    }
     if let Some(amd) = (gpus.iter()).find(|g| g.index == process.gpu && g.vendor == GpuVendor::Amd)
     {
         let ordinal = match &process.env {

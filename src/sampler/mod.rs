@@ -16,6 +16,7 @@ mod gpus;
 
 mod detail;
 mod memory;
+mod torch_join;
 mod vendors;
 
 use std::collections::{HashMap, VecDeque};
@@ -28,12 +29,11 @@ use crate::collect::agent::{AgentEvent, AgentHub, CommandOutcome};
 use crate::collect::host::HostCollector;
 pub use crate::collect::GpuLoader;
 use crate::config::RulesConfig;
-use crate::model::{
-    GpuProcess, GpuSample, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo,
-};
+use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo};
 use crate::protocol::AgentCommand;
-use crate::rules::{group_jobs, torch_device_on, Engine};
+use crate::rules::{group_jobs, Engine};
 use gpus::GpuPool;
+use torch_join::{join_torch, Churn};
 
 /// How long the first snapshot waits for the GPU library before going out without GPUs.
 const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
@@ -113,6 +113,8 @@ pub struct Sampler {
     memsnap_ready: Option<MemsnapReady>,
     /// The detail view's process, read each tick while the view is open.
     detail: detail::DetailReader,
+    /// Allocation counters from the agents' previous reports, for the churn rates.
+    churn: Churn,
 }
 
 impl Sampler {
@@ -142,6 +144,7 @@ impl Sampler {
             memory_views: HashMap::new(),
             memsnap_ready: None,
             detail: detail::DetailReader::default(),
+            churn: Churn::default(),
         }
     }
 
@@ -157,28 +160,31 @@ impl Sampler {
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
         let torch = self.agents.poll();
-        let mut snapshot = self.assemble(host, processes, &torch);
+        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
         if self.want_process_table {
             snapshot.host_processes = self.host.process_table();
         }
         snapshot.detail = self.detail.read(&self.config.proc_root);
         snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot.processes.extend(agent_only);
         snapshot
     }
 
     /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
-    /// agents' figures joined onto the processes.
+    /// agents' figures joined onto the processes; and the rows of agents whose processes hold
+    /// no GPU, which the caller adds after the rules (which are about GPUs) have run.
     fn assemble(
         &mut self,
         host: HostSnapshot,
         mut processes: Vec<GpuProcess>,
         torch: &HashMap<u32, TorchInfo>,
-    ) -> Snapshot {
+    ) -> (Snapshot, Vec<GpuProcess>) {
         let mut snapshot = Snapshot::at(SystemTime::now());
         snapshot.driver = self.gpus.driver.clone();
         snapshot.host = host;
         snapshot.gpus = self.gpus.gpu_samples(Instant::now());
-        join_torch(&mut processes, torch, &snapshot.gpus);
+        let mut agent_only = join_torch(&mut processes, torch, &snapshot.gpus, &mut self.churn);
+        self.host.join_processes(&mut agent_only);
         snapshot.jobs = group_jobs(&processes);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
@@ -187,7 +193,7 @@ impl Sampler {
         if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
             snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
         }
-        snapshot
+        (snapshot, agent_only)
     }
 
     /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
@@ -217,8 +223,9 @@ impl Sampler {
                 timeout.as_secs_f64()
             ));
         }
-        let mut snapshot = self.assemble(host, processes, &torch);
+        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
         snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot.processes.extend(agent_only);
         snapshot
     }
 
@@ -301,27 +308,6 @@ fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
     names.sort();
     names.truncate(64);
     names
-}
-
-/// Puts each agent's figures on its process's rows, with NVML's memory minus reserved as the
-/// memory outside PyTorch's allocator on that row's GPU.
-fn join_torch(processes: &mut [GpuProcess], torch: &HashMap<u32, TorchInfo>, gpus: &[GpuSample]) {
-    for process in processes.iter_mut() {
-        let Some(info) = torch.get(&process.pid) else {
-            continue;
-        };
-        process.torch = Some(info.clone());
-        let device = torch_device_on(process, gpus).map(|d| d.index);
-        let nvml_bytes = process.gpu_memory_bytes;
-        if let (Some(index), Some(info)) = (device, process.torch.as_mut()) {
-            if let Some(stats) = info.devices.iter_mut().find(|d| d.index == index) {
-                stats.non_pytorch_bytes = match (nvml_bytes, stats.reserved_bytes) {
-                    (Some(used), Some(reserved)) => Some(used.saturating_sub(reserved)),
-                    _ => None,
-                };
-            }
-        }
-    }
 }
 
 fn command_label(command: &AgentCommand) -> &'static str {

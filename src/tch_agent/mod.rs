@@ -66,6 +66,7 @@ pub(crate) struct HelloFacts {
     pub(crate) local_rank: Option<i64>,
     pub(crate) world_size: Option<i64>,
     pub(crate) alloc_conf: Option<String>,
+    pub(crate) cuda_visible_devices: Option<String>,
 }
 
 impl HelloFacts {
@@ -85,6 +86,7 @@ impl HelloFacts {
             local_rank: number("LOCAL_RANK"),
             world_size: number("WORLD_SIZE"),
             alloc_conf: var("PYTORCH_CUDA_ALLOC_CONF").or_else(|| var("PYTORCH_ALLOC_CONF")),
+            cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
         }
     }
 }

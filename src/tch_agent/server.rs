@@ -352,6 +352,7 @@ impl Server {
             local_rank: facts.local_rank,
             world_size: facts.world_size,
             alloc_conf: facts.alloc_conf.as_deref(),
+            cuda_visible_devices: facts.cuda_visible_devices.as_deref(),
             interval_ms: self.interval_ms,
             agent: concat!("torchtop-rs ", env!("CARGO_PKG_VERSION")),
         };

@@ -67,6 +67,7 @@ fn facts() -> HelloFacts {
         local_rank: Some(1),
         world_size: Some(8),
         alloc_conf: Some("expandable_segments:True".into()),
+        cuda_visible_devices: Some("4,5".into()),
     }
 }
 
@@ -181,6 +182,7 @@ fn hello_then_stats_then_periodic_stats() {
         (&json!(3), &json!(1), &json!(8))
     );
     assert_eq!(hello["alloc_conf"], "expandable_segments:True");
+    assert_eq!(hello["cuda_visible_devices"], "4,5");
     assert_eq!(hello["interval_ms"], 50);
 
     let first = peer.next().unwrap();
@@ -384,6 +386,7 @@ fn hello_facts_come_from_the_environment() {
         "WORLD_SIZE" => Some(" 16 ".to_string()),
         "LOCAL_RANK" => Some("not a number".to_string()),
         "PYTORCH_CUDA_ALLOC_CONF" => Some("backend:cudaMallocAsync".to_string()),
+        "CUDA_VISIBLE_DEVICES" => Some("GPU-3a3b,1".to_string()),
         _ => None,
     };
     let facts = HelloFacts::gather(vars, Some("2.11.0".into()));
@@ -391,6 +394,7 @@ fn hello_facts_come_from_the_environment() {
     assert_eq!((facts.rank, facts.world_size), (Some(5), Some(16)));
     assert_eq!(facts.local_rank, None, "garbage is a missing value, not 0");
     assert_eq!(facts.alloc_conf.as_deref(), Some("backend:cudaMallocAsync"));
+    assert_eq!(facts.cuda_visible_devices.as_deref(), Some("GPU-3a3b,1"));
     assert!(!facts.argv.is_empty());
     let none = HelloFacts::gather(|_| None, None);
     assert_eq!((none.rank, none.alloc_conf), (None, None));

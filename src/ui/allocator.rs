@@ -1,5 +1,8 @@
-//! The PyTorch panel for the selected process: what its agent says about the caching allocator
-//! on each device, with sparklines of allocated and reserved memory.
+//! The PyTorch panel for the selected process. Top to bottom, as rows allow: how close each of
+//! its devices is to OOM (`cuda:1 = GPU 3`, the GPU's total, the headroom left on it and the
+//! memory the allocator caches), the all-ranks table when the process is part of a job, then
+//! each device's `memory_stats` figures with auto-scaled sparklines of allocated and reserved.
+//! Its size never depends on the selection: a row without an agent gets a line saying so.
 
 use ratatui::{
     layout::Rect,
@@ -9,41 +12,63 @@ use ratatui::{
 };
 
 use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
+use crate::app::ranks::job_of;
 use crate::app::App;
 use crate::format::{self, pad_left_aligned};
 use crate::model::history::AllocatorHistory;
-use crate::model::{DeviceAllocatorStats, GpuProcess, TorchInfo};
+use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::terminal::theme::Theme;
 
-use super::history::{bucket_size, newest_first_buckets};
+use super::history::{autoscaled, bucket_size, newest_first_buckets, AUTOSCALE_TOP};
 use super::processes::selected_process;
+use super::ranks;
 
 /// An agent silent for longer than this is flagged.
 const AGENT_SILENT_SECONDS: f64 = 5.0;
 const SPARK_LABEL_WIDTH: u16 = 11;
+/// Columns for the min and the max printed beside a sparkline.
+const SPARK_RANGE_WIDTH: u16 = 8;
 
-/// Rows the panel asks for below the table at this width: the first device. Beside a wide table
-/// it shows as many as fit, so any height will do there.
-pub(crate) fn wanted_height(torch: &TorchInfo, width: u16) -> u16 {
-    match torch.devices.first() {
-        None => 2,
-        Some(device) => {
-            let lines = figure_lines(device, usize::from(width), Theme::new(false));
-            1 + lines.len() as u16 + 1
-        }
+/// Rows the panel asks for below the table at this width. It depends on the snapshot only, never
+/// on the selection, so that moving the cursor does not resize anything: the most any process
+/// with an agent needs for its OOM lines, its first device's figures and one sparkline row, plus
+/// the largest job's ranks table. 0 when no process has an agent.
+pub(crate) fn wanted_height(snapshot: &Snapshot, width: u16) -> u16 {
+    let table = snapshot
+        .jobs
+        .iter()
+        .map(ranks::wanted_height)
+        .max()
+        .unwrap_or(0);
+    let panel = snapshot
+        .processes
+        .iter()
+        .filter_map(|p| p.torch.as_ref())
+        .map(|torch| {
+            let devices = torch.devices.len().max(1) as u16;
+            let figures = torch.devices.first().map_or(0, |device| {
+                figure_lines(device, torch, usize::from(width), Theme::new(false)).len() as u16
+            });
+            1 + devices + figures + 1
+        })
+        .max()
+        .unwrap_or(0);
+    if panel == 0 {
+        0
+    } else {
+        panel + table
     }
 }
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
-    let Some(process) = selected_process(app) else {
-        return;
-    };
-    let Some(torch) = &process.torch else {
-        return;
-    };
     if area.height == 0 {
         return;
     }
+    let process = selected_process(app);
+    let Some((process, torch)) = process.and_then(|p| Some((p, p.torch.as_ref()?))) else {
+        render_without_agent(frame, area, process, theme);
+        return;
+    };
     let title = pad_left_aligned(&title(process, torch), usize::from(area.width));
     frame.render_widget(
         Paragraph::new(title).style(theme.title()),
@@ -56,22 +81,81 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         frame.render_widget(Paragraph::new(note).style(theme.warn()), at);
     }
     let mut y = area.y + 1;
-    if torch.devices.is_empty() && y < area.bottom() {
-        let at = Rect::new(area.x, y, area.width, 1);
-        frame.render_widget(
-            Paragraph::new(" the agent has not reported any CUDA device yet").style(theme.dim()),
-            at,
-        );
+    let rest = |y: u16| Rect::new(area.x, y, area.width, area.bottom().saturating_sub(y));
+    if torch.devices.is_empty() {
+        let text = if process.no_gpu {
+            " no GPU memory: the agent has not reported any CUDA device yet (CPU-only?)"
+        } else {
+            " the agent has not reported any CUDA device yet"
+        };
+        y += line(frame, rest(y), Line::styled(text, theme.dim()));
+    }
+    let devices = ordered_devices(process, torch);
+    for device in &devices {
+        y += line(frame, rest(y), oom_line(device, theme));
+    }
+    if let Some(job) = job_of(&app.snapshot, process.pid) {
+        y += ranks::render(frame, rest(y), &app.snapshot, job, theme);
     }
     let stacked = area.width <= WIDE_PANEL_WIDTH;
-    for device in &torch.devices {
-        let rest = Rect::new(area.x, y, area.width, area.bottom().saturating_sub(y));
-        let used = render_device(frame, rest, app, process.pid, device, stacked, theme);
+    for device in &devices {
+        let used = render_device(
+            frame,
+            rest(y),
+            app,
+            process.pid,
+            device,
+            torch,
+            stacked,
+            theme,
+        );
         if used == 0 {
             break;
         }
         y += used;
     }
+}
+
+/// The panel's place for a row without an agent: a title and why the panel is empty.
+fn render_without_agent(frame: &mut Frame, area: Rect, process: Option<&GpuProcess>, theme: Theme) {
+    let width = usize::from(area.width);
+    let (title, text) = match process {
+        Some(p) => (
+            format!(" PYTORCH pid {}", p.pid),
+            " no torchtop agent in this process: start it with `torchtop run -- …` to see its allocator",
+        ),
+        None => (" PYTORCH".to_string(), " no process selected"),
+    };
+    frame.render_widget(
+        Paragraph::new(pad_left_aligned(&title, width)).style(theme.title()),
+        Rect { height: 1, ..area },
+    );
+    if area.height > 1 {
+        let at = Rect::new(area.x, area.y + 1, area.width, 1);
+        frame.render_widget(
+            Paragraph::new(format::truncate(text, width)).style(theme.dim()),
+            at,
+        );
+    }
+}
+
+/// Draws one line at the top of `area`; returns the rows used (0 when there is none left).
+fn line(frame: &mut Frame, area: Rect, line: Line<'static>) -> u16 {
+    if area.height == 0 {
+        return 0;
+    }
+    frame.render_widget(Paragraph::new(line), Rect { height: 1, ..area });
+    1
+}
+
+/// The process's devices, the one on the selected row's GPU first.
+fn ordered_devices<'a>(
+    process: &GpuProcess,
+    torch: &'a TorchInfo,
+) -> Vec<&'a DeviceAllocatorStats> {
+    let mut devices: Vec<&DeviceAllocatorStats> = torch.devices.iter().collect();
+    devices.sort_by_key(|d| (d.gpu != Some(process.gpu) || process.no_gpu, d.index));
+    devices
 }
 
 fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
@@ -95,17 +179,58 @@ fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
     parts.join("  ")
 }
 
-/// Draws one device; returns the rows used, 0 when it did not fit.
+/// `cuda:1 = GPU 3`, or `cuda:1 = GPU ?` where the physical GPU could not be told.
+pub(crate) fn device_label(device: &DeviceAllocatorStats) -> String {
+    match device.gpu {
+        Some(gpu) => format!("cuda:{} = GPU {gpu}", device.index),
+        None => format!("cuda:{} = GPU ?", device.index),
+    }
+}
+
+/// How close to OOM: the GPU's total, the headroom on it, and what the allocator caches, as
+/// figures and as shares of the device.
+fn oom_line(device: &DeviceAllocatorStats, theme: Theme) -> Line<'static> {
+    let total = device.device_total_bytes;
+    let share = |bytes: Option<u64>| match (bytes, total) {
+        (Some(b), Some(t)) if t > 0 => format!(" ({:.0}%)", b as f64 * 100.0 / t as f64),
+        _ => String::new(),
+    };
+    let headroom = device.headroom_bytes;
+    let low = match (headroom, total) {
+        (Some(h), Some(t)) => (h as f64) < 0.05 * t as f64,
+        _ => false,
+    };
+    let cached = device.cached_bytes();
+    Line::from(vec![
+        Span::styled(format!(" {}", device_label(device)), theme.label()),
+        Span::styled("  total ", theme.dim()),
+        Span::styled(format::opt_bytes(total), theme.plain()),
+        Span::styled("  headroom ", theme.dim()),
+        Span::styled(
+            format!("{}{}", format::opt_bytes(headroom), share(headroom)),
+            if low { theme.critical() } else { theme.plain() },
+        ),
+        Span::styled("  cached ", theme.dim()),
+        Span::styled(
+            format!("{}{}", format::opt_bytes(cached), share(cached)),
+            theme.plain(),
+        ),
+    ])
+}
+
+/// Draws one device's figures and sparklines; returns the rows used, 0 when they did not fit.
+#[allow(clippy::too_many_arguments)]
 fn render_device(
     frame: &mut Frame,
     area: Rect,
     app: &App,
     pid: u32,
     device: &DeviceAllocatorStats,
+    torch: &TorchInfo,
     stacked: bool,
     theme: Theme,
 ) -> u16 {
-    let lines = figure_lines(device, usize::from(area.width), theme);
+    let lines = figure_lines(device, torch, usize::from(area.width), theme);
     let spark_rows: u16 = if stacked { 2 } else { 1 };
     let needed = lines.len() as u16 + spark_rows;
     if needed > area.height {
@@ -131,45 +256,78 @@ fn render_device(
     needed
 }
 
-/// The figures as "name value" pairs, packed into as few lines as the width allows.
-fn figure_lines(device: &DeviceAllocatorStats, width: usize, theme: Theme) -> Vec<Line<'static>> {
+/// A rate per second, as "1.2k/s".
+fn rate(value: Option<f64>) -> String {
+    match value {
+        None => format::NA.to_string(),
+        Some(v) if v >= 1000.0 => format!("{:.1}k/s", v / 1000.0),
+        Some(v) => format!("{v:.0}/s"),
+    }
+}
+
+/// The figures as "name value" pairs, packed into as few lines as the width allows; the first
+/// line starts with the device's name.
+fn figure_lines(
+    device: &DeviceAllocatorStats,
+    torch: &TorchInfo,
+    width: usize,
+    theme: Theme,
+) -> Vec<Line<'static>> {
     let b = format::opt_bytes;
     let c = format::count;
+    let split = match device.max_split_size_bytes {
+        Some(bytes) => format::bytes(bytes),
+        // Unlimited, or not reported: the agent's stats decide.
+        None if device.reserved_bytes.is_some() => "unlimited".to_string(),
+        None => format::NA.to_string(),
+    };
+    let oversize = match (device.oversize_allocations, device.oversize_segments) {
+        (None, None) => format::NA.to_string(),
+        (a, s) => format!("{} in {} segments", c(a), c(s)),
+    };
     let figures = [
         ("allocated", b(device.allocated_bytes)),
         ("reserved", b(device.reserved_bytes)),
+        ("peak", b(device.peak_allocated_bytes)),
+        ("peak-reserved", b(device.peak_reserved_bytes)),
         ("active", b(device.active_bytes)),
         ("inactive-split", b(device.inactive_split_bytes)),
-        ("peak", b(device.peak_allocated_bytes)),
         ("requested", b(device.requested_bytes)),
+        ("large-pool", b(device.large_pool_reserved_bytes)),
+        ("small-pool", b(device.small_pool_reserved_bytes)),
         ("segments", c(device.segments)),
+        ("oversize", oversize),
+        ("allocs", rate(device.allocations_per_second)),
+        ("frees", rate(device.frees_per_second)),
         ("retries", c(device.alloc_retries)),
         ("OOMs", c(device.ooms)),
         ("non-PyTorch", b(device.non_pytorch_bytes)),
+        ("max-split", split),
+        (
+            "alloc-conf",
+            format::escape(torch.alloc_conf.as_deref().unwrap_or("default")).into_owned(),
+        ),
     ];
-    let mut lines = Vec::new();
-    let mut spans = vec![Span::styled(
-        format!(" cuda:{}", device.index),
+    let mut pieces = vec![vec![Span::styled(
+        format!("cuda:{}", device.index),
         theme.label(),
-    )];
-    let mut used = spans[0].content.len();
+    )]];
     for (name, value) in figures {
-        let piece_len = 2 + name.len() + 1 + value.len();
-        if used + piece_len > width && spans.len() > 1 {
-            lines.push(Line::from(std::mem::take(&mut spans)));
-            spans.push(Span::raw("       "));
-            used = 7;
-        }
-        spans.push(Span::styled(format!("  {name} "), theme.dim()));
         let style = if is_alarming(name, device) {
             theme.critical()
         } else {
             theme.plain()
         };
-        spans.push(Span::styled(value, style));
-        used += piece_len;
+        pieces.push(vec![
+            Span::styled(format!("{name} "), theme.dim()),
+            Span::styled(value, style),
+        ]);
     }
-    lines.push(Line::from(spans));
+    // Continuation lines line up under the first figure; the first starts at column 1.
+    let mut lines = format::pack(pieces, width, 8);
+    if let Some(first) = lines.first_mut().and_then(|l| l.spans.first_mut()) {
+        first.content = " ".into();
+    }
     lines
 }
 
@@ -181,7 +339,8 @@ fn is_alarming(name: &str, device: &DeviceAllocatorStats) -> bool {
     }
 }
 
-/// Allocated and reserved on one scale, one above the other or side by side.
+/// Allocated and reserved, side by side on one row (or one above the other on two), each
+/// auto-scaled to its window with the window's min and max beside it.
 fn render_sparklines(
     frame: &mut Frame,
     area: Rect,
@@ -197,12 +356,6 @@ fn render_sparklines(
         ),
         ("reserved", &history.reserved_bytes, theme.memory_bar()),
     ];
-    let top = history
-        .reserved_bytes
-        .iter()
-        .chain(history.allocated_bytes.iter())
-        .flatten()
-        .fold(0.0f64, f64::max);
     let slots: Vec<Rect> = if area.height >= 2 {
         (0..2)
             .map(|i| Rect::new(area.x, area.y + i, area.width, 1))
@@ -217,19 +370,30 @@ fn render_sparklines(
     for ((name, values, style), slot) in series.into_iter().zip(slots) {
         let label = Rect::new(slot.x, slot.y, SPARK_LABEL_WIDTH.min(slot.width), 1);
         frame.render_widget(Paragraph::new(format!(" {name}")).style(theme.dim()), label);
-        let width = slot.width.saturating_sub(SPARK_LABEL_WIDTH + 1);
-        let spark = Rect::new(label.right(), slot.y, width, 1);
+        let width = slot
+            .width
+            .saturating_sub(SPARK_LABEL_WIDTH + 2 * SPARK_RANGE_WIDTH + 1);
         let bucket = bucket_size(capacity, usize::from(width));
-        let scale = top.max(1.0) / 1000.0;
-        let data = newest_first_buckets(values, bucket, usize::from(width))
-            .into_iter()
-            .map(|v| v.map(|v| (v / scale).round() as u64));
+        let buckets = newest_first_buckets(values, bucket, usize::from(width));
+        let (data, range) = autoscaled(&buckets);
+        let short = |v: f64| format::bytes_short(v as u64);
+        let (low, high) = range.map_or((format::NA.to_string(), String::new()), |(lo, hi)| {
+            (short(lo), short(hi))
+        });
+        let min_at = Rect::new(label.right(), slot.y, SPARK_RANGE_WIDTH, 1);
+        let spark = Rect::new(min_at.right(), slot.y, width, 1);
+        let max_at = Rect::new(spark.right() + 1, slot.y, SPARK_RANGE_WIDTH, 1);
+        frame.render_widget(
+            Paragraph::new(format::pad_right_aligned(&low, 7)).style(theme.dim()),
+            min_at,
+        );
         let sparkline = Sparkline::default()
             .data(data)
-            .max(1000)
+            .max(AUTOSCALE_TOP)
             .direction(RenderDirection::RightToLeft)
             .style(style);
         frame.render_widget(sparkline, spark);
+        frame.render_widget(Paragraph::new(high).style(theme.dim()), max_at);
     }
 }
 
@@ -253,5 +417,35 @@ mod title_tests {
             title(&process, &torch),
             " PYTORCH pid 42  rank 1/2  step 7  0.500s/step  torch 2.11.0"
         );
+    }
+
+    #[test]
+    fn the_oom_line_gives_total_headroom_and_cache_with_shares() {
+        const GIB: u64 = 1 << 30;
+        let device = DeviceAllocatorStats {
+            index: 1,
+            gpu: Some(3),
+            allocated_bytes: Some(30 * GIB),
+            reserved_bytes: Some(38 * GIB),
+            device_total_bytes: Some(80 * GIB),
+            headroom_bytes: Some(20 * GIB),
+            ..Default::default()
+        };
+        let text: String = oom_line(&device, Theme::new(false))
+            .spans
+            .iter()
+            .map(|s| s.content.as_ref())
+            .collect();
+        assert_eq!(
+            text,
+            " cuda:1 = GPU 3  total 80.0GiB  headroom 20.0GiB (25%)  cached 8.0GiB (10%)"
+        );
+        let unknown = DeviceAllocatorStats::default();
+        let text: String = oom_line(&unknown, Theme::new(false))
+            .spans
+            .iter()
+            .map(|s| s.content.as_ref())
+            .collect();
+        assert_eq!(text, " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A");
     }
 }

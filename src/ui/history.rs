@@ -1,5 +1,7 @@
 //! Sparklines of utilization, memory used and power per GPU. The whole history span (5 minutes)
-//! is squeezed into the width available, newest sample at the right edge.
+//! is squeezed into the width available, newest sample at the right edge. Also the
+//! auto-scaled sparkline ([`autoscaled`]) other panels use for figures whose change matters more
+//! than their size: it spans the window's lowest to highest value, printed beside it.
 
 use ratatui::{
     layout::Rect,
@@ -181,6 +183,33 @@ fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, capacity: us
     frame.render_widget(sparkline, area);
 }
 
+/// The sparkline's top when [`autoscaled`] data is drawn.
+pub(crate) const AUTOSCALE_TOP: u64 = 1000;
+
+/// Buckets scaled to the window's min..max, so that 8 to 8.6 GiB rises across the whole height:
+/// the lowest value draws as the lowest bar (not as nothing), a flat series at mid height.
+/// Returns the data for a sparkline of top [`AUTOSCALE_TOP`] and the (min, max) it spans;
+/// `None` when the window has no value.
+pub(crate) fn autoscaled(buckets: &[Option<f64>]) -> (Vec<Option<u64>>, Option<(f64, f64)>) {
+    let present = buckets.iter().flatten().copied();
+    let range = present.fold(None, |range: Option<(f64, f64)>, v| {
+        Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+    });
+    let data = buckets
+        .iter()
+        .map(|v| {
+            let (v, (lo, hi)) = (v.as_ref()?, range?);
+            let step = (AUTOSCALE_TOP - 1) as f64;
+            Some(if hi > lo {
+                1 + ((v - lo) / (hi - lo) * step).round() as u64
+            } else {
+                AUTOSCALE_TOP / 2
+            })
+        })
+        .collect();
+    (data, range)
+}
+
 /// How many samples each column stands for, so that a full history fits in `width` columns.
 pub(crate) fn bucket_size(capacity: usize, width: usize) -> usize {
     if width == 0 {
@@ -227,5 +256,16 @@ mod tests {
         let buckets = newest_first_buckets(&series, 2, 10);
         assert_eq!(buckets, vec![Some(3.0), None, Some(1.0)]);
         assert_eq!(newest_first_buckets(&series, 2, 1), vec![Some(3.0)]);
+    }
+
+    #[test]
+    fn a_seven_percent_rise_spans_the_whole_height() {
+        const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+        let (data, range) = autoscaled(&[Some(8.6 * GIB), None, Some(8.15 * GIB), Some(8.0 * GIB)]);
+        assert_eq!(range, Some((8.0 * GIB, 8.6 * GIB)));
+        assert_eq!(data, vec![Some(AUTOSCALE_TOP), None, Some(251), Some(1)]);
+        let (flat, _) = autoscaled(&[Some(5.0), Some(5.0)]);
+        assert_eq!(flat, vec![Some(AUTOSCALE_TOP / 2); 2]);
+        assert_eq!(autoscaled(&[None]), (vec![None], None));
     }
 }

@@ -15,14 +15,13 @@ pub(crate) mod history;
 pub(crate) mod host;
 pub(crate) mod jobs;
 pub(crate) mod processes;
+pub(crate) mod ranks;
 pub(crate) mod status;
 pub(crate) mod warnings;
 pub(crate) mod warnings_view;
 
 #[cfg(test)]
 mod tests;
-
-pub(crate) use processes::selected_process;
 
 use ratatui::{
     layout::{Alignment, Rect},
@@ -58,7 +57,8 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
 
 /// What the panels need of a screen `width` columns wide, for [`layout::plan`].
 pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
-    let torch = selected_process(app).and_then(|p| p.torch.as_ref());
+    // From the snapshot, never the selection: panels keep their size as the cursor moves.
+    let any_agent = app.snapshot.processes.iter().any(|p| p.torch.is_some());
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_detail_lines: gpus::detail_line_count(&app.snapshot.gpus, width),
@@ -66,8 +66,8 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
         warning_detail_lines: warnings_view::detail_line_count(&app.warnings_view, width),
         jobs: jobs::wanted_height(&app.snapshot),
         process_rows: app.row_count(),
-        allocator_below: torch.map_or(0, |t| allocator::wanted_height(t, width)),
-        allocator_beside: torch.is_some(),
+        allocator_below: allocator::wanted_height(&app.snapshot, width),
+        allocator_beside: any_agent,
         density: app.view.density,
     }
 }

@@ -54,6 +54,7 @@ fn rank(rank: u32, gpu_index: u32, t: u32) -> GpuProcess {
             alloc_retries: Some(0),
             ooms: Some(0),
             non_pytorch_bytes: Some(GIB + GIB / 2),
+            ..Default::default()
         }],
         age_seconds: Some(0.3),
         ..Default::default()

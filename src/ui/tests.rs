@@ -18,6 +18,9 @@ mod readme_tests;
 #[path = "warnings_tests.rs"]
 mod warnings_tests;
 
+#[path = "torch_tests.rs"]
+mod torch_tests;
+
 const GIB: u64 = 1024 * 1024 * 1024;
 const TIME: &str = "2025-06-01T12:34:56Z";
 const HISTORY_SAMPLES: u32 = 320;
@@ -185,8 +188,13 @@ fn torch_info(rank: u32, t: u32) -> TorchInfo {
             alloc_retries: Some(3),
             ooms: Some(0),
             non_pytorch_bytes: Some(GIB + GIB / 2),
+            gpu: Some(rank),
+            device_total_bytes: Some(80 * GIB),
+            headroom_bytes: Some(30 * GIB),
+            ..Default::default()
         }],
         age_seconds: Some(0.4),
+        ..Default::default()
     }
 }
 
@@ -542,6 +550,10 @@ fn torch_stats_of_the_selected_process() {
     insta::assert_snapshot!("torch_200x50", large);
     for s in [&small, &large] {
         assert!(s.contains("PYTORCH pid 20000  rank 0/8  step 1519  0.512s/step"));
+        assert!(s.contains("cuda:0 = GPU 0  total 80.0GiB  headroom 30.0GiB (38%)"));
+    }
+    {
+        let s = &large;
         assert!(s.contains("inactive-split 1.2GiB"));
         assert!(s.contains("non-PyTorch 1.5GiB"));
         assert!(s.contains("retries 3"));
@@ -552,8 +564,12 @@ fn torch_stats_of_the_selected_process() {
             s.lines()
                 .any(|l| l.contains(&format!(" {name} ")) && l.contains(bar))
         };
-        assert!(sparkline("allocated", '▅'), "{s}");
-        assert!(sparkline("reserved", '▇'), "{s}");
+        // Auto-scaled: the growth rises from the lowest bar to the highest.
+        assert!(
+            sparkline("allocated", '▁') && sparkline("allocated", '█'),
+            "{s}"
+        );
+        assert!(sparkline("reserved", '█'), "{s}");
     }
 }
 

@@ -109,6 +109,42 @@ class MessageTests(AgentCase):
         values = [m["devices"][0]["stats"]["allocated_bytes.all.current"] for m in seen]
         self.assertEqual(len(set(values)), len(values), "values change between reads")
 
+    def test_visible_devices_and_each_used_devices_uuid_name_the_physical_gpu(self):
+        asked = []
+
+        class Props:
+            def __init__(self, index):
+                self.uuid = "5a7b%04d-0000-1111-2222-333344445555" % index
+
+        def get_device_properties(index):
+            asked.append(index)
+            return Props(index)
+
+        old = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = "2,3"
+        torch.cuda.get_device_properties = get_device_properties
+        try:
+            torch.cuda._fake_init([1])
+            c = self.connect(self.start())
+            hello = c.read()
+            stats = c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= 3)
+        finally:
+            del torch.cuda.get_device_properties
+            if old is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = old
+        self.assertEqual(hello["cuda_visible_devices"], "2,3")
+        self.assertEqual([(d["index"], d["uuid"]) for d in stats["devices"]],
+                         [(1, "5a7b0001-0000-1111-2222-333344445555")])
+        self.assertEqual(asked, [1], "asked once, and only for the device in use")
+
+    def test_without_device_properties_a_device_has_no_uuid(self):
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        stats = c.read_until(lambda m: m["type"] == "stats" and m["devices"])
+        self.assertNotIn("uuid", stats["devices"][0])
+
     def test_device_stays_reported_once_used(self):
         torch.cuda._fake_init([1])
         c = self.connect(self.start())

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::json::{drain_map, drain_seq, scalars_are, visit_fields, Scalar};
+use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
 use super::MAX_DEVICES_PER_AGENT;
 use crate::model::DeviceAllocatorStats;
 
@@ -65,7 +65,20 @@ const STAT_KEYS: &[&str] = &[
     "segment.all.current",
     "num_alloc_retries",
     "num_ooms",
+    "reserved_bytes.all.peak",
+    "reserved_bytes.large_pool.current",
+    "reserved_bytes.small_pool.current",
+    "allocation.all.allocated",
+    "allocation.all.freed",
+    "oversize_allocations.current",
+    "oversize_segments.current",
+    "max_split_size",
 ];
+
+/// Above this a `max_split_size` is PyTorch's "no limit" (SIZE_MAX).
+const UNLIMITED_SPLIT: u64 = 1 << 60;
+/// The longest device UUID kept.
+const MAX_UUID_BYTES: usize = 64;
 
 fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64> {
     match index {
@@ -77,7 +90,15 @@ fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64
         5 => &mut device.peak_allocated_bytes,
         6 => &mut device.segments,
         7 => &mut device.alloc_retries,
-        _ => &mut device.ooms,
+        8 => &mut device.ooms,
+        9 => &mut device.peak_reserved_bytes,
+        10 => &mut device.large_pool_reserved_bytes,
+        11 => &mut device.small_pool_reserved_bytes,
+        12 => &mut device.allocations_total,
+        13 => &mut device.frees_total,
+        14 => &mut device.oversize_allocations,
+        15 => &mut device.oversize_segments,
+        _ => &mut device.max_split_size_bytes,
     }
 }
 
@@ -97,16 +118,26 @@ impl<'de> Visitor<'de> for DeviceVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         let mut index = None;
+        let mut uuid = None;
         let mut device = DeviceAllocatorStats::default();
-        visit_fields(map, &["index", "stats"], |key, map| {
-            if key == 0 {
-                index = map.next_value::<Scalar>()?.as_u32();
-            } else {
-                device = map.next_value::<StatsMap>()?.0;
+        visit_fields(map, &["index", "stats", "uuid"], |key, map| {
+            match key {
+                0 => index = map.next_value::<Scalar>()?.as_u32(),
+                1 => device = map.next_value::<StatsMap>()?.0,
+                _ => {
+                    uuid = map
+                        .next_value::<Scalar>()?
+                        .text()
+                        .map(|t| cut(t, MAX_UUID_BYTES))
+                }
             }
             Ok(())
         })?;
-        Ok(index.map(|index| DeviceAllocatorStats { index, ..device }))
+        Ok(index.map(|index| DeviceAllocatorStats {
+            index,
+            uuid,
+            ..device
+        }))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
         drain_seq(seq).map(|()| None)
@@ -137,6 +168,9 @@ impl<'de> Visitor<'de> for StatsVisitor {
             *stat_slot(&mut device, key) = map.next_value::<Scalar>()?.as_u64();
             Ok(())
         })?;
+        device.max_split_size_bytes = device
+            .max_split_size_bytes
+            .filter(|bytes| *bytes < UNLIMITED_SPLIT);
         Ok(device)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {

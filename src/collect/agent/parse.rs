@@ -27,6 +27,8 @@ pub(crate) struct Hello {
     pub(crate) local_rank: Option<u32>,
     pub(crate) world_size: Option<u32>,
     pub(crate) alloc_conf: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` in the agent's process; `None` when unset or not reported.
+    pub(crate) cuda_visible_devices: Option<String>,
 }
 
 /// An agent's stats message: allocator figures as sent, before the cudaMallocAsync rule.
@@ -34,6 +36,8 @@ pub(crate) struct Hello {
 pub(crate) struct Stats {
     pub(crate) step: Option<u64>,
     pub(crate) step_time_seconds: Option<f64>,
+    /// The agent's clock when it took the stats, seconds since the epoch.
+    pub(crate) ts: Option<f64>,
     /// The first [`MAX_DEVICES_PER_AGENT`] entries with a valid index, sorted, one per index.
     pub(crate) devices: Vec<DeviceAllocatorStats>,
     /// How many entries `devices` had in the message, read or not.
@@ -123,6 +127,7 @@ struct Fields {
     local_rank: Option<Scalar>,
     world_size: Option<Scalar>,
     alloc_conf: Option<Scalar>,
+    cuda_visible_devices: Option<Scalar>,
     step: Option<Scalar>,
     step_time_s: Option<Scalar>,
     devices: Option<Devices>,
@@ -148,6 +153,7 @@ const TOP_FIELDS: &[&str] = &[
     "local_rank",
     "world_size",
     "alloc_conf",
+    "cuda_visible_devices",
     "step",
     "step_time_s",
     "devices",
@@ -175,6 +181,7 @@ impl Fields {
             "local_rank" => &mut self.local_rank,
             "world_size" => &mut self.world_size,
             "alloc_conf" => &mut self.alloc_conf,
+            "cuda_visible_devices" => &mut self.cuda_visible_devices,
             "step" => &mut self.step,
             "step_time_s" => &mut self.step_time_s,
             "id" => &mut self.id,
@@ -206,6 +213,7 @@ impl Fields {
             local_rank: number(&self.local_rank),
             world_size: number(&self.world_size),
             alloc_conf: text(&self.alloc_conf),
+            cuda_visible_devices: text(&self.cuda_visible_devices),
         }
     }
 
@@ -217,6 +225,11 @@ impl Fields {
             step: self.step.as_ref().and_then(Scalar::as_u64),
             step_time_seconds: self
                 .step_time_s
+                .as_ref()
+                .and_then(Scalar::as_f64)
+                .filter(|t| t.is_finite() && *t >= 0.0),
+            ts: self
+                .ts
                 .as_ref()
                 .and_then(Scalar::as_f64)
                 .filter(|t| t.is_finite() && *t >= 0.0),

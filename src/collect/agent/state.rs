@@ -170,6 +170,8 @@ pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
         step_time_seconds: stats.and_then(|s| s.step_time_seconds),
         devices,
         age_seconds: None,
+        cuda_visible_devices: hello.cuda_visible_devices.clone(),
+        stats_unix_seconds: stats.and_then(|s| s.ts),
     }
 }
 

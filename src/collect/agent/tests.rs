@@ -137,8 +137,54 @@ fn torch_info_maps_memory_stats_keys() {
         alloc_retries: Some(1),
         ooms: Some(0),
         non_pytorch_bytes: None,
+        ..Default::default()
     };
     assert_eq!(info.devices, vec![want]);
+}
+
+#[test]
+fn torch_info_reads_the_summary_keys_the_uuid_and_the_visible_devices() {
+    let hello = r#"{"v":1,"type":"hello","pid":5,"argv":[],"cuda_visible_devices":"2,3"}"#;
+    let stats = r#"{"v":1,"type":"stats","seq":1,"ts":1767225600.5,"devices":[
+        {"index":1,"uuid":"GPU-3a3b","stats":{"reserved_bytes.all.peak":9000,
+         "reserved_bytes.large_pool.current":7000,"reserved_bytes.small_pool.current":1000,
+         "allocation.all.allocated":500,"allocation.all.freed":450,
+         "oversize_allocations.current":2,"oversize_segments.current":1,
+         "max_split_size":18446744073709551615}}]}"#
+        .replace('\n', "");
+    let info = info_of(hello, &stats);
+    assert_eq!(info.cuda_visible_devices.as_deref(), Some("2,3"));
+    assert_eq!(info.stats_unix_seconds, Some(1767225600.5));
+    let d = &info.devices[0];
+    assert_eq!(d.uuid.as_deref(), Some("GPU-3a3b"));
+    assert_eq!(
+        (
+            d.peak_reserved_bytes,
+            d.large_pool_reserved_bytes,
+            d.small_pool_reserved_bytes
+        ),
+        (Some(9000), Some(7000), Some(1000))
+    );
+    assert_eq!((d.allocations_total, d.frees_total), (Some(500), Some(450)));
+    assert_eq!(
+        (d.oversize_allocations, d.oversize_segments),
+        (Some(2), Some(1))
+    );
+    assert_eq!(d.max_split_size_bytes, None, "SIZE_MAX is no limit");
+    let old = info_of(&hello_old(), &stats_old());
+    assert_eq!(
+        (old.cuda_visible_devices, old.devices[0].uuid.clone()),
+        (None, None)
+    );
+}
+
+fn hello_old() -> String {
+    r#"{"v":1,"type":"hello","pid":5,"argv":[]}"#.to_string()
+}
+
+fn stats_old() -> String {
+    r#"{"v":1,"type":"stats","seq":1,"devices":[{"index":0,"stats":{"max_split_size":1048576}}]}"#
+        .to_string()
 }
 
 #[test]

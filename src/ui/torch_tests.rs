@@ -1,0 +1,212 @@
+//! Render tests of the PyTorch panel: a process on two GPUs with each torch device mapped to its
+//! physical GPU, the OOM headroom figures, the all-ranks table of a job, auto-scaled sparklines,
+//! a process with an agent and no GPU, and panels that keep their size as the selection moves.
+
+use super::*;
+use crate::app::layout::Plan;
+use crate::model::{Job, JobRank, LaunchEnv};
+
+/// A job of three ranks; rank 0 (pid 30000) drives GPUs 2 and 3 (`CUDA_VISIBLE_DEVICES=2,3`),
+/// rank 2 is slow; pid 40000 on GPU 0 has no agent. Allocated memory grows 8 → 8.6 GiB.
+fn job_snapshot(t: u32) -> Snapshot {
+    let gpus: Vec<GpuSample> = (0..4).map(|i| gpu(i, t)).collect();
+    let device = |index: u32, gpu_index: u32, t: u32| {
+        let allocated = 8 * GIB + u64::from(t) * (GIB * 6 / 10) / u64::from(HISTORY_SAMPLES);
+        let used = gpus[gpu_index as usize].memory_used_bytes.unwrap();
+        DeviceAllocatorStats {
+            index,
+            gpu: Some(gpu_index),
+            allocated_bytes: Some(allocated),
+            reserved_bytes: Some(10 * GIB),
+            peak_allocated_bytes: Some(9 * GIB),
+            peak_reserved_bytes: Some(11 * GIB),
+            large_pool_reserved_bytes: Some(9 * GIB + GIB / 2),
+            small_pool_reserved_bytes: Some(GIB / 2),
+            oversize_allocations: Some(1),
+            oversize_segments: Some(1),
+            allocations_per_second: Some(1520.0),
+            frees_per_second: Some(1490.0),
+            alloc_retries: Some(if gpu_index == 1 { 7 } else { 0 }),
+            ooms: Some(0),
+            non_pytorch_bytes: Some(GIB / 2),
+            device_total_bytes: Some(80 * GIB),
+            headroom_bytes: Some(80 * GIB - used),
+            ..Default::default()
+        }
+    };
+    let torch = |rank: u32, devices: Vec<DeviceAllocatorStats>| TorchInfo {
+        torch: Some("2.11.0".to_string()),
+        rank: Some(rank),
+        world_size: Some(3),
+        step: Some(500 + u64::from(t)),
+        step_time_seconds: Some(if rank == 2 { 0.81 } else { 0.5 }),
+        alloc_conf: Some("expandable_segments:True".to_string()),
+        devices,
+        age_seconds: Some(0.3),
+        ..Default::default()
+    };
+    let mut rows = Vec::new();
+    for gpu_index in [2, 3] {
+        let mut p = process(0, gpu_index);
+        p.pid = 30_000;
+        p.gpu_memory_bytes = Some(if gpu_index == 2 { 12 * GIB } else { 11 * GIB });
+        p.env = Some(LaunchEnv {
+            cuda_visible_devices: Some("2,3".to_string()),
+            ..Default::default()
+        });
+        p.torch = Some(torch(0, vec![device(0, 2, t), device(1, 3, t)]));
+        rows.push(p);
+    }
+    for (rank, gpu_index) in [(1, 0), (2, 1)] {
+        let mut p = process(rank, gpu_index);
+        p.pid = 30_000 + rank;
+        p.torch = Some(torch(rank, vec![device(0, gpu_index, t)]));
+        rows.push(p);
+    }
+    let mut plain = process(3, 0);
+    plain.pid = 40_000;
+    plain.gpu_memory_bytes = Some(GIB);
+    rows.push(plain);
+    let mut snapshot = snapshot_with(gpus, rows);
+    let rank = |pid: u32, gpu: u32, rank: u32| JobRank {
+        pid,
+        gpu,
+        rank: Some(rank),
+        local_rank: Some(rank),
+        world_size: Some(3),
+    };
+    snapshot.jobs = vec![Job {
+        id: "job 127.0.0.1:29500".to_string(),
+        ranks: vec![
+            rank(30_000, 2, 0),
+            rank(30_000, 3, 0),
+            rank(30_001, 0, 1),
+            rank(30_002, 1, 2),
+        ],
+    }];
+    snapshot
+}
+
+fn job_app() -> App {
+    app_after(job_snapshot)
+}
+
+#[test]
+fn a_two_gpu_rank_maps_both_devices_and_shows_headroom_and_the_ranks_table() {
+    let app = job_app();
+    for (width, height, name) in [
+        (80, 24, "torch_job_80x24"),
+        (120, 40, "torch_job_120x40"),
+        (200, 50, "torch_job_200x50"),
+    ] {
+        let s = screen(&app, width, height);
+        insta::assert_snapshot!(name, s);
+        assert!(s.contains("PYTORCH pid 30000  rank 0/3"), "{s}");
+        let first = line_with(&s, "cuda:0 = GPU 2");
+        assert!(first.contains("total 80.0GiB"), "{first}");
+        // GPU 2 uses 48 GiB and a little: 32 GiB of 80 is left, 40%.
+        assert!(
+            first.contains("headroom 31.") && first.contains("(40%)"),
+            "{first}"
+        );
+        assert!(first.contains("cached 1."), "{first}");
+        assert!(s.contains("cuda:1 = GPU 3"), "{s}");
+        assert!(!s.contains("non-PyTorch N/A"), "{s}");
+        if height >= 40 {
+            // At 80x24 the history and the OOM lines take the rows the table would need.
+            assert!(s.contains("3 ranks of job 127.0.0.1:29500"), "{s}");
+            let slow = line_with(&s, "0.810s");
+            assert!(
+                slow.contains("!   2   1"),
+                "the slow rank is marked: {slow}"
+            );
+        }
+    }
+    let large = screen(&app, 200, 50);
+    for figure in [
+        "peak-reserved 11.0GiB",
+        "large-pool 9.5GiB",
+        "small-pool 512.0MiB",
+        "oversize 1 in 1 segments",
+        "allocs 1.5k/s",
+        "frees 1.5k/s",
+        "alloc-conf expandable_segments:True",
+    ] {
+        assert!(large.contains(figure), "{figure} missing:\n{large}");
+    }
+}
+
+#[test]
+fn allocator_sparklines_span_their_window_with_min_and_max_beside() {
+    let app = job_app();
+    let s = screen(&app, 200, 50);
+    let line = s
+        .lines()
+        .find(|l| l.contains(" allocated ") && l.contains('▁'))
+        .unwrap_or_else(|| panic!("no allocated sparkline in\n{s}"));
+    let line = line.split(" reserved").next().unwrap_or(line);
+    assert!(line.contains("8.0G") && line.contains("8.6G"), "{line}");
+    // 8 → 8.6 GiB rises from the lowest bar to the highest.
+    assert!(line.contains('▁') && line.contains('█'), "{line}");
+}
+
+#[test]
+fn panels_keep_their_size_wherever_the_selection_goes() {
+    use crossterm::event::KeyCode;
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let mut app = sized(job_app(), width, height);
+        let first = crate::ui::plan(&app, ratatui::layout::Rect::new(0, 0, width, height));
+        let Plan::Screen(areas) = &first else {
+            panic!("too small");
+        };
+        assert!(areas.history.is_some(), "history at {width}x{height}");
+        assert!(
+            areas.allocator.is_some(),
+            "PyTorch panel at {width}x{height}"
+        );
+        let mut saw_plain = false;
+        for _ in 0..app.row_count() {
+            key(&mut app, KeyCode::Down);
+            let plan = crate::ui::plan(&app, ratatui::layout::Rect::new(0, 0, width, height));
+            assert_eq!(plan, first, "the layout moved at {width}x{height}");
+            let s = screen(&app, width, height);
+            if s.contains("no torchtop agent in this process") {
+                saw_plain = true;
+            }
+        }
+        assert!(saw_plain, "the row without an agent was visited");
+    }
+}
+
+#[test]
+fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
+    let mut snapshot = busy_snapshot(1, 1, 0);
+    let mut cpu = crate::model::GpuProcess::agent_only(
+        50_000,
+        TorchInfo {
+            torch: Some("2.11.0".to_string()),
+            rank: Some(0),
+            world_size: Some(2),
+            ..Default::default()
+        },
+    );
+    cpu.visible = true;
+    cpu.user = Some("erin".to_string());
+    cpu.command = Some("python3 train_cpu.py".to_string());
+    cpu.cpu_percent = Some(390.0);
+    snapshot.processes.push(cpu);
+    let mut app = sized(app_with(snapshot), 120, 40);
+    let s = screen(&app, 120, 40);
+    let row = line_with(&s, "50000 erin");
+    assert!(row.contains("train_cpu.py"), "{row}");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[4..6],
+        ["-", "-"],
+        "GPU and GPU-MEM say '-', no GPU memory: {row}"
+    );
+    key(&mut app, crossterm::event::KeyCode::Down);
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("PYTORCH pid 50000  rank 0/2"), "{s}");
+    assert!(s.contains("no GPU memory"), "{s}");
+}
