@@ -10,6 +10,7 @@ mod action_keys;
 pub(crate) mod columns;
 pub(crate) mod layout;
 pub(crate) mod rows;
+pub(crate) mod setup;
 mod table_keys;
 pub(crate) mod view;
 pub(crate) mod warning_groups;
@@ -121,6 +122,12 @@ pub struct App {
     pub(crate) badge: Option<String>,
     /// The last snapshot file handed to the viewer, by request number.
     memsnap_taken: Option<u64>,
+    /// The setup screen (F2), while open.
+    pub(crate) setup: Option<setup::SetupScreen>,
+    /// What the setup screen chooses: panels, history metrics, columns, refresh, theme.
+    pub(crate) ui: crate::config::UiConfig,
+    /// Where the setup screen saves `ui`; `None` when there is nowhere to save.
+    config_path: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -141,6 +148,9 @@ impl App {
             selected_key: None,
             badge: None,
             memsnap_taken: None,
+            setup: None,
+            ui: crate::config::UiConfig::default(),
+            config_path: None,
         }
     }
 
@@ -267,6 +277,9 @@ impl App {
         if key.code == KeyCode::F(10) {
             return Effect::Quit;
         }
+        if self.setup.is_some() {
+            return self.on_setup_key(key);
+        }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
             Mode::Normal if self.warnings_view.is_open() => self.on_warnings_key(key),
@@ -285,7 +298,7 @@ impl App {
     }
 
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
-        if self.mode != Mode::Normal || self.view.show_help {
+        if self.mode != Mode::Normal || self.view.show_help || self.setup.is_some() {
             return Effect::None;
         }
         if self.warnings_view.is_open() {
@@ -366,6 +379,7 @@ impl App {
             KeyCode::Char('K') => self.ask_to_signal(Signal::Kill),
             KeyCode::Char('I') => self.ask_to_signal(Signal::Int),
             KeyCode::F(9) => self.open_signal_menu(),
+            KeyCode::F(2) => self.open_setup(),
             KeyCode::F(7) => self.adjust_nice(-1),
             KeyCode::F(8) => self.adjust_nice(1),
             KeyCode::Char('n') => self.open_nice_input(),

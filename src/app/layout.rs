@@ -64,6 +64,21 @@ pub(crate) struct LayoutNeeds {
     pub(crate) allocator_below: u16,
     /// Whether the selected process has an allocator panel for beside a wide table.
     pub(crate) allocator_beside: bool,
+    /// Panels the user hid in the setup screen (F2).
+    pub(crate) hide_history: bool,
+    pub(crate) hide_balance: bool,
+    pub(crate) hide_host: bool,
+}
+
+impl LayoutNeeds {
+    /// Rows of the balance and host strip: none when both are hidden.
+    fn middle_height(&self) -> u16 {
+        if self.hide_balance && self.hide_host {
+            0
+        } else {
+            MIDDLE_HEIGHT
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,7 +172,7 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let warnings = warnings_height(needs.warnings, area.height);
     let jobs = needs.jobs;
     let gpu_base = if gpu_count == 0 { 3 } else { 1 + gpu_count };
-    let fixed = 2 + MIDDLE_HEIGHT + warnings + jobs;
+    let fixed = 2 + needs.middle_height() + warnings + jobs;
     let available = area.height.saturating_sub(fixed);
     let mut h = Heights {
         gpus: gpu_base.min(available.saturating_sub(MIN_PROCESS_HEIGHT)),
@@ -176,7 +191,8 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
             h.allocator_below = 0;
         }
     }
-    if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
+    let history_wanted = gpu_count > 0 && !needs.hide_history;
+    if history_wanted && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
         h.history = 1 + gpu_count;
     }
     // Seeing the processes matters more than the per-GPU detail lines, when there are any.
@@ -235,13 +251,17 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
     let header = take(1);
     let gpus = take(h.gpus);
     let history = (h.history > 0).then(|| take(h.history));
-    let middle = take(MIDDLE_HEIGHT);
+    let middle = take(needs.middle_height());
     let jobs = (h.jobs > 0).then(|| take(h.jobs));
     let warnings = (h.warnings > 0).then(|| take(h.warnings));
     let table = take(h.processes);
     let below = (h.allocator_below > 0).then(|| take(h.allocator_below));
     let status = take(1);
-    let (balance, host) = split_middle(middle, needs.gpu_count);
+    let (balance, host) = match (needs.hide_balance, needs.hide_host) {
+        (false, false) => split_middle(middle, needs.gpu_count),
+        (true, _) => (Rect { width: 0, ..middle }, middle),
+        (false, true) => (middle, Rect { width: 0, ..middle }),
+    };
     let (processes, allocator) = match below {
         Some(rect) => (table, Some(rect)),
         None => split_table(table, needs.allocator_beside),

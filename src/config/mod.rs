@@ -8,9 +8,12 @@
 use serde::{Deserialize, Serialize};
 
 mod loading;
+mod ui;
 mod validate;
 
 pub use loading::load;
+pub use ui::{default_path, ThemeName, UiConfig};
+pub(crate) use ui::{HistoryMetric, Panels, REFRESH_CHOICES};
 // Tests parse config text without a file; the program always goes through `load`.
 #[cfg(test)]
 pub(crate) use loading::parse;
@@ -26,6 +29,16 @@ pub struct Config {
     pub rules: RulesConfig,
     /// `[cluster]`: `torchtop cluster`.
     pub(crate) cluster: ClusterConfig,
+    /// `[ui]`: the screen as F2 saved it, read leniently by [`UiConfig::from_value`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ui: Option<toml::Value>,
+}
+
+impl Config {
+    /// The `[ui]` table, or the defaults and a sentence when it is garbled.
+    pub fn ui(&self) -> (UiConfig, Option<String>) {
+        UiConfig::from_value(self.ui.as_ref())
+    }
 }
 
 /// `torchtop cluster`: where Prometheus is, and when a rank is a straggler.

@@ -17,6 +17,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         &[
             ("q F10 Ctrl-C", "quit"),
             ("Esc", "close a dialog or clear a filter; it never quits"),
+            ("F2", "setup: panels, history, columns, refresh, theme"),
             ("j k Up Down", "select a process (or click it, or scroll)"),
             (
                 "PgUp PgDn",

@@ -14,6 +14,9 @@ use crate::model::{
 #[path = "warnings_tests.rs"]
 mod warnings_tests;
 
+#[path = "setup_tests.rs"]
+mod setup_tests;
+
 const GIB: u64 = 1024 * 1024 * 1024;
 const TIME: &str = "2025-06-01T12:34:56Z";
 const HISTORY_SAMPLES: u32 = 320;

@@ -26,6 +26,7 @@ mod oom_memsnap;
 mod record_replay;
 mod run_launch;
 mod serve_exporter;
+mod setup_screen;
 mod tui_actions;
 mod tui_fake_nvml;
 mod tui_terminal;
