@@ -66,6 +66,9 @@ pub(crate) struct LayoutNeeds {
     pub(crate) allocator_beside: bool,
     /// Panels the user hid in the setup screen (F2).
     pub(crate) hide_history: bool,
+    /// Sparklines per GPU in the history panel, one row each when there is room; 0 means the
+    /// default three.
+    pub(crate) history_metrics: u16,
     pub(crate) hide_balance: bool,
     pub(crate) hide_host: bool,
 }
@@ -104,7 +107,7 @@ pub(crate) struct Areas {
     /// Detail lines drawn under each GPU's main line; 0 when there is no room.
     pub(crate) gpu_detail_lines: u16,
     pub(crate) history: Option<Rect>,
-    /// 1: the three sparklines of a GPU share one row; 3: one row each.
+    /// 1: the sparklines of a GPU share one row; more: one row each.
     pub(crate) history_rows_per_gpu: u16,
     pub(crate) balance: Rect,
     pub(crate) host: Rect,
@@ -216,9 +219,14 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
         h.gpu_detail_lines = detail_lines;
         h.gpus += detail_lines * gpu_count;
     }
-    if h.history > 0 && gpu_count <= 4 && grant(&mut left, 2 * gpu_count) {
-        h.history += 2 * gpu_count;
-        h.history_rows_per_gpu = 3;
+    let stacked = match needs.history_metrics {
+        0 => 3,
+        n => n,
+    };
+    let more = (stacked - 1) * gpu_count;
+    if h.history > 0 && gpu_count <= 4 && grant(&mut left, more) {
+        h.history += more;
+        h.history_rows_per_gpu = stacked;
     }
     h.processes += left;
     h

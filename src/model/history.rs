@@ -54,6 +54,48 @@ pub(crate) struct GpuHistory {
     pub(crate) utilization_percent: Series,
     pub(crate) memory_used_bytes: Series,
     pub(crate) power_w: Series,
+    /// The figures the setup screen (F2) can add to the history panel.
+    pub(crate) temperature_c: Series,
+    pub(crate) sm_clock_mhz: Series,
+    pub(crate) memory_clock_mhz: Series,
+    pub(crate) pcie_rx_kib_s: Series,
+    pub(crate) pcie_tx_kib_s: Series,
+    pub(crate) encoder_percent: Series,
+    pub(crate) decoder_percent: Series,
+}
+
+impl GpuHistory {
+    fn with_capacity(capacity: usize) -> Self {
+        let new_series = || Series::with_capacity(capacity);
+        GpuHistory {
+            utilization_percent: new_series(),
+            memory_used_bytes: new_series(),
+            power_w: new_series(),
+            temperature_c: new_series(),
+            sm_clock_mhz: new_series(),
+            memory_clock_mhz: new_series(),
+            pcie_rx_kib_s: new_series(),
+            pcie_tx_kib_s: new_series(),
+            encoder_percent: new_series(),
+            decoder_percent: new_series(),
+        }
+    }
+
+    fn push(&mut self, gpu: &super::GpuSample) {
+        let float = |v: Option<u32>| v.map(f64::from);
+        self.utilization_percent
+            .push(float(gpu.utilization_percent));
+        self.memory_used_bytes
+            .push(gpu.memory_used_bytes.map(|b| b as f64));
+        self.power_w.push(gpu.power_w);
+        self.temperature_c.push(float(gpu.temperature_c));
+        self.sm_clock_mhz.push(float(gpu.sm_clock_mhz));
+        self.memory_clock_mhz.push(float(gpu.memory_clock_mhz));
+        self.pcie_rx_kib_s.push(float(gpu.pcie_rx_kib_s));
+        self.pcie_tx_kib_s.push(float(gpu.pcie_tx_kib_s));
+        self.encoder_percent.push(float(gpu.encoder_percent));
+        self.decoder_percent.push(float(gpu.decoder_percent));
+    }
 }
 
 /// The history of one process's allocator on one device.
@@ -89,18 +131,10 @@ impl History {
         let capacity = self.capacity;
         let new_series = || Series::with_capacity(capacity);
         for gpu in &snapshot.gpus {
-            let entry = self.gpus.entry(gpu.index).or_insert_with(|| GpuHistory {
-                utilization_percent: new_series(),
-                memory_used_bytes: new_series(),
-                power_w: new_series(),
-            });
-            entry
-                .utilization_percent
-                .push(gpu.utilization_percent.map(f64::from));
-            entry
-                .memory_used_bytes
-                .push(gpu.memory_used_bytes.map(|b| b as f64));
-            entry.power_w.push(gpu.power_w);
+            self.gpus
+                .entry(gpu.index)
+                .or_insert_with(|| GpuHistory::with_capacity(capacity))
+                .push(gpu);
         }
         self.gpus
             .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));

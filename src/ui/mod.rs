@@ -79,7 +79,8 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
         process_rows: app.row_count(),
         allocator_below: torch.map_or(0, |t| allocator::wanted_height(t, width)),
         allocator_beside: torch.is_some(),
-        hide_history: !panels.history,
+        hide_history: !panels.history || app.ui.history.is_empty(),
+        history_metrics: u16::try_from(app.ui.history.len()).unwrap_or(u16::MAX),
         hide_balance: !panels.balance,
         hide_host: !panels.host,
     }

@@ -178,3 +178,36 @@ fn load_colours_and_limits() {
     let gpu1 = row("1 NVIDIA H100");
     assert_eq!(buffer[(2, gpu1)].style().fg, Some(Color::Red), "{s}");
 }
+
+#[test]
+fn the_history_plots_the_chosen_metrics_and_na_for_missing_ones() {
+    use crate::config::HistoryMetric;
+    let mut app = super::app_after(|t| {
+        let mut snapshot = super::busy_snapshot(2, 1, t);
+        snapshot.gpus[1].decoder_percent = None;
+        snapshot
+    });
+    app.ui.history = vec![
+        HistoryMetric::Temperature,
+        HistoryMetric::PcieRx,
+        HistoryMetric::Decoder,
+    ];
+    let s = screen(&app, 120, 40);
+    insta::assert_snapshot!("history_chosen_120x40", s);
+    let gpu0 = super::row_of(&s, "HISTORY") + 1;
+    let rows: Vec<&str> = s.lines().skip(gpu0).take(6).collect();
+    assert!(rows[0].contains("temp") && rows[0].ends_with("55C"), "{s}");
+    assert!(
+        rows[1].contains("pci rx") && rows[1].ends_with("G/s"),
+        "{s}"
+    );
+    assert!(rows[2].contains("dec") && rows[2].ends_with("0%"), "{s}");
+    assert!(rows[5].contains("dec") && rows[5].ends_with("N/A"), "{s}");
+    assert!(
+        !s.contains("memory  "),
+        "util, memory and power were unchosen:\n{s}"
+    );
+    // None chosen: no history panel at all.
+    app.ui.history.clear();
+    assert!(!screen(&app, 120, 40).contains("HISTORY"));
+}
