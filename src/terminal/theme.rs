@@ -265,6 +265,30 @@ mod tests {
         }
     }
 
+    /// Every style is meant to come from the theme: no file under src/ names colour 8 itself.
+    /// (The two files that test for it name it to look for it, and are left out.)
+    #[test]
+    fn no_source_file_names_ansi_colour_8() {
+        let checkers = ["terminal/theme.rs", "ui/setup_tests.rs"];
+        let mut stack = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut offenders = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let named = text.contains("DarkGray") || text.contains("Indexed(8)");
+                if named && !checkers.iter().any(|c| path.ends_with(c)) {
+                    offenders.push(path.display().to_string());
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "ANSI colour 8 named in {offenders:?}");
+    }
+
     #[test]
     fn mono_has_no_colour_at_all() {
         for style in Theme::named(ThemeName::Mono).all_styles() {
