@@ -299,12 +299,16 @@ fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
 impl Cli {
     /// Parses the process's arguments as `Cli::parse` does, noting whether --delay was given.
     pub fn parse_args() -> Cli {
-        use clap::{CommandFactory, FromArgMatches};
-        let matches = Cli::command().get_matches();
-        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        use clap::CommandFactory;
+        Cli::from_matches(&Cli::command().get_matches()).unwrap_or_else(|e| e.exit())
+    }
+
+    fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
+        use clap::FromArgMatches;
+        let mut cli = Cli::from_arg_matches(matches)?;
         cli.delay_given =
             matches.value_source("delay") == Some(clap::parser::ValueSource::CommandLine);
-        cli
+        Ok(cli)
     }
 
     /// Whether colours are off: the flag, or a non-empty NO_COLOR (see no-color.org).
@@ -363,6 +367,27 @@ pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        use clap::CommandFactory;
+        let matches = Cli::command().try_get_matches_from(args).unwrap();
+        Cli::from_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn theme_and_whether_the_delay_was_given() {
+        use crate::config::ThemeName;
+        let cli = parse(&["torchtop", "--theme", "light"]);
+        assert_eq!(cli.theme, Some(ThemeName::Light));
+        assert!(!cli.delay_given, "the default delay is not given");
+        assert!(parse(&["torchtop", "-d", "1"]).delay_given);
+        assert!(parse(&["torchtop", "--delay=2"]).delay_given);
+        assert_eq!(parse(&["torchtop"]).theme, None);
+        let error = Cli::try_parse_from(["torchtop", "--theme", "neon"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("dark, light or mono"), "{error}");
+    }
 
     #[test]
     fn user_and_gpu_filters() {

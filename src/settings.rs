@@ -54,3 +54,38 @@ impl MonitorConfig {
         given.or(self.ui.refresh_seconds).unwrap_or(default)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_given_delay_beats_the_saved_one_which_beats_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[ui]\nrefresh_seconds = 3.0\n").unwrap();
+        let monitor = MonitorConfig::load(Some(&path)).unwrap();
+        assert_eq!(monitor.delay(Some(0.5), 1.0), 0.5);
+        assert_eq!(monitor.delay(None, 1.0), 3.0);
+        assert_eq!(monitor.path.as_deref(), Some(path.as_path()));
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(
+            MonitorConfig::load(Some(&path)).unwrap().delay(None, 1.0),
+            1.0
+        );
+    }
+
+    #[test]
+    fn a_missing_explicit_file_is_an_error_and_a_bad_rule_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.toml");
+        let error = MonitorConfig::load(Some(&missing)).unwrap_err();
+        assert!(error.starts_with("cannot read config file"), "{error}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "[rules.leak]\nwindow_seconds = -1\n[ui]\ntheme = 3\n").unwrap();
+        assert!(MonitorConfig::load(Some(&bad)).is_err());
+        std::fs::write(&bad, "[ui]\ntheme = 3\n").unwrap();
+        let monitor = MonitorConfig::load(Some(&bad)).unwrap();
+        assert!(monitor.notice.is_some_and(|n| n.contains("[ui] table")));
+    }
+}
