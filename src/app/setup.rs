@@ -216,6 +216,7 @@ impl App {
             .unwrap_or(REFRESH_CHOICES.len() - 1);
         let seconds = REFRESH_CHOICES[cycle(now, step, REFRESH_CHOICES.len())];
         self.delay_seconds = seconds;
+        self.history.set_interval(seconds);
         self.ui.refresh_seconds = Some(seconds);
         Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs_f64(seconds)))
     }
@@ -332,6 +333,11 @@ mod tests {
             Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs(2)))
         );
         assert_eq!(app.ui.refresh_seconds, Some(2.0));
+        assert_eq!(
+            app.history.capacity(),
+            151,
+            "5 minutes at one sample per 2 s"
+        );
         press(&mut app, KeyCode::Left);
         press(&mut app, KeyCode::Left);
         assert_eq!(app.delay_seconds, 0.5);
