@@ -96,7 +96,14 @@ fn item_line(app: &App, item: Item, theme: Theme) -> Line<'static> {
         Item::Metric(metric) => metric_spans(metric, &app.snapshot.gpus, check, theme),
         Item::Column(column) => vec![check(column.title().to_string())],
         Item::Refresh => value_spans("every", &format_seconds(app.delay_seconds)),
-        Item::Theme => value_spans("colours", app.ui.theme.name()),
+        Item::Theme => {
+            let mut spans = value_spans("colours", app.ui.theme.name());
+            if !app.colors {
+                // --no-color or NO_COLOR wins over the saved theme for this run.
+                spans.push(Span::styled("  mono: NO_COLOR", theme.dim()));
+            }
+            spans
+        }
     };
     Line::from(spans)
 }
