@@ -12,6 +12,7 @@ pub(crate) mod detail;
 pub(crate) mod layout;
 pub(crate) mod ranks;
 pub(crate) mod rows;
+pub(crate) mod setup;
 mod table_keys;
 pub(crate) mod view;
 pub(crate) mod warning_groups;
@@ -131,6 +132,12 @@ pub struct App {
     pub(crate) utc: bool,
     /// The uid whose processes `m` ("only mine") shows: the user running torchtop.
     pub(crate) my_uid: u32,
+    /// The setup screen (F2), while open.
+    pub(crate) setup: Option<setup::SetupScreen>,
+    /// What the setup screen chooses: panels, history metrics, columns, refresh, theme.
+    pub(crate) ui: crate::config::UiConfig,
+    /// Where the setup screen saves `ui`; `None` when there is nowhere to save.
+    config_path: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -154,6 +161,9 @@ impl App {
             detail: None,
             utc: false,
             my_uid: crate::sys::invoking_uid(),
+            setup: None,
+            ui: crate::config::UiConfig::default(),
+            config_path: None,
         }
     }
 
@@ -286,6 +296,9 @@ impl App {
         if key.code == KeyCode::F(10) {
             return Effect::Quit;
         }
+        if self.setup.is_some() {
+            return self.on_setup_key(key);
+        }
         match self.mode.clone() {
             Mode::Normal if self.view.show_help => self.on_help_key(key),
             Mode::Normal if self.detail.is_some() => self.on_process_detail_key(key),
@@ -305,7 +318,11 @@ impl App {
     }
 
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
-        if self.mode != Mode::Normal || self.view.show_help || self.detail.is_some() {
+        if self.mode != Mode::Normal
+            || self.view.show_help
+            || self.detail.is_some()
+            || self.setup.is_some()
+        {
             return Effect::None;
         }
         if self.warnings_view.is_open() {
@@ -387,6 +404,7 @@ impl App {
             KeyCode::Char('K') => self.ask_to_signal(Signal::Kill),
             KeyCode::Char('I') => self.ask_to_signal(Signal::Int),
             KeyCode::F(9) => self.open_signal_menu(),
+            KeyCode::F(2) => self.open_setup(),
             KeyCode::F(7) => self.adjust_nice(-1),
             KeyCode::F(8) => self.adjust_nice(1),
             KeyCode::Char('n') => self.open_nice_input(),

@@ -84,6 +84,15 @@ pub struct Cli {
     #[arg(long)]
     pub no_color: bool,
 
+    /// The colour theme: dark, light or mono (F2 changes and saves it).
+    #[arg(long, value_name = "THEME", value_parser = parse_theme)]
+    pub theme: Option<crate::config::ThemeName>,
+
+    /// Whether --delay was on the command line (set by [`Cli::parse_args`]); otherwise the
+    /// refresh rate saved by the setup screen applies.
+    #[arg(skip)]
+    pub delay_given: bool,
+
     /// Show only this user's processes (`u` changes it in the monitor).
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
@@ -223,6 +232,14 @@ pub enum Command {
     },
 }
 
+fn parse_theme(text: &str) -> Result<crate::config::ThemeName, String> {
+    use crate::config::ThemeName;
+    ThemeName::ALL
+        .into_iter()
+        .find(|t| t.name() == text)
+        .ok_or_else(|| format!("the theme must be dark, light or mono, not {text:?}"))
+}
+
 /// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
 /// duration must stay far below what `Duration::from_secs_f64` can hold.
 pub const MAX_SECONDS: f64 = 86_400.0;
@@ -284,6 +301,20 @@ fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
 }
 
 impl Cli {
+    /// Parses the process's arguments as `Cli::parse` does, noting whether --delay was given.
+    pub fn parse_args() -> Cli {
+        use clap::CommandFactory;
+        Cli::from_matches(&Cli::command().get_matches()).unwrap_or_else(|e| e.exit())
+    }
+
+    fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
+        use clap::FromArgMatches;
+        let mut cli = Cli::from_arg_matches(matches)?;
+        cli.delay_given =
+            matches.value_source("delay") == Some(clap::parser::ValueSource::CommandLine);
+        Ok(cli)
+    }
+
     /// Whether colours are off: the flag, or a non-empty NO_COLOR (see no-color.org).
     pub fn colors_disabled(&self) -> bool {
         self.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
@@ -340,6 +371,27 @@ pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        use clap::CommandFactory;
+        let matches = Cli::command().try_get_matches_from(args).unwrap();
+        Cli::from_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn theme_and_whether_the_delay_was_given() {
+        use crate::config::ThemeName;
+        let cli = parse(&["torchtop", "--theme", "light"]);
+        assert_eq!(cli.theme, Some(ThemeName::Light));
+        assert!(!cli.delay_given, "the default delay is not given");
+        assert!(parse(&["torchtop", "-d", "1"]).delay_given);
+        assert!(parse(&["torchtop", "--delay=2"]).delay_given);
+        assert_eq!(parse(&["torchtop"]).theme, None);
+        let error = Cli::try_parse_from(["torchtop", "--theme", "neon"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("dark, light or mono"), "{error}");
+    }
 
     #[test]
     fn user_and_gpu_filters() {

@@ -27,7 +27,6 @@ use crate::replay::{player::Update, Session};
 use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
-use crate::terminal::theme::Theme;
 use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
 
@@ -452,7 +451,7 @@ fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
         ui::draw(frame, screen, app, &plan);
         if let Feed::Replay(session) = feed {
             let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
-            let theme = Theme::new(app.colors);
+            let theme = app.theme();
             crate::replay::timebar::render(frame, bar, &session.transport, theme);
         }
     })?;

@@ -19,10 +19,10 @@ use proc_macro2::{Delimiter, TokenStream, TokenTree};
 const BASE: &[(&str, &[&str])] = &[
     ("model", &[]),
     ("format", &[]),
-    ("terminal", &["model"]),
     ("sys", &["model"]),
     ("protocol", &["sys"]),
     ("config", &["format"]),
+    ("terminal", &["model", "config"]),
     // The tests' waiting and skipping rules (tests/common/ci.rs), for unit tests at any layer.
     ("test_ci", &[]),
 ];

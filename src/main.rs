@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
 use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
 use torchtop::collect::nvml_loader;
@@ -11,7 +10,7 @@ use torchtop::format::escape_lines;
 use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     if cli.print_config {
         print!("{}", torchtop::config::print_default());
         return ExitCode::SUCCESS;
@@ -19,7 +18,15 @@ fn main() -> ExitCode {
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
     }
-    let config = match sampler_config(&cli, cli.delay) {
+    let monitor = match torchtop::settings::MonitorConfig::load(cli.config.as_deref()) {
+        Ok(monitor) => monitor,
+        Err(error) => {
+            complain("torchtop", &error);
+            return ExitCode::from(2);
+        }
+    };
+    let delay = monitor.delay(cli.delay_given.then_some(cli.delay), cli.delay);
+    let config = match sampler_config(&cli, delay) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -39,8 +46,11 @@ fn main() -> ExitCode {
             }
         };
     }
-    let app = App::new(cli.delay, !cli.colors_disabled(), cli.readonly)
+    let mut ui = monitor.ui;
+    ui.theme = cli.theme.unwrap_or(ui.theme);
+    let app = App::new(delay, !cli.colors_disabled(), cli.readonly)
         .with_filters(cli.user.clone(), cli.gpus.clone().map(|g| g.0))
+        .with_ui(ui, monitor.path, monitor.notice)
         .with_utc(cli.utc);
     match torchtop::event::run_tui(app, config, loader) {
         Ok(()) => exit_now(ExitCode::SUCCESS),
@@ -53,15 +63,12 @@ fn main() -> ExitCode {
 
 /// The sampler's settings from the command line: the interval, the library, the rules.
 fn sampler_config(cli: &Cli, delay: f64) -> Result<SamplerConfig, ExitCode> {
-    let rules = match &cli.config {
-        Some(path) => match torchtop::config::load(path) {
-            Ok(config) => config.rules,
-            Err(error) => {
-                complain("torchtop", &error);
-                return Err(ExitCode::from(2));
-            }
-        },
-        None => Default::default(),
+    let rules = match torchtop::settings::MonitorConfig::load(cli.config.as_deref()) {
+        Ok(monitor) => monitor.config.rules,
+        Err(error) => {
+            complain("torchtop", &error);
+            return Err(ExitCode::from(2));
+        }
     };
     let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(delay),

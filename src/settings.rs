@@ -1,6 +1,6 @@
 //! What the user set for every command: the global flags ([`Globals`]) that the monitor, `serve`
 //! and `cluster` share. The command line (`crate::cli`) builds it, so that the commands need
-//! not know the command line.
+//! not know the command line. [`MonitorConfig`] is the config file the monitor starts from.
 
 use std::path::PathBuf;
 
@@ -15,4 +15,77 @@ pub struct Globals {
     pub nvml_lib: PathBuf,
     /// Whether to draw in colour (`--no-color` and NO_COLOR turn it off).
     pub colors: bool,
+}
+
+/// The config file as the monitor reads it at start: `--config`, or else
+/// `$XDG_CONFIG_HOME/torchtop/config.toml` when it exists, and its `[ui]` table.
+#[derive(Debug, Clone)]
+pub struct MonitorConfig {
+    pub config: crate::config::Config,
+    /// Where the setup screen (F2) saves: the file read, or the default place for one.
+    pub path: Option<PathBuf>,
+    pub ui: crate::config::UiConfig,
+    /// Why the `[ui]` table could not be used, for the status line.
+    pub notice: Option<String>,
+}
+
+impl MonitorConfig {
+    /// Reads `explicit` (`--config`), or the default file when there is one. A missing default
+    /// file is no error: it is where F2 will save.
+    pub fn load(explicit: Option<&std::path::Path>) -> Result<Self, String> {
+        let path = explicit
+            .map(std::path::Path::to_path_buf)
+            .or_else(crate::config::default_path);
+        let config = match &path {
+            Some(p) if explicit.is_some() || p.exists() => crate::config::load(p)?,
+            _ => crate::config::Config::default(),
+        };
+        let (ui, notice) = config.ui();
+        Ok(MonitorConfig {
+            config,
+            path,
+            ui,
+            notice,
+        })
+    }
+
+    /// Seconds between refreshes: `--delay` when given, else the saved rate, else `default`.
+    pub fn delay(&self, given: Option<f64>, default: f64) -> f64 {
+        given.or(self.ui.refresh_seconds).unwrap_or(default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_given_delay_beats_the_saved_one_which_beats_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[ui]\nrefresh_seconds = 3.0\n").unwrap();
+        let monitor = MonitorConfig::load(Some(&path)).unwrap();
+        assert_eq!(monitor.delay(Some(0.5), 1.0), 0.5);
+        assert_eq!(monitor.delay(None, 1.0), 3.0);
+        assert_eq!(monitor.path.as_deref(), Some(path.as_path()));
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(
+            MonitorConfig::load(Some(&path)).unwrap().delay(None, 1.0),
+            1.0
+        );
+    }
+
+    #[test]
+    fn a_missing_explicit_file_is_an_error_and_a_bad_rule_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.toml");
+        let error = MonitorConfig::load(Some(&missing)).unwrap_err();
+        assert!(error.starts_with("cannot read config file"), "{error}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "[rules.leak]\nwindow_seconds = -1\n[ui]\ntheme = 3\n").unwrap();
+        assert!(MonitorConfig::load(Some(&bad)).is_err());
+        std::fs::write(&bad, "[ui]\ntheme = 3\n").unwrap();
+        let monitor = MonitorConfig::load(Some(&bad)).unwrap();
+        assert!(monitor.notice.is_some_and(|n| n.contains("[ui] table")));
+    }
 }

@@ -35,7 +35,7 @@ pub(crate) enum Column {
 }
 
 /// The fixed columns in display order (COMMAND, last, is not listed: it always shows).
-const ORDER: [Column; 15] = [
+pub(crate) const ORDER: [Column; 15] = [
     Column::Pid,
     Column::User,
     Column::Nice,
@@ -159,14 +159,15 @@ pub(crate) struct Placed {
     pub(crate) width: u16,
 }
 
-/// The columns that fit a table `width` cells wide; RANK only `with_rank` (some row is a torch
-/// process). COMMAND is last and takes the rest.
-pub(crate) fn fit(width: u16, with_rank: bool, tree: bool) -> Vec<Placed> {
+/// The columns that fit a table `width` cells wide, but for those the user hid in the setup
+/// screen (F2); RANK only `with_rank` (some row is a torch process). COMMAND is last and takes
+/// the rest.
+pub(crate) fn fit_shown(width: u16, with_rank: bool, tree: bool, hidden: &[Column]) -> Vec<Placed> {
     let mut chosen: Vec<Column> = Vec::new();
     let share = if tree { width / 2 } else { width / 4 };
     let mut used = MIN_COMMAND_WIDTH.max(share);
     for column in KEEP_ORDER {
-        if column == Column::Rank && !with_rank {
+        if (column == Column::Rank && !with_rank) || hidden.contains(&column) {
             continue;
         }
         let cost = column.width() + SPACING;
@@ -214,6 +215,10 @@ pub(crate) fn command_width(placed: &[Placed]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fit(width: u16, with_rank: bool, tree: bool) -> Vec<Placed> {
+        fit_shown(width, with_rank, tree, &[])
+    }
 
     fn titles(placed: &[Placed]) -> Vec<&'static str> {
         placed.iter().map(|p| p.column.title()).collect()

@@ -72,6 +72,24 @@ pub(crate) struct LayoutNeeds {
     /// `a` `f` `c`: whether the GPU detail lines and the larger sparklines come before extra
     /// process rows (full), after them (auto), or never (compact).
     pub(crate) density: Density,
+    /// Panels the user hid in the setup screen (F2).
+    pub(crate) hide_history: bool,
+    /// Sparklines per GPU in the history panel, one row each when there is room; 0 means the
+    /// default three.
+    pub(crate) history_metrics: u16,
+    pub(crate) hide_balance: bool,
+    pub(crate) hide_host: bool,
+}
+
+impl LayoutNeeds {
+    /// Rows of the balance and host strip: none when both are hidden.
+    fn middle_height(&self) -> u16 {
+        if self.hide_balance && self.hide_host {
+            0
+        } else {
+            MIDDLE_HEIGHT
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +115,7 @@ pub(crate) struct Areas {
     /// Detail lines drawn under each GPU's main line; 0 when there is no room.
     pub(crate) gpu_detail_lines: u16,
     pub(crate) history: Option<Rect>,
-    /// 1: the three sparklines of a GPU share one row; 3: one row each.
+    /// 1: the sparklines of a GPU share one row; more: one row each.
     pub(crate) history_rows_per_gpu: u16,
     pub(crate) balance: Rect,
     pub(crate) host: Rect,
@@ -161,11 +179,10 @@ pub(crate) fn plan(area: Rect, needs: &LayoutNeeds) -> Plan {
 fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let gpu_count = needs.gpu_count;
     let wide = area.width >= WIDE_WIDTH;
-    let detail_lines = needs.gpu_detail_lines;
     let warnings = warnings_height(needs.warnings, area.height);
     let jobs = needs.jobs;
     let gpu_base = if gpu_count == 0 { 3 } else { 1 + gpu_count };
-    let fixed = 2 + MIDDLE_HEIGHT + warnings + jobs;
+    let fixed = 2 + needs.middle_height() + warnings + jobs;
     let available = area.height.saturating_sub(fixed);
     let mut h = Heights {
         gpus: gpu_base.min(available.saturating_sub(MIN_PROCESS_HEIGHT)),
@@ -178,7 +195,8 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
         allocator_below: 0,
     };
     let mut left = available.saturating_sub(h.gpus + h.processes);
-    if gpu_count > 0 && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
+    let history_wanted = gpu_count > 0 && !needs.hide_history;
+    if history_wanted && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
         h.history = 1 + gpu_count;
     }
     // The allocator panel takes what it wants of the rest, or what is left when that is enough
@@ -191,7 +209,7 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
         }
     }
     if needs.density == Density::Full {
-        grant_gpu_extras(&mut h, &mut left, gpu_count, gpu_base, detail_lines);
+        grant_gpu_extras(&mut h, &mut left, needs, gpu_base);
     }
     // Seeing the processes matters more than the per-GPU detail lines, when there are any.
     let rows = u16::try_from(needs.process_rows).unwrap_or(u16::MAX);
@@ -211,27 +229,28 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     left -= more;
     h.warnings += more;
     if needs.density == Density::Auto {
-        grant_gpu_extras(&mut h, &mut left, gpu_count, gpu_base, detail_lines);
+        grant_gpu_extras(&mut h, &mut left, needs, gpu_base);
     }
     h.processes += left;
     h
 }
 
 /// The per-GPU detail lines, then the larger sparklines, each if all its rows are left.
-fn grant_gpu_extras(
-    h: &mut Heights,
-    left: &mut u16,
-    gpu_count: u16,
-    gpu_base: u16,
-    detail_lines: u16,
-) {
+/// The stacked sparklines (one row per chosen metric, three by default) come second.
+fn grant_gpu_extras(h: &mut Heights, left: &mut u16, needs: &LayoutNeeds, gpu_base: u16) {
+    let (gpu_count, detail_lines) = (needs.gpu_count, needs.gpu_detail_lines);
     if gpu_count > 0 && h.gpus == gpu_base && grant(left, detail_lines * gpu_count) {
         h.gpu_detail_lines = detail_lines;
         h.gpus += detail_lines * gpu_count;
     }
-    if h.history > 0 && gpu_count <= 4 && grant(left, 2 * gpu_count) {
-        h.history += 2 * gpu_count;
-        h.history_rows_per_gpu = 3;
+    let stacked = match needs.history_metrics {
+        0 => 3,
+        n => n,
+    };
+    let more = (stacked - 1) * gpu_count;
+    if h.history > 0 && gpu_count <= 4 && grant(left, more) {
+        h.history += more;
+        h.history_rows_per_gpu = stacked;
     }
 }
 
@@ -262,13 +281,17 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
     let header = take(1);
     let gpus = take(h.gpus);
     let history = (h.history > 0).then(|| take(h.history));
-    let middle = take(MIDDLE_HEIGHT);
+    let middle = take(needs.middle_height());
     let jobs = (h.jobs > 0).then(|| take(h.jobs));
     let warnings = (h.warnings > 0).then(|| take(h.warnings));
     let table = take(h.processes);
     let below = (h.allocator_below > 0).then(|| take(h.allocator_below));
     let status = take(1);
-    let (balance, host) = split_middle(middle, needs.gpu_count);
+    let (balance, host) = match (needs.hide_balance, needs.hide_host) {
+        (false, false) => split_middle(middle, needs.gpu_count),
+        (true, _) => (Rect { width: 0, ..middle }, middle),
+        (false, true) => (middle, Rect { width: 0, ..middle }),
+    };
     let (processes, allocator) = match below {
         Some(rect) => (table, Some(rect)),
         None => split_table(table, needs.allocator_beside),

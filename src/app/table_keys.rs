@@ -19,7 +19,7 @@ impl App {
             _ => 0,
         };
         let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
-        columns::fit(width, with_rank, self.settings.tree)
+        columns::fit_shown(width, with_rank, self.settings.tree, &self.hidden_columns())
     }
 
     /// `←` `→` Ctrl-A Ctrl-E: moves COMMAND sideways; `to(now, end)` gives the new offset,

@@ -8,12 +8,15 @@
 use serde::{Deserialize, Serialize};
 
 mod loading;
+mod ui;
 mod units;
 mod validate;
 
 pub(crate) use units::{Fraction, NonNegative, Percent, Seconds};
 
 pub use loading::load;
+pub use ui::{default_path, ThemeName, UiConfig};
+pub(crate) use ui::{HistoryMetric, Panels, REFRESH_CHOICES};
 // Tests parse config text without a file; the program always goes through `load`.
 #[cfg(test)]
 pub(crate) use loading::parse;
@@ -29,6 +32,16 @@ pub struct Config {
     pub rules: RulesConfig,
     /// `[cluster]`: `torchtop cluster`.
     pub(crate) cluster: ClusterConfig,
+    /// `[ui]`: the screen as F2 saved it, read leniently by [`UiConfig::from_value`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ui: Option<toml::Value>,
+}
+
+impl Config {
+    /// The `[ui]` table, or the defaults and a sentence when it is garbled.
+    pub fn ui(&self) -> (UiConfig, Option<String>) {
+        UiConfig::from_value(self.ui.as_ref())
+    }
 }
 
 /// `torchtop cluster`: where Prometheus is, and when a rank is a straggler.

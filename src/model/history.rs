@@ -31,6 +31,14 @@ impl Series {
         self.values.push_back(value);
     }
 
+    /// Keeps at most `capacity` samples from now on, dropping the oldest beyond it.
+    fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1);
+        while self.values.len() > self.capacity {
+            self.values.pop_front();
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.values.len()
@@ -54,6 +62,63 @@ pub(crate) struct GpuHistory {
     pub(crate) utilization_percent: Series,
     pub(crate) memory_used_bytes: Series,
     pub(crate) power_w: Series,
+    /// The figures the setup screen (F2) can add to the history panel.
+    pub(crate) temperature_c: Series,
+    pub(crate) sm_clock_mhz: Series,
+    pub(crate) memory_clock_mhz: Series,
+    pub(crate) pcie_rx_kib_s: Series,
+    pub(crate) pcie_tx_kib_s: Series,
+    pub(crate) encoder_percent: Series,
+    pub(crate) decoder_percent: Series,
+}
+
+impl GpuHistory {
+    fn with_capacity(capacity: usize) -> Self {
+        let new_series = || Series::with_capacity(capacity);
+        GpuHistory {
+            utilization_percent: new_series(),
+            memory_used_bytes: new_series(),
+            power_w: new_series(),
+            temperature_c: new_series(),
+            sm_clock_mhz: new_series(),
+            memory_clock_mhz: new_series(),
+            pcie_rx_kib_s: new_series(),
+            pcie_tx_kib_s: new_series(),
+            encoder_percent: new_series(),
+            decoder_percent: new_series(),
+        }
+    }
+
+    fn series_mut(&mut self) -> [&mut Series; 10] {
+        [
+            &mut self.utilization_percent,
+            &mut self.memory_used_bytes,
+            &mut self.power_w,
+            &mut self.temperature_c,
+            &mut self.sm_clock_mhz,
+            &mut self.memory_clock_mhz,
+            &mut self.pcie_rx_kib_s,
+            &mut self.pcie_tx_kib_s,
+            &mut self.encoder_percent,
+            &mut self.decoder_percent,
+        ]
+    }
+
+    fn push(&mut self, gpu: &super::GpuSample) {
+        let float = |v: Option<u32>| v.map(f64::from);
+        self.utilization_percent
+            .push(float(gpu.utilization_percent));
+        self.memory_used_bytes
+            .push(gpu.memory_used_bytes.map(|b| b as f64));
+        self.power_w.push(gpu.power_w);
+        self.temperature_c.push(float(gpu.temperature_c));
+        self.sm_clock_mhz.push(float(gpu.sm_clock_mhz));
+        self.memory_clock_mhz.push(float(gpu.memory_clock_mhz));
+        self.pcie_rx_kib_s.push(float(gpu.pcie_rx_kib_s));
+        self.pcie_tx_kib_s.push(float(gpu.pcie_tx_kib_s));
+        self.encoder_percent.push(float(gpu.encoder_percent));
+        self.decoder_percent.push(float(gpu.decoder_percent));
+    }
 }
 
 /// The history of one process's allocator on one device.
@@ -79,6 +144,12 @@ pub(crate) const MAX_PROCESS_SAMPLES: usize = 600;
 /// At most this many processes have a history (the first by pid); the rest have none.
 pub(crate) const MAX_PROCESS_HISTORIES: usize = 256;
 
+/// Samples in `HISTORY_SPAN_SECONDS` at one per `interval_seconds`, and one more.
+fn capacity_for(interval_seconds: f64) -> usize {
+    let samples = (HISTORY_SPAN_SECONDS / interval_seconds.max(0.05)).ceil() as usize + 1;
+    samples.clamp(2, 6001)
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
     capacity: usize,
@@ -92,10 +163,25 @@ pub(crate) struct History {
 impl History {
     /// A history long enough to hold `HISTORY_SPAN_SECONDS` at one sample per `interval_seconds`.
     pub(crate) fn for_interval(interval_seconds: f64) -> Self {
-        let samples = (HISTORY_SPAN_SECONDS / interval_seconds.max(0.05)).ceil() as usize + 1;
         History {
-            capacity: samples.clamp(2, 6001),
+            capacity: capacity_for(interval_seconds),
             ..Default::default()
+        }
+    }
+
+    /// The refresh rate changed (setup screen): keep `HISTORY_SPAN_SECONDS` at the new rate,
+    /// keeping the newest samples already there.
+    pub(crate) fn set_interval(&mut self, interval_seconds: f64) {
+        let capacity = capacity_for(interval_seconds);
+        self.capacity = capacity;
+        for gpu in self.gpus.values_mut() {
+            for series in gpu.series_mut() {
+                series.set_capacity(capacity);
+            }
+        }
+        for allocator in self.allocators.values_mut() {
+            allocator.allocated_bytes.set_capacity(capacity);
+            allocator.reserved_bytes.set_capacity(capacity);
         }
     }
 
@@ -107,18 +193,10 @@ impl History {
         let capacity = self.capacity;
         let new_series = || Series::with_capacity(capacity);
         for gpu in &snapshot.gpus {
-            let entry = self.gpus.entry(gpu.index).or_insert_with(|| GpuHistory {
-                utilization_percent: new_series(),
-                memory_used_bytes: new_series(),
-                power_w: new_series(),
-            });
-            entry
-                .utilization_percent
-                .push(gpu.utilization_percent.map(f64::from));
-            entry
-                .memory_used_bytes
-                .push(gpu.memory_used_bytes.map(|b| b as f64));
-            entry.power_w.push(gpu.power_w);
+            self.gpus
+                .entry(gpu.index)
+                .or_insert_with(|| GpuHistory::with_capacity(capacity))
+                .push(gpu);
         }
         self.gpus
             .retain(|index, _| snapshot.gpus.iter().any(|g| g.index == *index));
@@ -206,6 +284,33 @@ mod tests {
         let util = &history.gpus[&0].utilization_percent;
         assert_eq!(util.len(), history.capacity());
         assert_eq!(util.latest(), Some(f64::from(399 % 101)));
+    }
+
+    #[test]
+    fn a_new_refresh_rate_resizes_every_series_and_keeps_it_bounded() {
+        let mut history = History::for_interval(1.0);
+        let sample = |i: u32| {
+            let mut snap = Snapshot::default();
+            snap.gpus.push(GpuSample {
+                index: 0,
+                utilization_percent: Some(i % 101),
+                temperature_c: Some(50),
+                ..Default::default()
+            });
+            snap
+        };
+        for i in 0..400 {
+            history.record(&sample(i));
+        }
+        history.set_interval(5.0);
+        assert_eq!(history.capacity(), 61);
+        for i in 400..500 {
+            history.record(&sample(i));
+        }
+        let gpu = &history.gpus[&0];
+        assert_eq!(gpu.utilization_percent.len(), 61);
+        assert_eq!(gpu.temperature_c.len(), 61);
+        assert_eq!(gpu.utilization_percent.latest(), Some(f64::from(499 % 101)));
     }
 
     #[test]

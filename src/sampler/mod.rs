@@ -16,7 +16,7 @@ mod gpus;
 
 mod detail;
 mod memory;
-mod torch_join;
+pub(crate) mod torch_join;
 mod vendors;
 
 use std::collections::{HashMap, VecDeque};
@@ -74,6 +74,8 @@ pub(crate) enum SamplerRequest {
     /// The detail view of `pid` opened (read its cwd, environ, cgroup and children each
     /// tick), or closed with `None`.
     Detail { pid: Option<u32> },
+    /// The setup screen's refresh rate: sample every this often from now on.
+    Interval(Duration),
 }
 
 impl SamplerConfig {
@@ -256,6 +258,8 @@ impl Sampler {
             SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
             SamplerRequest::MemoryView { pid } => self.ask_for_memory_view(pid),
             SamplerRequest::Detail { pid } => self.detail.follow(pid),
+            // The loop's own timing: `spawn_loop` takes it before a request gets here.
+            SamplerRequest::Interval(_) => {}
         }
     }
 
@@ -384,7 +388,7 @@ where
     thread::Builder::new()
         .name("torchtop-sampler".into())
         .spawn(move || {
-            let interval = config.interval;
+            let mut interval = config.interval;
             let mut sampler = Sampler::start(config, loader);
             // The first frame is worth more with the GPUs in it: give the library a moment.
             sampler
@@ -403,7 +407,13 @@ where
                 while let Ok(request) =
                     requests.recv_timeout(next.saturating_duration_since(Instant::now()))
                 {
-                    sampler.handle(request);
+                    match request {
+                        SamplerRequest::Interval(every) => {
+                            interval = every;
+                            next = next.min(Instant::now() + every);
+                        }
+                        other => sampler.handle(other),
+                    }
                 }
             }
         })

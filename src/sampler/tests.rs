@@ -321,3 +321,22 @@ fn a_command_without_an_answer_is_timed_out_in_the_status_line() {
     drop(done_tx);
     server.join().unwrap();
 }
+
+/// The setup screen's refresh rate reaches the running loop: with an hour between ticks, a
+/// second tick comes only because the new interval was taken.
+#[test]
+fn the_loop_takes_a_new_interval_at_once() {
+    let (mut config, _agents) = config();
+    config.interval = Duration::from_secs(3600);
+    let (ticks, ticked) = std::sync::mpsc::channel();
+    let requests = spawn_loop(config, loader(1, None, None), move |_| {
+        ticks.send(()).is_ok()
+    });
+    ticked.recv_timeout(PATIENCE).expect("the first tick");
+    requests
+        .send(SamplerRequest::Interval(Duration::from_millis(50)))
+        .unwrap();
+    ticked
+        .recv_timeout(PATIENCE)
+        .expect("a second tick at the new interval, not an hour later");
+}

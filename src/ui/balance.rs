@@ -49,7 +49,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             top,
             bar_height,
             gpu.memory_fraction(),
-            theme.memory_bar(),
+            theme.memory_fill(gpu.memory_fraction()),
             theme,
         );
         draw_bar(
@@ -58,7 +58,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             top,
             bar_height,
             utilization,
-            theme.utilization_bar(),
+            theme.load(utilization),
             theme,
         );
         let label = Rect::new(x, label_y, group.min(area.right() - x), 1);

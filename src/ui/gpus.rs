@@ -180,17 +180,23 @@ impl Columns {
     }
 
     fn main_line(&self, gpu: &GpuSample, theme: Theme) -> Line<'static> {
+        let utilization = gpu.utilization_percent.map(|u| f64::from(u) / 100.0);
         let values = if gpu.state == GpuState::Ok {
-            theme.plain()
+            theme.load(utilization)
         } else {
             theme.dim()
         };
+        let (power_capped, thermal) = limits(gpu);
+        let index_style = match (power_capped, thermal) {
+            (_, true) => theme.limited(true),
+            (true, false) => theme.limited(false),
+            _ => theme.label(),
+        };
         let mut spans = vec![
-            Span::styled(format!("{:>3} ", gpu.index), theme.label()),
+            Span::styled(format!("{:>3} ", gpu.index), index_style),
             Span::styled(pad_left_aligned(&self.name_of(gpu), self.name), values),
         ];
-        let utilization = gpu.utilization_percent.map(|u| f64::from(u) / 100.0);
-        self.push_bar(&mut spans, utilization, theme.utilization_bar());
+        self.push_bar(&mut spans, utilization, theme.load(utilization));
         spans.push(Span::styled(
             format!(" {:>4}", format::percent(gpu.utilization_percent)),
             values,
@@ -199,7 +205,11 @@ impl Columns {
             let text = format::percent(gpu.memory_utilization_percent);
             spans.push(Span::styled(format!(" {text:>4}"), values));
         }
-        self.push_bar(&mut spans, gpu.memory_fraction(), theme.memory_bar());
+        self.push_bar(
+            &mut spans,
+            gpu.memory_fraction(),
+            theme.memory_fill(gpu.memory_fraction()),
+        );
         let memory = format::used_of_total(gpu.memory_used_bytes, gpu.memory_total_bytes);
         spans.push(Span::styled(
             format!(" {memory:>11}"),
@@ -208,10 +218,19 @@ impl Columns {
         let temperature = format::celsius(gpu.temperature_c);
         spans.push(Span::styled(
             format!(" {temperature:>4}"),
-            theme.temperature(gpu.temperature_c),
+            if thermal {
+                theme.limited(true)
+            } else {
+                theme.temperature(gpu.temperature_c)
+            },
         ));
         let power = format::power_of_limit(gpu.power_w, gpu.power_limit_w);
-        spans.push(Span::styled(format!(" {power:>9}"), values));
+        let power_style = if power_capped {
+            theme.limited(false)
+        } else {
+            values
+        };
+        spans.push(Span::styled(format!(" {power:>9}"), power_style));
         if self.show_fan_and_pstate {
             let fan = format::percent(gpu.fan_percent);
             let pstate = gpu
@@ -240,6 +259,18 @@ impl Columns {
             spans.push(Span::styled(horizontal_bar(fraction, self.bar), style));
         }
     }
+}
+
+/// Whether the GPU is held at its power cap (a throttle reason, or drawing 98% of its
+/// limit), and whether at its thermal limit (a thermal throttle reason).
+fn limits(gpu: &GpuSample) -> (bool, bool) {
+    let reasons = gpu.throttle_reasons.as_deref().unwrap_or_default();
+    let named = |part: &str| reasons.iter().any(|r| r.contains(part));
+    let drawing_the_cap = match (gpu.power_w, gpu.power_limit_w) {
+        (Some(w), Some(limit)) => limit > 0.0 && w >= 0.98 * limit,
+        _ => false,
+    };
+    (named("power_cap") || drawing_the_cap, named("thermal"))
 }
 
 fn state_width(wide: bool) -> usize {

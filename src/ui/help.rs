@@ -17,6 +17,7 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
         &[
             ("q F10 Ctrl-C", "quit"),
             ("Esc", "close a dialog or clear a filter; it never quits"),
+            ("F2", "setup: panels, history, columns, refresh, theme"),
             ("j k Up Down", "select a process (or click it, or scroll)"),
             (
                 "PgUp PgDn",
@@ -38,8 +39,10 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
                 "F9",
                 "signal menu: type a number (9, 15) or move; asks first",
             ),
-            ("F7 F8", "nice -1 (more CPU) or nice +1 (less), as in htop"),
-            ("n", "type a nice value (-20 to 19)"),
+            (
+                "F7 F8 n",
+                "nice -1 or +1, as in htop; n: type a value (-20..19)",
+            ),
             ("/ u g m", "filter: text or pid; user; next GPU; only mine"),
             ("t Enter", "tree view; Enter: the process's detail view"),
             ("a f c", "layout: auto, full, compact (most process rows)"),
@@ -52,10 +55,14 @@ const KEYS: [(&str, &[(&str, &str)]); 3] = [
     (
         "PyTorch and warnings",
         &[
-            ("s P", "agent: write a memory snapshot; reset its peaks"),
-            ("S", "record memory history, snapshot, open the viewer"),
-            ("w", "list warnings: j k select, Enter opens, Esc back"),
-            ("g", "in that list: select its process, GPU or job"),
+            (
+                "s P S",
+                "agent: snapshot; reset peaks; S: record, then view",
+            ),
+            (
+                "w g",
+                "warnings: j k, Enter opens; g: go to its process/GPU",
+            ),
             ("R", "start or stop recording to a file (torchtop replay)"),
         ],
     ),

@@ -1,7 +1,8 @@
-//! Sparklines of utilization, memory used and power per GPU. The whole history span (5 minutes)
-//! is squeezed into the width available, newest sample at the right edge. Also the
-//! auto-scaled sparkline ([`autoscaled`]) other panels use for figures whose change matters more
-//! than their size: it spans the window's lowest to highest value, printed beside it.
+//! Sparklines per GPU of the metrics chosen in the setup screen (F2; utilization, memory used
+//! and power by default). The whole history span (5 minutes) is squeezed into the width
+//! available, newest sample at the right edge. Also the auto-scaled sparkline ([`autoscaled`])
+//! other panels use for figures whose change matters more than their size: it spans the
+//! window's lowest to highest value, printed beside it.
 
 use ratatui::{
     layout::Rect,
@@ -12,6 +13,7 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::config::HistoryMetric;
 use crate::format::{self, pad_left_aligned};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
@@ -27,10 +29,21 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         return;
     }
     let span = format!("{:.0} min", HISTORY_SPAN_SECONDS / 60.0);
-    let title = if rows_per_gpu >= 3 {
+    let chosen = &app.ui.history;
+    let empty = GpuHistory::default();
+    let title = if rows_per_gpu > 1 {
         format!("HISTORY  last {span}, newest at the right")
     } else {
-        compact_title(area.width, &span)
+        let names: Vec<&str> = app
+            .snapshot
+            .gpus
+            .first()
+            .map(|g| metrics(g, &empty, chosen, theme))
+            .unwrap_or_default()
+            .iter()
+            .map(|m| m.name)
+            .collect();
+        compact_title(area.width, &span, &names)
     };
     frame.render_widget(
         Paragraph::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
@@ -42,11 +55,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         if y + rows_per_gpu > area.bottom() {
             break;
         }
-        let empty = GpuHistory::default();
         let history = app.history.gpus.get(&gpu.index).unwrap_or(&empty);
         let row = Rect::new(area.x, y, area.width, rows_per_gpu);
-        let metrics = metrics(gpu, history, theme);
-        if rows_per_gpu >= 3 {
+        let metrics = metrics(gpu, history, chosen, theme);
+        if rows_per_gpu > 1 {
             render_stacked(frame, row, gpu.index, &metrics, capacity, theme);
         } else {
             render_side_by_side(frame, row, gpu.index, &metrics, capacity, theme);
@@ -66,17 +78,61 @@ struct Metric<'a> {
     style: Style,
 }
 
-fn metrics<'a>(gpu: &GpuSample, history: &'a GpuHistory, theme: Theme) -> [Metric<'a>; 3] {
-    [
-        Metric {
-            name: "util",
-            series: &history.utilization_percent,
-            unit: 1.0,
-            max: Some(100),
-            current: format::percent(gpu.utilization_percent),
-            style: theme.utilization_bar(),
-        },
-        Metric {
+/// The metrics the setup screen (F2) chose, in its order; a figure the GPU does not report
+/// draws as gaps and reads N/A.
+fn metrics<'a>(
+    gpu: &GpuSample,
+    history: &'a GpuHistory,
+    chosen: &[HistoryMetric],
+    theme: Theme,
+) -> Vec<Metric<'a>> {
+    chosen
+        .iter()
+        .map(|m| metric(*m, gpu, history, theme))
+        .collect()
+}
+
+fn metric<'a>(
+    which: HistoryMetric,
+    gpu: &GpuSample,
+    history: &'a GpuHistory,
+    theme: Theme,
+) -> Metric<'a> {
+    let percent = |name, series, value: Option<u32>, style| Metric {
+        name,
+        series,
+        unit: 1.0,
+        max: Some(100),
+        current: format::percent(value),
+        style,
+    };
+    let mhz = |name, series, value: Option<u32>| Metric {
+        name,
+        series,
+        unit: 1.0,
+        max: None,
+        current: value.map_or_else(|| format::NA.to_string(), |v| format!("{v}MHz")),
+        style: theme.label(),
+    };
+    let pcie = |name, series, kib: Option<u32>| Metric {
+        name,
+        series,
+        unit: 1024.0,
+        max: None,
+        current: kib.map_or_else(
+            || format::NA.to_string(),
+            |k| format!("{}/s", format::bytes_short(u64::from(k) * 1024)),
+        ),
+        style: theme.label(),
+    };
+    match which {
+        HistoryMetric::Util => percent(
+            "util",
+            &history.utilization_percent,
+            gpu.utilization_percent,
+            theme.utilization_bar(),
+        ),
+        HistoryMetric::Memory => Metric {
             name: "memory",
             series: &history.memory_used_bytes,
             unit: BYTES_PER_MIB,
@@ -84,7 +140,7 @@ fn metrics<'a>(gpu: &GpuSample, history: &'a GpuHistory, theme: Theme) -> [Metri
             current: format::opt_bytes_short(gpu.memory_used_bytes),
             style: theme.memory_bar(),
         },
-        Metric {
+        HistoryMetric::Power => Metric {
             name: "power",
             series: &history.power_w,
             unit: 1.0,
@@ -92,21 +148,49 @@ fn metrics<'a>(gpu: &GpuSample, history: &'a GpuHistory, theme: Theme) -> [Metri
             current: format::watts(gpu.power_w),
             style: theme.power_bar(),
         },
-    ]
+        HistoryMetric::Temperature => Metric {
+            name: "temp",
+            series: &history.temperature_c,
+            unit: 1.0,
+            max: Some(100),
+            current: format::celsius(gpu.temperature_c),
+            style: theme.temperature(gpu.temperature_c),
+        },
+        HistoryMetric::SmClock => mhz("sm clk", &history.sm_clock_mhz, gpu.sm_clock_mhz),
+        HistoryMetric::MemoryClock => {
+            mhz("memclk", &history.memory_clock_mhz, gpu.memory_clock_mhz)
+        }
+        HistoryMetric::PcieRx => pcie("pci rx", &history.pcie_rx_kib_s, gpu.pcie_rx_kib_s),
+        HistoryMetric::PcieTx => pcie("pci tx", &history.pcie_tx_kib_s, gpu.pcie_tx_kib_s),
+        HistoryMetric::Encoder => percent(
+            "enc",
+            &history.encoder_percent,
+            gpu.encoder_percent,
+            theme.utilization_bar(),
+        ),
+        HistoryMetric::Decoder => percent(
+            "dec",
+            &history.decoder_percent,
+            gpu.decoder_percent,
+            theme.utilization_bar(),
+        ),
+    }
 }
 
-fn compact_title(width: u16, span: &str) -> String {
-    let segment = segment_width(width);
+fn compact_title(width: u16, span: &str, names: &[&str]) -> String {
+    let segment = segment_width(width, names.len());
     let mut title = pad_left_aligned("HIST", usize::from(GPU_LABEL_WIDTH));
-    for name in ["util", "memory", "power"] {
+    for name in names {
         title += &pad_left_aligned(name, usize::from(segment + 1));
     }
     title.truncate(title.trim_end().len());
     format!("{title}  (last {span})")
 }
 
-fn segment_width(width: u16) -> u16 {
-    (width.saturating_sub(GPU_LABEL_WIDTH) / 3).saturating_sub(1)
+/// The cells of each of `count` sparklines side by side on one row.
+fn segment_width(width: u16, count: usize) -> u16 {
+    let count = u16::try_from(count.max(1)).unwrap_or(u16::MAX);
+    (width.saturating_sub(GPU_LABEL_WIDTH) / count).saturating_sub(1)
 }
 
 fn render_side_by_side(
@@ -121,7 +205,7 @@ fn render_side_by_side(
         Paragraph::new(format!("{index:>3}")).style(theme.label()),
         Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
     );
-    let segment = segment_width(row.width);
+    let segment = segment_width(row.width, metrics.len());
     for (i, metric) in metrics.iter().enumerate() {
         let x = row.x + GPU_LABEL_WIDTH + i as u16 * (segment + 1);
         render_sparkline(
@@ -144,7 +228,7 @@ fn render_stacked(
 ) {
     let label_width = GPU_LABEL_WIDTH + METRIC_LABEL_WIDTH;
     let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
-    for (i, metric) in metrics.iter().enumerate() {
+    for (i, metric) in metrics.iter().enumerate().take(usize::from(row.height)) {
         let y = row.y + i as u16;
         let gpu = if i == 0 {
             format!("{index:>3}")

@@ -58,8 +58,8 @@ fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {
             .rank
             .map_or_else(|| format!("p{}", rank.pid), |r| format!("r{r}"));
         spans.push(Span::styled(format!(" {label}"), theme.label()));
-        spans.push(Span::styled(level(memory), theme.memory_bar()));
-        spans.push(Span::styled(level(utilization), theme.utilization_bar()));
+        spans.push(Span::styled(level(memory), theme.memory_fill(memory)));
+        spans.push(Span::styled(level(utilization), theme.load(utilization)));
     }
     Line::from(spans)
 }

@@ -16,6 +16,7 @@ pub(crate) mod host;
 pub(crate) mod jobs;
 pub(crate) mod processes;
 pub(crate) mod ranks;
+pub(crate) mod setup;
 pub(crate) mod status;
 pub(crate) mod warnings;
 pub(crate) mod warnings_view;
@@ -36,7 +37,7 @@ use crate::terminal::theme::Theme;
 /// Draws one frame with the panels where `plan` puts them, inside `screen`, the area `plan` was
 /// made for (the whole terminal, but for a replay's last row, which holds its time bar).
 pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
-    let theme = Theme::new(app.colors);
+    let theme = app.theme();
     match plan {
         Plan::TooSmall { width, height } => draw_too_small(frame, screen, *width, *height),
         Plan::Screen(areas) => draw_panels(frame, app, theme, areas),
@@ -52,6 +53,9 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
     if app.view.show_help {
         help::render(frame, screen, app, theme);
     }
+    if let Some(setup) = &app.setup {
+        setup::render(frame, screen, app, setup, theme);
+    }
     dialog::render(frame, screen, app, theme);
 }
 
@@ -59,16 +63,33 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
 pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     // From the snapshot, never the selection: panels keep their size as the cursor moves.
     let any_agent = app.snapshot.processes.iter().any(|p| p.torch.is_some());
+    let panels = app.ui.panels;
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
-        gpu_detail_lines: gpus::detail_line_count(&app.snapshot.gpus, width),
+        gpu_detail_lines: if panels.gpu_details {
+            gpus::detail_line_count(&app.snapshot.gpus, width)
+        } else {
+            0
+        },
         warnings: u16::try_from(app.warnings_view.groups.len()).unwrap_or(u16::MAX),
         warning_detail_lines: warnings_view::detail_line_count(&app.warnings_view, width),
-        jobs: jobs::wanted_height(&app.snapshot),
+        jobs: if panels.jobs {
+            jobs::wanted_height(&app.snapshot)
+        } else {
+            0
+        },
         process_rows: app.row_count(),
-        allocator_below: allocator::wanted_height(&app.snapshot, width),
-        allocator_beside: any_agent,
+        allocator_below: if panels.pytorch {
+            allocator::wanted_height(&app.snapshot, width)
+        } else {
+            0
+        },
+        allocator_beside: any_agent && panels.pytorch,
         density: app.view.density,
+        hide_history: !panels.history || app.ui.history.is_empty(),
+        history_metrics: u16::try_from(app.ui.history.len()).unwrap_or(u16::MAX),
+        hide_balance: !panels.balance,
+        hide_host: !panels.host,
     }
 }
 
@@ -83,8 +104,12 @@ fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
     if let Some(area) = areas.history {
         history::render(frame, area, app, theme, areas.history_rows_per_gpu);
     }
-    balance::render(frame, areas.balance, app, theme);
-    host::render(frame, areas.host, app, theme);
+    if !areas.balance.is_empty() {
+        balance::render(frame, areas.balance, app, theme);
+    }
+    if !areas.host.is_empty() {
+        host::render(frame, areas.host, app, theme);
+    }
     if let Some(area) = areas.jobs {
         jobs::render(frame, area, app, theme);
     }

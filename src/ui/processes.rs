@@ -41,10 +41,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let rows = visible_rows(app);
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let placed = columns::fit(
+    let placed = columns::fit_shown(
         area.width,
         rows.iter().any(|r| r.rank_text().is_some()),
         app.settings.tree,
+        &app.hidden_columns(),
     );
     let body: Vec<Row> = rows
         .iter()

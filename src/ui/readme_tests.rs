@@ -66,7 +66,7 @@ fn job_app() -> App {
     app_after(|t| {
         let processes = vec![rank(0, 0, t), rank(1, 1, t)];
         // Each GPU holds its rank's memory and a little more, and is as busy as its rank.
-        let gpus = processes
+        let gpus: Vec<GpuSample> = processes
             .iter()
             .map(|p| GpuSample {
                 memory_used_bytes: p.gpu_memory_bytes.map(|b| b + GIB / 2),
@@ -75,6 +75,14 @@ fn job_app() -> App {
                 ..gpu(p.gpu, t)
             })
             .collect();
+        let mut processes = processes;
+        // The sampler's own join maps each torch device to its GPU and fills in the headroom.
+        let torch = processes
+            .iter()
+            .filter_map(|p| Some((p.pid, p.torch.clone()?)))
+            .collect();
+        let mut churn = crate::sampler::torch_join::Churn::default();
+        crate::sampler::torch_join::join_torch(&mut processes, &torch, &gpus, &mut churn);
         let mut snapshot = snapshot_with(gpus, processes);
         snapshot.host.hostname = Some("trainbox-07".to_string());
         snapshot.jobs = crate::rules::group_jobs(&snapshot.processes);

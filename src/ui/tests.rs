@@ -18,6 +18,8 @@ mod readme_tests;
 #[path = "warnings_tests.rs"]
 mod warnings_tests;
 
+#[path = "setup_tests.rs"]
+mod setup_tests;
 #[path = "torch_tests.rs"]
 mod torch_tests;
 
@@ -670,6 +672,11 @@ fn help_overlay_lists_the_keys() {
         "Space U",
         "/",
         "READ-ONLY",
+        "F2",
+        "a f c",
+        "w g",
+        // The last key: nothing is cut off at 80x24, even with the read-only line.
+        "start or stop recording",
     ] {
         assert!(s.contains(key), "{key} missing:\n{s}");
     }

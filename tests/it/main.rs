@@ -29,6 +29,7 @@ mod oom_memsnap;
 mod record_replay;
 mod run_launch;
 mod serve_exporter;
+mod setup_screen;
 mod torch_panel_e2e;
 mod tui_actions;
 mod tui_fake_nvml;

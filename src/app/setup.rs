@@ -1,0 +1,386 @@
+//! The setup screen (F2, as in nvtop): its items and keys. It chooses the panels shown, the
+//! history metrics, the process table's columns, the refresh rate and the theme. Every change
+//! applies at once; closing the screen (Esc, F2, `q`) saves the `[ui]` table to the config file,
+//! and the status line says where, or why it could not.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent};
+
+use super::columns::{self, Column};
+use super::{App, Effect};
+use crate::config::{HistoryMetric, Panels, ThemeName, UiConfig, REFRESH_CHOICES};
+use crate::sampler::SamplerRequest;
+
+/// The open setup screen: which item the cursor is on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SetupScreen {
+    pub(crate) cursor: usize,
+}
+
+/// The screen's sections, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Panels,
+    History,
+    Columns,
+    Refresh,
+    Theme,
+}
+
+impl Section {
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Section::Panels => "Panels",
+            Section::History => "History plots",
+            Section::Columns => "Process columns",
+            Section::Refresh => "Refresh",
+            Section::Theme => "Theme",
+        }
+    }
+}
+
+/// One line of the setup screen that the cursor can rest on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Item {
+    Panel(PanelKind),
+    Metric(HistoryMetric),
+    Column(Column),
+    Refresh,
+    Theme,
+}
+
+/// A panel the user can hide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PanelKind {
+    GpuDetails,
+    History,
+    Balance,
+    Host,
+    Jobs,
+    PyTorch,
+}
+
+impl PanelKind {
+    const ALL: [PanelKind; 6] = [
+        PanelKind::GpuDetails,
+        PanelKind::History,
+        PanelKind::Balance,
+        PanelKind::Host,
+        PanelKind::Jobs,
+        PanelKind::PyTorch,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            PanelKind::GpuDetails => "GPU detail rows",
+            PanelKind::History => "history",
+            PanelKind::Balance => "balance",
+            PanelKind::Host => "host",
+            PanelKind::Jobs => "jobs",
+            PanelKind::PyTorch => "PyTorch allocator",
+        }
+    }
+
+    fn shown(self, panels: &Panels) -> bool {
+        let p = panels;
+        match self {
+            PanelKind::GpuDetails => p.gpu_details,
+            PanelKind::History => p.history,
+            PanelKind::Balance => p.balance,
+            PanelKind::Host => p.host,
+            PanelKind::Jobs => p.jobs,
+            PanelKind::PyTorch => p.pytorch,
+        }
+    }
+
+    fn flag(self, panels: &mut Panels) -> &mut bool {
+        match self {
+            PanelKind::GpuDetails => &mut panels.gpu_details,
+            PanelKind::History => &mut panels.history,
+            PanelKind::Balance => &mut panels.balance,
+            PanelKind::Host => &mut panels.host,
+            PanelKind::Jobs => &mut panels.jobs,
+            PanelKind::PyTorch => &mut panels.pytorch,
+        }
+    }
+}
+
+impl Item {
+    pub(crate) fn section(self) -> Section {
+        match self {
+            Item::Panel(_) => Section::Panels,
+            Item::Metric(_) => Section::History,
+            Item::Column(_) => Section::Columns,
+            Item::Refresh => Section::Refresh,
+            Item::Theme => Section::Theme,
+        }
+    }
+}
+
+/// Every item, in screen order. PID and COMMAND always show, so they are not listed.
+pub(crate) fn items() -> Vec<Item> {
+    let mut items: Vec<Item> = PanelKind::ALL.into_iter().map(Item::Panel).collect();
+    items.extend(HistoryMetric::ALL.into_iter().map(Item::Metric));
+    items.extend(
+        columns::ORDER
+            .into_iter()
+            .filter(|c| *c != Column::Pid)
+            .map(Item::Column),
+    );
+    items.extend([Item::Refresh, Item::Theme]);
+    items
+}
+
+/// The config file's name for a column: its title in lower case.
+pub(crate) fn column_key(column: Column) -> String {
+    column.title().to_lowercase()
+}
+
+/// Whether `item` is on (toggles), as the screen shows it.
+pub(crate) fn is_on(ui: &UiConfig, item: Item) -> bool {
+    match item {
+        Item::Panel(kind) => kind.shown(&ui.panels),
+        Item::Metric(metric) => ui.history.contains(&metric),
+        Item::Column(column) => !ui.hidden_columns.contains(&column_key(column)),
+        Item::Refresh | Item::Theme => true,
+    }
+}
+
+impl App {
+    /// F2: opens the setup screen on its first item.
+    pub(super) fn open_setup(&mut self) -> Effect {
+        self.setup = Some(SetupScreen::default());
+        Effect::Redraw
+    }
+
+    pub(super) fn on_setup_key(&mut self, key: KeyEvent) -> Effect {
+        let count = items().len();
+        let cursor = self.setup.as_ref().map_or(0, |s| s.cursor);
+        let item = items()[cursor.min(count - 1)];
+        match key.code {
+            KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q') => return self.close_setup(),
+            KeyCode::Down | KeyCode::Char('j') => {
+                self.move_setup_cursor((cursor + 1).min(count - 1))
+            }
+            KeyCode::Up | KeyCode::Char('k') => self.move_setup_cursor(cursor.saturating_sub(1)),
+            KeyCode::Home => self.move_setup_cursor(0),
+            KeyCode::End => self.move_setup_cursor(count - 1),
+            KeyCode::Char(' ') | KeyCode::Enter | KeyCode::Right => return self.change(item, 1),
+            KeyCode::Left => return self.change(item, -1),
+            _ => return Effect::None,
+        }
+        Effect::Redraw
+    }
+
+    fn move_setup_cursor(&mut self, to: usize) {
+        if let Some(setup) = &mut self.setup {
+            setup.cursor = to;
+        }
+    }
+
+    /// Toggles a flag, or steps the refresh rate or the theme by `step`.
+    fn change(&mut self, item: Item, step: isize) -> Effect {
+        match item {
+            Item::Panel(kind) => {
+                let flag = kind.flag(&mut self.ui.panels);
+                *flag = !*flag;
+            }
+            Item::Metric(metric) => toggle_metric(&mut self.ui.history, metric),
+            Item::Column(column) => {
+                let key = column_key(column);
+                let hidden = &mut self.ui.hidden_columns;
+                match hidden.iter().position(|k| *k == key) {
+                    Some(at) => {
+                        hidden.remove(at);
+                    }
+                    None => hidden.push(key),
+                }
+            }
+            Item::Theme => {
+                let all = ThemeName::ALL;
+                let now = all.iter().position(|t| *t == self.ui.theme).unwrap_or(0);
+                self.ui.theme = all[cycle(now, step, all.len())];
+            }
+            Item::Refresh => return self.step_refresh(step),
+        }
+        Effect::Redraw
+    }
+
+    /// The next refresh choice, passed on to the sampler at once.
+    fn step_refresh(&mut self, step: isize) -> Effect {
+        let now = REFRESH_CHOICES
+            .iter()
+            .position(|s| *s >= self.delay_seconds)
+            .unwrap_or(REFRESH_CHOICES.len() - 1);
+        let seconds = REFRESH_CHOICES[cycle(now, step, REFRESH_CHOICES.len())];
+        self.delay_seconds = seconds;
+        self.history.set_interval(seconds);
+        self.ui.refresh_seconds = Some(seconds);
+        Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs_f64(seconds)))
+    }
+
+    /// Closes the screen and saves its choices.
+    fn close_setup(&mut self) -> Effect {
+        self.setup = None;
+        self.status = Some(match &self.config_path {
+            Some(path) => match self.ui.save(path) {
+                Ok(()) => format!(
+                    "settings saved to {}",
+                    crate::format::escape(&path.to_string_lossy())
+                ),
+                Err(sentence) => sentence,
+            },
+            None => "settings kept for this run only: set XDG_CONFIG_HOME or HOME, \
+                     or pass --config FILE, to save them"
+                .to_string(),
+        });
+        Effect::Redraw
+    }
+
+    /// Uses `ui` (the `[ui]` table, with `--theme` applied) and saves changes to `path`;
+    /// `notice` is why the table could not be used, for the status line.
+    pub fn with_ui(mut self, ui: UiConfig, path: Option<PathBuf>, notice: Option<String>) -> Self {
+        self.ui = ui;
+        self.config_path = path;
+        if notice.is_some() {
+            self.status = notice;
+        }
+        self
+    }
+
+    /// The theme to draw with: the chosen one, or mono without colours (NO_COLOR).
+    pub(crate) fn theme(&self) -> crate::terminal::theme::Theme {
+        use crate::terminal::theme::{Theme, ThemeName};
+        Theme::named(if self.colors {
+            self.ui.theme
+        } else {
+            ThemeName::Mono
+        })
+    }
+
+    /// The process columns the user hid in the setup screen.
+    pub(crate) fn hidden_columns(&self) -> Vec<Column> {
+        columns::ORDER
+            .into_iter()
+            .filter(|c| self.ui.hidden_columns.contains(&column_key(*c)))
+            .collect()
+    }
+}
+
+fn toggle_metric(history: &mut Vec<HistoryMetric>, metric: HistoryMetric) {
+    match history.iter().position(|m| *m == metric) {
+        Some(at) => {
+            history.remove(at);
+        }
+        None => {
+            history.push(metric);
+            history.sort();
+        }
+    }
+}
+
+/// `now` moved by `step` around `len` choices.
+fn cycle(now: usize, step: isize, len: usize) -> usize {
+    (now as isize + step).rem_euclid(len as isize) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossterm::event::KeyModifiers;
+
+    fn press(app: &mut App, code: KeyCode) -> Effect {
+        app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
+    }
+
+    fn cursor_to(app: &mut App, item: Item) {
+        let at = items().iter().position(|i| *i == item).unwrap();
+        app.setup.as_mut().unwrap().cursor = at;
+    }
+
+    #[test]
+    fn f2_opens_and_toggles_apply_at_once() {
+        let mut app = App::new(1.0, true, false);
+        press(&mut app, KeyCode::F(2));
+        assert!(app.setup.is_some());
+        cursor_to(&mut app, Item::Panel(PanelKind::Host));
+        press(&mut app, KeyCode::Char(' '));
+        assert!(!app.ui.panels.host);
+        cursor_to(&mut app, Item::Metric(HistoryMetric::Temperature));
+        press(&mut app, KeyCode::Enter);
+        assert!(app.ui.history.contains(&HistoryMetric::Temperature));
+        cursor_to(&mut app, Item::Column(Column::Kind));
+        press(&mut app, KeyCode::Char(' '));
+        assert_eq!(app.hidden_columns(), [Column::Kind]);
+        cursor_to(&mut app, Item::Theme);
+        press(&mut app, KeyCode::Right);
+        assert_eq!(app.ui.theme, ThemeName::Light);
+        press(&mut app, KeyCode::Left);
+        press(&mut app, KeyCode::Left);
+        assert_eq!(app.ui.theme, ThemeName::Mono);
+    }
+
+    #[test]
+    fn refresh_steps_through_the_choices_and_tells_the_sampler() {
+        let mut app = App::new(1.0, true, false);
+        press(&mut app, KeyCode::F(2));
+        cursor_to(&mut app, Item::Refresh);
+        let effect = press(&mut app, KeyCode::Right);
+        assert_eq!(
+            effect,
+            Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs(2)))
+        );
+        assert_eq!(app.ui.refresh_seconds, Some(2.0));
+        assert_eq!(
+            app.history.capacity(),
+            151,
+            "5 minutes at one sample per 2 s"
+        );
+        press(&mut app, KeyCode::Left);
+        press(&mut app, KeyCode::Left);
+        assert_eq!(app.delay_seconds, 0.5);
+    }
+
+    #[test]
+    fn closing_saves_or_says_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("torchtop/config.toml");
+        let mut app =
+            App::new(1.0, true, false).with_ui(UiConfig::default(), Some(path.clone()), None);
+        press(&mut app, KeyCode::F(2));
+        cursor_to(&mut app, Item::Theme);
+        press(&mut app, KeyCode::Right);
+        assert_eq!(press(&mut app, KeyCode::Esc), Effect::Redraw);
+        assert!(app.setup.is_none(), "Esc closes the screen, never quits");
+        let status = app.status.clone().unwrap();
+        assert!(status.starts_with("settings saved to "), "{status}");
+        let saved = crate::config::load(&path).unwrap().ui();
+        assert_eq!(saved.0.theme, ThemeName::Light);
+
+        // A directory where the file should be: a sentence, not a crash.
+        let blocked = dir.path().join("blocked.toml");
+        std::fs::create_dir(&blocked).unwrap();
+        let mut app = App::new(1.0, true, false).with_ui(UiConfig::default(), Some(blocked), None);
+        press(&mut app, KeyCode::F(2));
+        press(&mut app, KeyCode::F(2));
+        let status = app.status.clone().unwrap();
+        assert!(
+            status.starts_with("settings not saved: cannot "),
+            "{status}"
+        );
+    }
+
+    #[test]
+    fn the_cursor_stays_on_the_items() {
+        let mut app = App::new(1.0, true, false);
+        press(&mut app, KeyCode::F(2));
+        press(&mut app, KeyCode::Up);
+        assert_eq!(app.setup.as_ref().unwrap().cursor, 0);
+        press(&mut app, KeyCode::End);
+        press(&mut app, KeyCode::Down);
+        assert_eq!(app.setup.as_ref().unwrap().cursor, items().len() - 1);
+        assert_eq!(items().last(), Some(&Item::Theme));
+    }
+}

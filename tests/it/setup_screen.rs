@@ -1,0 +1,143 @@
+//! The setup screen (F2) in a pseudo-terminal against the fake NVML: a setting changed there is
+//! saved to `$XDG_CONFIG_HOME/torchtop/config.toml` and is in force after a restart, and the
+//! user's other settings and comments in that file survive the save.
+
+use crate::common;
+
+use common::fake_nvml::{env_refs, ScenarioFile};
+use common::pty::PtySession;
+use common::PATIENCE;
+
+const F2: &[u8] = b"\x1bOQ";
+const DOWN: &[u8] = b"\x1b[B";
+const ESC: &[u8] = b"\x1b";
+
+const SCENARIO: &str = r#"
+[[gpu]]
+name = "Setup GPU"
+memory_total_mib = 81920
+memory_used_mib = 4096
+utilization_gpu = 30
+"#;
+
+/// What the user had in the file before: a comment and a rule threshold.
+const BEFORE: &str = "# my own thresholds\n[rules.leak]\nwindow_seconds = 30 # short runs\n";
+
+fn start(scenario: &ScenarioFile, config_home: &std::path::Path) -> PtySession {
+    let mut env = scenario.env();
+    env.push((
+        "XDG_CONFIG_HOME".to_string(),
+        config_home.display().to_string(),
+    ));
+    let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 120, 40);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup GPU")),
+        "the monitor never showed the GPU:\n{}",
+        session.screen()
+    );
+    session
+}
+
+/// Whether the HOST panel's title line is on screen.
+fn host_panel_shown(screen: &str) -> bool {
+    screen.lines().any(|l| l.contains(" HOST"))
+}
+
+#[test]
+fn a_setting_changed_in_f2_is_kept_after_a_restart() {
+    let home = tempfile::tempdir().expect("a temporary config home");
+    let file = home.path().join("torchtop").join("config.toml");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, BEFORE).unwrap();
+    let scenario = ScenarioFile::new(SCENARIO);
+
+    let mut session = start(&scenario, home.path());
+    assert!(
+        session.wait_for(PATIENCE, host_panel_shown),
+        "{}",
+        session.screen()
+    );
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")
+            && s.contains("[x] host")),
+        "F2 did not open the setup screen:\n{}",
+        session.screen()
+    );
+    // GPU detail rows, history, balance, host: three down, then Space hides the host panel.
+    for _ in 0..3 {
+        session.send(DOWN);
+    }
+    session.send(b" ");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("[ ] host")),
+        "{}",
+        session.screen()
+    );
+    session.send(ESC);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("settings saved to")),
+        "closing the setup screen did not save:\n{}",
+        session.screen()
+    );
+    assert!(!host_panel_shown(&session.screen()), "{}", session.screen());
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).expect("q quits").success());
+
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        saved.starts_with(BEFORE),
+        "the user's lines were lost:\n{saved}"
+    );
+    assert!(saved.contains("host = false"), "{saved}");
+
+    let mut session = start(&scenario, home.path());
+    assert!(
+        !host_panel_shown(&session.screen()),
+        "the hidden panel is back after a restart:\n{}",
+        session.screen()
+    );
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("[ ] host")),
+        "the setup screen forgot the setting:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).expect("q quits").success());
+}
+
+#[test]
+fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
+    let home = tempfile::tempdir().expect("a temporary config home");
+    let dir = home.path().join("torchtop");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.toml");
+    std::fs::write(&file, "[ui]\ntheme = \"neon\"\n").unwrap();
+    let scenario = ScenarioFile::new(SCENARIO);
+    let mut session = start(&scenario, home.path());
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("[ui] table")),
+        "no sentence about the garbled [ui] table:\n{}",
+        session.screen()
+    );
+    // A directory where the temporary file must go refuses it even to root: make the file's
+    // directory a file's place by swapping the config for a directory of the same name.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
+        "{}",
+        session.screen()
+    );
+    session.send(ESC);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("settings not saved")),
+        "no sentence about the failed save:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).expect("still quits").success());
+}
