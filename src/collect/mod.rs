@@ -6,9 +6,14 @@
 //! in here is ever called from the UI task.
 
 pub mod agent;
+mod cgroup;
+mod container;
 pub(crate) mod gpu;
 pub(crate) mod host;
 pub(crate) mod nvml;
+mod oom_watch;
+mod placement;
+mod scheduler;
 mod xid;
 
 pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuLoader, GpuSource};

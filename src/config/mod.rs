@@ -7,8 +7,13 @@
 
 use serde::{Deserialize, Serialize};
 
+mod container;
 mod loading;
 mod validate;
+
+pub(crate) use container::{
+    CgroupMemoryConfig, CpuOversubscribedConfig, OomKilledConfig, ShmSmallConfig,
+};
 
 pub use loading::load;
 // Tests parse config text without a file; the program always goes through `load`.
@@ -63,6 +68,10 @@ pub struct RulesConfig {
     pub(crate) health: HealthConfig,
     pub(crate) wrong_gpu: WrongGpuConfig,
     pub(crate) training_stalled: TrainingStalledConfig,
+    pub(crate) cgroup_memory: CgroupMemoryConfig,
+    pub(crate) oom_killed: OomKilledConfig,
+    pub(crate) shm_small: ShmSmallConfig,
+    pub(crate) cpu_oversubscribed: CpuOversubscribedConfig,
 }
 
 /// `oom-risk`: memory near the GPU's total, and allocator OOMs.

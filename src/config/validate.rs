@@ -28,6 +28,11 @@ impl RulesConfig {
                 self.imbalance.memory_spread_fraction,
             ),
             ("swap.available_fraction", self.swap.available_fraction),
+            (
+                "cgroup_memory.memory_fraction",
+                self.cgroup_memory.memory_fraction,
+            ),
+            ("shm_small.full_fraction", self.shm_small.full_fraction),
         ];
         for (key, value) in fractions {
             if !(0.0..=1.0).contains(&value) {
@@ -84,6 +89,13 @@ impl RulesConfig {
                 self.training_stalled.min_seconds,
             ),
         ];
+        if !(0.0..=3600.0).contains(&self.oom_killed.hold_seconds) {
+            return Err(bad(
+                "oom_killed.hold_seconds",
+                self.oom_killed.hold_seconds,
+                "must be between 0 and 3600 seconds",
+            ));
+        }
         for (key, value) in windows {
             if !(0.0..=MAX_WINDOW_SECONDS).contains(&value) {
                 return Err(bad(key, value, "must be between 0 and 86400 seconds"));
@@ -117,6 +129,14 @@ impl RulesConfig {
             (
                 "training_stalled.step_time_factor",
                 self.training_stalled.step_time_factor,
+            ),
+            (
+                "shm_small.min_mib_per_worker",
+                self.shm_small.min_mib_per_worker,
+            ),
+            (
+                "cpu_oversubscribed.max_ratio",
+                self.cpu_oversubscribed.max_ratio,
             ),
         ];
         for (key, value) in non_negative {
