@@ -19,6 +19,7 @@ mod agent_and_rules_e2e;
 mod agent_python;
 mod attach_injector;
 mod cluster_prometheus;
+mod containers_e2e;
 mod grafana_dashboard;
 mod memsnap;
 mod once_fake_nvml;
