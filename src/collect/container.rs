@@ -166,8 +166,8 @@ fn read_shm(pid_dir: &Path) -> Option<ShmInfo> {
     if let Some(stats) = open_shm(pid_dir).and_then(|fd| fstatfs(fd).ok()) {
         if stats.filesystem_type() == TMPFS_MAGIC {
             let block = stats.block_size() as u64;
-            let total = (stats.blocks() as u64).saturating_mul(block);
-            let free = (stats.blocks_free() as u64).saturating_mul(block);
+            let total = stats.blocks().saturating_mul(block);
+            let free = stats.blocks_free().saturating_mul(block);
             return Some(ShmInfo {
                 size_bytes: Some(total),
                 used_bytes: Some(total.saturating_sub(free)),
@@ -280,6 +280,19 @@ mod tests {
         assert_eq!(shm.size_bytes, Some(64 << 20));
         assert_eq!(shm.used_bytes, None);
         assert_eq!(reader.of_process(43), None);
+    }
+
+    #[test]
+    fn a_symlink_in_the_process_tree_never_leads_onto_the_hosts_shm() {
+        // The process's /dev is a link to "/dev": followed from the host it would be the host's
+        // /dev, whose shm is a tmpfs mount; inside the process's root it is a loop.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("42/root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink("/dev", root.join("dev")).unwrap();
+        assert!(open_shm(&dir.path().join("42")).is_none());
+        let mut reader = ShmReader::new(dir.path().to_path_buf());
+        assert_eq!(reader.of_process(42), None);
     }
 
     #[test]

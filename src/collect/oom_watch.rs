@@ -111,11 +111,10 @@ impl OomWatch {
             }
         }
         self.host_kills = host_kills.or(self.host_kills);
-        while self
-            .events
-            .front()
-            .is_some_and(|e| !(now - e.unix_seconds <= KEEP_SECONDS))
-        {
+        while self.events.front().is_some_and(|e| {
+            let age = now - e.unix_seconds;
+            age.is_nan() || age > KEEP_SECONDS
+        }) {
             self.events.pop_front();
         }
         self.events.iter().cloned().collect()
