@@ -116,7 +116,8 @@ impl CgroupReader {
         }
         let v1 = |controller: &str, mount_dir: &str| {
             let path = groups.v1_path(controller)?;
-            cg::join_below(&self.mount.join(mount_dir), path)
+            // Distributions mount cpu alone or as "cpu,cpuacct": the one that is there.
+            cg::join_below(&self.mount.join(mount_dir), path).filter(|d| d.is_dir())
         };
         let path = groups
             .v1_path("memory")
@@ -220,5 +221,148 @@ impl CgroupReader {
         members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
         members.truncate(BIGGEST_KEPT);
         cgroup.biggest_members = members;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Limit;
+
+    const ID: &str = "3f2a1b9c0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+
+    fn write(root: &Path, path: &str, text: &str) {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn stat(pid: u32, ppid: u32, comm: &str, rss_pages: u64) -> String {
+        format!(
+            "{pid} ({comm}) S {ppid} {pid} {ppid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 1000 \
+             {rss_pages} 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0\n"
+        )
+    }
+
+    /// A cgroup v1 host (no cgroup.controllers at the mount) with a Docker container.
+    fn v1_tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let lines = format!(
+            "11:pids:/docker/{ID}\n6:cpu,cpuacct:/docker/{ID}\n5:memory:/docker/{ID}\n\
+             3:cpuset:/docker/{ID}\n1:name=systemd:/docker/{ID}\n"
+        );
+        for (pid, ppid, comm, pages) in [(7, 1, "python3", 2048), (8, 7, "pt_data_worker", 4096)] {
+            write(root, &format!("proc/{pid}/cgroup"), &lines);
+            write(
+                root,
+                &format!("proc/{pid}/stat"),
+                &stat(pid, ppid, comm, pages),
+            );
+        }
+        let memory = format!("sys/fs/cgroup/memory/docker/{ID}");
+        write(
+            root,
+            &format!("{memory}/memory.limit_in_bytes"),
+            "1073741824\n",
+        );
+        write(
+            root,
+            &format!("{memory}/memory.usage_in_bytes"),
+            "1000000000\n",
+        );
+        write(
+            root,
+            &format!("{memory}/memory.memsw.limit_in_bytes"),
+            "9223372036854771712\n",
+        );
+        write(
+            root,
+            &format!("{memory}/memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        );
+        write(root, &format!("{memory}/memory.failcnt"), "31\n");
+        write(root, &format!("{memory}/cgroup.procs"), "7\n8\n");
+        let cpu = format!("sys/fs/cgroup/cpu,cpuacct/docker/{ID}");
+        write(root, &format!("{cpu}/cpu.cfs_quota_us"), "200000\n");
+        write(root, &format!("{cpu}/cpu.cfs_period_us"), "100000\n");
+        write(
+            root,
+            &format!("sys/fs/cgroup/cpuset/docker/{ID}/cpuset.effective_cpus"),
+            "0-7\n",
+        );
+        write(
+            root,
+            &format!("sys/fs/cgroup/pids/docker/{ID}/pids.max"),
+            "max\n",
+        );
+        dir
+    }
+
+    fn reader(root: &Path) -> CgroupReader {
+        CgroupReader::new(root.join("proc"), root.join("sys/fs/cgroup"), 4096)
+    }
+
+    #[test]
+    fn v1_hierarchies_give_the_same_figures_as_v2() {
+        let dir = v1_tree();
+        let (cgroup, dirs) = reader(dir.path()).of_process(7).unwrap();
+        assert_eq!(cgroup.version, 1);
+        assert_eq!(cgroup.path, format!("/docker/{ID}"));
+        assert_eq!(cgroup.memory_max, Some(Limit::Value(1 << 30)));
+        assert_eq!(cgroup.memory_current_bytes, Some(1_000_000_000));
+        assert_eq!(cgroup.memory_swap_max, Some(Limit::Max));
+        assert_eq!(cgroup.oom_kills, Some(2));
+        assert_eq!(cgroup.memory_max_hits, Some(31));
+        assert_eq!(cgroup.allowed_cpus(), Some(2.0));
+        assert_eq!(cgroup.cpuset_count, Some(8));
+        assert_eq!(cgroup.pids_max, Some(Limit::Max));
+        assert_eq!(cgroup.container.as_ref().unwrap().runtime, "docker");
+        assert!(dirs.oom_file().unwrap().ends_with("memory.oom_control"));
+        // 93% of the limit: the members are listed, biggest first.
+        assert_eq!(cgroup.member_count, Some(2));
+        let biggest: Vec<(u32, u64)> = cgroup
+            .biggest_members
+            .iter()
+            .map(|m| (m.pid, m.rss_bytes))
+            .collect();
+        assert_eq!(biggest, [(8, 4096 * 4096), (7, 2048 * 4096)]);
+    }
+
+    #[test]
+    fn a_cgroup_is_read_once_per_refresh() {
+        let dir = v1_tree();
+        let mut reader = reader(dir.path());
+        let first = reader.of_process(7).unwrap().0;
+        let memory = dir.path().join(format!("sys/fs/cgroup/memory/docker/{ID}"));
+        std::fs::write(memory.join("memory.usage_in_bytes"), "5\n").unwrap();
+        assert_eq!(
+            reader.of_process(8).unwrap().0,
+            first,
+            "the same cgroup, this refresh"
+        );
+        reader.new_refresh();
+        let again = reader.of_process(8).unwrap().0;
+        assert_eq!(again.memory_current_bytes, Some(5));
+        assert_eq!(
+            again.member_count, None,
+            "far below the limit: members are not read"
+        );
+    }
+
+    #[test]
+    fn missing_files_are_none() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        write(dir.path(), "proc/9/cgroup", "0::/user.slice/x.scope\n");
+        std::fs::create_dir_all(dir.path().join("sys/fs/cgroup/user.slice/x.scope")).unwrap();
+        let (cgroup, _) = reader(dir.path()).of_process(9).unwrap();
+        assert_eq!(cgroup.version, 2);
+        assert_eq!(
+            (cgroup.memory_max, cgroup.cpu_max, cgroup.oom_kills),
+            (None, None, None)
+        );
+        assert_eq!(cgroup.label(), "x.scope");
+        assert!(reader(dir.path()).of_process(10).is_none());
     }
 }
