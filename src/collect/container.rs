@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
@@ -128,10 +129,16 @@ pub(crate) fn detect_own_container(fs_root: &Path, proc_root: &Path) -> Option<S
         })
 }
 
-/// The `/dev/shm` of processes, cached by mount namespace within one refresh.
+/// How long a size read from mountinfo is kept: a Kubernetes node's mountinfo can be a MiB,
+/// and a mount's size option does not change while it is mounted.
+const MOUNTINFO_KEEP: Duration = Duration::from_secs(30);
+
+/// The `/dev/shm` of processes, by mount namespace: a statfs reading for one refresh, a size
+/// from mountinfo for [`MOUNTINFO_KEEP`].
 pub(crate) struct ShmReader {
     proc_root: PathBuf,
     this_refresh: HashMap<String, Option<ShmInfo>>,
+    from_mountinfo: HashMap<String, (Instant, Option<ShmInfo>)>,
 }
 
 impl ShmReader {
@@ -139,11 +146,15 @@ impl ShmReader {
         ShmReader {
             proc_root,
             this_refresh: HashMap::new(),
+            from_mountinfo: HashMap::new(),
         }
     }
 
     pub(crate) fn new_refresh(&mut self) {
         self.this_refresh.clear();
+        let now = Instant::now();
+        self.from_mountinfo
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < MOUNTINFO_KEEP);
     }
 
     /// The size and use of `pid`'s `/dev/shm`; `None` when neither can be read.
@@ -156,13 +167,25 @@ impl ShmReader {
         if let Some(known) = self.this_refresh.get(&namespace) {
             return known.clone();
         }
-        let found = read_shm(&dir);
+        let found = match statfs_shm(&dir) {
+            Some(found) => Some(found),
+            None => match self.from_mountinfo.get(&namespace) {
+                Some((_, kept)) => kept.clone(),
+                None => {
+                    let read = mountinfo_shm(&dir);
+                    let kept = (Instant::now(), read.clone());
+                    self.from_mountinfo.insert(namespace.clone(), kept);
+                    read
+                }
+            },
+        };
         self.this_refresh.insert(namespace, found.clone());
         found
     }
 }
 
-fn read_shm(pid_dir: &Path) -> Option<ShmInfo> {
+/// Size and use from `fstatfs`, when `/dev/shm` is a tmpfs mount of its own.
+fn statfs_shm(pid_dir: &Path) -> Option<ShmInfo> {
     if let Some(stats) = open_shm(pid_dir).and_then(|fd| fstatfs(fd).ok()) {
         if stats.filesystem_type() == TMPFS_MAGIC {
             let block = stats.block_size() as u64;
@@ -174,6 +197,11 @@ fn read_shm(pid_dir: &Path) -> Option<ShmInfo> {
             });
         }
     }
+    None
+}
+
+/// The size from the `size=` option of `/dev/shm`'s line in /proc/PID/mountinfo.
+fn mountinfo_shm(pid_dir: &Path) -> Option<ShmInfo> {
     let mountinfo = cg::read_small_bounded(&pid_dir.join("mountinfo"), MOUNTINFO_BYTES)?;
     let (fstype, size) = cg::parse_shm_mount(&mountinfo)?;
     (fstype == "tmpfs" && size.is_some()).then_some(ShmInfo {

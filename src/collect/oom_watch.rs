@@ -43,15 +43,19 @@ pub(crate) struct OomWatch {
 }
 
 impl OomWatch {
-    /// What the last join saw: the cgroups' counters and the processes.
+    /// What the last join saw: the cgroups' counters and the processes. A cgroup already
+    /// watched keeps the count of the last [`OomWatch::sample`], so that a kill between that
+    /// sample and this join is still seen as a rise at the next one.
     pub(crate) fn remember(
         &mut self,
         cgroups: impl IntoIterator<Item = (PathBuf, String, String, u64)>,
         seen: Vec<Seen>,
     ) {
+        let before = std::mem::take(&mut self.cgroups);
         self.cgroups = cgroups
             .into_iter()
             .map(|(file, path, label, kills)| {
+                let kills = before.get(&file).map_or(kills, |old| old.kills);
                 let counter = Counter {
                     file: file.clone(),
                     path,
@@ -202,9 +206,24 @@ mod tests {
         let events = watch.sample(&proc_root, Some(8), 2.0);
         assert_eq!(events.len(), 2);
         assert_eq!((events[1].cgroup.as_ref(), events[1].kills), (None, 2));
+        // A kill between a sample and the next join is not lost: the join's newer count does
+        // not replace the sampled one.
+        std::fs::write(&events_file, "oom 2\noom_kill 2\n").unwrap();
+        watch.remember(
+            [(
+                events_file.clone(),
+                "/docker/x".into(),
+                "docker x".into(),
+                2,
+            )],
+            vec![],
+        );
+        let events = watch.sample(&proc_root, Some(9), 3.0);
+        assert_eq!(events.len(), 3, "{events:#?}");
+        assert_eq!(events[2].cgroup.as_deref(), Some("/docker/x"));
         // An hour later they are forgotten.
         assert!(watch
-            .sample(&proc_root, Some(8), 2.0 + KEEP_SECONDS + 1.0)
+            .sample(&proc_root, Some(9), 3.0 + KEEP_SECONDS + 1.0)
             .is_empty());
     }
 }

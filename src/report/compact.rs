@@ -6,6 +6,8 @@
 //!   after that only its key and the fields that changed since the previous line (a field that
 //!   became null is written as `null`). A missing field means "as before".
 //! - `running_seconds` of a process is written only the first time (add the time since).
+//! - A process's `cgroup` object, once written, likewise lists only the fields that changed
+//!   (its memory use moves every refresh; its path and limits seldom do).
 //! - Elsewhere (driver, host, jobs) `null` fields are left out.
 //! - A warning is written in full the first time it appears (a new id, subject, severity or
 //!   `since`); after that only `id`, `severity`, `subject`, `group` and `since`, with
@@ -24,6 +26,9 @@ const WARNING_KEPT: &[&str] = &["id", "severity", "subject", "group", "since"];
 
 /// Fields written only the first time their row is listed.
 const FIRST_ONLY: &[&str] = &["running_seconds"];
+
+/// Object fields of a row that, after their first time, list only their changed fields.
+const NESTED_CHANGES: &[&str] = &["cgroup"];
 
 /// What the lines written so far have said.
 #[derive(Debug, Default)]
@@ -100,6 +105,13 @@ fn changes(
                         || (!FIRST_ONLY.contains(&k.as_str())
                             && previous.get(k).unwrap_or(&Value::Null) != v)
                 });
+                for name in NESTED_CHANGES {
+                    let was = previous.get(*name).and_then(Value::as_object);
+                    let is = object.get_mut(*name).and_then(Value::as_object_mut);
+                    if let (Some(was), Some(is)) = (was, is) {
+                        is.retain(|k, v| was.get(k).unwrap_or(&Value::Null) != v);
+                    }
+                }
             }
         }
         now.insert(key, current);
@@ -183,6 +195,28 @@ mod tests {
             third["warnings"][0]["message"], "a long sentence",
             "a new since"
         );
+    }
+
+    #[test]
+    fn a_cgroup_lists_only_its_changed_fields_after_the_first_line() {
+        let mut compactor = Compactor::default();
+        let with_memory = |bytes: u64| {
+            let mut snap = snapshot("t0");
+            snap.processes[0].cgroup = Some(crate::model::Cgroup {
+                path: "/docker/x".into(),
+                memory_current_bytes: Some(bytes),
+                ..Default::default()
+            });
+            snap
+        };
+        let first: Value = serde_json::from_str(&compactor.line(&with_memory(1))).unwrap();
+        assert_eq!(first["processes"][0]["cgroup"]["path"], "/docker/x");
+        let second: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
+        let cgroup = second["processes"][0]["cgroup"].as_object().unwrap();
+        assert_eq!(cgroup.len(), 1, "{cgroup:?}");
+        assert_eq!(cgroup["memory_current_bytes"], 2);
+        let third: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
+        assert!(third["processes"][0].get("cgroup").is_none());
     }
 
     /// A reader that applies each line's changes to what it has gets every row as it is.

@@ -133,12 +133,7 @@ fn biggest_members(cgroup: &Cgroup, processes: &[&GpuProcess]) -> String {
         .biggest_members
         .iter()
         .map(|m| {
-            let mut text = format!(
-                "pid {} {} {}",
-                m.pid,
-                crate::format::escape(&m.comm),
-                fmt_bytes(m.rss_bytes as f64)
-            );
+            let mut text = format!("pid {} {} {}", m.pid, m.comm, fmt_bytes(m.rss_bytes as f64));
             let parent_holds_gpu = processes.iter().any(|p| p.pid == m.ppid);
             if parent_holds_gpu {
                 text.push_str(&format!(" (DataLoader worker of {})", m.ppid));

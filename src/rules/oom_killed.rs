@@ -69,14 +69,7 @@ fn killed(inputs: &Inputs, event: &OomKillEvent, total: u64) -> Warning {
     let gone: Vec<String> = event
         .vanished
         .iter()
-        .map(|v| {
-            format!(
-                "pid {} {} ({})",
-                v.pid,
-                crate::format::escape(&v.comm),
-                fmt_opt_bytes(v.rss_bytes)
-            )
-        })
+        .map(|v| format!("pid {} {} ({})", v.pid, v.comm, fmt_opt_bytes(v.rss_bytes)))
         .collect();
     if gone.is_empty() {
         message.push_str("; no GPU process or worker vanished");
