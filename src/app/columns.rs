@@ -30,6 +30,10 @@ pub(crate) enum Column {
     Start,
     /// rank/world of a torch process.
     Rank,
+    /// The container, pod, Slurm job or cgroup of a GPU process (`Cgroup::label`). Hidden by
+    /// default: not in [`ORDER`], for the column chooser to offer.
+    #[allow(dead_code)]
+    Container,
     /// The command line; takes the room the others leave.
     Command,
 }
@@ -96,6 +100,7 @@ impl Column {
             Column::Time => "TIME",
             Column::Start => "START",
             Column::Rank => "RANK",
+            Column::Container => "CONTAINER",
             Column::Command => "COMMAND",
         }
     }
@@ -110,6 +115,7 @@ impl Column {
             Column::Cpu | Column::GpuMemoryPercent | Column::Start => 6,
             Column::Rss => 7,
             Column::Rank | Column::HostMemoryPercent => 5,
+            Column::Container => 18,
             Column::Command => 0,
         }
     }
@@ -129,7 +135,7 @@ impl Column {
             Column::Rss | Column::HostMemoryPercent => SortKey::Rss,
             Column::Time | Column::Start => SortKey::Time,
             Column::Command => SortKey::Command,
-            Column::Kind | Column::Rank | Column::State => return None,
+            Column::Kind | Column::Rank | Column::State | Column::Container => return None,
         })
     }
 
@@ -146,7 +152,7 @@ impl Column {
     pub(crate) fn right_aligned(self) -> bool {
         !matches!(
             self,
-            Column::User | Column::Kind | Column::State | Column::Command
+            Column::User | Column::Kind | Column::State | Column::Container | Column::Command
         )
     }
 }

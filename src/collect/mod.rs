@@ -7,9 +7,14 @@
 
 pub mod agent;
 pub(crate) mod amd;
+mod cgroup;
+mod container;
 pub(crate) mod gpu;
 pub(crate) mod host;
 pub(crate) mod nvml;
+mod oom_watch;
+mod placement;
+mod scheduler;
 mod xid;
 
 pub use gpu::{DeviceError, DeviceReader, DeviceReading, GpuLoader, GpuSource};

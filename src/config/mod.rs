@@ -7,11 +7,15 @@
 
 use serde::{Deserialize, Serialize};
 
+mod container;
 mod loading;
 mod ui;
 mod units;
 mod validate;
 
+pub(crate) use container::{
+    CgroupMemoryConfig, CpuOversubscribedConfig, OomKilledConfig, ShmSmallConfig,
+};
 pub(crate) use units::{Fraction, NonNegative, Percent, Seconds};
 
 pub use loading::load;
@@ -79,6 +83,10 @@ pub struct RulesConfig {
     pub(crate) health: HealthConfig,
     pub(crate) wrong_gpu: WrongGpuConfig,
     pub(crate) training_stalled: TrainingStalledConfig,
+    pub(crate) cgroup_memory: CgroupMemoryConfig,
+    pub(crate) oom_killed: OomKilledConfig,
+    pub(crate) shm_small: ShmSmallConfig,
+    pub(crate) cpu_oversubscribed: CpuOversubscribedConfig,
 }
 
 /// `oom-risk`: memory near the GPU's total, and allocator OOMs.

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::OomKillEvent;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct MemoryInfo {
     pub total_bytes: Option<u64>,
@@ -40,4 +42,16 @@ pub struct HostSnapshot {
     pub cpu_count: Option<u32>,
     pub load: Option<LoadAverage>,
     pub uptime_seconds: Option<f64>,
+    /// `oom_kill` of /proc/vmstat: the OOM killer's kills since boot (kernel 4.13+).
+    #[serde(default)]
+    pub oom_kill_count: Option<u64>,
+    /// The OOM kills seen in this monitor's last hour (host-wide or in a GPU process's
+    /// cgroup), oldest first, bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oom_kills: Vec<OomKillEvent>,
+    /// The container runtime torchtop itself runs in (`docker`, `podman`, `kubernetes`,
+    /// `containerd`, `lxc`, ...), `None` on the host. NVML then reports host pids, which this
+    /// /proc does not show.
+    #[serde(default)]
+    pub container: Option<String>,
 }

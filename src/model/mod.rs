@@ -2,6 +2,7 @@
 //! the rules and `--once` read. Nothing here does I/O. Every value a source may fail to report
 //! is an `Option`; `None` is shown as N/A and serialized as JSON `null`, never as 0.
 
+pub mod cgroup;
 pub mod detail;
 pub(crate) mod filter;
 pub mod gpu;
@@ -17,6 +18,10 @@ pub mod torch;
 pub(crate) mod tree;
 pub mod warning;
 
+pub use cgroup::{
+    Cgroup, CgroupMember, ContainerRef, CpuMax, Limit, OomKillEvent, PodRef, ShmInfo, SlurmTask,
+    VanishedProcess,
+};
 pub use detail::{ChildProcess, ProcessDetail};
 pub use gpu::{DriverInfo, GpuSample, GpuState, GpuVendor, Implausible, MigDevice};
 pub(crate) use history::History;

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::{Cgroup, ShmInfo, SlurmTask};
 use super::torch::TorchInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +65,20 @@ pub struct GpuProcess {
     /// [`NO_GPU`]. JSON says so with `"gpu": null`.
     #[serde(skip)]
     pub no_gpu: bool,
+    /// Its control group and limits; `None` where /proc/PID/cgroup is unreadable.
+    #[serde(default)]
+    pub cgroup: Option<Cgroup>,
+    /// Its `/dev/shm`, read for processes with children (DataLoader workers).
+    #[serde(default)]
+    pub shm: Option<ShmInfo>,
+    /// Its Slurm task, from SLURM_* in its environment or its cgroup path.
+    #[serde(default)]
+    pub slurm: Option<SlurmTask>,
+    /// Its pid in each nested pid namespace, outermost (this /proc's) first, from the NSpid
+    /// line of /proc/PID/status; listed only when it has more than one (a containerized
+    /// process: the last is the pid `ps` shows inside its container).
+    #[serde(default)]
+    pub ns_pids: Option<Vec<u32>>,
 }
 
 impl GpuProcess {
@@ -91,6 +106,10 @@ impl GpuProcess {
             env: None,
             torch: None,
             no_gpu: false,
+            cgroup: None,
+            shm: None,
+            slurm: None,
+            ns_pids: None,
         }
     }
 
@@ -166,6 +185,27 @@ pub struct LaunchEnv {
     pub rocr_visible_devices: Option<String>,
     #[serde(default)]
     pub hip_visible_devices: Option<String>,
+    /// SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, SLURM_JOB_USER.
+    #[serde(default)]
+    pub slurm_job_id: Option<String>,
+    #[serde(default)]
+    pub slurm_step_id: Option<String>,
+    #[serde(default)]
+    pub slurm_procid: Option<u32>,
+    #[serde(default)]
+    pub slurm_localid: Option<u32>,
+    #[serde(default)]
+    pub slurm_ntasks: Option<u32>,
+    #[serde(default)]
+    pub slurm_job_user: Option<String>,
+    /// POD_NAME (set by a Downward API field) and HOSTNAME (a pod's name in Kubernetes).
+    #[serde(default)]
+    pub pod_name: Option<String>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// OMP_NUM_THREADS: torch's intra-op threads (its default is the host's cores).
+    #[serde(default)]
+    pub omp_num_threads: Option<u32>,
 }
 
 /// Any host process, as the tree view and the job grouping see it.

@@ -6,6 +6,10 @@
 //!   after that only its key and the fields that changed since the previous line (a field that
 //!   became null is written as `null`). A missing field means "as before".
 //! - `running_seconds` of a process is written only the first time (add the time since).
+//! - A process's `cgroup` object, once written, likewise lists only the fields that changed
+//!   (its path and limits seldom do); its `memory_current_bytes`, which moves with the page
+//!   cache every refresh, is written again only once it has moved by 1% or more from the
+//!   figure last written.
 //! - Elsewhere (driver, host, jobs) `null` fields are left out.
 //! - A warning is written in full the first time it appears (a new id, subject, severity or
 //!   `since`); after that only `id`, `severity`, `subject`, `group` and `since`, with
@@ -24,6 +28,9 @@ const WARNING_KEPT: &[&str] = &["id", "severity", "subject", "group", "since"];
 
 /// Fields written only the first time their row is listed.
 const FIRST_ONLY: &[&str] = &["running_seconds"];
+
+/// Object fields of a row that, after their first time, list only their changed fields.
+const NESTED_CHANGES: &[&str] = &["cgroup"];
 
 /// What the lines written so far have said.
 #[derive(Debug, Default)]
@@ -88,7 +95,7 @@ fn changes(
             .iter()
             .map(|k| object.get(*k).and_then(Value::as_u64).unwrap_or(u64::MAX))
             .collect();
-        let current = object.clone();
+        let mut current = object.clone();
         match before.get(&key) {
             None => {
                 object.retain(|_, v| !v.is_null());
@@ -100,11 +107,46 @@ fn changes(
                         || (!FIRST_ONLY.contains(&k.as_str())
                             && previous.get(k).unwrap_or(&Value::Null) != v)
                 });
+                for name in NESTED_CHANGES {
+                    let was = previous.get(*name).and_then(Value::as_object);
+                    let is = object.get_mut(*name).and_then(Value::as_object_mut);
+                    if let (Some(was), Some(is)) = (was, is) {
+                        is.retain(|k, v| was.get(k).unwrap_or(&Value::Null) != v);
+                        hold_small_moves(was, is, &mut current, name);
+                        if is.is_empty() {
+                            object.remove(*name);
+                        }
+                    }
+                }
             }
         }
         now.insert(key, current);
     }
     now
+}
+
+/// Leaves out a cgroup's memory use that moved by less than 1% since it was last written,
+/// and keeps the written figure as the baseline in `current`, so the error never accumulates.
+fn hold_small_moves(
+    was: &Map<String, Value>,
+    is: &mut Map<String, Value>,
+    current: &mut Map<String, Value>,
+    name: &str,
+) {
+    const FIELD: &str = "memory_current_bytes";
+    let (Some(old), Some(new)) = (
+        was.get(FIELD).and_then(Value::as_u64),
+        is.get(FIELD).and_then(Value::as_u64),
+    ) else {
+        return;
+    };
+    if old.abs_diff(new) < old / 100 {
+        is.remove(FIELD);
+        let baseline = current.get_mut(name).and_then(Value::as_object_mut);
+        if let Some(baseline) = baseline {
+            baseline.insert(FIELD.into(), Value::from(old));
+        }
+    }
 }
 
 fn array<'a>(doc: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -183,6 +225,35 @@ mod tests {
             third["warnings"][0]["message"], "a long sentence",
             "a new since"
         );
+    }
+
+    #[test]
+    fn a_cgroup_lists_only_its_changed_fields_after_the_first_line() {
+        let mut compactor = Compactor::default();
+        let with_memory = |bytes: u64| {
+            let mut snap = snapshot("t0");
+            snap.processes[0].cgroup = Some(crate::model::Cgroup {
+                path: "/docker/x".into(),
+                memory_current_bytes: Some(bytes),
+                ..Default::default()
+            });
+            snap
+        };
+        let first: Value = serde_json::from_str(&compactor.line(&with_memory(1))).unwrap();
+        assert_eq!(first["processes"][0]["cgroup"]["path"], "/docker/x");
+        let second: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
+        let cgroup = second["processes"][0]["cgroup"].as_object().unwrap();
+        assert_eq!(cgroup.len(), 1, "{cgroup:?}");
+        assert_eq!(cgroup["memory_current_bytes"], 2);
+        let third: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
+        assert!(third["processes"][0].get("cgroup").is_none());
+        // Moves under 1% of the written figure wait until they add up to 1%.
+        let mut written = Vec::new();
+        for bytes in [1000, 1005, 1009, 1011, 1012] {
+            let line: Value = serde_json::from_str(&compactor.line(&with_memory(bytes))).unwrap();
+            written.push(line["processes"][0]["cgroup"]["memory_current_bytes"].as_u64());
+        }
+        assert_eq!(written, [Some(1000), None, None, Some(1011), None]);
     }
 
     /// A reader that applies each line's changes to what it has gets every row as it is.

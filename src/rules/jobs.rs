@@ -2,9 +2,12 @@
 //!
 //! A process belongs to a job when it knows its rank or a world size above one (from its
 //! agent's hello, else from RANK / WORLD_SIZE in its environment). Processes share a job when
-//! they share, in this order of preference: a TORCHELASTIC_RUN_ID (other than torchrun's
-//! default "none"), a MASTER_ADDR:MASTER_PORT, or a parent process (mp.spawn and launchers that
-//! set the rendezvous in code). A job needs at least two processes.
+//! they share, in this order of preference: a Slurm job (SLURM_JOB_ID, or the job of its
+//! Slurm cgroup), a TORCHELASTIC_RUN_ID (other than torchrun's default "none"), a
+//! MASTER_ADDR:MASTER_PORT (which also joins the pods of a Kubernetes PyTorchJob), or a parent
+//! process (mp.spawn and launchers that set the rendezvous in code). Under `srun` without a
+//! launcher, SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS stand in for the rank, local rank and
+//! world size. A job needs at least two processes.
 
 use std::collections::BTreeMap;
 
@@ -47,16 +50,22 @@ fn distinct_pids(ranks: &[JobRank]) -> usize {
 pub(crate) fn job_rank(process: &GpuProcess) -> JobRank {
     let torch = process.torch.as_ref();
     let env = process.env.as_ref();
+    let slurm = process.slurm.as_ref();
     JobRank {
         pid: process.pid,
         gpu: process.gpu,
-        rank: torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank)),
+        rank: torch
+            .and_then(|t| t.rank)
+            .or(env.and_then(|e| e.rank))
+            .or(slurm.and_then(|s| s.proc_id)),
         local_rank: torch
             .and_then(|t| t.local_rank)
-            .or(env.and_then(|e| e.local_rank)),
+            .or(env.and_then(|e| e.local_rank))
+            .or(slurm.and_then(|s| s.local_id)),
         world_size: torch
             .and_then(|t| t.world_size)
-            .or(env.and_then(|e| e.world_size)),
+            .or(env.and_then(|e| e.world_size))
+            .or(slurm.and_then(|s| s.ntasks)),
     }
 }
 
@@ -67,6 +76,9 @@ pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
     let distributed = identity.rank.is_some() || identity.world_size.is_some_and(|w| w > 1);
     if !distributed {
         return None;
+    }
+    if let Some(slurm) = &process.slurm {
+        return Some(format!("slurm job {}", slurm.job_id));
     }
     let env = process.env.as_ref();
     let non_empty = |v: &Option<String>| {
@@ -164,6 +176,28 @@ mod tests {
             jobs[0].ranks.iter().map(|r| r.pid).collect::<Vec<_>>(),
             [32, 31]
         );
+    }
+
+    #[test]
+    fn srun_tasks_group_by_slurm_job_with_their_task_ranks() {
+        let task = |pid: u32, procid: u32| {
+            let mut p = process(pid, procid, 1 << 30);
+            p.slurm = Some(crate::model::SlurmTask {
+                job_id: "4242".into(),
+                proc_id: Some(procid),
+                local_id: Some(procid),
+                ntasks: Some(2),
+                ..Default::default()
+            });
+            p
+        };
+        let jobs = group_jobs(&[task(51, 1), task(50, 0)]);
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].id, "slurm job 4242");
+        let ranks: Vec<(u32, Option<u32>)> =
+            jobs[0].ranks.iter().map(|r| (r.pid, r.rank)).collect();
+        assert_eq!(ranks, [(50, Some(0)), (51, Some(1))]);
+        assert_eq!(jobs[0].ranks[0].world_size, Some(2));
     }
 
     #[test]

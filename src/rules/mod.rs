@@ -8,9 +8,9 @@
 //! the same warnings.
 //!
 //! Rule ids: `gpu-lost`, `gpu-unresponsive`, `driver-missing`, `ecc`, `training-stalled`,
-//! `wrong-gpu`, `oom-risk`, `leak`, `fragmentation`, `zombie-memory`, `swap`, `imbalance`,
-//! `throttle`, `gpu-starved`, `oom`: the order of [`IMPACT`], which sorts warnings of one
-//! severity.
+//! `wrong-gpu`, `oom`, `oom-killed`, `oom-risk`, `cgroup-memory`, `leak`, `fragmentation`,
+//! `zombie-memory`, `swap`, `shm-small`, `imbalance`, `throttle`, `cpu-oversubscribed`,
+//! `gpu-starved`: the order of [`IMPACT`], which sorts warnings of one severity.
 //! Each process warning gets a `job` evidence row when its process is a rank of a job, else a
 //! `gpu` row (its lowest GPU) when it has none: [`Warning::group`] groups on them.
 //!
@@ -20,6 +20,8 @@
 //! - `GpuSample::throttle_reasons` holds the names in
 //!   [`THROTTLE_REASON_NAMES`](crate::config::THROTTLE_REASON_NAMES).
 
+mod cgroup_memory;
+mod cpu_oversubscribed;
 mod ecc;
 mod fragmentation;
 mod gpu_starved;
@@ -28,7 +30,9 @@ mod imbalance;
 pub(crate) mod jobs;
 mod leak;
 mod oom;
+mod oom_killed;
 mod oom_risk;
+mod shm_small;
 mod swap;
 mod throttle;
 pub(crate) mod training;
@@ -71,13 +75,17 @@ pub(crate) const IMPACT: &[&str] = &[
     training_stalled::ID,
     wrong_gpu::ID,
     oom::ID,
+    oom_killed::ID,
     oom_risk::ID,
+    cgroup_memory::ID,
     leak::ID,
     fragmentation::ID,
     zombie_memory::ID,
     swap::ID,
+    shm_small::ID,
     imbalance::ID,
     throttle::ID,
+    cpu_oversubscribed::ID,
     gpu_starved::ID,
 ];
 
@@ -281,6 +289,21 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
     }
     if config.ecc.enabled {
         found.extend(ecc::check(inputs, &config.ecc));
+    }
+    if config.cgroup_memory.enabled {
+        found.extend(cgroup_memory::check(inputs, &config.cgroup_memory));
+    }
+    if config.oom_killed.enabled {
+        found.extend(oom_killed::check(inputs, &config.oom_killed));
+    }
+    if config.shm_small.enabled {
+        found.extend(shm_small::check(inputs, &config.shm_small));
+    }
+    if config.cpu_oversubscribed.enabled {
+        found.extend(cpu_oversubscribed::check(
+            inputs,
+            &config.cpu_oversubscribed,
+        ));
     }
     found
 }

@@ -16,7 +16,7 @@ mod gpus;
 
 mod detail;
 mod memory;
-pub(crate) mod torch_join;
+mod torch_join;
 mod vendors;
 
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +49,8 @@ pub struct SamplerConfig {
     /// How often the GPU count is asked again (GPUs can appear and disappear).
     pub(crate) recount_every: Duration,
     pub(crate) proc_root: PathBuf,
+    /// Where `/sys/fs/cgroup` and the container marker files are: `/`, or `TORCHTOP_FS_ROOT`.
+    pub(crate) fs_root: PathBuf,
     /// The library the loader will try, for messages while it is still loading.
     pub(crate) library_label: String,
     /// Thresholds and windows of the warning rules.
@@ -80,12 +82,21 @@ pub(crate) enum SamplerRequest {
 
 impl SamplerConfig {
     pub fn for_interval(interval: Duration, library_label: String) -> Self {
+        // TORCHTOP_FS_ROOT is for tests: /proc, /sys/fs/cgroup and /.dockerenv are read below
+        // this directory instead of /, to run the binary against fixture trees. It only changes
+        // what is shown and warned about: the actions (signals, renice, attach) always read
+        // the real /proc and check the target's identity there, and nothing under this root is
+        // written, executed or loaded. Whoever sets root's environment has easier ways in.
+        let fs_root = std::env::var_os("TORCHTOP_FS_ROOT")
+            .filter(|root| !root.is_empty())
+            .map_or_else(|| PathBuf::from("/"), PathBuf::from);
         SamplerConfig {
             interval,
             stale_after: Duration::from_secs(3),
             gpu_wait: (interval / 2).min(Duration::from_millis(500)),
             recount_every: Duration::from_secs(5),
-            proc_root: PathBuf::from("/proc"),
+            proc_root: fs_root.join("proc"),
+            fs_root,
             library_label,
             rules: RulesConfig::default(),
             agent_dir: crate::protocol::default_socket_dir(),
@@ -130,7 +141,7 @@ impl Sampler {
             config.gpu_wait / 2,
             config.recount_every,
         );
-        let host = HostCollector::new(config.proc_root.clone());
+        let host = HostCollector::with_fs_root(config.proc_root.clone(), config.fs_root.clone());
         let rules = Engine::new(config.rules.clone());
         let agents = AgentHub::new(config.agent_dir.clone());
         Sampler {
@@ -186,7 +197,7 @@ impl Sampler {
         snapshot.host = host;
         snapshot.gpus = self.gpus.gpu_samples(Instant::now());
         let mut agent_only = join_torch(&mut processes, torch, &snapshot.gpus, &mut self.churn);
-        self.host.join_processes(&mut agent_only);
+        self.host.join_more_processes(&mut agent_only);
         snapshot.jobs = group_jobs(&processes);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;

@@ -21,7 +21,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         (true, None) => format!("{} GPUs", snapshot.gpus.len()),
         (false, _) => "no NVML".to_string(),
     };
-    let fields = [
+    let mut fields = vec![
         format::text(snapshot.host.hostname.as_deref()),
         format!("driver {}", format::text(driver.driver_version.as_deref())),
         format!("CUDA {}", format::text(driver.cuda_version.as_deref())),
@@ -32,6 +32,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             app.delay_seconds
         ),
     ];
+    if snapshot.host.container.is_some() {
+        fields.push(CONTAINER_NOTE.to_string());
+    }
     let clock_text = clock_text(snapshot, app.utc);
     let badge = app
         .badge
@@ -73,6 +76,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     );
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
+
+/// Shown where torchtop runs in a container: NVML lists host pids, which its /proc lacks.
+const CONTAINER_NOTE: &str =
+    "inside a container: GPU processes of other containers show without host details";
 
 /// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
 /// (`TZ`, or the system's).

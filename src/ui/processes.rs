@@ -201,6 +201,13 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
             }),
         Column::Time => format::opt_duration(row.running_seconds()),
         Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
+        Column::Container => row
+            .gpus
+            .iter()
+            .find_map(|g| g.cgroup.as_ref())
+            .map_or(NA.to_string(), |c| {
+                format::truncate(&format::escape(&c.label()), 18)
+            }),
         Column::Command => command_text(row, app.view.command_scroll),
     }
 }

@@ -76,13 +76,17 @@ fn job_app() -> App {
             })
             .collect();
         let mut processes = processes;
-        // The sampler's own join maps each torch device to its GPU and fills in the headroom.
-        let torch = processes
-            .iter()
-            .filter_map(|p| Some((p.pid, p.torch.clone()?)))
-            .collect();
-        let mut churn = crate::sampler::torch_join::Churn::default();
-        crate::sampler::torch_join::join_torch(&mut processes, &torch, &gpus, &mut churn);
+        // As the sampler's torch join leaves them: each rank's cuda:0 is its own GPU, with that
+        // GPU's total and what NVML says is left of it.
+        for p in &mut processes {
+            let gpu = gpus.iter().find(|g| g.index == p.gpu);
+            for device in p.torch.iter_mut().flat_map(|t| t.devices.iter_mut()) {
+                device.gpu = Some(p.gpu);
+                device.device_total_bytes = gpu.and_then(|g| g.memory_total_bytes);
+                device.headroom_bytes = gpu
+                    .and_then(|g| Some(g.memory_total_bytes?.saturating_sub(g.memory_used_bytes?)));
+            }
+        }
         let mut snapshot = snapshot_with(gpus, processes);
         snapshot.host.hostname = Some("trainbox-07".to_string());
         snapshot.jobs = crate::rules::group_jobs(&snapshot.processes);

@@ -66,6 +66,7 @@ fn host() -> HostSnapshot {
             fifteen: 70.0,
         }),
         uptime_seconds: Some(9.0 * 86_400.0 + 4.0 * 3600.0),
+        ..Default::default()
     }
 }
 

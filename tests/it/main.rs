@@ -20,6 +20,7 @@ mod agent_python;
 mod amd_node;
 mod attach_injector;
 mod cluster_prometheus;
+mod containers_e2e;
 mod grafana_dashboard;
 mod json_contract;
 mod memsnap;

@@ -186,6 +186,15 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
             "MASTER_ADDR" => env.master_addr = text(),
             "MASTER_PORT" => env.master_port = text(),
             "PYTORCH_CUDA_ALLOC_CONF" => env.pytorch_cuda_alloc_conf = text(),
+            "SLURM_JOB_ID" => env.slurm_job_id = text(),
+            "SLURM_STEP_ID" => env.slurm_step_id = text(),
+            "SLURM_PROCID" => env.slurm_procid = number(),
+            "SLURM_LOCALID" => env.slurm_localid = number(),
+            "SLURM_NTASKS" => env.slurm_ntasks = number(),
+            "SLURM_JOB_USER" => env.slurm_job_user = text(),
+            "POD_NAME" => env.pod_name = text(),
+            "HOSTNAME" => env.hostname = text(),
+            "OMP_NUM_THREADS" => env.omp_num_threads = number(),
             _ => {}
         }
     }

@@ -1,0 +1,165 @@
+//! Where the GPU processes run below the host, joined onto their rows once per refresh: their
+//! cgroup and limits ([`super::cgroup`]), container or pod ([`super::container`]), Slurm task
+//! ([`super::scheduler`]), `/dev/shm`, nested pids (NSpid), and the OOM kills seen
+//! ([`super::oom_watch`]); and on the host snapshot, the container torchtop itself runs in.
+//!
+//! Roots: the proc root (`/proc`) and the file system root (`/`, for `/sys/fs/cgroup`,
+//! `/.dockerenv` and `/run/.containerenv`); tests point both at fixture trees.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::model::{GpuProcess, HostSnapshot, ProcessKind};
+use crate::sys::cgroup as cg;
+use crate::sys::proc as procfs;
+
+use super::cgroup::CgroupReader;
+use super::container::{detect_own_container, ShmReader};
+use super::oom_watch::{OomWatch, Seen};
+use super::scheduler::{name_pod, slurm_task};
+
+/// Whether a join starts a new refresh, or adds rows to the one just joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refresh {
+    New,
+    Same,
+}
+
+pub(crate) struct Placement {
+    proc_root: PathBuf,
+    fs_root: PathBuf,
+    cgroups: CgroupReader,
+    shm: ShmReader,
+    oom: OomWatch,
+    /// `Some(None)`: looked, not in a container.
+    own_container: Option<Option<String>>,
+    /// NSpid by (pid, start ticks), read once per process.
+    ns_pids: HashMap<(u32, u64), Option<Vec<u32>>>,
+}
+
+impl Placement {
+    pub(crate) fn new(proc_root: PathBuf, fs_root: PathBuf, page_size: u64) -> Self {
+        let mount = fs_root.join("sys/fs/cgroup");
+        Placement {
+            cgroups: CgroupReader::new(proc_root.clone(), mount, page_size),
+            shm: ShmReader::new(proc_root.clone()),
+            proc_root,
+            fs_root,
+            oom: OomWatch::default(),
+            own_container: None,
+            ns_pids: HashMap::new(),
+        }
+    }
+
+    /// The host's OOM-kill count, the kills seen, and torchtop's own container.
+    pub(crate) fn sample_host(&mut self, host: &mut HostSnapshot) {
+        let (proc_root, fs_root) = (&self.proc_root, &self.fs_root);
+        host.container = self
+            .own_container
+            .get_or_insert_with(|| detect_own_container(fs_root, proc_root))
+            .clone();
+        host.oom_kill_count = cg::read_small_bounded(&proc_root.join("vmstat"), 64 << 10)
+            .and_then(|t| cg::keyed_value(&t, "oom_kill"));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        host.oom_kills = self.oom.sample(&self.proc_root, host.oom_kill_count, now);
+    }
+
+    /// Fills each visible row's cgroup, Slurm task, `/dev/shm` (rows with children) and
+    /// nested pids; `children` are the rows' children seen this refresh, watched for OOM kills.
+    pub(crate) fn join(&mut self, rows: &mut [GpuProcess], children: Vec<Seen>, refresh: Refresh) {
+        if refresh == Refresh::New {
+            self.cgroups.new_refresh();
+            self.shm.new_refresh();
+        }
+        let mut watched = HashMap::new();
+        let mut seen = children;
+        let mut done: HashMap<u32, usize> = HashMap::new();
+        let mut live_ids = Vec::new();
+        for i in 0..rows.len() {
+            if let Some(&first) = done.get(&rows[i].pid) {
+                let (cgroup, shm, slurm, ns) = {
+                    let r = &rows[first];
+                    (
+                        r.cgroup.clone(),
+                        r.shm.clone(),
+                        r.slurm.clone(),
+                        r.ns_pids.clone(),
+                    )
+                };
+                let row = &mut rows[i];
+                (row.cgroup, row.shm, row.slurm, row.ns_pids) = (cgroup, shm, slurm, ns);
+                continue;
+            }
+            done.insert(rows[i].pid, i);
+            let row = &mut rows[i];
+            row.cgroup = None;
+            row.shm = None;
+            row.slurm = None;
+            row.ns_pids = None;
+            let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
+                continue;
+            };
+            if let Some((mut cgroup, dirs)) = self.cgroups.of_process(row.pid) {
+                name_pod(&mut cgroup, row.env.as_ref());
+                if let (Some(file), Some(kills)) = (dirs.oom_file(), cgroup.oom_kills) {
+                    watched.insert(file, (cgroup.path.clone(), cgroup.label(), kills));
+                }
+                row.cgroup = Some(cgroup);
+            }
+            row.slurm = slurm_task(row.env.as_ref(), row.cgroup.as_ref());
+            if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
+                row.shm = self.shm.of_process(row.pid);
+            }
+            row.ns_pids = self.nested_pids(row.pid, start_ticks);
+            live_ids.push((row.pid, start_ticks));
+            seen.push(Seen {
+                pid: row.pid,
+                start_ticks,
+                comm: row
+                    .command
+                    .as_deref()
+                    .map(short_command)
+                    .unwrap_or_default(),
+                rss_bytes: row.rss_bytes,
+            });
+        }
+        let watched = watched
+            .into_iter()
+            .map(|(file, (path, label, kills))| (file, path, label, kills));
+        match refresh {
+            Refresh::New => {
+                self.ns_pids.retain(|id, _| live_ids.contains(id));
+                self.oom.remember(watched, seen);
+            }
+            Refresh::Same => self.oom.remember_more(watched, seen),
+        }
+    }
+
+    fn nested_pids(&mut self, pid: u32, start_ticks: u64) -> Option<Vec<u32>> {
+        let proc_root = self.proc_root.as_path();
+        self.ns_pids
+            .entry((pid, start_ticks))
+            .or_insert_with(|| read_nested_pids(proc_root, pid))
+            .clone()
+    }
+}
+
+/// NSpid of /proc/PID/status when it lists more than this namespace's pid.
+fn read_nested_pids(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
+    let status = cg::read_small(&procfs::pid_dir(proc_root, pid).join("status"))?;
+    cg::parse_nspid(&status).filter(|pids| pids.len() > 1)
+}
+
+/// The program's base name from a command line, as `comm` would show it.
+fn short_command(command: &str) -> String {
+    let program = command.split_whitespace().next().unwrap_or_default();
+    program
+        .rsplit('/')
+        .next()
+        .unwrap_or(program)
+        .chars()
+        .take(32)
+        .collect()
+}

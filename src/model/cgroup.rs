@@ -1,0 +1,215 @@
+//! Where a process runs below the host: its control group and the limits it sets, the container
+//! or Kubernetes pod it belongs to, its Slurm job, its `/dev/shm`, and the OOM kills seen in
+//! its group. The collectors in `crate::collect` fill these in; the rules read them.
+
+use serde::{Deserialize, Serialize};
+
+/// A cgroup limit: a number, or `max` (no limit). JSON: the number, or the string `"max"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "LimitRepr", into = "LimitRepr")]
+pub enum Limit {
+    Max,
+    Value(u64),
+}
+
+impl Limit {
+    /// The number, `None` for `max`.
+    pub fn value(self) -> Option<u64> {
+        match self {
+            Limit::Max => None,
+            Limit::Value(v) => Some(v),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum LimitRepr {
+    Value(u64),
+    Text(String),
+}
+
+impl From<LimitRepr> for Limit {
+    fn from(repr: LimitRepr) -> Self {
+        match repr {
+            LimitRepr::Value(v) => Limit::Value(v),
+            LimitRepr::Text(_) => Limit::Max,
+        }
+    }
+}
+
+impl From<Limit> for LimitRepr {
+    fn from(limit: Limit) -> Self {
+        match limit {
+            Limit::Max => LimitRepr::Text("max".to_string()),
+            Limit::Value(v) => LimitRepr::Value(v),
+        }
+    }
+}
+
+/// `cpu.max` (v2) or `cpu.cfs_quota_us` / `cpu.cfs_period_us` (v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuMax {
+    /// Microseconds of CPU time per period; `None` for `max` (no quota).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+}
+
+impl CpuMax {
+    /// The CPUs the quota allows (quota / period); `None` without a quota.
+    pub fn cpus(&self) -> Option<f64> {
+        let quota = self.quota_us?;
+        (self.period_us > 0).then(|| quota as f64 / self.period_us as f64)
+    }
+}
+
+/// A container runtime's scope, named from the cgroup path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRef {
+    /// `docker`, `containerd`, `cri-o`, `podman` or `libpod`.
+    pub runtime: String,
+    /// The container id (64 hex digits for Docker and containerd).
+    pub id: String,
+}
+
+/// A Kubernetes pod, from the kubelet's cgroup path and, where readable, the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    pub uid: String,
+    /// `guaranteed`, `burstable` or `besteffort`.
+    pub qos: Option<String>,
+    /// POD_NAME, else HOSTNAME (which Kubernetes sets to the pod name), where environ is readable.
+    pub name: Option<String>,
+}
+
+/// One process of a cgroup, for naming the biggest members of a cgroup near its limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupMember {
+    pub pid: u32,
+    /// The short name from /proc/PID/stat.
+    pub comm: String,
+    pub ppid: u32,
+    pub rss_bytes: u64,
+}
+
+/// A process's cgroup (v2 unified, or the v1 memory, cpu, cpuset and pids hierarchies) and its
+/// limits. Every figure is `None` where its file is missing or unreadable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Cgroup {
+    /// The path as /proc/PID/cgroup gives it (relative to the reader's cgroup namespace).
+    pub path: String,
+    /// 2 for the unified hierarchy, 1 for the legacy one (the memory controller's path).
+    pub version: u8,
+    pub memory_max: Option<Limit>,
+    pub memory_current_bytes: Option<u64>,
+    pub memory_swap_max: Option<Limit>,
+    /// `oom_kill` of memory.events (v2) or memory.oom_control (v1, kernel 4.13+).
+    pub oom_kills: Option<u64>,
+    /// `max` of memory.events: how often usage hit memory.max (v1: memory.failcnt).
+    pub memory_max_hits: Option<u64>,
+    pub cpu_max: Option<CpuMax>,
+    /// cpuset.cpus.effective (v1: cpuset.effective_cpus), as the kernel lists it: "0-7,16".
+    pub cpuset_cpus: Option<String>,
+    /// How many CPUs that list names.
+    pub cpuset_count: Option<u32>,
+    pub pids_max: Option<Limit>,
+    pub container: Option<ContainerRef>,
+    pub pod: Option<PodRef>,
+    /// The Slurm job whose cgroup this is (`/slurm/uid_U/job_J/step_S`).
+    pub slurm_job: Option<String>,
+    pub slurm_step: Option<String>,
+    /// How many processes cgroup.procs lists; read only while memory is near its limit.
+    pub member_count: Option<u32>,
+    /// The biggest members by RSS, largest first (at most a few); read with `member_count`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub biggest_members: Vec<CgroupMember>,
+}
+
+impl Cgroup {
+    /// memory.current over memory.max, when both are known and there is a limit.
+    pub fn memory_fraction(&self) -> Option<f64> {
+        let max = self.memory_max?.value().filter(|m| *m > 0)?;
+        Some(self.memory_current_bytes? as f64 / max as f64)
+    }
+
+    /// The CPUs the cgroup lets its processes use: the smaller of the quota and the cpuset.
+    pub fn allowed_cpus(&self) -> Option<f64> {
+        let quota = self.cpu_max.and_then(|c| c.cpus());
+        let cpuset = self.cpuset_count.map(f64::from);
+        match (quota, cpuset) {
+            (Some(q), Some(c)) => Some(q.min(c)),
+            (q, c) => q.or(c),
+        }
+    }
+
+    /// What the cgroup is, shortly: "docker 3f2a1b9c0d4e", "pod 7c1e... (burstable)",
+    /// "slurm job 4242", else the path's last component.
+    pub fn label(&self) -> String {
+        if let Some(pod) = &self.pod {
+            let name = pod.name.clone().unwrap_or_else(|| short_id(&pod.uid));
+            return match &pod.qos {
+                Some(qos) => format!("pod {name} ({qos})"),
+                None => format!("pod {name}"),
+            };
+        }
+        if let Some(container) = &self.container {
+            return format!("{} {}", container.runtime, short_id(&container.id));
+        }
+        if let Some(job) = &self.slurm_job {
+            return format!("slurm job {job}");
+        }
+        let last = self.path.rsplit('/').find(|c| !c.is_empty());
+        last.unwrap_or("/").to_string()
+    }
+}
+
+/// The first 12 characters of an id, as `docker ps` shows it.
+fn short_id(id: &str) -> String {
+    id.chars().take(12).collect()
+}
+
+/// The process's `/dev/shm`, as seen through /proc/PID/root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmInfo {
+    pub size_bytes: Option<u64>,
+    /// `None` where only the mount options were readable (no statfs of the mount itself).
+    pub used_bytes: Option<u64>,
+}
+
+/// A Slurm job step's task, from SLURM_* in the environment or the cgroup path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SlurmTask {
+    pub job_id: String,
+    pub step: Option<String>,
+    /// SLURM_PROCID: the task's rank in the step.
+    pub proc_id: Option<u32>,
+    /// SLURM_LOCALID: its rank on this node.
+    pub local_id: Option<u32>,
+    /// SLURM_NTASKS: the tasks of the step.
+    pub ntasks: Option<u32>,
+    pub user: Option<String>,
+}
+
+/// A process that was there at the previous sample and is gone, named in `oom-killed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VanishedProcess {
+    pub pid: u32,
+    pub comm: String,
+    pub rss_bytes: Option<u64>,
+}
+
+/// The kernel's OOM killer ran: `oom_kill` rose in a cgroup of a GPU process, or in
+/// /proc/vmstat for the whole host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomKillEvent {
+    /// When torchtop saw the counter rise, seconds since the epoch.
+    pub unix_seconds: f64,
+    /// The cgroup's path, or `None` for the host's counter.
+    pub cgroup: Option<String>,
+    /// The cgroup's label ([`Cgroup::label`]), or `None` for the host.
+    pub label: Option<String>,
+    /// How many kills since the previous sample.
+    pub kills: u64,
+    /// The GPU processes and their children that vanished at that sample, biggest first.
+    pub vanished: Vec<VanishedProcess>,
+}

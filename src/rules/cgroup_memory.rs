@@ -1,0 +1,223 @@
+//! `cgroup-memory`: a training process's cgroup (its container, pod or Slurm job) uses most of
+//! its memory limit. Past memory.max the kernel's OOM killer picks a process in the cgroup,
+//! most often a DataLoader worker ("DataLoader worker (pid X) is killed by signal: Killed").
+//!
+//! The GPU processes are grouped by cgroup path, so a container of eight ranks gets one
+//! warning: about its job when all its ranks are one job's, else its lowest pid. The message
+//! names the biggest members (the collector lists them from this share of the limit on),
+//! marking the children of GPU processes as DataLoader workers.
+
+use std::collections::BTreeMap;
+
+use crate::config::CgroupMemoryConfig;
+use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity, Subject, Warning};
+
+use super::training::is_training;
+use super::{fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, warning, Inputs};
+
+pub(crate) const ID: &str = "cgroup-memory";
+
+const REMEDY: &str = "Give the job more memory or use less: raise the limit (docker run \
+--memory, Kubernetes resources.limits.memory, Slurm --mem, systemd MemoryMax=), or use fewer or \
+lighter DataLoader workers (each holds its own copy of the dataset object), a smaller \
+prefetch_factor, and data loaded lazily or memory-mapped instead of held in lists. At the limit \
+the kernel kills a process in the group, usually a DataLoader worker.";
+
+pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning> {
+    let snapshot = inputs.snapshot;
+    let mut groups: BTreeMap<&str, Vec<&GpuProcess>> = BTreeMap::new();
+    for process in &snapshot.processes {
+        let Some(cgroup) = process.cgroup.as_ref() else {
+            continue;
+        };
+        if process.visible && process.kind != ProcessKind::Graphics && is_job_process(process) {
+            groups
+                .entry(cgroup.path.as_str())
+                .or_default()
+                .push(process);
+        }
+    }
+    groups
+        .into_values()
+        .filter_map(|members| near_limit(inputs, &members, config))
+        .collect()
+}
+
+/// Training processes, and any GPU process with children (DataLoader workers).
+pub(super) fn is_job_process(process: &GpuProcess) -> bool {
+    is_training(process) || process.children_count.is_some_and(|n| n > 0)
+}
+
+fn near_limit(
+    inputs: &Inputs,
+    processes: &[&GpuProcess],
+    config: &CgroupMemoryConfig,
+) -> Option<Warning> {
+    let cgroup = processes.first()?.cgroup.as_ref()?;
+    let share = cgroup.memory_fraction()?;
+    if share < config.memory_fraction.get() {
+        return None;
+    }
+    let subject = subject_of(inputs, processes);
+    let mut message = format!(
+        "The {} of {} uses {} of its {} memory limit ({})",
+        kind_of(cgroup),
+        cgroup.label(),
+        fmt_opt_bytes(cgroup.memory_current_bytes),
+        fmt_opt_bytes(cgroup.memory_max.and_then(|m| m.value())),
+        fmt_percent(share * 100.0),
+    );
+    let biggest = biggest_members(cgroup, processes);
+    if !biggest.is_empty() {
+        message.push_str(&format!("; biggest: {biggest}"));
+    }
+    let evidence = vec![
+        ("cgroup", cgroup.path.clone()),
+        ("memory.current", fmt_opt_bytes(cgroup.memory_current_bytes)),
+        (
+            "memory.max",
+            fmt_opt_bytes(cgroup.memory_max.and_then(|m| m.value())),
+        ),
+        ("share", fmt_percent(share * 100.0)),
+        (
+            "memory.swap.max",
+            match cgroup.memory_swap_max {
+                Some(crate::model::Limit::Max) => "max".to_string(),
+                other => fmt_opt_bytes(other.and_then(|m| m.value())),
+            },
+        ),
+        ("limit hits", fmt_opt(cgroup.memory_max_hits)),
+        ("oom kills", fmt_opt(cgroup.oom_kills)),
+        ("processes", fmt_opt(cgroup.member_count)),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        subject,
+        message,
+        evidence,
+        REMEDY,
+    ))
+}
+
+/// "container", "pod", "Slurm job" or "cgroup".
+pub(super) fn kind_of(cgroup: &Cgroup) -> &'static str {
+    if cgroup.pod.is_some() {
+        "pod"
+    } else if cgroup.container.is_some() {
+        "container"
+    } else if cgroup.slurm_job.is_some() {
+        "Slurm job"
+    } else {
+        "cgroup"
+    }
+}
+
+/// The job all `processes` are ranks of, else the lowest pid.
+pub(super) fn subject_of(inputs: &Inputs, processes: &[&GpuProcess]) -> Subject {
+    let jobs = &inputs.snapshot.jobs;
+    let job_of = |pid: u32| jobs.iter().find(|j| j.ranks.iter().any(|r| r.pid == pid));
+    let first_job = processes.first().and_then(|p| job_of(p.pid));
+    if let Some(job) = first_job {
+        if processes.iter().all(|p| job_of(p.pid) == Some(job)) {
+            return Subject::Job { id: job.id.clone() };
+        }
+    }
+    let pid = processes.iter().map(|p| p.pid).min().unwrap_or_default();
+    Subject::Process { pid }
+}
+
+/// "pid 1000 python3 3.0GiB, pid 1004 pt_data_worker 1.2GiB (DataLoader worker of 1000)".
+fn biggest_members(cgroup: &Cgroup, processes: &[&GpuProcess]) -> String {
+    let words: Vec<String> = cgroup
+        .biggest_members
+        .iter()
+        .map(|m| {
+            let mut text = format!("pid {} {} {}", m.pid, m.comm, fmt_bytes(m.rss_bytes as f64));
+            let parent_holds_gpu = processes.iter().any(|p| p.pid == m.ppid);
+            if parent_holds_gpu {
+                text.push_str(&format!(" (DataLoader worker of {})", m.ppid));
+            }
+            text
+        })
+        .collect();
+    words.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{Cgroup, CgroupMember, ContainerRef, Limit, Snapshot, Subject};
+    use crate::rules::testkit::*;
+
+    pub(crate) fn container(current: u64, max: u64) -> Cgroup {
+        Cgroup {
+            path: "/system.slice/docker-3f2a1b9c0d4e.scope".into(),
+            version: 2,
+            memory_max: Some(Limit::Value(max)),
+            memory_current_bytes: Some(current),
+            container: Some(ContainerRef {
+                runtime: "docker".into(),
+                id: "3f2a1b9c0d4e5f60".into(),
+            }),
+            biggest_members: vec![
+                CgroupMember {
+                    pid: 40,
+                    comm: "python3".into(),
+                    ppid: 1,
+                    rss_bytes: 3 * GIB,
+                },
+                CgroupMember {
+                    pid: 41,
+                    comm: "pt_data_worker".into(),
+                    ppid: 40,
+                    rss_bytes: GIB,
+                },
+            ],
+            member_count: Some(9),
+            ..Default::default()
+        }
+    }
+
+    fn job(current: u64) -> impl Fn(u32) -> Snapshot {
+        move |step| {
+            let mut snap = at(step);
+            let mut p = process(40, 0, 10 * GIB);
+            p.children_count = Some(8);
+            p.cgroup = Some(container(current, 8 * GIB));
+            snap.processes = vec![p];
+            snap
+        }
+    }
+
+    #[test]
+    fn a_container_near_its_limit_names_its_biggest_members() {
+        let warnings = replay_default(0, job(15 * GIB / 2));
+        let w = find(&warnings, "cgroup-memory", &Subject::Process { pid: 40 });
+        assert!(
+            w.message
+                .contains("container of docker 3f2a1b9c0d4e uses 7.5GiB of its 8.0GiB"),
+            "{}",
+            w.message
+        );
+        assert!(w.message.contains("(94%)"), "{}", w.message);
+        assert!(
+            w.message
+                .contains("pid 41 pt_data_worker 1.0GiB (DataLoader worker of 40)"),
+            "{}",
+            w.message
+        );
+        assert_eq!(evidence(w, "processes"), "9");
+        assert!(w.remedy.contains("--memory"));
+    }
+
+    #[test]
+    fn below_the_share_or_without_a_limit_is_quiet() {
+        assert!(with_id(&replay_default(0, job(6 * GIB)), "cgroup-memory").is_empty());
+        let unlimited = |step| {
+            let mut snap = job(7 * GIB)(step);
+            snap.processes[0].cgroup.as_mut().unwrap().memory_max = Some(Limit::Max);
+            snap
+        };
+        assert!(with_id(&replay_default(0, unlimited), "cgroup-memory").is_empty());
+    }
+}
