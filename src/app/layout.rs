@@ -11,11 +11,12 @@
 //! +--------------------------------------------------------------+
 //! | header: host, driver, time                                    |  1 row
 //! +--------------------------------------------------------------+
-//! | GPUs: one line each (+ detail lines when rows are left)       |
+//! | GPUs: one line each, MIG instances below their GPU            |
+//! |   (+ detail lines: `f` first, `a` when rows are left, `c` no) |
 //! +--------------------------------------------------------------+
 //! | history sparklines (optional)                                 |
 //! +-------------------+------------------------------------------+
-//! | balance bars      | host: CPU, memory, swap, load             |  5 rows
+//! | balance bars      | host: CPU, memory, swap, load             |  5 rows (F2 hides)
 //! +-------------------+------------------------------------------+
 //! | jobs (optional, one line per job)                             |
 //! | warnings (optional)                                           |
