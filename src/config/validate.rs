@@ -146,23 +146,6 @@ impl RulesConfig {
         }
         Ok(())
     }
-
-    /// The longest window any rule looks back over, in seconds.
-    pub(crate) fn longest_window_seconds(&self) -> f64 {
-        [
-            self.oom_risk.oom_window_seconds,
-            self.fragmentation.retries_window_seconds,
-            self.leak.window_seconds,
-            self.gpu_starved.window_seconds,
-            self.imbalance.window_seconds,
-            self.swap.window_seconds,
-            self.zombie_memory.min_seconds,
-            self.ecc.window_seconds,
-        ]
-        .into_iter()
-        .filter(|s| s.is_finite())
-        .fold(0.0, f64::max)
-    }
 }
 
 fn bad(key: &str, value: f64, rule: &str) -> (String, String) {
