@@ -522,6 +522,35 @@ fn sixteen_gpus_list_a_thousand_processes() {
     assert_eq!(listed, pids);
 }
 
+/// Past 1,024 processes: a 64-GPU machine with 4,096 processes, and one GPU with 2,048 of
+/// them in a single list, each listed once with its utilization sample.
+#[test]
+fn lists_past_a_thousand_and_twenty_four_processes() {
+    let _guard = serialized();
+    for (gpus, count) in [(64u32, 4096u32), (1, 2048)] {
+        let pids: Vec<u32> = (0..count).map(|n| 100_000 + n).collect();
+        let text = fill_pids(&many_gpus_scenario(gpus as usize, count as usize), &pids);
+        let scenario = ScenarioFile::new(&text);
+        let nvml = init(&scenario);
+        assert_eq!(nvml.device_count().unwrap(), gpus);
+        let mut listed = Vec::new();
+        for index in 0..gpus {
+            let device = nvml.device_by_index(index).unwrap();
+            let processes = device.running_compute_processes().unwrap();
+            assert_eq!(
+                processes.len() as u32,
+                count / gpus,
+                "GPU {index} of {gpus}"
+            );
+            let samples = device.process_utilization_stats(0).unwrap();
+            assert_eq!(samples.len(), processes.len(), "GPU {index} of {gpus}");
+            listed.extend(processes.iter().map(|p| p.pid));
+        }
+        listed.sort_unstable();
+        assert_eq!(listed, pids, "{gpus} GPUs");
+    }
+}
+
 #[test]
 fn process_list_changes_between_calls() {
     let _guard = serialized();

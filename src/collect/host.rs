@@ -274,7 +274,9 @@ impl HostCollector {
             .stat_files
             .read(&self.root, pid)
             .map_err(|_| Vanished)?;
-        let identity = self.identity(&stat, true, now)?.clone();
+        // Cached here, borrowed below: cloning the whole identity each tick cost an allocation
+        // per string per process.
+        self.identity(&stat, true, now)?;
         let cpu_percent = self.cpu_percent(&stat, now);
         let (children_count, children_cpu_percent) = match self.child_pids(pid, now) {
             Some(children) => {
@@ -283,6 +285,7 @@ impl HostCollector {
             }
             None => (None, None),
         };
+        let identity = self.identities.get(&pid).ok_or(Vanished)?;
         let started = stat.start_ticks as f64 / self.clock_ticks as f64;
         Ok(JoinedProcess {
             uid: identity.uid,
@@ -298,7 +301,7 @@ impl HostCollector {
                 .map(|up| round_to_ticks((up - started).max(0.0), self.clock_ticks)),
             nice: stat.nice,
             state: stat.state,
-            env: identity.env.flatten(),
+            env: identity.env.clone().flatten(),
             children_count,
             children_cpu_percent,
         })

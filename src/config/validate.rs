@@ -1,7 +1,7 @@
 //! The checks a value's type cannot make on its own (fractions, percentages, windows and sizes
 //! check themselves as they are read: see `units`), each failure naming its full key.
 
-use super::{RulesConfig, Seconds, THROTTLE_REASON_NAMES};
+use super::{RulesConfig, THROTTLE_REASON_NAMES};
 
 impl RulesConfig {
     /// Checks value ranges; on failure, the full key and what is wrong with it.
@@ -37,22 +37,5 @@ impl RulesConfig {
             ));
         }
         Ok(())
-    }
-
-    /// The longest window any rule looks back over, in seconds.
-    pub(crate) fn longest_window_seconds(&self) -> f64 {
-        [
-            self.oom_risk.oom_window_seconds,
-            self.fragmentation.retries_window_seconds,
-            self.leak.window_seconds,
-            self.gpu_starved.window_seconds,
-            self.imbalance.window_seconds,
-            self.swap.window_seconds,
-            self.zombie_memory.min_seconds,
-            self.ecc.window_seconds,
-        ]
-        .into_iter()
-        .map(Seconds::get)
-        .fold(0.0, f64::max)
     }
 }

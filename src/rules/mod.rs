@@ -48,6 +48,7 @@ mod testkit;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) use crate::config::RulesConfig;
+use crate::config::Seconds;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, GpuVendor, Snapshot, Subject, Warning,
     GPU_EVIDENCE, JOB_EVIDENCE,
@@ -94,11 +95,47 @@ pub(crate) fn impact_rank(id: &str) -> usize {
     IMPACT.iter().position(|i| *i == id).unwrap_or(IMPACT.len())
 }
 
+/// How long each kind of window keeps its points: the longest span any rule reads of it. One
+/// horizon for all (the ECC rule's 600 s) kept every process's points ten times longer than
+/// any process rule reads them: about 100 KB per GPU process at 1 Hz.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Horizons {
+    /// Read by ecc and gpu-starved.
+    gpus: f64,
+    /// Read by gpu-starved, imbalance, leak and zombie-memory.
+    processes: f64,
+    /// Read by leak, fragmentation and oom-risk.
+    allocators: f64,
+    /// Read by swap.
+    host: f64,
+}
+
+impl Horizons {
+    fn of(config: &RulesConfig) -> Self {
+        let longest = |spans: &[Seconds]| spans.iter().map(|s| s.get()).fold(0.0, f64::max);
+        Horizons {
+            gpus: longest(&[config.ecc.window_seconds, config.gpu_starved.window_seconds]),
+            processes: longest(&[
+                config.gpu_starved.window_seconds,
+                config.imbalance.window_seconds,
+                config.leak.window_seconds,
+                config.zombie_memory.min_seconds,
+            ]),
+            allocators: longest(&[
+                config.leak.window_seconds,
+                config.fragmentation.retries_window_seconds,
+                config.oom_risk.oom_window_seconds,
+            ]),
+            host: longest(&[config.swap.window_seconds]),
+        }
+    }
+}
+
 /// The warnings engine: owns the windows and the first-seen times.
 #[derive(Debug, Clone)]
 pub(crate) struct Engine {
     config: RulesConfig,
-    keep_seconds: f64,
+    keep: Horizons,
     gpus: BTreeMap<u32, Window<GpuPoint>>,
     processes: BTreeMap<(u32, u32), Tracked<ProcPoint>>,
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
@@ -109,10 +146,9 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn new(config: RulesConfig) -> Self {
-        let keep_seconds = config.longest_window_seconds();
         Engine {
+            keep: Horizons::of(&config),
             config,
-            keep_seconds,
             gpus: BTreeMap::new(),
             processes: BTreeMap::new(),
             allocators: BTreeMap::new(),
@@ -142,7 +178,7 @@ impl Engine {
 
     fn record(&mut self, snapshot: &Snapshot) {
         let t = snapshot.unix_seconds;
-        let keep = self.keep_seconds;
+        let keep = self.keep;
         for gpu in &snapshot.gpus {
             let point = GpuPoint {
                 utilization_percent: gpu.utilization_percent,
@@ -150,7 +186,10 @@ impl Engine {
                 ecc_corrected: gpu.ecc_volatile_corrected,
                 ecc_uncorrected: gpu.ecc_volatile_uncorrected,
             };
-            self.gpus.entry(gpu.index).or_default().push(t, point, keep);
+            self.gpus
+                .entry(gpu.index)
+                .or_default()
+                .push(t, point, keep.gpus);
         }
         self.gpus.retain(|index, _| snapshot.gpu(*index).is_some());
 
@@ -162,7 +201,7 @@ impl Engine {
                 self.processes
                     .entry((process.pid, process.gpu))
                     .or_default()
-                    .push(process.start_ticks, t, point, keep);
+                    .push(process.start_ticks, t, point, keep.processes);
             }
             let devices = process.torch.iter().flat_map(|torch| &torch.devices);
             for device in devices {
@@ -170,7 +209,7 @@ impl Engine {
                     self.allocators
                         .entry((process.pid, device.index))
                         .or_default()
-                        .push(process.start_ticks, t, alloc_point(device), keep);
+                        .push(process.start_ticks, t, alloc_point(device), keep.allocators);
                 }
             }
         }
@@ -184,7 +223,7 @@ impl Engine {
             memory_available_bytes: host.memory.available_bytes,
             memory_total_bytes: host.memory.total_bytes,
         };
-        self.host.push(t, point, keep);
+        self.host.push(t, point, keep.host);
         training_stalled::record(&mut self.steps, snapshot);
     }
 

@@ -178,3 +178,26 @@ fn a_disabled_rule_stays_quiet() {
     snap.gpus = vec![gpu(0, 79 * GIB, 80 * GIB, 90)];
     assert!(engine.evaluate(&snap).is_empty());
 }
+
+#[test]
+fn each_kind_of_window_keeps_only_what_its_rules_read() {
+    let mut engine = Engine::new(RulesConfig::default());
+    for t in 0..700 {
+        let mut snap = snapshot(f64::from(t));
+        snap.gpus = vec![gpu(0, GIB, 80 * GIB, 50)];
+        snap.processes.push(process(7, 0, GIB));
+        engine.evaluate(&snap);
+    }
+    let config = RulesConfig::default();
+    // The ECC rule reads 600 s of every GPU; no process rule reads more than the leak
+    // window (120 s), so a process keeps that and one point before it.
+    assert!(engine.gpus[&0]
+        .covering(config.ecc.window_seconds.get())
+        .is_some());
+    let kept = engine.processes[&(7, 0)].window.points.len();
+    assert_eq!(kept as f64, config.leak.window_seconds.get() + 1.0);
+    assert!(engine.processes[&(7, 0)]
+        .window
+        .covering(config.gpu_starved.window_seconds.get())
+        .is_some());
+}

@@ -1,5 +1,6 @@
-//! One GPU worker thread: it reads, in turn, every GPU it owns, and reports each reading as soon
-//! as it has it. A GPU is owned through its [`GpuCell`]: the pool hands a GPU to another worker
+//! One GPU worker thread: it reads, in turn, every GPU it owns, posts each reading in the GPU's
+//! cell as soon as it has it, and sends one message when the round is over, so that the
+//! sampler wakes once a round, not once a GPU. A GPU is owned through its [`GpuCell`]: the pool hands a GPU to another worker
 //! by changing the cell's owner (only while no worker is inside the cell's reader), and a worker
 //! forgets every GPU it no longer owns the next time it comes to it. So a worker that hangs in
 //! one GPU's call holds only that GPU; the pool gives the others to a fresh worker.
@@ -14,11 +15,15 @@ use crate::collect::{DeviceError, DeviceReader, DeviceReading};
 /// The owner of a GPU that no worker reads (lost, or gone from the count).
 pub(super) const NOBODY: u64 = u64::MAX;
 
-/// One GPU's reader and the worker that owns it.
+/// A reading and when it was taken.
+pub(super) type Posted = (Result<DeviceReading, DeviceError>, Instant);
+
+/// One GPU's reader, the worker that owns it, and its latest reading not yet taken.
 pub(super) struct GpuCell {
     pub(super) index: u32,
     owner: AtomicU64,
     reader: Mutex<Box<dyn DeviceReader>>,
+    posted: Mutex<Option<Posted>>,
 }
 
 impl GpuCell {
@@ -27,6 +32,7 @@ impl GpuCell {
             index,
             owner: AtomicU64::new(NOBODY),
             reader: Mutex::new(reader),
+            posted: Mutex::new(None),
         })
     }
 
@@ -56,6 +62,18 @@ impl GpuCell {
     fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceReader>> {
         self.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Takes the reading posted since the last take, if any.
+    pub(super) fn take_posted(&self) -> Option<Posted> {
+        self.posted.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Called with the reader locked: a worker reads a GPU only while it owns it, and a GPU
+    /// changes owner only under that lock, so a newer reading never precedes an older one.
+    fn post(&self, reading: Result<DeviceReading, DeviceError>) {
+        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
+        *posted = Some((reading, Instant::now()));
+    }
 }
 
 /// What the pool asks of a worker.
@@ -66,17 +84,10 @@ pub(super) enum Command {
     Adopt(Arc<GpuCell>),
 }
 
-/// What a worker tells the pool.
-// A reading goes by value: boxing it would cost an allocation per GPU per round.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum WorkerMessage {
-    Reading {
-        worker: u64,
-        index: u32,
-        reading: Result<DeviceReading, DeviceError>,
-    },
-    /// The round asked by the last [`Command::Read`] is over.
-    Done { worker: u64 },
+/// What a worker tells the pool: the round asked by the last [`Command::Read`] is over (its
+/// readings are posted in the GPUs' cells).
+pub(super) struct Done {
+    pub(super) worker: u64,
 }
 
 /// Which GPU a worker is reading, and since when: what tells the pool that a call overruns.
@@ -127,7 +138,7 @@ impl Progress {
 pub(super) fn run(
     id: u64,
     commands: Receiver<Command>,
-    messages: Sender<WorkerMessage>,
+    messages: Sender<Done>,
     progress: Arc<Progress>,
 ) {
     let mut cells: Vec<Arc<GpuCell>> = Vec::new();
@@ -147,7 +158,7 @@ pub(super) fn run(
 fn read_round(
     id: u64,
     cells: &mut Vec<Arc<GpuCell>>,
-    messages: &Sender<WorkerMessage>,
+    messages: &Sender<Done>,
     progress: &Progress,
 ) -> bool {
     cells.retain(|cell| cell.owner() == id);
@@ -160,15 +171,7 @@ fn read_round(
         progress.begin(cell.index);
         let reading = reader.read();
         progress.end();
-        drop(reader);
-        let message = WorkerMessage::Reading {
-            worker: id,
-            index: cell.index,
-            reading,
-        };
-        if messages.send(message).is_err() {
-            return false;
-        }
+        cell.post(reading);
     }
-    messages.send(WorkerMessage::Done { worker: id }).is_ok()
+    messages.send(Done { worker: id }).is_ok()
 }

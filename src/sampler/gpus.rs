@@ -1,44 +1,30 @@
-//! The GPU worker pool: one *driver* thread loads the GPU library (nvmlInit can take seconds)
-//! and answers GPU-count requests; one *shared* worker thread reads every healthy GPU in turn.
+//! The GPU worker pool: one *driver* thread loads the GPU library and answers GPU-count
+//! requests ([`driver`]); one *shared* worker thread reads every healthy GPU in turn.
 //! When one GPU's call overruns the call deadline, the worker that is stuck in it keeps only
 //! that GPU, and a fresh shared worker takes the others at once, so a hung GPU delays nobody
 //! after its first overrun: the tick's deadline passes and the GPU is published as stale with
 //! its last figures. Once the GPU answers promptly again for a few rounds, it is folded back
 //! into the shared worker and its own worker ends. Stuck threads are never joined: the process
-//! exits around them.
+//! exits around them. What each GPU last said, and how it is published, is in [`slot`].
+
+mod driver;
+mod slot;
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::gpu_worker::{self, Command, GpuCell, Progress, WorkerMessage};
-use crate::collect::{DeviceError, DeviceReading, GpuLoader, GpuSource};
-use crate::model::{DriverInfo, GpuProcess, GpuSample, GpuState};
+use super::gpu_worker::{self, Command, Done, GpuCell, Progress};
+use crate::collect::{GpuLoader, GpuSource};
+use crate::model::DriverInfo;
+use driver::{run_driver_thread, DriverEvent};
+use slot::Slot;
 
 /// Prompt rounds (answered before the tick's deadline) after which a GPU on a worker of its
 /// own goes back to the shared worker.
 const FOLD_BACK_AFTER: u32 = 3;
-
-/// Messages from the driver thread.
-enum DriverEvent {
-    Loaded {
-        source: Arc<dyn GpuSource>,
-        count: Result<u32, String>,
-    },
-    Count(Result<u32, String>),
-}
-
-/// The sampler's view of one GPU.
-struct Slot {
-    cell: Arc<GpuCell>,
-    created: Instant,
-    last_reading: Option<DeviceReading>,
-    last_ok: Option<Instant>,
-    lost: Option<String>,
-    last_error: Option<String>,
-}
 
 /// The sampler's view of one worker thread.
 struct Worker {
@@ -64,8 +50,8 @@ pub(crate) struct GpuPool {
     workers: BTreeMap<u64, Worker>,
     /// The worker of the healthy GPUs.
     shared: Option<u64>,
-    messages_tx: Sender<WorkerMessage>,
-    messages_rx: Receiver<WorkerMessage>,
+    messages_tx: Sender<Done>,
+    messages_rx: Receiver<Done>,
     next_worker: u64,
     /// Counts requests, so that a late answer is told from a prompt one.
     round: u64,
@@ -118,71 +104,6 @@ impl GpuPool {
         }
     }
 
-    /// Waits until the GPU library is loaded or `deadline` passes.
-    pub(crate) fn wait_for_driver(&mut self, deadline: Instant) {
-        while self.driver_loaded_at.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.driver_events.recv_timeout(left) {
-                Ok(event) => self.apply_driver_event(event),
-                Err(_) => return,
-            }
-        }
-    }
-
-    pub(crate) fn drain_driver_events(&mut self) {
-        while let Ok(event) = self.driver_events.try_recv() {
-            self.apply_driver_event(event);
-        }
-    }
-
-    fn apply_driver_event(&mut self, event: DriverEvent) {
-        match event {
-            DriverEvent::Loaded { source, count } => {
-                self.driver = source.driver_info();
-                self.driver_loaded_at = Some(Instant::now());
-                self.source = Some(source);
-                self.apply_count(count);
-            }
-            DriverEvent::Count(count) => self.apply_count(count),
-        }
-    }
-
-    fn apply_count(&mut self, count: Result<u32, String>) {
-        if !self.driver.nvml_loaded && self.driver.amd_gpu_count.is_none() {
-            return;
-        }
-        let count = match count {
-            Ok(count) => count,
-            Err(why) => {
-                self.driver.error = Some(format!("the GPU count could not be read: {why}"));
-                return;
-            }
-        };
-        self.driver.error = None;
-        self.driver.gpu_count = Some(count);
-        self.slots.retain(|index, slot| {
-            let keep = *index < count;
-            if !keep {
-                slot.cell.disown();
-            }
-            keep
-        });
-        let Some(source) = self.source.clone() else {
-            return;
-        };
-        for index in 0..count {
-            if self.slots.contains_key(&index) {
-                continue;
-            }
-            // Opening only builds the reader; its first driver call is on the worker.
-            let cell = GpuCell::new(index, source.open_device(index));
-            if let Some(shared) = self.shared_worker() {
-                self.hand_over(&cell, shared);
-            }
-            self.slots.insert(index, Slot::new(cell));
-        }
-    }
-
     /// The shared worker, started if there is none (or `None` if no thread can be started).
     fn shared_worker(&mut self) -> Option<u64> {
         if self.shared.is_none() {
@@ -223,19 +144,6 @@ impl GpuPool {
         // A worker that is gone has nothing to read with; the GPU goes stale, as it should.
         let _ = worker.commands.send(Command::Adopt(cell.clone()));
         true
-    }
-
-    pub(crate) fn request_count_if_due(&mut self, now: Instant) {
-        if self.source.is_none() || now.duration_since(self.last_count_request) < self.recount_every
-        {
-            return;
-        }
-        self.last_count_request = now;
-        if let Some(requests) = &self.count_requests {
-            if let Err(TrySendError::Disconnected(_)) = requests.try_send(()) {
-                self.count_requests = None;
-            }
-        }
     }
 
     /// Starts a round: asks every worker that owns a GPU and has no request in flight.
@@ -285,6 +193,7 @@ impl GpuPool {
                 worker.prompt_rounds = 0;
             }
         }
+        self.take_posted();
         self.fold_back_recovered();
     }
 
@@ -367,25 +276,20 @@ impl GpuPool {
         }
     }
 
-    fn apply(&mut self, message: WorkerMessage) {
-        match message {
-            WorkerMessage::Reading {
-                worker,
-                index,
-                reading,
-            } => {
-                if let Some(slot) = self.slots.get_mut(&index) {
-                    if slot.cell.owner() == worker {
-                        slot.apply(reading);
-                    }
-                }
-            }
-            WorkerMessage::Done { worker } => {
-                let round = self.round;
-                if let Some(w) = self.workers.get_mut(&worker) {
-                    let prompt = w.pending.take() == Some(round);
-                    w.prompt_rounds = if prompt { w.prompt_rounds + 1 } else { 0 };
-                }
+    fn apply(&mut self, Done { worker }: Done) {
+        let round = self.round;
+        if let Some(w) = self.workers.get_mut(&worker) {
+            let prompt = w.pending.take() == Some(round);
+            w.prompt_rounds = if prompt { w.prompt_rounds + 1 } else { 0 };
+        }
+    }
+
+    /// Takes every reading posted since the last round, the late ones of a worker that was
+    /// stuck included: each was read while its worker owned the GPU.
+    fn take_posted(&mut self) {
+        for slot in self.slots.values_mut() {
+            if let Some((reading, at)) = slot.cell.take_posted() {
+                slot.apply(reading, at);
             }
         }
     }
@@ -404,101 +308,5 @@ impl GpuPool {
     #[cfg(test)]
     pub(crate) fn worker_count(&self) -> usize {
         self.workers.len()
-    }
-
-    pub(crate) fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
-        self.slots
-            .iter()
-            .map(|(index, slot)| self.gpu_sample(*index, slot, now))
-            .collect()
-    }
-
-    fn gpu_sample(&self, index: u32, worker: &Slot, now: Instant) -> GpuSample {
-        let mut sample = worker
-            .last_reading
-            .as_ref()
-            .map(|r| r.sample.clone())
-            .unwrap_or_default();
-        sample.index = index;
-        let since_ok = now.duration_since(worker.last_ok.unwrap_or(worker.created));
-        if let Some(why) = &worker.lost {
-            sample.state = GpuState::Lost;
-            sample.error = Some(why.clone());
-        } else if worker.last_ok.is_none() || since_ok > self.stale_after {
-            sample.state = GpuState::Stale;
-            sample.stale_seconds = Some(round_tenths(since_ok.as_secs_f64()));
-            sample.error = worker
-                .last_error
-                .clone()
-                .or_else(|| Some("the driver has not answered for this GPU".into()));
-        } else {
-            sample.state = GpuState::Ok;
-            sample.error = worker.last_error.clone();
-        }
-        sample
-    }
-
-    /// The processes of every GPU that is not lost, from each GPU's latest reading.
-    pub(crate) fn gpu_processes(&self) -> Vec<GpuProcess> {
-        self.slots
-            .values()
-            .filter(|w| w.lost.is_none())
-            .filter_map(|w| w.last_reading.as_ref())
-            .flat_map(|r| r.processes.iter().cloned())
-            .collect()
-    }
-}
-
-impl Slot {
-    fn new(cell: Arc<GpuCell>) -> Self {
-        Slot {
-            cell,
-            created: Instant::now(),
-            last_reading: None,
-            last_ok: None,
-            lost: None,
-            last_error: None,
-        }
-    }
-
-    fn apply(&mut self, reading: Result<DeviceReading, DeviceError>) {
-        match reading {
-            Ok(reading) => {
-                self.last_reading = Some(reading);
-                self.last_ok = Some(Instant::now());
-                self.last_error = None;
-            }
-            Err(DeviceError::Lost(why)) => {
-                self.lost = Some(why);
-                self.cell.disown();
-            }
-            Err(DeviceError::Failed(why)) => self.last_error = Some(why),
-        }
-    }
-}
-
-fn round_tenths(seconds: f64) -> f64 {
-    (seconds * 10.0).round() / 10.0
-}
-
-fn run_driver_thread(loader: GpuLoader, events: Sender<DriverEvent>, counts: Receiver<()>) {
-    let source = loader();
-    let count = source.device_count();
-    if events
-        .send(DriverEvent::Loaded {
-            source: source.clone(),
-            count,
-        })
-        .is_err()
-    {
-        return;
-    }
-    while counts.recv().is_ok() {
-        if events
-            .send(DriverEvent::Count(source.device_count()))
-            .is_err()
-        {
-            return;
-        }
     }
 }

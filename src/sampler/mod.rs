@@ -163,7 +163,7 @@ impl Sampler {
 
     /// One snapshot: ask every idle GPU for a reading, wait up to `gpu_wait` for the answers,
     /// then read the host and publish what is known.
-    pub(crate) fn tick(&mut self) -> Snapshot {
+    pub fn tick(&mut self) -> Snapshot {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);

@@ -7,11 +7,26 @@
 //! scenario at the same time and prints torchtop's CPU ratio to each: the figure that counts on
 //! a noisy machine. Not part of `cargo test`: it is a measurement, not a pass/fail test.
 //!
+//! Then: the slope of CPU per GPU process at 16 GPUs, wake-ups per thread with nothing
+//! changing, the sampler's allocations per tick (a counting allocator, in this process), each
+//! key's latency with two busy cores, and the agent's cost per interval (a Python script).
+//!
 //! Environment: TORCHTOP_BENCH_SECONDS (measured window, default 20), TORCHTOP_BENCH_WARMUP
-//! (default 3).
+//! (default 3), TORCHTOP_BENCH_FILL_SECONDS (default 0: skipped; 610 fills the longest rule
+//! window, 600 s, and reports RSS at 8 GPUs/64 and 16 GPUs/1,000 processes after it),
+//! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3).
 
+#[path = "overhead/alloc.rs"]
+mod alloc;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "overhead/keys.rs"]
+mod keys;
+#[path = "overhead/measure.rs"]
+mod measure;
+
+#[global_allocator]
+static COUNTING: alloc::Counting = alloc::Counting;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,12 +34,17 @@ use std::time::{Duration, Instant};
 
 use common::fake_nvml::{env_refs, fill_pids, many_gpus_scenario, ScenarioFile, Sleepers};
 use common::pty::PtySession;
+use measure::{measure, Usage};
 
 struct Scenario {
     name: &'static str,
     fixture: Fixture,
     gpu_processes: usize,
     idle_host_processes: usize,
+    /// Keys sent once the first frame is drawn (`t` opens the tree view).
+    keys: &'static [u8],
+    /// Whether nvtop and nvitop run beside it (not for the tree view, which they lack).
+    compare: bool,
 }
 
 /// Where a scenario's text comes from: a file in tests/fixtures, or written here (the large
@@ -36,115 +56,82 @@ enum Fixture {
     Generated {
         gpus: usize,
     },
+    /// As `Generated`, with every figure constant: nothing changes but the clock.
+    Still {
+        gpus: usize,
+    },
 }
 
-const SCENARIOS: [Scenario; 6] = [
+const fn scenario(
+    name: &'static str,
+    fixture: Fixture,
+    gpu_processes: usize,
+    idle_host_processes: usize,
+) -> Scenario {
     Scenario {
-        name: "4 GPUs, 20 procs",
-        fixture: Fixture::File("four_gpus_20_procs.toml"),
-        gpu_processes: 20,
-        idle_host_processes: 0,
-    },
+        name,
+        fixture,
+        gpu_processes,
+        idle_host_processes,
+        keys: b"",
+        compare: true,
+    }
+}
+
+const FOUR: Fixture = Fixture::File("four_gpus_20_procs.toml");
+const EIGHT: Fixture = Fixture::File("eight_gpus.toml");
+const SIXTEEN: Fixture = Fixture::Generated { gpus: 16 };
+
+const SCENARIOS: [Scenario; 9] = [
+    scenario("4 GPUs, 20 procs", FOUR, 20, 0),
+    scenario("8 GPUs, 64 procs", EIGHT, 64, 0),
+    scenario("4 GPUs, 20 procs + 2000 idle", FOUR, 20, 2000),
+    scenario("8 GPUs, 64 procs + 2000 idle", EIGHT, 64, 2000),
+    scenario("16 GPUs, 10 procs", SIXTEEN, 10, 0),
+    scenario("16 GPUs, 100 procs", SIXTEEN, 100, 0),
+    scenario("16 GPUs, 1000 procs", SIXTEEN, 1000, 0),
+    scenario(
+        "8 GPUs, 64 procs, nothing changing",
+        Fixture::Still { gpus: 8 },
+        64,
+        0,
+    ),
     Scenario {
-        name: "8 GPUs, 64 procs",
-        fixture: Fixture::File("eight_gpus.toml"),
-        gpu_processes: 64,
-        idle_host_processes: 0,
-    },
-    Scenario {
-        name: "4 GPUs, 20 procs + 2000 idle",
-        fixture: Fixture::File("four_gpus_20_procs.toml"),
-        gpu_processes: 20,
-        idle_host_processes: 2000,
-    },
-    Scenario {
-        name: "8 GPUs, 64 procs + 2000 idle",
-        fixture: Fixture::File("eight_gpus.toml"),
-        gpu_processes: 64,
-        idle_host_processes: 2000,
-    },
-    Scenario {
-        name: "16 GPUs, 16 procs",
-        fixture: Fixture::Generated { gpus: 16 },
-        gpu_processes: 16,
-        idle_host_processes: 0,
-    },
-    Scenario {
-        name: "16 GPUs, 1000 procs",
-        fixture: Fixture::Generated { gpus: 16 },
-        gpu_processes: 1000,
-        idle_host_processes: 0,
+        keys: b"t",
+        compare: false,
+        ..scenario(
+            "4 GPUs, 20 procs + 10000 host procs, tree view",
+            FOUR,
+            20,
+            10_000,
+        )
     },
 ];
 
-/// What was measured of one running program over the window.
-#[derive(Debug, Clone, Copy)]
-struct Usage {
-    cpu_ms_per_s: f64,
-    rss_mib: f64,
-    peak_rss_mib: f64,
-    wakeups_per_s: f64,
-}
-
-/// CPU time in ns and context switches, summed over every thread of `pid`.
-fn cpu_and_switches(pid: u32) -> Option<(u64, u64)> {
-    let mut cpu_ns = 0u64;
-    let mut switches = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let dir = task.ok()?.path();
-        let schedstat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
-        cpu_ns += schedstat
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-        for line in status.lines() {
-            if line.starts_with("voluntary_ctxt_switches")
-                || line.starts_with("nonvoluntary_ctxt_switches")
-            {
-                switches += line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-            }
-        }
+/// A scenario's text with the pids filled in.
+fn scenario_text(fixture: Fixture, processes: usize, pids: &[u32]) -> String {
+    match fixture {
+        Fixture::File(name) => fill_pids(&common::fake_nvml::fixture_text(name), pids),
+        Fixture::Generated { gpus } => fill_pids(&many_gpus_scenario(gpus, processes), pids),
+        Fixture::Still { gpus } => fill_pids(&still_scenario(gpus, processes), pids),
     }
-    Some((cpu_ns, switches))
 }
 
-fn status_kib(pid: u32, key: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
+/// `many_gpus_scenario` with every moving figure replaced by a constant.
+fn still_scenario(gpus: usize, processes: usize) -> String {
+    let moving = many_gpus_scenario(gpus, processes);
+    moving
         .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-/// Measures several programs over the same window, so they share the same load.
-fn measure(pids: &[u32], window: Duration) -> Vec<Usage> {
-    let before: Vec<_> = pids
-        .iter()
-        .map(|p| cpu_and_switches(*p).unwrap_or((0, 0)))
-        .collect();
-    let started = Instant::now();
-    std::thread::sleep(window);
-    let wall = started.elapsed().as_secs_f64();
-    pids.iter()
-        .zip(before)
-        .map(|(pid, (cpu0, sw0))| {
-            let (cpu1, sw1) = cpu_and_switches(*pid).unwrap_or((cpu0, sw0));
-            Usage {
-                cpu_ms_per_s: (cpu1 - cpu0) as f64 / 1e6 / wall,
-                rss_mib: status_kib(*pid, "VmRSS:") / 1024.0,
-                peak_rss_mib: status_kib(*pid, "VmHWM:") / 1024.0,
-                wakeups_per_s: (sw1 - sw0) as f64 / wall,
-            }
+        .map(|line| match line.split_once(" = { fn") {
+            Some((key, _)) if key == "pcie_rx_kbs" => format!("{key} = 400000"),
+            Some((key, _)) if key == "sm_percent" => format!("{key} = 20"),
+            Some((key, _)) if key == "memory_used_mib" => format!("{key} = 40000"),
+            Some((key, _)) if key == "power_w" => format!("{key} = 450"),
+            Some((key, _)) => format!("{key} = 55"),
+            None => line.to_string(),
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The fake library built with optimizations, so its own cost weighs little in the figures.
@@ -219,7 +206,6 @@ fn main() {
     let warmup = seconds_from_env("TORCHTOP_BENCH_WARMUP", 3);
     let binary = common::torchtop_binary();
     let library = release_fake_library();
-    let library_dir = library.parent().unwrap().to_path_buf();
     let nvtop = on_path("nvtop");
     let nvitop = on_path("nvitop");
     println!(
@@ -239,86 +225,103 @@ fn main() {
     println!();
     println!("| scenario | tool | CPU ms/s | RSS MiB (peak) | wake-ups/s | first frame ms | --once --json ms | CPU ratio |");
     println!("|---|---|---|---|---|---|---|---|");
+    let tools = Tools {
+        binary,
+        library,
+        nvtop,
+        nvitop,
+    };
     let mut sixteen = Vec::new();
     for scenario in &SCENARIOS {
-        let cpu = run_scenario(
-            scenario,
-            &binary,
-            &library,
-            &library_dir,
-            nvtop.as_deref(),
-            nvitop.as_deref(),
-            window,
-            warmup,
-        );
+        let cpu = run_scenario(scenario, &tools, window, warmup);
         if matches!(scenario.fixture, Fixture::Generated { gpus: 16 }) {
             sixteen.push((scenario.gpu_processes as f64, cpu));
         }
     }
     print_slope(&sixteen);
+    print_thread_wakeups(&tools, window);
+    print_allocations(&tools.library);
+    print_key_latencies(&tools);
+    print_agent_cost();
+    print_filled_rss(&tools);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_scenario(
-    scenario: &Scenario,
-    binary: &Path,
-    library: &Path,
-    library_dir: &Path,
-    nvtop: Option<&Path>,
-    nvitop: Option<&Path>,
-    window: Duration,
-    warmup: Duration,
-) -> f64 {
+/// The programs measured and the fake library they read.
+struct Tools {
+    binary: PathBuf,
+    library: PathBuf,
+    nvtop: Option<PathBuf>,
+    nvitop: Option<PathBuf>,
+}
+
+impl Tools {
+    fn env(&self, scenario: &ScenarioFile) -> Vec<(String, String)> {
+        vec![
+            (
+                "TORCHTOP_NVML_LIB".to_string(),
+                self.library.display().to_string(),
+            ),
+            (
+                "TORCHTOP_FAKE_NVML_SCENARIO".to_string(),
+                scenario.path().display().to_string(),
+            ),
+        ]
+    }
+
+    /// torchtop in a 120x40 terminal, once its first frame shows the GPUs (and the time
+    /// from spawn to it, if it came).
+    fn start(&self, env: &[(String, String)]) -> (PtySession, Option<f64>) {
+        let started = Instant::now();
+        let session = PtySession::spawn(&self.binary, &[], &env_refs(env), 120, 40);
+        let first_frame = session
+            .wait_for(Duration::from_secs(10), |s| s.contains("H100"))
+            .then(|| started.elapsed().as_secs_f64() * 1000.0);
+        (session, first_frame)
+    }
+
+    fn others(&self, env: &[(String, String)]) -> Vec<(&'static str, PtySession)> {
+        let mut env = env.to_vec();
+        let dir = self.library.parent().unwrap().display().to_string();
+        env.push(("LD_LIBRARY_PATH".into(), dir));
+        let mut others = Vec::new();
+        if let Some(nvtop) = &self.nvtop {
+            let args = ["-d", "10"];
+            others.push((
+                "nvtop",
+                PtySession::spawn(nvtop, &args, &env_refs(&env), 120, 40),
+            ));
+        }
+        if let Some(nvitop) = &self.nvitop {
+            let args = ["--monitor", "full", "--interval", "1"];
+            others.push((
+                "nvitop",
+                PtySession::spawn(nvitop, &args, &env_refs(&env), 120, 40),
+            ));
+        }
+        others
+    }
+}
+
+fn run_scenario(scenario: &Scenario, tools: &Tools, window: Duration, warmup: Duration) -> f64 {
     let gpu_procs = Sleepers::spawn(scenario.gpu_processes);
     let _idle = Sleepers::spawn(scenario.idle_host_processes);
-    let file = match scenario.fixture {
-        Fixture::File(name) => ScenarioFile::from_fixture(name, &gpu_procs.pids()),
-        Fixture::Generated { gpus } => ScenarioFile::new(&fill_pids(
-            &many_gpus_scenario(gpus, scenario.gpu_processes),
-            &gpu_procs.pids(),
-        )),
+    let text = scenario_text(scenario.fixture, scenario.gpu_processes, &gpu_procs.pids());
+    let file = ScenarioFile::new(&text);
+    let env = tools.env(&file);
+    let (mut torchtop, first_frame) = tools.start(&env);
+    if !scenario.keys.is_empty() {
+        torchtop.send(scenario.keys);
+    }
+    let others = if scenario.compare {
+        tools.others(&env)
+    } else {
+        Vec::new()
     };
-    let env = vec![
-        (
-            "TORCHTOP_NVML_LIB".to_string(),
-            library.display().to_string(),
-        ),
-        (
-            "TORCHTOP_FAKE_NVML_SCENARIO".to_string(),
-            file.path().display().to_string(),
-        ),
-    ];
-    let started = Instant::now();
-    let torchtop = PtySession::spawn(binary, &[], &env_refs(&env), 120, 40);
-    let first_frame = torchtop
-        .wait_for(Duration::from_secs(10), |s| s.contains("H100"))
-        .then(|| started.elapsed().as_secs_f64() * 1000.0);
-    let mut others: Vec<(&str, PtySession)> = Vec::new();
-    let mut compare_env = env.clone();
-    compare_env.push(("LD_LIBRARY_PATH".into(), library_dir.display().to_string()));
-    if let Some(nvtop) = nvtop {
-        others.push((
-            "nvtop",
-            PtySession::spawn(nvtop, &["-d", "10"], &env_refs(&compare_env), 120, 40),
-        ));
-    }
-    if let Some(nvitop) = nvitop {
-        others.push((
-            "nvitop",
-            PtySession::spawn(
-                nvitop,
-                &["--monitor", "full", "--interval", "1"],
-                &env_refs(&compare_env),
-                120,
-                40,
-            ),
-        ));
-    }
     std::thread::sleep(warmup);
     let mut pids = vec![torchtop.pid().unwrap()];
     pids.extend(others.iter().map(|(_, s)| s.pid().unwrap()));
     let usage = measure(&pids, window);
-    let once_ms = once_latency_ms(binary, &env);
+    let once_ms = once_latency_ms(&tools.binary, &env);
     let ours = usage[0];
     println!(
         "| {} | torchtop | {:.2} | {:.1} ({:.1}) | {:.1} | {} | {:.1} | |",
@@ -331,29 +334,133 @@ fn run_scenario(
         once_ms
     );
     for ((name, _), theirs) in others.iter().zip(&usage[1..]) {
-        println!(
-            "| {} | {name} | {:.2} | {:.1} ({:.1}) | {:.1} | | | torchtop/{name} = {:.2} |",
-            scenario.name,
-            theirs.cpu_ms_per_s,
-            theirs.rss_mib,
-            theirs.peak_rss_mib,
-            theirs.wakeups_per_s,
-            ours.cpu_ms_per_s / theirs.cpu_ms_per_s
-        );
+        print_other(scenario.name, name, theirs, &ours);
     }
-    drop(others);
-    drop(torchtop);
     ours.cpu_ms_per_s
 }
 
-/// The cost of one more GPU process: torchtop's CPU between the fewest and the most processes
-/// on the same GPUs, in µs per second per process.
+fn print_other(scenario: &str, name: &str, theirs: &Usage, ours: &Usage) {
+    println!(
+        "| {scenario} | {name} | {:.2} | {:.1} ({:.1}) | {:.1} | | | torchtop/{name} = {:.2} |",
+        theirs.cpu_ms_per_s,
+        theirs.rss_mib,
+        theirs.peak_rss_mib,
+        theirs.wakeups_per_s,
+        ours.cpu_ms_per_s / theirs.cpu_ms_per_s
+    );
+}
+
+/// The cost of one more GPU process at 16 GPUs between each pair of process counts, in µs of
+/// CPU per second per process: roughly equal figures mean a linear cost.
 fn print_slope(runs: &[(f64, f64)]) {
-    if let [(few, cpu_few), .., (many, cpu_many)] = runs {
+    println!();
+    for pair in runs.windows(2) {
+        let [(few, cpu_few), (many, cpu_many)] = pair else {
+            continue;
+        };
         let slope_us = (cpu_many - cpu_few) * 1000.0 / (many - few);
-        println!();
         println!(
             "slope at 16 GPUs, {few} to {many} GPU processes: {slope_us:.1} µs of CPU per second per process"
+        );
+    }
+}
+
+/// Which threads wake, with nothing changing (8 GPUs, 64 processes, constant figures).
+fn print_thread_wakeups(tools: &Tools, window: Duration) {
+    let procs = Sleepers::spawn(64);
+    let file = ScenarioFile::new(&scenario_text(
+        Fixture::Still { gpus: 8 },
+        64,
+        &procs.pids(),
+    ));
+    let (torchtop, _) = tools.start(&tools.env(&file));
+    std::thread::sleep(Duration::from_secs(3));
+    let rates = measure::wakeups_by_thread(torchtop.pid().unwrap(), window);
+    let total: f64 = rates.iter().map(|(_, r)| r).sum();
+    println!();
+    println!("wake-ups per second by thread, nothing changing, 8 GPUs/64 procs: {total:.1} in all");
+    for (name, rate) in rates {
+        println!("  {name}: {rate:.1}");
+    }
+}
+
+/// The sampler's allocations per tick in steady state, at 8 GPUs/64 and 16 GPUs/1,000.
+fn print_allocations(library: &Path) {
+    println!();
+    for (name, fixture, processes) in [
+        ("8 GPUs, 64 procs", EIGHT, 64),
+        ("16 GPUs, 1000 procs", SIXTEEN, 1000),
+    ] {
+        let procs = Sleepers::spawn(processes);
+        let file = ScenarioFile::new(&scenario_text(fixture, processes, &procs.pids()));
+        let (calls, bytes) = alloc::per_tick(library, file.path(), 10, 20);
+        println!(
+            "sampler allocations per tick, {name}: {calls:.0} ({:.1} KiB)",
+            bytes / 1024.0
+        );
+    }
+}
+
+/// Each key's latency, median / worst of 5 rounds, with two cores busy.
+fn print_key_latencies(tools: &Tools) {
+    println!();
+    for (name, fixture, processes) in [
+        ("8 GPUs, 64 procs", EIGHT, 64),
+        ("16 GPUs, 1000 procs", SIXTEEN, 1000),
+    ] {
+        let procs = Sleepers::spawn(processes);
+        let file = ScenarioFile::new(&scenario_text(fixture, processes, &procs.pids()));
+        let (mut torchtop, _) = tools.start(&tools.env(&file));
+        let _busy = keys::BusyCores::spin(2);
+        std::thread::sleep(Duration::from_secs(2));
+        println!("key latency, {name}, 2 busy cores (ms, median / worst of 5):");
+        for (key, times) in keys::latencies(&mut torchtop, 5) {
+            println!("  {key}: {}", keys::summary(&times));
+        }
+    }
+}
+
+/// The agent's cost per stats interval: `tests/bench/agent_interval_cost.py`.
+fn print_agent_cost() {
+    let python = std::env::var("TORCHTOP_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench/agent_interval_cost.py");
+    println!();
+    match Command::new(&python).arg(&script).output() {
+        Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("agent cost: cannot run {python}: {e}"),
+    }
+}
+
+/// RSS after the longest rule window (600 s) has filled, when asked for.
+fn print_filled_rss(tools: &Tools) {
+    let fill = seconds_from_env("TORCHTOP_BENCH_FILL_SECONDS", 0);
+    println!();
+    if fill.is_zero() {
+        println!(
+            "RSS after the longest rule window: skipped (TORCHTOP_BENCH_FILL_SECONDS=610 runs it)"
+        );
+        return;
+    }
+    let runs: Vec<_> = [
+        ("8 GPUs, 64 procs", EIGHT, 64),
+        ("16 GPUs, 1000 procs", SIXTEEN, 1000),
+    ]
+    .into_iter()
+    .map(|(name, fixture, processes)| {
+        let procs = Sleepers::spawn(processes);
+        let file = ScenarioFile::new(&scenario_text(fixture, processes, &procs.pids()));
+        let (torchtop, _) = tools.start(&tools.env(&file));
+        (name, procs, file, torchtop)
+    })
+    .collect();
+    std::thread::sleep(fill);
+    for (name, _, _, torchtop) in &runs {
+        let pid = torchtop.pid().unwrap();
+        println!(
+            "RSS after {} s, {name}: {:.1} MiB (peak {:.1})",
+            fill.as_secs(),
+            measure::status_kib(pid, "VmRSS:") / 1024.0,
+            measure::status_kib(pid, "VmHWM:") / 1024.0
         );
     }
 }

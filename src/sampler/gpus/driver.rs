@@ -1,0 +1,125 @@
+//! The driver thread: loads the GPU library (nvmlInit can take seconds) and answers GPU-count
+//! requests, so that neither blocks the sampler; and how the pool takes its answers.
+
+use std::sync::mpsc::{Receiver, Sender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{GpuCell, GpuPool, Slot};
+use crate::collect::{GpuLoader, GpuSource};
+
+/// Messages from the driver thread.
+pub(super) enum DriverEvent {
+    Loaded {
+        source: Arc<dyn GpuSource>,
+        count: Result<u32, String>,
+    },
+    Count(Result<u32, String>),
+}
+
+impl GpuPool {
+    /// Waits until the GPU library is loaded or `deadline` passes.
+    pub(crate) fn wait_for_driver(&mut self, deadline: Instant) {
+        while self.driver_loaded_at.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.driver_events.recv_timeout(left) {
+                Ok(event) => self.apply_driver_event(event),
+                Err(_) => return,
+            }
+        }
+    }
+
+    pub(crate) fn drain_driver_events(&mut self) {
+        while let Ok(event) = self.driver_events.try_recv() {
+            self.apply_driver_event(event);
+        }
+    }
+
+    fn apply_driver_event(&mut self, event: DriverEvent) {
+        match event {
+            DriverEvent::Loaded { source, count } => {
+                self.driver = source.driver_info();
+                self.driver_loaded_at = Some(Instant::now());
+                self.source = Some(source);
+                self.apply_count(count);
+            }
+            DriverEvent::Count(count) => self.apply_count(count),
+        }
+    }
+
+    fn apply_count(&mut self, count: Result<u32, String>) {
+        // An AMD-only machine has GPUs to count without NVML.
+        if !self.driver.nvml_loaded && self.driver.amd_gpu_count.is_none() {
+            return;
+        }
+        let count = match count {
+            Ok(count) => count,
+            Err(why) => {
+                self.driver.error = Some(format!("the GPU count could not be read: {why}"));
+                return;
+            }
+        };
+        self.driver.error = None;
+        self.driver.gpu_count = Some(count);
+        self.slots.retain(|index, slot| {
+            let keep = *index < count;
+            if !keep {
+                slot.cell.disown();
+            }
+            keep
+        });
+        let Some(source) = self.source.clone() else {
+            return;
+        };
+        for index in 0..count {
+            if self.slots.contains_key(&index) {
+                continue;
+            }
+            // Opening only builds the reader; its first driver call is on the worker.
+            let cell = GpuCell::new(index, source.open_device(index));
+            if let Some(shared) = self.shared_worker() {
+                self.hand_over(&cell, shared);
+            }
+            self.slots.insert(index, Slot::new(cell));
+        }
+    }
+
+    pub(crate) fn request_count_if_due(&mut self, now: Instant) {
+        if self.source.is_none() || now.duration_since(self.last_count_request) < self.recount_every
+        {
+            return;
+        }
+        self.last_count_request = now;
+        if let Some(requests) = &self.count_requests {
+            if let Err(TrySendError::Disconnected(_)) = requests.try_send(()) {
+                self.count_requests = None;
+            }
+        }
+    }
+}
+
+pub(super) fn run_driver_thread(
+    loader: GpuLoader,
+    events: Sender<DriverEvent>,
+    counts: Receiver<()>,
+) {
+    let source = loader();
+    let count = source.device_count();
+    if events
+        .send(DriverEvent::Loaded {
+            source: source.clone(),
+            count,
+        })
+        .is_err()
+    {
+        return;
+    }
+    while counts.recv().is_ok() {
+        if events
+            .send(DriverEvent::Count(source.device_count()))
+            .is_err()
+        {
+            return;
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! One GPU as the sampler sees it ([`Slot`]): its latest reading, when it last answered, and
+//! how that becomes the published sample (ok, stale or lost) and process rows.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::super::gpu_worker::GpuCell;
+use super::GpuPool;
+use crate::collect::{DeviceError, DeviceReading};
+use crate::model::{GpuProcess, GpuSample, GpuState};
+
+/// The sampler's view of one GPU.
+pub(super) struct Slot {
+    pub(super) cell: Arc<GpuCell>,
+    created: Instant,
+    last_reading: Option<DeviceReading>,
+    last_ok: Option<Instant>,
+    lost: Option<String>,
+    last_error: Option<String>,
+}
+
+impl GpuPool {
+    pub(crate) fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
+        self.slots
+            .iter()
+            .map(|(index, slot)| self.gpu_sample(*index, slot, now))
+            .collect()
+    }
+
+    fn gpu_sample(&self, index: u32, worker: &Slot, now: Instant) -> GpuSample {
+        let mut sample = worker
+            .last_reading
+            .as_ref()
+            .map(|r| r.sample.clone())
+            .unwrap_or_default();
+        sample.index = index;
+        let since_ok = now.duration_since(worker.last_ok.unwrap_or(worker.created));
+        if let Some(why) = &worker.lost {
+            sample.state = GpuState::Lost;
+            sample.error = Some(why.clone());
+        } else if worker.last_ok.is_none() || since_ok > self.stale_after {
+            sample.state = GpuState::Stale;
+            sample.stale_seconds = Some(round_tenths(since_ok.as_secs_f64()));
+            sample.error = worker
+                .last_error
+                .clone()
+                .or_else(|| Some("the driver has not answered for this GPU".into()));
+        } else {
+            sample.state = GpuState::Ok;
+            sample.error = worker.last_error.clone();
+        }
+        sample
+    }
+
+    /// The processes of every GPU that is not lost, from each GPU's latest reading.
+    pub(crate) fn gpu_processes(&self) -> Vec<GpuProcess> {
+        self.slots
+            .values()
+            .filter(|w| w.lost.is_none())
+            .filter_map(|w| w.last_reading.as_ref())
+            .flat_map(|r| r.processes.iter().cloned())
+            .collect()
+    }
+}
+
+impl Slot {
+    pub(super) fn new(cell: Arc<GpuCell>) -> Self {
+        Slot {
+            cell,
+            created: Instant::now(),
+            last_reading: None,
+            last_ok: None,
+            lost: None,
+            last_error: None,
+        }
+    }
+
+    /// Takes a reading taken at `at`.
+    pub(super) fn apply(&mut self, reading: Result<DeviceReading, DeviceError>, at: Instant) {
+        match reading {
+            Ok(reading) => {
+                self.last_reading = Some(reading);
+                self.last_ok = Some(at);
+                self.last_error = None;
+            }
+            Err(DeviceError::Lost(why)) => {
+                self.lost = Some(why);
+                self.cell.disown();
+            }
+            Err(DeviceError::Failed(why)) => self.last_error = Some(why),
+        }
+    }
+}
+
+fn round_tenths(seconds: f64) -> f64 {
+    (seconds * 10.0).round() / 10.0
+}
