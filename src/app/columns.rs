@@ -21,6 +21,10 @@ pub(crate) enum Column {
     /// GPU-MEM as a share of the device's memory.
     GpuMemoryPercent,
     Sm,
+    /// Memory-bandwidth, encoder and decoder shares (nvitop's %GMBW, %ENC, %DEC).
+    MemoryBandwidth,
+    Encoder,
+    Decoder,
     Cpu,
     /// RSS as a share of the host's memory.
     HostMemoryPercent,
@@ -30,16 +34,14 @@ pub(crate) enum Column {
     Start,
     /// rank/world of a torch process.
     Rank,
-    /// The container, pod, Slurm job or cgroup of a GPU process (`Cgroup::label`). Hidden by
-    /// default: not in [`ORDER`], for the column chooser to offer.
-    #[allow(dead_code)]
+    /// The container, pod, Slurm job or cgroup of a GPU process (`Cgroup::label`).
     Container,
     /// The command line; takes the room the others leave.
     Command,
 }
 
 /// The fixed columns in display order (COMMAND, last, is not listed: it always shows).
-pub(crate) const ORDER: [Column; 15] = [
+pub(crate) const ORDER: [Column; 19] = [
     Column::Pid,
     Column::User,
     Column::Nice,
@@ -49,16 +51,20 @@ pub(crate) const ORDER: [Column; 15] = [
     Column::GpuMemory,
     Column::GpuMemoryPercent,
     Column::Sm,
+    Column::MemoryBandwidth,
+    Column::Encoder,
+    Column::Decoder,
     Column::Cpu,
     Column::HostMemoryPercent,
     Column::Rss,
     Column::Time,
     Column::Start,
+    Column::Container,
     Column::Rank,
 ];
 
 /// The fixed columns from the one kept longest to the one dropped first on a narrow terminal.
-const KEEP_ORDER: [Column; 15] = [
+const KEEP_ORDER: [Column; 19] = [
     Column::Pid,
     Column::Gpu,
     Column::GpuMemory,
@@ -73,6 +79,10 @@ const KEEP_ORDER: [Column; 15] = [
     Column::HostMemoryPercent,
     Column::Nice,
     Column::Start,
+    Column::MemoryBandwidth,
+    Column::Container,
+    Column::Encoder,
+    Column::Decoder,
     Column::Kind,
 ];
 
@@ -94,6 +104,9 @@ impl Column {
             Column::GpuMemory => "GPU-MEM",
             Column::GpuMemoryPercent => "GMEM%",
             Column::Sm => "SM%",
+            Column::MemoryBandwidth => "GMBW%",
+            Column::Encoder => "ENC%",
+            Column::Decoder => "DEC%",
             Column::Cpu => "CPU%",
             Column::HostMemoryPercent => "MEM%",
             Column::Rss => "RSS",
@@ -112,7 +125,8 @@ impl Column {
             Column::Gpu | Column::Kind | Column::Sm => 4,
             // Room for N/A.
             Column::Nice | Column::State => 3,
-            Column::Cpu | Column::GpuMemoryPercent | Column::Start => 6,
+            Column::Cpu | Column::GpuMemoryPercent | Column::Start | Column::MemoryBandwidth => 6,
+            Column::Encoder | Column::Decoder => 5,
             Column::Rss => 7,
             Column::Rank | Column::HostMemoryPercent => 5,
             Column::Container => 18,
@@ -135,7 +149,13 @@ impl Column {
             Column::Rss | Column::HostMemoryPercent => SortKey::Rss,
             Column::Time | Column::Start => SortKey::Time,
             Column::Command => SortKey::Command,
-            Column::Kind | Column::Rank | Column::State | Column::Container => return None,
+            Column::Kind
+            | Column::Rank
+            | Column::State
+            | Column::Container
+            | Column::MemoryBandwidth
+            | Column::Encoder
+            | Column::Decoder => return None,
         })
     }
 
@@ -222,8 +242,22 @@ pub(crate) fn command_width(placed: &[Placed]) -> u16 {
 mod tests {
     use super::*;
 
+    /// The columns a new user sees (the GPU shares and the container are hidden by default).
     fn fit(width: u16, with_rank: bool, tree: bool) -> Vec<Placed> {
-        fit_shown(width, with_rank, tree, &[])
+        let hidden = [
+            Column::MemoryBandwidth,
+            Column::Encoder,
+            Column::Decoder,
+            Column::Container,
+        ];
+        fit_shown(width, with_rank, tree, &hidden)
+    }
+
+    #[test]
+    fn every_column_can_be_shown() {
+        let all = fit_shown(300, true, false, &[]);
+        assert_eq!(titles(&all).len(), ORDER.len() + 1, "{:?}", titles(&all));
+        assert!(titles(&all).contains(&"GMBW%"));
     }
 
     fn titles(placed: &[Placed]) -> Vec<&'static str> {

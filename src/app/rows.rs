@@ -225,10 +225,15 @@ impl<'a> ProcessRow<'a> {
 
     /// SM utilization over every GPU on the row, summed; `None` if any is unknown.
     pub(crate) fn sm_percent(&self) -> Option<u32> {
+        self.gpu_share(|g| g.sm_percent)
+    }
+
+    /// A share of the GPU summed over the process's rows; `None` if any row lacks it.
+    pub(crate) fn gpu_share(&self, share: impl Fn(&GpuProcess) -> Option<u32>) -> Option<u32> {
         if self.gpus.is_empty() {
             return None;
         }
-        self.gpus.iter().map(|g| g.sm_percent).sum()
+        self.gpus.iter().map(|g| share(g)).sum()
     }
 
     /// How long the process has run; a tree row without a GPU (a DataLoader worker) has it

@@ -313,7 +313,10 @@ mod tests {
         assert!(app.ui.history.contains(&HistoryMetric::Temperature));
         cursor_to(&mut app, Item::Column(Column::Kind));
         press(&mut app, KeyCode::Char(' '));
-        assert_eq!(app.hidden_columns(), [Column::Kind]);
+        let hidden = app.hidden_columns();
+        assert!(hidden.contains(&Column::Kind), "{hidden:?}");
+        // The columns a new user does not see stay hidden.
+        assert!(hidden.contains(&Column::Container), "{hidden:?}");
         cursor_to(&mut app, Item::Theme);
         press(&mut app, KeyCode::Right);
         assert_eq!(app.ui.theme, ThemeName::Light);

@@ -127,6 +127,10 @@ pub struct UiConfig {
     pub(crate) hidden_columns: Vec<String>,
 }
 
+/// The process-table columns a new user does not see until the setup screen (F2) shows them,
+/// by lowercase title: the GPU shares most jobs leave at 0, and the container.
+const HIDDEN_BY_DEFAULT: [&str; 4] = ["gmbw%", "enc%", "dec%", "container"];
+
 impl Default for UiConfig {
     fn default() -> Self {
         UiConfig {
@@ -138,7 +142,7 @@ impl Default for UiConfig {
                 HistoryMetric::Memory,
                 HistoryMetric::Power,
             ],
-            hidden_columns: Vec::new(),
+            hidden_columns: HIDDEN_BY_DEFAULT.iter().map(|c| (*c).to_string()).collect(),
         }
     }
 }

@@ -38,6 +38,14 @@ pub struct GpuProcess {
     pub gpu_memory_bytes: Option<u64>,
     /// SM utilization from NVML's process-utilization samples.
     pub sm_percent: Option<u32>,
+    /// Memory-bandwidth, encoder and decoder utilization from the same samples (nvitop's
+    /// %GMBW, %ENC, %DEC).
+    #[serde(default)]
+    pub memory_bandwidth_percent: Option<u32>,
+    #[serde(default)]
+    pub encoder_percent: Option<u32>,
+    #[serde(default)]
+    pub decoder_percent: Option<u32>,
     /// False when the pid is not in this machine's /proc (another container, or already gone).
     pub visible: bool,
     pub user: Option<String>,
@@ -90,6 +98,9 @@ impl GpuProcess {
             kind,
             gpu_memory_bytes: None,
             sm_percent: None,
+            memory_bandwidth_percent: None,
+            encoder_percent: None,
+            decoder_percent: None,
             visible: false,
             user: None,
             uid: None,

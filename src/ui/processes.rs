@@ -187,6 +187,12 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> St
                 .map(|p| format!("{p:.0}")),
         ),
         Column::Sm => gpu_text(row.sm_percent().map(|s| s.to_string())),
+        Column::MemoryBandwidth => gpu_text(
+            row.gpu_share(|g| g.memory_bandwidth_percent)
+                .map(|s| s.to_string()),
+        ),
+        Column::Encoder => gpu_text(row.gpu_share(|g| g.encoder_percent).map(|s| s.to_string())),
+        Column::Decoder => gpu_text(row.gpu_share(|g| g.decoder_percent).map(|s| s.to_string())),
         Column::Cpu => row
             .cpu_percent()
             .map_or(NA.to_string(), |c| format!("{c:.1}")),

@@ -29,12 +29,18 @@ pub(crate) fn render(
     let tallest = sections.iter().map(Vec::len).max().unwrap_or(0) as u16;
     let body_height = screen.height.saturating_sub(2).max(1);
     let columns = balanced(&sections, tallest, body_height.max(tallest));
-    let width = (columns.len() as u16 * (COLUMN_WIDTH + 1) + 1).max(50) + 2;
-    let (columns, width) = if width <= screen.width && tallest <= body_height {
-        (columns, width)
+    // Each column as wide as its longest line, so that three fit an 80-column terminal.
+    let widths: Vec<u16> = columns.iter().map(|c| column_width(c)).collect();
+    let width = (widths.iter().map(|w| w + 2).sum::<u16>() + 1).max(50) + 2;
+    let (columns, widths, width) = if width <= screen.width && tallest <= body_height {
+        (columns, widths, width)
     } else {
         let list = scrolled(&sections, setup.cursor, body_height);
-        (vec![list], screen.width.min(COLUMN_WIDTH + 4))
+        (
+            vec![list],
+            vec![COLUMN_WIDTH],
+            screen.width.min(COLUMN_WIDTH + 4),
+        )
     };
     let lines_high = columns.iter().map(Vec::len).max().unwrap_or(0) as u16;
     let height = (lines_high + 2).min(screen.height);
@@ -51,19 +57,26 @@ pub(crate) fn render(
     frame.render_widget(Clear, area);
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    for (i, column) in columns.into_iter().enumerate() {
-        let x = inner.x + 1 + i as u16 * (COLUMN_WIDTH + 1);
+    let mut x = inner.x + 1;
+    for (column, column_width) in columns.into_iter().zip(widths) {
         if x >= inner.right() {
             break;
         }
         let rect = Rect::new(
             x,
             inner.y,
-            COLUMN_WIDTH.min(inner.right() - x),
+            column_width.min(inner.right() - x),
             inner.height,
         );
         frame.render_widget(Paragraph::new(column), rect);
+        x = x.saturating_add(column_width + 2);
     }
+}
+
+/// The widest line of a column, at most [`COLUMN_WIDTH`].
+fn column_width(lines: &[Line<'_>]) -> u16 {
+    let widest = lines.iter().map(Line::width).max().unwrap_or(0);
+    u16::try_from(widest).unwrap_or(u16::MAX).min(COLUMN_WIDTH)
 }
 
 /// Each section's lines: its title, then one line per item.

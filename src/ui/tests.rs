@@ -1130,3 +1130,38 @@ fn the_user_menu_and_the_user_and_gpu_filters_show() {
     let s = screen(&app, 120, 40);
     assert!(s.contains("no process of the chosen user or GPUs"), "{s}");
 }
+
+#[test]
+fn the_gpu_share_columns_show_when_chosen() {
+    let mut app = eight_gpu_app();
+    let mut snapshot = (*app.snapshot).clone();
+    for p in &mut snapshot.processes {
+        p.memory_bandwidth_percent = Some(35);
+        p.encoder_percent = Some(12);
+    }
+    app.on_snapshot(Arc::new(snapshot));
+    let hidden = screen(&app, 250, 50);
+    assert!(!hidden.contains("GMBW%"), "hidden by default:\n{hidden}");
+    app.ui.hidden_columns.clear();
+    let shown = screen(&app, 250, 50);
+    let header = shown
+        .lines()
+        .find(|l| l.contains("GMBW%"))
+        .unwrap_or_else(|| panic!("no GMBW% title:\n{shown}"));
+    assert!(
+        header.contains("ENC%") && header.contains("DEC%"),
+        "{header}"
+    );
+    assert!(header.contains("CONTAINER"), "{header}");
+    // 35 and 12 under their titles; the decoder share nobody reported is N/A.
+    // In characters: the sort arrow in another title is one cell but three bytes.
+    let column = header[..header.find("GMBW%").unwrap()].chars().count();
+    let row = shown
+        .lines()
+        .skip_while(|l| !l.contains("GMBW%"))
+        .nth(1)
+        .unwrap();
+    let under: String = row.chars().skip(column).collect();
+    assert!(under.trim_start().starts_with("35"), "{row}");
+    assert!(row.contains("N/A"), "{row}");
+}

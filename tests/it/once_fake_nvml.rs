@@ -98,6 +98,10 @@ fn json_reports_the_scenario_values_and_joins_real_processes() {
     assert_eq!(first["kind"], "compute");
     assert_eq!(first["gpu_memory_bytes"], 30720u64 * 1024 * 1024);
     assert_eq!(first["sm_percent"], 70);
+    // The other shares of the same NVML process-utilization sample.
+    assert_eq!(first["memory_bandwidth_percent"], 35);
+    assert_eq!(first["encoder_percent"], 12);
+    assert_eq!(first["decoder_percent"], 0);
     assert_eq!(first["visible"], true);
     assert_eq!(first["command"], "sleep 600");
     assert_eq!(first["ppid"], std::process::id());

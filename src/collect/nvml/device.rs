@@ -25,6 +25,15 @@ const SLOW_EVERY: u32 = 10;
 /// How long a per-process SM% sample stays current when NVML sends no newer one.
 const PROCESS_UTIL_FRESH_FOR: Duration = Duration::from_secs(5);
 
+/// One process's shares of the GPU from its newest utilization sample.
+#[derive(Debug, Clone, Copy)]
+struct ProcessUtil {
+    sm: u32,
+    memory: Option<u32>,
+    encoder: Option<u32>,
+    decoder: Option<u32>,
+}
+
 /// What is read once per device and kept.
 /// What is read every [`SLOW_EVERY`] readings.
 #[derive(Default, Clone)]
@@ -63,8 +72,8 @@ pub(super) struct NvmlDevice {
     slow: SlowFields,
     readings: u32,
     last_util_timestamp: u64,
-    /// pid -> (SM%, when it was sampled).
-    process_sm: HashMap<u32, (u32, Instant)>,
+    /// pid -> (its shares of the GPU, when they were sampled).
+    process_sm: HashMap<u32, (ProcessUtil, Instant)>,
     /// Out-of-range values dropped since this GPU was first read.
     implausible: Implausible,
     xid: XidWatch,
@@ -193,11 +202,15 @@ impl NvmlDevice {
         self.update_process_sm(device, reader);
         let now = Instant::now();
         for row in &mut rows {
-            row.sm_percent = self
+            let util = self
                 .process_sm
                 .get(&row.pid)
                 .filter(|(_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR)
-                .map(|(sm, _)| *sm);
+                .map(|(util, _)| *util);
+            row.sm_percent = util.map(|u| u.sm);
+            row.memory_bandwidth_percent = util.and_then(|u| u.memory);
+            row.encoder_percent = util.and_then(|u| u.encoder);
+            row.decoder_percent = util.and_then(|u| u.decoder);
         }
         rows
     }
@@ -218,7 +231,14 @@ impl NvmlDevice {
             if sample.pid == 0 || sample.sm_util > 100 {
                 continue;
             }
-            self.process_sm.insert(sample.pid, (sample.sm_util, now));
+            let util = ProcessUtil {
+                sm: sample.sm_util,
+                // The other shares are percentages too; a figure above 100 is noise, not data.
+                memory: Some(sample.mem_util).filter(|u| *u <= 100),
+                encoder: Some(sample.enc_util).filter(|u| *u <= 100),
+                decoder: Some(sample.dec_util).filter(|u| *u <= 100),
+            };
+            self.process_sm.insert(sample.pid, (util, now));
         }
         self.process_sm
             .retain(|_, (_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR);
