@@ -1,91 +1,173 @@
-//! The serde serializer that turns a snapshot into tokens: the head, with the top-level lists
-//! split off as groups of entities ([`GroupSer`]), strings shared with the frame before where
-//! they did not change.
+//! The serde serializer that writes a snapshot straight as token bytes (each token as
+//! [`crate::record::codec::put_tok`] writes it): the head, with the top-level lists split off
+//! as groups of entities. No token is built and no string copied into one: the writer compares
+//! and patches these bytes, and the buffers are reused from frame to frame.
 
 use serde::ser::{self, Serialize};
 
 use super::key::KeySer;
-use super::{Error, Group, Hints, Split, Text, Tok, SPLIT_FIELDS};
+use super::{Error, View, SPLIT_FIELDS};
+use crate::record::codec;
 
-/// Serializes `value` (a snapshot) into a head and groups, sharing the unchanged strings of the
-/// frame before.
-pub(crate) fn split_with<T: Serialize + ?Sized>(
-    value: &T,
-    hints: &dyn Hints,
-) -> Result<Split, Error> {
-    let mut out = Split::default();
-    let top = Top {
-        groups: &mut out.groups,
-        hints,
-    };
-    value.serialize(Ser {
-        out: &mut out.head,
-        top: Some(top),
-        hint: hints.head(),
-    })?;
-    Ok(out)
+/// Token bytes, where each token starts, and how many there are.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Sink {
+    pub(crate) bytes: Vec<u8>,
+    /// The offset of each token in `bytes`.
+    pub(crate) starts: Vec<u32>,
 }
 
-/// What only the top-level value has: where the groups go, and the hints for their entities.
+impl Sink {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.starts.clear();
+    }
+
+    fn start(&mut self, kind: u8) {
+        self.starts.push(self.bytes.len() as u32);
+        self.bytes.push(kind);
+    }
+
+    fn varint(&mut self, kind: u8, v: u64) {
+        self.start(kind);
+        codec::put_varint(&mut self.bytes, v);
+    }
+
+    fn text(&mut self, kind: u8, s: &str) {
+        self.start(kind);
+        codec::put_str(&mut self.bytes, s);
+    }
+
+    fn truncate(&mut self, mark: (usize, usize)) {
+        self.bytes.truncate(mark.0);
+        self.starts.truncate(mark.1);
+    }
+
+    fn mark(&self) -> (usize, usize) {
+        (self.bytes.len(), self.starts.len())
+    }
+}
+
+/// One entity: its bytes and token starts in [`Wire::body`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) bytes: (usize, usize),
+    pub(crate) starts: (usize, usize),
+}
+
+/// A list split off the head: its field name and its elements.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WireGroup {
+    pub(crate) name: &'static str,
+    pub(crate) entities: Vec<Span>,
+}
+
+/// A snapshot as token bytes: the head, and the entities of every group one after the other in
+/// `body`.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Wire {
+    pub(crate) head: Sink,
+    pub(crate) body: Sink,
+    pub(crate) groups: Vec<WireGroup>,
+}
+
+impl Wire {
+    /// Serializes `value` (a snapshot) into this buffer, replacing what it held.
+    pub(crate) fn fill<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.head.clear();
+        self.body.clear();
+        self.groups.clear();
+        let top = Top {
+            groups: &mut self.groups,
+            body: &mut self.body,
+        };
+        value.serialize(Ser {
+            out: &mut self.head,
+            top: Some(top),
+        })
+    }
+
+    pub(crate) fn entity(&self, span: Span) -> View<'_> {
+        View {
+            bytes: &self.body.bytes[span.bytes.0..span.bytes.1],
+            starts: &self.body.starts[span.starts.0..span.starts.1],
+            base: span.bytes.0 as u32,
+        }
+    }
+
+    pub(crate) fn head(&self) -> View<'_> {
+        View {
+            bytes: &self.head.bytes,
+            starts: &self.head.starts,
+            base: 0,
+        }
+    }
+}
+
+/// What only the top-level value has: where the groups and their entities go.
 struct Top<'a> {
-    groups: &'a mut Vec<Group>,
-    hints: &'a dyn Hints,
+    groups: &'a mut Vec<WireGroup>,
+    body: &'a mut Sink,
 }
 
-/// Writes tokens into `out`; `top` is set only for the top-level value. `hint` holds the
-/// tokens of the same entity in the frame before.
+/// Writes tokens into `out`; `top` is set only for the top-level value.
 struct Ser<'a> {
-    out: &'a mut Vec<Tok>,
+    out: &'a mut Sink,
     top: Option<Top<'a>>,
-    hint: Option<&'a [Tok]>,
 }
 
 impl<'a> Ser<'a> {
-    fn leaf(self, tok: Tok) -> Result<(), Error> {
-        self.out.push(tok);
+    fn leaf(self, kind: u8) -> Result<(), Error> {
+        self.out.start(kind);
         Ok(())
     }
 
-    /// A string token, shared with the frame before when it is the same there.
-    fn text(self, v: &str) -> Result<(), Error> {
-        let tok = match self.hint.and_then(|h| h.get(self.out.len())) {
-            Some(Tok::Str(t)) if t.as_str() == v => Tok::Str(t.clone()),
-            _ => Tok::Str(Text::from(v)),
-        };
-        self.leaf(tok)
-    }
-
-    fn open(self, container: fn(u32) -> Tok) -> Compound<'a> {
-        let at = self.out.len();
-        self.out.push(container(0));
+    fn open(self, kind: u8) -> Compound<'a> {
+        let at = self.out.bytes.len();
+        let first = self.out.starts.len();
+        // The count is written when the container closes; one byte holds up to 127.
+        self.out.start(kind);
+        self.out.bytes.push(0);
         Compound {
             out: self.out,
             top: self.top,
-            hint: self.hint,
             at,
+            first,
             count: 0,
         }
     }
 
     /// `{"Variant": ...}`, as serde_json writes newtype, tuple and struct variants.
-    fn open_variant(self, variant: &'static str, container: fn(u32) -> Tok) -> Compound<'a> {
-        self.out.push(Tok::Map(1));
-        self.out.push(Tok::Key(Text::Static(variant)));
+    fn open_variant(self, variant: &'static str, kind: u8) -> Compound<'a> {
+        self.out.varint(MAP, 1);
+        self.out.text(KEY, variant);
         Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         }
-        .open(container)
+        .open(kind)
     }
 }
 
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const UINT: u8 = 3;
+const NINT: u8 = 4;
+const FLOAT: u8 = 5;
+const STR: u8 = 6;
+const SEQ: u8 = 7;
+const MAP: u8 = 8;
+const KEY: u8 = 9;
+const SPLICE: u8 = 10;
+
 /// An open sequence or map: its count is written back when it closes.
 struct Compound<'a> {
-    out: &'a mut Vec<Tok>,
+    out: &'a mut Sink,
     top: Option<Top<'a>>,
-    hint: Option<&'a [Tok]>,
     at: usize,
+    /// The index of its own token in `out.starts`.
+    first: usize,
     count: u32,
 }
 
@@ -94,31 +176,44 @@ impl Compound<'_> {
         Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         }
     }
 
     fn close(self) -> Result<(), Error> {
         let count = self.count;
-        match &mut self.out[self.at] {
-            Tok::Seq(n) | Tok::Map(n) => *n = count,
-            _ => return Err(Error("internal: a container lost its place".into())),
+        if count < 0x80 {
+            self.out.bytes[self.at + 1] = count as u8;
+            return Ok(());
+        }
+        let mut varint = Vec::with_capacity(5);
+        codec::put_varint(&mut varint, u64::from(count));
+        let grow = (varint.len() - 1) as u32;
+        self.out
+            .bytes
+            .splice(self.at + 1..self.at + 2, varint.iter().copied());
+        // The tokens inside the container moved by the longer count.
+        for start in &mut self.out.starts[self.first + 1..] {
+            *start += grow;
         }
         Ok(())
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         self.count += 1;
-        self.out.push(Tok::Key(Text::Static(key)));
+        self.out.text(KEY, key);
         if let Some(top) = self.top.as_mut().filter(|_| SPLIT_FIELDS.contains(&key)) {
-            let mut group = Group {
+            let mark = top.body.mark();
+            let mut group = WireGroup {
                 name: key,
                 entities: Vec::new(),
             };
-            if value.serialize(GroupSer(&mut group, top.hints)).is_ok() {
-                self.out.push(Tok::Splice(top.groups.len() as u32));
-                top.groups.push(group);
-                return Ok(());
+            match value.serialize(GroupSer(&mut group, top.body)) {
+                Ok(()) => {
+                    self.out.varint(SPLICE, top.groups.len() as u64);
+                    top.groups.push(group);
+                    return Ok(());
+                }
+                Err(_) => top.body.truncate(mark),
             }
         }
         value.serialize(self.nested())
@@ -163,7 +258,7 @@ impl ser::SerializeMap for Compound<'_> {
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
         self.count += 1;
         let key = key.serialize(KeySer)?;
-        self.out.push(Tok::Key(Text::from(key)));
+        self.out.text(KEY, &key);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -198,7 +293,7 @@ impl ser::SerializeStructVariant for Compound<'_> {
         value: &T,
     ) -> Result<(), Error> {
         self.count += 1;
-        self.out.push(Tok::Key(Text::Static(key)));
+        self.out.text(KEY, key);
         value.serialize(self.nested())
     }
     fn end(self) -> Result<(), Error> {
@@ -218,7 +313,7 @@ impl<'a> ser::Serializer for Ser<'a> {
     type SerializeStructVariant = Compound<'a>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.leaf(Tok::Bool(v))
+        self.leaf(if v { TRUE } else { FALSE })
     }
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
         self.serialize_i64(v.into())
@@ -232,9 +327,10 @@ impl<'a> ser::Serializer for Ser<'a> {
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
         // One form per number, as JSON has: 5 is the same token whatever its Rust type.
         match u64::try_from(v) {
-            Ok(u) => self.leaf(Tok::U(u)),
-            Err(_) => self.leaf(Tok::I(v)),
+            Ok(u) => self.out.varint(UINT, u),
+            Err(_) => self.out.varint(NINT, codec::zigzag(v)),
         }
+        Ok(())
     }
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
         self.serialize_u64(v.into())
@@ -246,37 +342,43 @@ impl<'a> ser::Serializer for Ser<'a> {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.leaf(Tok::U(v))
+        self.out.varint(UINT, v);
+        Ok(())
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         self.serialize_f64(v.into())
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        self.leaf(Tok::F(v.to_bits()))
+        self.out.start(FLOAT);
+        self.out.bytes.extend_from_slice(&v.to_bits().to_le_bytes());
+        Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
-        self.text(v.encode_utf8(&mut [0u8; 4]))
+        self.out.text(STR, v.encode_utf8(&mut [0u8; 4]));
+        Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        self.text(v)
+        self.out.text(STR, v);
+        Ok(())
     }
     fn serialize_bytes(self, _: &[u8]) -> Result<(), Error> {
         Err(Error("byte strings have no JSON form".into()))
     }
     fn serialize_none(self) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_unit_variant(self, _: &'static str, _: u32, v: &'static str) -> Result<(), Error> {
-        self.leaf(Tok::Str(Text::Static(v)))
+        self.out.text(STR, v);
+        Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
@@ -292,22 +394,21 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), Error> {
-        self.out.push(Tok::Map(1));
-        self.out.push(Tok::Key(Text::Static(variant)));
+        self.out.varint(MAP, 1);
+        self.out.text(KEY, variant);
         value.serialize(Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         })
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple(self, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple_variant(
         self,
@@ -316,13 +417,13 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Error> {
-        Ok(self.open_variant(variant, Tok::Seq))
+        Ok(self.open_variant(variant, SEQ))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Map))
+        Ok(self.open(MAP))
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Map))
+        Ok(self.open(MAP))
     }
     fn serialize_struct_variant(
         self,
@@ -331,35 +432,35 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Error> {
-        Ok(self.open_variant(variant, Tok::Map))
+        Ok(self.open_variant(variant, MAP))
     }
 }
 
 /// Collects the elements of one top-level list as entities; anything but a sequence is
 /// refused, and the field then stays in the head.
-struct GroupSer<'g>(&'g mut Group, &'g dyn Hints);
+struct GroupSer<'g>(&'g mut WireGroup, &'g mut Sink);
 
-struct GroupSeq<'g>(&'g mut Group, &'g dyn Hints);
+struct GroupSeq<'g>(&'g mut WireGroup, &'g mut Sink);
 
 impl ser::SerializeSeq for GroupSeq<'_> {
     type Ok = ();
     type Error = Error;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        let hint = self.1.entity(self.0.name, self.0.entities.len());
-        let mut tokens = Vec::with_capacity(hint.map_or(64, <[Tok]>::len));
+        let (bytes, starts) = self.1.mark();
         value.serialize(Ser {
-            out: &mut tokens,
+            out: self.1,
             top: None,
-            hint,
         })?;
-        self.0.entities.push(tokens);
+        self.0.entities.push(Span {
+            bytes: (bytes, self.1.bytes.len()),
+            starts: (starts, self.1.starts.len()),
+        });
         Ok(())
     }
     fn end(self) -> Result<(), Error> {
         Ok(())
     }
 }
-
 fn not_a_list<T>() -> Result<T, Error> {
     Err(Error("not a list".into()))
 }
