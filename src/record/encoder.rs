@@ -170,7 +170,12 @@ fn write_group(
 }
 
 /// Writes one entity against its reference: same, patched, or full.
-fn entity(scratch: &mut Scratch, out: &mut Vec<u8>, new: View<'_>, reference: Option<&Node>) -> Node {
+fn entity(
+    scratch: &mut Scratch,
+    out: &mut Vec<u8>,
+    new: View<'_>,
+    reference: Option<&Node>,
+) -> Node {
     let Some(reference) = reference else {
         put_full(out, new);
         return Node {
@@ -229,7 +234,11 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
         }
         i += 8;
     }
-    i + a[i..n].iter().zip(&b[i..n]).take_while(|(x, y)| x == y).count()
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Writes the changed tokens of `new` against `reference` into `scratch.patch`; false when the

@@ -177,4 +177,3 @@ impl Recording {
         state.snapshot().map_err(|e| undecodable(&target, &e.0))
     }
 }
-

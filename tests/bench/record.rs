@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
+use torchtop::model::Snapshot;
 use torchtop::record::reader::Cursor;
 use torchtop::record::writer::FileWriter;
-use torchtop::model::Snapshot;
 use torchtop::record::{RecordOptions, Recording};
 
 /// A stand-in training rank: the stand-in torch on one GPU, a step every 0.25 s.
@@ -124,7 +124,10 @@ fn main() {
     }
     if let Some(file) = std::env::var_os("TORCHTOP_BENCH_RECORDING") {
         let work = tempfile::tempdir().expect("a temporary directory");
-        println!("torchtop recording benchmark: the writer on {}", Path::new(&file).display());
+        println!(
+            "torchtop recording benchmark: the writer on {}",
+            Path::new(&file).display()
+        );
         writer_figures(Path::new(&file), work.path());
         return;
     }
@@ -233,7 +236,9 @@ fn cpu_figures(
     }
     let pids = [sessions[0].pid().unwrap(), sessions[1].pid().unwrap()];
     println!();
-    println!("| window | recording monitor | plain CPU ms/s | recording CPU ms/s | cost ms/s | cost % |");
+    println!(
+        "| window | recording monitor | plain CPU ms/s | recording CPU ms/s | cost ms/s | cost % |"
+    );
     println!("|---|---|---|---|---|---|");
     let (mut plain, mut costs, mut shares) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..repeats {
@@ -270,7 +275,10 @@ fn cpu_figures(
     let (cost, cost_lo, cost_hi) = spread(&costs);
     let (share, share_lo, share_hi) = spread(&shares);
     println!();
-    println!("| over {repeats} windows of {} s | median | spread |", window.as_secs());
+    println!(
+        "| over {repeats} windows of {} s | median | spread |",
+        window.as_secs()
+    );
     println!("|---|---|---|");
     println!("| the monitor's own CPU (TUI) | {plain:.2} ms/s | {plain_lo:.2} to {plain_hi:.2} |");
     println!("| recording's cost | {cost:+.2} ms/s | {cost_lo:+.2} to {cost_hi:+.2} |");
@@ -363,7 +371,10 @@ fn writer_figures(file: &Path, dir: &Path) {
     }
     let read_us = started.elapsed().as_secs_f64() * 1e6 / n;
     println!();
-    println!("| in this process, per frame ({} frames) | figure |", snapshots.len());
+    println!(
+        "| in this process, per frame ({} frames) | figure |",
+        snapshots.len()
+    );
     println!("|---|---|");
     println!(
         "| recording writer (delta, zstd, file), median of {rounds} rounds | {write_us:.0} us \
@@ -390,7 +401,9 @@ fn bytes_by_part(snapshots: &[Arc<Snapshot>], dir: &Path, all: u64) {
     type Cut = fn(&mut Snapshot);
     let parts: [(&str, Cut); 8] = [
         ("processes' running time", |s| {
-            s.processes.iter_mut().for_each(|p| p.running_seconds = None)
+            s.processes
+                .iter_mut()
+                .for_each(|p| p.running_seconds = None)
         }),
         ("processes' SM %", |s| {
             s.processes.iter_mut().for_each(|p| p.sm_percent = None)

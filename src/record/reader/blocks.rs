@@ -76,7 +76,6 @@ impl Recording {
             pos += n as u64;
         }
     }
-
 }
 
 /// What feeding one piece of input to zstd gave.
@@ -118,4 +117,3 @@ fn memchr_all(haystack: &[u8], needle: u8) -> impl Iterator<Item = usize> + '_ {
         .filter(move |(_, b)| **b == needle)
         .map(|(i, _)| i)
 }
-

@@ -77,7 +77,6 @@ impl Recording {
             self.source.len()
         ));
     }
-
 }
 
 pub(super) fn undecodable(frame: &FrameInfo, why: &str) -> RecordError {

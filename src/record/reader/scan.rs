@@ -147,5 +147,4 @@ impl Recording {
             }
         }
     }
-
 }

@@ -91,4 +91,3 @@ pub(super) fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> 
         std::fs::rename(path, &to).map_err(|e| io_error(path, "rename", &e))
     }
 }
-

@@ -1,10 +1,10 @@
 //! [`Recorder`]: a recording written on a thread of its own, fed the same `Arc<Snapshot>`s the
 //! UI or the headless loop gets, so that a slow disk never delays a refresh.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
