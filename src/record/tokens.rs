@@ -17,8 +17,9 @@ use serde::ser;
 
 mod key;
 mod serializer;
+mod wire;
 
-pub(crate) use serializer::Wire;
+pub(crate) use wire::Wire;
 
 /// A string in a token, shared by the frames that did not change it (a patch copies an
 /// entity's tokens, not its strings).

@@ -1,107 +1,26 @@
-//! The serde serializer that writes a snapshot straight as token bytes (each token as
-//! [`crate::record::codec::put_tok`] writes it): the head, with the top-level lists split off
-//! as groups of entities. No token is built and no string copied into one: the writer compares
-//! and patches these bytes, and the buffers are reused from frame to frame.
+//! The serde serializer behind [`super::Wire::fill`]: a snapshot written straight as token
+//! bytes, the head with the top-level lists split off as groups of entities.
 
 use serde::ser::{self, Serialize};
 
 use super::key::KeySer;
-use super::{Error, View, SPLIT_FIELDS};
+use super::wire::{
+    Sink, Span, WireGroup, FALSE, FLOAT, KEY, MAP, NINT, NULL, SEQ, SPLICE, STR, TRUE, UINT,
+};
+use super::{Error, SPLIT_FIELDS};
 use crate::record::codec;
 
-/// Token bytes, where each token starts, and how many there are.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Sink {
-    pub(crate) bytes: Vec<u8>,
-    /// The offset of each token in `bytes`.
-    pub(crate) starts: Vec<u32>,
-}
-
-impl Sink {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.starts.clear();
-    }
-
-    fn start(&mut self, kind: u8) {
-        self.starts.push(self.bytes.len() as u32);
-        self.bytes.push(kind);
-    }
-
-    fn varint(&mut self, kind: u8, v: u64) {
-        self.start(kind);
-        codec::put_varint(&mut self.bytes, v);
-    }
-
-    fn text(&mut self, kind: u8, s: &str) {
-        self.start(kind);
-        codec::put_str(&mut self.bytes, s);
-    }
-
-    fn truncate(&mut self, mark: (usize, usize)) {
-        self.bytes.truncate(mark.0);
-        self.starts.truncate(mark.1);
-    }
-
-    fn mark(&self) -> (usize, usize) {
-        (self.bytes.len(), self.starts.len())
-    }
-}
-
-/// One entity: its bytes and token starts in [`Wire::body`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Span {
-    pub(crate) bytes: (usize, usize),
-    pub(crate) starts: (usize, usize),
-}
-
-/// A list split off the head: its field name and its elements.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct WireGroup {
-    pub(crate) name: &'static str,
-    pub(crate) entities: Vec<Span>,
-}
-
-/// A snapshot as token bytes: the head, and the entities of every group one after the other in
-/// `body`.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Wire {
-    pub(crate) head: Sink,
-    pub(crate) body: Sink,
-    pub(crate) groups: Vec<WireGroup>,
-}
-
-impl Wire {
-    /// Serializes `value` (a snapshot) into this buffer, replacing what it held.
-    pub(crate) fn fill<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.head.clear();
-        self.body.clear();
-        self.groups.clear();
-        let top = Top {
-            groups: &mut self.groups,
-            body: &mut self.body,
-        };
-        value.serialize(Ser {
-            out: &mut self.head,
-            top: Some(top),
-        })
-    }
-
-    pub(crate) fn entity(&self, span: Span) -> View<'_> {
-        View {
-            bytes: &self.body.bytes[span.bytes.0..span.bytes.1],
-            starts: &self.body.starts[span.starts.0..span.starts.1],
-            base: span.bytes.0 as u32,
-        }
-    }
-
-    pub(crate) fn head(&self) -> View<'_> {
-        View {
-            bytes: &self.head.bytes,
-            starts: &self.head.starts,
-            base: 0,
-        }
-    }
+/// Serializes `value` into `head`, its split-off lists into `groups` and `body`.
+pub(super) fn serialize<T: Serialize + ?Sized>(
+    value: &T,
+    head: &mut Sink,
+    body: &mut Sink,
+    groups: &mut Vec<WireGroup>,
+) -> Result<(), Error> {
+    value.serialize(Ser {
+        out: head,
+        top: Some(Top { groups, body }),
+    })
 }
 
 /// What only the top-level value has: where the groups and their entities go.
@@ -148,18 +67,6 @@ impl<'a> Ser<'a> {
         .open(kind)
     }
 }
-
-const NULL: u8 = 0;
-const FALSE: u8 = 1;
-const TRUE: u8 = 2;
-const UINT: u8 = 3;
-const NINT: u8 = 4;
-const FLOAT: u8 = 5;
-const STR: u8 = 6;
-const SEQ: u8 = 7;
-const MAP: u8 = 8;
-const KEY: u8 = 9;
-const SPLICE: u8 = 10;
 
 /// An open sequence or map: its count is written back when it closes.
 struct Compound<'a> {
