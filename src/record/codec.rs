@@ -99,6 +99,9 @@ fn get_count(input: &mut &[u8]) -> Result<u32> {
     u32::try_from(get_varint(input)?).or_else(|_| corrupt("a count is too large"))
 }
 
+/// One token's bytes: the reference for the serializer (`tokens::Wire`), which writes the same
+/// bytes without building tokens.
+#[cfg(test)]
 pub(crate) fn put_tok(out: &mut Vec<u8>, tok: &Tok) {
     match tok {
         Tok::Null => out.push(0),

@@ -9,24 +9,23 @@
 //!   the shape is the same (no value appeared or vanished);
 //! - *full*: every token.
 //!
-//! Encoder and decoder keep the same state (the last frame's entities, each with the one it was
-//! patched from, for the linear prediction of floats), so a frame decodes only after the frames
-//! since the last key frame.
+//! [`super::encoder`] writes frames; this module reads them. Encoder and decoder keep the same
+//! state (the last frame's entities, each with the one it was patched from, for the linear
+//! prediction of floats), so a frame decodes only after the frames since the last key frame.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::codec::{self, Corrupt, Result};
-use super::tokens::{self, Hints, Split, Text, Tok};
+use super::tokens::{Text, Tok};
 use crate::model::Snapshot;
 
-const FULL: u8 = 0;
-const SAME: u8 = 1;
-const PATCH: u8 = 2;
+pub(crate) const FULL: u8 = 0;
+pub(crate) const SAME: u8 = 1;
+pub(crate) const PATCH: u8 = 2;
 /// Entities appear in the same order as in the previous frame's group.
-const SAME_ORDER: u8 = 0;
+pub(crate) const SAME_ORDER: u8 = 0;
 /// Each entity names its reference in the previous frame's group (or none).
-const REFERENCED: u8 = 1;
+pub(crate) const REFERENCED: u8 = 1;
 
 /// One entity's tokens, and the tokens it was patched from (for float predictions).
 #[derive(Debug, Clone)]
@@ -54,23 +53,12 @@ pub(crate) struct State {
     groups: Vec<GroupState>,
 }
 
-impl Hints for State {
-    fn head(&self) -> Option<&[Tok]> {
-        Some(&self.head.toks)
-    }
-
-    fn entity(&self, group: &str, index: usize) -> Option<&[Tok]> {
-        let group = self.groups.iter().find(|g| g.name.as_str() == group)?;
-        group.nodes.get(index).map(|n| n.toks.as_slice())
-    }
-}
-
 impl State {
     /// The snapshot's JSON value (the slow way, which the tests compare with).
     #[cfg(test)]
-    pub(crate) fn value(&self) -> std::result::Result<serde_json::Value, tokens::Error> {
+    pub(crate) fn value(&self) -> std::result::Result<serde_json::Value, super::tokens::Error> {
         let groups: Vec<&[Node]> = self.groups.iter().map(|g| g.nodes.as_slice()).collect();
-        tokens::to_value(&self.head.toks, &groups)
+        super::tokens::to_value(&self.head.toks, &groups)
     }
 
     /// The snapshot, as `--json` would have read it.
@@ -78,130 +66,6 @@ impl State {
         let groups: Vec<&[Node]> = self.groups.iter().map(|g| g.nodes.as_slice()).collect();
         super::de::from_tokens(&self.head.toks, &groups)
             .map_err(|e| Corrupt(format!("a frame does not make a snapshot: {e}")))
-    }
-}
-
-/// Writes frames; keeps the last one.
-#[derive(Debug, Default)]
-pub(crate) struct Encoder {
-    state: Option<State>,
-    scratch: Vec<u8>,
-}
-
-impl Encoder {
-    /// The tokens of `value`, sharing the strings that did not change since the last frame.
-    pub(crate) fn split<T: serde::Serialize + ?Sized>(
-        &self,
-        value: &T,
-    ) -> std::result::Result<Split, tokens::Error> {
-        match &self.state {
-            Some(state) => tokens::split_with(value, state),
-            None => tokens::split_with(value, &tokens::NoHints),
-        }
-    }
-
-    /// Appends the frame of `split` to `out`: whole when `key`, else as changes.
-    pub(crate) fn encode(&mut self, split: Split, key: bool, out: &mut Vec<u8>) {
-        let previous = if key { None } else { self.state.take() };
-        let previous = previous.as_ref();
-        let head = Arc::new(split.head);
-        let head = self.entity(out, head, previous.map(|p| &p.head));
-        codec::put_varint(out, split.groups.len() as u64);
-        let mut groups = Vec::with_capacity(split.groups.len());
-        for group in split.groups {
-            let reference =
-                previous.and_then(|p| p.groups.iter().position(|g| g.name.as_str() == group.name));
-            match reference {
-                Some(r) => codec::put_varint(out, r as u64 + 1),
-                None => {
-                    codec::put_varint(out, 0);
-                    codec::put_str(out, group.name);
-                }
-            }
-            let reference = reference.and_then(|r| previous.map(|p| &p.groups[r].nodes[..]));
-            let nodes = self.group(out, group.entities, reference.unwrap_or(&[]));
-            groups.push(GroupState {
-                name: Text::Static(group.name),
-                nodes,
-            });
-        }
-        self.state = Some(State { head, groups });
-    }
-
-    fn group(
-        &mut self,
-        out: &mut Vec<u8>,
-        entities: Vec<Vec<Tok>>,
-        reference: &[Node],
-    ) -> Vec<Node> {
-        codec::put_varint(out, entities.len() as u64);
-        let same_order = entities.len() == reference.len()
-            && entities
-                .iter()
-                .zip(reference)
-                .all(|(e, r)| identity(e) == identity(&r.toks));
-        let refs: Vec<Option<usize>> = if same_order {
-            out.push(SAME_ORDER);
-            (0..entities.len()).map(Some).collect()
-        } else {
-            out.push(REFERENCED);
-            let mut by_identity: HashMap<&[Tok], usize> = HashMap::with_capacity(reference.len());
-            for (i, r) in reference.iter().enumerate() {
-                by_identity.entry(identity(&r.toks)).or_insert(i);
-            }
-            let refs: Vec<Option<usize>> = entities
-                .iter()
-                .map(|e| by_identity.get(identity(e)).copied())
-                .collect();
-            for r in &refs {
-                codec::put_varint(out, r.map_or(0, |r| r as u64 + 1));
-            }
-            refs
-        };
-        entities
-            .into_iter()
-            .zip(refs)
-            .map(|(toks, r)| self.entity(out, Arc::new(toks), r.map(|r| &reference[r])))
-            .collect()
-    }
-
-    fn entity(&mut self, out: &mut Vec<u8>, toks: Arc<Vec<Tok>>, reference: Option<&Node>) -> Node {
-        let Some(reference) = reference else {
-            put_full(out, &toks);
-            return Node { toks, prev: None };
-        };
-        if toks == reference.toks {
-            out.push(SAME);
-            return Node {
-                toks,
-                prev: Some(reference.toks.clone()),
-            };
-        }
-        self.scratch.clear();
-        if put_patch(&mut self.scratch, &toks, reference) {
-            out.push(PATCH);
-            out.extend_from_slice(&self.scratch);
-            Node {
-                toks,
-                prev: Some(reference.toks.clone()),
-            }
-        } else {
-            put_full(out, &toks);
-            Node { toks, prev: None }
-        }
-    }
-}
-
-/// What matches an entity with its predecessor: its first two fields and their values.
-fn identity(toks: &[Tok]) -> &[Tok] {
-    &toks[1.min(toks.len())..5.min(toks.len())]
-}
-
-fn put_full(out: &mut Vec<u8>, toks: &[Tok]) {
-    out.push(FULL);
-    codec::put_varint(out, toks.len() as u64);
-    for tok in toks {
-        codec::put_tok(out, tok);
     }
 }
 
@@ -214,49 +78,6 @@ fn before(reference: &Node, i: usize, len: usize) -> Option<f64> {
         },
         _ => None,
     }
-}
-
-/// Writes the changed tokens of `toks` against `reference`; false when the shapes differ.
-/// The positions come first and the values after them: the same fields change from frame to
-/// frame, so the positions repeat and compress to almost nothing.
-fn put_patch(out: &mut Vec<u8>, toks: &[Tok], reference: &Node) -> bool {
-    let old = &reference.toks;
-    if toks.len() != old.len() {
-        return false;
-    }
-    let mut positions = Vec::new();
-    let mut values = Vec::new();
-    let mut count = 0u64;
-    let mut last = 0usize;
-    for (i, (new, was)) in toks.iter().zip(old.iter()).enumerate() {
-        if new == was {
-            continue;
-        }
-        count += 1;
-        codec::put_varint(&mut positions, (i - last) as u64);
-        last = i + 1;
-        match (new, was) {
-            (Tok::Bool(_), Tok::Bool(_)) => {}
-            (Tok::U(c), Tok::U(p)) => {
-                codec::put_varint(&mut values, codec::zigzag(c.wrapping_sub(*p) as i64))
-            }
-            (Tok::I(c), Tok::I(p)) => {
-                codec::put_varint(&mut values, codec::zigzag(c.wrapping_sub(*p)))
-            }
-            (Tok::F(c), Tok::F(p)) => codec::put_float_change(
-                &mut values,
-                f64::from_bits(*c),
-                f64::from_bits(*p),
-                before(reference, i, old.len()),
-            ),
-            (Tok::Str(c), Tok::Str(_)) => codec::put_str(&mut values, c.as_str()),
-            _ => return false,
-        }
-    }
-    codec::put_varint(out, count);
-    out.extend_from_slice(&positions);
-    out.extend_from_slice(&values);
-    true
 }
 
 /// Reads frames; keeps the last one.
@@ -401,6 +222,7 @@ fn get_patch(input: &mut &[u8], reference: &Node) -> Result<Node> {
 mod tests {
     use super::*;
     use crate::model::{GpuProcess, GpuSample, ProcessKind};
+    use crate::record::encoder::Encoder;
 
     fn snapshot(t: u32, pids: &[u32]) -> Snapshot {
         let mut s = Snapshot::at(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.into()));
@@ -431,7 +253,8 @@ mod tests {
         for (i, s) in snapshots.iter().enumerate() {
             let key = i % key_every == 0;
             let mut out = Vec::new();
-            encoder.encode(tokens::split(s).unwrap(), key, &mut out);
+            encoder.prepare(s).unwrap();
+            encoder.encode(key, &mut out);
             decoder.decode(key, &out).unwrap();
             let state = decoder.state().unwrap();
             let back = state.snapshot().unwrap();
@@ -476,21 +299,15 @@ mod tests {
         assert!(decoder.decode(false, &[SAME]).is_err());
         let mut encoder = Encoder::default();
         let mut out = Vec::new();
-        encoder.encode(
-            tokens::split(&snapshot(0, &[1, 2])).unwrap(),
-            true,
-            &mut out,
-        );
+        encoder.prepare(&snapshot(0, &[1, 2])).unwrap();
+        encoder.encode(true, &mut out);
         for cut in 0..out.len() {
             assert!(decoder.decode(true, &out[..cut]).is_err(), "cut at {cut}");
         }
         decoder.decode(true, &out).unwrap();
         let mut change = Vec::new();
-        encoder.encode(
-            tokens::split(&snapshot(1, &[1, 2])).unwrap(),
-            false,
-            &mut change,
-        );
+        encoder.prepare(&snapshot(1, &[1, 2])).unwrap();
+        encoder.encode(false, &mut change);
         let mut garbage = change.clone();
         garbage.push(0);
         assert!(decoder.clone().decode(false, &garbage).is_err());

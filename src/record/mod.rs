@@ -4,7 +4,8 @@
 //! - [`tokens`]: a snapshot as JSON-shaped tokens, split into a head and groups of entities.
 //! - [`codec`]: varints, tokens and short forms of changed numbers, as bytes; `de` reads
 //!   snapshots back from tokens.
-//! - [`delta`]: frames written as changes since the previous frame, or whole (key frames).
+//! - [`delta`]: frames as changes since the previous frame, or whole (key frames), read back;
+//!   [`encoder`] writes them straight from a snapshot's token bytes.
 //! - [`format`]: the file header, block header and trailer, frame records.
 //! - [`marks`]: what happened at a frame (new warning, OOM, GPU state, processes).
 //! - [`writer`]: zstd blocks, flushing and rotation; [`writer::Recorder`] runs it on a thread.
@@ -16,6 +17,7 @@
 pub(crate) mod codec;
 mod de;
 pub(crate) mod delta;
+pub(crate) mod encoder;
 pub(crate) mod format;
 pub mod headless;
 pub(crate) mod live;

@@ -5,6 +5,9 @@
 //! field names). The top-level lists (GPUs, processes, jobs, warnings, the host process table)
 //! are split off into groups of one token stream per element, so that a frame can say "this GPU
 //! did not change" or "only these three figures of that process did".
+//!
+//! The writer serializes a snapshot straight to token bytes ([`Wire`]); the reader decodes
+//! those bytes into [`Tok`]s.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -14,44 +17,36 @@ use serde::ser;
 
 mod key;
 mod serializer;
+mod wire;
 
-pub(crate) use serializer::split_with;
+pub(crate) use wire::Wire;
 
-/// A string in a token: a field name from the program, or text shared with the frame before
-/// (most strings do not change, so they are neither copied nor freed from frame to frame).
+/// A string in a token, shared by the frames that did not change it (a patch copies an
+/// entity's tokens, not its strings).
 #[derive(Debug, Clone)]
-pub(crate) enum Text {
-    Static(&'static str),
-    Shared(Arc<str>),
-}
+pub(crate) struct Text(Arc<str>);
 
 impl Text {
     pub(crate) fn as_str(&self) -> &str {
-        match self {
-            Text::Static(s) => s,
-            Text::Shared(s) => s,
-        }
+        &self.0
     }
 }
 
 impl From<&str> for Text {
     fn from(s: &str) -> Self {
-        Text::Shared(Arc::from(s))
+        Text(Arc::from(s))
     }
 }
 
 impl From<String> for Text {
     fn from(s: String) -> Self {
-        Text::Shared(Arc::from(s))
+        Text(Arc::from(s))
     }
 }
 
 impl PartialEq for Text {
     fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Text::Shared(a), Text::Shared(b)) if Arc::ptr_eq(a, b) => true,
-            _ => self.as_str() == other.as_str(),
-        }
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
     }
 }
 
@@ -84,22 +79,32 @@ pub(crate) enum Tok {
     Splice(u32),
 }
 
-/// The tokens of the frame before, which the serializer takes strings from when they are
-/// unchanged: the head's, and each group's entities by position.
-pub(crate) trait Hints {
-    fn head(&self) -> Option<&[Tok]>;
-    fn entity(&self, group: &str, index: usize) -> Option<&[Tok]>;
+/// One entity's token bytes (each token as [`super::codec::put_tok`] writes it) and where each
+/// token starts: `starts[i] - base` is the offset of token `i` in `bytes`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) starts: &'a [u32],
+    pub(crate) base: u32,
 }
 
-/// No frame before.
-pub(crate) struct NoHints;
-
-impl Hints for NoHints {
-    fn head(&self) -> Option<&[Tok]> {
-        None
+impl<'a> View<'a> {
+    /// Where token `i` starts; the end of the bytes for `i` = the number of tokens.
+    pub(crate) fn start(&self, i: usize) -> usize {
+        self.starts
+            .get(i)
+            .map_or(self.bytes.len(), |&s| (s - self.base) as usize)
     }
-    fn entity(&self, _: &str, _: usize) -> Option<&[Tok]> {
-        None
+
+    pub(crate) fn token(&self, i: usize) -> &'a [u8] {
+        &self.bytes[self.start(i)..self.start(i + 1)]
+    }
+
+    /// What matches an entity with its predecessor: its first two fields and their values
+    /// (tokens 1 to 4: key, value, key, value).
+    pub(crate) fn identity(&self) -> &'a [u8] {
+        let n = self.starts.len();
+        &self.bytes[self.start(1.min(n))..self.start(5.min(n))]
     }
 }
 
@@ -108,6 +113,7 @@ pub(crate) const SPLIT_FIELDS: [&str; 5] =
     ["gpus", "processes", "jobs", "warnings", "host_processes"];
 
 /// A list split off the head: its field name and one token stream per element.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Group {
     pub(crate) name: &'static str,
@@ -115,6 +121,7 @@ pub(crate) struct Group {
 }
 
 /// A snapshot as tokens: the head (everything but the split lists) and the groups.
+#[cfg(test)]
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Split {
     pub(crate) head: Vec<Tok>,
@@ -138,10 +145,41 @@ impl ser::Error for Error {
     }
 }
 
-/// Serializes `value` (a snapshot) into a head and groups.
+/// Serializes `value` (a snapshot) into a head and groups, as tokens.
 #[cfg(test)]
 pub(crate) fn split<T: serde::Serialize + ?Sized>(value: &T) -> Result<Split, Error> {
-    split_with(value, &NoHints)
+    let mut wire = Wire::default();
+    wire.fill(value)?;
+    let toks = |view: View<'_>| -> Result<Vec<Tok>, Error> {
+        let mut bytes = view.bytes;
+        let mut toks = Vec::new();
+        for i in 0..view.starts.len() {
+            if view.start(i) != view.bytes.len() - bytes.len() {
+                return Err(Error(format!("token {i} does not start where it says")));
+            }
+            toks.push(super::codec::get_tok(&mut bytes).map_err(|e| Error(e.0))?);
+        }
+        if !bytes.is_empty() {
+            return Err(Error("an entity has bytes after its last token".into()));
+        }
+        Ok(toks)
+    };
+    let mut groups = Vec::new();
+    for group in &wire.groups {
+        let entities = group
+            .entities
+            .iter()
+            .map(|&span| toks(wire.entity(span)))
+            .collect::<Result<_, _>>()?;
+        groups.push(Group {
+            name: group.name,
+            entities,
+        });
+    }
+    Ok(Split {
+        head: toks(wire.head())?,
+        groups,
+    })
 }
 
 /// The deepest nesting a token stream from a file may have.
@@ -243,6 +281,7 @@ impl<E: AsRef<[Tok]>> Reader<'_, E> {
     }
 }
 
+#[cfg(test)]
 impl Split {
     /// The JSON value of this snapshot.
     #[cfg(test)]
@@ -305,6 +344,29 @@ mod tests {
             serde_json::to_string(&back).unwrap(),
             serde_json::to_string(&snapshot).unwrap()
         );
+    }
+
+    #[test]
+    fn the_wire_bytes_are_the_tokens_bytes_also_for_counts_over_127() {
+        let mut snapshot = snapshot();
+        // 300 pairs: a count that takes two bytes, written once the container closes.
+        snapshot.warnings[0].evidence = (0..300)
+            .map(|i| (format!("k{i}"), format!("v{i}")))
+            .collect();
+        snapshot.warnings.push(snapshot.warnings[0].clone());
+        let split = split(&snapshot).unwrap();
+        let back: Snapshot = serde_json::from_value(split.to_value().unwrap()).unwrap();
+        assert_eq!(back, snapshot);
+        let mut wire = Wire::default();
+        wire.fill(&snapshot).unwrap();
+        for (group, tokens) in wire.groups.iter().zip(&split.groups) {
+            for (&span, toks) in group.entities.iter().zip(&tokens.entities) {
+                let mut bytes = Vec::new();
+                toks.iter()
+                    .for_each(|t| super::super::codec::put_tok(&mut bytes, t));
+                assert_eq!(wire.entity(span).bytes, &bytes[..], "{}", group.name);
+            }
+        }
     }
 
     #[test]

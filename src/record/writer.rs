@@ -1,23 +1,26 @@
 //! Writing a recording: frames into zstd blocks, flushed to the file every few seconds so that
 //! a crash loses at most those seconds, and files rotated by size with the oldest deleted.
 //!
-//! [`Recorder`] runs the writer on a thread of its own, fed the same `Arc<Snapshot>`s the UI
-//! or the headless loop gets, so a slow disk never delays a refresh.
+//! - [`files`]: creating, recognising and rotating the files;
+//! - [`recorder`]: [`Recorder`] runs the writer on a thread of its own, fed the same
+//!   `Arc<Snapshot>`s the UI or the headless loop gets, so a slow disk never delays a refresh.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+mod files;
+mod recorder;
+
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::delta::Encoder;
+use self::files::{create_file, io_error, rotate};
+use super::encoder::Encoder;
 use super::format::{self, FrameHead, Meta, Trailer};
 use super::{marks, RecordError};
 use crate::model::{tree::build_tree, Snapshot};
+
+pub(crate) use self::recorder::{Feeder, Recorder};
 
 /// A key frame at least this often, in frames (5 minutes at 1 Hz).
 pub(crate) const KEY_EVERY: u32 = 300;
@@ -31,9 +34,9 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(2);
 pub(crate) const SEGMENTS: u64 = 4;
 /// The smallest `--max-size`.
 pub(crate) const MIN_MAX_SIZE: u64 = 1 << 20;
-const ZSTD_LEVEL: i32 = 6;
-/// Snapshots waiting for the writer; more are dropped (and counted) rather than held.
-const QUEUE: usize = 64;
+/// zstd level 3 (its default): in `cargo bench --bench record`, level 6 cost the writer 10 to
+/// 50 % more CPU for 3 to 9 % fewer bytes.
+const ZSTD_LEVEL: i32 = 3;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordOptions {
@@ -70,6 +73,7 @@ pub struct FileWriter {
     earlier: u64,
     /// The current file has its header (written with the first frame, which names the host).
     has_header: bool,
+    zstd_level: i32,
 }
 
 impl FileWriter {
@@ -97,8 +101,16 @@ impl FileWriter {
             record: Vec::new(),
             earlier: 0,
             has_header: false,
+            zstd_level: ZSTD_LEVEL,
         };
         Ok(writer)
+    }
+
+    /// Compresses the blocks opened from now on at zstd `level` instead of the default (for the
+    /// benchmark, which weighs size against CPU).
+    pub fn with_zstd_level(mut self, level: i32) -> Self {
+        self.zstd_level = level;
+        self
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -136,9 +148,8 @@ impl FileWriter {
     /// Appends a frame; flushes, closes the block and rotates the file when due.
     pub fn write(&mut self, snapshot: &Arc<Snapshot>) -> Result<(), RecordError> {
         let recorded = recordable(snapshot);
-        let split = self
-            .encoder
-            .split(recorded.as_ref())
+        self.encoder
+            .prepare(recorded.as_ref())
             .map_err(|e| RecordError(format!("a snapshot could not be recorded: {e}")))?;
         let marks = marks::marks(self.previous.as_deref(), snapshot);
         if !self.has_header {
@@ -150,7 +161,7 @@ impl FileWriter {
         let block = self.block.as_mut().expect("a block was just opened");
         let key = block.frames == 0 || self.since_key + 1 >= KEY_EVERY;
         self.body.clear();
-        self.encoder.encode(split, key, &mut self.body);
+        self.encoder.encode(key, &mut self.body);
         self.record.clear();
         let head = FrameHead {
             key,
@@ -178,7 +189,7 @@ impl FileWriter {
         let header = format::block_header(self.seq, time);
         self.seq = self.seq.wrapping_add(1);
         self.put(&header)?;
-        let zstd = zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)
+        let zstd = zstd::stream::write::Encoder::new(Vec::new(), self.zstd_level)
             .map_err(|e| RecordError(format!("zstd could not start a block: {e}")))?;
         self.block = Some(Block {
             zstd,
@@ -284,210 +295,4 @@ fn recordable(snapshot: &Snapshot) -> std::borrow::Cow<'_, Snapshot> {
         .map(|i| snapshot.host_processes[i].clone())
         .collect();
     std::borrow::Cow::Owned(cut)
-}
-
-fn io_error(path: &Path, what: &str, error: &std::io::Error) -> RecordError {
-    RecordError(format!(
-        "could not {what} {}: {error}",
-        crate::format::escape(&path.display().to_string())
-    ))
-}
-
-/// A new file, never through a symbolic link and never over an existing file; readable by its
-/// owner only, since it holds other users' command lines.
-fn create_file(path: &Path) -> Result<File, RecordError> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| io_error(path, "create", &e))
-}
-
-/// Whether `path` is a recording (read without following a symbolic link); `None` if absent.
-fn is_recording(path: &Path) -> Result<Option<bool>, RecordError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path);
-    let mut file = match file {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Some(false)),
-        Err(e) => return Err(io_error(path, "open", &e)),
-    };
-    let mut magic = [0u8; 8];
-    let read = file.read(&mut magic).unwrap_or(0);
-    Ok(Some(read == magic.len() && &magic == format::MAGIC))
-}
-
-fn numbered(path: &Path, n: u64) -> PathBuf {
-    let mut name = path.as_os_str().to_os_string();
-    name.push(format!(".{n}"));
-    PathBuf::from(name)
-}
-
-/// Moves `FILE` to `FILE.1`, `FILE.1` to `FILE.2` and so on; with `keep`, the files that would
-/// be numbered `keep` or more are deleted. Only recordings are moved or deleted: anything else
-/// in the way stops with a sentence.
-fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
-    match is_recording(path)? {
-        None => return Ok(()),
-        Some(false) => {
-            return Err(RecordError(format!(
-                "{} exists and is not a torchtop recording: choose another name with -o",
-                crate::format::escape(&path.display().to_string())
-            )))
-        }
-        Some(true) => {}
-    }
-    let mut highest = 0;
-    while is_recording(&numbered(path, highest + 1))?.is_some() {
-        highest += 1;
-    }
-    for n in (1..=highest).rev() {
-        let from = numbered(path, n);
-        if is_recording(&from)? != Some(true) {
-            return Err(RecordError(format!(
-                "{} is not a torchtop recording, so it is left alone; choose another name with -o",
-                crate::format::escape(&from.display().to_string())
-            )));
-        }
-        if keep.is_some_and(|k| n + 1 >= k) {
-            std::fs::remove_file(&from).map_err(|e| io_error(&from, "delete", &e))?;
-        } else {
-            let to = numbered(path, n + 1);
-            std::fs::rename(&from, &to).map_err(|e| io_error(&from, "rename", &e))?;
-        }
-    }
-    let to = numbered(path, 1);
-    if keep == Some(1) {
-        std::fs::remove_file(path).map_err(|e| io_error(path, "delete", &e))
-    } else {
-        std::fs::rename(path, &to).map_err(|e| io_error(path, "rename", &e))
-    }
-}
-
-/// What a running recording has done so far, for the header's indicator.
-#[derive(Debug)]
-pub(crate) struct RecorderStatus {
-    pub(crate) path: PathBuf,
-    pub(crate) started: Instant,
-    pub(crate) bytes: AtomicU64,
-    pub(crate) frames: AtomicU64,
-    /// Snapshots dropped because the writer fell behind.
-    pub(crate) dropped: AtomicU64,
-    /// Why the recording stopped early, if it did.
-    pub(crate) failed: Mutex<Option<String>>,
-}
-
-impl RecorderStatus {
-    pub(crate) fn failure(&self) -> Option<String> {
-        self.failed.lock().map(|f| f.clone()).unwrap_or(None)
-    }
-}
-
-/// What the writer thread is told.
-enum Message {
-    Frame(Arc<Snapshot>),
-    Stop,
-}
-
-/// A recording in progress on a thread of its own.
-pub(crate) struct Recorder {
-    feeder: Feeder,
-    thread: Option<JoinHandle<Result<u64, RecordError>>>,
-}
-
-/// Hands snapshots to a [`Recorder`] from any thread.
-#[derive(Clone)]
-pub(crate) struct Feeder {
-    messages: SyncSender<Message>,
-    status: Arc<RecorderStatus>,
-}
-
-impl Feeder {
-    /// Hands a snapshot to the writer without waiting; a full queue drops it (and counts it).
-    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
-        if let Err(TrySendError::Full(_)) = self.messages.try_send(Message::Frame(snapshot)) {
-            self.status.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
-        &self.status
-    }
-}
-
-impl Recorder {
-    /// Creates the file now (so that a bad path is reported at once) and starts the writer.
-    pub(crate) fn start(options: RecordOptions) -> Result<Self, RecordError> {
-        let mut writer = FileWriter::create(options)?;
-        let status = Arc::new(RecorderStatus {
-            path: writer.path().to_path_buf(),
-            started: Instant::now(),
-            bytes: AtomicU64::new(writer.bytes()),
-            frames: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            failed: Mutex::new(None),
-        });
-        let (messages, queue) = mpsc::sync_channel::<Message>(QUEUE);
-        let shared = status.clone();
-        let thread = std::thread::Builder::new()
-            .name("torchtop-record".into())
-            .spawn(move || {
-                for message in queue {
-                    let Message::Frame(snapshot) = message else {
-                        break;
-                    };
-                    if let Err(error) = writer.write(&snapshot) {
-                        if let Ok(mut failed) = shared.failed.lock() {
-                            *failed = Some(error.0.clone());
-                        }
-                        return Err(error);
-                    }
-                    shared.bytes.store(writer.bytes(), Ordering::Relaxed);
-                    shared.frames.fetch_add(1, Ordering::Relaxed);
-                }
-                writer.finish()
-            })
-            .map_err(|e| RecordError(format!("could not start the recording thread: {e}")))?;
-        Ok(Recorder {
-            feeder: Feeder { messages, status },
-            thread: Some(thread),
-        })
-    }
-
-    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
-        &self.feeder.status
-    }
-
-    pub(crate) fn feeder(&self) -> Feeder {
-        self.feeder.clone()
-    }
-
-    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
-        self.feeder.push(snapshot);
-    }
-
-    /// Writes what is queued, closes the file and says how many bytes it holds.
-    pub(crate) fn stop(mut self) -> Result<u64, RecordError> {
-        // Blocks only while the queue is full, which the writer empties.
-        let _ = self.feeder.messages.send(Message::Stop);
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(RecordError("the recording thread panicked".into())),
-            None => Ok(self.feeder.status.bytes.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            let _ = self.feeder.messages.send(Message::Stop);
-            let _ = thread.join();
-        }
-    }
 }

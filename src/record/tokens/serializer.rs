@@ -1,91 +1,80 @@
-//! The serde serializer that turns a snapshot into tokens: the head, with the top-level lists
-//! split off as groups of entities ([`GroupSer`]), strings shared with the frame before where
-//! they did not change.
+//! The serde serializer behind [`super::Wire::fill`]: a snapshot written straight as token
+//! bytes, the head with the top-level lists split off as groups of entities.
 
 use serde::ser::{self, Serialize};
 
 use super::key::KeySer;
-use super::{Error, Group, Hints, Split, Text, Tok, SPLIT_FIELDS};
+use super::wire::{
+    Sink, Span, WireGroup, FALSE, FLOAT, KEY, MAP, NINT, NULL, SEQ, SPLICE, STR, TRUE, UINT,
+};
+use super::{Error, SPLIT_FIELDS};
+use crate::record::codec;
 
-/// Serializes `value` (a snapshot) into a head and groups, sharing the unchanged strings of the
-/// frame before.
-pub(crate) fn split_with<T: Serialize + ?Sized>(
+/// Serializes `value` into `head`, its split-off lists into `groups` and `body`.
+pub(super) fn serialize<T: Serialize + ?Sized>(
     value: &T,
-    hints: &dyn Hints,
-) -> Result<Split, Error> {
-    let mut out = Split::default();
-    let top = Top {
-        groups: &mut out.groups,
-        hints,
-    };
+    head: &mut Sink,
+    body: &mut Sink,
+    groups: &mut Vec<WireGroup>,
+) -> Result<(), Error> {
     value.serialize(Ser {
-        out: &mut out.head,
-        top: Some(top),
-        hint: hints.head(),
-    })?;
-    Ok(out)
+        out: head,
+        top: Some(Top { groups, body }),
+    })
 }
 
-/// What only the top-level value has: where the groups go, and the hints for their entities.
+/// What only the top-level value has: where the groups and their entities go.
 struct Top<'a> {
-    groups: &'a mut Vec<Group>,
-    hints: &'a dyn Hints,
+    groups: &'a mut Vec<WireGroup>,
+    body: &'a mut Sink,
 }
 
-/// Writes tokens into `out`; `top` is set only for the top-level value. `hint` holds the
-/// tokens of the same entity in the frame before.
+/// Writes tokens into `out`; `top` is set only for the top-level value.
 struct Ser<'a> {
-    out: &'a mut Vec<Tok>,
+    out: &'a mut Sink,
     top: Option<Top<'a>>,
-    hint: Option<&'a [Tok]>,
 }
 
 impl<'a> Ser<'a> {
-    fn leaf(self, tok: Tok) -> Result<(), Error> {
-        self.out.push(tok);
+    fn leaf(self, kind: u8) -> Result<(), Error> {
+        self.out.start(kind);
         Ok(())
     }
 
-    /// A string token, shared with the frame before when it is the same there.
-    fn text(self, v: &str) -> Result<(), Error> {
-        let tok = match self.hint.and_then(|h| h.get(self.out.len())) {
-            Some(Tok::Str(t)) if t.as_str() == v => Tok::Str(t.clone()),
-            _ => Tok::Str(Text::from(v)),
-        };
-        self.leaf(tok)
-    }
-
-    fn open(self, container: fn(u32) -> Tok) -> Compound<'a> {
-        let at = self.out.len();
-        self.out.push(container(0));
+    fn open(self, kind: u8) -> Compound<'a> {
+        let at = self.out.bytes.len();
+        let first = self.out.starts.len();
+        // The count is written when the container closes; one byte holds up to 127.
+        self.out.start(kind);
+        self.out.bytes.push(0);
         Compound {
             out: self.out,
             top: self.top,
-            hint: self.hint,
             at,
+            first,
             count: 0,
         }
     }
 
     /// `{"Variant": ...}`, as serde_json writes newtype, tuple and struct variants.
-    fn open_variant(self, variant: &'static str, container: fn(u32) -> Tok) -> Compound<'a> {
-        self.out.push(Tok::Map(1));
-        self.out.push(Tok::Key(Text::Static(variant)));
+    fn open_variant(self, variant: &'static str, kind: u8) -> Compound<'a> {
+        self.out.varint(MAP, 1);
+        self.out.text(KEY, variant);
         Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         }
-        .open(container)
+        .open(kind)
     }
 }
 
 /// An open sequence or map: its count is written back when it closes.
 struct Compound<'a> {
-    out: &'a mut Vec<Tok>,
+    out: &'a mut Sink,
     top: Option<Top<'a>>,
-    hint: Option<&'a [Tok]>,
     at: usize,
+    /// The index of its own token in `out.starts`.
+    first: usize,
     count: u32,
 }
 
@@ -94,31 +83,44 @@ impl Compound<'_> {
         Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         }
     }
 
     fn close(self) -> Result<(), Error> {
         let count = self.count;
-        match &mut self.out[self.at] {
-            Tok::Seq(n) | Tok::Map(n) => *n = count,
-            _ => return Err(Error("internal: a container lost its place".into())),
+        if count < 0x80 {
+            self.out.bytes[self.at + 1] = count as u8;
+            return Ok(());
+        }
+        let mut varint = Vec::with_capacity(5);
+        codec::put_varint(&mut varint, u64::from(count));
+        let grow = (varint.len() - 1) as u32;
+        self.out
+            .bytes
+            .splice(self.at + 1..self.at + 2, varint.iter().copied());
+        // The tokens inside the container moved by the longer count.
+        for start in &mut self.out.starts[self.first + 1..] {
+            *start += grow;
         }
         Ok(())
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
         self.count += 1;
-        self.out.push(Tok::Key(Text::Static(key)));
+        self.out.text(KEY, key);
         if let Some(top) = self.top.as_mut().filter(|_| SPLIT_FIELDS.contains(&key)) {
-            let mut group = Group {
+            let mark = top.body.mark();
+            let mut group = WireGroup {
                 name: key,
                 entities: Vec::new(),
             };
-            if value.serialize(GroupSer(&mut group, top.hints)).is_ok() {
-                self.out.push(Tok::Splice(top.groups.len() as u32));
-                top.groups.push(group);
-                return Ok(());
+            match value.serialize(GroupSer(&mut group, top.body)) {
+                Ok(()) => {
+                    self.out.varint(SPLICE, top.groups.len() as u64);
+                    top.groups.push(group);
+                    return Ok(());
+                }
+                Err(_) => top.body.truncate(mark),
             }
         }
         value.serialize(self.nested())
@@ -163,7 +165,7 @@ impl ser::SerializeMap for Compound<'_> {
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
         self.count += 1;
         let key = key.serialize(KeySer)?;
-        self.out.push(Tok::Key(Text::from(key)));
+        self.out.text(KEY, &key);
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -198,7 +200,7 @@ impl ser::SerializeStructVariant for Compound<'_> {
         value: &T,
     ) -> Result<(), Error> {
         self.count += 1;
-        self.out.push(Tok::Key(Text::Static(key)));
+        self.out.text(KEY, key);
         value.serialize(self.nested())
     }
     fn end(self) -> Result<(), Error> {
@@ -218,7 +220,7 @@ impl<'a> ser::Serializer for Ser<'a> {
     type SerializeStructVariant = Compound<'a>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.leaf(Tok::Bool(v))
+        self.leaf(if v { TRUE } else { FALSE })
     }
     fn serialize_i8(self, v: i8) -> Result<(), Error> {
         self.serialize_i64(v.into())
@@ -232,9 +234,10 @@ impl<'a> ser::Serializer for Ser<'a> {
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
         // One form per number, as JSON has: 5 is the same token whatever its Rust type.
         match u64::try_from(v) {
-            Ok(u) => self.leaf(Tok::U(u)),
-            Err(_) => self.leaf(Tok::I(v)),
+            Ok(u) => self.out.varint(UINT, u),
+            Err(_) => self.out.varint(NINT, codec::zigzag(v)),
         }
+        Ok(())
     }
     fn serialize_u8(self, v: u8) -> Result<(), Error> {
         self.serialize_u64(v.into())
@@ -246,37 +249,43 @@ impl<'a> ser::Serializer for Ser<'a> {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.leaf(Tok::U(v))
+        self.out.varint(UINT, v);
+        Ok(())
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         self.serialize_f64(v.into())
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        self.leaf(Tok::F(v.to_bits()))
+        self.out.start(FLOAT);
+        self.out.bytes.extend_from_slice(&v.to_bits().to_le_bytes());
+        Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
-        self.text(v.encode_utf8(&mut [0u8; 4]))
+        self.out.text(STR, v.encode_utf8(&mut [0u8; 4]));
+        Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        self.text(v)
+        self.out.text(STR, v);
+        Ok(())
     }
     fn serialize_bytes(self, _: &[u8]) -> Result<(), Error> {
         Err(Error("byte strings have no JSON form".into()))
     }
     fn serialize_none(self) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
         value.serialize(self)
     }
     fn serialize_unit(self) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
-        self.leaf(Tok::Null)
+        self.leaf(NULL)
     }
     fn serialize_unit_variant(self, _: &'static str, _: u32, v: &'static str) -> Result<(), Error> {
-        self.leaf(Tok::Str(Text::Static(v)))
+        self.out.text(STR, v);
+        Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
@@ -292,22 +301,21 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), Error> {
-        self.out.push(Tok::Map(1));
-        self.out.push(Tok::Key(Text::Static(variant)));
+        self.out.varint(MAP, 1);
+        self.out.text(KEY, variant);
         value.serialize(Ser {
             out: self.out,
             top: None,
-            hint: self.hint,
         })
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple(self, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Seq))
+        Ok(self.open(SEQ))
     }
     fn serialize_tuple_variant(
         self,
@@ -316,13 +324,13 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Error> {
-        Ok(self.open_variant(variant, Tok::Seq))
+        Ok(self.open_variant(variant, SEQ))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Map))
+        Ok(self.open(MAP))
     }
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Error> {
-        Ok(self.open(Tok::Map))
+        Ok(self.open(MAP))
     }
     fn serialize_struct_variant(
         self,
@@ -331,35 +339,35 @@ impl<'a> ser::Serializer for Ser<'a> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a>, Error> {
-        Ok(self.open_variant(variant, Tok::Map))
+        Ok(self.open_variant(variant, MAP))
     }
 }
 
 /// Collects the elements of one top-level list as entities; anything but a sequence is
 /// refused, and the field then stays in the head.
-struct GroupSer<'g>(&'g mut Group, &'g dyn Hints);
+struct GroupSer<'g>(&'g mut WireGroup, &'g mut Sink);
 
-struct GroupSeq<'g>(&'g mut Group, &'g dyn Hints);
+struct GroupSeq<'g>(&'g mut WireGroup, &'g mut Sink);
 
 impl ser::SerializeSeq for GroupSeq<'_> {
     type Ok = ();
     type Error = Error;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        let hint = self.1.entity(self.0.name, self.0.entities.len());
-        let mut tokens = Vec::with_capacity(hint.map_or(64, <[Tok]>::len));
+        let (bytes, starts) = self.1.mark();
         value.serialize(Ser {
-            out: &mut tokens,
+            out: self.1,
             top: None,
-            hint,
         })?;
-        self.0.entities.push(tokens);
+        self.0.entities.push(Span {
+            bytes: (bytes, self.1.bytes.len()),
+            starts: (starts, self.1.starts.len()),
+        });
         Ok(())
     }
     fn end(self) -> Result<(), Error> {
         Ok(())
     }
 }
-
 fn not_a_list<T>() -> Result<T, Error> {
     Err(Error("not a list".into()))
 }

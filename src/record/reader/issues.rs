@@ -1,0 +1,113 @@
+//! The sentences a reader says about a recording: times as people read them, what a cut-off
+//! or damaged part lost, and why a file cannot be replayed at all.
+
+use super::{FrameInfo, Recording};
+use crate::format::escape;
+use crate::record::format::{self, HeaderError, BLOCK_HEADER_LEN};
+use crate::record::RecordError;
+
+/// "HH:MM:SS" (UTC) of a Unix time.
+pub(crate) fn clock(t: f64) -> String {
+    let full = rfc3339(t);
+    full.split_once('T')
+        .map(|(_, rest)| rest.chars().take(8).collect())
+        .unwrap_or(full)
+}
+
+/// The RFC 3339 time (UTC, whole seconds) of a Unix time.
+pub(crate) fn rfc3339(t: f64) -> String {
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1e11)
+    } else {
+        0.0
+    };
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t);
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+impl Recording {
+    pub(super) fn kept_sentence(&self, kept: usize) -> String {
+        match (kept, self.frames.last()) {
+            (0, _) | (_, None) => "none of its frames could be read".to_string(),
+            (n, Some(last)) => format!(
+                "its first {n} frames were kept (up to {}) and the rest was skipped",
+                clock(last.time)
+            ),
+        }
+    }
+
+    /// " (HH:MM:SS to HH:MM:SS are missing)" between the last frame and the block at `next`.
+    pub(super) fn gap_times(&self, next: u64) -> String {
+        let mut header = [0u8; BLOCK_HEADER_LEN];
+        let resumes = match self.source.read_at(next, &mut header) {
+            Ok(BLOCK_HEADER_LEN) => format::read_block_header(&header).map(|(_, t)| t),
+            _ => None,
+        };
+        match (self.frames.last(), resumes) {
+            (Some(last), Some(resumes)) => format!(
+                ": nothing between {} and {} could be replayed",
+                clock(last.time),
+                clock(resumes)
+            ),
+            (None, Some(resumes)) => format!(": replay starts at {}", clock(resumes)),
+            _ => String::new(),
+        }
+    }
+
+    pub(super) fn after_last(&self) -> String {
+        match self.frames.last() {
+            Some(last) => format!(": the replay ends at {}", clock(last.time)),
+            None => String::new(),
+        }
+    }
+
+    /// The file ends inside block `block` (or between blocks).
+    pub(super) fn issue_cut(&mut self, block: Option<u32>) {
+        let until = match self.frames.last() {
+            Some(last) => format!("it replays up to {}", clock(last.time)),
+            None => "it holds no complete frame".to_string(),
+        };
+        let inside = block
+            .map(|b| format!(" inside block {b}"))
+            .unwrap_or_default();
+        self.issues.push(format!(
+            "{} is cut off at byte {}{inside} (torchtop was stopped without closing it: killed, \
+             a crash, a full disk, or it is still being written); {until}",
+            self.name,
+            self.source.len()
+        ));
+    }
+}
+
+pub(super) fn undecodable(frame: &FrameInfo, why: &str) -> RecordError {
+    RecordError(format!(
+        "the frame at {} cannot be decoded ({why})",
+        clock(frame.time)
+    ))
+}
+
+pub(super) fn header_error(name: &str, error: HeaderError, len: usize) -> RecordError {
+    let mine = env!("CARGO_PKG_VERSION");
+    RecordError(match error {
+        HeaderError::NotARecording if len == 0 => {
+            format!("{name} is empty: the recording never got its first frame")
+        }
+        HeaderError::NotARecording => format!(
+            "{name} is not a torchtop recording (it does not start with a recording's header)"
+        ),
+        HeaderError::Newer { version, writer } => {
+            let by = writer.map(|w| escape(&w).into_owned()).unwrap_or_else(|| "a newer torchtop".into());
+            format!(
+                "{name} was written by torchtop {by} in recording format {version}; this torchtop \
+                 ({mine}) reads format {}: replay it with torchtop {by} or later",
+                format::FORMAT_VERSION
+            )
+        }
+        HeaderError::Cut => format!(
+            "{name} is cut off inside its header ({len} bytes): the recording never got its first frame"
+        ),
+        HeaderError::Damaged(why) => {
+            format!("{name} has a damaged header ({why}), so it cannot be replayed")
+        }
+    })
+}

@@ -1,0 +1,93 @@
+//! The files of a recording: created safely (never through a symbolic link, never over another
+//! file, readable by their owner only), recognised by their magic, and rotated by number with
+//! the oldest deleted. Nothing that is not a recording is ever moved or deleted.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::record::{format, RecordError};
+
+pub(super) fn io_error(path: &Path, what: &str, error: &std::io::Error) -> RecordError {
+    RecordError(format!(
+        "could not {what} {}: {error}",
+        crate::format::escape(&path.display().to_string())
+    ))
+}
+
+/// A new file, never through a symbolic link and never over an existing file; readable by its
+/// owner only, since it holds other users' command lines.
+pub(super) fn create_file(path: &Path) -> Result<File, RecordError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| io_error(path, "create", &e))
+}
+
+/// Whether `path` is a recording (read without following a symbolic link); `None` if absent.
+fn is_recording(path: &Path) -> Result<Option<bool>, RecordError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path);
+    let mut file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Some(false)),
+        Err(e) => return Err(io_error(path, "open", &e)),
+    };
+    let mut magic = [0u8; 8];
+    let read = file.read(&mut magic).unwrap_or(0);
+    Ok(Some(read == magic.len() && &magic == format::MAGIC))
+}
+
+fn numbered(path: &Path, n: u64) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+/// Moves `FILE` to `FILE.1`, `FILE.1` to `FILE.2` and so on; with `keep`, the files that would
+/// be numbered `keep` or more are deleted. Only recordings are moved or deleted: anything else
+/// in the way stops with a sentence.
+pub(super) fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
+    match is_recording(path)? {
+        None => return Ok(()),
+        Some(false) => {
+            return Err(RecordError(format!(
+                "{} exists and is not a torchtop recording: choose another name with -o",
+                crate::format::escape(&path.display().to_string())
+            )))
+        }
+        Some(true) => {}
+    }
+    let mut highest = 0;
+    while is_recording(&numbered(path, highest + 1))?.is_some() {
+        highest += 1;
+    }
+    for n in (1..=highest).rev() {
+        let from = numbered(path, n);
+        if is_recording(&from)? != Some(true) {
+            return Err(RecordError(format!(
+                "{} is not a torchtop recording, so it is left alone; choose another name with -o",
+                crate::format::escape(&from.display().to_string())
+            )));
+        }
+        if keep.is_some_and(|k| n + 1 >= k) {
+            std::fs::remove_file(&from).map_err(|e| io_error(&from, "delete", &e))?;
+        } else {
+            let to = numbered(path, n + 1);
+            std::fs::rename(&from, &to).map_err(|e| io_error(&from, "rename", &e))?;
+        }
+    }
+    let to = numbered(path, 1);
+    if keep == Some(1) {
+        std::fs::remove_file(path).map_err(|e| io_error(path, "delete", &e))
+    } else {
+        std::fs::rename(path, &to).map_err(|e| io_error(path, "rename", &e))
+    }
+}

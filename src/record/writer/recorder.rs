@@ -1,0 +1,139 @@
+//! [`Recorder`]: a recording written on a thread of its own, fed the same `Arc<Snapshot>`s the
+//! UI or the headless loop gets, so that a slow disk never delays a refresh.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::{FileWriter, RecordOptions};
+use crate::model::Snapshot;
+use crate::record::RecordError;
+
+/// Snapshots waiting for the writer; more are dropped (and counted) rather than held.
+const QUEUE: usize = 64;
+
+/// What a running recording has done so far, for the header's indicator.
+#[derive(Debug)]
+pub(crate) struct RecorderStatus {
+    pub(crate) path: PathBuf,
+    pub(crate) started: Instant,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) frames: AtomicU64,
+    /// Snapshots dropped because the writer fell behind.
+    pub(crate) dropped: AtomicU64,
+    /// Why the recording stopped early, if it did.
+    pub(crate) failed: Mutex<Option<String>>,
+}
+
+impl RecorderStatus {
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failed.lock().map(|f| f.clone()).unwrap_or(None)
+    }
+}
+
+/// What the writer thread is told.
+enum Message {
+    Frame(Arc<Snapshot>),
+    Stop,
+}
+
+/// A recording in progress on a thread of its own.
+pub(crate) struct Recorder {
+    feeder: Feeder,
+    thread: Option<JoinHandle<Result<u64, RecordError>>>,
+}
+
+/// Hands snapshots to a [`Recorder`] from any thread.
+#[derive(Clone)]
+pub(crate) struct Feeder {
+    messages: SyncSender<Message>,
+    status: Arc<RecorderStatus>,
+}
+
+impl Feeder {
+    /// Hands a snapshot to the writer without waiting; a full queue drops it (and counts it).
+    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
+        if let Err(TrySendError::Full(_)) = self.messages.try_send(Message::Frame(snapshot)) {
+            self.status.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
+        &self.status
+    }
+}
+
+impl Recorder {
+    /// Creates the file now (so that a bad path is reported at once) and starts the writer.
+    pub(crate) fn start(options: RecordOptions) -> Result<Self, RecordError> {
+        let mut writer = FileWriter::create(options)?;
+        let status = Arc::new(RecorderStatus {
+            path: writer.path().to_path_buf(),
+            started: Instant::now(),
+            bytes: AtomicU64::new(writer.bytes()),
+            frames: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            failed: Mutex::new(None),
+        });
+        let (messages, queue) = mpsc::sync_channel::<Message>(QUEUE);
+        let shared = status.clone();
+        let thread = std::thread::Builder::new()
+            .name("torchtop-record".into())
+            .spawn(move || {
+                for message in queue {
+                    let Message::Frame(snapshot) = message else {
+                        break;
+                    };
+                    if let Err(error) = writer.write(&snapshot) {
+                        if let Ok(mut failed) = shared.failed.lock() {
+                            *failed = Some(error.0.clone());
+                        }
+                        return Err(error);
+                    }
+                    shared.bytes.store(writer.bytes(), Ordering::Relaxed);
+                    shared.frames.fetch_add(1, Ordering::Relaxed);
+                }
+                writer.finish()
+            })
+            .map_err(|e| RecordError(format!("could not start the recording thread: {e}")))?;
+        Ok(Recorder {
+            feeder: Feeder { messages, status },
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn status(&self) -> &Arc<RecorderStatus> {
+        &self.feeder.status
+    }
+
+    pub(crate) fn feeder(&self) -> Feeder {
+        self.feeder.clone()
+    }
+
+    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) {
+        self.feeder.push(snapshot);
+    }
+
+    /// Writes what is queued, closes the file and says how many bytes it holds.
+    pub(crate) fn stop(mut self) -> Result<u64, RecordError> {
+        // Blocks only while the queue is full, which the writer empties.
+        let _ = self.feeder.messages.send(Message::Stop);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(RecordError("the recording thread panicked".into())),
+            None => Ok(self.feeder.status.bytes.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.feeder.messages.send(Message::Stop);
+            let _ = thread.join();
+        }
+    }
+}
