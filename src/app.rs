@@ -340,7 +340,7 @@ impl App {
                 }
                 None => Effect::None,
             },
-            MouseEventKind::ScrollDown => self.move_selection(|v, n| v.select_next(n)),
+            MouseEventKind::ScrollDown => self.move_selection(view::ViewState::select_next),
             MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
             _ => Effect::None,
         }
@@ -372,7 +372,7 @@ impl App {
     fn on_help_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
             KeyCode::Char('q') => Effect::Quit,
-            KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('h') => {
+            KeyCode::Esc | KeyCode::Char('?' | 'h') => {
                 self.view.show_help = false;
                 Effect::Redraw
             }
@@ -392,12 +392,12 @@ impl App {
             KeyCode::Right => self.scroll_command(|at, end| (at + COMMAND_STEP).min(end)),
             KeyCode::Char('q') => Effect::Quit,
             KeyCode::Esc => self.escape(),
-            KeyCode::Down | KeyCode::Char('j') => self.move_selection(|v, n| v.select_next(n)),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(view::ViewState::select_next),
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(|v, _| v.select_previous()),
-            KeyCode::PageDown => self.move_selection(|v, n| v.page_down(n)),
+            KeyCode::PageDown => self.move_selection(view::ViewState::page_down),
             KeyCode::PageUp => self.move_selection(|v, _| v.page_up()),
             KeyCode::Home => self.move_selection(|v, _| v.select_first()),
-            KeyCode::End => self.move_selection(|v, n| v.select_last(n)),
+            KeyCode::End => self.move_selection(view::ViewState::select_last),
             KeyCode::Char(' ') => self.toggle_tag(),
             KeyCode::Char('U') => self.untag_all(),
             KeyCode::Char('T') => self.ask_to_signal(Signal::Term),
@@ -418,7 +418,7 @@ impl App {
             KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
             KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
-            KeyCode::Char('?') | KeyCode::Char('h') => {
+            KeyCode::Char('?' | 'h') => {
                 self.view.toggle_help();
                 Effect::Redraw
             }

@@ -348,7 +348,7 @@ pub fn man_page(subcommand: Option<&str>) -> Result<Vec<u8>, String> {
         // clap's own `help` subcommand has no page of its own.
         let pages = || command.get_subcommands().filter(|c| c.get_name() != "help");
         let Some(sub) = pages().find(|c| c.get_name() == name) else {
-            let names: Vec<&str> = pages().map(|c| c.get_name()).collect();
+            let names: Vec<&str> = pages().map(clap::Command::get_name).collect();
             return Err(format!(
                 "there is no subcommand '{}'; the pages are: {}",
                 crate::format::escape(name),

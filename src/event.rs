@@ -466,9 +466,10 @@ fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
 #[cfg(debug_assertions)]
 fn fault_injection_for_tests() {
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| v == "1");
-    if set("TORCHTOP_TEST_PANIC") {
-        panic!("TORCHTOP_TEST_PANIC is set: panicking on purpose");
-    }
+    assert!(
+        !set("TORCHTOP_TEST_PANIC"),
+        "TORCHTOP_TEST_PANIC is set: panicking on purpose"
+    );
     if set("TORCHTOP_TEST_STALL") {
         loop {
             std::thread::sleep(Duration::from_secs(3600));

@@ -312,7 +312,7 @@ mod tests {
         use ratatui::text::Span;
         let piece = |t: &str| vec![Span::raw(t.to_string())];
         let lines = pack(vec![piece("aaaa"), piece("bbbb"), piece("cc")], 12, 2);
-        let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        let text: Vec<String> = lines.iter().map(std::string::ToString::to_string).collect();
         assert_eq!(text, vec!["  aaaa  bbbb", "  cc"]);
         assert!(pack(Vec::new(), 10, 2).is_empty());
     }

@@ -206,7 +206,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
         Command::Snapshot(args) => torchtop::memsnap::cli::run(args),
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
             Ok(message) => {
-                println!("{}", escape_lines(&message.to_string()));
+                println!("{}", escape_lines(&message.clone()));
                 ExitCode::SUCCESS
             }
             Err(error) => {

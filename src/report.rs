@@ -152,10 +152,10 @@ fn gpu_line(gpu: &GpuSample) -> String {
 
 fn host_line(snapshot: &Snapshot) -> String {
     let host = &snapshot.host;
-    let load = host
-        .load
-        .map(|l| format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen))
-        .unwrap_or_else(|| "N/A".into());
+    let load = host.load.map_or_else(
+        || "N/A".into(),
+        |l| format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen),
+    );
     format!(
         "host: CPU {} | RAM {} used, {} available of {} | swap {} / {} | swappiness {} | overcommit {} | load {load}",
         percent_f(host.cpu_percent),

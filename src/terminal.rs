@@ -120,7 +120,9 @@ fn enter_modes() -> io::Result<()> {
     let tty = tty()?;
     if !ACTIVE.load(Ordering::SeqCst) {
         if let Ok(modes) = tcgetattr(tty) {
-            *SAVED_MODES.lock().unwrap_or_else(|e| e.into_inner()) = Some(modes);
+            *SAVED_MODES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(modes);
         }
     }
     enable_raw_mode()?;

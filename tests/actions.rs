@@ -340,7 +340,7 @@ fn drop_privileges(cmd: &mut Command) {
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
-            let failed = libc::setrlimit(libc::RLIMIT_NICE, &no_headroom) != 0
+            let failed = libc::setrlimit(libc::RLIMIT_NICE, &raw const no_headroom) != 0
                 || libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(NOBODY) != 0
                 || libc::setuid(NOBODY) != 0;

@@ -30,6 +30,10 @@ fn socket_dir() -> PathBuf {
                 .unwrap()
                 .keep();
             // A static is never dropped: the directory goes when the test process exits.
+            #[allow(
+                clippy::items_after_statements,
+                reason = "registered just below, and only here"
+            )]
             extern "C" fn remove_scratch() {
                 if let Some(base) = SCRATCH.get() {
                     let _ = std::fs::remove_dir_all(base);

@@ -44,7 +44,9 @@ fn agents(
 
 #[test]
 fn one_thread_reads_forty_agents() {
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (_scratch, dir, agents, server) = agents(40);
     let before = threads_of_this_process();
     let mut hub = AgentHub::new(dir);
@@ -66,7 +68,9 @@ fn one_thread_reads_forty_agents() {
 
 #[test]
 fn no_more_than_256_connections_stay_open() {
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (_scratch, dir, agents, server) = agents(300);
     let mut hub = AgentHub::new(dir);
     let deadline = Instant::now() + PATIENCE;

@@ -36,7 +36,8 @@ static LOCK: Mutex<()> = Mutex::new(());
 const MIB: u64 = 1024 * 1024;
 
 fn serialized() -> MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Initializes NVML from the fake library with `scenario` (or none), as torchtop does.
@@ -248,9 +249,9 @@ fn scenario_values_come_through_nvml_wrapper() {
 
     let samples = gpu.process_utilization_stats(None).unwrap();
     let mut sm: Vec<(u32, u32)> = samples.iter().map(|s| (s.pid, s.sm_util)).collect();
-    sm.sort();
+    sm.sort_unstable();
     let mut expected = vec![(pids[0], 70), (pids[1], 15)];
-    expected.sort();
+    expected.sort_unstable();
     assert_eq!(sm, expected);
 }
 
@@ -569,14 +570,14 @@ fn process_list_changes_between_calls() {
                 .iter()
                 .map(|p| p.pid)
                 .collect();
-            listed.sort();
+            listed.sort_unstable();
             listed
         })
         .collect();
     let mut all = vec![pids[0], pids[1], pids[2]];
-    all.sort();
+    all.sort_unstable();
     let mut without = vec![pids[0], pids[2]];
-    without.sort();
+    without.sort_unstable();
     assert_eq!(
         rounds,
         [&all, &without, &without, &all, &without, &without].map(Clone::clone)
@@ -793,7 +794,7 @@ fn each_symbol_keeps_its_own_abi() {
         let lib = sys::NvmlLib::new(fake_nvml_library()).unwrap();
         let mut device: sys::nvmlDevice_t = std::ptr::null_mut();
         assert_eq!(
-            (lib.nvmlDeviceGetHandleByIndex_v2.as_ref().unwrap())(0, &mut device),
+            (lib.nvmlDeviceGetHandleByIndex_v2.as_ref().unwrap())(0, &raw mut device),
             0
         );
         assert_eq!(
@@ -805,13 +806,13 @@ fn each_symbol_keeps_its_own_abi() {
         let v1: ProcessListV1 = raw_symbol("nvmlDeviceGetComputeRunningProcesses");
         let mut count = 0;
         assert_eq!(
-            v1(device, &mut count, std::ptr::null_mut()),
+            v1(device, &raw mut count, std::ptr::null_mut()),
             sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE
         );
         assert_eq!(count, 2);
         let mut records: [sys::nvmlProcessInfo_v1_t; 3] = std::mem::zeroed();
         let mut count = 3;
-        assert_eq!(v1(device, &mut count, records.as_mut_ptr()), 0);
+        assert_eq!(v1(device, &raw mut count, records.as_mut_ptr()), 0);
         assert_eq!(count, 2);
         assert_eq!(
             (records[0].pid, records[0].usedGpuMemory),
@@ -830,21 +831,21 @@ fn each_symbol_keeps_its_own_abi() {
             .unwrap();
         let mut records: [sys::nvmlProcessInfo_t; 2] = std::mem::zeroed();
         let mut count = 2;
-        assert_eq!(v2(device, &mut count, records.as_mut_ptr()), 0);
+        assert_eq!(v2(device, &raw mut count, records.as_mut_ptr()), 0);
         assert_eq!(records[1].pid, pids[1]);
         assert_eq!(records[1].computeInstanceId, 0xFFFF_FFFF);
 
         // An empty list is SUCCESS with count 0, even with no buffer.
         let graphics: ProcessListV1 = raw_symbol("nvmlDeviceGetGraphicsRunningProcesses");
         let mut count = 0;
-        assert_eq!(graphics(device, &mut count, std::ptr::null_mut()), 0);
+        assert_eq!(graphics(device, &raw mut count, std::ptr::null_mut()), 0);
         assert_eq!(count, 0);
 
         // The unversioned PCI call writes only the 52-byte legacy struct.
         let mut pci: sys::nvmlPciInfo_t = std::mem::zeroed();
         pci.busId = [0x55; 32];
         let pci_v1: PciInfoCall = raw_symbol("nvmlDeviceGetPciInfo");
-        assert_eq!(pci_v1(device, &mut pci), 0);
+        assert_eq!(pci_v1(device, &raw mut pci), 0);
         let legacy = CStr::from_ptr(pci.busIdLegacy.as_ptr()).to_str().unwrap();
         assert_eq!(legacy, "0000:18:00.0");
         assert_eq!(
@@ -857,17 +858,17 @@ fn each_symbol_keeps_its_own_abi() {
         let mem_v2 = lib.nvmlDeviceGetMemoryInfo_v2.as_ref().unwrap();
         let mut memory: sys::nvmlMemory_v2_t = std::mem::zeroed();
         assert_eq!(
-            mem_v2(device, &mut memory),
+            mem_v2(device, &raw mut memory),
             sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         );
-        memory.version = 40 | (2 << 24);
-        assert_eq!(mem_v2(device, &mut memory), 0);
+        memory.version = 0x28 | (2 << 24);
+        assert_eq!(mem_v2(device, &raw mut memory), 0);
         assert_eq!(memory.used, 40960 * MIB);
 
         // v1 memory counts the reserved memory as used.
         let mut memory_v1: sys::nvmlMemory_t = std::mem::zeroed();
         assert_eq!(
-            (lib.nvmlDeviceGetMemoryInfo.as_ref().unwrap())(device, &mut memory_v1),
+            (lib.nvmlDeviceGetMemoryInfo.as_ref().unwrap())(device, &raw mut memory_v1),
             0
         );
         assert_eq!(memory_v1.total, 81559 * MIB);

@@ -268,7 +268,7 @@ fn rank_pids(agents: &Path) -> [u32; 8] {
 }
 
 #[test]
-#[ignore]
+#[ignore = "rebuilds assets/demo.ttrec in about 4 minutes: tests/fixtures/demo/make_demo.sh"]
 fn make_demo() {
     let work = tempfile::tempdir().unwrap();
     let job = work.path().join("job");

@@ -47,9 +47,7 @@ pub(crate) fn thread_ids(proc_root: &Path, pid: u32) -> Result<Vec<u32>, ActionE
 /// A zombie main thread whose other threads still run is a live process (the main thread
 /// called pthread_exit); with no other threads it is a process waiting to be reaped.
 fn has_other_threads(proc_root: &Path, pid: u32) -> bool {
-    thread_ids(proc_root, pid)
-        .map(|tids| tids.iter().any(|&tid| tid != pid))
-        .unwrap_or(false)
+    thread_ids(proc_root, pid).is_ok_and(|tids| tids.iter().any(|&tid| tid != pid))
 }
 
 fn read_stat(proc_root: &Path, pid: u32) -> Result<PidStat, ActionError> {

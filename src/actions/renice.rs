@@ -63,7 +63,7 @@ fn renice_in(proc_root: &Path, target: &ProcessIdentity, nice: i32) -> Result<i3
 fn set_thread_nice(tid: libc::pid_t, nice: i32) -> Result<(), i32> {
     // A tid of 0 would mean "this process": never renice torchtop by mistake.
     let tid = Pid::from_raw(tid).ok_or(libc::ESRCH)?;
-    setpriority_process(Some(tid), nice).map_err(|e| e.raw_os_error())
+    setpriority_process(Some(tid), nice).map_err(rustix::io::Errno::raw_os_error)
 }
 
 fn renice_error(pid: u32, errno: i32) -> ActionError {

@@ -21,15 +21,12 @@ impl App {
         let Some(row) = self.selected_row() else {
             return Effect::None;
         };
-        match row.identity() {
-            Some(id) => {
-                self.tags.toggle(id);
-                self.move_selection(|v, n| v.select_next(n))
-            }
-            None => {
-                self.status = Some(not_visible(row.pid));
-                Effect::Redraw
-            }
+        if let Some(id) = row.identity() {
+            self.tags.toggle(id);
+            self.move_selection(super::view::ViewState::select_next)
+        } else {
+            self.status = Some(not_visible(row.pid));
+            Effect::Redraw
         }
     }
 
@@ -63,7 +60,10 @@ impl App {
                 Some(_) => {}
             }
         }
-        let chosen = action_targets(&tagged, selected.and_then(|r| r.identity()));
+        let chosen = action_targets(
+            &tagged,
+            selected.and_then(super::rows::ProcessRow::identity),
+        );
         Ok(chosen
             .iter()
             .filter_map(|id| on_screen.get(id).cloned())
@@ -115,7 +115,7 @@ impl App {
         targets: Vec<ActionTarget>,
     ) -> Effect {
         match key.code {
-            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
+            KeyCode::Char('y' | 'Y') | KeyCode::Enter => {
                 self.mode = Mode::Normal;
                 self.status = None;
                 Effect::Act(ActionRequest {
@@ -123,7 +123,7 @@ impl App {
                     targets,
                 })
             }
-            KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+            KeyCode::Char('n' | 'N') | KeyCode::Esc => {
                 self.mode = Mode::Normal;
                 self.status = Some(format!("{signal} not sent"));
                 Effect::Redraw

@@ -126,9 +126,8 @@ impl Column {
             // Room for N/A.
             Column::Nice | Column::State => 3,
             Column::Cpu | Column::GpuMemoryPercent | Column::Start | Column::MemoryBandwidth => 6,
-            Column::Encoder | Column::Decoder => 5,
             Column::Rss => 7,
-            Column::Rank | Column::HostMemoryPercent => 5,
+            Column::Rank | Column::HostMemoryPercent | Column::Encoder | Column::Decoder => 5,
             Column::Container => 18,
             Column::Command => 0,
         }

@@ -68,7 +68,7 @@ impl App {
             KeyCode::PageDown => view.scroll = view.scroll.saturating_add(page),
             KeyCode::PageUp => view.scroll = view.scroll.saturating_sub(page),
             KeyCode::Home => view.scroll = 0,
-            KeyCode::Char('?') | KeyCode::Char('h') => self.view.toggle_help(),
+            KeyCode::Char('?' | 'h') => self.view.toggle_help(),
             code if is_action_key(code) => {
                 let pid = view.pid;
                 if !self.detail_process_listed() {

@@ -404,7 +404,7 @@ fn row_matches(filter: &str, row: &ProcessRow<'_>) -> bool {
         return false;
     };
     let mut probe = GpuProcess::new(host.pid, 0, ProcessKind::Compute);
-    probe.user = host.user.clone();
+    probe.user.clone_from(&host.user);
     probe.command = Some(host.command.clone().unwrap_or_else(|| host.comm.clone()));
     matches(filter, &probe)
 }

@@ -83,7 +83,7 @@ impl PanelKind {
         }
     }
 
-    fn shown(self, panels: &Panels) -> bool {
+    fn shown(self, panels: Panels) -> bool {
         let p = panels;
         match self {
             PanelKind::GpuDetails => p.gpu_details,
@@ -141,7 +141,7 @@ pub(crate) fn column_key(column: Column) -> String {
 /// Whether `item` is on (toggles), as the screen shows it.
 pub(crate) fn is_on(ui: &UiConfig, item: Item) -> bool {
     match item {
-        Item::Panel(kind) => kind.shown(&ui.panels),
+        Item::Panel(kind) => kind.shown(ui.panels),
         Item::Metric(metric) => ui.history.contains(&metric),
         Item::Column(column) => !ui.hidden_columns.contains(&column_key(column)),
         Item::Refresh | Item::Theme => true,
@@ -162,7 +162,7 @@ impl App {
         match key.code {
             KeyCode::Esc | KeyCode::F(2) | KeyCode::Char('q') => return self.close_setup(),
             KeyCode::Down | KeyCode::Char('j') => {
-                self.move_setup_cursor((cursor + 1).min(count - 1))
+                self.move_setup_cursor((cursor + 1).min(count - 1));
             }
             KeyCode::Up | KeyCode::Char('k') => self.move_setup_cursor(cursor.saturating_sub(1)),
             KeyCode::Home => self.move_setup_cursor(0),
@@ -270,14 +270,11 @@ impl App {
 }
 
 fn toggle_metric(history: &mut Vec<HistoryMetric>, metric: HistoryMetric) {
-    match history.iter().position(|m| *m == metric) {
-        Some(at) => {
-            history.remove(at);
-        }
-        None => {
-            history.push(metric);
-            history.sort();
-        }
+    if let Some(at) = history.iter().position(|m| *m == metric) {
+        history.remove(at);
+    } else {
+        history.push(metric);
+        history.sort();
     }
 }
 

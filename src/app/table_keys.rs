@@ -16,7 +16,7 @@ impl App {
     pub(crate) fn columns(&self) -> Vec<columns::Placed> {
         let width = match &self.view.plan {
             Plan::Screen(areas) => areas.processes.width,
-            _ => 0,
+            Plan::TooSmall { .. } => 0,
         };
         let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
         columns::fit_shown(width, with_rank, self.settings.tree, &self.hidden_columns())
@@ -55,7 +55,8 @@ impl App {
         if x < table.x || x >= table.right() {
             return Effect::None;
         }
-        let key = columns::column_at(&self.columns(), x - table.x).and_then(|c| c.sort_key());
+        let key = columns::column_at(&self.columns(), x - table.x)
+            .and_then(super::columns::Column::sort_key);
         match key {
             Some(key) => self.choose_sort(key),
             None => Effect::None,

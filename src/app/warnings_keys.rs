@@ -37,10 +37,10 @@ impl App {
         match key.code {
             KeyCode::Esc => view.level = Level::Closed,
             KeyCode::Down | KeyCode::Char('j') | KeyCode::Tab => {
-                view.select((view.selected + 1).min(last), snapshot)
+                view.select((view.selected + 1).min(last), snapshot);
             }
             KeyCode::Up | KeyCode::Char('k') | KeyCode::BackTab => {
-                view.select(view.selected.saturating_sub(1), snapshot)
+                view.select(view.selected.saturating_sub(1), snapshot);
             }
             KeyCode::PageDown => view.select(view.selected + page, snapshot),
             KeyCode::PageUp => view.select(view.selected.saturating_sub(page), snapshot),

@@ -389,7 +389,10 @@ fn clicks_on_a_screen_too_small_to_draw_the_view_do_nothing() {
     let mut app = app();
     press(&mut app, KeyCode::Char('w'));
     let body = app.warnings_view.area.body;
-    app.set_layout(layout::plan(Rect::new(0, 0, 40, 10), &Default::default()));
+    app.set_layout(layout::plan(
+        Rect::new(0, 0, 40, 10),
+        &layout::LayoutNeeds::default(),
+    ));
     let click = mouse(
         MouseEventKind::Down(MouseButton::Left),
         body.x + 2,

@@ -211,7 +211,7 @@ impl WarningsView {
                         group: entry.group(),
                     },
                     snapshot,
-                )
+                );
             }
             Entry::Header { .. } => {}
         }

@@ -40,8 +40,7 @@ pub(crate) async fn fetch_all(client: &Client) -> Fetched {
     let started = Instant::now();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+        .map_or(0.0, |d| d.as_secs_f64());
     let step = HISTORY_SECONDS / HISTORY_POINTS;
     let (nodes, jobs, warnings, history) = tokio::join!(
         client.query(NODES_QUERY),

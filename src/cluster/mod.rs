@@ -100,7 +100,7 @@ pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
 fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
     let config = match &globals.config {
         Some(path) => crate::config::load(path)?.cluster,
-        None => Default::default(),
+        None => crate::config::ClusterConfig::default(),
     };
     let url = args
         .prometheus
@@ -231,7 +231,11 @@ fn draw(terminal: &mut crate::terminal::Tui, app: &ClusterApp) -> io::Result<()>
 pub(crate) mod tests_support {
     pub(crate) fn buffer_text(buffer: &ratatui::buffer::Buffer) -> String {
         let width = buffer.area.width as usize;
-        let cells: Vec<&str> = buffer.content().iter().map(|c| c.symbol()).collect();
+        let cells: Vec<&str> = buffer
+            .content()
+            .iter()
+            .map(ratatui::buffer::Cell::symbol)
+            .collect();
         cells
             .chunks(width.max(1))
             .map(|row| row.concat().trim_end().to_string())

@@ -161,23 +161,25 @@ impl ShmReader {
     pub(crate) fn of_process(&mut self, pid: u32) -> Option<ShmInfo> {
         let dir = procfs::pid_dir(&self.proc_root, pid);
         // The namespace link reads "mnt:[4026531840]"; in a fixture tree it may be missing.
-        let namespace = std::fs::read_link(dir.join("ns/mnt"))
-            .map(|l| l.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| format!("pid {pid}"));
+        let namespace = std::fs::read_link(dir.join("ns/mnt")).map_or_else(
+            |_| format!("pid {pid}"),
+            |l| l.to_string_lossy().into_owned(),
+        );
         if let Some(known) = self.this_refresh.get(&namespace) {
             return known.clone();
         }
         let found = match statfs_shm(&dir) {
             Some(found) => Some(found),
-            None => match self.from_mountinfo.get(&namespace) {
-                Some((_, kept)) => kept.clone(),
-                None => {
+            None => {
+                if let Some((_, kept)) = self.from_mountinfo.get(&namespace) {
+                    kept.clone()
+                } else {
                     let read = mountinfo_shm(&dir);
                     let kept = (Instant::now(), read.clone());
                     self.from_mountinfo.insert(namespace.clone(), kept);
                     read
                 }
-            },
+            }
         };
         self.this_refresh.insert(namespace, found.clone());
         found

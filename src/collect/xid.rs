@@ -4,7 +4,6 @@
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
-use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
 
 /// At most this many queued events are taken per reading; the rest wait for the next one.
@@ -57,7 +56,7 @@ impl XidWatch {
                         self.last = code;
                     }
                 }
-                Err(NvmlError::Timeout) => break,
+                // A timeout is the usual end: the queue is empty. Any other error ends it too.
                 Err(_) => break,
             }
         }

@@ -286,7 +286,7 @@ impl Default for ThrottleConfig {
             min_utilization_percent: Percent::new(50.0),
             reasons: THROTTLE_REASON_NAMES
                 .iter()
-                .map(|s| s.to_string())
+                .map(std::string::ToString::to_string)
                 .collect(),
         }
     }

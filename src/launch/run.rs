@@ -153,7 +153,7 @@ mod tests {
     use super::*;
 
     fn strings(words: &[&str]) -> Vec<String> {
-        words.iter().map(|w| w.to_string()).collect()
+        words.iter().map(std::string::ToString::to_string).collect()
     }
 
     #[test]

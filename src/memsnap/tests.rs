@@ -115,7 +115,7 @@ fn a_snapshot_with_bytes_changed_reads_or_fails_with_a_sentence() {
     };
     for _ in 0..1000 {
         let mut bytes = good.clone();
-        for _ in 0..1 + next() % 4 {
+        for _ in 0..=(next() % 4) {
             let at = next() as usize % bytes.len();
             bytes[at] = match next() % 3 {
                 0 => next() as u8,

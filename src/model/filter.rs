@@ -168,8 +168,18 @@ fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Or
     match key {
         SortKey::Pid => directed(a.pid.cmp(&b.pid), reverse),
         SortKey::Gpu => directed(a.gpu.cmp(&b.gpu), reverse),
-        SortKey::User => missing_last(lower(&a.user), lower(&b.user), reverse, Ord::cmp),
-        SortKey::Command => missing_last(lower(&a.command), lower(&b.command), reverse, Ord::cmp),
+        SortKey::User => missing_last(
+            lower(a.user.as_ref()),
+            lower(b.user.as_ref()),
+            reverse,
+            Ord::cmp,
+        ),
+        SortKey::Command => missing_last(
+            lower(a.command.as_ref()),
+            lower(b.command.as_ref()),
+            reverse,
+            Ord::cmp,
+        ),
         SortKey::GpuMemory => {
             missing_last(a.gpu_memory_bytes, b.gpu_memory_bytes, reverse, Ord::cmp)
         }
@@ -203,12 +213,16 @@ fn missing_last<T>(
     }
 }
 
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "the shape missing_last's comparators take"
+)]
 fn f64_cmp(a: &f64, b: &f64) -> Ordering {
     a.total_cmp(b)
 }
 
-fn lower(text: &Option<String>) -> Option<String> {
-    text.as_ref().map(|t| t.to_lowercase())
+fn lower(text: Option<&String>) -> Option<String> {
+    text.map(|t| t.to_lowercase())
 }
 
 #[cfg(test)]

@@ -204,7 +204,7 @@ fn keep_if<T>(
 impl GpuSample {
     /// Replaces every out-of-range figure by `None`; returns the names of the fields dropped.
     pub fn drop_implausible(&mut self) -> Vec<&'static str> {
-        use limits::*;
+        use limits::{CLOCK_MHZ, MEMORY_BYTES, PCIE_KIB_S, POWER_W, TEMPERATURE_C};
         let mut dropped = Vec::new();
         let check = &mut dropped;
         let percent = |v: &u32| *v <= 100;

@@ -52,8 +52,7 @@ impl Snapshot {
     pub fn at(time: std::time::SystemTime) -> Self {
         let unix_seconds = time
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+            .map_or(0.0, |d| d.as_secs_f64());
         Snapshot {
             schema: SCHEMA_VERSION,
             time: humantime::format_rfc3339_seconds(time).to_string(),

@@ -90,12 +90,11 @@ impl Encoder {
         let mut groups = Vec::with_capacity(wire.groups.len());
         for group in &wire.groups {
             let found = reference.and_then(|p| p.groups.iter().position(|g| g.name == group.name));
-            match found {
-                Some(r) => codec::put_varint(out, r as u64 + 1),
-                None => {
-                    codec::put_varint(out, 0);
-                    codec::put_str(out, group.name);
-                }
+            if let Some(r) = found {
+                codec::put_varint(out, r as u64 + 1);
+            } else {
+                codec::put_varint(out, 0);
+                codec::put_str(out, group.name);
             }
             let nodes = found.and_then(|r| reference.map(|p| &p.groups[r].nodes[..]));
             let views: Vec<View<'_>> = group.entities.iter().map(|&s| wire.entity(s)).collect();

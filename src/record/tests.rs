@@ -242,9 +242,12 @@ fn the_demo_written_again_reads_back_frame_for_frame() {
         assert_eq!(json(&got), json(frame), "frame {i}");
         assert_eq!(again.frames()[i].marks, demo.frames()[i].marks, "frame {i}");
     }
+    // The model has grown since the demo was recorded (cgroup, Slurm, MIG, vendor, the GPU
+    // shares...): every process and GPU now carries a few more fields, all null in these
+    // frames, which cost about a byte each. Rebuild the demo to bring the bound back to 10%.
     let demo_bytes = DEMO.len() as u64;
     assert!(
-        bytes < demo_bytes * 11 / 10,
+        bytes < demo_bytes * 12 / 10,
         "{bytes} bytes against the demo's {demo_bytes}"
     );
 }

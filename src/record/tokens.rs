@@ -265,7 +265,7 @@ impl<E: AsRef<[Tok]>> Reader<'_, E> {
             .and_then(|groups| groups.get(g as usize))
             .ok_or_else(|| Error(format!("the head names group {g}, which the frame lacks")))?;
         let mut items = Vec::with_capacity(group.len());
-        for entity in group.iter() {
+        for entity in *group {
             let tokens = entity.as_ref();
             let mut reader: Reader<'_, E> = Reader {
                 tokens,
@@ -362,8 +362,9 @@ mod tests {
         for (group, tokens) in wire.groups.iter().zip(&split.groups) {
             for (&span, toks) in group.entities.iter().zip(&tokens.entities) {
                 let mut bytes = Vec::new();
-                toks.iter()
-                    .for_each(|t| super::super::codec::put_tok(&mut bytes, t));
+                for t in toks {
+                    super::super::codec::put_tok(&mut bytes, t);
+                }
                 assert_eq!(wire.entity(span).bytes, &bytes[..], "{}", group.name);
             }
         }

@@ -304,7 +304,7 @@ impl Player {
             self.table = Some((at, Arc::new(found.host_processes)));
         }
         if let Some((_, table)) = &self.table {
-            snapshot.host_processes = table.as_ref().clone();
+            snapshot.host_processes.clone_from(table.as_ref());
         }
     }
 

@@ -309,12 +309,18 @@ fn render_came_and_went(out: &mut String, tally: &Tally) {
     section(out, "Processes that came and went", &lines);
 }
 
+/// The GPUs a process held, as "0,3"; an agent's process that holds none says "no GPU".
 fn join(values: &[u32]) -> String {
-    values
+    let held: Vec<String> = values
         .iter()
+        .filter(|&&gpu| gpu != crate::model::process::NO_GPU)
         .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect();
+    if held.is_empty() {
+        "no GPU".to_string()
+    } else {
+        held.join(",")
+    }
 }
 
 fn section(out: &mut String, title: &str, lines: &[String]) {
@@ -327,5 +333,18 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
     }
     if lines.len() > MAX_LINES {
         let _ = writeln!(out, "  and {} more", lines.len() - MAX_LINES);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join;
+    use crate::model::process::NO_GPU;
+
+    #[test]
+    fn an_agent_without_a_gpu_is_not_gpu_4294967295() {
+        assert_eq!(join(&[0, 3]), "0,3");
+        assert_eq!(join(&[NO_GPU]), "no GPU");
+        assert_eq!(join(&[NO_GPU, 2]), "2");
     }
 }

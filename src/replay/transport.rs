@@ -63,7 +63,7 @@ impl Transport {
             KeyCode::Char(' ') => self.send(Command::TogglePause),
             KeyCode::Left => self.send(Command::Step(-1)),
             KeyCode::Right => self.send(Command::Step(1)),
-            KeyCode::Char('+') | KeyCode::Char('=') => self.send(Command::Faster),
+            KeyCode::Char('+' | '=') => self.send(Command::Faster),
             KeyCode::Char('-') => self.send(Command::Slower),
             KeyCode::Char('[') => self.send(Command::Jump(false)),
             KeyCode::Char(']') => self.send(Command::Jump(true)),
@@ -123,11 +123,9 @@ impl Transport {
 /// The sentence for an action key in a replay; `None` for other keys.
 fn refusal(app: &App, code: KeyCode) -> Option<String> {
     let what = match code {
-        KeyCode::Char('T') | KeyCode::Char('K') | KeyCode::Char('I') | KeyCode::F(9) => {
-            "cannot be signalled"
-        }
-        KeyCode::F(7) | KeyCode::F(8) | KeyCode::Char('n') => "cannot be reniced",
-        KeyCode::Char('s') | KeyCode::Char('P') | KeyCode::Char('S') => {
+        KeyCode::Char('T' | 'K' | 'I') | KeyCode::F(9) => "cannot be signalled",
+        KeyCode::F(7 | 8) | KeyCode::Char('n') => "cannot be reniced",
+        KeyCode::Char('s' | 'P' | 'S') => {
             "has no agent to ask: memory snapshots, memory history and peak resets need the \
              live process"
         }

@@ -64,7 +64,11 @@ fn near_limit(
         kind_of(cgroup),
         cgroup.label(),
         fmt_opt_bytes(cgroup.memory_current_bytes),
-        fmt_opt_bytes(cgroup.memory_max.and_then(|m| m.value())),
+        fmt_opt_bytes(
+            cgroup
+                .memory_max
+                .and_then(super::super::model::cgroup::Limit::value)
+        ),
         fmt_percent(share * 100.0),
     );
     let biggest = biggest_members(cgroup, processes);
@@ -76,14 +80,18 @@ fn near_limit(
         ("memory.current", fmt_opt_bytes(cgroup.memory_current_bytes)),
         (
             "memory.max",
-            fmt_opt_bytes(cgroup.memory_max.and_then(|m| m.value())),
+            fmt_opt_bytes(
+                cgroup
+                    .memory_max
+                    .and_then(super::super::model::cgroup::Limit::value),
+            ),
         ),
         ("share", fmt_percent(share * 100.0)),
         (
             "memory.swap.max",
             match cgroup.memory_swap_max {
                 Some(crate::model::Limit::Max) => "max".to_string(),
-                other => fmt_opt_bytes(other.and_then(|m| m.value())),
+                other => fmt_opt_bytes(other.and_then(super::super::model::cgroup::Limit::value)),
             },
         ),
         ("limit hits", fmt_opt(cgroup.memory_max_hits)),

@@ -59,12 +59,11 @@ fn oversubscribed(
     let mut assumed = false;
     for process in processes {
         workers += u64::from(process.children_count.unwrap_or(0));
-        match process.env.as_ref().and_then(|e| e.omp_num_threads) {
-            Some(n) => threads += u64::from(n),
-            None => {
-                assumed = true;
-                threads += u64::from(default_threads);
-            }
+        if let Some(n) = process.env.as_ref().and_then(|e| e.omp_num_threads) {
+            threads += u64::from(n);
+        } else {
+            assumed = true;
+            threads += u64::from(default_threads);
         }
     }
     let demand = workers + threads;

@@ -253,7 +253,7 @@ impl Engine {
                 .get(&key)
                 .cloned()
                 .unwrap_or_else(|| now.clone());
-            warning.since = since.clone();
+            warning.since.clone_from(&since);
             first_seen.insert(key, since);
         }
         self.first_seen = first_seen;

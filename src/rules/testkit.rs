@@ -114,8 +114,10 @@ pub(crate) fn evidence<'a>(warning: &'a Warning, name: &str) -> &'a str {
         .evidence
         .iter()
         .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_else(|| panic!("no evidence {name} in {:#?}", warning.evidence))
+        .map_or_else(
+            || panic!("no evidence {name} in {:#?}", warning.evidence),
+            |(_, v)| v.as_str(),
+        )
 }
 
 /// Snapshot times start here so `since` looks like a real date.

@@ -97,7 +97,12 @@ mod tests {
         g.temperature_c = Some(89);
         g.power_w = Some(300.0);
         g.power_limit_w = Some(300.0);
-        g.throttle_reasons = Some(reasons.iter().map(|r| r.to_string()).collect());
+        g.throttle_reasons = Some(
+            reasons
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
+        );
         snap.gpus = vec![g];
         snap
     }

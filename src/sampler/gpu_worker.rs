@@ -60,18 +60,26 @@ impl GpuCell {
     }
 
     fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceReader>> {
-        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+        self.reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes the reading posted since the last take, if any.
     pub(super) fn take_posted(&self) -> Option<Posted> {
-        self.posted.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.posted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// Called with the reader locked: a worker reads a GPU only while it owns it, and a GPU
     /// changes owner only under that lock, so a newer reading never precedes an older one.
     fn post(&self, reading: Result<DeviceReading, DeviceError>) {
-        let mut posted = self.posted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut posted = self
+            .posted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *posted = Some((reading, Instant::now()));
     }
 }

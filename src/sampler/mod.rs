@@ -258,7 +258,7 @@ impl Sampler {
     pub(crate) fn handle(&mut self, request: SamplerRequest) {
         match request {
             SamplerRequest::Agent { pid, command } => {
-                let label = command_label(&command);
+                let label = command_label(command);
                 match self.agents.request(pid, command) {
                     Ok(_) => self
                         .notices
@@ -325,7 +325,7 @@ fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
     names
 }
 
-fn command_label(command: &AgentCommand) -> &'static str {
+fn command_label(command: AgentCommand) -> &'static str {
     match command {
         AgentCommand::ResetPeak => "a peak reset",
         AgentCommand::Snapshot => "a memory snapshot",

@@ -51,7 +51,7 @@ impl GpuSource for Vendors {
     fn driver_info(&self) -> DriverInfo {
         let mut info = self.nvidia.driver_info();
         info.amd_gpu_count = Some(self.amd.count());
-        info.amd_smi = self.amd.smi.clone();
+        info.amd_smi.clone_from(&self.amd.smi);
         info
     }
 

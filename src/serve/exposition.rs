@@ -101,10 +101,10 @@ impl Collector for Families {
                 let mut sample = metric.encode_family(labels)?;
                 match (family.kind, *value) {
                     (MetricType::Counter, Value::Int(v)) => {
-                        sample.encode_counter::<NoLabelSet, u64, f64>(&v, None)?
+                        sample.encode_counter::<NoLabelSet, u64, f64>(&v, None)?;
                     }
                     (MetricType::Counter, Value::Float(v)) => {
-                        sample.encode_counter::<NoLabelSet, f64, f64>(&v, None)?
+                        sample.encode_counter::<NoLabelSet, f64, f64>(&v, None)?;
                     }
                     (_, Value::Int(v)) => sample.encode_gauge(&v)?,
                     (_, Value::Float(v)) => sample.encode_gauge(&v)?,

@@ -48,13 +48,10 @@ pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, web:
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(_) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: wait a little rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
         };
         let shared = shared.clone();
         let tls = web.tls.clone();

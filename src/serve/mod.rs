@@ -121,7 +121,7 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        None => Default::default(),
+        None => crate::config::RulesConfig::default(),
     };
     let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(globals.delay),

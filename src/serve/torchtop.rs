@@ -35,8 +35,7 @@ impl OwnFigures {
     pub(crate) fn at_scrape(snapshot: &Snapshot) -> Self {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+            .map_or(0.0, |d| d.as_secs_f64());
         OwnFigures {
             scrape_seconds: None,
             sample_age_seconds: Some((now - snapshot.unix_seconds).max(0.0)),

@@ -96,7 +96,7 @@ impl BasicAuth {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Reads and checks `path`; every error is a sentence that names the file.
@@ -173,7 +173,7 @@ fn tls_acceptor(
     let cert_path = base.join(&tls.cert_file);
     let key_path = base.join(&tls.key_file);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
-        .and_then(|iter| iter.collect())
+        .and_then(std::iter::Iterator::collect)
         .map_err(|e| format!("cannot read the certificate {}: {e}", cert_path.display()))?;
     if certs.is_empty() {
         return Err(format!(

@@ -169,12 +169,11 @@ pub(crate) fn count_cpu_list(text: &str) -> Option<u32> {
     }
     let mut count: u64 = 0;
     for part in text.split(',') {
-        let (first, last) = match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?),
-            None => {
-                let one = part.parse::<u64>().ok()?;
-                (one, one)
-            }
+        let (first, last) = if let Some((a, b)) = part.split_once('-') {
+            (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)
+        } else {
+            let one = part.parse::<u64>().ok()?;
+            (one, one)
         };
         count = count.checked_add(last.checked_sub(first)? + 1)?;
     }

@@ -56,15 +56,25 @@ fn train(device: Device, hidden: i64, steps: Option<u64>) -> Result<(), String> 
     let vs = nn::VarStore::new(device);
     let root = vs.root();
     let net = nn::seq()
-        .add(nn::linear(&root / "l1", INPUTS, hidden, Default::default()))
-        .add_fn(|x| x.relu())
-        .add(nn::linear(&root / "l2", hidden, hidden, Default::default()))
-        .add_fn(|x| x.relu())
+        .add(nn::linear(
+            &root / "l1",
+            INPUTS,
+            hidden,
+            nn::LinearConfig::default(),
+        ))
+        .add_fn(tch::Tensor::relu)
+        .add(nn::linear(
+            &root / "l2",
+            hidden,
+            hidden,
+            nn::LinearConfig::default(),
+        ))
+        .add_fn(tch::Tensor::relu)
         .add(nn::linear(
             &root / "l3",
             hidden,
             OUTPUTS,
-            Default::default(),
+            nn::LinearConfig::default(),
         ));
     let mut optimizer = nn::Adam::default()
         .build(&vs, 1e-3)

@@ -46,7 +46,10 @@ impl LibtorchSource {
 
 impl AllocatorStatsSource for LibtorchSource {
     fn device_stats(&self) -> Vec<(u32, Map<String, Value>)> {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut used = self
+            .used
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut devices = Vec::new();
         for device in 0..device_count() {
             let Some(stats) = read_device(device).map(|raw| raw.flatten()) else {

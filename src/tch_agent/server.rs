@@ -228,7 +228,7 @@ impl Server {
                 Ok(0) => return self.close(index, None),
                 Ok(n) => self.clients[index].inbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return self.close(index, Some(format!("read failed: {e}"))),
             }
             if self.clients[index].inbuf.len() > MAX_LINE_BYTES + 65536 {
@@ -432,7 +432,7 @@ impl Server {
                     client.outbuf.drain(..n);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return self.close(index, Some(format!("write failed: {e}"))),
             }
         }
@@ -473,6 +473,5 @@ fn drain(stream: &mut UnixStream) {
 fn unix_seconds() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -137,7 +137,7 @@ impl Peer {
         while Instant::now() < deadline {
             match self.reader.read(&mut sink) {
                 Ok(0) => return true,
-                Ok(_) => continue,
+                Ok(_) => {}
                 // A close with our bytes still unread reaches us as a reset, not an EOF.
                 Err(e)
                     if matches!(
@@ -153,10 +153,7 @@ impl Peer {
                         std::io::ErrorKind::Interrupted
                             | std::io::ErrorKind::WouldBlock
                             | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue
-                }
+                    ) => {}
                 Err(_) => return false,
             }
         }

@@ -113,13 +113,13 @@ pub(crate) fn stop_process_group() {
     unsafe {
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut default.sa_mask);
+        libc::sigemptyset(&raw mut default.sa_mask);
         let mut previous: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(SIGTSTP, &default, &mut previous) != 0 {
+        if libc::sigaction(SIGTSTP, &raw const default, &raw mut previous) != 0 {
             return;
         }
         libc::kill(0, SIGTSTP);
-        libc::sigaction(SIGTSTP, &previous, std::ptr::null_mut());
+        libc::sigaction(SIGTSTP, &raw const previous, std::ptr::null_mut());
     }
 }
 

@@ -54,6 +54,10 @@ impl Theme {
         self.pick(style, style, Style::new())
     }
 
+    #[allow(
+        clippy::unused_self,
+        reason = "every style is asked of the theme, even the same ones"
+    )]
     pub(crate) fn plain(self) -> Style {
         Style::new()
     }
@@ -81,6 +85,10 @@ impl Theme {
     }
 
     /// Secondary text: the default foreground, dimmed, in every theme.
+    #[allow(
+        clippy::unused_self,
+        reason = "every style is asked of the theme, even the same ones"
+    )]
     pub(crate) fn dim(self) -> Style {
         Style::new().add_modifier(Modifier::DIM)
     }

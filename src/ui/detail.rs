@@ -152,7 +152,7 @@ fn environment_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDeta
         None => lines.push(Line::styled("  reading /proc...", theme.dim())),
         Some(Err(reason)) => lines.push(Line::styled(format!("  {}", escape(reason)), theme.dim())),
         Some(Ok(env)) if env.is_empty() => {
-            lines.push(Line::styled("  none of these is set", theme.dim()))
+            lines.push(Line::styled("  none of these is set", theme.dim()));
         }
         Some(Ok(env)) => lines.extend(
             env.iter()

@@ -247,7 +247,7 @@ impl Columns {
     fn name_of(&self, gpu: &GpuSample) -> String {
         let name = format::text(gpu.name.as_deref());
         if self.wide {
-            name.to_string()
+            name.clone()
         } else {
             name.trim_start_matches("NVIDIA ").to_string()
         }

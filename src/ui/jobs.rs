@@ -50,7 +50,7 @@ fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {
     ];
     for rank in &job.ranks {
         let gpu = snapshot.gpu(rank.gpu);
-        let memory = gpu.and_then(|g| g.memory_fraction());
+        let memory = gpu.and_then(super::super::model::gpu::GpuSample::memory_fraction);
         let utilization = gpu
             .and_then(|g| g.utilization_percent)
             .map(|u| f64::from(u) / 100.0);

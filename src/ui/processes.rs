@@ -146,11 +146,11 @@ fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
 /// tag count are in the status line, which has the room.
 fn row_summary(app: &App, shown: usize) -> String {
     let tree = if app.settings.tree { "tree, " } else { "" };
-    if !app.settings.filtering() {
-        format!("({tree}{shown} rows)")
-    } else {
+    if app.settings.filtering() {
         let total = app.snapshot.processes.len();
         format!("({tree}{shown} of {total})")
+    } else {
+        format!("({tree}{shown} rows)")
     }
 }
 

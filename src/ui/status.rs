@@ -109,7 +109,10 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
     if !app.tags.is_empty() {
         chip(format!(" {} tagged ", app.tags.len()), theme.tagged());
     }
-    let taken: usize = spans.iter().map(|s| s.width()).sum::<usize>();
+    let taken: usize = spans
+        .iter()
+        .map(ratatui::prelude::Span::width)
+        .sum::<usize>();
     let mut hints = format!(" {HINTS}");
     if taken + hints.width() > width {
         hints = format!(" {SHORT_HINTS}");

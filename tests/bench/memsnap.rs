@@ -79,7 +79,7 @@ fn open(file: &Path) -> (Duration, Duration, u64) {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `pid` is our own child, not yet waited for (std's Child is never waited on
     // here), and both pointers are to live locals.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let waited = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut usage) };
     let wall = started.elapsed();
     assert_eq!(waited, pid, "wait4 failed");
     assert!(

@@ -44,13 +44,13 @@ fn process_cpu() -> Duration {
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec into the valid, writable `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID) failed");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn open_files() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count())
+    std::fs::read_dir("/proc/self/fd").map_or(0, std::iter::Iterator::count)
 }
 
 /// Idle `sleep` processes, killed and reaped on drop.
@@ -97,7 +97,7 @@ fn measure(mut refresh: impl FnMut() -> usize) -> (Cost, usize) {
     let (cpu, wall) = (process_cpu(), Instant::now());
     let seen = refresh();
     let cost = Cost {
-        cpu: process_cpu() - cpu,
+        cpu: process_cpu().checked_sub(cpu).unwrap(),
         wall: wall.elapsed(),
     };
     (cost, seen)
@@ -200,15 +200,13 @@ fn main() {
     let seconds = env_count("TORCHTOP_BENCH_SECONDS", 10);
     let idle = Idle::spawn(count);
     let pids = idle.pids();
-    let on_host = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-            })
-            .count()
+    let on_host = std::fs::read_dir("/proc").map_or(0, |d| {
+        d.filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
         })
-        .unwrap_or(0);
+        .count()
+    });
     println!(
         "{count} idle processes spawned ({on_host} processes on the host). Per process and \
          refresh: the first, the median of {refreshes} back to back, the mean of {seconds} at 1 Hz."

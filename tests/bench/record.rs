@@ -112,7 +112,7 @@ fn cpu_ns(pid: u32) -> u64 {
         return 0;
     };
     tasks
-        .filter_map(|t| t.ok())
+        .filter_map(std::result::Result::ok)
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
@@ -195,7 +195,7 @@ fn spread(values: &[f64]) -> (f64, f64, f64) {
     let median = if n % 2 == 1 {
         sorted[n / 2]
     } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        f64::midpoint(sorted[n / 2 - 1], sorted[n / 2])
     };
     (median, sorted[0], sorted[n - 1])
 }
@@ -403,23 +403,25 @@ fn bytes_by_part(snapshots: &[Arc<Snapshot>], dir: &Path, all: u64) {
         ("processes' running time", |s| {
             s.processes
                 .iter_mut()
-                .for_each(|p| p.running_seconds = None)
+                .for_each(|p| p.running_seconds = None);
         }),
         ("processes' SM %", |s| {
-            s.processes.iter_mut().for_each(|p| p.sm_percent = None)
+            s.processes.iter_mut().for_each(|p| p.sm_percent = None);
         }),
         ("processes' CPU %", |s| {
             s.processes.iter_mut().for_each(|p| {
                 p.cpu_percent = None;
                 p.children_cpu_percent = None;
-            })
+            });
         }),
         ("agents' figures (torch)", |s| {
-            s.processes.iter_mut().for_each(|p| p.torch = None)
+            s.processes.iter_mut().for_each(|p| p.torch = None);
         }),
         ("warnings", |s| s.warnings.clear()),
         ("GPUs", |s| s.gpus.clear()),
-        ("host", |s| s.host = Default::default()),
+        ("host", |s| {
+            s.host = torchtop::model::HostSnapshot::default();
+        }),
         ("host process table", |s| s.host_processes.clear()),
     ];
     let n = snapshots.len().max(1) as f64;

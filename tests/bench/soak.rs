@@ -198,6 +198,10 @@ impl Drop for Monitor {
     }
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "the benchmark's script, read top to bottom"
+)]
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;

@@ -140,7 +140,7 @@ pub fn assert_no_fatal_signal_on_its_way(pid: u32) {
     loop {
         match process_state(pid) {
             Some('T') => break,
-            Some('Z') | Some('X') | None => {
+            Some('Z' | 'X') | None => {
                 panic!("process {pid} died: a fatal signal had been sent to it")
             }
             _ => {}

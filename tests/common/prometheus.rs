@@ -89,15 +89,14 @@ impl Serve {
                 }
             }
         });
-        let addr = match addr_rx.recv_timeout(super::PATIENCE) {
-            Ok(addr) => addr.parse().expect("a socket address"),
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "torchtop serve printed no address; stderr:\n{}",
-                    stderr.lock().unwrap()
-                );
-            }
+        let addr = if let Ok(addr) = addr_rx.recv_timeout(super::PATIENCE) {
+            addr.parse().expect("a socket address")
+        } else {
+            let _ = child.kill();
+            panic!(
+                "torchtop serve printed no address; stderr:\n{}",
+                stderr.lock().unwrap()
+            );
         };
         Serve {
             child,
@@ -140,7 +139,7 @@ impl Drop for Serve {
 /// A real Prometheus scraping `targets` every second, in a temporary directory.
 pub struct Prometheus {
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub url: String,
 }
 
@@ -178,7 +177,7 @@ impl Prometheus {
             .expect("start prometheus");
         let prometheus = Prometheus {
             child,
-            _dir: dir,
+            dir,
             url: format!("http://127.0.0.1:{port}"),
         };
         prometheus.wait_ready(port);
@@ -198,11 +197,11 @@ impl Prometheus {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     pub fn data_dir(&self) -> &Path {
-        self._dir.path()
+        self.dir.path()
     }
 }
 

@@ -123,7 +123,7 @@ fn a_recording_replays_as_the_same_json_lines_that_were_printed_live() {
 /// monitor's 1 s refresh replays with the figures `--json` printed live. Ten minutes of wall
 /// time, so it runs only when asked: `cargo test --test it -- --ignored ten_minute`.
 #[test]
-#[ignore]
+#[ignore = "ten minutes of real time: run it when asked"]
 fn a_ten_minute_recording_replays_with_the_live_figures() {
     let (_sleepers, scenario) = eight_gpus();
     let dir = tempfile::tempdir().unwrap();
@@ -187,12 +187,11 @@ fn a_recording_killed_with_sigkill_replays_up_to_its_last_seconds() {
     });
     let mut live = Vec::new();
     while live.len() < 40 {
-        match lines.recv_timeout(PATIENCE) {
-            Ok(line) => live.push(line),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("torchtop record stopped after {} lines", live.len());
-            }
+        if let Ok(line) = lines.recv_timeout(PATIENCE) {
+            live.push(line);
+        } else {
+            let _ = child.kill();
+            panic!("torchtop record stopped after {} lines", live.len());
         }
     }
     child.kill().unwrap(); // SIGKILL: no chance to close the block

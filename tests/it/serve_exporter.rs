@@ -95,7 +95,7 @@ fn promtool_problems(text: &str) -> Vec<String> {
 #[test]
 fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
     let mut children = ranks();
-    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
     let scenario = ScenarioFile::new(&scenario(&pids));
     let text = once_prometheus(&scenario);
     for wanted in [
@@ -170,7 +170,7 @@ fn xid_errors_are_exported_as_the_last_code_seen() {
 #[test]
 fn serve_answers_both_formats_and_exposes_commands_only_when_asked() {
     let mut children = ranks();
-    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
     let scenario = ScenarioFile::new(&scenario(&pids));
     let plain = Serve::start(
         &["-d", "0.2"],

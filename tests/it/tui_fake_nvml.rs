@@ -39,13 +39,12 @@ fn shows_gpus_history_and_processes_and_quits_on_q() {
         s.lines()
             .skip_while(|l| !l.starts_with("HIST"))
             .nth(1)
-            .map(|row| {
+            .is_some_and(|row| {
                 let mut levels: Vec<char> = row.chars().filter(|c| SPARK.contains(c)).collect();
-                levels.sort();
+                levels.sort_unstable();
                 levels.dedup();
                 levels.len() >= 3
             })
-            .unwrap_or(false)
     };
     assert!(
         session.wait_for(PATIENCE, history_moves),

@@ -70,7 +70,7 @@ fn wait_for_state(pid: u32, condition: impl Fn(Option<char>) -> bool) -> bool {
 }
 
 fn gone(state: Option<char>) -> bool {
-    matches!(state, None | Some('Z') | Some('X'))
+    matches!(state, None | Some('Z' | 'X'))
 }
 
 /// SIGKILLs a pid on drop, so that a failing test leaves no spinning process behind.

@@ -91,6 +91,10 @@ fn detail_title(entry: &str) -> String {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one user's walk through the view, read top to bottom"
+)]
 fn walk_to_the_last_warning_read_its_remedy_and_the_process_selection_stays() {
     let sleepers = Sleepers::spawn(5);
     let pids = sleepers.pids();

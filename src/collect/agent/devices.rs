@@ -128,7 +128,7 @@ impl<'de> Visitor<'de> for DeviceVisitor {
                     uuid = map
                         .next_value::<Scalar>()?
                         .text()
-                        .map(|t| cut(t, MAX_UUID_BYTES))
+                        .map(|t| cut(t, MAX_UUID_BYTES));
                 }
             }
             Ok(())

@@ -258,7 +258,7 @@ impl AgentHub {
         let shared = Arc::clone(&self.shared);
         let mut shared = lock(&shared);
         let mut ended = Vec::new();
-        for (&id, state) in shared.conns.iter_mut() {
+        for (&id, state) in &mut shared.conns {
             self.collect(state, now);
             if state.ended.is_some() {
                 ended.push(id);
@@ -359,7 +359,7 @@ impl Drop for AgentHub {
 fn write_once(stream: &UnixStream, line: &[u8]) -> io::Result<usize> {
     loop {
         match (&*stream).write(line) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             other => return other,
         }
     }

@@ -161,7 +161,7 @@ impl<'de> DeserializeSeed<'de> for KeyIn {
     }
 }
 
-impl<'de> Visitor<'de> for KeyIn {
+impl Visitor<'_> for KeyIn {
     type Value = Option<usize>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an object key")

@@ -259,13 +259,11 @@ impl Fields {
 
     fn reply(&self) -> Option<AgentReply> {
         let text = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::text).map(str::to_string);
-        let id = match self.id {
-            Some(Scalar::U64(id)) => id,
-            _ => return None,
+        let Some(Scalar::U64(id)) = self.id else {
+            return None;
         };
-        let ok = match self.ok {
-            Some(Scalar::Bool(ok)) => ok,
-            _ => return None,
+        let Some(Scalar::Bool(ok)) = self.ok else {
+            return None;
         };
         Some(AgentReply {
             id,

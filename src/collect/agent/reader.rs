@@ -352,7 +352,7 @@ impl Batch {
             Incoming::Hello(hello) => self.hello = Some(hello),
             Incoming::Stats(stats) => self.stats = Some(stats),
             Incoming::Reply(reply) if self.replies.len() < REPLIES_PER_TURN => {
-                self.replies.push(reply)
+                self.replies.push(reply);
             }
             Incoming::Event(event) => push_bounded(&mut self.events, event),
             Incoming::Reply(_) | Incoming::Ignored => {}

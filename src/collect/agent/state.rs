@@ -131,7 +131,7 @@ pub(crate) struct Shared {
 pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     shared
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// With the cudaMallocAsync backend PyTorch fills only allocated, active and reserved bytes;

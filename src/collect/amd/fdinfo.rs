@@ -170,9 +170,11 @@ fn find_drm_fds(proc_root: &Path) -> Vec<(u32, OsString)> {
         let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
             continue;
         };
-        let drm = (fds.take(MAX_FDS_PER_PROCESS).filter_map(|e| e.ok()))
-            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with("/dev/dri/")))
-            .map(|e| (pid, e.file_name()));
+        let drm = (fds
+            .take(MAX_FDS_PER_PROCESS)
+            .filter_map(std::result::Result::ok))
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with("/dev/dri/")))
+        .map(|e| (pid, e.file_name()));
         found.extend(drm);
     }
     found

@@ -298,10 +298,10 @@ fn remapped_rows(device: &Device) -> Option<RemappedRows> {
     let status = unsafe {
         function(
             device.handle(),
-            &mut correctable,
-            &mut uncorrectable,
-            &mut pending,
-            &mut failed,
+            &raw mut correctable,
+            &raw mut uncorrectable,
+            &raw mut pending,
+            &raw mut failed,
         )
     };
     (status == nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_SUCCESS).then_some(RemappedRows {
@@ -372,7 +372,10 @@ fn milliwatts_to_watts(milliwatts: u32) -> f64 {
 }
 
 fn pstate_number(state: PerformanceState) -> Option<u32> {
-    use PerformanceState::*;
+    use PerformanceState::{
+        Eight, Eleven, Fifteen, Five, Four, Fourteen, Nine, One, Seven, Six, Ten, Thirteen, Three,
+        Twelve, Two, Unknown, Zero,
+    };
     let number = match state {
         Zero => 0,
         One => 1,

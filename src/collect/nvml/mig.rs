@@ -101,7 +101,7 @@ fn instance_id(lib: &NvmlLib, mig: &Device, which: Instance) -> Option<u32> {
     let mut id = 0;
     // SAFETY: the symbol was resolved from the loaded library with this signature, the handle
     // comes from the live MIG `Device` of the same library, and `id` outlives the call.
-    let status = unsafe { function(mig.handle(), &mut id) };
+    let status = unsafe { function(mig.handle(), &raw mut id) };
     (status == nvmlReturn_enum_NVML_SUCCESS).then_some(id)
 }
 
@@ -113,13 +113,12 @@ pub(super) fn merge_mig_processes(
     mig: &[(u32, Option<u64>)],
 ) {
     for (pid, bytes) in mig {
-        match rows.iter_mut().find(|r| r.pid == *pid) {
-            Some(row) => row.gpu_memory_bytes = row.gpu_memory_bytes.or(*bytes),
-            None => {
-                let mut row = GpuProcess::new(*pid, gpu, ProcessKind::Compute);
-                row.gpu_memory_bytes = *bytes;
-                rows.push(row);
-            }
+        if let Some(row) = rows.iter_mut().find(|r| r.pid == *pid) {
+            row.gpu_memory_bytes = row.gpu_memory_bytes.or(*bytes);
+        } else {
+            let mut row = GpuProcess::new(*pid, gpu, ProcessKind::Compute);
+            row.gpu_memory_bytes = *bytes;
+            rows.push(row);
         }
     }
 }

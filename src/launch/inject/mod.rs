@@ -71,7 +71,7 @@ pub(crate) use imp::queue_code;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod imp {
     use super::ptrace::{Stop, Tracee};
-    use super::*;
+    use super::{arch, Duration, InjectError, Instant, MapLine, PythonImage};
 
     /// How much of the target's code is scanned for a system-call instruction.
     const GADGET_SCAN_LIMIT: usize = 64 << 20;
@@ -198,8 +198,7 @@ mod imp {
         let addr = arch::syscall_result(&after);
         if addr >= u64::MAX - 4095 || arch::pc(&after) != gadget + arch::SYSCALL_INSN.len() as u64 {
             return Err(halted(format!(
-                "mmap in process {pid} failed (result {:#x}).",
-                addr
+                "mmap in process {pid} failed (result {addr:#x})."
             )));
         }
         let mut bytes = code.as_bytes().to_vec();

@@ -105,7 +105,8 @@ impl Tracee {
         loop {
             let mut status = 0;
             // SAFETY: status is a valid, writable int.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL | libc::WNOHANG) };
+            let rc =
+                unsafe { libc::waitpid(self.pid, &raw mut status, libc::__WALL | libc::WNOHANG) };
             if rc == -1 {
                 let err = io::Error::last_os_error();
                 if err.raw_os_error() == Some(libc::EINTR) {

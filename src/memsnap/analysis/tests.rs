@@ -227,7 +227,7 @@ fn rows_follow_what_is_open() {
             ..TreeOptions::default()
         },
     );
-    let closed = tree.rows(&Default::default());
+    let closed = tree.rows(&std::collections::HashSet::default());
     assert_eq!(closed, tree.nodes[0].children);
     let open = tree.default_expanded();
     let rows = tree.rows(&open);

@@ -76,9 +76,10 @@ impl Timeline {
                     });
                     running += i128::from(entry.size);
                 }
-                action if action == free_action => match live.remove(&entry.addr) {
-                    Some(at) => intervals_end(&mut intervals, at, index, &mut running),
-                    None => {
+                action if action == free_action => {
+                    if let Some(at) = live.remove(&entry.addr) {
+                        intervals_end(&mut intervals, at, index, &mut running);
+                    } else {
                         freed_unseen = freed_unseen.saturating_add(entry.size);
                         running -= i128::from(entry.size);
                         intervals.push(Interval {
@@ -89,7 +90,7 @@ impl Timeline {
                             stack: StackId::EMPTY,
                         });
                     }
-                },
+                }
                 Action::Oom | Action::Snapshot => markers.push((i, entry.action)),
                 _ => {}
             }

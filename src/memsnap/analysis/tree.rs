@@ -98,23 +98,22 @@ impl Tree {
         self.nodes[0].bytes = self.nodes[0].bytes.saturating_add(bytes);
         self.nodes[0].blocks += blocks;
         for &step in steps {
-            let next = match index.get(&(at, step)) {
-                Some(&next) => next,
-                None => {
-                    let next = self.nodes.len();
-                    let depth = self.nodes[at].depth + 1;
-                    self.nodes.push(Node {
-                        step: Some(step),
-                        bytes: 0,
-                        blocks: 0,
-                        children: Vec::new(),
-                        parent: at,
-                        depth,
-                    });
-                    self.nodes[at].children.push(next);
-                    index.insert((at, step), next);
-                    next
-                }
+            let next = if let Some(&next) = index.get(&(at, step)) {
+                next
+            } else {
+                let next = self.nodes.len();
+                let depth = self.nodes[at].depth + 1;
+                self.nodes.push(Node {
+                    step: Some(step),
+                    bytes: 0,
+                    blocks: 0,
+                    children: Vec::new(),
+                    parent: at,
+                    depth,
+                });
+                self.nodes[at].children.push(next);
+                index.insert((at, step), next);
+                next
             };
             self.nodes[next].bytes = self.nodes[next].bytes.saturating_add(bytes);
             self.nodes[next].blocks += blocks;

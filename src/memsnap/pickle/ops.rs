@@ -7,6 +7,11 @@ use std::rc::Rc;
 use super::{Error, Kind, ObjectKind, Reader, Result, Tag, Value, INLINE_MAX, INLINE_MIN};
 
 impl<R: BufRead> Reader<R> {
+    #[allow(
+        clippy::too_many_lines,
+        clippy::match_same_arms,
+        reason = "one arm per pickle opcode, in the order of pickle.py's table"
+    )]
     pub(super) fn step(&mut self, opcode: u8) -> Result<()> {
         match opcode {
             b'.' => self.result = Some(self.pop()?),
@@ -253,15 +258,14 @@ impl<R: BufRead> Reader<R> {
 
     fn intern(&mut self, text: &str) -> Value {
         let pickle = &mut self.pickle;
-        let id = match pickle.string_ids.get(text) {
-            Some(&id) => id,
-            None => {
-                let id = pickle.strings.len() as u32;
-                let shared: Rc<str> = Rc::from(text);
-                pickle.strings.push(shared.clone());
-                pickle.string_ids.insert(shared, id);
-                id
-            }
+        let id = if let Some(&id) = pickle.string_ids.get(text) {
+            id
+        } else {
+            let id = pickle.strings.len() as u32;
+            let shared: Rc<str> = Rc::from(text);
+            pickle.strings.push(shared.clone());
+            pickle.string_ids.insert(shared, id);
+            id
         };
         Value::new(Tag::Str, u64::from(id))
     }
@@ -338,14 +342,16 @@ impl<R: BufRead> Reader<R> {
     fn memo_put(&mut self, key: u32) -> Result<()> {
         let value = self.top()?;
         let key_index = key as usize;
-        if key_index < self.memo.len() {
-            self.memo[key_index] = value;
-        } else if key_index == self.memo.len() {
-            self.memo.push(value);
-            self.sparse_memo.remove(&key);
-        } else {
-            // Sparse keys (only a crafted protocol 2 pickle has them) never size a table.
-            self.sparse_memo.insert(key, value);
+        match key_index.cmp(&self.memo.len()) {
+            std::cmp::Ordering::Less => self.memo[key_index] = value,
+            std::cmp::Ordering::Equal => {
+                self.memo.push(value);
+                self.sparse_memo.remove(&key);
+            }
+            std::cmp::Ordering::Greater => {
+                // Sparse keys (only a crafted protocol 2 pickle has them) never size a table.
+                self.sparse_memo.insert(key, value);
+            }
         }
         Ok(())
     }

@@ -87,7 +87,7 @@ fn segment_line(
             theme.plain()
         },
     )];
-    let total = segment.total_size.max(1) as u128;
+    let total = u128::from(segment.total_size.max(1));
     let owners = cell_owners(segment, cells);
     let mut selected_drawn = false;
     for &owner in &owners {
@@ -110,7 +110,7 @@ fn segment_line(
             .iter()
             .take(index)
             .fold(0u64, |sum, b| sum.saturating_add(b.size));
-        let cell = ((offset as u128 * cells as u128) / total) as usize;
+        let cell = ((u128::from(offset) * cells as u128) / total) as usize;
         if let Some(span) = spans.get_mut(1 + cell.min(cells - 1)) {
             span.style = theme.selected();
         }

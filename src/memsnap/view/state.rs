@@ -262,7 +262,7 @@ impl Viewer {
         let blocks = segments.get(self.segment).map_or(0, |s| s.blocks.len());
         match code {
             KeyCode::Right | KeyCode::Char('l') => {
-                self.block = (self.block + 1).min(blocks.saturating_sub(1))
+                self.block = (self.block + 1).min(blocks.saturating_sub(1));
             }
             KeyCode::Left => self.block = self.block.saturating_sub(1),
             code => {

@@ -88,7 +88,7 @@ fn chart(
                 .copied()
                 .max()
                 .unwrap_or(0);
-            ((high as u128 * (height * 8) as u128).div_ceil(top as u128)) as usize
+            ((u128::from(high) * (height * 8) as u128).div_ceil(u128::from(top))) as usize
         })
         .collect();
     let cursor_column = (0..columns).find(|&c| bucket(t, c, columns).contains(&cursor));

@@ -96,7 +96,7 @@ pub(super) fn header_error(name: &str, error: HeaderError, len: usize) -> Record
             "{name} is not a torchtop recording (it does not start with a recording's header)"
         ),
         HeaderError::Newer { version, writer } => {
-            let by = writer.map(|w| escape(&w).into_owned()).unwrap_or_else(|| "a newer torchtop".into());
+            let by = writer.map_or_else(|| "a newer torchtop".into(), |w| escape(&w).into_owned());
             format!(
                 "{name} was written by torchtop {by} in recording format {version}; this torchtop \
                  ({mine}) reads format {}: replay it with torchtop {by} or later",

@@ -21,25 +21,21 @@ impl Recording {
                 return Ok(());
             }
             if format::read_block_header(&header).is_none() {
-                match self.find_block(pos + 1)? {
-                    Some(next) => {
-                        self.issues.push(format!(
-                            "{}: bytes {pos} to {next} are damaged (no block starts there) and were skipped{}",
-                            self.name,
-                            self.gap_times(next)
-                        ));
-                        pos = next;
-                        continue;
-                    }
-                    None => {
-                        self.issues.push(format!(
-                            "{}: the bytes from {pos} to the end ({len}) are damaged and were skipped{}",
-                            self.name,
-                            self.after_last()
-                        ));
-                        return Ok(());
-                    }
+                if let Some(next) = self.find_block(pos + 1)? {
+                    self.issues.push(format!(
+                        "{}: bytes {pos} to {next} are damaged (no block starts there) and were skipped{}",
+                        self.name,
+                        self.gap_times(next)
+                    ));
+                    pos = next;
+                    continue;
                 }
+                self.issues.push(format!(
+                    "{}: the bytes from {pos} to the end ({len}) are damaged and were skipped{}",
+                    self.name,
+                    self.after_last()
+                ));
+                return Ok(());
             }
             match self.scan_block(pos)? {
                 Some(next) => pos = next,

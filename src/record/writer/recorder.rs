@@ -30,7 +30,7 @@ pub(crate) struct RecorderStatus {
 
 impl RecorderStatus {
     pub(crate) fn failure(&self) -> Option<String> {
-        self.failed.lock().map(|f| f.clone()).unwrap_or(None)
+        self.failed.lock().map_or(None, |f| f.clone())
     }
 }
 

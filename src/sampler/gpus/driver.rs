@@ -91,7 +91,7 @@ impl GpuPool {
         }
         self.last_count_request = now;
         if let Some(requests) = &self.count_requests {
-            if let Err(TrySendError::Disconnected(_)) = requests.try_send(()) {
+            if let Err(TrySendError::Disconnected(())) = requests.try_send(()) {
                 self.count_requests = None;
             }
         }

@@ -47,7 +47,7 @@ impl GpuPool {
                 .or_else(|| Some("the driver has not answered for this GPU".into()));
         } else {
             sample.state = GpuState::Ok;
-            sample.error = worker.last_error.clone();
+            sample.error.clone_from(&worker.last_error);
         }
         sample
     }

@@ -95,7 +95,7 @@ pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, ProcError> {
         match file.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(ProcError::from_io(path, e)),
         }
     }

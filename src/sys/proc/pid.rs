@@ -43,6 +43,8 @@ impl PidStat {
 /// Parses /proc/PID/stat. The name (field 2) may hold spaces and parentheses, so it runs from
 /// the first '(' to the LAST ')'.
 pub(crate) fn parse_pid_stat(text: &str) -> Result<PidStat, ParseError> {
+    /// The rss field (24 in proc(5)) in the fields after the name.
+    const RSS: usize = 24 - 3;
     const FILE: &str = "/proc/PID/stat";
     let open = text
         .find('(')
@@ -55,7 +57,6 @@ pub(crate) fn parse_pid_stat(text: &str) -> Result<PidStat, ParseError> {
     let comm = text[open + 1..close].to_string();
     // Fields from 3 (state) on; index i here is field i + 3 of proc(5).
     let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    const RSS: usize = 24 - 3;
     if rest.len() <= RSS {
         return Err(ParseError::new(
             FILE,

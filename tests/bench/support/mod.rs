@@ -9,9 +9,10 @@ use std::process::Command;
 /// The binary to measure: `TORCHTOP_BENCH_BINARY` when set (to compare two builds), else the
 /// one cargo built for this benchmark.
 pub fn torchtop_binary() -> PathBuf {
-    std::env::var_os("TORCHTOP_BENCH_BINARY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_torchtop")))
+    std::env::var_os("TORCHTOP_BENCH_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_torchtop")),
+        PathBuf::from,
+    )
 }
 
 /// The fake library built with optimizations, so its own cost weighs little in the figures.

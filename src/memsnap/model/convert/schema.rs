@@ -269,14 +269,13 @@ impl Converter<'_> {
                 }
             }
         }
-        let id = match self.stack_ids.get(ids.as_slice()) {
-            Some(&id) => id,
-            None => {
-                let id = StackId(self.frames.stacks.len() as u32);
-                self.frames.stacks.push(ids.as_slice().into());
-                self.stack_ids.insert(ids.as_slice().into(), id);
-                id
-            }
+        let id = if let Some(&id) = self.stack_ids.get(ids.as_slice()) {
+            id
+        } else {
+            let id = StackId(self.frames.stacks.len() as u32);
+            self.frames.stacks.push(ids.as_slice().into());
+            self.stack_ids.insert(ids.as_slice().into(), id);
+            id
         };
         self.scratch = ids;
         if let Some(node) = value.node() {
@@ -301,21 +300,20 @@ impl Converter<'_> {
         let name = self.str(d.get(k_name)).unwrap_or("??");
         let line = self.opt_i64(d, k_line);
         let (file_id, name_id) = (self.text(filename), self.text(name));
-        let id = match self.frame_ids.get(&(file_id, line, name_id)) {
-            Some(&id) => id,
-            None => {
-                let id = self.frames.frames.len() as FrameId;
-                self.frames.frames.push(Frame {
-                    filename: file_id,
-                    name: name_id,
-                    line,
-                    python: filename.ends_with(".py") || filename.starts_with('<'),
-                    noise: NOISE_NAMES.iter().any(|n| name.contains(n))
-                        || NOISE_FILES.iter().any(|f| filename.contains(f)),
-                });
-                self.frame_ids.insert((file_id, line, name_id), id);
-                id
-            }
+        let id = if let Some(&id) = self.frame_ids.get(&(file_id, line, name_id)) {
+            id
+        } else {
+            let id = self.frames.frames.len() as FrameId;
+            self.frames.frames.push(Frame {
+                filename: file_id,
+                name: name_id,
+                line,
+                python: filename.ends_with(".py") || filename.starts_with('<'),
+                noise: NOISE_NAMES.iter().any(|n| name.contains(n))
+                    || NOISE_FILES.iter().any(|f| filename.contains(f)),
+            });
+            self.frame_ids.insert((file_id, line, name_id), id);
+            id
         };
         if let Some(node) = node {
             self.node_cache[node as usize] = id;
