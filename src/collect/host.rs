@@ -24,6 +24,7 @@ use crate::model::{
 };
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
+use super::launcher::launcher_in;
 use super::oom_watch::Seen;
 use super::placement::{Placement, Refresh};
 use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
@@ -471,40 +472,6 @@ impl HostCollector {
 
 fn checked_difference(total: Option<u64>, part: Option<u64>) -> Option<u64> {
     total?.checked_sub(part?)
-}
-
-/// Command-line words of the distributed launchers, with the name each is reported as.
-const LAUNCHERS: &[(&str, &str)] = &[
-    ("torchrun", "torchrun"),
-    ("torch.distributed.run", "torchrun"),
-    ("torch.distributed.launch", "torch.distributed.launch"),
-    ("deepspeed", "deepspeed"),
-    ("deepspeed.launcher.launch", "deepspeed"),
-    ("accelerate", "accelerate"),
-    ("mpirun", "mpirun"),
-    ("horovodrun", "horovodrun"),
-];
-
-/// The launcher a parent's command line names, if any: its program, or under a Python
-/// interpreter its script or `-m` module.
-fn launcher_in(cmdline: &str) -> Option<&'static str> {
-    let basename = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
-    let mut words = cmdline.split_whitespace();
-    let program = basename(words.next()?);
-    let run = if program.starts_with("python") {
-        let rest: Vec<&str> = words.take(8).collect();
-        let module = rest
-            .iter()
-            .position(|w| *w == "-m")
-            .and_then(|i| rest.get(i + 1));
-        basename(module.or_else(|| rest.iter().find(|w| !w.starts_with('-')))?)
-    } else {
-        program
-    };
-    LAUNCHERS
-        .iter()
-        .find(|(word, _)| run == *word)
-        .map(|(_, name)| *name)
 }
 
 fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {

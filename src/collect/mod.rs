@@ -11,6 +11,7 @@ mod cgroup;
 mod container;
 pub(crate) mod gpu;
 pub(crate) mod host;
+mod launcher;
 pub(crate) mod nvml;
 mod oom_watch;
 mod placement;
