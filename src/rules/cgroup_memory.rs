@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::CgroupMemoryConfig;
-use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity, Subject, Warning};
+use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity, Snapshot, Subject, Warning};
 
 use super::training::is_training;
 use super::{fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, warning, Inputs};
@@ -24,13 +24,25 @@ prefetch_factor, and data loaded lazily or memory-mapped instead of held in list
 the kernel kills a process in the group, usually a DataLoader worker.";
 
 pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning> {
-    let snapshot = inputs.snapshot;
+    job_processes_by_cgroup(inputs.snapshot)
+        .into_values()
+        .filter_map(|members| near_limit(inputs, &members, config))
+        .collect()
+}
+
+/// The visible job processes of the snapshot, by cgroup path, each once (a process on two GPUs
+/// has two rows).
+pub(super) fn job_processes_by_cgroup(snapshot: &Snapshot) -> BTreeMap<&str, Vec<&GpuProcess>> {
     let mut groups: BTreeMap<&str, Vec<&GpuProcess>> = BTreeMap::new();
+    let mut seen = Vec::new();
     for process in &snapshot.processes {
         let Some(cgroup) = process.cgroup.as_ref() else {
             continue;
         };
-        if process.visible && process.kind != ProcessKind::Graphics && is_job_process(process) {
+        let wanted =
+            process.visible && process.kind != ProcessKind::Graphics && is_job_process(process);
+        if wanted && !seen.contains(&process.pid) {
+            seen.push(process.pid);
             groups
                 .entry(cgroup.path.as_str())
                 .or_default()
@@ -38,9 +50,6 @@ pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning
         }
     }
     groups
-        .into_values()
-        .filter_map(|members| near_limit(inputs, &members, config))
-        .collect()
 }
 
 /// Training processes, and any GPU process with children (DataLoader workers).

@@ -6,12 +6,10 @@
 //! OMP_NUM_THREADS where its environment says, else what torch picks without it, the CPUs of
 //! the cpuset (OpenMP honours affinity) or else of the host (a quota is invisible to it).
 
-use std::collections::BTreeMap;
-
 use crate::config::CpuOversubscribedConfig;
-use crate::model::{GpuProcess, ProcessKind, Severity, Warning};
+use crate::model::{GpuProcess, Severity, Warning};
 
-use super::cgroup_memory::{is_job_process, kind_of, subject_of};
+use super::cgroup_memory::{job_processes_by_cgroup, kind_of, subject_of};
 use super::{fmt_opt, warning, Inputs};
 
 pub(crate) const ID: &str = "cpu-oversubscribed";
@@ -23,23 +21,7 @@ or ask for more CPUs (docker run --cpus/--cpuset-cpus, Kubernetes resources.limi
 --cpus-per-task).";
 
 pub(crate) fn check(inputs: &Inputs, config: &CpuOversubscribedConfig) -> Vec<Warning> {
-    let mut groups: BTreeMap<&str, Vec<&GpuProcess>> = BTreeMap::new();
-    let mut seen = Vec::new();
-    for process in &inputs.snapshot.processes {
-        let Some(cgroup) = process.cgroup.as_ref() else {
-            continue;
-        };
-        let wanted =
-            process.visible && process.kind != ProcessKind::Graphics && is_job_process(process);
-        if wanted && !seen.contains(&process.pid) {
-            seen.push(process.pid);
-            groups
-                .entry(cgroup.path.as_str())
-                .or_default()
-                .push(process);
-        }
-    }
-    groups
+    job_processes_by_cgroup(inputs.snapshot)
         .into_values()
         .filter_map(|members| oversubscribed(inputs, &members, config))
         .collect()
