@@ -14,7 +14,9 @@
 //! Environment: TORCHTOP_BENCH_SECONDS (measured window, default 20), TORCHTOP_BENCH_WARMUP
 //! (default 3), TORCHTOP_BENCH_FILL_SECONDS (default 0: skipped; 610 fills the longest rule
 //! window, 600 s, and reports RSS at 8 GPUs/64 and 16 GPUs/1,000 processes after it),
-//! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3).
+//! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3),
+//! TORCHTOP_BENCH_ONLY (run only the scenarios whose name contains it, and only the sections
+//! named in it: `slope`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g. `16 GPUs|slope`).
 
 #[path = "overhead/alloc.rs"]
 mod alloc;
@@ -232,18 +234,39 @@ fn main() {
         nvitop,
     };
     let mut sixteen = Vec::new();
-    for scenario in &SCENARIOS {
+    for scenario in SCENARIOS.iter().filter(|s| wanted(s.name)) {
         let cpu = run_scenario(scenario, &tools, window, warmup);
         if matches!(scenario.fixture, Fixture::Generated { gpus: 16 }) {
             sixteen.push((scenario.gpu_processes as f64, cpu));
         }
     }
-    print_slope(&sixteen);
-    print_thread_wakeups(&tools, window);
-    print_allocations(&tools.library);
-    print_key_latencies(&tools);
-    print_agent_cost();
-    print_filled_rss(&tools);
+    if wanted("slope") {
+        print_slope(&sixteen);
+    }
+    if wanted("wakeups") {
+        print_thread_wakeups(&tools, window);
+    }
+    if wanted("allocs") {
+        print_allocations(&tools.library);
+    }
+    if wanted("keys") {
+        print_key_latencies(&tools);
+    }
+    if wanted("agent") {
+        print_agent_cost();
+    }
+    if wanted("fill") {
+        print_filled_rss(&tools);
+    }
+}
+
+/// Whether `TORCHTOP_BENCH_ONLY` (`|`-separated parts) lets a scenario or a section run: all
+/// of them when it is unset.
+fn wanted(name: &str) -> bool {
+    std::env::var("TORCHTOP_BENCH_ONLY").map_or(true, |only| {
+        only.split('|')
+            .any(|part| !part.is_empty() && name.contains(part))
+    })
 }
 
 /// The programs measured and the fake library they read.
