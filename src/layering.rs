@@ -37,7 +37,7 @@ const ABOVE: &[(&str, &[&str])] = &[
     ("tch_agent", &[]),
     ("sampler", &["collect", "rules"]),
     ("settings", &["rules"]),
-    ("app", &["sampler", "actions", "rules"]),
+    ("app", &["sampler", "actions", "rules", "settings"]),
     ("ui", &["app", "actions", "rules"]),
     ("report", &["sampler", "rules"]),
     ("serve", &["sampler", "collect", "rules", "settings"]),

@@ -12,7 +12,7 @@ use torchtop::sampler::{Sampler, SamplerConfig};
 fn main() -> ExitCode {
     let cli = Cli::parse_args();
     if cli.print_config {
-        print!("{}", torchtop::config::print_default());
+        print!("{}", torchtop::settings::print_default());
         return ExitCode::SUCCESS;
     }
     if let Some(command) = &cli.command {

@@ -1,8 +1,15 @@
 //! What the user set for every command: the global flags ([`Globals`]) that the monitor, `serve`
 //! and `cluster` share. The command line (`crate::cli`) builds it, so that the commands need
-//! not know the command line. [`MonitorConfig`] is the config file the monitor starts from.
+//! not know the command line. [`Config`] is the config file's whole shape (`file`), and
+//! [`MonitorConfig`] is the config file the monitor starts from.
 
 use std::path::PathBuf;
+
+mod file;
+
+pub use file::{load, print_default, Config};
+// The `[rules]` table is part of the file's public shape (`Config::rules`).
+pub use crate::rules::RulesConfig;
 
 /// The global flags, as the commands read them.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,7 +28,7 @@ pub struct Globals {
 /// `$XDG_CONFIG_HOME/torchtop/config.toml` when it exists, and its `[ui]` table.
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
-    pub config: crate::config::Config,
+    pub config: Config,
     /// Where the setup screen (F2) saves: the file read, or the default place for one.
     pub path: Option<PathBuf>,
     pub ui: crate::config::UiConfig,
@@ -37,8 +44,8 @@ impl MonitorConfig {
             .map(std::path::Path::to_path_buf)
             .or_else(crate::config::default_path);
         let config = match &path {
-            Some(p) if explicit.is_some() || p.exists() => crate::config::load(p)?,
-            _ => crate::config::Config::default(),
+            Some(p) if explicit.is_some() || p.exists() => load(p)?,
+            _ => Config::default(),
         };
         let (ui, notice) = config.ui();
         Ok(MonitorConfig {

@@ -356,7 +356,7 @@ mod tests {
         assert!(app.setup.is_none(), "Esc closes the screen, never quits");
         let status = app.status.clone().unwrap();
         assert!(status.starts_with("settings saved to "), "{status}");
-        let saved = crate::config::load(&path).unwrap().ui();
+        let saved = crate::settings::load(&path).unwrap().ui();
         assert_eq!(saved.0.theme, ThemeName::Light);
 
         // A directory where the file should be: a sentence, not a crash.

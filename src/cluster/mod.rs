@@ -99,7 +99,7 @@ pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
 
 fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
     let config = match &globals.config {
-        Some(path) => crate::config::load(path)?.cluster,
+        Some(path) => crate::settings::load(path)?.cluster,
         None => crate::config::ClusterConfig::default(),
     };
     let url = args

@@ -1,21 +1,27 @@
-//! Reading a config file: the size bound, the parse, and the line and key an error names, found
-//! from toml's own spans (the parsed document knows where each key and value sits).
+//! Reading a TOML config file of any shape: the size bound, the parse, the checks the caller's
+//! type cannot make itself, and the line and key an error names, found from toml's own spans
+//! (the parsed document knows where each key and value sits). The file's shape is the caller's
+//! (`crate::settings::Config` for the monitor's file), so each part of it can live beside the
+//! code it configures.
 
 use std::ops::Range;
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
-
-use super::Config;
 
 /// The largest config file read. The full default file is about 4 KiB; this bound keeps
 /// `--config /dev/zero` (or a log file named by mistake) from eating memory.
 pub(crate) const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
+/// A check a parsed file's type cannot make on its own: on failure, the full dotted key at
+/// fault and what is wrong with it.
+pub(crate) type Check<T> = fn(&T) -> Result<(), (String, String)>;
+
 /// Reads and checks a config file. The error is one sentence naming the file, the line and the
 /// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
-pub fn load(path: &Path) -> Result<Config, String> {
+pub(crate) fn load<T: DeserializeOwned>(path: &Path, check: Check<T>) -> Result<T, String> {
     use std::io::Read;
     let shown = crate::format::escape(&path.to_string_lossy()).into_owned();
     let cannot_read = |e: std::io::Error| format!("cannot read config file {shown}: {e}");
@@ -32,19 +38,16 @@ pub fn load(path: &Path) -> Result<Config, String> {
     }
     let text =
         String::from_utf8(bytes).map_err(|_| format!("config file {shown} is not UTF-8 text"))?;
-    parse(&text).map_err(|e| format!("config file {shown}: {e}"))
+    parse(&text, check).map_err(|e| format!("config file {shown}: {e}"))
 }
 
 /// Parses and checks config text; the error names the line and the key.
-pub(crate) fn parse(text: &str) -> Result<Config, String> {
-    let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
-    config
-        .rules
-        .check()
-        .map_err(|(key, problem)| match key_span(text, &key) {
-            Some(span) => format!("line {}: key `{key}` {problem}", line_of(text, span.start)),
-            None => format!("key `{key}` {problem}"),
-        })?;
+pub(crate) fn parse<T: DeserializeOwned>(text: &str, check: Check<T>) -> Result<T, String> {
+    let config: T = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
+    check(&config).map_err(|(key, problem)| match key_span(text, &key) {
+        Some(span) => format!("line {}: key `{key}` {problem}", line_of(text, span.start)),
+        None => format!("key `{key}` {problem}"),
+    })?;
     Ok(config)
 }
 
@@ -115,7 +118,7 @@ fn covers<T>(spanned: &Spanned<T>, offset: usize) -> bool {
 }
 
 /// Where the full dotted key is written, from the parsed document's spans.
-pub(super) fn key_span(text: &str, dotted: &str) -> Option<Range<usize>> {
+pub(crate) fn key_span(text: &str, dotted: &str) -> Option<Range<usize>> {
     let (document, _) = DeTable::parse_recoverable(text);
     let mut table = document.get_ref();
     let mut parts = dotted.split('.').peekable();

@@ -7,13 +7,33 @@
 //! names the biggest members (the collector lists them from this share of the limit on),
 //! marking the children of GPU processes as DataLoader workers.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::config::CgroupMemoryConfig;
+use crate::config::Fraction;
 use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity, Snapshot, Subject, Warning};
 
 use super::training::is_training;
 use super::{fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, warning, Inputs};
+
+/// `cgroup-memory`: a training process's cgroup near its memory limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct CgroupMemoryConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Share of memory.max that memory.current must reach. Default 0.9.
+    pub(crate) memory_fraction: Fraction,
+}
+
+impl Default for CgroupMemoryConfig {
+    fn default() -> Self {
+        CgroupMemoryConfig {
+            enabled: true,
+            memory_fraction: Fraction::new(0.9),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "cgroup-memory";
 

@@ -6,11 +6,32 @@
 //! OMP_NUM_THREADS where its environment says, else what torch picks without it, the CPUs of
 //! the cpuset (OpenMP honours affinity) or else of the host (a quota is invisible to it).
 
-use crate::config::CpuOversubscribedConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::NonNegative;
 use crate::model::{GpuProcess, Severity, Warning};
 
 use super::cgroup_memory::{job_processes_by_cgroup, kind_of, subject_of};
 use super::{fmt_opt, warning, Inputs};
+
+/// `cpu-oversubscribed`: more worker and OpenMP threads than the cgroup's CPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct CpuOversubscribedConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Warn when the threads exceed the allowed CPUs times this. Default 1.0.
+    pub(crate) max_ratio: NonNegative,
+}
+
+impl Default for CpuOversubscribedConfig {
+    fn default() -> Self {
+        CpuOversubscribedConfig {
+            enabled: true,
+            max_ratio: NonNegative::new(1.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "cpu-oversubscribed";
 

@@ -6,10 +6,31 @@
 //! rose within the window (the hardware fixed them, but a steady rise means failing memory).
 //! Volatile counts restart at driver load; a fall is a reset, not a change.
 
-use crate::config::EccConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Seconds;
 use crate::model::{GpuSample, Severity, Subject, Warning};
 
 use super::{counter_rise, fmt_opt, fmt_seconds, warning, GpuPoint, Inputs, Point};
+
+/// `ecc`: volatile ECC error counts rising.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct EccConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Warn while the counts rose within this many seconds. Default 600.
+    pub(crate) window_seconds: Seconds,
+}
+
+impl Default for EccConfig {
+    fn default() -> Self {
+        EccConfig {
+            enabled: true,
+            window_seconds: Seconds::new(600.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "ecc";
 
@@ -103,9 +124,9 @@ fn plural(n: u64) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Severity, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn counts(corrected: fn(u32) -> u64, uncorrected: fn(u32) -> u64) -> impl Fn(u32) -> Snapshot {
         move |step| {

@@ -6,13 +6,40 @@
 //! cudaMalloc retried after a failure) rose within the window. Skipped under the
 //! `cudaMallocAsync` backend, whose counters are zero by construction.
 
-use crate::config::FragmentationConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, NonNegative, Seconds};
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
     counter_rise, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs,
     Point, BYTES_PER_MIB,
 };
+
+/// `fragmentation`: inactive-split memory and allocation retries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct FragmentationConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Share of reserved memory that inactive-split memory must reach. Default 0.3.
+    pub(crate) inactive_split_fraction: Fraction,
+    /// The least inactive-split memory that counts, in MiB. Default 1024.
+    pub(crate) min_inactive_split_mib: NonNegative,
+    /// Warn while num_alloc_retries rose within this many seconds. Default 60.
+    pub(crate) retries_window_seconds: Seconds,
+}
+
+impl Default for FragmentationConfig {
+    fn default() -> Self {
+        FragmentationConfig {
+            enabled: true,
+            inactive_split_fraction: Fraction::new(0.3),
+            min_inactive_split_mib: NonNegative::new(1024.0),
+            retries_window_seconds: Seconds::new(60.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "fragmentation";
 
@@ -134,9 +161,9 @@ fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> 
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{DeviceAllocatorStats, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn with_stats(step: u32, stats: DeviceAllocatorStats, conf: Option<&str>) -> Snapshot {
         let mut snap = at(step);

@@ -10,14 +10,49 @@
 //! DataLoader workers' (their children's): saturated workers, data loaded in the main process,
 //! a saturated host, or none of these (I/O, synchronization, another rank, or idle).
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::config::GpuStarvedConfig;
+use crate::config::{NonNegative, Percent, Seconds};
 use crate::model::{GpuProcess, ProcessKind, Severity, Subject, Warning};
 
 use super::jobs::job_key;
 use super::training::is_training;
 use super::{fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, BYTES_PER_MIB};
+
+/// `gpu-starved`: GPU memory held while the SMs idle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct GpuStarvedConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The span over which utilization must stay low. Default 60.
+    pub(crate) window_seconds: Seconds,
+    /// Mean SM utilization over the window below this percentage counts as low. Default 30.
+    pub(crate) max_utilization_percent: Percent,
+    /// The least GPU memory the process must hold, in MiB. Default 1024.
+    pub(crate) min_memory_mib: NonNegative,
+    /// Mean CPU% per DataLoader worker from which the workers look saturated. Default 80.
+    pub(crate) worker_busy_percent: NonNegative,
+    /// CPU% of the training process from which it looks saturated. Default 90.
+    pub(crate) main_busy_percent: NonNegative,
+    /// Host CPU% from which the host looks saturated. Default 90.
+    pub(crate) host_busy_percent: Percent,
+}
+
+impl Default for GpuStarvedConfig {
+    fn default() -> Self {
+        GpuStarvedConfig {
+            enabled: true,
+            window_seconds: Seconds::new(60.0),
+            max_utilization_percent: Percent::new(30.0),
+            min_memory_mib: NonNegative::new(1024.0),
+            worker_busy_percent: NonNegative::new(80.0),
+            main_busy_percent: NonNegative::new(90.0),
+            host_busy_percent: Percent::new(90.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "gpu-starved";
 
@@ -266,9 +301,9 @@ fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{GpuProcess, LaunchEnv, ProcessKind, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn rank_env(rank: u32) -> Option<LaunchEnv> {
         Some(LaunchEnv {

@@ -8,10 +8,31 @@
 //! - `driver-missing`: `/dev/nvidia*` device nodes exist, so a driver was installed, but the
 //!   GPU library could not be loaded. A machine without the nodes has no NVIDIA GPU to miss.
 
-use crate::config::HealthConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Seconds;
 use crate::model::{GpuSample, GpuState, Severity, Snapshot, Subject, Warning};
 
 use super::{fmt_opt, fmt_seconds, warning, Inputs};
+
+/// `gpu-lost`, `gpu-unresponsive` and `driver-missing`: the GPUs and the driver themselves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct HealthConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// A GPU the driver has not answered for this long is unresponsive. Default 10.
+    pub(crate) unresponsive_seconds: Seconds,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            enabled: true,
+            unresponsive_seconds: Seconds::new(10.0),
+        }
+    }
+}
 
 pub(crate) const LOST: &str = "gpu-lost";
 pub(crate) const UNRESPONSIVE: &str = "gpu-unresponsive";
@@ -117,9 +138,9 @@ fn driver_missing(snapshot: &Snapshot) -> Option<Warning> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{GpuState, Severity, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     #[test]
     fn a_lost_gpu_is_critical_at_once() {

@@ -8,7 +8,9 @@
 //! servers (sharded inference launchers set RANK too) are left alone: the remedy is about
 //! training data and batches.
 
-use crate::config::ImbalanceConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, NonNegative, Percent, Seconds};
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
@@ -16,6 +18,34 @@ use super::{
     BYTES_PER_MIB,
 };
 use crate::model::{Job, JobRank};
+
+/// `imbalance`: the ranks of one job differ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ImbalanceConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The span over which the ranks are compared. Default 30.
+    pub(crate) window_seconds: Seconds,
+    /// Memory spread as a share of the largest rank's memory. Default 0.2.
+    pub(crate) memory_spread_fraction: Fraction,
+    /// The least memory spread that counts, in MiB. Default 1024.
+    pub(crate) min_memory_spread_mib: NonNegative,
+    /// Utilization spread in percentage points. Default 30.
+    pub(crate) utilization_spread_percent: Percent,
+}
+
+impl Default for ImbalanceConfig {
+    fn default() -> Self {
+        ImbalanceConfig {
+            enabled: true,
+            window_seconds: Seconds::new(30.0),
+            memory_spread_fraction: Fraction::new(0.2),
+            min_memory_spread_mib: NonNegative::new(1024.0),
+            utilization_spread_percent: Percent::new(30.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "imbalance";
 
@@ -186,9 +216,9 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{LaunchEnv, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     /// An 8-rank torchrun job; rank r holds `memory(r)` and runs at `util(r)`.
     fn job(

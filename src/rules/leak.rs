@@ -7,10 +7,46 @@
 //! series never dropping below its start) by more than the tolerance, and no single step
 //! carrying most of the rise. So one jump, a saw-tooth or a plateau stay quiet.
 
-use crate::config::LeakConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, NonNegative, Seconds};
 use crate::model::{Severity, Subject, Warning};
 
 use super::{covering, fmt_bytes, fmt_percent, fmt_seconds, warning, Inputs, Point, BYTES_PER_MIB};
+
+/// `leak`: allocated memory that keeps rising as a trend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct LeakConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The span over which memory must keep rising. Default 120.
+    pub(crate) window_seconds: Seconds,
+    /// The fewest samples in the window for a trend to count. Default 6.
+    pub(crate) min_samples: u32,
+    /// The least total rise over the window, in MiB. Default 256.
+    pub(crate) min_rise_mib: NonNegative,
+    /// The largest fall allowed in one step, and below the window's start, in MiB. Default 64.
+    pub(crate) max_fallback_mib: NonNegative,
+    /// The least share of steps that must not fall. Default 0.6.
+    pub(crate) min_rising_steps_fraction: Fraction,
+    /// The largest share of the total rise one step may carry. Default 0.5.
+    pub(crate) max_single_step_fraction: Fraction,
+}
+
+impl Default for LeakConfig {
+    fn default() -> Self {
+        LeakConfig {
+            enabled: true,
+            window_seconds: Seconds::new(120.0),
+            min_samples: 6,
+            min_rise_mib: NonNegative::new(256.0),
+            max_fallback_mib: NonNegative::new(64.0),
+            min_rising_steps_fraction: Fraction::new(0.6),
+            max_single_step_fraction: Fraction::new(0.5),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "leak";
 
@@ -170,9 +206,9 @@ fn least_squares_slope(series: &[(f64, f64)]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::RulesConfig;
     use crate::model::Snapshot;
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     /// One process with an agent whose allocated memory follows `bytes(step)`.
     fn agent_history(bytes: impl Fn(u32) -> u64 + Copy) -> impl Fn(u32) -> Snapshot {

@@ -3,7 +3,7 @@
 //! This module owns the [`Engine`]: fed one [`Snapshot`] at a time, it keeps short bounded
 //! windows of the figures the rules need (per GPU, per (pid, GPU), per (pid, torch device) and
 //! for the host), calls one pure function per rule over them, and returns the warnings most
-//! severe first. Each rule lives in its own file and its thresholds in [`RulesConfig`]. Time is
+//! severe first. Each rule lives in its own file with its thresholds' table, gathered in [`RulesConfig`]. Time is
 //! the snapshot's own (`unix_seconds`, `time`), never the wall clock, so a replayed history gives
 //! the same warnings.
 //!
@@ -18,7 +18,7 @@
 //! - `DeviceAllocatorStats::index` is the process's own torch ordinal (`cuda:N`), which maps to
 //!   an NVML GPU through the process's `CUDA_VISIBLE_DEVICES` (see [`torch_device_on`]).
 //! - `GpuSample::throttle_reasons` holds the names in
-//!   [`THROTTLE_REASON_NAMES`](crate::config::THROTTLE_REASON_NAMES).
+//!   [`THROTTLE_REASON_NAMES`](throttle::THROTTLE_REASON_NAMES).
 
 mod cgroup_memory;
 mod cpu_oversubscribed;
@@ -34,6 +34,7 @@ mod oom_killed;
 mod oom_risk;
 mod shm_small;
 mod swap;
+mod thresholds;
 mod throttle;
 pub(crate) mod training;
 mod training_stalled;
@@ -47,13 +48,13 @@ mod testkit;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-pub(crate) use crate::config::RulesConfig;
 use crate::config::Seconds;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, GpuVendor, Snapshot, Subject, Warning,
     GPU_EVIDENCE, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
+pub use thresholds::RulesConfig;
 use training_stalled::StepTrack;
 pub(crate) use window::{
     counter_rise, covering, mean, AllocPoint, GpuPoint, HostPoint, Inputs, Point, ProcPoint,

@@ -6,12 +6,33 @@
 //! for an hour, so a replayed history warns the same; one warning per cgroup (about a GPU
 //! process still in it, else the host), about its latest kill.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::config::OomKilledConfig;
+use crate::config::Seconds;
 use crate::model::{OomKillEvent, Severity, Subject, Warning};
 
 use super::{fmt_opt_bytes, warning, Inputs};
+
+/// `oom-killed`: the kernel's OOM killer ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct OomKilledConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// How long the warning stays after the kill, in seconds (at most 3600, as long as the
+    /// kills are kept). Default 3600.
+    pub(crate) hold_seconds: Seconds,
+}
+
+impl Default for OomKilledConfig {
+    fn default() -> Self {
+        OomKilledConfig {
+            enabled: true,
+            hold_seconds: Seconds::new(3600.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "oom-killed";
 
@@ -106,9 +127,9 @@ fn humantime_of(seconds: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Cgroup, OomKillEvent, Severity, Subject, VanishedProcess};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn event(t: f64, cgroup: Option<&str>) -> OomKillEvent {
         OomKillEvent {

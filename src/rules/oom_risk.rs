@@ -10,13 +10,38 @@
 //! a GPU on purpose (`gpu_memory_utilization`), and a GPU reserved that way is not about to fail
 //! anyone.
 
-use crate::config::OomRiskConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, Seconds};
 use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Subject, Warning};
 
 use super::{
     counter_rise, fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, torch_device_on,
     warning, AllocPoint, Inputs, Point,
 };
+
+/// `oom-risk`: memory near the GPU's total, and allocator OOMs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct OomRiskConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Share of the GPU's total memory that used (or a process's reserved) memory must reach.
+    /// Default 0.95.
+    pub(crate) memory_fraction: Fraction,
+    /// Critical while num_ooms rose within this many seconds. Default 300.
+    pub(crate) oom_window_seconds: Seconds,
+}
+
+impl Default for OomRiskConfig {
+    fn default() -> Self {
+        OomRiskConfig {
+            enabled: true,
+            memory_fraction: Fraction::new(0.95),
+            oom_window_seconds: Seconds::new(300.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "oom-risk";
 
@@ -184,9 +209,9 @@ fn ooms_rising(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{LaunchEnv, Severity, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn one_gpu(used_percent: u64) -> crate::model::Snapshot {
         let mut snap = at(0);

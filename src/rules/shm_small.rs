@@ -3,10 +3,34 @@
 //! hand every batch to the main process through shared memory; when it runs out they die with
 //! "bus error" or "No space left on device". Docker gives a container 64 MiB by default.
 
-use crate::config::ShmSmallConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, NonNegative};
 use crate::model::{GpuProcess, ProcessKind, Severity, Subject, Warning};
 
 use super::{fmt_bytes, fmt_opt_bytes, fmt_percent, warning, Inputs, BYTES_PER_MIB};
+
+/// `shm-small`: `/dev/shm` too small or nearly full for the DataLoader workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ShmSmallConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The least `/dev/shm` per DataLoader worker, in MiB. Default 128.
+    pub(crate) min_mib_per_worker: NonNegative,
+    /// Share of `/dev/shm` in use from which it counts as nearly full. Default 0.9.
+    pub(crate) full_fraction: Fraction,
+}
+
+impl Default for ShmSmallConfig {
+    fn default() -> Self {
+        ShmSmallConfig {
+            enabled: true,
+            min_mib_per_worker: NonNegative::new(128.0),
+            full_fraction: Fraction::new(0.9),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "shm-small";
 

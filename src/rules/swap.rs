@@ -4,13 +4,40 @@
 //! available RAM is below the configured share of total; critical when both hold. The message
 //! always gives vm.swappiness, which the articles tell users to check.
 
-use crate::config::SwapConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Fraction, NonNegative, Seconds};
 use crate::model::{Severity, Subject, VmSettings, Warning};
 
 use super::{
     fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, warning, HostPoint, Inputs, Point,
     BYTES_PER_MIB,
 };
+
+/// `swap`: host memory pressure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct SwapConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The span over which swap growth is measured. Default 60.
+    pub(crate) window_seconds: Seconds,
+    /// The least swap growth over the window, in MiB. Default 64.
+    pub(crate) min_growth_mib: NonNegative,
+    /// Available RAM below this share of total counts as low. Default 0.1.
+    pub(crate) available_fraction: Fraction,
+}
+
+impl Default for SwapConfig {
+    fn default() -> Self {
+        SwapConfig {
+            enabled: true,
+            window_seconds: Seconds::new(60.0),
+            min_growth_mib: NonNegative::new(64.0),
+            available_fraction: Fraction::new(0.1),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "swap";
 
@@ -108,9 +135,9 @@ fn swap_growth(window: &[Point<HostPoint>]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Severity, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn host(swap: impl Fn(u32) -> u64 + Copy, available: u64) -> impl Fn(u32) -> Snapshot {
         move |step| {

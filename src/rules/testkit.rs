@@ -1,9 +1,9 @@
 //! Hand-built snapshots and histories for the rule tests.
 
-use crate::config::RulesConfig;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, ProcessKind, Snapshot, Subject, TorchInfo, Warning,
 };
+use crate::rules::RulesConfig;
 
 use super::Engine;
 

@@ -161,9 +161,9 @@ fn a_config_file_changes_what_fires() {
     };
     let mut default_engine = Engine::new(RulesConfig::default());
     assert!(default_engine.evaluate(&snap(1.0)).is_empty());
-    let text = "[rules.oom_risk]\nmemory_fraction = 0.85\n";
-    let config = crate::config::parse(text).expect("valid config");
-    let mut engine = Engine::new(config.rules);
+    let text = "[oom_risk]\nmemory_fraction = 0.85\n";
+    let config = crate::config::parse(text, RulesConfig::check).expect("valid config");
+    let mut engine = Engine::new(config);
     let warnings = engine.evaluate(&snap(1.0));
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert_eq!(warnings[0].id, "oom-risk");

@@ -7,10 +7,46 @@
 //! only while utilization reaches the load threshold. A power cap alone is `info` (common and
 //! often intended); any slowdown is `warn`.
 
-use crate::config::ThrottleConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Percent;
 use crate::model::{GpuSample, Severity, Subject, Warning};
 
 use super::{fmt_opt, warning, Inputs};
+
+/// The throttle-reason names the NVML collector produces.
+pub(crate) const THROTTLE_REASON_NAMES: [&str; 5] = [
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+];
+
+/// `throttle`: clocks held down by power or heat under load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ThrottleConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Utilization from which a GPU counts as under load. Default 50.
+    pub(crate) min_utilization_percent: Percent,
+    /// The reasons that raise the warning. Default: all of [`THROTTLE_REASON_NAMES`].
+    pub(crate) reasons: Vec<String>,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            enabled: true,
+            min_utilization_percent: Percent::new(50.0),
+            reasons: THROTTLE_REASON_NAMES
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "throttle";
 
@@ -87,9 +123,9 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Severity, Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn hot(reasons: &[&str], utilization: u32) -> Snapshot {
         let mut snap = at(0);

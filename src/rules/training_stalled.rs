@@ -8,12 +8,36 @@
 //! the agent's stats are fresh. Processes that never reported a step (no `torchtop_agent.step()`
 //! calls) are left alone.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::config::TrainingStalledConfig;
+use crate::config::{NonNegative, Seconds};
 use crate::model::{Severity, Snapshot, Subject, Warning};
 
 use super::{fmt_seconds, warning, Inputs};
+
+/// `training-stalled`: an agent still reports, but its step counter stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct TrainingStalledConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Stalled once the step has not moved for this many median step times. Default 10.
+    pub(crate) step_time_factor: NonNegative,
+    /// ... and for at least this many seconds (evaluation and checkpoints pause the step
+    /// counter too). Default 300.
+    pub(crate) min_seconds: Seconds,
+}
+
+impl Default for TrainingStalledConfig {
+    fn default() -> Self {
+        TrainingStalledConfig {
+            enabled: true,
+            step_time_factor: NonNegative::new(10.0),
+            min_seconds: Seconds::new(300.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "training-stalled";
 
@@ -157,9 +181,9 @@ fn median(values: &[f64]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Snapshot, Subject, TorchInfo};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     /// One agent stepping every second until `stop`, then holding its step while stats go on.
     fn stepping(stop: u32) -> impl Fn(u32) -> Snapshot {

@@ -7,10 +7,31 @@
 //! torch is judged on the launch value. Left alone: an unset, empty or `-1` variable, and lists
 //! with MIG instances or anything else that is neither an index nor a `GPU-` UUID.
 
-use crate::config::WrongGpuConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::NonNegative;
 use crate::model::{GpuProcess, GpuSample, Severity, Subject, Warning};
 
 use super::{fmt_bytes, warning, Inputs, BYTES_PER_MIB};
+
+/// `wrong-gpu`: a process holds memory on a GPU its CUDA_VISIBLE_DEVICES does not list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct WrongGpuConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// The least memory that counts, in MiB. Default 64.
+    pub(crate) min_memory_mib: NonNegative,
+}
+
+impl Default for WrongGpuConfig {
+    fn default() -> Self {
+        WrongGpuConfig {
+            enabled: true,
+            min_memory_mib: NonNegative::new(64.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "wrong-gpu";
 

@@ -7,12 +7,33 @@
 //! PID namespace of its own (a container without `--pid=host`): then every process looks
 //! missing, and the rule stays quiet rather than flag them all.
 
-use crate::config::ZombieMemoryConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Seconds;
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
     covering, fmt_seconds, held_on_gpu_evidence, holds_on_gpu, warning, Inputs, Point, ProcPoint,
 };
+
+/// `zombie-memory`: GPU memory held by a pid missing from /proc.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ZombieMemoryConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// How long the pid must have been missing. Default 2.
+    pub(crate) min_seconds: Seconds,
+}
+
+impl Default for ZombieMemoryConfig {
+    fn default() -> Self {
+        ZombieMemoryConfig {
+            enabled: true,
+            min_seconds: Seconds::new(2.0),
+        }
+    }
+}
 
 pub(crate) const ID: &str = "zombie-memory";
 
@@ -68,9 +89,9 @@ fn missing(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RulesConfig;
     use crate::model::{Snapshot, Subject};
     use crate::rules::testkit::*;
+    use crate::rules::RulesConfig;
 
     fn ghost(visible: impl Fn(u32) -> bool + Copy) -> impl Fn(u32) -> Snapshot {
         move |step| {

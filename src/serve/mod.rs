@@ -114,14 +114,14 @@ fn encode_with_timing(
 /// Runs `torchtop serve` until SIGTERM or SIGINT.
 pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
     let rules = match &globals.config {
-        Some(path) => match crate::config::load(path) {
+        Some(path) => match crate::settings::load(path) {
             Ok(config) => config.rules,
             Err(error) => {
                 eprintln!("torchtop serve: {error}");
                 return ExitCode::from(2);
             }
         },
-        None => crate::config::RulesConfig::default(),
+        None => crate::rules::RulesConfig::default(),
     };
     let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(globals.delay),

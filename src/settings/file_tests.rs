@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
-use super::loading::key_span;
 use super::*;
+use crate::config::key_span;
+use crate::rules::RulesConfig;
 
 #[test]
 fn the_default_file_parses_to_the_rust_defaults() {
@@ -46,7 +47,7 @@ fn an_empty_file_and_a_partial_file_keep_the_other_defaults() {
     let config = parse("[rules.leak]\nwindow_seconds = 30\n").unwrap();
     assert_eq!(config.rules.leak.window_seconds.get(), 30.0);
     assert_eq!(config.rules.leak.min_samples, 6);
-    assert_eq!(config.rules.oom_risk, OomRiskConfig::default());
+    assert_eq!(config.rules.oom_risk, RulesConfig::default().oom_risk);
 }
 
 #[test]
