@@ -370,3 +370,37 @@ impl Drop for AmdSmi {
         unsafe { (self.shut_down)() };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bdf_reads_as_linux_names_the_device() {
+        // Domain 0, bus 0x0c, device 0, function 0; and a domain above 16 bits.
+        assert_eq!(bdf_text(0x0c << 8), "0000:0c:00.0");
+        assert_eq!(
+            bdf_text((0x1_0002 << 16) | (0xc1 << 8) | (0x1f << 3) | 7),
+            "10002:c1:1f.7"
+        );
+    }
+
+    #[test]
+    fn no_library_is_a_sentence_and_no_library() {
+        let probe = probe_paths(&["/nonexistent/torchtop/libamd_smi.so"]);
+        assert!(probe.smi.is_none());
+        assert!(probe.note.contains("not found"), "{}", probe.note);
+    }
+
+    #[test]
+    fn a_library_without_amd_smi_is_not_used() {
+        // libc loads, but has no amdsmi_init.
+        let probe = probe_paths(&["libc.so.6"]);
+        assert!(probe.smi.is_none());
+        assert!(
+            probe.note.contains("not used: it has no amdsmi_init"),
+            "{}",
+            probe.note
+        );
+    }
+}
