@@ -14,6 +14,7 @@
 mod dcgm;
 pub mod exposition;
 mod http;
+mod mig;
 pub(crate) mod torchtop;
 mod webconfig;
 

@@ -52,7 +52,7 @@ fn truncated(text: &str) -> String {
 }
 
 /// Host, pid and job labels of a process; `gpu` is added where a row is about one GPU.
-fn process_labels(process: &GpuProcess, hostname: &str) -> Labels {
+pub(crate) fn process_labels(process: &GpuProcess, hostname: &str) -> Labels {
     let identity = job_rank(process);
     let mut labels: Labels = vec![
         ("Hostname", hostname.to_string()),
@@ -86,6 +86,7 @@ pub(crate) fn families(
     own: OwnFigures,
 ) -> Vec<Family> {
     let mut out = process_families(snapshot, hostname);
+    out.extend(super::mig::families(snapshot, hostname));
     if expose_commands {
         out.push(command_family(snapshot, hostname));
     }

@@ -4,6 +4,7 @@
 
 pub mod amd_fixture;
 pub mod ci;
+pub mod fake_amdsmi;
 pub mod fake_nvml;
 pub mod forked_agent;
 pub mod prometheus;

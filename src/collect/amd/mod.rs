@@ -1,6 +1,8 @@
-//! AMD GPUs through the amdgpu kernel driver, with no library: card figures from sysfs
-//! ([`sysfs`]), per-process VRAM and engine time from `/proc/PID/fdinfo` ([`fdinfo`]), and
-//! `libamd_smi.so` probed at run time where it is installed ([`smi`]), never required.
+//! AMD GPUs through the amdgpu kernel driver, with no library required: card figures from
+//! sysfs ([`sysfs`]), per-process VRAM and engine time from `/proc/PID/fdinfo` ([`fdinfo`]),
+//! and, where `libamd_smi.so` is installed ([`smi`]), what those lack: ECC counts, energy, and
+//! the processes whose fdinfo cannot be read. sysfs and fdinfo come first; amd-smi only fills
+//! what they leave `None` ([`merge`]).
 //!
 //! Everything is read under a root path (`/` in production, a fixture tree in tests), so the
 //! same code runs against the files a real MI300 node has. Reads may block on a hung GPU like
@@ -15,6 +17,7 @@ use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
 use crate::model::{GpuProcess, Implausible, ProcessKind};
 
 pub(crate) mod fdinfo;
+mod merge;
 pub(crate) mod smi;
 pub(crate) mod sysfs;
 
@@ -35,6 +38,8 @@ pub(crate) struct AmdSource {
     clients: Arc<ClientCache>,
     /// The libamd_smi probe's outcome, for the driver line.
     pub(crate) smi: Option<String>,
+    /// The library, when it is there and usable.
+    library: Option<Arc<smi::AmdSmi>>,
 }
 
 impl AmdSource {
@@ -43,16 +48,18 @@ impl AmdSource {
     pub(crate) fn load(root: &Path) -> Self {
         let cards = sysfs::find_cards(root);
         let clients = Arc::new(ClientCache::new(root.join("proc")));
-        let smi = if cards.is_empty() {
-            None
+        let (smi, library) = if cards.is_empty() {
+            (None, None)
         } else {
             clients.prime();
-            Some(smi::probe())
+            let probe = smi::probe();
+            (Some(probe.note), probe.smi.map(Arc::new))
         };
         AmdSource {
             cards,
             clients,
             smi,
+            library,
         }
     }
 
@@ -69,6 +76,8 @@ impl AmdSource {
             fixed: None,
             clients: self.clients.clone(),
             implausible: Implausible::default(),
+            library: self.library.clone(),
+            smi_state: merge::SmiState::default(),
         })
     }
 }
@@ -81,6 +90,9 @@ struct AmdDevice {
     clients: Arc<ClientCache>,
     /// Out-of-range values dropped since this card was first read.
     implausible: Implausible,
+    library: Option<Arc<smi::AmdSmi>>,
+    /// amd-smi's process buffer and engine counters, kept between readings.
+    smi_state: merge::SmiState,
 }
 
 impl DeviceReader for AmdDevice {
@@ -102,10 +114,15 @@ impl DeviceReader for AmdDevice {
         sample.index = self.index;
         sample.vendor_index = Some(self.vendor_index);
         let usage = self.clients.usage(Instant::now());
-        let processes = usage
+        let mut processes: Vec<GpuProcess> = usage
             .get(&card.pdev)
             .map(|rows| rows.iter().map(|u| process_row(u, self.index)).collect())
             .unwrap_or_default();
+        if let Some(library) = &self.library {
+            let reading = library.read(&card.pdev, &mut self.smi_state.buffer);
+            self.smi_state
+                .merge(reading, &mut sample, &mut processes, Instant::now());
+        }
         self.implausible.record(&sample.drop_implausible());
         sample.implausible = self.implausible.clone();
         Ok(DeviceReading { sample, processes })
