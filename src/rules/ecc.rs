@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Seconds;
-use crate::model::{GpuSample, Severity, Subject, Warning};
+use crate::model::{GpuSample, GpuVendor, Severity, Subject, Warning};
 
 use super::{counter_rise, fmt_opt, fmt_seconds, warning, GpuPoint, Inputs, Point};
 
@@ -38,6 +38,12 @@ const REMEDY: &str = "Uncorrected errors corrupt results: stop the jobs on this 
 nvidia-smi -q -d ECC and the retired or remapped pages (nvidia-smi -q -d \
 PAGE_RETIREMENT,ROW_REMAPPER), then reset the GPU or reboot (pending retirements and remappings \
 take effect only then); if errors come back, have the GPU replaced. A few corrected errors are \
+handled by the hardware, but a steady rise is a sign of failing memory.";
+
+/// The same for an AMD GPU, with ROCm's tool.
+const REMEDY_AMD: &str = "Uncorrected errors corrupt results: stop the jobs on this GPU, check \
+amd-smi metric --ecc and the retired pages (amd-smi bad-pages), then reset the GPU (amd-smi reset \
+--gpureset) or reboot; if errors come back, have the GPU replaced. A few corrected errors are \
 handled by the hardware, but a steady rise is a sign of failing memory.";
 
 pub(crate) fn check(inputs: &Inputs, config: &EccConfig) -> Vec<Warning> {
@@ -110,7 +116,10 @@ fn errors(gpu: &GpuSample, points: &[Point<GpuPoint>], config: &EccConfig) -> Op
         Subject::Gpu { index },
         message,
         evidence,
-        REMEDY,
+        match gpu.vendor {
+            GpuVendor::Nvidia => REMEDY,
+            GpuVendor::Amd => REMEDY_AMD,
+        },
     ))
 }
 
@@ -164,6 +173,21 @@ mod tests {
             find(&later, "ecc", &Subject::Gpu { index: 0 }).severity,
             Severity::Critical
         );
+    }
+
+    #[test]
+    fn the_remedy_names_the_vendor_s_own_tool() {
+        let nvidia = replay_default(0, counts(|_| 0, |_| 1));
+        let remedy = &find(&nvidia, "ecc", &Subject::Gpu { index: 0 }).remedy;
+        assert!(remedy.contains("nvidia-smi -q -d ECC"), "{remedy}");
+        let amd = replay_default(0, |step| {
+            let mut snap = counts(|_| 0, |_| 1)(step);
+            snap.gpus[0].vendor = crate::model::GpuVendor::Amd;
+            snap
+        });
+        let remedy = &find(&amd, "ecc", &Subject::Gpu { index: 0 }).remedy;
+        assert!(remedy.contains("amd-smi metric --ecc"), "{remedy}");
+        assert!(!remedy.contains("nvidia"), "{remedy}");
     }
 
     #[test]
