@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Seconds;
-use crate::model::{GpuSample, GpuState, Severity, Snapshot, Subject, Warning};
+use crate::model::{GpuSample, GpuState, GpuVendor, Severity, Snapshot, Subject, Warning};
 
 use super::{fmt_opt, fmt_seconds, warning, Inputs};
 
@@ -47,6 +47,17 @@ means a hung GPU or driver. Look in the kernel log (dmesg | grep -i -e xid -e nv
 nvidia-smi -q -i N (if it hangs too, the driver is stuck); stop the jobs on the GPU, reset it \
 (nvidia-smi -r -i N) or reboot.";
 
+/// [`LOST_REMEDY`] and [`UNRESPONSIVE_REMEDY`] for an AMD GPU, with ROCm's tools.
+const LOST_REMEDY_AMD: &str = "The GPU fell off the bus (the kernel log says why: dmesg | grep -i \
+amdgpu). Jobs on it cannot recover: stop them, then reset the GPU (amd-smi reset --gpureset -g N) \
+or reboot. If it happens again, check power, cooling and the PCIe seating, and have the GPU \
+replaced.";
+
+const UNRESPONSIVE_REMEDY_AMD: &str = "The driver has stopped answering for this GPU, which \
+usually means a hung GPU or driver (a ring timeout or a GPU reset in the kernel log: dmesg | grep \
+-i amdgpu); try amd-smi metric -g N (if it hangs too, the driver is stuck); stop the jobs on the \
+GPU, reset it (amd-smi reset --gpureset -g N) or reboot.";
+
 const DRIVER_REMEDY: &str = "The NVIDIA device nodes exist but the driver library cannot be \
 used: check that the kernel module is loaded (lsmod | grep nvidia, dmesg | grep -i nvrm), that \
 libnvidia-ml.so.1 matches the kernel module's version (a driver upgrade without a reboot breaks \
@@ -81,7 +92,7 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                 ("bus id", fmt_opt(gpu.bus_id.as_deref())),
                 ("driver says", reason),
             ],
-            LOST_REMEDY,
+            by_vendor(gpu, LOST_REMEDY, LOST_REMEDY_AMD),
         )),
         GpuState::Stale => {
             let stale = gpu.stale_seconds?;
@@ -106,9 +117,17 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                     ),
                     ("driver says", reason),
                 ],
-                UNRESPONSIVE_REMEDY,
+                by_vendor(gpu, UNRESPONSIVE_REMEDY, UNRESPONSIVE_REMEDY_AMD),
             ))
         }
+    }
+}
+
+/// The remedy that names the GPU's own vendor's tools.
+fn by_vendor(gpu: &GpuSample, nvidia: &'static str, amd: &'static str) -> &'static str {
+    match gpu.vendor {
+        GpuVendor::Nvidia => nvidia,
+        GpuVendor::Amd => amd,
     }
 }
 
@@ -138,7 +157,7 @@ fn driver_missing(snapshot: &Snapshot) -> Option<Warning> {
 
 #[cfg(test)]
 mod tests {
-    use crate::model::{GpuState, Severity, Subject};
+    use crate::model::{GpuState, GpuVendor, Severity, Subject};
     use crate::rules::testkit::*;
     use crate::rules::RulesConfig;
 
@@ -155,6 +174,31 @@ mod tests {
         let w = find(&warnings, "gpu-lost", &Subject::Gpu { index: 1 });
         assert_eq!(w.severity, Severity::Critical);
         assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    }
+
+    #[test]
+    fn a_lost_or_hung_amd_gpu_gets_rocm_s_tools_in_its_remedy() {
+        let warnings = replay_default(0, |step| {
+            let mut snap = at(step);
+            let mut lost = gpu(0, 0, 80 * GIB, 0);
+            lost.state = GpuState::Lost;
+            let mut hung = gpu(1, GIB, 80 * GIB, 50);
+            hung.state = GpuState::Stale;
+            hung.stale_seconds = Some(30.0);
+            let mut nvidia_lost = gpu(2, 0, 80 * GIB, 0);
+            nvidia_lost.state = GpuState::Lost;
+            lost.vendor = GpuVendor::Amd;
+            hung.vendor = GpuVendor::Amd;
+            snap.gpus = vec![lost, hung, nvidia_lost];
+            snap
+        });
+        for (id, index) in [("gpu-lost", 0), ("gpu-unresponsive", 1)] {
+            let remedy = &find(&warnings, id, &Subject::Gpu { index }).remedy;
+            assert!(remedy.contains("amd-smi reset --gpureset"), "{remedy}");
+            assert!(!remedy.contains("nvidia"), "{remedy}");
+        }
+        let remedy = &find(&warnings, "gpu-lost", &Subject::Gpu { index: 2 }).remedy;
+        assert!(remedy.contains("nvidia-smi -r"), "{remedy}");
     }
 
     #[test]
