@@ -22,9 +22,21 @@ pub(crate) type Check<T> = fn(&T) -> Result<(), (String, String)>;
 /// Reads and checks a config file. The error is one sentence naming the file, the line and the
 /// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
 pub(crate) fn load<T: DeserializeOwned>(path: &Path, check: Check<T>) -> Result<T, String> {
+    let text = read_text(
+        path,
+        "config file",
+        "a rules file is a few KiB (see torchtop --print-config)",
+    )?;
+    parse(&text, check).map_err(|e| format!("config file {}: {e}", shown(path)))
+}
+
+/// The text of a config file of any kind (`what`: "config file", "web config"), at most
+/// [`MAX_CONFIG_BYTES`] of it, so `--config /dev/zero` or a log named by mistake ends at once
+/// with a sentence that says what such a file should hold (`hint`).
+pub(crate) fn read_text(path: &Path, what: &str, hint: &str) -> Result<String, String> {
     use std::io::Read;
-    let shown = crate::format::escape(&path.to_string_lossy()).into_owned();
-    let cannot_read = |e: std::io::Error| format!("cannot read config file {shown}: {e}");
+    let shown = shown(path);
+    let cannot_read = |e: std::io::Error| format!("cannot read {what} {shown}: {e}");
     let file = std::fs::File::open(path).map_err(cannot_read)?;
     let mut bytes = Vec::new();
     file.take(MAX_CONFIG_BYTES + 1)
@@ -32,13 +44,15 @@ pub(crate) fn load<T: DeserializeOwned>(path: &Path, check: Check<T>) -> Result<
         .map_err(cannot_read)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(format!(
-            "config file {shown} is larger than 1 MiB, the most torchtop reads; \
-             a rules file is a few KiB (see torchtop --print-config)"
+            "{what} {shown} is larger than 1 MiB, the most torchtop reads; {hint}"
         ));
     }
-    let text =
-        String::from_utf8(bytes).map_err(|_| format!("config file {shown} is not UTF-8 text"))?;
-    parse(&text, check).map_err(|e| format!("config file {shown}: {e}"))
+    String::from_utf8(bytes).map_err(|_| format!("{what} {shown} is not UTF-8 text"))
+}
+
+/// A path as an error message may show it: escaped, since a file name can hold anything.
+fn shown(path: &Path) -> String {
+    crate::format::escape(&path.to_string_lossy()).into_owned()
 }
 
 /// Parses and checks config text; the error names the line and the key.

@@ -13,7 +13,7 @@ mod loading;
 mod ui;
 mod units;
 
-pub(crate) use loading::load;
+pub(crate) use loading::{load, read_text};
 // Tests parse text without a file, and find where each default key is written.
 #[cfg(test)]
 pub(crate) use loading::{key_span, parse};

@@ -15,7 +15,6 @@
 //! certificates must not quietly serve without them.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -24,8 +23,6 @@ use pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use tokio_rustls::rustls;
 
-/// Largest web config file read, in bytes.
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Successful logins remembered so that bcrypt (tens of ms) runs once per credential.
 const AUTH_CACHE_ENTRIES: usize = 64;
 
@@ -127,19 +124,7 @@ pub(crate) fn load(path: &Path) -> Result<WebConfig, String> {
 }
 
 fn read_bounded(path: &Path) -> Result<String, String> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("cannot open the web config {}: {e}", path.display()))?;
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read the web config {}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "the web config {} is larger than 1 MiB; it should be a few lines of YAML",
-            path.display()
-        ));
-    }
-    Ok(text)
+    crate::config::read_text(path, "the web config", "it should be a few lines of YAML")
 }
 
 fn auth_from(users: BTreeMap<String, String>, path: &Path) -> Result<BasicAuth, String> {
