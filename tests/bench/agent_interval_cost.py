@@ -17,6 +17,8 @@ its monitors. This times exactly that work (`_hello`, `_stats`, one encoding), w
 
 Run: python3 tests/bench/agent_interval_cost.py  (the overhead benchmark runs it; prints only).
 `python3 tests/bench/agent_interval_cost.py MODE` runs one mode: 1, 8, 1/8, real, real-binding.
+`TORCHTOP_BENCH_AGENT_DIR=DIR` times the torchtop_agent.py in DIR instead of assets/python (an
+older agent, for a before/after comparison in one run).
 """
 
 import json
@@ -30,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 ROUNDS = 2000
 INTERVAL_S = 1.0
 MIB = 1 << 20
+AGENT_DIR = os.environ.get("TORCHTOP_BENCH_AGENT_DIR") or os.path.join(ROOT, "assets", "python")
 
 
 def per_call_us(fn, rounds=ROUNDS):
@@ -72,8 +75,7 @@ def interval_cost(label, devices_note, after_each=None):
 
 
 def stand_in(mode):
-    sys.path[:0] = [os.path.join(ROOT, "assets", "python"),
-                    os.path.join(ROOT, "tests", "python", "fake_torch")]
+    sys.path[:0] = [AGENT_DIR, os.path.join(ROOT, "tests", "python", "fake_torch")]
     import torch
 
     used, _, visible = mode.partition("/")
@@ -91,7 +93,7 @@ def stand_in(mode):
 
 
 def import_real_torch():
-    sys.path[:0] = [os.path.join(ROOT, "assets", "python")]
+    sys.path[:0] = [AGENT_DIR]
     try:
         import torch
     except ImportError:

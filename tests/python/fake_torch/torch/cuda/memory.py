@@ -64,25 +64,21 @@ def memory_stats(device=None):
 
 
 def _allocator_stats(cuda, index):
-    """The nested dict of one device, as the C++ binding builds it; each read moves the figures
-    of a device in use."""
+    """The nested dict of one device, as the C++ binding builds it (one dict per counter set,
+    nothing shared); each read moves the figures of a device in use."""
     used = index in cuda._used
     n = cuda._reads.get(index, 0) + 1 if used else 0
     cuda._reads[index] = n
-
-    def counters(family):
-        if not used:
-            return {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
-        base = (index + 1) * 100 * _MIB + n * _MIB if family.endswith("_bytes") else n
-        bump = 7 * _MIB if family.endswith("_bytes") else 1
-        return {"current": base, "peak": base + bump, "allocated": base, "freed": base}
-
-    out = {key: 0 for key in _SCALARS}
-    if used:
-        out["num_device_alloc"] = n
-        out["max_split_size"] = -1
+    count = n
+    size = (index + 1) * 100 * _MIB + n * _MIB if used else 0
+    count_peak = count + 1 if used else 0
+    size_peak = size + 7 * _MIB if used else 0
+    out = {"num_alloc_retries": 0, "num_ooms": 0, "max_split_size": -1 if used else 0,
+           "num_sync_all_streams": 0, "num_device_alloc": n, "num_device_free": 0}
     for family in _FAMILIES:
-        out[family] = {pool: counters(family) for pool in _POOLS}
+        value, peak = (size, size_peak) if family.endswith("_bytes") else (count, count_peak)
+        out[family] = {pool: {"current": value, "peak": peak, "allocated": value, "freed": value}
+                       for pool in _POOLS}
     for family in ("oversize_allocations", "oversize_segments"):
         out[family] = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
     for key, value in cuda._overrides.get(index, {}).items():
