@@ -37,8 +37,8 @@ const COUNTERS: [&str; 4] = ["current", "peak", "allocated", "freed"];
 
 impl ShimDeviceStats {
     /// The keys torchtop reads ([`STAT_KEYS`]) with their values, as the Python agent sends
-    /// them. The other 105 keys of `memory_stats()` are never built: turning all 122 into
-    /// strings and JSON each interval cost more than reading the counters.
+    /// them. The other 105 keys of `memory_stats()` are never built: each would be a string, a
+    /// map entry and JSON every interval in the training process, for a monitor that skips it.
     pub(crate) fn sent(&self) -> Map<String, Value> {
         STAT_KEYS
             .iter()
