@@ -47,6 +47,10 @@ def per_call_us(fn, rounds=ROUNDS):
     return best * 1e6
 
 
+def devices_in_use(count):
+    return "1 device in use" if count == 1 else "%d devices in use" % count
+
+
 def encoder(agent_module):
     """The agent's own encoding when it has one (this branch), else what older agents did."""
     encode = getattr(agent_module, "_encode", None)
@@ -88,7 +92,7 @@ def stand_in(mode):
         nested_us = per_call_us(lambda: (torch.cuda.memory_stats_as_nested_dict(0), calls.clear()))
         print("stand-in torch: memory_stats(0) %.1f µs (%d keys), memory_stats_as_nested_dict(0) %.1f µs"
               % (flat_us, len(torch.cuda.memory_stats(0)), nested_us))
-    note = "%d devices in use" % used if used == visible else "%d devices visible, %d in use" % (visible, used)
+    note = devices_in_use(used) if used == visible else "%d devices visible, %d in use" % (visible, used)
     interval_cost("stand-in torch", note, calls.clear)
 
 
@@ -159,7 +163,7 @@ def real_binding():
           % (version, binding, binding_us, flat_us, len(cuda.memory_stats(0)), nested_us))
     for devices in (1, 8):
         cuda.device_count = lambda devices=devices: devices
-        interval_cost("%s, binding replaced" % version, "%d devices in use" % devices)
+        interval_cost("%s, binding replaced" % version, devices_in_use(devices))
 
 
 def main():
