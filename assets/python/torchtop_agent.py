@@ -14,11 +14,18 @@ has initialized CUDA.
 
 Devices reported: once CUDA is initialized, every device index below
 ``torch.cuda.device_count()`` whose allocator has ever held memory in this process (reserved
-bytes current or peak, or a cumulative segment/allocation count above zero). Reading
-``memory_stats(i)`` only reads the allocator's counters; it creates no CUDA context. A device
-that was reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish.
-With the cudaMallocAsync backend (whose statistics come from the driver) only the current device
-and devices already seen in use are read.
+bytes current or peak, or a cumulative segment/allocation count above zero). Reading a device's
+statistics only reads the allocator's counters; it creates no CUDA context. A device that was
+reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish. With the
+cudaMallocAsync backend (whose statistics come from the driver) only the current device and
+devices already seen in use are read.
+
+What is read and sent: only the figures torchtop reads (``SENT_STATS``), picked straight out of
+``torch.cuda.memory_stats_as_nested_dict(i)``, the dict torch's C++ binding builds. The public
+``memory_stats(i)`` flattens that same dict in Python into 122 dotted keys, which cost the training
+process about ten times the binding itself; the agent flattens nothing. On a torch without the
+nested function, or where it fails while ``memory_stats`` works, the agent reads
+``memory_stats(i)`` instead and picks the same keys: the figures are the same either way.
 
 Process life (see the "Processes" section below):
 
@@ -219,6 +226,94 @@ def _wait_until_thread_gone(thread):
         time.sleep(0.0002)
 
 
+# The memory_stats keys torchtop reads (STAT_KEYS in src/protocol/mod.rs); a device's stats carry
+# only these. tests/python/test_agent_stats.py keeps the two lists equal.
+SENT_STATS = (
+    "allocated_bytes.all.current",
+    "reserved_bytes.all.current",
+    "active_bytes.all.current",
+    "inactive_split_bytes.all.current",
+    "requested_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "segment.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+    "reserved_bytes.all.peak",
+    "reserved_bytes.large_pool.current",
+    "reserved_bytes.small_pool.current",
+    "allocation.all.allocated",
+    "allocation.all.freed",
+    "oversize_allocations.current",
+    "oversize_segments.current",
+    "max_split_size",
+)
+# Read for the agent's own use (whether a device was ever used), never sent.
+_OWN_STATS = ("segment.all.allocated", "num_device_alloc")
+# Each key read, with its path in the nested dict.
+_READ = tuple((key, tuple(key.split("."))) for key in SENT_STATS + _OWN_STATS)
+_INF = float("inf")
+
+
+def _figure(value):
+    """The value as a figure JSON carries exactly (an int, or a finite float), else None."""
+    kind = value.__class__
+    if kind is int:  # what torch gives: checked first, it is nearly every call
+        return value
+    if kind is bool:
+        return None
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float) and -_INF < value < _INF:
+        return float(value)
+    return None
+
+
+def _pick_nested(nested):
+    """The keys of _READ out of memory_stats_as_nested_dict's dict, flattening nothing else. An
+    entry that is missing, or not a number, is left out: the monitor shows it as N/A."""
+    out = {}
+    for key, path in _READ:
+        node = nested
+        try:
+            for part in path:
+                node = node[part]
+        except Exception:  # a level that is missing, or not a dict
+            continue
+        value = _figure(node)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _pick_flat(flat):
+    """The keys of _READ out of memory_stats' flat dict, with the same rules."""
+    out = {}
+    for key, _path in _READ:
+        value = flat.get(key)
+        if value is not None:
+            value = _figure(value)
+            if value is not None:
+                out[key] = value
+    return out
+
+
+def _figures(raw, pick):
+    """The figures in what torch returned: None when it had none ({} before CUDA is initialized),
+    {} when it is not a dict at all."""
+    if isinstance(raw, dict):
+        return pick(raw) if raw else None
+    return {}
+
+
+# One encoder for every message: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
+def _encode(message):
+    """One line of the protocol."""
+    return (_ENCODER.encode(message) + "\n").encode("utf-8")
+
+
 def _ever_used(stats):
     for key in ("reserved_bytes.all.current", "reserved_bytes.all.peak",
                 "segment.all.allocated", "allocation.all.allocated",
@@ -254,6 +349,8 @@ class _Agent:
         self.last_step_at = None
         self.step_times = deque(maxlen=50)
         self.used_devices = set()
+        # Set once torch's memory_stats_as_nested_dict failed where memory_stats worked.
+        self.flat_stats_only = False
         self.device_uuids = {}
         self.seen_ooms = {}
         self.pending_events = deque(maxlen=100)
@@ -552,9 +649,11 @@ class _Agent:
         self._update_interest(client)
 
     def _send(self, client, message):
+        self._send_line(client, _encode(message))
+
+    def _send_line(self, client, data):
         if not self._alive(client):
             return
-        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode("utf-8")
         if len(client.outbuf) + len(data) > MAX_QUEUED_BYTES:
             self._close_client(client, "dropped a client that does not read")
             return
@@ -589,8 +688,9 @@ class _Agent:
             pass
 
     def _broadcast(self, message):
+        data = _encode(message)  # once, whatever the number of monitors
         for client in list(self.clients.values()):
-            self._send(client, message)
+            self._send_line(client, data)
 
     # ---- messages --------------------------------------------------------------------------
     def _hello(self):
@@ -633,18 +733,35 @@ class _Agent:
         devices = []
         for index in self._candidate_devices(torch, count):
             try:
-                stats = dict(torch.cuda.memory_stats(index))
-                if not stats or (index not in self.used_devices and not _ever_used(stats)):
-                    continue
-            except Exception:  # not a mapping, or a torch that fails: skip the device this time
+                stats = self._read_figures(torch.cuda, index)
+            except Exception:  # a torch that fails on this device: skip it this time
+                continue
+            if stats is None or (index not in self.used_devices and not _ever_used(stats)):
                 continue
             self.used_devices.add(index)
+            for key in _OWN_STATS:
+                stats.pop(key, None)
             entry = {"index": index, "stats": stats}
             uuid = self._device_uuid(torch, index)
             if uuid is not None:
                 entry["uuid"] = uuid
             devices.append(entry)
         return devices
+
+    def _read_figures(self, cuda, index):
+        """The figures of SENT_STATS and _OWN_STATS for one device (see _figures), from the
+        nested dict when this torch has one that works, else from memory_stats."""
+        nested = None if self.flat_stats_only else getattr(cuda, "memory_stats_as_nested_dict", None)
+        if nested is None:
+            return _figures(cuda.memory_stats(index), _pick_flat)
+        try:
+            return _figures(nested(index), _pick_nested)
+        except Exception as e:
+            figures = _figures(cuda.memory_stats(index), _pick_flat)  # raises when both fail
+            self.flat_stats_only = True
+            self._note("memory_stats_as_nested_dict failed where memory_stats works; reading "
+                       "memory_stats from now on: %r" % (e,))
+            return figures
 
     def _device_uuid(self, torch, index):
         """The UUID of a device the process uses, asked once: it names the physical GPU even

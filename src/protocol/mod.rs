@@ -26,6 +26,30 @@ pub(crate) const PROTOCOL_VERSION: u64 = 1;
 /// The longest line either side may send, newline excluded.
 pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
 
+/// The `memory_stats` keys torchtop reads from a device's `stats`, in the order of
+/// [`crate::model::DeviceAllocatorStats`]' fields (the hub's parser relies on it). Agents send
+/// only these (the Python agent's `SENT_STATS` is the same list); the hub ignores any other key,
+/// so an older agent that sends the whole `memory_stats()` dict gives the same figures.
+pub(crate) const STAT_KEYS: &[&str] = &[
+    "allocated_bytes.all.current",
+    "reserved_bytes.all.current",
+    "active_bytes.all.current",
+    "inactive_split_bytes.all.current",
+    "requested_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "segment.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+    "reserved_bytes.all.peak",
+    "reserved_bytes.large_pool.current",
+    "reserved_bytes.small_pool.current",
+    "allocation.all.allocated",
+    "allocation.all.freed",
+    "oversize_allocations.current",
+    "oversize_segments.current",
+    "max_split_size",
+];
+
 /// A command torchtop can send to an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AgentCommand {

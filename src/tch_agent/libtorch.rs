@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use serde_json::{Map, Value};
 
-use super::stats::{ever_used, ShimDeviceStats};
+use super::stats::ShimDeviceStats;
 use super::AllocatorStatsSource;
 
 #[cfg(torchtop_shim)]
@@ -52,12 +52,12 @@ impl AllocatorStatsSource for LibtorchSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut devices = Vec::new();
         for device in 0..device_count() {
-            let Some(stats) = read_device(device).map(|raw| raw.flatten()) else {
+            let Some(raw) = read_device(device) else {
                 continue;
             };
-            if used.contains(&device) || ever_used(&stats) {
+            if used.contains(&device) || raw.ever_used() {
                 used.insert(device);
-                devices.push((device, stats));
+                devices.push((device, raw.sent()));
             }
         }
         devices

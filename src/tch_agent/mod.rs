@@ -36,7 +36,8 @@ pub(crate) use server::Agent;
 
 /// Where a process's allocator figures come from.
 pub(crate) trait AllocatorStatsSource: Send {
-    /// `(device index, flat torch.cuda.memory_stats keys)` for each device in use; empty before
+    /// `(device index, the torch.cuda.memory_stats keys torchtop reads)` for each device in use
+    /// ([`crate::protocol::STAT_KEYS`]; other keys are allowed and ignored by torchtop); empty before
     /// the program has initialized CUDA. Must never initialize CUDA itself.
     fn device_stats(&self) -> Vec<(u32, Map<String, Value>)>;
 

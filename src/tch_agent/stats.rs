@@ -1,7 +1,10 @@
-//! The allocator counters as the C++ shim hands them over, and their flattening into the keys of
-//! `torch.cuda.memory_stats()`, so a Rust program's agent speaks exactly like the Python one.
+//! The allocator counters as the C++ shim hands them over, and the `torch.cuda.memory_stats()`
+//! keys torchtop reads picked out of them, so a Rust program's agent speaks exactly like the
+//! Python one.
 
 use serde_json::{Map, Value};
+
+use crate::protocol::STAT_KEYS;
 
 /// One device's `DeviceStats`, field for field as `torchtop_device_stats` in shim.cpp.
 ///
@@ -33,63 +36,85 @@ const POOLS: [&str; 3] = ["all", "small_pool", "large_pool"];
 const COUNTERS: [&str; 4] = ["current", "peak", "allocated", "freed"];
 
 impl ShimDeviceStats {
-    /// The same flat keys and values as `torch.cuda.memory_stats(device)`.
-    pub(crate) fn flatten(&self) -> Map<String, Value> {
-        let mut out = Map::new();
-        let families: [(&str, &[i64; 12]); 9] = [
-            ("allocation", &self.allocation),
-            ("segment", &self.segment),
-            ("active", &self.active),
-            ("inactive_split", &self.inactive_split),
-            ("allocated_bytes", &self.allocated_bytes),
-            ("reserved_bytes", &self.reserved_bytes),
-            ("active_bytes", &self.active_bytes),
-            ("inactive_split_bytes", &self.inactive_split_bytes),
-            ("requested_bytes", &self.requested_bytes),
-        ];
-        for (family, values) in families {
-            for (pool_index, pool) in POOLS.iter().enumerate() {
-                for (counter_index, counter) in COUNTERS.iter().enumerate() {
-                    let value = values[pool_index * 4 + counter_index];
-                    out.insert(format!("{family}.{pool}.{counter}"), value.into());
-                }
+    /// The keys torchtop reads ([`STAT_KEYS`]) with their values, as the Python agent sends
+    /// them. The other 105 keys of `memory_stats()` are never built: each would be a string, a
+    /// map entry and JSON every interval in the training process, for a monitor that skips it.
+    pub(crate) fn sent(&self) -> Map<String, Value> {
+        STAT_KEYS
+            .iter()
+            .filter_map(|key| Some(((*key).to_string(), self.get(key)?.into())))
+            .collect()
+    }
+
+    /// The value `torch.cuda.memory_stats(device)[key]` would have; None for a key it lacks.
+    pub(crate) fn get(&self, key: &str) -> Option<i64> {
+        let mut parts = key.split('.');
+        let family = parts.next()?;
+        match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => self.scalar(family),
+            (Some(counter), None, _) => Some(self.counter_set(family)?[counter_index(counter)?]),
+            (Some(pool), Some(counter), None) => {
+                let pool = POOLS.iter().position(|p| *p == pool)?;
+                Some(self.pools(family)?[pool * 4 + counter_index(counter)?])
             }
+            _ => None,
         }
-        for (family, values) in [
-            ("oversize_allocations", &self.oversize_allocations),
-            ("oversize_segments", &self.oversize_segments),
-        ] {
-            for (counter, value) in COUNTERS.iter().zip(values) {
-                out.insert(format!("{family}.{counter}"), (*value).into());
-            }
+    }
+
+    fn pools(&self, family: &str) -> Option<&[i64; 12]> {
+        Some(match family {
+            "allocation" => &self.allocation,
+            "segment" => &self.segment,
+            "active" => &self.active,
+            "inactive_split" => &self.inactive_split,
+            "allocated_bytes" => &self.allocated_bytes,
+            "reserved_bytes" => &self.reserved_bytes,
+            "active_bytes" => &self.active_bytes,
+            "inactive_split_bytes" => &self.inactive_split_bytes,
+            "requested_bytes" => &self.requested_bytes,
+            _ => return None,
+        })
+    }
+
+    fn counter_set(&self, family: &str) -> Option<&[i64; 4]> {
+        match family {
+            "oversize_allocations" => Some(&self.oversize_allocations),
+            "oversize_segments" => Some(&self.oversize_segments),
+            _ => None,
         }
-        for (key, value) in [
-            ("num_alloc_retries", self.num_alloc_retries),
-            ("num_ooms", self.num_ooms),
-            ("num_sync_all_streams", self.num_sync_all_streams),
-            ("num_device_alloc", self.num_device_alloc),
-            ("num_device_free", self.num_device_free),
-            ("max_split_size", self.max_split_size),
-        ] {
-            out.insert(key.to_string(), value.into());
-        }
-        out
+    }
+
+    fn scalar(&self, key: &str) -> Option<i64> {
+        Some(match key {
+            "num_alloc_retries" => self.num_alloc_retries,
+            "num_ooms" => self.num_ooms,
+            "num_sync_all_streams" => self.num_sync_all_streams,
+            "num_device_alloc" => self.num_device_alloc,
+            "num_device_free" => self.num_device_free,
+            "max_split_size" => self.max_split_size,
+            _ => return None,
+        })
+    }
+
+    /// Whether the device's allocator was ever used by this process. A job on one GPU of eight
+    /// should show one device, as the Python agent does: untouched devices report all zeros.
+    pub(crate) fn ever_used(&self) -> bool {
+        // all.current and all.peak are slots 0 and 1, all.allocated slot 2.
+        [
+            self.reserved_bytes[0],
+            self.reserved_bytes[1],
+            self.segment[2],
+            self.allocation[2],
+            self.allocated_bytes[1],
+            self.num_device_alloc,
+        ]
+        .iter()
+        .any(|value| *value > 0)
     }
 }
 
-/// Whether a device's allocator was ever used by this process. A job on one GPU of eight should
-/// show one device, as the Python agent does: untouched devices report all zeros.
-pub(crate) fn ever_used(stats: &Map<String, Value>) -> bool {
-    [
-        "reserved_bytes.all.current",
-        "reserved_bytes.all.peak",
-        "segment.all.allocated",
-        "allocation.all.allocated",
-        "allocated_bytes.all.peak",
-        "num_device_alloc",
-    ]
-    .iter()
-    .any(|key| stats.get(*key).and_then(Value::as_i64).unwrap_or(0) > 0)
+fn counter_index(counter: &str) -> Option<usize> {
+    COUNTERS.iter().position(|c| *c == counter)
 }
 
 #[cfg(test)]
@@ -111,36 +136,96 @@ mod tests {
         }
     }
 
+    /// Every key of `torch.cuda.memory_stats()`: 9 families x 3 pools x 4 counters, the two
+    /// `oversize_*` counter sets and 6 scalars.
+    fn torch_keys() -> Vec<String> {
+        let families = [
+            "allocation",
+            "segment",
+            "active",
+            "inactive_split",
+            "allocated_bytes",
+            "reserved_bytes",
+            "active_bytes",
+            "inactive_split_bytes",
+            "requested_bytes",
+        ];
+        let mut keys = Vec::new();
+        for family in families {
+            for pool in POOLS {
+                keys.extend(COUNTERS.iter().map(|c| format!("{family}.{pool}.{c}")));
+            }
+        }
+        for family in ["oversize_allocations", "oversize_segments"] {
+            keys.extend(COUNTERS.iter().map(|c| format!("{family}.{c}")));
+        }
+        keys.extend(
+            [
+                "num_alloc_retries",
+                "num_ooms",
+                "num_sync_all_streams",
+                "num_device_alloc",
+                "num_device_free",
+                "max_split_size",
+            ]
+            .map(String::from),
+        );
+        keys
+    }
+
     #[test]
-    fn flat_keys_match_memory_stats() {
-        let flat = sample().flatten();
-        assert_eq!(flat.len(), 9 * 12 + 2 * 4 + 6);
-        assert_eq!(flat["allocated_bytes.all.current"], 100);
-        assert_eq!(flat["allocated_bytes.all.peak"], 200);
-        assert_eq!(flat["allocated_bytes.all.allocated"], 300);
-        assert_eq!(flat["allocated_bytes.all.freed"], 400);
-        assert_eq!(flat["allocated_bytes.small_pool.peak"], 2);
-        assert_eq!(flat["allocated_bytes.large_pool.freed"], 396);
-        assert_eq!(flat["reserved_bytes.all.current"], 2 << 20);
-        assert_eq!(flat["oversize_segments.allocated"], 7);
-        assert_eq!(flat["num_alloc_retries"], 3);
-        assert_eq!(flat["num_ooms"], 1);
-        assert_eq!(flat["max_split_size"], -1);
-        assert!(flat.contains_key("inactive_split_bytes.all.current"));
-        assert!(flat.contains_key("requested_bytes.large_pool.current"));
+    fn every_memory_stats_key_has_its_value() {
+        let stats = sample();
+        let keys = torch_keys();
+        assert_eq!(keys.len(), 122);
+        assert!(keys.iter().all(|key| stats.get(key).is_some()), "{keys:?}");
+        assert_eq!(stats.get("allocated_bytes.all.current"), Some(100));
+        assert_eq!(stats.get("allocated_bytes.all.peak"), Some(200));
+        assert_eq!(stats.get("allocated_bytes.all.allocated"), Some(300));
+        assert_eq!(stats.get("allocated_bytes.all.freed"), Some(400));
+        assert_eq!(stats.get("allocated_bytes.small_pool.peak"), Some(2));
+        assert_eq!(stats.get("allocated_bytes.large_pool.freed"), Some(396));
+        assert_eq!(stats.get("reserved_bytes.all.current"), Some(2 << 20));
+        assert_eq!(stats.get("oversize_segments.allocated"), Some(7));
+        assert_eq!(stats.get("num_alloc_retries"), Some(3));
+        assert_eq!(stats.get("num_ooms"), Some(1));
+        assert_eq!(stats.get("max_split_size"), Some(-1));
         // torch's key is "allocation", not the documented "allocated".
-        assert!(flat.contains_key("allocation.all.current"));
-        assert!(!flat.keys().any(|k| k.starts_with("allocated.")));
+        assert_eq!(stats.get("allocated.all.current"), None);
+        for odd in [
+            "",
+            "num_ooms.current",
+            "segment.all",
+            "segment.all.current.x",
+            "oversize_segments.all.current",
+        ] {
+            assert_eq!(stats.get(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn sends_exactly_the_keys_torchtop_reads() {
+        let sent = sample().sent();
+        let keys: Vec<&str> = sent.keys().map(String::as_str).collect();
+        let mut expected = STAT_KEYS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        assert_eq!(sent["allocated_bytes.all.peak"], 200);
+        assert_eq!(sent["oversize_segments.current"], 5);
+        assert_eq!(sent["max_split_size"], -1);
     }
 
     #[test]
     fn untouched_devices_are_not_used() {
-        assert!(!ever_used(&ShimDeviceStats::default().flatten()));
-        assert!(ever_used(&sample().flatten()));
+        assert!(!ShimDeviceStats::default().ever_used());
+        assert!(sample().ever_used());
         let freed_everything = ShimDeviceStats {
             num_device_alloc: 1,
             ..ShimDeviceStats::default()
         };
-        assert!(ever_used(&freed_everything.flatten()));
+        assert!(freed_everything.ever_used());
+        let mut only_segments = ShimDeviceStats::default();
+        only_segments.segment[2] = 1;
+        assert!(only_segments.ever_used());
     }
 }

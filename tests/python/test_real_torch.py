@@ -1,5 +1,8 @@
 """The agent under the real torch: a DataLoader with 2 workers, fork and spawn, under the
 sitecustomize that `torchtop run` installs, checked from outside by a tiny protocol client.
+Also the statistics' path: the agent reads torch's memory_stats_as_nested_dict (never
+memory_stats) and sends exactly what torch's own memory_stats flattening gives for its keys; with
+no GPU here, only the C++ binding under torch's Python is stood in for.
 
 The interpreter with torch comes from $TORCHTOP_TEST_TORCH_PYTHON, else the virtual environment
 that .ci/torch-cpu-libtorch.sh makes (target/torch-ci/venv/bin/python). Without one that can
@@ -12,7 +15,7 @@ import subprocess
 import sys
 import unittest
 
-from agent_testlib import ROOT, TempDirMixin, clean_env, sockets_in
+from agent_testlib import AGENT_DIR, ROOT, TempDirMixin, clean_env, sockets_in
 
 TORCH_PYTHON_ENV = "TORCHTOP_TEST_TORCH_PYTHON"
 
@@ -95,26 +98,6 @@ def main():
     print(json.dumps(out))
 
 
-    def test_record_history_waits_for_cuda_and_fits_this_torch(self):
-        program = os.path.join(self.tmp, "history.py")
-        with open(program, "w") as f:
-            f.write(HISTORY_PROGRAM)
-        env = clean_env(dict(self.site_env(), TORCHTOP_RECORD_HISTORY="all"))
-        out = subprocess.run([self.python, program], env=env, capture_output=True, text=True,
-                             timeout=600, cwd=self.tmp)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        result = json.loads(out.stdout)
-        self.assertTrue(result["signature_fits"], result)
-        self.assertTrue(result["has_oom_observer_hook"])
-        self.assertFalse(result["initialized_after_import"], "the agent initialized CUDA")
-        self.assertFalse(result["initialized_after_command"], "the agent initialized CUDA")
-        self.assertEqual(result["queued_by_the_import_hook"], 1)
-        reply = result["reply"]
-        self.assertTrue(reply["ok"], reply)
-        self.assertEqual((reply["recording"], reply["pending"]), (False, True))
-        print("\nreal torch: record_history is pending until CUDA is initialized (%s); the "
-              "program's own torch.cuda.init() gave %s" % (reply, result["init"]), file=sys.stderr)
-
 
 if __name__ == "__main__":
     main()
@@ -179,6 +162,51 @@ print(json.dumps(out))
 '''
 
 
+STATS_PROGRAM = r'''
+import json, os, sys
+
+sys.path.insert(0, os.environ["AGENT_DIR"])
+import torch
+import torchtop_agent
+
+# No GPU here: stand in for the C++ binding only, so that torch's own Python runs around it.
+counter = iter(range(1000, 100000))
+
+
+def binding(index):
+    def counters():
+        return {m: next(counter) for m in ("current", "peak", "allocated", "freed")}
+
+    out = {k: next(counter) for k in ("num_alloc_retries", "num_ooms", "max_split_size",
+                                      "num_sync_all_streams", "num_device_alloc", "num_device_free")}
+    for family in ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                   "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes"):
+        out[family] = {pool: counters() for pool in ("all", "small_pool", "large_pool")}
+    out["oversize_allocations"] = counters()
+    out["oversize_segments"] = counters()
+    binding.last[index] = out
+    return out
+
+
+binding.last = {}
+torch._C._cuda_memoryStats = binding
+torch.cuda._initialized = True
+torch.cuda.device_count = lambda: 2
+flat_calls = []
+real_flat = torch.cuda.memory_stats
+torch.cuda.memory_stats = lambda device=None: flat_calls.append(device) or real_flat(device)
+
+agent = torchtop_agent._Agent(os.path.join(os.environ["TMP"], "x.sock"), 1000)
+devices = agent._stats()["devices"]
+# What real memory_stats makes of the same nested dicts, flattened by torch's own code.
+torch._C._cuda_memoryStats = lambda index: binding.last[index]
+expected = {d["index"]: {k: real_flat(d["index"])[k] for k in torchtop_agent.SENT_STATS} for d in devices}
+agent.close_all(False)
+print(json.dumps({"devices": devices, "expected": expected, "flat_calls": flat_calls,
+                  "keys": len(real_flat(0)), "has_nested": hasattr(torch.cuda, "memory_stats_as_nested_dict")}))
+'''
+
+
 class RealTorchTests(TempDirMixin, unittest.TestCase):
     def setUp(self):
         self.python, why = torch_python()
@@ -215,6 +243,23 @@ class RealTorchTests(TempDirMixin, unittest.TestCase):
         self.assertEqual(sockets_in(self.dir), [], "sockets left behind")
         print("\nreal torch %s: 8 DataLoader epochs (fork and spawn, 2 workers), every command answered"
               % result["torch"], file=sys.stderr)
+
+
+    def test_stats_come_from_the_nested_dict_with_memory_stats_own_figures(self):
+        program = os.path.join(self.tmp, "stats.py")
+        with open(program, "w") as f:
+            f.write(STATS_PROGRAM)
+        env = clean_env({"AGENT_DIR": AGENT_DIR, "TMP": self.tmp})
+        out = subprocess.run([self.python, program], env=env, capture_output=True, text=True,
+                             timeout=600, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertTrue(result["has_nested"], "this torch has no torch.cuda.memory_stats_as_nested_dict")
+        self.assertEqual(result["keys"], 122, "torch's memory_stats flattens the nested dict")
+        self.assertEqual(result["flat_calls"], [], "the agent called memory_stats")
+        self.assertEqual([d["index"] for d in result["devices"]], [0, 1])
+        for device in result["devices"]:
+            self.assertEqual(device["stats"], result["expected"][str(device["index"])])
 
 
     def test_record_history_waits_for_cuda_and_fits_this_torch(self):

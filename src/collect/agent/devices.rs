@@ -9,6 +9,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
 use super::MAX_DEVICES_PER_AGENT;
 use crate::model::DeviceAllocatorStats;
+use crate::protocol::STAT_KEYS;
 
 /// The `devices` list: the first [`MAX_DEVICES_PER_AGENT`] entries read, the rest only counted.
 #[derive(Default)]
@@ -53,27 +54,6 @@ impl<'de> de::Deserialize<'de> for Devices {
 
 /// One entry of `devices`; `None` when it is not an object with a valid `index`.
 struct DeviceEntry(Option<DeviceAllocatorStats>);
-
-/// The `memory_stats` keys the hub reads, in the order of [`DeviceAllocatorStats`]' fields.
-const STAT_KEYS: &[&str] = &[
-    "allocated_bytes.all.current",
-    "reserved_bytes.all.current",
-    "active_bytes.all.current",
-    "inactive_split_bytes.all.current",
-    "requested_bytes.all.current",
-    "allocated_bytes.all.peak",
-    "segment.all.current",
-    "num_alloc_retries",
-    "num_ooms",
-    "reserved_bytes.all.peak",
-    "reserved_bytes.large_pool.current",
-    "reserved_bytes.small_pool.current",
-    "allocation.all.allocated",
-    "allocation.all.freed",
-    "oversize_allocations.current",
-    "oversize_segments.current",
-    "max_split_size",
-];
 
 /// Above this a `max_split_size` is PyTorch's "no limit" (SIZE_MAX).
 const UNLIMITED_SPLIT: u64 = 1 << 60;

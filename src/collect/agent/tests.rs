@@ -869,3 +869,91 @@ fn peer_of_another_uid_is_refused() {
         hub.log()
     );
 }
+
+/// Every key of `torch.cuda.memory_stats()` (what agents sent before they picked the keys torchtop
+/// reads), each with a value of its own.
+fn whole_memory_stats() -> serde_json::Map<String, Value> {
+    let mut keys = Vec::new();
+    for family in [
+        "allocation",
+        "segment",
+        "active",
+        "inactive_split",
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "requested_bytes",
+    ] {
+        for pool in ["all", "small_pool", "large_pool"] {
+            for counter in ["current", "peak", "allocated", "freed"] {
+                keys.push(format!("{family}.{pool}.{counter}"));
+            }
+        }
+    }
+    for family in ["oversize_allocations", "oversize_segments"] {
+        for counter in ["current", "peak", "allocated", "freed"] {
+            keys.push(format!("{family}.{counter}"));
+        }
+    }
+    for scalar in [
+        "num_alloc_retries",
+        "num_ooms",
+        "num_sync_all_streams",
+        "num_device_alloc",
+        "num_device_free",
+        "max_split_size",
+    ] {
+        keys.push(scalar.to_string());
+    }
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, key)| (key, json!(1000 + i)))
+        .collect()
+}
+
+#[test]
+fn the_whole_memory_stats_dict_and_the_keys_torchtop_reads_give_the_same_figures() {
+    let whole = whole_memory_stats();
+    assert_eq!(whole.len(), 122);
+    let picked: serde_json::Map<String, Value> = crate::protocol::STAT_KEYS
+        .iter()
+        .map(|key| (key.to_string(), whole[*key].clone()))
+        .collect();
+    let line = |stats: &serde_json::Map<String, Value>| {
+        json!({"v": 1, "type": "stats", "seq": 1, "devices": [{"index": 0, "stats": stats}]})
+            .to_string()
+    };
+    let from_whole = info_of(&hello(), &line(&whole)).devices;
+    let from_picked = info_of(&hello(), &line(&picked)).devices;
+    assert_eq!(from_whole, from_picked);
+    let d = &from_picked[0];
+    let figures = [
+        d.allocated_bytes,
+        d.reserved_bytes,
+        d.active_bytes,
+        d.inactive_split_bytes,
+        d.requested_bytes,
+        d.peak_allocated_bytes,
+        d.segments,
+        d.alloc_retries,
+        d.ooms,
+        d.peak_reserved_bytes,
+        d.large_pool_reserved_bytes,
+        d.small_pool_reserved_bytes,
+        d.allocations_total,
+        d.frees_total,
+        d.oversize_allocations,
+        d.oversize_segments,
+        d.max_split_size_bytes,
+    ];
+    let expected: Vec<Option<u64>> = crate::protocol::STAT_KEYS
+        .iter()
+        .map(|key| whole[*key].as_u64())
+        .collect();
+    assert_eq!(
+        figures.to_vec(),
+        expected,
+        "each key lands in its own field"
+    );
+}

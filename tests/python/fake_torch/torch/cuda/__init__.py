@@ -1,17 +1,20 @@
-"""Stand-in for torch.cuda: flat memory_stats keys like the real allocator, values that change.
+"""Stand-in for torch.cuda. Its allocator statistics (torch.cuda.memory) have the real shape and
+values that change at each read.
 
 Test controls (not in real torch): _fake_init(devices), _fake_set(index, key, value),
 _fake_oom(index) (the observers only), _fake_alloc(index, nbytes) (an allocation that fails as
-the real allocator does: observers, then OutOfMemoryError), _stats_garbage (what memory_stats
-returns instead, when set), and the call log _calls.
+the real allocator does: observers, then OutOfMemoryError), _stats_garbage (what
+memory_stats_as_nested_dict returns instead, when set), and the call log _calls.
 
 Like the real torch.cuda, _lazy_call queues a callable until CUDA is initialized, and
 _fake_init runs the queue right after initializing.
 """
 
-from collections import OrderedDict
-
-from . import memory  # noqa: F401
+from . import memory
+# Re-exported as the real torch.cuda does (`from .memory import *`): the flattening memory_stats
+# looks its nested function up in torch.cuda.memory, so a test can hide torch.cuda's copy (an
+# older torch) and memory_stats still works.
+from .memory import memory_stats, memory_stats_as_nested_dict  # noqa: F401
 
 _initialized = False
 _device_count = 2
@@ -22,10 +25,6 @@ _peak_resets = []
 _calls = []
 _stats_garbage = None
 
-_FAMILIES = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
-             "requested_bytes", "allocation", "segment", "active", "inactive_split")
-_POOLS = ("all", "small_pool", "large_pool")
-_METRICS = ("current", "peak", "allocated", "freed")
 MIB = 1 << 20
 
 
@@ -91,36 +90,6 @@ def _fake_oom(index, requested=1 << 30):
     _overrides[index]["num_ooms"] = current + 1
     for callback in list(_C._oom_observers):
         callback(index, requested, 40 * MIB, 1 * MIB)
-
-
-def memory_stats(device=None):
-    _calls.append(("memory_stats", device))
-    if _stats_garbage is not None:
-        return _stats_garbage
-    if not _initialized:
-        return OrderedDict()
-    index = 0 if device is None else int(device)
-    out = OrderedDict()
-    used = index in _used
-    n = _reads.get(index, 0) + 1 if used else 0
-    _reads[index] = n
-    for family in _FAMILIES:
-        for pool in _POOLS:
-            for metric in _METRICS:
-                base = 0
-                if used:
-                    base = (index + 1) * 100 * MIB + n * MIB if family.endswith("_bytes") else n
-                    if metric == "peak":
-                        base += 7 * MIB if family.endswith("_bytes") else 1
-                out["%s.%s.%s" % (family, pool, metric)] = base
-    for key in ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
-                "num_device_free", "max_split_size"):
-        out[key] = 0
-    if used:
-        out["num_device_alloc"] = n
-        out["max_split_size"] = -1
-    out.update(_overrides.get(index, {}))
-    return out
 
 
 def reset_peak_memory_stats(device=None):
