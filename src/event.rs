@@ -7,6 +7,10 @@
 //! on signals (see [`crate::terminal::signals`]); Ctrl-Z and SIGTSTP suspend it. `S` opens the
 //! memory-snapshot viewer over the monitor.
 //!
+//! Nothing is drawn for what changes nothing on screen: a resize to the size already drawn
+//! (terminals send one when a tmux client attaches or a window regains focus), mouse motion, key
+//! releases. A key that changes the view is drawn at once, in the same turn of the loop.
+//!
 //! Snapshots come from a [`Source`]: the sampler (the monitor), or a recording's player (the
 //! replay, whose keys and time bar are its own; see [`crate::replay`]).
 
@@ -204,7 +208,11 @@ async fn event_loop(
     let mut feed = Feed::start(source, &app);
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
-    let mut screen = Screen { app, viewer: None };
+    let mut screen = Screen {
+        app,
+        viewer: None,
+        drawn_size: None,
+    };
     screen.draw(terminal, &feed)?;
     fault_injection_for_tests();
     loop {
@@ -254,6 +262,8 @@ async fn event_loop(
 struct Screen {
     app: App,
     viewer: Option<Box<Viewer>>,
+    /// The terminal's size (columns, rows) when the last frame was drawn.
+    drawn_size: Option<(u16, u16)>,
 }
 
 impl Screen {
@@ -263,6 +273,9 @@ impl Screen {
         feed: &mut Feed,
         reports: &mpsc::UnboundedSender<ActionReport>,
     ) -> Step {
+        if self.is_drawn_size(&input) {
+            return Step::Nothing;
+        }
         let Some(viewer) = self.viewer.as_mut() else {
             return on_input(&mut self.app, input, feed, reports);
         };
@@ -283,6 +296,12 @@ impl Screen {
                 Step::Redraw
             }
         }
+    }
+
+    /// Whether `input` is a resize to the size the last frame was drawn at: nothing to redraw.
+    fn is_drawn_size(&self, input: &Input) -> bool {
+        matches!(input, Input::Event(Event::Resize(columns, rows))
+            if self.drawn_size == Some((*columns, *rows)))
     }
 
     /// A new snapshot changes only the monitor: under the viewer nothing on screen moves, so
@@ -306,6 +325,8 @@ impl Screen {
     }
 
     fn draw(&mut self, terminal: &mut Tui, feed: &Feed) -> io::Result<()> {
+        let size = terminal.size()?;
+        self.drawn_size = Some((size.width, size.height));
         match self.viewer.as_mut() {
             Some(viewer) => memsnap::view::draw(viewer, terminal),
             None => draw(terminal, &mut self.app, feed),
@@ -521,12 +542,29 @@ mod tests {
         let mut screen = Screen {
             app: App::new(1.0, false, true),
             viewer: None,
+            drawn_size: None,
         };
         assert_eq!(screen.snapshot_step(), Step::Redraw);
         let fixture = crate::memsnap::model::tests::fixture("oom.pickle");
         let loaded = memsnap::load(&fixture, Links::Follow).expect("fixture");
         assert_eq!(screen.open_viewer(Ok(loaded)), Step::Redraw);
         assert_eq!(screen.snapshot_step(), Step::Nothing);
+    }
+
+    #[test]
+    fn a_resize_to_the_size_drawn_draws_nothing() {
+        let mut screen = Screen {
+            app: App::new(1.0, false, true),
+            viewer: None,
+            drawn_size: None,
+        };
+        let resize = |columns, rows| Input::Event(Event::Resize(columns, rows));
+        assert!(!screen.is_drawn_size(&resize(120, 40)));
+        screen.drawn_size = Some((120, 40));
+        assert!(screen.is_drawn_size(&resize(120, 40)));
+        assert!(!screen.is_drawn_size(&resize(120, 41)));
+        let key = KeyEvent::new(KeyCode::Char('t'), KeyModifiers::NONE);
+        assert!(!screen.is_drawn_size(&Input::Event(Event::Key(key))));
     }
 
     #[test]

@@ -38,8 +38,9 @@
 //!   │ collects, runs the rules,           (pidfd signals, renice;           zstd blocks to
 //!   │ publishes an immutable snapshot      identity checked first)          the .ttrec file
 //!   ├─▶ torchtop-driver: loads NVML and recounts the GPUs (calls that may block)
-//!   ├─▶ torchtop-gpus0: reads every healthy GPU, one after another; Xid events are polled
-//!   │     with each GPU's reading
+//!   ├─▶ torchtop-gpus0: keeps the clock: sleeps until the tick, reads every healthy GPU,
+//!   │     one after another (Xid events polled with each), and wakes the sampler once,
+//!   │     through the same channel as the UI's requests
 //!   │     └─▶ torchtop-gpusN: a GPU of its own only while its calls overrun the deadline
 //!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
 //!   └─  /proc is read on the sampler thread itself

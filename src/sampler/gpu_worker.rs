@@ -1,15 +1,20 @@
 //! One GPU worker thread: it reads, in turn, every GPU it owns, posts each reading in the GPU's
 //! cell as soon as it has it, and sends one message when the round is over, so that the
-//! sampler wakes once a round, not once a GPU. A GPU is owned through its [`GpuCell`]: the pool hands a GPU to another worker
-//! by changing the cell's owner (only while no worker is inside the cell's reader), and a worker
-//! forgets every GPU it no longer owns the next time it comes to it. So a worker that hangs in
-//! one GPU's call holds only that GPU; the pool gives the others to a fresh worker.
+//! sampler wakes once a round, not once a GPU. In the monitor the worker keeps the clock: it
+//! sleeps until the next tick, reads, and wakes the sampler once ([`Command::Clock`]), so a
+//! tick costs one wake-up here and one in the sampler, none for asking.
+//!
+//! A GPU is owned through its [`GpuCell`]: the pool hands a GPU to another worker by changing
+//! the cell's owner (only while no worker is inside the cell's reader), and a worker forgets
+//! every GPU it no longer owns the next time it comes to it. So a worker that hangs in one GPU's
+//! call holds only that GPU; the pool gives the others to a fresh worker.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use super::SamplerRequest;
 use crate::collect::{DeviceError, DeviceReader, DeviceReading};
 
 /// The owner of a GPU that no worker reads (lost, or gone from the count).
@@ -86,16 +91,25 @@ impl GpuCell {
 
 /// What the pool asks of a worker.
 pub(super) enum Command {
-    /// Read every GPU owned, in order, then say [`WorkerMessage::Done`].
+    /// Read every GPU owned, in order, now, then say [`SamplerRequest::GpuRoundDone`].
     Read,
     /// Start reading this GPU too (its owner is already this worker).
     Adopt(Arc<GpuCell>),
+    /// Read every GPU owned at `next`, and every `every` after it, without being asked.
+    Clock { next: Instant, every: Duration },
 }
 
-/// What a worker tells the pool: the round asked by the last [`Command::Read`] is over (its
-/// readings are posted in the GPUs' cells).
-pub(super) struct Done {
-    pub(super) worker: u64,
+/// The first tick of `every` after `now`, counting from `slot`: a round that ran late skips
+/// the ticks it missed instead of running them back to back. The pool and its workers use
+/// the same rule, so they agree on which tick a round is for.
+pub(super) fn next_slot(slot: Instant, every: Duration, now: Instant) -> Instant {
+    let next = slot + every;
+    if next > now || every.is_zero() {
+        return next.max(now);
+    }
+    let behind = now.duration_since(next).as_nanos() / every.as_nanos();
+    let skip = u32::try_from(behind + 1).unwrap_or(u32::MAX);
+    next + every.saturating_mul(skip)
 }
 
 /// Which GPU a worker is reading, and since when: what tells the pool that a call overruns.
@@ -146,30 +160,57 @@ impl Progress {
 pub(super) fn run(
     id: u64,
     commands: Receiver<Command>,
-    messages: Sender<Done>,
+    messages: Sender<SamplerRequest>,
     progress: Arc<Progress>,
 ) {
     let mut cells: Vec<Arc<GpuCell>> = Vec::new();
-    while let Ok(command) = commands.recv() {
-        match command {
-            Command::Adopt(cell) => cells.push(cell),
-            Command::Read => {
-                if !read_round(id, &mut cells, &messages, &progress) {
-                    return;
-                }
+    let mut clock: Option<(Instant, Duration)> = None;
+    loop {
+        let command = match clock {
+            None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some((next, _)) => {
+                commands.recv_timeout(next.saturating_duration_since(Instant::now()))
             }
+        };
+        let alive = match command {
+            Ok(Command::Adopt(cell)) => {
+                cells.push(cell);
+                true
+            }
+            Ok(Command::Clock { next, every }) => {
+                clock = Some((next, every));
+                true
+            }
+            Ok(Command::Read) => read_round(id, &mut cells, &messages, &progress, true),
+            Err(RecvTimeoutError::Timeout) => {
+                let Some((slot, every)) = clock else {
+                    continue;
+                };
+                clock = Some((next_slot(slot, every, Instant::now()), every));
+                // A clocked round with nothing to read wakes nobody.
+                read_round(id, &mut cells, &messages, &progress, false)
+            }
+            Err(RecvTimeoutError::Disconnected) => false,
+        };
+        if !alive {
+            return;
         }
     }
 }
 
-/// Reads every GPU this worker still owns; false once the pool is gone.
+/// Reads every GPU this worker still owns and says so (always when `asked`, else only when
+/// there was something to read); false once the pool is gone.
 fn read_round(
     id: u64,
     cells: &mut Vec<Arc<GpuCell>>,
-    messages: &Sender<Done>,
+    messages: &Sender<SamplerRequest>,
     progress: &Progress,
+    asked: bool,
 ) -> bool {
     cells.retain(|cell| cell.owner() == id);
+    if cells.is_empty() && !asked {
+        return true;
+    }
     for cell in cells.iter() {
         let mut reader = cell.lock();
         // Checked under the lock: the pool only moves a GPU while holding it.
@@ -181,5 +222,23 @@ fn read_round(
         progress.end();
         cell.post(reading);
     }
-    messages.send(Done { worker: id }).is_ok()
+    messages
+        .send(SamplerRequest::GpuRoundDone { worker: id })
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_slot_skips_the_ticks_a_late_round_missed() {
+        let t0 = Instant::now();
+        let every = Duration::from_millis(100);
+        let ms = Duration::from_millis;
+        assert_eq!(next_slot(t0, every, t0 + ms(5)), t0 + ms(100));
+        assert_eq!(next_slot(t0, every, t0 + ms(100)), t0 + ms(200));
+        assert_eq!(next_slot(t0, every, t0 + ms(250)), t0 + ms(300));
+        assert_eq!(next_slot(t0, Duration::ZERO, t0 + ms(7)), t0 + ms(7));
+    }
 }

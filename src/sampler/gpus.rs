@@ -6,7 +6,13 @@
 //! its last figures. Once the GPU answers promptly again for a few rounds, it is folded back
 //! into the shared worker and its own worker ends. Stuck threads are never joined: the process
 //! exits around them. What each GPU last said, and how it is published, is in [`slot`].
+//!
+//! A round starts in one of two ways: the sampler asks every worker now
+//! ([`GpuPool::request_readings`], for `--once` and the tests), or, in the monitor, the workers
+//! keep the clock and read on each tick by themselves ([`clock`]). Either way the sampler waits
+//! on one channel, which carries the workers' "round over" and the UI's requests alike.
 
+mod clock;
 mod driver;
 mod slot;
 
@@ -16,7 +22,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::gpu_worker::{self, Command, Done, GpuCell, Progress};
+use super::gpu_worker::{self, Command, GpuCell, Progress};
+use super::SamplerRequest;
 use crate::collect::{GpuLoader, GpuSource};
 use crate::model::DriverInfo;
 use driver::{run_driver_thread, DriverEvent};
@@ -50,11 +57,23 @@ pub(crate) struct GpuPool {
     workers: BTreeMap<u64, Worker>,
     /// The worker of the healthy GPUs.
     shared: Option<u64>,
-    messages_tx: Sender<Done>,
-    messages_rx: Receiver<Done>,
+    /// The sampler's one inbox: the workers' "round over" and the UI's requests.
+    messages_tx: Sender<SamplerRequest>,
+    messages_rx: Receiver<SamplerRequest>,
     next_worker: u64,
-    /// Counts requests, so that a late answer is told from a prompt one.
+    /// Counts rounds, so that a late answer is told from a prompt one.
     round: u64,
+    /// When the round in progress began (or begins, on the workers' clock), and when the
+    /// sampler stops waiting for it.
+    round_start: Instant,
+    round_deadline: Instant,
+    /// Whether any worker is expected to answer the round in progress.
+    round_asked: bool,
+    /// The workers' clock, in the monitor: the tick of the round in progress or next, and the
+    /// time between ticks.
+    clock: Option<clock::Clock>,
+    /// How long a round waits for the workers.
+    gpu_wait: Duration,
     epoch: Instant,
     /// A GPU without a reading for this long is published as stale.
     pub(crate) stale_after: Duration,
@@ -68,8 +87,9 @@ impl GpuPool {
     pub(crate) fn start(
         loader: GpuLoader,
         library_label: &str,
+        inbox: (Sender<SamplerRequest>, Receiver<SamplerRequest>),
         stale_after: Duration,
-        call_deadline: Duration,
+        gpu_wait: Duration,
         recount_every: Duration,
     ) -> Self {
         let (events_tx, driver_events) = mpsc::channel();
@@ -78,7 +98,8 @@ impl GpuPool {
             .name("torchtop-driver".into())
             .spawn(move || run_driver_thread(loader, events_tx, count_rx))
             .expect("spawning a thread only fails when the OS is out of resources");
-        let (messages_tx, messages_rx) = mpsc::channel();
+        let (messages_tx, messages_rx) = inbox;
+        let now = Instant::now();
         GpuPool {
             driver_events,
             count_requests: Some(count_tx),
@@ -97,9 +118,14 @@ impl GpuPool {
             messages_rx,
             next_worker: 0,
             round: 0,
-            epoch: Instant::now(),
+            round_start: now,
+            round_deadline: now,
+            round_asked: false,
+            clock: None,
+            gpu_wait,
+            epoch: now,
             stale_after,
-            call_deadline,
+            call_deadline: gpu_wait / 2,
             recount_every,
         }
     }
@@ -123,6 +149,10 @@ impl GpuPool {
             .name(format!("torchtop-gpus{id}"))
             .spawn(move || gpu_worker::run(id, commands_rx, messages, seen))
             .ok()?;
+        if let Some(clock) = self.clock {
+            // Nothing was sent yet, so the receiver is there to take it.
+            let _ = commands.send(clock.command_for_new_worker(Instant::now()));
+        }
         let worker = Worker {
             commands,
             progress,
@@ -146,9 +176,10 @@ impl GpuPool {
         true
     }
 
-    /// Starts a round: asks every worker that owns a GPU and has no request in flight.
-    pub(crate) fn request_readings(&mut self) {
-        self.round += 1;
+    /// Starts a round now, to be waited for until `deadline`: asks every worker that owns a GPU
+    /// and has no request in flight.
+    pub(crate) fn request_readings(&mut self, deadline: Instant) {
+        self.begin_round(Instant::now(), deadline);
         // Walked by key rather than collected, so that a round allocates nothing.
         let mut next = self.workers.keys().next().copied();
         while let Some(id) = next {
@@ -164,30 +195,53 @@ impl GpuPool {
         };
         if worker.pending.is_none() && owns && worker.commands.send(Command::Read).is_ok() {
             worker.pending = Some(self.round);
+            self.round_asked = true;
         }
     }
 
-    /// Takes the round's readings until every worker asked has answered or `deadline` passes,
-    /// giving a GPU whose call overruns a worker of its own on the way.
-    pub(crate) fn collect_readings(&mut self, deadline: Instant) {
+    fn begin_round(&mut self, start: Instant, deadline: Instant) {
+        self.round += 1;
+        self.round_start = start;
+        self.round_deadline = deadline;
+        self.round_asked = false;
+    }
+
+    /// Waits for the round until every worker asked has answered or its deadline passes,
+    /// giving a GPU whose call overruns a worker of its own on the way. A round that asked
+    /// nobody lasts until its start (the tick, on the clock). Returns early with a request of
+    /// the UI that came meanwhile: the caller carries it out and calls again.
+    pub(crate) fn wait_round(&mut self) -> Option<SamplerRequest> {
         loop {
             let now = Instant::now();
             self.isolate_overruns(now);
-            if now >= deadline || !self.round_pending() {
-                break;
+            let over = if self.round_asked {
+                !self.round_pending()
+            } else {
+                now >= self.round_start
+            };
+            if over || now >= self.round_deadline {
+                return None;
             }
-            let wake = self
-                .next_overrun(now)
-                .map_or(deadline, |at| at.min(deadline));
+            let until = if self.round_asked {
+                self.round_deadline
+            } else {
+                self.round_start
+            };
+            let wake = self.next_overrun(now).map_or(until, |at| at.min(until));
             match self
                 .messages_rx
                 .recv_timeout(wake.saturating_duration_since(now))
             {
-                Ok(message) => self.apply(message),
+                Ok(SamplerRequest::GpuRoundDone { worker }) => self.apply(worker),
+                Ok(request) => return Some(request),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Disconnected) => return None,
             }
         }
+    }
+
+    /// Ends the round: takes what was posted and folds recovered GPUs back.
+    pub(crate) fn finish_round(&mut self) {
         for worker in self.workers.values_mut() {
             if worker.pending.is_some() {
                 worker.prompt_rounds = 0;
@@ -202,14 +256,16 @@ impl GpuPool {
     }
 
     /// When to look again for a call that overruns on a worker with other GPUs: when the call
-    /// in flight would overrun, or, between two calls, a call deadline from now.
+    /// in flight would overrun, or, between two calls (or before the tick it reads on), a call
+    /// deadline from now (or from the tick).
     fn next_overrun(&self, now: Instant) -> Option<Instant> {
+        let between = now.max(self.round_start) + self.call_deadline;
         self.workers
             .iter()
             .filter(|(id, w)| w.pending.is_some() && self.owned_by(**id) > 1)
             .map(|(_, w)| match w.progress.current() {
                 Some((_, since)) => (since + self.call_deadline).max(now),
-                None => now + self.call_deadline,
+                None => between,
             })
             .min()
     }
@@ -276,7 +332,7 @@ impl GpuPool {
         }
     }
 
-    fn apply(&mut self, Done { worker }: Done) {
+    fn apply(&mut self, worker: u64) {
         let round = self.round;
         if let Some(w) = self.workers.get_mut(&worker) {
             let prompt = w.pending.take() == Some(round);

@@ -21,7 +21,7 @@ mod vendors;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -78,6 +78,9 @@ pub(crate) enum SamplerRequest {
     Detail { pid: Option<u32> },
     /// The setup screen's refresh rate: sample every this often from now on.
     Interval(Duration),
+    /// Sent by a GPU worker, not the UI: its round is over (the readings are posted in the
+    /// GPUs' cells). It shares the UI's channel so that the sampler waits on one channel only.
+    GpuRoundDone { worker: u64 },
 }
 
 impl SamplerConfig {
@@ -133,12 +136,23 @@ pub struct Sampler {
 impl Sampler {
     /// Starts the driver thread; GPU workers follow once the library is loaded.
     pub fn start(config: SamplerConfig, loader: GpuLoader) -> Self {
+        Self::start_with_inbox(config, loader, mpsc::channel())
+    }
+
+    /// As [`Sampler::start`], with the channel the sampler waits on: its sender is the UI's
+    /// way to send requests, and the GPU workers' way to say a round is over.
+    fn start_with_inbox(
+        config: SamplerConfig,
+        loader: GpuLoader,
+        inbox: (Sender<SamplerRequest>, Receiver<SamplerRequest>),
+    ) -> Self {
         let loader = vendors::with_amd(loader, config.amd_root.clone());
         let gpus = GpuPool::start(
             loader,
             &config.library_label,
+            inbox,
             config.stale_after,
-            config.gpu_wait / 2,
+            config.gpu_wait,
             config.recount_every,
         );
         let host = HostCollector::with_fs_root(config.proc_root.clone(), config.fs_root.clone());
@@ -167,8 +181,31 @@ impl Sampler {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);
-        self.gpus.request_readings();
-        self.gpus.collect_readings(started + self.config.gpu_wait);
+        self.gpus.request_readings(started + self.config.gpu_wait);
+        self.collect_gpus();
+        self.snapshot_now()
+    }
+
+    /// The monitor's snapshot: the GPU workers read on the clock's tick by themselves; this
+    /// waits for them (up to `gpu_wait` after the tick), then reads the host.
+    fn clocked_tick(&mut self) -> Snapshot {
+        self.gpus.drain_driver_events();
+        self.gpus.request_count_if_due(Instant::now());
+        self.gpus.expect_round();
+        self.collect_gpus();
+        self.snapshot_now()
+    }
+
+    /// Waits for the GPU round, carrying out the UI's requests that come meanwhile.
+    fn collect_gpus(&mut self) {
+        while let Some(request) = self.gpus.wait_round() {
+            self.handle(request);
+        }
+        self.gpus.finish_round();
+    }
+
+    /// The host and the processes as of now, joined with the GPUs as last read.
+    fn snapshot_now(&mut self) -> Snapshot {
         let host = self.host.sample_host();
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
@@ -219,8 +256,8 @@ impl Sampler {
         self.gpus.wait_for_driver(deadline);
         // In a single shot, whatever answered before the deadline is current.
         self.gpus.stale_after = timeout + cpu_window;
-        self.gpus.request_readings();
-        self.gpus.collect_readings(deadline);
+        self.gpus.request_readings(deadline);
+        self.collect_gpus();
         let mut processes = self.gpus.gpu_processes();
         self.host.join_processes(&mut processes);
         let primed = Instant::now();
@@ -269,8 +306,13 @@ impl Sampler {
             SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
             SamplerRequest::MemoryView { pid } => self.ask_for_memory_view(pid),
             SamplerRequest::Detail { pid } => self.detail.follow(pid),
-            // The loop's own timing: `spawn_loop` takes it before a request gets here.
-            SamplerRequest::Interval(_) => {}
+            SamplerRequest::Interval(every) => {
+                self.config.interval = every;
+                self.gpus.retime(every, Instant::now());
+            }
+            // Taken by the GPU pool while it waits for a round; one that comes after the
+            // round's deadline says nothing more.
+            SamplerRequest::GpuRoundDone { .. } => {}
         }
     }
 
@@ -386,7 +428,12 @@ fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
 }
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
-/// false. Requests sent on the returned channel are carried out as they arrive, between ticks.
+/// false. Requests sent on the returned channel are carried out as they arrive (while the
+/// sampler waits for the GPUs' next round).
+///
+/// After the first snapshot the GPU workers keep the clock: each sleeps until the tick, reads,
+/// and wakes the sampler once, so that a tick costs a wake-up per thread (worker, sampler, UI)
+/// and no more. Without GPUs the sampler sleeps until the tick itself.
 pub(crate) fn spawn_loop<F>(
     config: SamplerConfig,
     loader: GpuLoader,
@@ -396,36 +443,24 @@ where
     F: FnMut(Snapshot) -> bool + Send + 'static,
 {
     let (requests_tx, requests) = mpsc::channel();
+    let inbox = (requests_tx.clone(), requests);
     thread::Builder::new()
         .name("torchtop-sampler".into())
         .spawn(move || {
-            let mut interval = config.interval;
-            let mut sampler = Sampler::start(config, loader);
+            let mut sampler = Sampler::start_with_inbox(config, loader, inbox);
             // The first frame is worth more with the GPUs in it: give the library a moment.
             sampler
                 .gpus
                 .wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
-            let mut next = Instant::now();
-            loop {
-                if !publish(sampler.tick()) {
-                    return;
-                }
-                next += interval;
-                let now = Instant::now();
-                if next < now {
-                    next = now;
-                }
-                while let Ok(request) =
-                    requests.recv_timeout(next.saturating_duration_since(Instant::now()))
-                {
-                    match request {
-                        SamplerRequest::Interval(every) => {
-                            interval = every;
-                            next = next.min(Instant::now() + every);
-                        }
-                        other => sampler.handle(other),
-                    }
-                }
+            let first = Instant::now();
+            if !publish(sampler.tick()) {
+                return;
+            }
+            let every = sampler.config.interval;
+            let at = gpu_worker::next_slot(first, every, Instant::now());
+            sampler.gpus.start_clock(at, every);
+            while publish(sampler.clocked_tick()) {
+                sampler.gpus.advance_clock(Instant::now());
             }
         })
         .expect("spawning a thread only fails when the OS is out of resources");

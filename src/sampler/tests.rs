@@ -340,3 +340,86 @@ fn the_loop_takes_a_new_interval_at_once() {
         .recv_timeout(PATIENCE)
         .expect("a second tick at the new interval, not an hour later");
 }
+
+/// Ticks on the workers' clock (as the monitor does) until a snapshot satisfies `done`.
+fn clocked_tick_until(sampler: &mut Sampler, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = sampler.clocked_tick();
+        sampler.gpus.advance_clock(Instant::now());
+        if done(&snapshot) {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "never: {:?}", snapshot.gpus);
+    }
+}
+
+/// On the clock nobody asks the worker for a reading: it reads on each tick by itself, and the
+/// figures move.
+#[test]
+fn the_worker_reads_on_its_own_clock() {
+    let (config, _agents) = config();
+    let mut sampler = Sampler::start(config, loader(2, None, None));
+    sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+    let first = tick_until(&mut sampler, |s| {
+        s.gpus.len() == 2 && s.gpus.iter().all(|g| g.state == GpuState::Ok)
+    });
+    let every = Duration::from_millis(30);
+    sampler.gpus.start_clock(Instant::now() + every, every);
+    let later = clocked_tick_until(&mut sampler, |s| {
+        s.gpus.iter().all(|g| g.state == GpuState::Ok)
+            && s.gpus[1].temperature_c > first.gpus[1].temperature_c
+    });
+    assert_eq!(later.gpus[0].utilization_percent, Some(40));
+    assert_eq!(sampler.gpus.worker_count(), 1);
+}
+
+/// On the clock too, a GPU whose read hangs gets a worker of its own, and the others keep
+/// updating without waiting for it.
+#[test]
+fn on_the_clock_a_hung_gpu_still_gets_its_own_worker() {
+    let (isolated, later) = returns(|| {
+        let (config, _agents) = config();
+        let mut sampler = Sampler::start(config, loader(3, Some(1), None));
+        sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+        let every = Duration::from_millis(100);
+        sampler.gpus.start_clock(Instant::now() + every, every);
+        let others_ok = |s: &Snapshot| {
+            s.gpus.len() == 3 && s.gpus[0].state == GpuState::Ok && s.gpus[2].state == GpuState::Ok
+        };
+        let first = clocked_tick_until(&mut sampler, others_ok);
+        let later = clocked_tick_until(&mut sampler, |s| {
+            others_ok(s) && s.gpus[2].temperature_c > first.gpus[2].temperature_c
+        });
+        (sampler.gpus.on_own_workers(), later)
+    });
+    assert_eq!(isolated, [1]);
+    assert_eq!(later.gpus[1].state, GpuState::Stale);
+}
+
+/// A request sent on the loop's channel while the sampler waits for the GPUs' round is carried
+/// out then: the UI and the workers share the one channel the sampler waits on.
+#[test]
+fn a_request_is_taken_while_the_sampler_waits_for_the_gpus() {
+    let (mut config, _agents) = config();
+    config.interval = Duration::from_secs(3600);
+    let (snapshots, published) = std::sync::mpsc::channel();
+    let requests = spawn_loop(config, loader(1, None, None), move |s| {
+        snapshots.send(s).is_ok()
+    });
+    published.recv_timeout(PATIENCE).expect("the first tick");
+    requests
+        .send(SamplerRequest::Interval(Duration::from_millis(50)))
+        .unwrap();
+    requests
+        .send(SamplerRequest::ProcessTable { wanted: true })
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = published.recv_timeout(PATIENCE).expect("a tick");
+        if !snapshot.host_processes.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the process table never came");
+    }
+}

@@ -85,8 +85,13 @@ pub(crate) fn join_torch(
     churn: &mut Churn,
 ) -> Vec<GpuProcess> {
     churn.retain(torch);
+    // Without agents there is nothing to join; the rows come from NVML with no torch figures.
+    if torch.is_empty() {
+        return Vec::new();
+    }
     let mut used: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
-    for p in processes.iter() {
+    // Only the processes with an agent: a map for every GPU process would be built each tick.
+    for p in processes.iter().filter(|p| torch.contains_key(&p.pid)) {
         if let Some(bytes) = p.gpu_memory_bytes {
             used.entry(p.pid).or_default().insert(p.gpu, bytes);
         }

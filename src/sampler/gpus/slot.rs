@@ -54,12 +54,15 @@ impl GpuPool {
 
     /// The processes of every GPU that is not lost, from each GPU's latest reading.
     pub(crate) fn gpu_processes(&self) -> Vec<GpuProcess> {
-        self.slots
-            .values()
-            .filter(|w| w.lost.is_none())
-            .filter_map(|w| w.last_reading.as_ref())
-            .flat_map(|r| r.processes.iter().cloned())
-            .collect()
+        let readings = || {
+            (self.slots.values())
+                .filter(|w| w.lost.is_none())
+                .filter_map(|w| w.last_reading.as_ref())
+        };
+        // Sized first: collecting from the chained lists would grow the vector step by step.
+        let mut processes = Vec::with_capacity(readings().map(|r| r.processes.len()).sum());
+        processes.extend(readings().flat_map(|r| r.processes.iter().cloned()));
+        processes
     }
 }
 
