@@ -3,11 +3,12 @@
 //! marked in the header. Rows for pids that /proc does not show still appear, marked "not
 //! visible here".
 
+use super::label::Label;
 use ratatui::{
     layout::{Constraint, Rect},
     style::Style,
     text::Line,
-    widgets::{Cell, Paragraph, Row, Table},
+    widgets::{Cell, Row, Table},
     Frame,
 };
 
@@ -77,10 +78,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             height: 1,
             ..area
         };
-        frame.render_widget(
-            Paragraph::new(empty_message(app)).style(theme.dim()),
-            message,
-        );
+        frame.render_widget(Label::new(empty_message(app)).style(theme.dim()), message);
     }
 }
 
