@@ -67,6 +67,17 @@ pub(crate) struct RowRef {
     pub(crate) tree: Option<(String, TreeRole)>,
 }
 
+impl RowRef {
+    /// Whether [`ProcessRow::rank_text`] of this row is `Some`, without building the row.
+    pub(crate) fn has_rank(&self, snapshot: &Snapshot) -> bool {
+        let gpus = || self.gpus.iter().filter_map(|&i| snapshot.processes.get(i));
+        gpus().any(|g| g.torch.is_some())
+            || gpus()
+                .find_map(|g| g.env.as_ref())
+                .is_some_and(|e| e.rank.is_some())
+    }
+}
+
 /// A row ready to draw or act on.
 #[derive(Debug, Clone)]
 pub(crate) struct ProcessRow<'a> {

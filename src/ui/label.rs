@@ -149,7 +149,12 @@ mod tests {
             for alignment in [Alignment::Left, Alignment::Center, Alignment::Right] {
                 for area in areas {
                     both(text, Style::new(), alignment, area);
-                    both(text, Style::new().fg(Color::Cyan).bg(Color::Black), alignment, area);
+                    both(
+                        text,
+                        Style::new().fg(Color::Cyan).bg(Color::Black),
+                        alignment,
+                        area,
+                    );
                 }
             }
         }
