@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use crate::actions::ProcessIdentity;
 use crate::format;
-use crate::model::filter::{matches, sort_processes, SortKey};
+use crate::model::filter::{matches, sorted_positions, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
 use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
 
@@ -391,10 +391,10 @@ fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<Row
     for (i, p) in processes.iter().enumerate().rev() {
         positions.entry((p.pid, p.gpu)).or_default().push(i);
     }
-    let mut sorted = processes.to_vec();
-    sort_processes(&mut sorted, key, reverse);
-    sorted
-        .iter()
+    // Rows of the same pid and GPU take their positions in snapshot order, as before.
+    sorted_positions(processes, key, reverse)
+        .into_iter()
+        .map(|i| &processes[i])
         .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
         .map(|i| RowRef {
             gpus: vec![i],
