@@ -191,6 +191,25 @@ impl App {
             .collect()
     }
 
+    /// The rows `first..first + count` of [`App::rows`], built only for those: a frame draws a
+    /// screenful of a table that may hold thousands of rows.
+    pub(crate) fn rows_window(
+        &self,
+        first: usize,
+        count: usize,
+    ) -> impl Iterator<Item = ProcessRow<'_>> {
+        self.rows
+            .iter()
+            .skip(first)
+            .take(count)
+            .map(|r| rows::materialize(&self.snapshot, r))
+    }
+
+    /// Whether any row shows a rank (the RANK column is then offered), without building rows.
+    pub(crate) fn any_row_has_rank(&self) -> bool {
+        self.rows.iter().any(|r| r.has_rank(&self.snapshot))
+    }
+
     pub(crate) fn row_count(&self) -> usize {
         self.rows.len()
     }

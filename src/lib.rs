@@ -76,6 +76,9 @@ pub(crate) mod sys;
 pub(crate) mod tch_agent;
 pub(crate) mod terminal;
 pub(crate) mod ui;
+/// The event loop's drawing, off screen, for `cargo bench --bench frame`; not an interface.
+#[doc(hidden)]
+pub use ui::bench as frame_bench;
 
 /// The agent for Rust training programs on tch/libtorch: `torchtop::agent::start()` once (feature
 /// `torch`), `torchtop::agent::step()` every training step. This is the public face of

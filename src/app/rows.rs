@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use crate::actions::ProcessIdentity;
 use crate::format;
-use crate::model::filter::{matches, sort_processes, SortKey};
+use crate::model::filter::{matches, sorted_positions, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
 use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
 
@@ -65,6 +65,17 @@ pub(crate) struct RowRef {
     pub(crate) host: Option<usize>,
     /// Tree guides ("│  └─ ") and why the row is in the tree; `None` in the flat table.
     pub(crate) tree: Option<(String, TreeRole)>,
+}
+
+impl RowRef {
+    /// Whether [`ProcessRow::rank_text`] of this row is `Some`, without building the row.
+    pub(crate) fn has_rank(&self, snapshot: &Snapshot) -> bool {
+        let gpus = || self.gpus.iter().filter_map(|&i| snapshot.processes.get(i));
+        gpus().any(|g| g.torch.is_some())
+            || gpus()
+                .find_map(|g| g.env.as_ref())
+                .is_some_and(|e| e.rank.is_some())
+    }
 }
 
 /// A row ready to draw or act on.
@@ -380,10 +391,10 @@ fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<Row
     for (i, p) in processes.iter().enumerate().rev() {
         positions.entry((p.pid, p.gpu)).or_default().push(i);
     }
-    let mut sorted = processes.to_vec();
-    sort_processes(&mut sorted, key, reverse);
-    sorted
-        .iter()
+    // Rows of the same pid and GPU take their positions in snapshot order, as before.
+    sorted_positions(processes, key, reverse)
+        .into_iter()
+        .map(|i| &processes[i])
         .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
         .map(|i| RowRef {
             gpus: vec![i],

@@ -18,7 +18,7 @@ impl App {
             Plan::Screen(areas) => areas.processes.width,
             Plan::TooSmall { .. } => 0,
         };
-        let with_rank = self.rows().iter().any(|r| r.rank_text().is_some());
+        let with_rank = self.any_row_has_rank();
         columns::fit_shown(width, with_rank, self.settings.tree, &self.hidden_columns())
     }
 

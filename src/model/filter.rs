@@ -153,15 +153,32 @@ impl SortKey {
     }
 }
 
-/// Sorts ascending by `key`, or descending with `reverse`. Rows whose value is missing (N/A)
-/// go last in both directions; ties are broken by pid then GPU, always ascending, so the order
-/// is stable between refreshes.
+/// `rows` in the order of [`sorted_positions`].
+#[cfg(test)]
 pub(crate) fn sort_processes(rows: &mut [GpuProcess], key: SortKey, reverse: bool) {
-    rows.sort_by(|a, b| {
+    let sorted: Vec<GpuProcess> = sorted_positions(rows, key, reverse)
+        .into_iter()
+        .map(|i| rows[i].clone())
+        .collect();
+    rows.clone_from_slice(&sorted);
+}
+
+/// The positions in `processes` sorted ascending by `key`, or descending with `reverse`, without
+/// copying the processes. Rows whose value is missing (N/A) go last in both directions; ties are
+/// broken by pid then GPU, always ascending, so the order is stable between refreshes.
+pub(crate) fn sorted_positions(
+    processes: &[GpuProcess],
+    key: SortKey,
+    reverse: bool,
+) -> Vec<usize> {
+    let mut positions: Vec<usize> = (0..processes.len()).collect();
+    positions.sort_by(|&a, &b| {
+        let (a, b) = (&processes[a], &processes[b]);
         compare_by(key, a, b, reverse)
             .then(a.pid.cmp(&b.pid))
             .then(a.gpu.cmp(&b.gpu))
     });
+    positions
 }
 
 fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Ordering {

@@ -4,10 +4,11 @@
 //! each device's `memory_stats` figures with auto-scaled sparklines of allocated and reserved.
 //! Its size never depends on the selection: a row without an agent gets a line saying so.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::{Paragraph, RenderDirection, Sparkline},
+    widgets::{RenderDirection, Sparkline},
     Frame,
 };
 
@@ -71,14 +72,14 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     };
     let title = pad_left_aligned(&title(process, torch), usize::from(area.width));
     frame.render_widget(
-        Paragraph::new(title).style(theme.title()),
+        Label::new(title).style(theme.title()),
         Rect { height: 1, ..area },
     );
     if let Some(age) = torch.age_seconds.filter(|a| *a > AGENT_SILENT_SECONDS) {
         let note = format!(" agent silent for {} ", format::duration(age));
         let width = (note.len() as u16).min(area.width);
         let at = Rect::new(area.right() - width, area.y, width, 1);
-        frame.render_widget(Paragraph::new(note).style(theme.warn()), at);
+        frame.render_widget(Label::new(note).style(theme.warn()), at);
     }
     let mut y = area.y + 1;
     let rest = |y: u16| Rect::new(area.x, y, area.width, area.bottom().saturating_sub(y));
@@ -127,13 +128,13 @@ fn render_without_agent(frame: &mut Frame, area: Rect, process: Option<&GpuProce
         None => (" PYTORCH".to_string(), " no process selected"),
     };
     frame.render_widget(
-        Paragraph::new(pad_left_aligned(&title, width)).style(theme.title()),
+        Label::new(pad_left_aligned(&title, width)).style(theme.title()),
         Rect { height: 1, ..area },
     );
     if area.height > 1 {
         let at = Rect::new(area.x, area.y + 1, area.width, 1);
         frame.render_widget(
-            Paragraph::new(format::truncate(text, width)).style(theme.dim()),
+            Label::new(format::truncate(text, width)).style(theme.dim()),
             at,
         );
     }
@@ -144,7 +145,7 @@ fn line(frame: &mut Frame, area: Rect, line: Line<'static>) -> u16 {
     if area.height == 0 {
         return 0;
     }
-    frame.render_widget(Paragraph::new(line), Rect { height: 1, ..area });
+    frame.render_widget(Label::new(line), Rect { height: 1, ..area });
     1
 }
 
@@ -240,7 +241,7 @@ fn render_device(
         height: lines.len() as u16,
         ..area
     };
-    frame.render_widget(Paragraph::new(lines), text_area);
+    frame.render_widget(Label::new(lines), text_area);
     let spark_area = Rect {
         y: text_area.bottom(),
         height: spark_rows,
@@ -369,7 +370,7 @@ fn render_sparklines(
     };
     for ((name, values, style), slot) in series.into_iter().zip(slots) {
         let label = Rect::new(slot.x, slot.y, SPARK_LABEL_WIDTH.min(slot.width), 1);
-        frame.render_widget(Paragraph::new(format!(" {name}")).style(theme.dim()), label);
+        frame.render_widget(Label::new(format!(" {name}")).style(theme.dim()), label);
         let width = slot
             .width
             .saturating_sub(SPARK_LABEL_WIDTH + 2 * SPARK_RANGE_WIDTH + 1);
@@ -384,7 +385,7 @@ fn render_sparklines(
         let spark = Rect::new(min_at.right(), slot.y, width, 1);
         let max_at = Rect::new(spark.right() + 1, slot.y, SPARK_RANGE_WIDTH, 1);
         frame.render_widget(
-            Paragraph::new(format::pad_right_aligned(&low, 7)).style(theme.dim()),
+            Label::new(format::pad_right_aligned(&low, 7)).style(theme.dim()),
             min_at,
         );
         let sparkline = Sparkline::default()
@@ -393,7 +394,7 @@ fn render_sparklines(
             .direction(RenderDirection::RightToLeft)
             .style(style);
         frame.render_widget(sparkline, spark);
-        frame.render_widget(Paragraph::new(high).style(theme.dim()), max_at);
+        frame.render_widget(Label::new(high).style(theme.dim()), max_at);
     }
 }
 

@@ -3,7 +3,8 @@
 //! out at a glance. With one GPU there is nothing to balance: the bars are labelled with
 //! their figures instead, and without GPUs the panel says so.
 
-use ratatui::{layout::Rect, style::Style, widgets::Paragraph, Frame};
+use super::label::Label;
+use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
@@ -30,7 +31,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     };
     let title = pad_left_aligned(&title, usize::from(area.width));
     frame.render_widget(
-        Paragraph::new(title).style(theme.title()),
+        Label::new(title).style(theme.title()),
         Rect { height: 1, ..area },
     );
     let bar_height = area.height - 2;
@@ -63,7 +64,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         );
         let label = Rect::new(x, label_y, group.min(area.right() - x), 1);
         frame.render_widget(
-            Paragraph::new(gpu.index.to_string()).style(theme.label()),
+            Label::new(gpu.index.to_string()).style(theme.label()),
             label,
         );
         x += group;
@@ -95,7 +96,7 @@ fn label_single_gpu(frame: &mut Frame, area: Rect, gpu: &GpuSample, theme: Theme
         }
         let style = if row == 2 { theme.dim() } else { theme.plain() };
         frame.render_widget(
-            Paragraph::new(pad_left_aligned(text, width)).style(style),
+            Label::new(pad_left_aligned(text, width)).style(style),
             Rect::new(left, y, width as u16, 1),
         );
     }

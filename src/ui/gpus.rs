@@ -2,6 +2,7 @@
 //! reasons, ECC, bus id, UUID) when the layout has room. Also the messages shown instead of the
 //! table when NVML is missing, finds no GPUs, or has not been sampled yet.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     style::Style,
@@ -27,10 +28,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     }
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
-    frame.render_widget(
-        Paragraph::new(columns.title()).style(theme.title()),
-        title_area,
-    );
+    frame.render_widget(Label::new(columns.title()).style(theme.title()), title_area);
     let body = Rect {
         y: area.y + 1,
         height: area.height - 1,
@@ -55,7 +53,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         body,
         marked,
     );
-    frame.render_widget(Paragraph::new(lines), body);
+    frame.render_widget(Label::new(lines), body);
 }
 
 /// What to say instead of the table, when there is no GPU to show.

@@ -1,10 +1,10 @@
 //! The top line: program, host, driver and CUDA versions, GPU count, refresh delay and time
 //! (local time, as `TZ` says, or UTC under `--utc`).
 
+use super::label::Label;
 use ratatui::{
     layout::{Alignment, Rect},
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -53,7 +53,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         spans.push(Span::raw("  "));
         spans.push(Span::styled(field, theme.plain()));
     }
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    frame.render_widget(Label::new(Line::from(spans)), area);
     if let Some(badge) = badge {
         let badge_area = Rect::new(
             area.right().saturating_sub(width),
@@ -61,13 +61,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             badge_width.min(area.width),
             1,
         );
-        frame.render_widget(
-            Paragraph::new(badge).style(theme.readonly_badge()),
-            badge_area,
-        );
+        frame.render_widget(Label::new(badge).style(theme.readonly_badge()), badge_area);
     }
     let clock_width = width - badge_width;
-    let clock = Paragraph::new(clock_text).alignment(Alignment::Right);
+    let clock = Label::new(clock_text).alignment(Alignment::Right);
     let clock_area = Rect::new(
         area.right().saturating_sub(clock_width),
         area.y,

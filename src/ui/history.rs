@@ -4,11 +4,12 @@
 //! other panels use for figures whose change matters more than their size: it spans the
 //! window's lowest to highest value, printed beside it.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     style::Style,
     text::Line,
-    widgets::{Paragraph, RenderDirection, Sparkline},
+    widgets::{RenderDirection, Sparkline},
     Frame,
 };
 
@@ -46,7 +47,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         compact_title(area.width, &span, &names)
     };
     frame.render_widget(
-        Paragraph::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
+        Label::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
         Rect { height: 1, ..area },
     );
     let capacity = app.history.capacity();
@@ -202,7 +203,7 @@ fn render_side_by_side(
     theme: Theme,
 ) {
     frame.render_widget(
-        Paragraph::new(format!("{index:>3}")).style(theme.label()),
+        Label::new(format!("{index:>3}")).style(theme.label()),
         Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
     );
     let segment = segment_width(row.width, metrics.len());
@@ -237,14 +238,14 @@ fn render_stacked(
         };
         let label = format!("{gpu:<5}{:<7}", metric.name);
         frame.render_widget(
-            Paragraph::new(label).style(theme.label()),
+            Label::new(label).style(theme.label()),
             Rect::new(row.x, y, label_width, 1),
         );
         let spark = Rect::new(row.x + label_width, y, spark_width, 1);
         render_sparkline(frame, spark, metric, capacity, theme);
         let value = Line::from(format!("{:>9}", metric.current));
         frame.render_widget(
-            Paragraph::new(value).style(theme.plain()),
+            Label::new(value).style(theme.plain()),
             Rect::new(spark.right(), y, VALUE_WIDTH, 1),
         );
     }
@@ -303,21 +304,31 @@ pub(crate) fn bucket_size(capacity: usize, width: usize) -> usize {
 }
 
 /// The series averaged over buckets of `bucket` samples, newest bucket first, at most `count`
-/// buckets. A bucket with no value at all is a gap (`None`).
+/// buckets. A bucket with no value at all is a gap (`None`). One pass over the newest samples,
+/// with no copy of the series: each sparkline of each frame calls this.
 pub(crate) fn newest_first_buckets(
     series: &Series,
     bucket: usize,
     count: usize,
 ) -> Vec<Option<f64>> {
-    let newest_first: Vec<Option<f64>> = series.iter().rev().collect();
-    newest_first
-        .chunks(bucket.max(1))
-        .take(count)
-        .map(|chunk| {
-            let present: Vec<f64> = chunk.iter().flatten().copied().collect();
-            (!present.is_empty()).then(|| present.iter().sum::<f64>() / present.len() as f64)
-        })
-        .collect()
+    let bucket = bucket.max(1);
+    let mut buckets = Vec::with_capacity(count.min(series.iter().len().div_ceil(bucket)));
+    let mut samples = series.iter().rev().take(count.saturating_mul(bucket));
+    loop {
+        // Summed newest first from -0.0, as `Iterator::sum` does, so averages are unchanged.
+        let (mut sum, mut present, mut seen) = (-0.0, 0_u32, 0);
+        for value in samples.by_ref().take(bucket) {
+            seen += 1;
+            if let Some(value) = value {
+                sum += value;
+                present += 1;
+            }
+        }
+        if seen == 0 {
+            return buckets;
+        }
+        buckets.push((present > 0).then(|| sum / f64::from(present)));
+    }
 }
 
 #[cfg(test)]

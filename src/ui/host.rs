@@ -1,9 +1,9 @@
 //! The host: CPU use and load, RAM, swap, and the two vm settings training guides ask about.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -22,7 +22,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .map_or(String::new(), |s| format!("  up {}", format::duration(s)));
     let title = pad_left_aligned(&format!(" HOST{uptime}"), usize::from(area.width));
     frame.render_widget(
-        Paragraph::new(title).style(theme.title()),
+        Label::new(title).style(theme.title()),
         Rect { height: 1, ..area },
     );
     let body = Rect {
@@ -30,7 +30,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         height: area.height - 1,
         ..area
     };
-    frame.render_widget(Paragraph::new(lines(host, theme)), body);
+    frame.render_widget(Label::new(lines(host, theme)), body);
 }
 
 fn lines(host: &HostSnapshot, theme: Theme) -> Vec<Line<'static>> {

@@ -1,10 +1,10 @@
 //! Distributed jobs: one line per job with each rank's memory and utilization bar, so the rank
 //! that holds more memory or computes less than its peers stands out.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -40,7 +40,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             }
         })
         .collect();
-    frame.render_widget(Paragraph::new(lines), area);
+    frame.render_widget(Label::new(lines), area);
 }
 
 fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {

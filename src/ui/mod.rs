@@ -6,6 +6,9 @@
 
 pub(crate) mod allocator;
 pub(crate) mod balance;
+/// The frame benchmark's way in (`torchtop::frame_bench`).
+#[doc(hidden)]
+pub mod bench;
 pub(crate) mod detail;
 pub(crate) mod dialog;
 pub(crate) mod gpus;
@@ -14,6 +17,7 @@ pub(crate) mod help;
 pub(crate) mod history;
 pub(crate) mod host;
 pub(crate) mod jobs;
+pub(crate) mod label;
 pub(crate) mod processes;
 pub(crate) mod ranks;
 pub(crate) mod setup;

@@ -3,11 +3,12 @@
 //! marked in the header. Rows for pids that /proc does not show still appear, marked "not
 //! visible here".
 
+use super::label::Label;
 use ratatui::{
     layout::{Constraint, Rect},
     style::Style,
     text::Line,
-    widgets::{Cell, Paragraph, Row, Table},
+    widgets::{Cell, Row, Table},
     Frame,
 };
 
@@ -24,11 +25,6 @@ const NOT_VISIBLE: &str = "not visible here (another container, or exited)";
 const NO_GPU: &str = "-";
 const TAG_MARK: char = '*';
 
-/// The rows the table shows, in order; the same rows the selection and actions use.
-pub(crate) fn visible_rows(app: &App) -> Vec<ProcessRow<'_>> {
-    app.rows()
-}
-
 /// The GPU process on the selected row, if there is one (a tree row without a GPU has none).
 pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
     app.selected_row().and_then(|row| row.gpus.first().copied())
@@ -38,26 +34,25 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
     }
-    let rows = visible_rows(app);
+    let count = app.row_count();
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
     let placed = columns::fit_shown(
         area.width,
-        rows.iter().any(|r| r.rank_text().is_some()),
+        app.any_row_has_rank(),
         app.settings.tree,
         &app.hidden_columns(),
     );
-    let body: Vec<Row> = rows
-        .iter()
-        .enumerate()
-        .skip(first)
-        .take(height)
-        .map(|(i, row)| {
-            let tagged = app.is_tagged(row);
+    // Only the rows on screen are built: a table of thousands shows a few dozen.
+    let body: Vec<Row> = app
+        .rows_window(first, height)
+        .zip(first..)
+        .map(|(row, i)| {
+            let tagged = app.is_tagged(&row);
             let cells = placed
                 .iter()
-                .map(|p| cell(p.column, row_text(p.column, row, tagged, app)));
-            Row::new(cells).style(row_style(row, tagged, i == app.view.selected, theme))
+                .map(|p| cell(p.column, row_text(p.column, &row, tagged, app)));
+            Row::new(cells).style(row_style(&row, tagged, i == app.view.selected, theme))
         })
         .collect();
     let widths: Vec<Constraint> = placed
@@ -68,19 +63,16 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         })
         .collect();
     let table = Table::new(body, widths)
-        .header(header(app, &placed, rows.len()).style(theme.title()))
+        .header(header(app, &placed, count).style(theme.title()))
         .column_spacing(columns::SPACING);
     frame.render_widget(table, area);
-    if rows.is_empty() && area.height > 1 {
+    if count == 0 && area.height > 1 {
         let message = Rect {
             y: area.y + 1,
             height: 1,
             ..area
         };
-        frame.render_widget(
-            Paragraph::new(empty_message(app)).style(theme.dim()),
-            message,
-        );
+        frame.render_widget(Label::new(empty_message(app)).style(theme.dim()), message);
     }
 }
 

@@ -1,10 +1,10 @@
 //! Draws the all-ranks table of a job inside the PyTorch panel: one line per rank, the rank
 //! that stands out in a column marked with `!` and its figure highlighted.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -86,7 +86,7 @@ pub(crate) fn render(
     lines.extend(rows.iter().take(fit).map(|row| rank_line(row, theme)));
     let used = lines.len() as u16;
     frame.render_widget(
-        Paragraph::new(lines),
+        Label::new(lines),
         Rect {
             height: used,
             ..area

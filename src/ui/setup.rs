@@ -2,10 +2,11 @@
 //! screen holds; where even one column of everything does not fit, a single list scrolls to
 //! keep the cursor in view.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Clear, Paragraph},
+    widgets::{Block, Borders, Clear},
     Frame,
 };
 
@@ -68,7 +69,7 @@ pub(crate) fn render(
             column_width.min(inner.right() - x),
             inner.height,
         );
-        frame.render_widget(Paragraph::new(column), rect);
+        frame.render_widget(Label::new(column), rect);
         x = x.saturating_add(column_width + 2);
     }
 }

@@ -1,10 +1,10 @@
 //! The bottom line: the `/` filter prompt while it is typed; else the kept filter and the tag
 //! count, the outcome of the last action, and key hints; a READ-ONLY badge at the right.
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -32,13 +32,13 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     };
     let room = area.width.saturating_sub(badge);
     if app.mode == Mode::Filter {
-        frame.render_widget(Paragraph::new(filter_prompt(app, theme)), area);
+        frame.render_widget(Label::new(filter_prompt(app, theme)), area);
     } else {
         let (left, hints) = outcome_and_hints(app, theme, usize::from(room));
         if left.width() + hints.width() <= usize::from(room) {
             let mut spans = left.spans;
             spans.push(hints);
-            frame.render_widget(Paragraph::new(Line::from(spans)), area);
+            frame.render_widget(Label::new(Line::from(spans)), area);
         } else {
             pin_hints_right(frame, area, room, left, hints);
         }
@@ -46,10 +46,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if app.readonly {
         let width = badge.min(area.width);
         let badge = Rect::new(area.right() - width, area.y, width, 1);
-        frame.render_widget(
-            Paragraph::new(READONLY).style(theme.readonly_badge()),
-            badge,
-        );
+        frame.render_widget(Label::new(READONLY).style(theme.readonly_badge()), badge);
     }
 }
 
@@ -65,8 +62,8 @@ fn pin_hints_right(
     let hints_width = (hints.width() as u16).min(room);
     let left_area = Rect::new(area.x, area.y, room - hints_width, 1);
     let hints_area = Rect::new(area.x + room - hints_width, area.y, hints_width, 1);
-    frame.render_widget(Paragraph::new(left), left_area);
-    frame.render_widget(Paragraph::new(hints), hints_area);
+    frame.render_widget(Label::new(left), left_area);
+    frame.render_widget(Label::new(hints), hints_area);
 }
 
 fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {

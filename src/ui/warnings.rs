@@ -2,10 +2,10 @@
 //! cause share a line), most severe and most harmful first, as many as the layout gives rows.
 //! The lines are shared with the `w` view ([`super::warnings_view`]).
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
     Frame,
 };
 
@@ -30,7 +30,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         format!(" WARNINGS ({count})  w: walk the list")
     };
     frame.render_widget(
-        Paragraph::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
+        Label::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
         Rect { height: 1, ..area },
     );
     let room = usize::from(area.height - 1);
@@ -55,7 +55,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         height: area.height - 1,
         ..area
     };
-    frame.render_widget(Paragraph::new(lines), body);
+    frame.render_widget(Label::new(lines), body);
 }
 
 /// A group's line: the warning itself for a group of one, else the count and the cause, with

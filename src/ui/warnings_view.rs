@@ -2,10 +2,11 @@
 //! show their members), or one warning's message, evidence and remedy, word-wrapped here so the
 //! layout knows how far it scrolls ([`detail_line_count`]).
 
+use super::label::Label;
 use ratatui::{
     layout::Rect,
     text::Line,
-    widgets::{Block, Borders, Clear, Paragraph},
+    widgets::{Block, Borders, Clear},
     Frame,
 };
 
@@ -58,7 +59,7 @@ fn render_list(
     frame.render_widget(block, area.frame);
     if view.entries.is_empty() {
         let line = Line::styled(" No warnings: nothing needs attention now.", theme.dim());
-        frame.render_widget(Paragraph::new(line), area.body);
+        frame.render_widget(Label::new(line), area.body);
         return;
     }
     let lines: Vec<Line> = view
@@ -76,7 +77,7 @@ fn render_list(
             }
         })
         .collect();
-    frame.render_widget(Paragraph::new(lines), area.body);
+    frame.render_widget(Label::new(lines), area.body);
 }
 
 fn entry_line(
@@ -130,7 +131,7 @@ fn render_detail(frame: &mut Frame, area: WarningsViewArea, detail: &Detail, the
         .skip(usize::from(detail.scroll.min(area.detail_max_scroll)))
         .take(usize::from(area.body.height))
         .collect();
-    frame.render_widget(Paragraph::new(lines), area.body);
+    frame.render_widget(Label::new(lines), area.body);
 }
 
 /// How many lines the open warning's detail takes in a view on a screen `width` columns wide;

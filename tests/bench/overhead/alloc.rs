@@ -37,7 +37,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-fn counters() -> (u64, u64) {
+pub(crate) fn counters() -> (u64, u64) {
     (
         ALLOCATIONS.load(Ordering::Relaxed),
         BYTES.load(Ordering::Relaxed),
