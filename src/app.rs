@@ -28,7 +28,7 @@ mod warnings_tests;
 
 use std::sync::Arc;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::actions::{ActionReport, ActionRequest, ActionTarget, Signal};
 use crate::model::filter::Tags;
@@ -37,7 +37,7 @@ use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
 use layout::Plan;
-use view::{first_visible_row, ViewState};
+use view::ViewState;
 use warnings_view::WarningsView;
 
 pub(crate) use rows::{ProcessRow, RowKey, RowRef, RowSettings};
@@ -334,52 +334,6 @@ impl App {
             Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
             Mode::UserMenu { selected, users } => self.on_user_menu_key(key, selected, users),
         }
-    }
-
-    pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
-        if self.mode != Mode::Normal
-            || self.view.show_help
-            || self.detail.is_some()
-            || self.setup.is_some()
-        {
-            return Effect::None;
-        }
-        if self.warnings_view.is_open() {
-            return self.on_warnings_mouse(mouse);
-        }
-        match mouse.kind {
-            MouseEventKind::Down(MouseButton::Left) if self.is_header(mouse.row) => {
-                self.click_header(mouse.column)
-            }
-            MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
-                Some(index) => {
-                    self.view.select_index(index, self.rows.len());
-                    self.remember_selection();
-                    Effect::Redraw
-                }
-                None => Effect::None,
-            },
-            MouseEventKind::ScrollDown => self.move_selection(view::ViewState::select_next),
-            MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
-            _ => Effect::None,
-        }
-    }
-
-    /// The index of the row drawn at screen cell (`column`, `y`), if a row is drawn there.
-    fn row_at(&self, column: u16, y: u16) -> Option<usize> {
-        let Plan::Screen(areas) = &self.view.plan else {
-            return None;
-        };
-        let table = areas.processes;
-        let body_top = table.y + 1;
-        let inside = column >= table.x && column < table.right();
-        if !inside || y < body_top || y >= table.bottom() {
-            return None;
-        }
-        let height = usize::from(table.height - 1);
-        let first = first_visible_row(self.view.offset, self.view.selected, height);
-        let index = first + usize::from(y - body_top);
-        (index < self.rows.len()).then_some(index)
     }
 
     /// Puts the outcome of an action in the status line.

@@ -1,17 +1,65 @@
-//! The process table's own keys and clicks: the sort order (F6, `<` `>` `r`, a click on a
-//! column title), the filters by user (`u`), by GPU (`g`) and "only mine" (`m`), the screen
+//! The process table's own keys and clicks: a click or the wheel on a row, the sort order (F6,
+//! `<` `>` `r`, a click on a column title), the filters by user (`u`), by GPU (`g`) and "only mine" (`m`), the screen
 //! density (`a` `f` `c`), and the sideways scroll of COMMAND.
 
-use crossterm::event::{KeyCode, KeyEvent};
+use crossterm::event::{KeyCode, KeyEvent, MouseButton, MouseEvent, MouseEventKind};
 
 use super::columns;
 use super::layout::Plan;
 use super::rows;
-use super::view::Density;
+use super::view::{first_visible_row, Density, ViewState};
 use super::{App, Effect, Mode};
 use crate::model::filter::SortKey;
 
 impl App {
+    /// A click selects the row under it (or sorts by the title under it); the wheel moves the
+    /// selection. Only the main screen takes the mouse.
+    pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
+        if self.mode != Mode::Normal
+            || self.view.show_help
+            || self.detail.is_some()
+            || self.setup.is_some()
+        {
+            return Effect::None;
+        }
+        if self.warnings_view.is_open() {
+            return self.on_warnings_mouse(mouse);
+        }
+        match mouse.kind {
+            MouseEventKind::Down(MouseButton::Left) if self.is_header(mouse.row) => {
+                self.click_header(mouse.column)
+            }
+            MouseEventKind::Down(MouseButton::Left) => match self.row_at(mouse.column, mouse.row) {
+                Some(index) => {
+                    self.view.select_index(index, self.rows.len());
+                    self.remember_selection();
+                    Effect::Redraw
+                }
+                None => Effect::None,
+            },
+            MouseEventKind::ScrollDown => self.move_selection(ViewState::select_next),
+            MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
+            _ => Effect::None,
+        }
+    }
+
+    /// The index of the row drawn at screen cell (`column`, `y`), if a row is drawn there.
+    fn row_at(&self, column: u16, y: u16) -> Option<usize> {
+        let Plan::Screen(areas) = &self.view.plan else {
+            return None;
+        };
+        let table = areas.processes;
+        let body_top = table.y + 1;
+        let inside = column >= table.x && column < table.right();
+        if !inside || y < body_top || y >= table.bottom() {
+            return None;
+        }
+        let height = usize::from(table.height - 1);
+        let first = first_visible_row(self.view.offset, self.view.selected, height);
+        let index = first + usize::from(y - body_top);
+        (index < self.rows.len()).then_some(index)
+    }
+
     /// The columns of the process table as the last layout places them.
     pub(crate) fn columns(&self) -> Vec<columns::Placed> {
         let width = match &self.view.plan {
