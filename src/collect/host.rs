@@ -8,8 +8,10 @@
 //!   threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
 //!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
 //!   name) and cached; host processes that hold no GPU are not touched at all.
-//! - [`HostCollector::process_table`], only while the tree view is open: every pid's `stat`,
-//!   plus `status` and `cmdline` once per identity.
+//! - [`HostCollector::tree_table`], only while the tree view is open: a listing of the proc
+//!   root, each new pid's `stat` once, and the `stat` of the tree's rows on screen ([`table`]).
+//! - [`HostCollector::process_table`] (the procfs benchmark): every pid's `stat`, plus
+//!   `status` and `cmdline` once per identity.
 //!
 //! CPU% is the growth of utime + stime since the previous sample of the same identity, over
 //! the wall time between the samples (100% = one core busy). Caches of pids not seen for
@@ -53,6 +55,8 @@ pub struct HostCollector {
     placement: Placement,
     /// The children of GPU processes read in this refresh, for the OOM-kill watch.
     children_seen: Vec<Seen>,
+    /// Every pid of the proc root as last read, for the tree view ([`table`]).
+    table: table::HostTable,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -154,6 +158,7 @@ impl HostCollector {
             user_names: HashMap::new(),
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
+            table: table::HostTable::default(),
         }
     }
 
@@ -259,6 +264,7 @@ impl HostCollector {
                 running_seconds: uptime
                     .map(|up| (up - stat.start_ticks as f64 / self.clock_ticks as f64).max(0.0)),
                 comm: stat.comm,
+                stale: false,
             });
         }
         self.evict_stale(now);
@@ -496,6 +502,8 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
     let per = ticks_per_second.max(1) as f64;
     (seconds * per).round() / per
 }
+
+mod table;
 
 #[cfg(test)]
 mod tests;

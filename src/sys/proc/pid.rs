@@ -316,3 +316,17 @@ pub(crate) fn read_pids(root: &Path) -> Result<Vec<u32>, ProcError> {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .collect())
 }
+
+/// The numeric entries of the proc root with the inode of each: the kernel gives the directory
+/// of each process its own inode, so a pid listed under another inode is another process.
+pub(crate) fn read_pid_entries(root: &Path) -> Result<Vec<(u32, u64)>, ProcError> {
+    use std::os::unix::fs::DirEntryExt;
+    let entries = std::fs::read_dir(root).map_err(|e| ProcError::from_io(root, e))?;
+    Ok(entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            Some((pid, entry.ino()))
+        })
+        .collect())
+}
