@@ -62,6 +62,10 @@ pub(crate) struct CgroupReader {
     page_size: u64,
     unified: Option<bool>,
     this_refresh: HashMap<CgroupDirs, Cgroup>,
+    /// Where the files are, by the text of /proc/PID/cgroup, this refresh: finding them
+    /// checks each controller's directory, a path walk each, which processes in one cgroup
+    /// (a job's ranks and workers) would otherwise repeat.
+    dirs_this_refresh: HashMap<String, Option<CgroupDirs>>,
 }
 
 impl CgroupReader {
@@ -72,20 +76,27 @@ impl CgroupReader {
             page_size,
             unified: None,
             this_refresh: HashMap::new(),
+            dirs_this_refresh: HashMap::new(),
         }
     }
 
     /// Forgets the cgroups read: the next refresh reads them again.
     pub(crate) fn new_refresh(&mut self) {
         self.this_refresh.clear();
+        self.dirs_this_refresh.clear();
     }
 
     /// The cgroup of `pid` with its limits, and where its files are; `None` where
     /// /proc/PID/cgroup is unreadable or names no usable path.
     pub(crate) fn of_process(&mut self, pid: u32) -> Option<(Cgroup, CgroupDirs)> {
         let text = cg::read_small(&procfs::pid_dir(&self.proc_root, pid).join("cgroup"))?;
-        let groups = cg::parse_proc_cgroup(&text)?;
-        let dirs = self.dirs(&groups)?;
+        let dirs = if let Some(known) = self.dirs_this_refresh.get(&text) {
+            known.clone()?
+        } else {
+            let dirs = cg::parse_proc_cgroup(&text).and_then(|groups| self.dirs(&groups));
+            self.dirs_this_refresh.insert(text, dirs.clone());
+            dirs?
+        };
         if let Some(known) = self.this_refresh.get(&dirs) {
             return Some((known.clone(), dirs));
         }
@@ -301,6 +312,19 @@ mod tests {
 
     fn reader(root: &Path) -> CgroupReader {
         CgroupReader::new(root.join("proc"), root.join("sys/fs/cgroup"), 4096)
+    }
+
+    #[test]
+    fn where_a_cgroup_is_is_found_once_a_refresh() {
+        let dir = v1_tree();
+        let mut reader = reader(dir.path());
+        assert_eq!(reader.of_process(7).unwrap().0.cpuset_count, Some(8));
+        // The cpuset hierarchy goes away: the processes of this refresh share what was found,
+        // the next refresh looks again.
+        std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/cpuset")).unwrap();
+        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, Some(8));
+        reader.new_refresh();
+        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, None);
     }
 
     #[test]

@@ -106,12 +106,11 @@ struct CpuSample {
     last_seen: Instant,
 }
 
-/// The /proc side of one GPU process row.
-#[derive(Debug, Clone)]
+/// The /proc side of one GPU process row, but for the strings, which are cloned from the
+/// cached [`Identity`] straight into each row (once a row, not twice).
+#[derive(Debug, Clone, Copy)]
 struct JoinedProcess {
     uid: Option<u32>,
-    user: Option<String>,
-    command: Option<String>,
     ppid: u32,
     start_ticks: u64,
     cpu_percent: Option<f64>,
@@ -119,7 +118,6 @@ struct JoinedProcess {
     running_seconds: Option<f64>,
     nice: i32,
     state: char,
-    env: Option<LaunchEnv>,
     children_count: Option<u32>,
     children_cpu_percent: Option<f64>,
 }
@@ -219,17 +217,32 @@ impl HostCollector {
         let uptime = procfs::read_uptime(&self.root).ok();
         let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
         for row in processes.iter_mut() {
-            let found = joined
+            let found = *joined
                 .entry(row.pid)
                 .or_insert_with(|| self.join_one(row.pid, uptime, now).ok());
-            apply_join(row, found.as_ref());
+            apply_join(row, found.as_ref(), self.identities.get(&row.pid));
         }
         let children = std::mem::take(&mut self.children_seen);
         self.placement.join(processes, children, refresh);
         self.evict_stale(now);
     }
 
-    /// Every process in the proc root, for the tree view and the job grouping.
+    /// Takes the first sample CPU% needs of each distinct pid of `processes` and of its
+    /// children, and caches what does not change (identity, children), without the cgroups
+    /// and the rest of [`HostCollector::join_processes`]: `--once` joins only after its CPU
+    /// window, so that each file is read once where once is enough.
+    pub(crate) fn prime_processes(&mut self, processes: &[GpuProcess]) {
+        let now = Instant::now();
+        let mut done = std::collections::HashSet::new();
+        for row in processes {
+            if done.insert(row.pid) {
+                let _ = self.join_one(row.pid, None, now);
+            }
+        }
+        self.children_seen.clear();
+    }
+
+    /// Every process in the proc root, each read afresh (the procfs benchmark's full scan).
     pub fn process_table(&mut self) -> Vec<HostProcess> {
         self.process_table_at(Instant::now())
     }
@@ -296,8 +309,6 @@ impl HostCollector {
         let started = stat.start_ticks as f64 / self.clock_ticks as f64;
         Ok(JoinedProcess {
             uid: identity.uid,
-            user: identity.user.clone(),
-            command: identity.display_command(),
             ppid: stat.ppid,
             start_ticks: stat.start_ticks,
             cpu_percent,
@@ -308,7 +319,6 @@ impl HostCollector {
                 .map(|up| round_to_ticks((up - started).max(0.0), self.clock_ticks)),
             nice: stat.nice,
             state: stat.state,
-            env: identity.env.clone().flatten(),
             children_count,
             children_cpu_percent,
         })
@@ -429,7 +439,14 @@ impl HostCollector {
                 children.extend(found);
             }
         }
-        identity.children_scanned_at = Some(now);
+        // After the first walk the next comes sooner for some pids than for others, so that a
+        // thousand GPU processes seen together are not walked again all in the same refresh.
+        let first = identity.children_scanned_at.is_none();
+        identity.children_scanned_at = Some(if first {
+            now.checked_sub(rescan_offset(pid)).unwrap_or(now)
+        } else {
+            now
+        });
         identity.children = any_read.then_some(children);
         identity.children.clone()
     }
@@ -476,15 +493,22 @@ impl HostCollector {
     }
 }
 
+/// How much sooner than [`CHILDREN_RESCAN`] the second walk of `pid`'s children comes: one
+/// of ten steps across the interval, by pid, which spreads the walks over the refreshes.
+fn rescan_offset(pid: u32) -> Duration {
+    CHILDREN_RESCAN * (pid % 10) / 10
+}
+
 fn checked_difference(total: Option<u64>, part: Option<u64>) -> Option<u64> {
     total?.checked_sub(part?)
 }
 
-fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
+fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>, identity: Option<&Identity>) {
+    let identity = joined.and(identity);
     row.visible = joined.is_some();
     row.uid = joined.and_then(|j| j.uid);
-    row.user = joined.and_then(|j| j.user.clone());
-    row.command = joined.and_then(|j| j.command.clone());
+    row.user = identity.and_then(|i| i.user.clone());
+    row.command = identity.and_then(Identity::display_command);
     row.ppid = joined.map(|j| j.ppid);
     row.start_ticks = joined.map(|j| j.start_ticks);
     row.cpu_percent = joined.and_then(|j| j.cpu_percent);
@@ -492,7 +516,7 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
     row.running_seconds = joined.and_then(|j| j.running_seconds);
     row.nice = joined.map(|j| j.nice);
     row.state = joined.map(|j| j.state);
-    row.env = joined.and_then(|j| j.env.clone());
+    row.env = identity.and_then(|i| i.env.as_ref()?.clone());
     row.children_count = joined.and_then(|j| j.children_count);
     row.children_cpu_percent = joined.and_then(|j| j.children_cpu_percent);
 }

@@ -231,7 +231,7 @@ impl Sampler {
         self.gpus.request_readings();
         self.gpus.collect_readings(deadline);
         let mut processes = self.gpus.gpu_processes();
-        self.host.join_processes(&mut processes);
+        self.host.prime_processes(&processes);
         let primed = Instant::now();
         let until = (started + cpu_window).max(primed + cpu_window / 2);
         thread::sleep(until.saturating_duration_since(primed));
