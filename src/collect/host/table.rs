@@ -3,7 +3,11 @@
 //!
 //! Each refresh ([`HostCollector::tree_table`]):
 //! - the proc root is listed: each pid with the inode of its directory (the kernel gives the
-//!   directory of another process under a reused pid another inode);
+//!   directory of another process under a reused pid another inode). The listing costs the
+//!   kernel about a microsecond a process, so it is skipped while /proc/loadavg says that no
+//!   process was created or exited, and otherwise comes at most once per [`LISTED_PER_SECOND`]
+//!   processes' worth of seconds (every 2 s at 10,000 processes), or at once when a GPU
+//!   process is not in the table;
 //! - a pid seen for the first time, or under a new inode, has its `stat` read once: parent,
 //!   name and start time, which is all that building the tree needs of it;
 //! - a pid that is gone is dropped, and the processes whose parent it was are read again (the
@@ -18,7 +22,7 @@
 //! its name and command line (at exec: read again when the row is next on screen), and its
 //! figures (kept, marked stale).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::model::tree::build_tree;
 use crate::model::{GpuProcess, HostProcess};
@@ -26,12 +30,49 @@ use crate::sys::proc::{self as procfs, PidStat};
 
 use super::HostCollector;
 
+/// How many processes' worth of the proc root may be listed per second: the gap between
+/// listings grows with the table (0.2 s at 1,000 processes, 2 s at 10,000).
+const LISTED_PER_SECOND: usize = 5_000;
+/// The longest gap between two listings while processes come and go.
+const MAX_LISTING_GAP: Duration = Duration::from_secs(5);
+
 /// The whole proc root as last listed, in pid order.
 #[derive(Debug, Default)]
 pub(super) struct HostTable {
     processes: Vec<HostProcess>,
     /// Beside each process: what this reader keeps about it.
     kept: Vec<Kept>,
+    listed_at: Option<Instant>,
+    /// /proc/loadavg's thread count and last pid at the last listing.
+    activity: Option<(u64, u64)>,
+    /// The GPU pids the last listing did not find (another container's), sorted.
+    missing: Vec<u32>,
+}
+
+impl HostTable {
+    fn position(&self, pid: u32) -> Option<usize> {
+        self.processes.binary_search_by_key(&pid, |p| p.pid).ok()
+    }
+
+    /// Whether the proc root must be listed again now.
+    fn listing_due(&self, gpu: &[GpuProcess], activity: Option<(u64, u64)>, now: Instant) -> bool {
+        let Some(at) = self.listed_at else {
+            return true;
+        };
+        // A new GPU process the table lacks would be drawn without its family.
+        let unknown = |p: &&GpuProcess| {
+            self.position(p.pid).is_none() && self.missing.binary_search(&p.pid).is_err()
+        };
+        if gpu.iter().any(|p| unknown(&p)) {
+            return true;
+        }
+        if activity.is_some() && activity == self.activity {
+            return false;
+        }
+        let per_process = Duration::from_secs(1) / u32::try_from(LISTED_PER_SECOND).unwrap_or(1);
+        let gap = per_process * u32::try_from(self.processes.len()).unwrap_or(u32::MAX);
+        now.saturating_duration_since(at) >= gap.min(MAX_LISTING_GAP)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,14 +102,24 @@ impl HostCollector {
         now: Instant,
     ) -> Vec<HostProcess> {
         let uptime = procfs::read_uptime(&self.root).ok();
-        let Ok(mut listed) = procfs::read_pid_entries(&self.root) else {
-            self.table = HostTable::default();
-            return Vec::new();
-        };
-        listed.sort_unstable();
-        let gone = self.merge_listing(&listed, uptime);
-        if !gone.is_empty() {
-            self.reread_orphans(&gone);
+        let activity = procfs::read_loadavg_activity(&self.root);
+        if self.table.listing_due(gpu, activity, now) {
+            let Ok(mut listed) = procfs::read_pid_entries(&self.root) else {
+                self.table = HostTable::default();
+                return Vec::new();
+            };
+            listed.sort_unstable();
+            let gone = self.merge_listing(&listed, uptime);
+            if !gone.is_empty() {
+                self.reread_orphans(&gone);
+            }
+            self.table.listed_at = Some(now);
+            self.table.activity = activity;
+            let mut missing: Vec<u32> = gpu.iter().map(|p| p.pid).collect();
+            missing.retain(|&pid| self.table.position(pid).is_none());
+            missing.sort_unstable();
+            missing.dedup();
+            self.table.missing = missing;
         }
         let members: Vec<usize> = build_tree(gpu, &self.table.processes)
             .iter()
@@ -79,7 +130,9 @@ impl HostCollector {
             let pid = self.table.processes[i].pid;
             let shown = on_screen.is_none_or(|pids| pids.binary_search(&pid).is_ok());
             if shown || !self.table.kept[i].identified {
-                self.read_member(i, uptime, now);
+                if !self.read_member(i, uptime, now) {
+                    continue;
+                }
             } else {
                 let running = self.running_seconds(self.table.processes[i].start_ticks, uptime);
                 let row = &mut self.table.processes[i];
@@ -96,12 +149,14 @@ impl HostCollector {
     /// Replaces the table with `listed` (sorted): known pids under the same inode are kept as
     /// they are, new ones read. Returns the pids that are gone, sorted.
     fn merge_listing(&mut self, listed: &[(u32, u64)], uptime: Option<f64>) -> Vec<u32> {
-        let old = std::mem::take(&mut self.table);
+        let old_processes = std::mem::take(&mut self.table.processes);
+        let old_kept = std::mem::take(&mut self.table.kept);
         let mut gone = Vec::new();
-        let mut kept_rows = old.processes.into_iter().zip(old.kept).peekable();
+        let mut kept_rows = old_processes.into_iter().zip(old_kept).peekable();
         let mut table = HostTable {
             processes: Vec::with_capacity(listed.len()),
             kept: Vec::with_capacity(listed.len()),
+            ..HostTable::default()
         };
         for &(pid, inode) in listed {
             while let Some((row, _)) = kept_rows.next_if(|(row, _)| row.pid < pid) {
@@ -126,7 +181,8 @@ impl HostCollector {
             });
         }
         gone.extend(kept_rows.map(|(row, _)| row.pid));
-        self.table = table;
+        self.table.processes = table.processes;
+        self.table.kept = table.kept;
         gone
     }
 
@@ -147,19 +203,21 @@ impl HostCollector {
     }
 
     /// Reads `stat` of row `i` again, and its owner and command line when not known for this
-    /// process (first time as a member, or after an exec renamed it).
-    fn read_member(&mut self, i: usize, uptime: Option<f64>, now: Instant) {
+    /// process (first time as a member, or after an exec renamed it). False when the process
+    /// is gone (or its pid is another's) since the listing: the next listing settles it.
+    fn read_member(&mut self, i: usize, uptime: Option<f64>, now: Instant) -> bool {
         let pid = self.table.processes[i].pid;
+        let known_start = self.table.processes[i].start_ticks;
         let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
-            // Gone since the listing: the row keeps what was known, marked stale, until the
-            // next listing drops it.
-            self.table.processes[i].stale = true;
-            return;
+            return false;
         };
+        let identified = self.table.kept[i].identified;
+        if identified && stat.start_ticks != known_start {
+            return false;
+        }
         let cpu_percent = self.cpu_percent(&stat, now);
         let Ok(identity) = self.identity(&stat, false, now) else {
-            self.table.processes[i].stale = true;
-            return;
+            return false;
         };
         let (uid, user, command) = (
             identity.uid,
@@ -173,6 +231,7 @@ impl HostCollector {
         row.cpu_percent = cpu_percent;
         self.table.processes[i] = row;
         self.table.kept[i].identified = true;
+        true
     }
 
     /// A row from `stat` alone: no owner, command line or CPU% yet.

@@ -1,7 +1,6 @@
 //! Tests of the tree view's table on writable proc trees: what is read again and what is not.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::*;
 use crate::model::ProcessKind;
@@ -207,4 +206,91 @@ fn an_unreadable_proc_root_gives_an_empty_table() {
     let mut gone =
         HostCollector::with_units(tree.root().join("nothing"), tree.root().into(), 100, 4096);
     assert!(gone.tree_table(&gpu(100), None).is_empty());
+}
+
+#[test]
+fn the_root_is_listed_only_when_loadavg_says_processes_came_or_went() {
+    let tree = family();
+    let loadavg = |threads: u32, last_pid: u32| {
+        let text = format!("0.00 0.00 0.00 1/{threads} {last_pid}\n");
+        std::fs::write(tree.root().join("loadavg"), text).unwrap();
+    };
+    loadavg(100, 500);
+    let mut collector = tree.collector();
+    let t0 = Instant::now();
+    collector.tree_table_at(&gpu(100), None, t0);
+    // A fixture can add a process without moving the last pid; the kernel cannot.
+    tree.process(103, 100, 400, 0);
+    let same = collector.tree_table_at(&gpu(100), None, t0 + Duration::from_secs(1));
+    assert_eq!(pids(&same), [50, 100, 101, 102], "not listed");
+    loadavg(101, 503);
+    let listed = collector.tree_table_at(&gpu(100), None, t0 + Duration::from_secs(2));
+    assert_eq!(pids(&listed), [50, 100, 101, 102, 103]);
+    // A GPU process the table lacks is looked for at once, loadavg or not.
+    tree.process(300, 1, 5, 0);
+    let mut both = gpu(100);
+    both.extend(gpu(300));
+    let found = collector.tree_table_at(&both, None, t0 + Duration::from_secs(3));
+    assert_eq!(pids(&found), [50, 100, 101, 102, 103, 300]);
+}
+
+#[test]
+fn a_big_table_is_listed_less_often_and_a_missing_gpu_pid_only_once() {
+    let t0 = Instant::now();
+    let table = |count: u32| HostTable {
+        processes: (1..=count)
+            .map(|pid| HostProcess {
+                pid,
+                ..HostProcess::default()
+            })
+            .collect(),
+        listed_at: Some(t0),
+        missing: vec![77_777],
+        ..HostTable::default()
+    };
+    let after = |ms| t0 + Duration::from_millis(ms);
+    let small = table(100);
+    assert!(small.listing_due(&[], None, after(1000)), "every refresh");
+    let big = table(10_000);
+    assert!(!big.listing_due(&[], None, after(1000)));
+    assert!(big.listing_due(&[], None, after(2000)));
+    // A GPU pid of another container, missing at the last listing: no listing for it.
+    assert!(!big.listing_due(&gpu(77_777), None, after(1000)));
+    assert!(
+        big.listing_due(&gpu(88_888), None, after(1000)),
+        "a new one"
+    );
+}
+
+#[test]
+fn real_proc_the_tree_of_a_child_holds_its_parent_and_its_own_child() {
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("sleep 30 & wait")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut collector = HostCollector::new(PathBuf::from("/proc"));
+    let deadline = Instant::now() + crate::test_ci::PATIENCE;
+    let table = loop {
+        let table = collector.tree_table(&gpu(pid), Some(&[pid]));
+        if table.iter().any(|p| p.ppid == pid) || Instant::now() > deadline {
+            break table;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let grandchild = table.iter().find(|p| p.ppid == pid).map(|p| p.pid);
+    if let Some(sleeper) = grandchild {
+        // SAFETY: kill has no memory preconditions; this is our grandchild.
+        unsafe { libc::kill(sleeper as libc::pid_t, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(grandchild.is_some(), "the sleep under {pid} in {table:#?}");
+    assert_eq!(find(&table, pid).ppid, std::process::id());
+    assert!(
+        table.iter().any(|p| p.pid == std::process::id()),
+        "this test, an ancestor"
+    );
+    assert!(table.iter().all(|p| p.pid != 1), "init is left out");
 }
