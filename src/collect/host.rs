@@ -21,9 +21,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::model::{
-    GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
-};
+use crate::model::{GpuProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings};
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
@@ -240,48 +238,6 @@ impl HostCollector {
             }
         }
         self.children_seen.clear();
-    }
-
-    /// Every process in the proc root, each read afresh (the procfs benchmark's full scan).
-    pub fn process_table(&mut self) -> Vec<HostProcess> {
-        self.process_table_at(Instant::now())
-    }
-
-    fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
-        let pids = procfs::read_pids(&self.root).unwrap_or_default();
-        let uptime = procfs::read_uptime(&self.root).ok();
-        let mut table = Vec::with_capacity(pids.len());
-        for pid in pids {
-            let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
-                continue;
-            };
-            let Ok(identity) = self.identity(&stat, false, now) else {
-                continue;
-            };
-            let (uid, user, cmdline) = (
-                identity.uid,
-                identity.user.clone(),
-                identity.cmdline.clone(),
-            );
-            table.push(HostProcess {
-                pid,
-                ppid: stat.ppid,
-                start_ticks: stat.start_ticks,
-                uid,
-                user,
-                command: cmdline.flatten(),
-                state: stat.state,
-                cpu_percent: self.cpu_percent(&stat, now),
-                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
-                nice: Some(stat.nice),
-                running_seconds: uptime
-                    .map(|up| (up - stat.start_ticks as f64 / self.clock_ticks as f64).max(0.0)),
-                comm: stat.comm,
-                stale: false,
-            });
-        }
-        self.evict_stale(now);
-        table
     }
 
     fn join_one(

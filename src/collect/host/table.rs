@@ -18,6 +18,9 @@
 //!   `stat` read again, and each member its owner and command line once; the other members
 //!   keep the figures of their last read, marked [`HostProcess::stale`].
 //!
+//! [`HostCollector::process_table`], the full scan this replaced (every pid's `stat` each
+//! time), stays for the procfs benchmark, which compares it with sysinfo's.
+//!
 //! Between reads a process can change only its parent (when its parent exits: handled above),
 //! its name and command line (at exec: read again when the row is next on screen), and its
 //! figures (kept, marked stale).
@@ -84,6 +87,48 @@ struct Kept {
 }
 
 impl HostCollector {
+    /// Every process in the proc root, each read afresh (the procfs benchmark's full scan).
+    pub fn process_table(&mut self) -> Vec<HostProcess> {
+        self.process_table_at(Instant::now())
+    }
+
+    fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
+        let pids = procfs::read_pids(&self.root).unwrap_or_default();
+        let uptime = procfs::read_uptime(&self.root).ok();
+        let mut table = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
+                continue;
+            };
+            let Ok(identity) = self.identity(&stat, false, now) else {
+                continue;
+            };
+            let (uid, user, cmdline) = (
+                identity.uid,
+                identity.user.clone(),
+                identity.cmdline.clone(),
+            );
+            table.push(HostProcess {
+                pid,
+                ppid: stat.ppid,
+                start_ticks: stat.start_ticks,
+                uid,
+                user,
+                command: cmdline.flatten(),
+                state: stat.state,
+                cpu_percent: self.cpu_percent(&stat, now),
+                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
+                nice: Some(stat.nice),
+                running_seconds: uptime
+                    .map(|up| (up - stat.start_ticks as f64 / self.clock_ticks as f64).max(0.0)),
+                comm: stat.comm,
+                stale: false,
+            });
+        }
+        self.evict_stale(now);
+        table
+    }
+
     /// The members of the tree view of `gpu` (the GPU processes, their ancestors and their
     /// descendants), in pid order. `on_screen` names the pids whose rows are drawn, sorted:
     /// only those are read again; `None` reads every member again.
