@@ -14,6 +14,7 @@ pub(crate) mod ranks;
 pub(crate) mod rows;
 pub(crate) mod setup;
 mod table_keys;
+mod tree_view;
 pub(crate) mod view;
 pub(crate) mod warning_groups;
 mod warnings_keys;
@@ -138,6 +139,8 @@ pub struct App {
     pub(crate) ui: crate::config::UiConfig,
     /// Where the setup screen saves `ui`; `None` when there is nowhere to save.
     config_path: Option<std::path::PathBuf>,
+    /// The tree rows on screen as last told to the sampler ([`App::screen_rows_request`]).
+    told_on_screen: Option<Vec<u32>>,
 }
 
 impl App {
@@ -164,6 +167,7 @@ impl App {
             setup: None,
             ui: crate::config::UiConfig::default(),
             config_path: None,
+            told_on_screen: None,
         }
     }
 
@@ -485,14 +489,5 @@ impl App {
     fn set_filter(&mut self, text: String) {
         self.settings.filter = text;
         self.refresh_rows();
-    }
-
-    /// `t`: the tree needs every host process, which the sampler reads only while asked.
-    fn toggle_tree(&mut self) -> Effect {
-        self.settings.tree = !self.settings.tree;
-        self.refresh_rows();
-        Effect::AskSampler(SamplerRequest::ProcessTable {
-            wanted: self.settings.tree,
-        })
     }
 }

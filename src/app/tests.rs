@@ -525,7 +525,10 @@ fn the_tree_asks_for_the_process_table_and_acts_on_children() {
     let mut app = app();
     assert_eq!(
         press(&mut app, KeyCode::Char('t')),
-        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: true })
+        Effect::AskSampler(SamplerRequest::ProcessTable {
+            wanted: true,
+            visible: None
+        })
     );
     assert_eq!(
         pids(&app),
@@ -554,7 +557,10 @@ fn the_tree_asks_for_the_process_table_and_acts_on_children() {
 
     assert_eq!(
         press(&mut app, KeyCode::Char('t')),
-        Effect::AskSampler(SamplerRequest::ProcessTable { wanted: false })
+        Effect::AskSampler(SamplerRequest::ProcessTable {
+            wanted: false,
+            visible: None
+        })
     );
     assert_eq!(pids(&app), [100, 300, 200, 400]);
 }
@@ -843,4 +849,34 @@ fn user_and_gpu_filters_from_the_command_line() {
     let mut app = in_gpu_order(App::new(1.0, true, false)).with_filters(None, Some(vec![1]));
     app.on_snapshot(Arc::new(snapshot()));
     assert_eq!(pids(&app), [200, 400]);
+}
+
+#[test]
+fn the_tree_tells_the_sampler_which_rows_are_on_screen() {
+    let mut app = app();
+    press(&mut app, KeyCode::Char('t'));
+    let mut next = snapshot();
+    next.host_processes = vec![
+        host(90, 1, "torchrun"),
+        host(100, 90, "python"),
+        host(110, 100, "pt_data_worker"),
+        host(200, 90, "python"),
+        host(300, 1, "python"),
+    ];
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(pids(&app), [90, 100, 110, 200, 300, 400]);
+    app.view.set_page_rows(2);
+    let told = |visible: &[u32]| {
+        Some(SamplerRequest::ProcessTable {
+            wanted: true,
+            visible: Some(visible.to_vec()),
+        })
+    };
+    // The selection stayed on 100 (the second row), at the top of the window.
+    assert_eq!(app.screen_rows_request(), told(&[100, 110]));
+    assert_eq!(app.screen_rows_request(), None, "told once");
+    select(&mut app, 200);
+    assert_eq!(app.screen_rows_request(), told(&[110, 200]));
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(app.screen_rows_request(), None, "no tree, nothing to tell");
 }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::model::{Cgroup, CgroupMember};
 use crate::sys::cgroup::{self as cg, ProcCgroups};
@@ -28,6 +29,10 @@ pub(crate) const MEMBER_SCAN_FRACTION: f64 = 0.8;
 const MAX_MEMBERS_SCANNED: usize = 1024;
 /// How many of the biggest members are kept.
 const BIGGEST_KEPT: usize = 5;
+/// How often a known process's /proc/PID/cgroup is read again: a process moves to another
+/// cgroup rarely (systemd, `docker update`), and a thousand GPU processes each read every
+/// refresh cost more than everything else the default view reads.
+pub(crate) const CGROUP_RESCAN: Duration = Duration::from_secs(5);
 
 /// Where one cgroup's files are.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,6 +67,20 @@ pub(crate) struct CgroupReader {
     page_size: u64,
     unified: Option<bool>,
     this_refresh: HashMap<CgroupDirs, Cgroup>,
+    /// Where the files are, by the text of /proc/PID/cgroup, this refresh: finding them
+    /// checks each controller's directory, a path walk each, which processes in one cgroup
+    /// (a job's ranks and workers) would otherwise repeat.
+    dirs_this_refresh: HashMap<String, Option<CgroupDirs>>,
+    /// /proc/PID/cgroup of the processes asked for by [`CgroupReader::of_known_process`].
+    texts: HashMap<u32, KnownText>,
+}
+
+/// One process's /proc/PID/cgroup as last read.
+struct KnownText {
+    start_ticks: u64,
+    text: String,
+    read_at: Instant,
+    asked_at: Instant,
 }
 
 impl CgroupReader {
@@ -72,20 +91,84 @@ impl CgroupReader {
             page_size,
             unified: None,
             this_refresh: HashMap::new(),
+            dirs_this_refresh: HashMap::new(),
+            texts: HashMap::new(),
         }
     }
 
     /// Forgets the cgroups read: the next refresh reads them again.
     pub(crate) fn new_refresh(&mut self) {
         self.this_refresh.clear();
+        self.dirs_this_refresh.clear();
+        let now = Instant::now();
+        self.texts
+            .retain(|_, known| now.saturating_duration_since(known.asked_at) < 6 * CGROUP_RESCAN);
     }
 
     /// The cgroup of `pid` with its limits, and where its files are; `None` where
     /// /proc/PID/cgroup is unreadable or names no usable path.
+    #[cfg(test)]
     pub(crate) fn of_process(&mut self, pid: u32) -> Option<(Cgroup, CgroupDirs)> {
         let text = cg::read_small(&procfs::pid_dir(&self.proc_root, pid).join("cgroup"))?;
-        let groups = cg::parse_proc_cgroup(&text)?;
-        let dirs = self.dirs(&groups)?;
+        self.of_text(&text)
+    }
+
+    /// As [`CgroupReader::of_process`] for the process (`pid`, `start_ticks`), whose
+    /// /proc/PID/cgroup is read again only every [`CGROUP_RESCAN`] (the first time again
+    /// sooner by up to that, by pid, so that processes seen together are read apart).
+    pub(crate) fn of_known_process(
+        &mut self,
+        pid: u32,
+        start_ticks: u64,
+        now: Instant,
+    ) -> Option<(Cgroup, CgroupDirs)> {
+        let fresh = self.texts.get(&pid).is_some_and(|known| {
+            known.start_ticks == start_ticks
+                && now.saturating_duration_since(known.read_at) < CGROUP_RESCAN
+        });
+        if !fresh {
+            let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
+            let Some(text) = cg::read_small(&path) else {
+                self.texts.remove(&pid);
+                return None;
+            };
+            let first = self
+                .texts
+                .get(&pid)
+                .is_none_or(|k| k.start_ticks != start_ticks);
+            let stagger = CGROUP_RESCAN * (pid % 10) / 10;
+            let read_at = if first {
+                now.checked_sub(stagger).unwrap_or(now)
+            } else {
+                now
+            };
+            let known = KnownText {
+                start_ticks,
+                text,
+                read_at,
+                asked_at: now,
+            };
+            self.texts.insert(pid, known);
+        }
+        let known = self.texts.get_mut(&pid)?;
+        known.asked_at = now;
+        let text = std::mem::take(&mut known.text);
+        let found = self.of_text(&text);
+        if let Some(known) = self.texts.get_mut(&pid) {
+            known.text = text;
+        }
+        found
+    }
+
+    fn of_text(&mut self, text: &str) -> Option<(Cgroup, CgroupDirs)> {
+        let dirs = if let Some(known) = self.dirs_this_refresh.get(text) {
+            known.clone()?
+        } else {
+            let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
+            self.dirs_this_refresh
+                .insert(text.to_string(), dirs.clone());
+            dirs?
+        };
         if let Some(known) = self.this_refresh.get(&dirs) {
             return Some((known.clone(), dirs));
         }
@@ -301,6 +384,51 @@ mod tests {
 
     fn reader(root: &Path) -> CgroupReader {
         CgroupReader::new(root.join("proc"), root.join("sys/fs/cgroup"), 4096)
+    }
+
+    #[test]
+    fn a_known_process_s_cgroup_is_read_again_every_rescan() {
+        let dir = v1_tree();
+        let mut reader = reader(dir.path());
+        let t0 = Instant::now();
+        let path = |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().0.path;
+        assert_eq!(path(&mut reader, t0), format!("/docker/{ID}"));
+        // Moved to another cgroup: seen at the next read (pid 7: 3.5 s sooner the first time).
+        write(
+            dir.path(),
+            "proc/7/cgroup",
+            "5:memory:/moved
+",
+        );
+        reader.new_refresh();
+        assert_eq!(
+            path(&mut reader, t0 + Duration::from_secs(1)),
+            format!("/docker/{ID}")
+        );
+        reader.new_refresh();
+        assert_eq!(path(&mut reader, t0 + Duration::from_secs(2)), "/moved");
+        // Another process under the pid is read at once.
+        write(
+            dir.path(),
+            "proc/7/cgroup",
+            "5:memory:/other
+",
+        );
+        let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2));
+        assert_eq!(other.unwrap().0.path, "/other");
+    }
+
+    #[test]
+    fn where_a_cgroup_is_is_found_once_a_refresh() {
+        let dir = v1_tree();
+        let mut reader = reader(dir.path());
+        assert_eq!(reader.of_process(7).unwrap().0.cpuset_count, Some(8));
+        // The cpuset hierarchy goes away: the processes of this refresh share what was found,
+        // the next refresh looks again.
+        std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/cpuset")).unwrap();
+        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, Some(8));
+        reader.new_refresh();
+        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, None);
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //!   threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
 //!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
 //!   name) and cached; host processes that hold no GPU are not touched at all.
-//! - [`HostCollector::process_table`], only while the tree view is open: every pid's `stat`,
-//!   plus `status` and `cmdline` once per identity.
+//! - [`HostCollector::tree_table`], only while the tree view is open: a listing of the proc
+//!   root, each new pid's `stat` once, and the `stat` of the tree's rows on screen ([`table`]).
+//! - [`HostCollector::process_table`] (the procfs benchmark): every pid's `stat`, plus
+//!   `status` and `cmdline` once per identity.
 //!
 //! CPU% is the growth of utime + stime since the previous sample of the same identity, over
 //! the wall time between the samples (100% = one core busy). Caches of pids not seen for
@@ -19,9 +21,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::model::{
-    GpuProcess, HostProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings,
-};
+use crate::model::{GpuProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings};
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
@@ -53,6 +53,8 @@ pub struct HostCollector {
     placement: Placement,
     /// The children of GPU processes read in this refresh, for the OOM-kill watch.
     children_seen: Vec<Seen>,
+    /// Every pid of the proc root as last read, for the tree view ([`table`]).
+    table: table::HostTable,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -102,12 +104,11 @@ struct CpuSample {
     last_seen: Instant,
 }
 
-/// The /proc side of one GPU process row.
-#[derive(Debug, Clone)]
+/// The /proc side of one GPU process row, but for the strings, which are cloned from the
+/// cached [`Identity`] straight into each row (once a row, not twice).
+#[derive(Debug, Clone, Copy)]
 struct JoinedProcess {
     uid: Option<u32>,
-    user: Option<String>,
-    command: Option<String>,
     ppid: u32,
     start_ticks: u64,
     cpu_percent: Option<f64>,
@@ -115,7 +116,6 @@ struct JoinedProcess {
     running_seconds: Option<f64>,
     nice: i32,
     state: char,
-    env: Option<LaunchEnv>,
     children_count: Option<u32>,
     children_cpu_percent: Option<f64>,
 }
@@ -154,6 +154,7 @@ impl HostCollector {
             user_names: HashMap::new(),
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
+            table: table::HostTable::default(),
         }
     }
 
@@ -214,55 +215,29 @@ impl HostCollector {
         let uptime = procfs::read_uptime(&self.root).ok();
         let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
         for row in processes.iter_mut() {
-            let found = joined
+            let found = *joined
                 .entry(row.pid)
                 .or_insert_with(|| self.join_one(row.pid, uptime, now).ok());
-            apply_join(row, found.as_ref());
+            apply_join(row, found.as_ref(), self.identities.get(&row.pid));
         }
         let children = std::mem::take(&mut self.children_seen);
         self.placement.join(processes, children, refresh);
         self.evict_stale(now);
     }
 
-    /// Every process in the proc root, for the tree view and the job grouping.
-    pub fn process_table(&mut self) -> Vec<HostProcess> {
-        self.process_table_at(Instant::now())
-    }
-
-    fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
-        let pids = procfs::read_pids(&self.root).unwrap_or_default();
-        let uptime = procfs::read_uptime(&self.root).ok();
-        let mut table = Vec::with_capacity(pids.len());
-        for pid in pids {
-            let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
-                continue;
-            };
-            let Ok(identity) = self.identity(&stat, false, now) else {
-                continue;
-            };
-            let (uid, user, cmdline) = (
-                identity.uid,
-                identity.user.clone(),
-                identity.cmdline.clone(),
-            );
-            table.push(HostProcess {
-                pid,
-                ppid: stat.ppid,
-                start_ticks: stat.start_ticks,
-                uid,
-                user,
-                command: cmdline.flatten(),
-                state: stat.state,
-                cpu_percent: self.cpu_percent(&stat, now),
-                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
-                nice: Some(stat.nice),
-                running_seconds: uptime
-                    .map(|up| (up - stat.start_ticks as f64 / self.clock_ticks as f64).max(0.0)),
-                comm: stat.comm,
-            });
+    /// Takes the first sample CPU% needs of each distinct pid of `processes` and of its
+    /// children, and caches what does not change (identity, children), without the cgroups
+    /// and the rest of [`HostCollector::join_processes`]: `--once` joins only after its CPU
+    /// window, so that each file is read once where once is enough.
+    pub(crate) fn prime_processes(&mut self, processes: &[GpuProcess]) {
+        let now = Instant::now();
+        let mut done = std::collections::HashSet::new();
+        for row in processes {
+            if done.insert(row.pid) {
+                let _ = self.join_one(row.pid, None, now);
+            }
         }
-        self.evict_stale(now);
-        table
+        self.children_seen.clear();
     }
 
     fn join_one(
@@ -290,8 +265,6 @@ impl HostCollector {
         let started = stat.start_ticks as f64 / self.clock_ticks as f64;
         Ok(JoinedProcess {
             uid: identity.uid,
-            user: identity.user.clone(),
-            command: identity.display_command(),
             ppid: stat.ppid,
             start_ticks: stat.start_ticks,
             cpu_percent,
@@ -302,7 +275,6 @@ impl HostCollector {
                 .map(|up| round_to_ticks((up - started).max(0.0), self.clock_ticks)),
             nice: stat.nice,
             state: stat.state,
-            env: identity.env.clone().flatten(),
             children_count,
             children_cpu_percent,
         })
@@ -423,7 +395,14 @@ impl HostCollector {
                 children.extend(found);
             }
         }
-        identity.children_scanned_at = Some(now);
+        // After the first walk the next comes sooner for some pids than for others, so that a
+        // thousand GPU processes seen together are not walked again all in the same refresh.
+        let first = identity.children_scanned_at.is_none();
+        identity.children_scanned_at = Some(if first {
+            now.checked_sub(rescan_offset(pid)).unwrap_or(now)
+        } else {
+            now
+        });
         identity.children = any_read.then_some(children);
         identity.children.clone()
     }
@@ -470,15 +449,22 @@ impl HostCollector {
     }
 }
 
+/// How much sooner than [`CHILDREN_RESCAN`] the second walk of `pid`'s children comes: one
+/// of ten steps across the interval, by pid, which spreads the walks over the refreshes.
+fn rescan_offset(pid: u32) -> Duration {
+    CHILDREN_RESCAN * (pid % 10) / 10
+}
+
 fn checked_difference(total: Option<u64>, part: Option<u64>) -> Option<u64> {
     total?.checked_sub(part?)
 }
 
-fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
+fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>, identity: Option<&Identity>) {
+    let identity = joined.and(identity);
     row.visible = joined.is_some();
     row.uid = joined.and_then(|j| j.uid);
-    row.user = joined.and_then(|j| j.user.clone());
-    row.command = joined.and_then(|j| j.command.clone());
+    row.user = identity.and_then(|i| i.user.clone());
+    row.command = identity.and_then(Identity::display_command);
     row.ppid = joined.map(|j| j.ppid);
     row.start_ticks = joined.map(|j| j.start_ticks);
     row.cpu_percent = joined.and_then(|j| j.cpu_percent);
@@ -486,7 +472,7 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>) {
     row.running_seconds = joined.and_then(|j| j.running_seconds);
     row.nice = joined.map(|j| j.nice);
     row.state = joined.map(|j| j.state);
-    row.env = joined.and_then(|j| j.env.clone());
+    row.env = identity.and_then(|i| i.env.as_ref()?.clone());
     row.children_count = joined.and_then(|j| j.children_count);
     row.children_cpu_percent = joined.and_then(|j| j.children_cpu_percent);
 }
@@ -496,6 +482,8 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
     let per = ticks_per_second.max(1) as f64;
     (seconds * per).round() / per
 }
+
+mod table;
 
 #[cfg(test)]
 mod tests;

@@ -77,6 +77,7 @@ impl Placement {
         let mut seen = children;
         let mut done: HashMap<u32, usize> = HashMap::new();
         let mut live_ids = Vec::new();
+        let now = std::time::Instant::now();
         for i in 0..rows.len() {
             if let Some(&first) = done.get(&rows[i].pid) {
                 let (cgroup, shm, slurm, ns) = {
@@ -101,7 +102,8 @@ impl Placement {
             let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
                 continue;
             };
-            if let Some((mut cgroup, dirs)) = self.cgroups.of_process(row.pid) {
+            let known = self.cgroups.of_known_process(row.pid, start_ticks, now);
+            if let Some((mut cgroup, dirs)) = known {
                 name_pod(&mut cgroup, row.env.as_ref());
                 if let (Some(file), Some(kills)) = (dirs.oom_file(), cgroup.oom_kills) {
                     watched.insert(file, (cgroup.path.clone(), cgroup.label(), kills));

@@ -239,4 +239,8 @@ pub struct HostProcess {
     /// Seconds since the process started (a DataLoader worker's TIME in the tree view).
     #[serde(default)]
     pub running_seconds: Option<f64>,
+    /// The state, CPU%, RSS and nice are from an earlier refresh: the tree view reads again
+    /// only the rows on screen, and the others keep their last figures until they are.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
 }

@@ -34,7 +34,8 @@ pub struct Snapshot {
     /// loading and failed: a driver that is installed but broken (the `driver-missing` rule).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvidia_devices: Vec<String>,
-    /// Every host process, only while the tree view asks for it (it costs a full /proc scan).
+    /// The tree view's host processes (the GPU processes, their ancestors and descendants),
+    /// only while it asks for them; rows off screen carry their last figures, marked `stale`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_processes: Vec<HostProcess>,
     /// Out-of-memory errors agents reported in this monitor's lifetime, oldest first (bounded).

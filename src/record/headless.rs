@@ -145,7 +145,10 @@ fn publisher(
     move |snapshot| {
         let wanted = schedule.want(&snapshot);
         if let Some(requests) = requests.get() {
-            let _ = requests.send(SamplerRequest::ProcessTable { wanted });
+            let _ = requests.send(SamplerRequest::ProcessTable {
+                wanted,
+                visible: None,
+            });
         }
         if json && print_json(&snapshot).is_err() {
             let _ = stops.send(Stop::StdoutClosed);

@@ -118,7 +118,10 @@ impl LiveRecording {
 /// Tells the sampler whether the next snapshots carry the process table. The sampler thread
 /// only stops when the UI does, so a failed send has no one to tell.
 fn ask_table(sampler: &Sender<SamplerRequest>, wanted: bool) {
-    let _ = sampler.send(SamplerRequest::ProcessTable { wanted });
+    let _ = sampler.send(SamplerRequest::ProcessTable {
+        wanted,
+        visible: None,
+    });
 }
 
 /// Where `R` writes: see the module doc.

@@ -68,8 +68,13 @@ pub struct SamplerConfig {
 pub(crate) enum SamplerRequest {
     /// Send a command to the agent inside process `pid`.
     Agent { pid: u32, command: AgentCommand },
-    /// Scan every host process each tick (for the tree view), or stop.
-    ProcessTable { wanted: bool },
+    /// Send the tree view's host processes each tick, or stop. `visible`: the pids of the rows
+    /// on screen, the only ones whose figures are read again each tick; `None` reads every
+    /// row of the tree again (a recording, which has no screen).
+    ProcessTable {
+        wanted: bool,
+        visible: Option<Vec<u32>>,
+    },
     /// `S`: make the agent of `pid` record memory history and write a snapshot, to be opened
     /// in the viewer once written.
     MemoryView { pid: u32 },
@@ -113,8 +118,10 @@ impl SamplerConfig {
 pub struct Sampler {
     config: SamplerConfig,
     gpus: GpuPool,
-    /// Asked for by the tree view: each tick then scans every host process.
+    /// Asked for by the tree view: each tick then lists the host processes.
     want_process_table: bool,
+    /// The pids of the tree rows on screen, sorted; `None`: every row of the tree.
+    table_on_screen: Option<Vec<u32>>,
     host: HostCollector,
     rules: Engine,
     agents: AgentHub,
@@ -162,6 +169,7 @@ impl Sampler {
             config,
             gpus,
             want_process_table: false,
+            table_on_screen: None,
             host,
             rules,
             agents,
@@ -211,12 +219,13 @@ impl Sampler {
         self.host.join_processes(&mut processes);
         let torch = self.agents.poll();
         let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
-        if self.want_process_table {
-            snapshot.host_processes = self.host.process_table();
-        }
         snapshot.detail = self.detail.read(&self.config.proc_root);
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot.processes.extend(agent_only);
+        if self.want_process_table {
+            let on_screen = self.table_on_screen.as_deref();
+            snapshot.host_processes = self.host.tree_table(&snapshot.processes, on_screen);
+        }
         snapshot
     }
 
@@ -259,7 +268,7 @@ impl Sampler {
         self.gpus.request_readings(deadline);
         self.collect_gpus();
         let mut processes = self.gpus.gpu_processes();
-        self.host.join_processes(&mut processes);
+        self.host.prime_processes(&processes);
         let primed = Instant::now();
         let until = (started + cpu_window).max(primed + cpu_window / 2);
         thread::sleep(until.saturating_duration_since(primed));
@@ -303,7 +312,13 @@ impl Sampler {
                     Err(why) => self.notices.push(why),
                 }
             }
-            SamplerRequest::ProcessTable { wanted } => self.want_process_table = wanted,
+            SamplerRequest::ProcessTable { wanted, visible } => {
+                self.want_process_table = wanted;
+                self.table_on_screen = visible.map(|mut pids| {
+                    pids.sort_unstable();
+                    pids
+                });
+            }
             SamplerRequest::MemoryView { pid } => self.ask_for_memory_view(pid),
             SamplerRequest::Detail { pid } => self.detail.follow(pid),
             SamplerRequest::Interval(every) => {

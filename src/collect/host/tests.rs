@@ -524,3 +524,29 @@ fn launchers_are_named_from_the_parents_command_line() {
         assert_eq!(launcher_in(cmdline), expected, "{cmdline}");
     }
 }
+
+#[test]
+fn children_walks_of_many_processes_are_spread_over_the_refreshes() {
+    let tree = TempProc::new();
+    tree.write("uptime", "100.00 50.00\n");
+    for pid in [700, 709] {
+        tree.write_pid_stat(pid, 1, 0, 500);
+        tree.write(&format!("{pid}/status"), "Uid:\t0\t0\t0\t0\n");
+        tree.write(&format!("{pid}/cmdline"), "trainer\0");
+        tree.write(&format!("{pid}/task/{pid}/children"), "");
+    }
+    let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
+    let t0 = Instant::now();
+    let mut rows = vec![row(700, 0), row(709, 1)];
+    collector.join_processes_at(&mut rows, t0, Refresh::New);
+    for (pid, child) in [(700, 701), (709, 710)] {
+        tree.write(&format!("{pid}/task/{pid}/children"), &format!("{child} "));
+        tree.write_pid_stat(child, pid, 0, 600);
+    }
+    // Both were walked together at first sight; the second walks come at different refreshes.
+    let counts = |rows: &[GpuProcess]| (rows[0].children_count, rows[1].children_count);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New);
+    assert_eq!(counts(&rows), (Some(0), Some(1)));
+    collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN, Refresh::New);
+    assert_eq!(counts(&rows), (Some(1), Some(1)));
+}

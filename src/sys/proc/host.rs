@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{read_parsed, ParseError, ProcError};
+use super::{read_parsed, read_text, ParseError, ProcError};
 use crate::model::LoadAverage;
 
 /// The /proc/meminfo keys torchtop shows, in bytes. A key the kernel did not list is `None`.
@@ -183,6 +183,17 @@ pub(crate) fn read_stat(root: &Path) -> Result<ProcStat, ProcError> {
 
 pub(crate) fn read_loadavg(root: &Path) -> Result<LoadAverage, ProcError> {
     read_parsed(root.join("loadavg"), parse_loadavg)
+}
+
+/// The last two fields of /proc/loadavg: the number of threads on the host and the last pid
+/// given out. While both stay the same, no process or thread has been created (that moves the
+/// last pid) or has exited (that lowers the count without moving the last pid).
+pub(crate) fn read_loadavg_activity(root: &Path) -> Option<(u64, u64)> {
+    let text = read_text(&root.join("loadavg")).ok()?;
+    let mut words = text.split_whitespace().skip(3);
+    let threads = words.next()?.split_once('/')?.1.parse().ok()?;
+    let last_pid = words.next()?.parse().ok()?;
+    Some((threads, last_pid))
 }
 
 pub(crate) fn read_uptime(root: &Path) -> Result<f64, ProcError> {

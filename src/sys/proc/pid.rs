@@ -213,14 +213,25 @@ pub(crate) fn read_pid_stat(root: &Path, pid: u32) -> Result<PidStat, ProcError>
     read_parsed(pid_dir(root, pid).join("stat"), parse_pid_stat)
 }
 
+/// Half the soft limit on open files, so that sockets, the terminal and the GPU library keep
+/// room; between 16 and 4,096.
+fn keep_open_at_most() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    soft.map_or(4096, |n| usize::try_from(n / 2).unwrap_or(4096))
+        .clamp(16, 4096)
+}
+
 /// `/proc/PID/stat` files kept open between refreshes: reading an open one again is one
 /// `pread`, where opening it costs a path walk, an open and a close each time. A file whose
 /// process exited reads as an error (its pid may since belong to another process, which the
-/// caller then opens afresh).
+/// caller then opens afresh). At most half the open-file limit is kept open: the processes
+/// beyond (a thousand GPU processes under the common limit of 1,024) are read by path.
 #[derive(Default)]
 pub(crate) struct OpenStatFiles {
     files: std::collections::HashMap<u32, File>,
     buffer: Vec<u8>,
+    /// How many files may be kept open; read from the limit at first use.
+    most: Option<usize>,
 }
 
 impl OpenStatFiles {
@@ -228,10 +239,34 @@ impl OpenStatFiles {
         if let Some(stat) = self.read_open(pid) {
             return Ok(stat);
         }
+        let most = *self.most.get_or_insert_with(keep_open_at_most);
+        if self.files.len() >= most {
+            return read_pid_stat(root, pid);
+        }
         let path = pid_dir(root, pid).join("stat");
-        let file = File::open(&path).map_err(|e| ProcError::from_io(&path, e))?;
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            // Out of descriptors after all (other files of this process): read it by path.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                return read_pid_stat(root, pid);
+            }
+            Err(e) => return Err(ProcError::from_io(&path, e)),
+        };
         self.files.insert(pid, file);
         self.read_open(pid).ok_or(ProcError::Gone(path))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn keeping_at_most(most: usize) -> Self {
+        OpenStatFiles {
+            most: Some(most),
+            ..Self::default()
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn kept_open(&self) -> usize {
+        self.files.len()
     }
 
     /// Closes the files of processes not in `keep`.
@@ -314,5 +349,19 @@ pub(crate) fn read_pids(root: &Path) -> Result<Vec<u32>, ProcError> {
     let entries = std::fs::read_dir(root).map_err(|e| ProcError::from_io(root, e))?;
     Ok(entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+/// The numeric entries of the proc root with the inode of each: the kernel gives the directory
+/// of each process its own inode, so a pid listed under another inode is another process.
+pub(crate) fn read_pid_entries(root: &Path) -> Result<Vec<(u32, u64)>, ProcError> {
+    use std::os::unix::fs::DirEntryExt;
+    let entries = std::fs::read_dir(root).map_err(|e| ProcError::from_io(root, e))?;
+    Ok(entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            Some((pid, entry.ino()))
+        })
         .collect())
 }

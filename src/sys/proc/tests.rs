@@ -338,3 +338,38 @@ fn pid_status_fields_for_attach() {
     assert_eq!(status.cap_eff, Some(1 << 19));
     assert_eq!(parse_pid_status("Uid:\t1\t2\n").unwrap().uids, None);
 }
+
+#[test]
+fn stat_files_beyond_the_limit_are_read_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    for pid in [10, 11, 12] {
+        std::fs::create_dir_all(dir.path().join(pid.to_string())).unwrap();
+        let stat = format!(
+            "{pid} (p) S 1 {pid} 1 0 -1 0 0 0 0 0 {pid} 0 0 0 20 0 1 0 \
+             500 1000 {pid} 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0\n"
+        );
+        std::fs::write(dir.path().join(format!("{pid}/stat")), stat).unwrap();
+    }
+    let mut files = OpenStatFiles::keeping_at_most(2);
+    for pid in [10, 11, 12] {
+        assert_eq!(
+            files.read(dir.path(), pid).unwrap().rss_pages,
+            u64::from(pid)
+        );
+    }
+    assert_eq!(
+        files.kept_open(),
+        2,
+        "two kept open, the third read by path"
+    );
+    // The kept-open ones are read in place: the new text is there.
+    std::fs::write(
+        dir.path().join("10/stat"),
+        "10 (p) S 1 10 1 0 -1 0 0 0 0 0 10 0 0 0 20 0 1 0 500 1000 99 0 0 0 0 0 0 0 0 0 0 0 0 \
+         17 0 0 0\n",
+    )
+    .unwrap();
+    assert_eq!(files.read(dir.path(), 10).unwrap().rss_pages, 99);
+    assert_eq!(files.read(dir.path(), 12).unwrap().rss_pages, 12);
+    assert!(files.read(dir.path(), 13).is_err(), "no such process");
+}
