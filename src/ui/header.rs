@@ -32,9 +32,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             app.delay_seconds
         ),
     ];
-    if snapshot.host.container.is_some() {
-        fields.push(CONTAINER_NOTE.to_string());
-    }
+    fields.extend(container_note(snapshot));
     let clock_text = clock_text(snapshot, app.utc);
     let badge = app
         .badge
@@ -74,9 +72,27 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
 
-/// Shown where torchtop runs in a container: NVML lists host pids, which its /proc lacks.
-const CONTAINER_NOTE: &str =
-    "inside a container: GPU processes of other containers show without host details";
+/// Where torchtop runs in a container and NVML lists pids its /proc lacks: NVML gives host pids,
+/// which a container's own /proc does not show (its own processes' included), so say how many
+/// rows lack details and what shows them. Nothing when every GPU process is found (the host's
+/// /proc, `--pid=host`).
+fn container_note(snapshot: &Snapshot) -> Option<String> {
+    snapshot.host.container.as_ref()?;
+    let hidden: std::collections::BTreeSet<u32> = snapshot
+        .processes
+        .iter()
+        .filter(|p| !p.visible)
+        .map(|p| p.pid)
+        .collect();
+    let n = hidden.len();
+    (n > 0).then(|| {
+        format!(
+            "inside a container: no details for {n} GPU process{} (host pids; --pid=host \
+             shows them)",
+            if n == 1 { "" } else { "es" }
+        )
+    })
+}
 
 /// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
 /// (`TZ`, or the system's).
@@ -109,6 +125,31 @@ fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_container_note_counts_the_pids_this_proc_lacks() {
+        let process = |pid: u32, visible: bool| {
+            let mut p = crate::model::GpuProcess::new(pid, 0, crate::model::ProcessKind::Compute);
+            p.visible = visible;
+            p
+        };
+        let mut snapshot = Snapshot {
+            processes: vec![process(10, false), process(10, false), process(11, true)],
+            ..Snapshot::default()
+        };
+        assert_eq!(container_note(&snapshot), None, "not in a container");
+        snapshot.host.container = Some("docker".into());
+        assert_eq!(
+            container_note(&snapshot).as_deref(),
+            Some("inside a container: no details for 1 GPU process (host pids; --pid=host shows them)")
+        );
+        snapshot.processes[2].visible = false;
+        assert!(container_note(&snapshot)
+            .unwrap()
+            .contains(" 2 GPU processes "));
+        snapshot.processes.iter_mut().for_each(|p| p.visible = true);
+        assert_eq!(container_note(&snapshot), None, "every GPU process found");
+    }
 
     #[test]
     fn utc_and_a_fixed_zone() {

@@ -167,7 +167,7 @@ fn own_procfs_host_pids_show_without_host_details() {
     let session = PtySession::spawn(&common::torchtop_binary(), &[], &env_refs(&env), 220, 40);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains(
-            "inside a container: GPU processes of other containers show without host details"
+            "inside a container: no details for 2 GPU processes (host pids; --pid=host shows them)"
         )),
         "no container note:\n{}",
         session.screen()
