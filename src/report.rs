@@ -11,7 +11,7 @@ use crate::sampler::{self, GpuLoader, SamplerConfig};
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
-use crate::model::{GpuSample, GpuState, Severity, Snapshot};
+use crate::model::{GpuProcess, GpuSample, GpuState, Severity, Snapshot};
 
 /// `--once`'s exit status when a warning at `warn` level holds (with `--fail-on warn`).
 pub const EXIT_WARN: u8 = 3;
@@ -94,19 +94,21 @@ pub fn text(snapshot: &Snapshot) -> String {
     }
     for gpu in &snapshot.gpus {
         let _ = writeln!(out, "{}", gpu_line(gpu));
-        for process in snapshot.processes.iter().filter(|p| p.gpu == gpu.index) {
-            let _ = writeln!(
-                out,
-                "      {:>7} {:<10} {:>9}  {}",
-                process.pid,
-                or_na(process.user.as_deref()),
-                bytes(process.gpu_memory_bytes),
-                escape(process.command.as_deref().unwrap_or(if process.visible {
-                    "N/A"
-                } else {
-                    "(not visible here)"
-                })),
-            );
+        for process in snapshot
+            .processes
+            .iter()
+            .filter(|p| !p.no_gpu && p.gpu == gpu.index)
+        {
+            let _ = writeln!(out, "{}", process_line(process));
+        }
+    }
+    // Processes whose agent reports but which hold no GPU (CPU-only, or not yet on one): the
+    // screen lists them too, so the summary must not drop them.
+    let agent_only: Vec<&GpuProcess> = snapshot.processes.iter().filter(|p| p.no_gpu).collect();
+    if !agent_only.is_empty() {
+        let _ = writeln!(out, "[-] no GPU: PyTorch processes with an agent");
+        for process in agent_only {
+            let _ = writeln!(out, "{}", process_line(process));
         }
     }
     let _ = writeln!(out, "{}", host_line(snapshot));
@@ -121,6 +123,21 @@ pub fn text(snapshot: &Snapshot) -> String {
         );
     }
     out
+}
+
+/// One process under its GPU: pid, user, GPU memory, command line (escaped).
+fn process_line(process: &GpuProcess) -> String {
+    format!(
+        "      {:>7} {:<10} {:>9}  {}",
+        process.pid,
+        or_na(process.user.as_deref()),
+        bytes(process.gpu_memory_bytes),
+        escape(process.command.as_deref().unwrap_or(if process.visible {
+            "N/A"
+        } else {
+            "(not visible here)"
+        })),
+    )
 }
 
 fn gpu_line(gpu: &GpuSample) -> String {
@@ -193,6 +210,27 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("job ").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_process_with_an_agent_and_no_gpu_is_listed_in_the_text() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.gpus.push(GpuSample {
+            index: 0,
+            ..Default::default()
+        });
+        let mut on_gpu = GpuProcess::new(41, 0, crate::model::ProcessKind::Compute);
+        on_gpu.command = Some("python train.py".into());
+        let mut cpu_only = GpuProcess::agent_only(42, crate::model::TorchInfo::default());
+        cpu_only.command = Some("python preprocess.py\x1b[2J".into());
+        snapshot.processes = vec![on_gpu, cpu_only];
+        let text = text(&snapshot);
+        let listed = |pid: &str| text.lines().filter(|l| l.contains(pid)).count();
+        assert_eq!(listed(" 41 "), 1, "{text}");
+        assert_eq!(listed(" 42 "), 1, "{text}");
+        let heading = text.find("[-] no GPU").expect(&text);
+        assert!(text.find("preprocess.py").unwrap() > heading, "{text}");
+        assert!(!text.contains('\x1b'), "escaped: {text}");
     }
 
     #[test]
