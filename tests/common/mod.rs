@@ -35,6 +35,15 @@ pub fn torchtop_binary() -> PathBuf {
 /// `--once`), and reads its documents until `enough` holds on all read so far; then ends it.
 /// A test that waits for a warning reads until it comes, however slowly the samples come on a
 /// loaded machine. Fails if that takes more than [`PATIENCE`].
+/// The row of `pid` in a `--once --json` document (its first, for a process on several GPUs);
+/// the panic shows the whole document.
+pub fn process_row(doc: &Value, pid: u32) -> &Value {
+    doc["processes"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("pid {pid} not in {doc:#}"))
+}
+
 pub fn json_stream_until(torchtop: &mut Command, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let mut child = torchtop
         .stdin(Stdio::null())

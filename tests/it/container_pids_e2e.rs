@@ -119,15 +119,6 @@ fn once(root: &Path, scenario: &ScenarioFile) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-fn row(doc: &Value, pid: u32) -> &Value {
-    doc["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in {doc:#}"))
-}
-
 fn assert_without_host_details(row: &Value) {
     assert_eq!(row["visible"], false, "{row:#}");
     assert_eq!(
@@ -147,8 +138,8 @@ fn own_procfs_host_pids_show_without_host_details() {
     let scenario = scenario();
     let doc = once(root.path(), &scenario);
     assert_eq!(doc["host"]["container"], "docker");
-    assert_without_host_details(row(&doc, HOST_PID));
-    assert_without_host_details(row(&doc, OTHER_HOST_PID));
+    assert_without_host_details(common::process_row(&doc, HOST_PID));
+    assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
     // Pid 7 is not taken for either GPU process.
     assert!(doc["processes"]
         .as_array()
@@ -179,10 +170,10 @@ fn host_procfs_finds_the_process_and_its_pid_inside_the_container() {
     // The host's procfs: the trainer is listed under its host pid, NSpid down to 7.
     let root = container(HOST_PID, &[HOST_PID, INNER_PID]);
     let doc = once(root.path(), &scenario());
-    let trainer = row(&doc, HOST_PID);
+    let trainer = common::process_row(&doc, HOST_PID);
     assert_eq!(trainer["visible"], true, "{trainer:#}");
     assert!(trainer["command"].as_str().unwrap().contains("train.py"));
     assert_eq!(trainer["ns_pids"], serde_json::json!([HOST_PID, INNER_PID]));
     assert_eq!(trainer["cgroup"]["container"]["runtime"], "docker");
-    assert_without_host_details(row(&doc, OTHER_HOST_PID));
+    assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
 }

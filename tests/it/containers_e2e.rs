@@ -181,15 +181,6 @@ fn warning<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
     doc["warnings"].as_array()?.iter().find(|w| w["id"] == id)
 }
 
-fn process(doc: &Value, pid: u32) -> &Value {
-    doc["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in {doc:#}"))
-}
-
 #[test]
 fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
     let fixture = Fixture::new();
@@ -204,7 +195,7 @@ fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
 
     assert_eq!(doc["host"]["container"], "docker");
     assert_eq!(doc["host"]["oom_kill_count"], 3);
-    let trainer = process(&doc, TRAINER);
+    let trainer = common::process_row(&doc, TRAINER);
     let cgroup = &trainer["cgroup"];
     assert_eq!(cgroup["version"], 2);
     assert_eq!(cgroup["memory_max"], 8 * GIB);
@@ -258,7 +249,7 @@ fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
     assert!(warning(&doc, "oom-killed").is_none(), "{doc:#}");
 
     // The Slurm job, grouped from the environment, with its task ranks.
-    let slurm = process(&doc, SLURM_TASKS[1]);
+    let slurm = common::process_row(&doc, SLURM_TASKS[1]);
     assert_eq!(slurm["slurm"]["job_id"], "4242");
     assert_eq!(slurm["slurm"]["proc_id"], 1);
     assert_eq!(slurm["slurm"]["user"], "alice");

@@ -120,15 +120,6 @@ fn scenario() -> ScenarioFile {
     ScenarioFile::new(&text)
 }
 
-fn process(doc: &Value, pid: u32) -> &Value {
-    doc["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in {doc:#}"))
-}
-
 #[test]
 fn once_json_names_both_pods_and_groups_their_ranks_as_one_job() {
     let node = node();
@@ -150,7 +141,7 @@ fn once_json_names_both_pods_and_groups_their_ranks_as_one_job() {
         (WORKER, WORKER_UID, "pj-worker-0", 'b'),
     ];
     for (pid, uid, name, container) in expected {
-        let cgroup = &process(&doc, pid)["cgroup"];
+        let cgroup = &common::process_row(&doc, pid)["cgroup"];
         assert_eq!(cgroup["pod"]["uid"], uid, "{cgroup:#}");
         assert_eq!(cgroup["pod"]["qos"], "burstable");
         assert_eq!(cgroup["pod"]["name"], name, "POD_NAME first, else HOSTNAME");
