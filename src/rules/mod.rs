@@ -46,7 +46,7 @@ mod zombie_memory;
 #[cfg(test)]
 mod testkit;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::config::Seconds;
 use crate::model::{
@@ -143,6 +143,8 @@ pub(crate) struct Engine {
     host: Window<HostPoint>,
     steps: BTreeMap<u32, StepTrack>,
     first_seen: HashMap<(String, SubjectKey), String>,
+    /// How many samples were recorded: the stamp of the keys each one saw.
+    samples: u64,
 }
 
 impl Engine {
@@ -156,6 +158,7 @@ impl Engine {
             host: Window::default(),
             steps: BTreeMap::new(),
             first_seen: HashMap::new(),
+            samples: 0,
         }
     }
 
@@ -194,29 +197,36 @@ impl Engine {
         }
         self.gpus.retain(|index, _| snapshot.gpu(*index).is_some());
 
-        let mut seen_processes = BTreeSet::new();
-        let mut seen_allocators = BTreeSet::new();
+        // 0 is never a sample's count, so a fresh key has not been seen.
+        self.samples += 1;
+        let sample = self.samples;
         for process in &snapshot.processes {
-            if seen_processes.insert((process.pid, process.gpu)) {
-                let point = proc_point(process, snapshot);
-                self.processes
-                    .entry((process.pid, process.gpu))
-                    .or_default()
-                    .push(process.start_ticks, t, point, keep.processes);
-            }
+            self.processes
+                .entry((process.pid, process.gpu))
+                .or_default()
+                .push_once(
+                    sample,
+                    process.start_ticks,
+                    t,
+                    || proc_point(process, snapshot),
+                    keep.processes,
+                );
             let devices = process.torch.iter().flat_map(|torch| &torch.devices);
             for device in devices {
-                if seen_allocators.insert((process.pid, device.index)) {
-                    self.allocators
-                        .entry((process.pid, device.index))
-                        .or_default()
-                        .push(process.start_ticks, t, alloc_point(device), keep.allocators);
-                }
+                self.allocators
+                    .entry((process.pid, device.index))
+                    .or_default()
+                    .push_once(
+                        sample,
+                        process.start_ticks,
+                        t,
+                        || alloc_point(device),
+                        keep.allocators,
+                    );
             }
         }
-        self.processes.retain(|key, _| seen_processes.contains(key));
-        self.allocators
-            .retain(|key, _| seen_allocators.contains(key));
+        self.processes.retain(|_, tracked| tracked.seen == sample);
+        self.allocators.retain(|_, tracked| tracked.seen == sample);
 
         let host = &snapshot.host;
         let point = HostPoint {

@@ -25,13 +25,13 @@ fn a_window_stays_bounded_and_restarts_when_the_clock_goes_back() {
     for t in 0..20_000 {
         window.push(f64::from(t) * 0.01, t, 1_000.0);
     }
-    assert!(window.points.len() <= MAX_POINTS);
+    assert!(window.len() <= MAX_POINTS);
     assert!(
         window.covering(150.0).is_some(),
         "thinning keeps the time span"
     );
     window.push(1.0, 7, 1_000.0);
-    assert_eq!(window.points.len(), 1);
+    assert_eq!(window.len(), 1);
     window.push(f64::NAN, 8, 1_000.0);
     assert_eq!(window.latest().map(|p| p.v), Some(7));
 }
@@ -194,10 +194,24 @@ fn each_kind_of_window_keeps_only_what_its_rules_read() {
     assert!(engine.gpus[&0]
         .covering(config.ecc.window_seconds.get())
         .is_some());
-    let kept = engine.processes[&(7, 0)].window.points.len();
+    let kept = engine.processes[&(7, 0)].window.len();
     assert_eq!(kept as f64, config.leak.window_seconds.get() + 1.0);
     assert!(engine.processes[&(7, 0)]
         .window
         .covering(config.gpu_starved.window_seconds.get())
         .is_some());
+}
+
+#[test]
+fn a_full_window_shows_only_its_span_and_holds_at_most_twice_it() {
+    let mut window = Window::default();
+    for t in 0..1_000 {
+        window.push(f64::from(t), t, 10.0);
+        // The live points: the one at the edge and the 10 after it, never older ones.
+        let live = window.live();
+        assert_eq!(live.last().map(|p| p.v), Some(t));
+        assert_eq!(live.first().map(|p| p.v), Some((t - 10).max(0)));
+        assert!(window.points.len() <= 2 * window.len() + 1);
+    }
+    assert_eq!(window.recent(1_000.0).len(), 11);
 }

@@ -17,15 +17,23 @@ pub(crate) struct Point<T> {
     pub(crate) v: T,
 }
 
-/// A time-ordered, bounded series of points.
+/// A time-ordered, bounded series of points. Points that fell out of the window are dropped
+/// from the front in batches (once they are as many as the live ones), not one a push: one
+/// memmove of a whole window per process per tick cost a thousand GPU processes about 20 MB
+/// of copying a tick.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Window<T> {
     pub(super) points: Vec<Point<T>>,
+    /// Where the live points begin in `points`; those before it are out of the window.
+    start: usize,
 }
 
 impl<T> Default for Window<T> {
     fn default() -> Self {
-        Window { points: Vec::new() }
+        Window {
+            points: Vec::new(),
+            start: 0,
+        }
     }
 }
 
@@ -38,25 +46,52 @@ impl<T> Window<T> {
         }
         match self.points.last() {
             // The clock went back: the old points no longer line up with the new ones.
-            Some(last) if t < last.t => self.points.clear(),
+            Some(last) if t < last.t => self.clear(),
             Some(last) if t == last.t => {
                 self.points.pop();
+                self.start = self.start.min(self.points.len());
             }
             _ => {}
         }
         self.points.push(Point { t, v });
         let cutoff = t - keep_seconds;
-        let older = self.points.partition_point(|p| p.t <= cutoff);
-        self.points.drain(..older.saturating_sub(1));
-        if self.points.len() > MAX_POINTS {
-            let half = self.points.len() / 2;
-            let mut i = 0;
-            self.points.retain(|_| {
-                let keep = i >= half || i % 2 == 0;
-                i += 1;
-                keep
-            });
+        let older = self.live().partition_point(|p| p.t <= cutoff);
+        self.start += older.saturating_sub(1);
+        if self.start >= self.points.len() - self.start {
+            self.points.drain(..self.start);
+            self.start = 0;
         }
+        if self.len() > MAX_POINTS {
+            self.thin();
+        }
+    }
+
+    /// The points in the window, oldest first.
+    pub(crate) fn live(&self) -> &[Point<T>] {
+        &self.points[self.start..]
+    }
+
+    /// How many points are in the window.
+    pub(crate) fn len(&self) -> usize {
+        self.points.len() - self.start
+    }
+
+    fn clear(&mut self) {
+        self.points.clear();
+        self.start = 0;
+    }
+
+    /// Thins the older half of the live points to every second one.
+    fn thin(&mut self) {
+        self.points.drain(..self.start);
+        self.start = 0;
+        let half = self.points.len() / 2;
+        let mut i = 0;
+        self.points.retain(|_| {
+            let keep = i >= half || i % 2 == 0;
+            i += 1;
+            keep
+        });
     }
 
     pub(crate) fn latest(&self) -> Option<&Point<T>> {
@@ -66,18 +101,20 @@ impl<T> Window<T> {
     /// The points spanning at least the last `seconds`, starting at the newest point at or
     /// before that edge; `None` while the window has not been watched that long.
     pub(crate) fn covering(&self, seconds: f64) -> Option<&[Point<T>]> {
-        let newest = self.points.last()?.t;
-        let at_or_before = self.points.partition_point(|p| p.t <= newest - seconds);
-        (at_or_before > 0).then(|| &self.points[at_or_before - 1..])
+        let points = self.live();
+        let newest = points.last()?.t;
+        let at_or_before = points.partition_point(|p| p.t <= newest - seconds);
+        (at_or_before > 0).then(|| &points[at_or_before - 1..])
     }
 
     /// The points of the last `seconds`, however long the window has been watched.
     pub(crate) fn recent(&self, seconds: f64) -> &[Point<T>] {
-        let Some(newest) = self.points.last().map(|p| p.t) else {
+        let points = self.live();
+        let Some(newest) = points.last().map(|p| p.t) else {
             return &[];
         };
-        let start = self.points.partition_point(|p| p.t < newest - seconds);
-        &self.points[start..]
+        let start = points.partition_point(|p| p.t < newest - seconds);
+        &points[start..]
     }
 }
 
@@ -86,10 +123,29 @@ impl<T> Window<T> {
 pub(crate) struct Tracked<T> {
     start_ticks: Option<u64>,
     pub(crate) window: Window<T>,
+    /// The engine's count of the last sample that had this key, so that a key seen twice in
+    /// one sample is recorded once and one not seen is dropped (without a set of keys built
+    /// per sample).
+    pub(super) seen: u64,
 }
 
 impl<T> Tracked<T> {
-    pub(super) fn push(&mut self, start_ticks: Option<u64>, t: f64, v: T, keep_seconds: f64) {
+    /// Records the first point of sample `sample`; later ones of the same sample are ignored.
+    pub(super) fn push_once(
+        &mut self,
+        sample: u64,
+        start_ticks: Option<u64>,
+        t: f64,
+        v: impl FnOnce() -> T,
+        keep_seconds: f64,
+    ) {
+        if self.seen != sample {
+            self.seen = sample;
+            self.push(start_ticks, t, v(), keep_seconds);
+        }
+    }
+
+    fn push(&mut self, start_ticks: Option<u64>, t: f64, v: T, keep_seconds: f64) {
         if let (Some(old), Some(new)) = (self.start_ticks, start_ticks) {
             if old != new {
                 self.window = Window::default();
