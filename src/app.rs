@@ -139,8 +139,10 @@ pub struct App {
     pub(crate) ui: crate::config::UiConfig,
     /// Where the setup screen saves `ui`; `None` when there is nowhere to save.
     config_path: Option<std::path::PathBuf>,
-    /// The tree rows on screen as last told to the sampler ([`App::screen_rows_request`]).
+    /// The rows on screen (and around them) as last told to the sampler
+    /// ([`App::screen_rows_request`]), and whether that was of the tree.
     told_on_screen: Option<Vec<u32>>,
+    told_tree: bool,
 }
 
 impl App {
@@ -168,6 +170,7 @@ impl App {
             ui: crate::config::UiConfig::default(),
             config_path: None,
             told_on_screen: None,
+            told_tree: false,
         }
     }
 

@@ -466,8 +466,19 @@ fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
     let screen = Rect::new(0, 0, size.width, size.height - bar_rows);
     let plan = ui::plan(app, screen);
     app.set_layout(plan.clone());
-    if let (Feed::Live { requests, .. }, Some(request)) = (feed, app.screen_rows_request()) {
-        let _ = requests.send(request);
+    if let Feed::Live {
+        requests,
+        recording,
+        ..
+    } = feed
+    {
+        // A recording asks for every row itself; the screen tells again once it stops.
+        if let Some(request) = (!recording.is_recording())
+            .then(|| app.screen_rows_request())
+            .flatten()
+        {
+            let _ = requests.send(request);
+        }
     }
     let app = &*app;
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;

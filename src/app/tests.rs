@@ -872,11 +872,27 @@ fn the_tree_tells_the_sampler_which_rows_are_on_screen() {
             visible: Some(visible.to_vec()),
         })
     };
-    // The selection stayed on 100 (the second row), at the top of the window.
-    assert_eq!(app.screen_rows_request(), told(&[100, 110]));
+    // The selection stayed on 100 (the second row), at the top of the window: the sampler is
+    // told of the rows on screen and half a page (one row) on each side.
+    assert_eq!(app.screen_rows_request(), told(&[90, 100, 110, 200]));
     assert_eq!(app.screen_rows_request(), None, "told once");
     select(&mut app, 200);
-    assert_eq!(app.screen_rows_request(), told(&[110, 200]));
-    press(&mut app, KeyCode::Char('t'));
-    assert_eq!(app.screen_rows_request(), None, "no tree, nothing to tell");
+    assert_eq!(app.screen_rows_request(), None, "110 and 200 were told of");
+    select(&mut app, 300);
+    assert_eq!(app.screen_rows_request(), told(&[110, 200, 300, 400]));
+    // Back to the GPU table: its rows on screen, which the sampler reads each tick too.
+    let Effect::AskSampler(SamplerRequest::ProcessTable { wanted, visible }) =
+        press(&mut app, KeyCode::Char('t'))
+    else {
+        panic!("closing the tree asks the sampler");
+    };
+    assert!(!wanted);
+    let visible = visible.expect("the GPU rows on screen");
+    assert!(visible.iter().all(|pid| pids(&app).contains(pid)));
+    assert_eq!(app.screen_rows_request(), None, "told with the key");
+    app.retell_rows_on_screen();
+    assert!(
+        app.screen_rows_request().is_some(),
+        "told again after a recording"
+    );
 }

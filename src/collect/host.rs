@@ -55,6 +55,8 @@ pub struct HostCollector {
     children_seen: Vec<Seen>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
     table: table::HostTable,
+    /// The last reading of each GPU process, for rows off screen ([`off_screen`]).
+    off_screen: off_screen::OffScreen,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -155,6 +157,7 @@ impl HostCollector {
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
             table: table::HostTable::default(),
+            off_screen: off_screen::OffScreen::default(),
         }
     }
 
@@ -202,27 +205,72 @@ impl HostCollector {
     /// Fills the host fields of every row from /proc. A pid on several GPUs is read once; a
     /// pid that is not (or no longer) in /proc gets `visible = false` and `None` host fields.
     pub fn join_processes(&mut self, processes: &mut [GpuProcess]) {
-        self.join_processes_at(processes, Instant::now(), Refresh::New);
+        self.join_processes_at(processes, Instant::now(), Refresh::New, None);
+    }
+
+    /// As [`HostCollector::join_processes`], reading again only the rows whose pid is in
+    /// `on_screen` (sorted) and the others every [`off_screen::OFF_SCREEN_EVERY`]; `None`
+    /// reads every row.
+    pub(crate) fn join_processes_on_screen(
+        &mut self,
+        processes: &mut [GpuProcess],
+        on_screen: Option<&[u32]>,
+    ) {
+        self.join_processes_at(processes, Instant::now(), Refresh::New, on_screen);
     }
 
     /// As [`HostCollector::join_processes`], for rows found later in the same refresh (agents
     /// whose process holds no GPU): what the first join watched for OOM kills is kept.
     pub(crate) fn join_more_processes(&mut self, processes: &mut [GpuProcess]) {
-        self.join_processes_at(processes, Instant::now(), Refresh::Same);
+        self.join_processes_at(processes, Instant::now(), Refresh::Same, None);
     }
 
-    fn join_processes_at(&mut self, processes: &mut [GpuProcess], now: Instant, refresh: Refresh) {
+    fn join_processes_at(
+        &mut self,
+        processes: &mut [GpuProcess],
+        now: Instant,
+        refresh: Refresh,
+        on_screen: Option<&[u32]>,
+    ) {
         let uptime = procfs::read_uptime(&self.root).ok();
         let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
         for row in processes.iter_mut() {
             let found = *joined
                 .entry(row.pid)
-                .or_insert_with(|| self.join_one(row.pid, uptime, now).ok());
+                .or_insert_with(|| self.join_or_reuse(row.pid, on_screen, uptime, now));
             apply_join(row, found.as_ref(), self.identities.get(&row.pid));
         }
         let children = std::mem::take(&mut self.children_seen);
         self.placement.join(processes, children, refresh);
         self.evict_stale(now);
+    }
+
+    /// The kept reading of a row off screen while it is fresh enough, else a new one.
+    fn join_or_reuse(
+        &mut self,
+        pid: u32,
+        on_screen: Option<&[u32]>,
+        uptime: Option<f64>,
+        now: Instant,
+    ) -> Option<JoinedProcess> {
+        let seen = &mut self.children_seen;
+        if let Some(kept) =
+            (self.off_screen).reuse(pid, on_screen, now, uptime, self.clock_ticks, seen)
+        {
+            // Still tracked: its caches must not be evicted while it is not read.
+            if let Some(identity) = self.identities.get_mut(&pid) {
+                identity.last_seen = now;
+            }
+            if let Some(sample) = self.cpu_samples.get_mut(&pid) {
+                sample.last_seen = now;
+            }
+            return Some(kept);
+        }
+        let children_from = self.children_seen.len();
+        let found = self.join_one(pid, uptime, now).ok();
+        let children = &self.children_seen[children_from..];
+        self.off_screen.keep(pid, found, children, now);
+        found
     }
 
     /// Takes the first sample CPU% needs of each distinct pid of `processes` and of its
@@ -446,6 +494,7 @@ impl HostCollector {
         self.cpu_samples.retain(|_, s| fresh(s.last_seen));
         let identities = &self.identities;
         self.stat_files.retain(|pid| identities.contains_key(&pid));
+        self.off_screen.retain(|pid| identities.contains_key(&pid));
     }
 }
 
@@ -483,6 +532,7 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
     (seconds * per).round() / per
 }
 
+mod off_screen;
 mod table;
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ impl LiveRecording {
     pub(crate) fn toggle(&mut self, app: &mut App, sampler: &Sender<SamplerRequest>) {
         if let Some(recorder) = self.recorder.take() {
             ask_table(sampler, app.settings.tree);
+            // The recording asked for every row; the screen needs only its own again.
+            app.retell_rows_on_screen();
             let status = recorder.status().clone();
             let frames = status.frames.load(Ordering::Relaxed);
             app.badge = None;
@@ -76,6 +78,11 @@ impl LiveRecording {
             }
             Err(error) => app.status = Some(format!("cannot record: {error}")),
         }
+    }
+
+    /// Whether a recording runs: it wants every row read each tick, not only those on screen.
+    pub(crate) fn is_recording(&self) -> bool {
+        self.recorder.is_some()
     }
 
     /// Hands the snapshot to the writer, asks the sampler for the process table when due (the

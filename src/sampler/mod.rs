@@ -69,8 +69,10 @@ pub(crate) enum SamplerRequest {
     /// Send a command to the agent inside process `pid`.
     Agent { pid: u32, command: AgentCommand },
     /// Send the tree view's host processes each tick, or stop. `visible`: the pids of the rows
-    /// on screen, the only ones whose figures are read again each tick; `None` reads every
-    /// row of the tree again (a recording, which has no screen).
+    /// on screen (of the tree, or of the GPU process table when the tree is closed), the only
+    /// ones whose figures are read again each tick (GPU processes off screen are read every
+    /// few seconds); `None` reads every row again each tick (a recording, which has no
+    /// screen).
     ProcessTable {
         wanted: bool,
         visible: Option<Vec<u32>>,
@@ -120,7 +122,7 @@ pub struct Sampler {
     gpus: GpuPool,
     /// Asked for by the tree view: each tick then lists the host processes.
     want_process_table: bool,
-    /// The pids of the tree rows on screen, sorted; `None`: every row of the tree.
+    /// The pids of the rows on screen (tree or GPU table), sorted; `None`: every row.
     table_on_screen: Option<Vec<u32>>,
     host: HostCollector,
     rules: Engine,
@@ -216,7 +218,9 @@ impl Sampler {
     fn snapshot_now(&mut self) -> Snapshot {
         let host = self.host.sample_host();
         let mut processes = self.gpus.gpu_processes();
-        self.host.join_processes(&mut processes);
+        let on_screen = self.table_on_screen.as_deref();
+        self.host
+            .join_processes_on_screen(&mut processes, on_screen);
         let torch = self.agents.poll();
         let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
         snapshot.detail = self.detail.read(&self.config.proc_root);

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::{Child, Command};
 
+use super::off_screen::OFF_SCREEN_EVERY;
 use super::*;
 use crate::model::ProcessKind;
 use crate::test_ci::PATIENCE;
@@ -203,30 +204,89 @@ fn join_cpu_percent_from_tick_deltas_and_pid_reuse() {
     let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
     let t0 = Instant::now();
     let mut rows = vec![row(500, 0)];
-    collector.join_processes_at(&mut rows, t0, Refresh::New);
+    collector.join_processes_at(&mut rows, t0, Refresh::New, None);
     assert_eq!(rows[0].cpu_percent, None);
     assert_eq!(rows[0].running_seconds, Some(80.0));
 
     // One second later: 150 ticks (1.5 cores) for the process, 90 ticks for its child.
     tree.write_pid_stat(500, 1, 1150, 2000);
     tree.write_pid_stat(501, 500, 100, 2100);
-    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New, None);
     assert_eq!(rows[0].cpu_percent, Some(150.0));
     assert_eq!(rows[0].children_count, Some(1));
     assert_eq!(rows[0].children_cpu_percent, Some(90.0));
 
     // A sample 10 ms later repeats the last figure instead of dividing by almost nothing.
-    collector.join_processes_at(&mut rows, t0 + Duration::from_millis(1010), Refresh::New);
+    collector.join_processes_at(
+        &mut rows,
+        t0 + Duration::from_millis(1010),
+        Refresh::New,
+        None,
+    );
     assert_eq!(rows[0].cpu_percent, Some(150.0));
 
     // The pid is reused by a new process: a new identity, no CPU% yet, a fresh command.
     tree.write_pid_stat(500, 1, 5, 9000);
     tree.write("500/cmdline", "other\0");
-    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(2), Refresh::New);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(2), Refresh::New, None);
     assert!(rows[0].visible);
     assert_eq!(rows[0].start_ticks, Some(9000));
     assert_eq!(rows[0].cpu_percent, None);
     assert_eq!(rows[0].command.as_deref(), Some("other"));
+}
+
+#[test]
+fn rows_off_screen_show_their_last_reading_until_due_and_rows_on_screen_are_read_each_time() {
+    let tree = TempProc::new();
+    tree.write("uptime", "100.00 50.00\n");
+    for pid in [600, 700] {
+        tree.write_pid_stat(pid, 1, 1000, 2000);
+        tree.write(&format!("{pid}/status"), "Uid:\t7\t7\t7\t7\n");
+        tree.write(&format!("{pid}/cmdline"), "trainer\0");
+    }
+    let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
+    let t0 = Instant::now();
+    let mut rows = vec![row(600, 0), row(700, 1)];
+    let on_screen = Some(&[600][..]);
+    collector.join_processes_at(&mut rows, t0, Refresh::New, on_screen);
+    // One second later both used 50 ticks: only the row on screen is read again.
+    tree.write_pid_stat(600, 1, 1050, 2000);
+    tree.write_pid_stat(700, 1, 1050, 2000);
+    tree.write("uptime", "101.00 50.00\n");
+    let t1 = t0 + Duration::from_secs(1);
+    collector.join_processes_at(&mut rows, t1, Refresh::New, on_screen);
+    assert_eq!(rows[0].cpu_percent, Some(50.0));
+    assert_eq!(rows[1].cpu_percent, None, "the first reading of 700 stands");
+    assert_eq!(
+        rows[1].running_seconds,
+        Some(81.0),
+        "its running time still moves"
+    );
+    assert!(rows[1].visible);
+    // Without a screen, every row is read.
+    collector.join_processes_at(
+        &mut rows,
+        t1 + Duration::from_millis(100),
+        Refresh::New,
+        None,
+    );
+    assert!(rows[1].cpu_percent.is_some());
+    // Off screen, a row is read again once due, with its CPU% over the whole time since.
+    tree.write_pid_stat(700, 1, 1550, 2000);
+    let later = t1 + Duration::from_millis(100) + OFF_SCREEN_EVERY;
+    collector.join_processes_at(&mut rows, later, Refresh::New, on_screen);
+    assert_eq!(rows[1].cpu_percent, Some(100.0));
+    // A new process under the same pid off screen shows once due, not before.
+    tree.write_pid_stat(700, 1, 5, 9000);
+    collector.join_processes_at(
+        &mut rows,
+        later + Duration::from_secs(1),
+        Refresh::New,
+        on_screen,
+    );
+    assert_eq!(rows[1].start_ticks, Some(2000));
+    collector.join_processes_at(&mut rows, later + OFF_SCREEN_EVERY, Refresh::New, on_screen);
+    assert_eq!(rows[1].start_ticks, Some(9000));
 }
 
 #[test]
@@ -278,7 +338,7 @@ fn children_are_found_at_the_next_walk_of_every_thread() {
     let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
     let t0 = Instant::now();
     let mut rows = vec![row(700, 0)];
-    collector.join_processes_at(&mut rows, t0, Refresh::New);
+    collector.join_processes_at(&mut rows, t0, Refresh::New, None);
     assert_eq!(rows[0].children_count, Some(0));
 
     tree.write("700/task/700/children", "701 ");
@@ -286,12 +346,13 @@ fn children_are_found_at_the_next_walk_of_every_thread() {
     tree.write("700/task/702/children", "703 ");
     tree.write_pid_stat(703, 700, 0, 600);
     // Children lists are read at each walk, every CHILDREN_RESCAN, from every thread.
-    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New, None);
     assert_eq!(rows[0].children_count, Some(0));
     collector.join_processes_at(
         &mut rows,
         t0 + CHILDREN_RESCAN + Duration::from_secs(1),
         Refresh::New,
+        None,
     );
     assert_eq!(rows[0].children_count, Some(2));
     tree.write("700/task/702/children", "703 704 ");
@@ -300,12 +361,14 @@ fn children_are_found_at_the_next_walk_of_every_thread() {
         &mut rows,
         t0 + CHILDREN_RESCAN + Duration::from_secs(2),
         Refresh::New,
+        None,
     );
     assert_eq!(rows[0].children_count, Some(2));
     collector.join_processes_at(
         &mut rows,
         t0 + 2 * CHILDREN_RESCAN + Duration::from_secs(2),
         Refresh::New,
+        None,
     );
     assert_eq!(rows[0].children_count, Some(3));
 }
@@ -314,15 +377,16 @@ fn children_are_found_at_the_next_walk_of_every_thread() {
 fn caches_of_unseen_pids_are_evicted() {
     let mut collector = fixture_collector();
     let t0 = Instant::now();
-    collector.join_processes_at(&mut [row(1000, 0)], t0, Refresh::New);
+    collector.join_processes_at(&mut [row(1000, 0)], t0, Refresh::New, None);
     assert!(collector.identities.contains_key(&1000));
     assert!(collector.cpu_samples.contains_key(&1001));
-    collector.join_processes_at(&mut [], t0 + EVICT_AFTER / 2, Refresh::New);
+    collector.join_processes_at(&mut [], t0 + EVICT_AFTER / 2, Refresh::New, None);
     assert!(collector.identities.contains_key(&1000));
     collector.join_processes_at(
         &mut [],
         t0 + EVICT_AFTER + Duration::from_secs(1),
         Refresh::New,
+        None,
     );
     assert!(collector.identities.is_empty());
     assert!(collector.cpu_samples.is_empty());
@@ -538,15 +602,15 @@ fn children_walks_of_many_processes_are_spread_over_the_refreshes() {
     let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
     let t0 = Instant::now();
     let mut rows = vec![row(700, 0), row(709, 1)];
-    collector.join_processes_at(&mut rows, t0, Refresh::New);
+    collector.join_processes_at(&mut rows, t0, Refresh::New, None);
     for (pid, child) in [(700, 701), (709, 710)] {
         tree.write(&format!("{pid}/task/{pid}/children"), &format!("{child} "));
         tree.write_pid_stat(child, pid, 0, 600);
     }
     // Both were walked together at first sight; the second walks come at different refreshes.
     let counts = |rows: &[GpuProcess]| (rows[0].children_count, rows[1].children_count);
-    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New, None);
     assert_eq!(counts(&rows), (Some(0), Some(1)));
-    collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN, Refresh::New);
+    collector.join_processes_at(&mut rows, t0 + CHILDREN_RESCAN, Refresh::New, None);
     assert_eq!(counts(&rows), (Some(1), Some(1)));
 }
