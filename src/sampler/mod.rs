@@ -104,7 +104,10 @@ impl SamplerConfig {
             interval,
             stale_after: Duration::from_secs(3),
             gpu_wait: (interval / 2).min(Duration::from_millis(500)),
-            recount_every: Duration::from_secs(5),
+            // A GPU that falls off the bus shows as lost by its own calls' errors; the count
+            // only adds or drops GPUs, which is rare: a wake-up of the driver thread every
+            // 10 s is enough.
+            recount_every: Duration::from_secs(10),
             proc_root: fs_root.join("proc"),
             fs_root,
             library_label,
@@ -452,7 +455,9 @@ fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
 ///
 /// After the first snapshot the GPU workers keep the clock: each sleeps until the tick, reads,
 /// and wakes the sampler once, so that a tick costs a wake-up per thread (worker, sampler, UI)
-/// and no more. Without GPUs the sampler sleeps until the tick itself.
+/// and no more. Without GPUs the sampler sleeps until the tick itself. The sampler and the
+/// threads it starts run as `SCHED_BATCH` ([`crate::sys::sched`]), so that waking one another
+/// costs no preemption.
 pub(crate) fn spawn_loop<F>(
     config: SamplerConfig,
     loader: GpuLoader,
@@ -466,6 +471,9 @@ where
     thread::Builder::new()
         .name("torchtop-sampler".into())
         .spawn(move || {
+            // Before any other thread starts here: the driver and GPU worker threads inherit
+            // it. Where it is refused, the threads run as they would have; nothing is lost.
+            let _ = crate::sys::sched::run_this_thread_as_batch();
             let mut sampler = Sampler::start_with_inbox(config, loader, inbox);
             // The first frame is worth more with the GPUs in it: give the library a moment.
             sampler

@@ -4,6 +4,7 @@
 
 pub(crate) mod cgroup;
 pub(crate) mod proc;
+pub(crate) mod sched;
 
 use std::io;
 use std::os::unix::net::UnixStream;
