@@ -46,8 +46,19 @@ pub(crate) fn looks_like_serving(process: &GpuProcess) -> bool {
     let Some(command) = process.command.as_deref() else {
         return false;
     };
-    let lower = command.to_ascii_lowercase();
-    NOT_TRAINING.iter().any(|word| lower.contains(word))
+    NOT_TRAINING
+        .iter()
+        .any(|word| contains_ignoring_ascii_case(command, word))
+}
+
+/// Whether `text` contains `word` (lowercase ASCII), in any ASCII case, without a lowercase
+/// copy of `text`: the rules ask this of every process each tick.
+fn contains_ignoring_ascii_case(text: &str, word: &str) -> bool {
+    let word = word.as_bytes();
+    word.is_empty()
+        || (text.as_bytes())
+            .windows(word.len())
+            .any(|window| window.eq_ignore_ascii_case(word))
 }
 
 #[cfg(test)]
