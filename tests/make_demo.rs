@@ -422,11 +422,11 @@ fn load(role: Role, j: &mut Jitter) -> (f64, u64) {
 
 /// "python3 ..." for a command line that starts with an interpreter's full path (pyenv's shims
 /// exec the real interpreter by its path).
-fn tidy(command: &mut Option<String>) {
+fn tidy<T: AsRef<str> + From<String>>(command: &mut Option<T>) {
     if let Some(text) = command.as_mut() {
-        if let Some((first, rest)) = text.split_once(' ') {
+        if let Some((first, rest)) = text.as_ref().split_once(' ') {
             if first.starts_with('/') && first.ends_with("/python3") {
-                *text = format!("python3 {rest}");
+                *text = format!("python3 {rest}").into();
             }
         }
     }

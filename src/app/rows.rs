@@ -6,6 +6,7 @@
 //! which hold indices into the snapshot, and turned into borrowed [`ProcessRow`]s on demand.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::actions::ProcessIdentity;
 use crate::format;
@@ -337,7 +338,7 @@ pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
     let mut users: Vec<String> = snapshot
         .processes
         .iter()
-        .filter_map(|p| p.user.clone())
+        .filter_map(|p| p.user.as_deref().map(str::to_string))
         .chain(
             snapshot
                 .host_processes
@@ -415,8 +416,8 @@ fn row_matches(filter: &str, row: &ProcessRow<'_>) -> bool {
         return false;
     };
     let mut probe = GpuProcess::new(host.pid, 0, ProcessKind::Compute);
-    probe.user.clone_from(&host.user);
-    probe.command = Some(host.command.clone().unwrap_or_else(|| host.comm.clone()));
+    probe.user = host.user.as_deref().map(Arc::from);
+    probe.command = Some(host.command.as_deref().unwrap_or(&host.comm).into());
     matches(filter, &probe)
 }
 
@@ -427,8 +428,8 @@ mod tests {
     fn gpu_row(pid: u32, gpu: u32, command: &str, memory_gib: u64) -> GpuProcess {
         let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
         p.visible = true;
-        p.user = Some("alice".to_string());
-        p.command = Some(command.to_string());
+        p.user = Some("alice".to_string().into());
+        p.command = Some(command.to_string().into());
         p.start_ticks = Some(u64::from(pid) * 10);
         p.gpu_memory_bytes = Some(memory_gib << 30);
         p
@@ -567,16 +568,19 @@ mod tests {
         };
         let plain = snap(&p);
         assert_eq!(first(&plain).0, None);
-        p.env = Some(crate::model::LaunchEnv {
-            rank: Some(3),
-            world_size: Some(8),
-            ..Default::default()
-        });
+        p.env = Some(
+            crate::model::LaunchEnv {
+                rank: Some(3),
+                world_size: Some(8),
+                ..Default::default()
+            }
+            .into(),
+        );
         assert_eq!(first(&snap(&p)).0.as_deref(), Some("3/8"));
         p.env = None;
         p.torch = Some(crate::model::TorchInfo::default());
         assert_eq!(first(&snap(&p)).0.as_deref(), Some("torch"));
-        p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}'));
+        p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}').into());
         assert_eq!(first(&snap(&p)).1.as_deref(), Some("python3 t\\e.py"));
     }
 
@@ -612,7 +616,7 @@ mod tests {
     #[test]
     fn user_and_gpu_filters_keep_only_their_rows() {
         let mut snap = snapshot();
-        snap.processes[0].user = Some("bob".to_string());
+        snap.processes[0].user = Some("bob".to_string().into());
         let by_user = RowSettings {
             user: Some("alice".to_string()),
             ..RowSettings::default()

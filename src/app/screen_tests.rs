@@ -15,8 +15,8 @@ fn process(pid: u32, gpu: u32, uid: u32) -> GpuProcess {
     let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
     p.visible = true;
     p.uid = Some(uid);
-    p.user = Some(format!("user{uid}"));
-    p.command = Some(format!("python3 job{pid}.py"));
+    p.user = Some(format!("user{uid}").into());
+    p.command = Some(format!("python3 job{pid}.py").into());
     p.start_ticks = Some(u64::from(pid) * 7);
     p.nice = Some(0);
     p.gpu_memory_bytes = Some(u64::from(pid) << 20);

@@ -13,8 +13,8 @@ use crate::model::{GpuProcess, HostProcess, ProcessKind};
 fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
     let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
     p.visible = true;
-    p.user = Some(user.to_string());
-    p.command = Some(command.to_string());
+    p.user = Some(user.to_string().into());
+    p.command = Some(command.to_string().into());
     p.start_ticks = Some(u64::from(pid) * 7);
     p.nice = Some(0);
     p.gpu_memory_bytes = Some(u64::from(pid) << 20);

@@ -16,7 +16,7 @@ use crate::model::{GpuProcess, Job, JobRank, ProcessKind, Severity, Subject, War
 fn gpu_process(pid: u32, gpu: u32) -> GpuProcess {
     let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
     p.visible = true;
-    p.command = Some(format!("python worker{pid}.py"));
+    p.command = Some(format!("python worker{pid}.py").into());
     p.start_ticks = Some(u64::from(pid) * 7);
     p.gpu_memory_bytes = Some(u64::from(pid) << 20);
     p

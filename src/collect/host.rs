@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::{GpuProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings};
@@ -45,7 +46,7 @@ pub struct HostCollector {
     previous_cpu: Option<CpuTimes>,
     identities: HashMap<u32, Identity>,
     cpu_samples: HashMap<u32, CpuSample>,
-    user_names: HashMap<u32, String>,
+    user_names: HashMap<u32, Arc<str>>,
     last_eviction: Option<Instant>,
     /// The stat files of the GPU processes, kept open: they are read every refresh.
     stat_files: procfs::OpenStatFiles,
@@ -65,11 +66,14 @@ struct Identity {
     start_ticks: u64,
     comm: String,
     uid: Option<u32>,
-    user: Option<String>,
+    /// Shared with every row of this process, in every snapshot: no copy per row per tick.
+    user: Option<Arc<str>>,
     /// Outer `None`: unreadable; inner `None`: empty (kernel thread, zombie).
     cmdline: Option<Option<String>>,
+    /// The command as a GPU row shows it ([`Identity::display_command`]), made once.
+    display: Option<Arc<str>>,
     /// Outer `None`: not read yet (the tree view does not need it); inner `None`: unreadable.
-    env: Option<Option<LaunchEnv>>,
+    env: Option<Option<Arc<LaunchEnv>>>,
     /// Direct children from the last walk of every thread's `children` file; `None` when the
     /// kernel has no such files.
     children: Option<Vec<u32>>,
@@ -88,11 +92,10 @@ impl Identity {
     }
 
     /// The command as a GPU row shows it: `[comm]` for an empty command line.
-    fn display_command(&self) -> Option<String> {
-        match &self.cmdline {
-            Some(Some(line)) => Some(line.clone()),
-            Some(None) => Some(format!("[{}]", self.comm)),
-            None => None,
+    fn display_command(cmdline: Option<&Option<String>>, comm: &str) -> Option<Arc<str>> {
+        match cmdline? {
+            Some(line) => Some(line.as_str().into()),
+            None => Some(format!("[{comm}]").into()),
         }
     }
 }
@@ -351,7 +354,7 @@ impl HostCollector {
                     let parent = procfs::read_cmdline(&self.root, stat.ppid).ok().flatten();
                     env.launcher = parent.as_deref().and_then(launcher_in).map(str::to_string);
                 }
-                identity.env = Some(env);
+                identity.env = Some(env.map(Arc::new));
             }
             self.confirm_same_process(stat)?;
             self.identities.insert(pid, identity);
@@ -370,6 +373,7 @@ impl HostCollector {
             comm: stat.comm.clone(),
             uid,
             user: uid.map(|uid| self.user_name(uid)),
+            display: Identity::display_command(cmdline.as_ref(), &stat.comm),
             cmdline,
             env: None,
             children: None,
@@ -387,10 +391,10 @@ impl HostCollector {
         }
     }
 
-    fn user_name(&mut self, uid: u32) -> String {
+    fn user_name(&mut self, uid: u32) -> Arc<str> {
         self.user_names
             .entry(uid)
-            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()).into())
             .clone()
     }
 
@@ -513,7 +517,7 @@ fn apply_join(row: &mut GpuProcess, joined: Option<&JoinedProcess>, identity: Op
     row.visible = joined.is_some();
     row.uid = joined.and_then(|j| j.uid);
     row.user = identity.and_then(|i| i.user.clone());
-    row.command = identity.and_then(Identity::display_command);
+    row.command = identity.and_then(|i| i.display.clone());
     row.ppid = joined.map(|j| j.ppid);
     row.start_ticks = joined.map(|j| j.start_ticks);
     row.cpu_percent = joined.and_then(|j| j.cpu_percent);

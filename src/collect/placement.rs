@@ -104,13 +104,13 @@ impl Placement {
             };
             let known = self.cgroups.of_known_process(row.pid, start_ticks, now);
             if let Some((mut cgroup, dirs)) = known {
-                name_pod(&mut cgroup, row.env.as_ref());
+                name_pod(&mut cgroup, row.env.as_deref());
                 if let (Some(file), Some(kills)) = (dirs.oom_file(), cgroup.oom_kills) {
                     watched.insert(file, (cgroup.path.clone(), cgroup.label(), kills));
                 }
                 row.cgroup = Some(cgroup);
             }
-            row.slurm = slurm_task(row.env.as_ref(), row.cgroup.as_ref());
+            row.slurm = slurm_task(row.env.as_deref(), row.cgroup.as_ref());
             if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
                 row.shm = self.shm.of_process(row.pid);
             }

@@ -185,17 +185,12 @@ fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Or
     match key {
         SortKey::Pid => directed(a.pid.cmp(&b.pid), reverse),
         SortKey::Gpu => directed(a.gpu.cmp(&b.gpu), reverse),
-        SortKey::User => missing_last(
-            lower(a.user.as_ref()),
-            lower(b.user.as_ref()),
-            reverse,
-            Ord::cmp,
-        ),
+        SortKey::User => missing_last(a.user.as_deref(), b.user.as_deref(), reverse, caseless_cmp),
         SortKey::Command => missing_last(
-            lower(a.command.as_ref()),
-            lower(b.command.as_ref()),
+            a.command.as_deref(),
+            b.command.as_deref(),
             reverse,
-            Ord::cmp,
+            caseless_cmp,
         ),
         SortKey::GpuMemory => {
             missing_last(a.gpu_memory_bytes, b.gpu_memory_bytes, reverse, Ord::cmp)
@@ -238,8 +233,12 @@ fn f64_cmp(a: &f64, b: &f64) -> Ordering {
     a.total_cmp(b)
 }
 
-fn lower(text: Option<&String>) -> Option<String> {
-    text.map(|t| t.to_lowercase())
+/// Compares as `to_lowercase` copies would, without making them (a sort compares each row
+/// many times per frame).
+fn caseless_cmp(a: &&str, b: &&str) -> Ordering {
+    a.chars()
+        .flat_map(char::to_lowercase)
+        .cmp(b.chars().flat_map(char::to_lowercase))
 }
 
 #[cfg(test)]
@@ -249,8 +248,8 @@ mod tests {
 
     fn row(pid: u32, user: &str, command: &str) -> GpuProcess {
         let mut p = GpuProcess::new(pid, 0, ProcessKind::Compute);
-        p.user = Some(user.to_string());
-        p.command = Some(command.to_string());
+        p.user = Some(user.to_string().into());
+        p.command = Some(command.to_string().into());
         p.start_ticks = Some(u64::from(pid) * 100);
         p
     }

@@ -1,5 +1,7 @@
 //! A process that holds a GPU, joined with what /proc says about it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::{Cgroup, ShmInfo, SlurmTask};
@@ -48,9 +50,11 @@ pub struct GpuProcess {
     pub decoder_percent: Option<u32>,
     /// False when the pid is not in this machine's /proc (another container, or already gone).
     pub visible: bool,
-    pub user: Option<String>,
+    /// Shared with the collector's cache of the process (and the previous snapshots): the
+    /// same text is not copied into every row of every tick.
+    pub user: Option<Arc<str>>,
     pub uid: Option<u32>,
-    pub command: Option<String>,
+    pub command: Option<Arc<str>>,
     pub ppid: Option<u32>,
     /// Start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, the
     /// process's identity.
@@ -66,7 +70,7 @@ pub struct GpuProcess {
     pub children_count: Option<u32>,
     pub children_cpu_percent: Option<f64>,
     /// Launcher variables (rank, CUDA_VISIBLE_DEVICES, ...); `None` where environ is unreadable.
-    pub env: Option<LaunchEnv>,
+    pub env: Option<Arc<LaunchEnv>>,
     /// Allocator figures published by an agent inside the process; `None` without one.
     pub torch: Option<TorchInfo>,
     /// Listed for its agent only: it holds no GPU memory NVML knows of, and `gpu` is

@@ -238,7 +238,7 @@ mod tests {
         }
         for &pid in pids {
             let mut p = GpuProcess::new(pid, pid % 8, ProcessKind::Compute);
-            p.command = Some(format!("python train.py --rank {pid}"));
+            p.command = Some(format!("python train.py --rank {pid}").into());
             p.running_seconds = Some(f64::from(t) + 3125.36 - 3119.91);
             p.cpu_percent = Some(0.0);
             s.processes.push(p);

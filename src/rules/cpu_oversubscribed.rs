@@ -131,11 +131,14 @@ mod tests {
             snap.host.cpu_count = Some(64);
             let mut p = process(60, 0, GIB);
             p.children_count = Some(workers);
-            p.env = Some(LaunchEnv {
-                omp_num_threads: omp,
-                rank: Some(0),
-                ..Default::default()
-            });
+            p.env = Some(
+                LaunchEnv {
+                    omp_num_threads: omp,
+                    rank: Some(0),
+                    ..Default::default()
+                }
+                .into(),
+            );
             p.cgroup = Some(Cgroup {
                 path: "/kubepods/x".into(),
                 cpu_max: Some(CpuMax {

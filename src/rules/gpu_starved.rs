@@ -327,11 +327,14 @@ mod tests {
             snap.gpus = vec![gpu(0, 21 * GIB, 80 * GIB, util(step))];
             snap.host.cpu_percent = Some(20.0);
             let mut p = process(5, 0, 20 * GIB);
-            p.env = Some(LaunchEnv {
-                rank: Some(0),
-                world_size: Some(1),
-                ..Default::default()
-            });
+            p.env = Some(
+                LaunchEnv {
+                    rank: Some(0),
+                    world_size: Some(1),
+                    ..Default::default()
+                }
+                .into(),
+            );
             p.cpu_percent = Some(40.0);
             p.children_count = Some(4);
             p.children_cpu_percent = Some(100.0);
@@ -471,7 +474,7 @@ mod tests {
                 for k in 0..8 {
                     let mut p = process(1000 + g * 8 + k, g, 2 * GIB);
                     p.sm_percent = Some(k % 3);
-                    p.command = Some(format!("python serve_{k}.py"));
+                    p.command = Some(format!("python serve_{k}.py").into());
                     snap.processes.push(p);
                 }
             }
@@ -491,7 +494,7 @@ mod tests {
             for rank in 0..2 {
                 snap.gpus.push(gpu(rank, 21 * GIB, 80 * GIB, 5));
                 let mut p = process(50 + rank, rank, 20 * GIB);
-                p.env = rank_env(rank);
+                p.env = rank_env(rank).map(Into::into);
                 p.children_count = Some(2);
                 p.children_cpu_percent = Some(200.0);
                 p.cpu_percent = Some(30.0);

@@ -231,14 +231,17 @@ mod tests {
                 snap.gpus.push(gpu(r, memory(r) + GIB, 80 * GIB, util(r)));
                 let mut p = process(100 + r, r, memory(r));
                 p.sm_percent = Some(util(r));
-                p.env = Some(LaunchEnv {
-                    rank: Some(r),
-                    local_rank: Some(r),
-                    world_size: Some(8),
-                    torchelastic_run_id: Some("run7".into()),
-                    master_port: Some("29500".into()),
-                    ..Default::default()
-                });
+                p.env = Some(
+                    LaunchEnv {
+                        rank: Some(r),
+                        local_rank: Some(r),
+                        world_size: Some(8),
+                        torchelastic_run_id: Some("run7".into()),
+                        master_port: Some("29500".into()),
+                        ..Default::default()
+                    }
+                    .into(),
+                );
                 snap.processes.push(p);
             }
             snap

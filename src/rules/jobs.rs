@@ -110,7 +110,7 @@ mod tests {
 
     fn ranked(pid: u32, gpu: u32, env: LaunchEnv) -> GpuProcess {
         let mut p = process(pid, gpu, 1 << 30);
-        p.env = Some(env);
+        p.env = Some(env.into());
         p
     }
 

@@ -266,10 +266,13 @@ mod tests {
             let mut snap = at(0);
             snap.gpus = vec![gpu(0, GIB, 80 * GIB, 0), gpu(1, 78 * GIB, 80 * GIB, 90)];
             let mut p = process(42, 1, 78 * GIB);
-            p.env = Some(LaunchEnv {
-                cuda_visible_devices: Some("1".into()),
-                ..Default::default()
-            });
+            p.env = Some(
+                LaunchEnv {
+                    cuda_visible_devices: Some("1".into()),
+                    ..Default::default()
+                }
+                .into(),
+            );
             p.torch = Some(torch_on(vec![device(0, 70 * GIB, 77 * GIB)]));
             snap.processes = vec![p];
             snap

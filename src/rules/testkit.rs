@@ -41,7 +41,7 @@ pub(crate) fn process(pid: u32, gpu: u32, memory: u64) -> GpuProcess {
     GpuProcess {
         gpu_memory_bytes: Some(memory),
         visible: true,
-        command: Some(format!("python train.py --pid {pid}")),
+        command: Some(format!("python train.py --pid {pid}").into()),
         start_ticks: Some(1_000 + u64::from(pid)),
         ppid: Some(1),
         ..GpuProcess::new(pid, gpu, ProcessKind::Compute)

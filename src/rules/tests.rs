@@ -68,16 +68,20 @@ fn torch_devices_map_through_cuda_visible_devices() {
         devices: vec![device(0, 1, 2), device(1, 3, 4)],
         ..Default::default()
     });
-    process.env = Some(LaunchEnv {
-        cuda_visible_devices: Some("2,3".into()),
-        ..Default::default()
-    });
+    process.env = Some(
+        LaunchEnv {
+            cuda_visible_devices: Some("2,3".into()),
+            ..Default::default()
+        }
+        .into(),
+    );
     assert_eq!(torch_device_on(&process, &gpus).map(|d| d.index), Some(1));
-    process.env.as_mut().unwrap().cuda_visible_devices = Some("GPU-9999, GPU-abcd".into());
+    std::sync::Arc::make_mut(process.env.as_mut().unwrap()).cuda_visible_devices =
+        Some("GPU-9999, GPU-abcd".into());
     assert_eq!(torch_device_on(&process, &gpus).map(|d| d.index), Some(0));
-    process.env.as_mut().unwrap().cuda_visible_devices = Some("0".into());
+    std::sync::Arc::make_mut(process.env.as_mut().unwrap()).cuda_visible_devices = Some("0".into());
     assert_eq!(torch_device_on(&process, &gpus), None);
-    process.env.as_mut().unwrap().cuda_visible_devices = None;
+    std::sync::Arc::make_mut(process.env.as_mut().unwrap()).cuda_visible_devices = None;
     assert_eq!(
         torch_device_on(&process, &gpus),
         None,

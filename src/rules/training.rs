@@ -70,7 +70,7 @@ mod tests {
     fn with(command: &str, env: Option<LaunchEnv>, torch: Option<TorchInfo>) -> GpuProcess {
         let mut p = process(7, 0, 1 << 30);
         p.command = Some(command.into());
-        p.env = env;
+        p.env = env.map(Into::into);
         p.torch = torch;
         p
     }

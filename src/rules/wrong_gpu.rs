@@ -115,10 +115,13 @@ mod tests {
                 snap.gpus.push(g);
             }
             let mut p = process(9, gpu_index, 2 * GIB);
-            p.env = Some(LaunchEnv {
-                cuda_visible_devices: visible.map(str::to_string),
-                ..Default::default()
-            });
+            p.env = Some(
+                LaunchEnv {
+                    cuda_visible_devices: visible.map(str::to_string),
+                    ..Default::default()
+                }
+                .into(),
+            );
             snap.processes = vec![p];
             snap
         }

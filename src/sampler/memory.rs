@@ -37,7 +37,7 @@ pub(crate) fn remember_oom(
         command: processes
             .iter()
             .find(|p| p.pid == pid)
-            .and_then(|p| p.command.clone()),
+            .and_then(|p| p.command.as_deref().map(str::to_string)),
         device: event.device,
         requested_bytes: event.requested_bytes,
         device_free_bytes: event.device_free,

@@ -129,7 +129,7 @@ fn identity_lines(
     ));
     let known = first
         .and_then(|p| p.command.clone())
-        .or_else(|| host.and_then(|h| h.command.clone()));
+        .or_else(|| host.and_then(|h| h.command.as_deref().map(Into::into)));
     let (command, _) = read_or_reason(
         detail,
         |d| &d.command,

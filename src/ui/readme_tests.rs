@@ -13,10 +13,13 @@ fn rank(rank: u32, gpu_index: u32, t: u32) -> GpuProcess {
     let grow = u64::from(t % 40) * 4 * 1024 * 1024;
     let mut p = process(rank, gpu_index);
     p.pid = 17_332 + rank;
-    p.user = Some("alice".to_string());
+    p.user = Some("alice".to_string().into());
     p.uid = Some(1000);
-    p.command =
-        Some("/home/alice/.pyenv/versions/3.11.7/bin/python3 train.py --lr 3e-4".to_string());
+    p.command = Some(
+        "/home/alice/.pyenv/versions/3.11.7/bin/python3 train.py --lr 3e-4"
+            .to_string()
+            .into(),
+    );
     p.gpu_memory_bytes = Some((30 + 21 * u64::from(rank)) * GIB + grow);
     p.sm_percent = Some(78 - 34 * rank);
     p.cpu_percent = Some(101.5 - f64::from(rank) * 3.0);
@@ -24,16 +27,19 @@ fn rank(rank: u32, gpu_index: u32, t: u32) -> GpuProcess {
     p.running_seconds = Some(309.0);
     p.state = Some('R');
     p.nice = Some(0);
-    p.env = Some(LaunchEnv {
-        cuda_visible_devices: Some(gpu_index.to_string()),
-        rank: Some(rank),
-        local_rank: Some(rank),
-        world_size: Some(2),
-        master_addr: Some("127.0.0.1".to_string()),
-        master_port: Some("29500".to_string()),
-        launcher: Some("torchrun".to_string()),
-        ..Default::default()
-    });
+    p.env = Some(
+        LaunchEnv {
+            cuda_visible_devices: Some(gpu_index.to_string()),
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(2),
+            master_addr: Some("127.0.0.1".to_string()),
+            master_port: Some("29500".to_string()),
+            launcher: Some("torchrun".to_string()),
+            ..Default::default()
+        }
+        .into(),
+    );
     p.torch = Some(TorchInfo {
         python: Some("3.11.7".to_string()),
         torch: Some("2.5.1".to_string()),

@@ -116,11 +116,11 @@ fn process(k: u32, gpu: u32) -> GpuProcess {
         gpu_memory_bytes: Some(9 * GIB),
         sm_percent: Some(85 - k % 20),
         visible: true,
-        user: Some(users[(k % 4) as usize].to_string()),
+        user: Some(users[(k % 4) as usize].to_string().into()),
         uid: Some(1000 + k % 4),
-        command: Some(format!(
-            "/usr/bin/python3 train.py --config configs/llama.yaml --shard {k}"
-        )),
+        command: Some(
+            format!("/usr/bin/python3 train.py --config configs/llama.yaml --shard {k}").into(),
+        ),
         ppid: Some(4000),
         start_ticks: Some(100_000 + u64::from(k)),
         cpu_percent: Some(99.5 - f64::from(k)),

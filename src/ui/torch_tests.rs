@@ -50,10 +50,13 @@ fn job_snapshot(t: u32) -> Snapshot {
         let mut p = process(0, gpu_index);
         p.pid = 30_000;
         p.gpu_memory_bytes = Some(if gpu_index == 2 { 12 * GIB } else { 11 * GIB });
-        p.env = Some(LaunchEnv {
-            cuda_visible_devices: Some("2,3".to_string()),
-            ..Default::default()
-        });
+        p.env = Some(
+            LaunchEnv {
+                cuda_visible_devices: Some("2,3".to_string()),
+                ..Default::default()
+            }
+            .into(),
+        );
         p.torch = Some(torch(0, vec![device(0, 2, t), device(1, 3, t)]));
         rows.push(p);
     }
@@ -191,8 +194,8 @@ fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
         },
     );
     cpu.visible = true;
-    cpu.user = Some("erin".to_string());
-    cpu.command = Some("python3 train_cpu.py".to_string());
+    cpu.user = Some("erin".to_string().into());
+    cpu.command = Some("python3 train_cpu.py".to_string().into());
     cpu.cpu_percent = Some(390.0);
     snapshot.processes.push(cpu);
     let mut app = sized(app_with(snapshot), 120, 40);

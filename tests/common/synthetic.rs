@@ -67,15 +67,18 @@ pub fn node_snapshot(hostname: &str, shape: &NodeShape) -> Snapshot {
             if k == 0 && agents < shape.agents {
                 let rank = shape.first_rank + agents;
                 agents += 1;
-                process.env = Some(LaunchEnv {
-                    rank: Some(rank),
-                    local_rank: Some(gpu),
-                    world_size: Some(shape.world_size),
-                    master_addr: Some("10.0.0.1".into()),
-                    master_port: Some("29500".into()),
-                    cuda_visible_devices: Some(gpu.to_string()),
-                    ..Default::default()
-                });
+                process.env = Some(
+                    LaunchEnv {
+                        rank: Some(rank),
+                        local_rank: Some(gpu),
+                        world_size: Some(shape.world_size),
+                        master_addr: Some("10.0.0.1".into()),
+                        master_port: Some("29500".into()),
+                        cuda_visible_devices: Some(gpu.to_string()),
+                        ..Default::default()
+                    }
+                    .into(),
+                );
                 let step = if shape.slow_rank == Some(rank) {
                     shape.step_time * 2.0
                 } else {

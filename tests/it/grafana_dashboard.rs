@@ -90,14 +90,17 @@ fn full_snapshot() -> Snapshot {
     process.gpu_memory_bytes = Some(30 << 30);
     process.sm_percent = Some(70);
     process.user = Some("alice".into());
-    process.env = Some(LaunchEnv {
-        rank: Some(0),
-        local_rank: Some(0),
-        world_size: Some(2),
-        master_addr: Some("10.0.0.1".into()),
-        master_port: Some("29500".into()),
-        ..Default::default()
-    });
+    process.env = Some(
+        LaunchEnv {
+            rank: Some(0),
+            local_rank: Some(0),
+            world_size: Some(2),
+            master_addr: Some("10.0.0.1".into()),
+            master_port: Some("29500".into()),
+            ..Default::default()
+        }
+        .into(),
+    );
     process.torch = Some(TorchInfo {
         rank: Some(0),
         world_size: Some(2),

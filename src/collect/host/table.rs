@@ -105,7 +105,7 @@ impl HostCollector {
             };
             let (uid, user, cmdline) = (
                 identity.uid,
-                identity.user.clone(),
+                identity.user.as_deref().map(str::to_string),
                 identity.cmdline.clone(),
             );
             table.push(HostProcess {
@@ -266,7 +266,7 @@ impl HostCollector {
         };
         let (uid, user, command) = (
             identity.uid,
-            identity.user.clone(),
+            identity.user.as_deref().map(str::to_string),
             identity.cmdline.clone().flatten(),
         );
         let mut row = self.structure_row(stat, uptime);

@@ -153,7 +153,7 @@ fn join_keeps_odd_and_partial_rows_and_marks_missing_pids_gone() {
     assert_eq!(weird.uid, Some(54321));
     assert_eq!(weird.user.as_deref(), Some("54321"), "no passwd entry");
     assert_eq!(weird.nice, Some(-5));
-    assert_eq!(weird.env, Some(LaunchEnv::default()));
+    assert_eq!(weird.env.as_deref(), Some(&LaunchEnv::default()));
     assert_eq!(weird.children_count, Some(0));
     assert_eq!(weird.children_cpu_percent, Some(0.0));
 
