@@ -37,13 +37,15 @@
 //!  torchtop-sampler: one tick per -d ─┘   actions::perform ─ActionReport─┘  torchtop-record:
 //!   │ collects, runs the rules,           (pidfd signals, renice;           zstd blocks to
 //!   │ publishes an immutable snapshot      identity checked first)          the .ttrec file
-//!   ├─▶ torchtop-driver: loads NVML and recounts the GPUs (calls that may block)
+//!   ├─▶ torchtop-driver: loads NVML and recounts the GPUs every 10 s (calls that may block)
 //!   ├─▶ torchtop-gpus0: keeps the clock: sleeps until the tick, reads every healthy GPU,
 //!   │     one after another (Xid events polled with each), and wakes the sampler once,
 //!   │     through the same channel as the UI's requests
 //!   │     └─▶ torchtop-gpusN: a GPU of its own only while its calls overrun the deadline
 //!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
-//!   └─  /proc is read on the sampler thread itself
+//!   └─  /proc is read on the sampler thread itself (GPU rows off screen every 5 s)
+//!   (the sampler and the threads it starts run as SCHED_BATCH: waking one another preempts
+//!   nobody; the UI thread stays a normal thread for the keys)
 //! ```
 //!
 //! A hung driver call stalls at most its worker: the sampler publishes what it has, and the
