@@ -1,5 +1,7 @@
 //! One GPU as seen at one sample, and the driver it was read through.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 /// Whether a GPU's figures are current.
@@ -75,9 +77,11 @@ pub struct MigDevice {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct GpuSample {
     pub index: u32,
-    pub name: Option<String>,
-    pub uuid: Option<String>,
-    pub bus_id: Option<String>,
+    /// Name, UUID and bus id never change: read once and shared by every sample (Arc), not
+    /// copied into each.
+    pub name: Option<Arc<str>>,
+    pub uuid: Option<Arc<str>>,
+    pub bus_id: Option<Arc<str>>,
     pub state: GpuState,
     /// Seconds since the last successful reading, when the state is not `ok`.
     pub stale_seconds: Option<f64>,

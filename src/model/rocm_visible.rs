@@ -63,7 +63,7 @@ mod tests {
             index,
             vendor: GpuVendor::Amd,
             vendor_index: Some(rocm),
-            uuid: Some(uuid.to_string()),
+            uuid: Some(uuid.to_string().into()),
             ..Default::default()
         };
         vec![

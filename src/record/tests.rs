@@ -179,7 +179,8 @@ fn an_existing_recording_moves_aside_and_rotation_deletes_the_oldest() {
                 "{:x}",
                 (u64::from(t) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             )
-            .repeat(200),
+            .repeat(200)
+            .into(),
         );
         writer.write(&Arc::new(s)).unwrap();
         writer.flush().unwrap();

@@ -111,7 +111,7 @@ mod tests {
             let mut snap = at(step);
             for i in 0..4 {
                 let mut g = gpu(i, GIB, 80 * GIB, 50);
-                g.uuid = Some(format!("GPU-0000000{i}-aaaa"));
+                g.uuid = Some(format!("GPU-0000000{i}-aaaa").into());
                 snap.gpus.push(g);
             }
             let mut p = process(9, gpu_index, 2 * GIB);

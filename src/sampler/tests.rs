@@ -42,7 +42,7 @@ impl DeviceReader for FakeReader {
         self.reads += 1;
         let mut reading = DeviceReading::default();
         reading.sample.temperature_c = Some(self.reads);
-        reading.sample.name = Some(format!("Fake {}", self.index));
+        reading.sample.name = Some(format!("Fake {}", self.index).into());
         reading.sample.utilization_percent = Some(40 + self.index);
         reading.processes.push(GpuProcess::new(
             1000 + self.index,

@@ -205,7 +205,7 @@ mod tests {
     fn gpu(index: u32) -> GpuSample {
         GpuSample {
             index,
-            uuid: Some(format!("GPU-{index}a{index}b-0000-1111-2222-333344445555")),
+            uuid: Some(format!("GPU-{index}a{index}b-0000-1111-2222-333344445555").into()),
             memory_total_bytes: Some(80 * GIB),
             memory_used_bytes: Some(50 * GIB + u64::from(index) * GIB),
             ..Default::default()

@@ -17,10 +17,10 @@ const MIB: u64 = 1 << 20;
 pub(crate) fn gpu_labels(gpu: &GpuSample, hostname: &str, driver: Option<&str>) -> Labels {
     let mut labels: Labels = vec![("gpu", gpu.index.to_string())];
     if let Some(uuid) = &gpu.uuid {
-        labels.push(("UUID", uuid.clone()));
+        labels.push(("UUID", uuid.to_string()));
     }
     if let Some(bus) = &gpu.bus_id {
-        labels.push(("pci_bus_id", bus.clone()));
+        labels.push(("pci_bus_id", bus.to_string()));
     }
     match gpu.vendor {
         GpuVendor::Nvidia => labels.push(("device", format!("nvidia{}", gpu.index))),
@@ -32,7 +32,7 @@ pub(crate) fn gpu_labels(gpu: &GpuSample, hostname: &str, driver: Option<&str>) 
         }
     }
     if let Some(name) = &gpu.name {
-        labels.push(("modelName", name.clone()));
+        labels.push(("modelName", name.to_string()));
     }
     labels.push(("Hostname", hostname.to_string()));
     // The version is NVIDIA's driver: an AMD card's series would claim it wrongly.

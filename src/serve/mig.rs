@@ -22,7 +22,7 @@ fn profile(name: &str) -> Option<&str> {
 fn mig_labels(gpu: &GpuSample, mig: &MigDevice) -> Labels {
     let mut labels: Labels = vec![("gpu", gpu.index.to_string())];
     if let Some(uuid) = &gpu.uuid {
-        labels.push(("UUID", uuid.clone()));
+        labels.push(("UUID", uuid.to_string()));
     }
     labels.push(("mig_index", mig.index.to_string()));
     if let Some(id) = mig.gpu_instance_id {

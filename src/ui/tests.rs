@@ -76,9 +76,9 @@ fn gpu(index: u32, t: u32) -> GpuSample {
     let utilization = if index == 3 { 20 + wave / 4 } else { 40 + wave };
     GpuSample {
         index,
-        name: Some("NVIDIA H100 80GB HBM3".to_string()),
-        uuid: Some(format!("GPU-{index:08x}-5a7b-4c3d-9e8f-0123456789ab")),
-        bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
+        name: Some("NVIDIA H100 80GB HBM3".to_string().into()),
+        uuid: Some(format!("GPU-{index:08x}-5a7b-4c3d-9e8f-0123456789ab").into()),
+        bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10).into()),
         state: GpuState::Ok,
         stale_seconds: None,
         error: None,

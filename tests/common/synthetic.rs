@@ -34,8 +34,8 @@ pub fn node_snapshot(hostname: &str, shape: &NodeShape) -> Snapshot {
         snapshot.gpus.push(GpuSample {
             index,
             name: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: Some(format!("GPU-{hostname}-{index}")),
-            bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index)),
+            uuid: Some(format!("GPU-{hostname}-{index}").into()),
+            bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index).into()),
             utilization_percent: Some(60 + index * 4),
             memory_utilization_percent: Some(30),
             memory_used_bytes: Some((40 + u64::from(index)) << 30),

@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::model::{GpuSample, GpuVendor};
 
@@ -95,8 +96,8 @@ fn pci_address(device_dir: &Path) -> Option<String> {
 /// What never changes for a card: name, unique id, totals.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FixedFields {
-    pub(crate) name: Option<String>,
-    pub(crate) uuid: Option<String>,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) uuid: Option<Arc<str>>,
 }
 
 pub(crate) fn read_fixed(card: &AmdCard) -> FixedFields {
@@ -112,7 +113,10 @@ pub(crate) fn read_fixed(card: &AmdCard) -> FixedFields {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
         .map(|id| format!("GPU-{id}"));
-    FixedFields { name, uuid }
+    FixedFields {
+        name: name.map(Into::into),
+        uuid: uuid.map(Into::into),
+    }
 }
 
 /// Every figure sysfs gives for `card` now.
@@ -124,7 +128,7 @@ pub(crate) fn read_sample(card: &AmdCard, fixed: &FixedFields) -> GpuSample {
         vendor: GpuVendor::Amd,
         name: fixed.name.clone(),
         uuid: fixed.uuid.clone(),
-        bus_id: Some(card.pdev.clone()),
+        bus_id: Some(card.pdev.clone().into()),
         utilization_percent: read_u32(&dir.join("gpu_busy_percent")),
         memory_utilization_percent: read_u32(&dir.join("mem_busy_percent")),
         memory_total_bytes: vram_total,

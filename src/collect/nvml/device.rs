@@ -2,6 +2,7 @@
 //! never change read once and the slow ones every [`SLOW_EVERY`] readings.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -57,9 +58,9 @@ struct RemappedRows {
 #[derive(Default)]
 struct FixedFields {
     read: bool,
-    name: Option<String>,
-    uuid: Option<String>,
-    bus_id: Option<String>,
+    name: Option<Arc<str>>,
+    uuid: Option<Arc<str>>,
+    bus_id: Option<Arc<str>>,
     ecc_enabled: Option<bool>,
     fan_count: Option<u32>,
 }
@@ -248,9 +249,9 @@ impl NvmlDevice {
 fn read_fixed(device: &Device, reader: &mut Reader) -> FixedFields {
     FixedFields {
         read: true,
-        name: reader.get(device.name()),
-        uuid: reader.get(device.uuid()),
-        bus_id: reader.get(device.pci_info()).map(|pci| pci.bus_id),
+        name: reader.get(device.name()).map(Into::into),
+        uuid: reader.get(device.uuid()).map(Into::into),
+        bus_id: reader.get(device.pci_info()).map(|pci| pci.bus_id.into()),
         ecc_enabled: reader
             .get(device.is_ecc_enabled())
             .map(|ecc| ecc.currently_enabled),
