@@ -3,12 +3,15 @@
 //! marked in the header. Rows for pids that /proc does not show still appear, marked "not
 //! visible here".
 
-use super::label::Label;
+use std::fmt::Write as _;
+
+use super::label::{self, Label};
 use ratatui::{
-    layout::{Constraint, Rect},
+    buffer::Buffer,
+    layout::{Constraint, Flex, Layout, Rect},
     style::Style,
-    text::Line,
-    widgets::{Cell, Row, Table},
+    text::{Line, Text},
+    widgets::Widget,
     Frame,
 };
 
@@ -30,6 +33,10 @@ pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
     app.selected_row().and_then(|row| row.gpus.first().copied())
 }
 
+/// Draws the table as ratatui's `Table` would (a header row in the title style, one row per
+/// process in its row style, each cell's text in its column), but straight into the buffer:
+/// each cell's text is written into one reused `String` and put cell by cell, without a
+/// `Row`, `Cell`, `Text` and grapheme walk per cell and frame.
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
@@ -43,29 +50,43 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         app.settings.tree,
         &app.hidden_columns(),
     );
-    // Only the rows on screen are built: a table of thousands shows a few dozen.
-    let body: Vec<Row> = app
-        .rows_window(first, height)
-        .zip(first..)
-        .map(|(row, i)| {
-            let tagged = app.is_tagged(&row);
-            let cells = placed
-                .iter()
-                .map(|p| cell(p.column, row_text(p.column, &row, tagged, app)));
-            Row::new(cells).style(row_style(&row, tagged, i == app.view.selected, theme))
-        })
-        .collect();
-    let widths: Vec<Constraint> = placed
-        .iter()
-        .map(|p| match p.column {
-            Column::Command => Constraint::Fill(1),
-            _ => Constraint::Length(p.width),
-        })
-        .collect();
-    let table = Table::new(body, widths)
-        .header(header(app, &placed, count).style(theme.title()))
-        .column_spacing(columns::SPACING);
-    frame.render_widget(table, area);
+    let lefts = column_areas(&placed, area);
+    let buf = frame.buffer_mut();
+    let mut text = String::new();
+    let header = Rect { height: 1, ..area };
+    buf.set_style(header, theme.title());
+    for (p, column) in placed.iter().zip(lefts.iter()) {
+        text.clear();
+        header_text(app, p.column, count, &mut text);
+        put(
+            buf,
+            Rect {
+                y: header.y,
+                ..*column
+            },
+            &text,
+            p.column,
+        );
+    }
+    // Only the rows on screen are drawn: a table of thousands shows a few dozen.
+    let ys = area.y + 1..area.bottom();
+    for ((row, i), y) in app.rows_window(first, height).zip(first..).zip(ys) {
+        let tagged = app.is_tagged(&row);
+        let style = row_style(&row, tagged, i == app.view.selected, theme);
+        buf.set_style(
+            Rect {
+                y,
+                height: 1,
+                ..area
+            },
+            style,
+        );
+        for (p, column) in placed.iter().zip(lefts.iter()) {
+            text.clear();
+            row_text(p.column, &row, tagged, app, &mut text);
+            put(buf, Rect { y, ..*column }, &text, p.column);
+        }
+    }
     if count == 0 && area.height > 1 {
         let message = Rect {
             y: area.y + 1,
@@ -76,12 +97,50 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-/// A cell aligned as its column wants.
-fn cell(column: Column, text: String) -> Cell<'static> {
-    if column.right_aligned() {
-        Cell::from(Line::from(text).right_aligned())
-    } else {
-        Cell::from(text)
+/// Where each column's cells go across `area` (one row high), laid out as `Table` lays out its
+/// columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver when the
+/// columns do not fit.
+fn column_areas(placed: &[Placed], area: Rect) -> Vec<Rect> {
+    let widths = placed.iter().map(|p| match p.column {
+        Column::Command => Constraint::Fill(1),
+        _ => Constraint::Length(p.width),
+    });
+    Layout::horizontal(widths)
+        .flex(Flex::Start)
+        .spacing(columns::SPACING)
+        .split(Rect::new(0, 0, area.width, 1))
+        .iter()
+        .map(|c| Rect::new(area.x + c.x, area.y, c.width, 1))
+        .collect()
+}
+
+/// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it: cut at the
+/// right edge, or at the left for a right-aligned text too wide; the cells' styles are kept.
+/// Text that is not one cell a character goes through ratatui's own `Text`.
+fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
+    let area = area.intersection(buf.area);
+    let right = column.right_aligned();
+    if area.is_empty() || text.is_empty() {
+        return;
+    }
+    if !text.chars().all(label::is_one_cell) {
+        let text: Text = if right {
+            Line::from(text).right_aligned().into()
+        } else {
+            Text::from(text)
+        };
+        text.render(area, buf);
+        return;
+    }
+    let (len, width) = (text.chars().count(), usize::from(area.width));
+    let (skip, indent) = match (right, len <= width) {
+        (true, true) => (0, width - len),
+        (true, false) => (len - width, 0),
+        (false, _) => (0, 0),
+    };
+    let xs = area.x + indent as u16..area.right();
+    for (x, c) in xs.zip(text.chars().skip(skip)) {
+        buf[(x, area.y)].set_char(c);
     }
 }
 
@@ -113,100 +172,124 @@ fn row_style(row: &ProcessRow<'_>, tagged: bool, selected: bool, theme: Theme) -
     }
 }
 
-fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
+/// A column's title, the sort arrow on the sorted one, and the row count after COMMAND.
+fn header_text(app: &App, column: Column, count: usize, out: &mut String) {
     let settings = &app.settings;
-    let arrow = if settings.reverse { '▼' } else { '▲' };
-    Row::new(placed.iter().map(|p| {
-        let title = p.column.title();
-        // The tree keeps its own order.
-        let sorted = !settings.tree
-            && p.column.shows_sort_arrow()
-            && p.column.sort_key() == Some(settings.sort);
-        let mut text = if sorted {
-            format!("{title}{arrow}")
-        } else {
-            title.to_string()
-        };
-        if p.column == Column::Command {
-            text = format!("{text} {}", row_summary(app, count));
-        }
-        cell(p.column, text)
-    }))
+    out.push_str(column.title());
+    // The tree keeps its own order.
+    let sorted =
+        !settings.tree && column.shows_sort_arrow() && column.sort_key() == Some(settings.sort);
+    if sorted {
+        out.push(if settings.reverse { '▼' } else { '▲' });
+    }
+    if column == Column::Command {
+        out.push(' ');
+        row_summary(app, count, out);
+    }
 }
 
 /// "(64 rows)", "(2 of 64)" under a filter, "(tree, 12 rows)". The filter text and the
 /// tag count are in the status line, which has the room.
-fn row_summary(app: &App, shown: usize) -> String {
+fn row_summary(app: &App, shown: usize, out: &mut String) {
     let tree = if app.settings.tree { "tree, " } else { "" };
     if app.settings.filtering() {
         let total = app.snapshot.processes.len();
-        format!("({tree}{shown} of {total})")
+        let _ = write!(out, "({tree}{shown} of {total})");
     } else {
-        format!("({tree}{shown} rows)")
+        let _ = write!(out, "({tree}{shown} rows)");
     }
 }
 
-/// The text of one cell of `row`.
-fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> String {
-    let gpu_text = |value: Option<String>| {
-        if row.is_gpu() {
-            value.unwrap_or_else(|| NA.to_string())
-        } else {
-            NO_GPU.to_string()
-        }
-    };
-    match column {
+/// The text of one cell of `row`, written to `out`.
+fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App, out: &mut String) {
+    // A GPU column of a row without a GPU (in the tree) shows NO_GPU instead.
+    if is_gpu_column(column) && !row.is_gpu() {
+        out.push_str(NO_GPU);
+        return;
+    }
+    let written = match column {
         Column::Pid => {
             let mark = if tagged { TAG_MARK } else { ' ' };
-            format!("{mark}{:>7}", row.pid)
+            write!(out, "{mark}{:>7}", row.pid)
         }
-        Column::User => format::truncate(&format::text(row.user()), 8),
-        Column::Nice => row.nice().map_or(NA.to_string(), |n| n.to_string()),
-        Column::State => row.state().map_or(NA.to_string(), |c| {
-            format::escape(&c.to_string()).into_owned()
+        Column::User => Ok(out.push_str(&format::truncate(&format::text(row.user()), 8))),
+        Column::Nice => opt(out, row.nice(), |out, n| write!(out, "{n}")),
+        Column::State => opt(out, row.state(), |out, c| {
+            let mut text = [0; 4];
+            Ok(out.push_str(&format::escape(c.encode_utf8(&mut text))))
         }),
-        Column::Gpu => gpu_text(Some(
-            row.gpus
-                .iter()
-                .map(|g| g.gpu.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        )),
-        Column::Kind => gpu_text(row.kind().map(|k| k.short().to_string())),
-        Column::GpuMemory => gpu_text(Some(format::opt_bytes_short(row.gpu_memory_bytes()))),
-        Column::GpuMemoryPercent => gpu_text(
-            row.gpu_memory_percent(&app.snapshot)
-                .map(|p| format!("{p:.0}")),
+        Column::Gpu => {
+            for (i, g) in row.gpus.iter().enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                let _ = write!(out, "{comma}{}", g.gpu);
+            }
+            Ok(())
+        }
+        Column::Kind => opt(out, row.kind(), |out, k| Ok(out.push_str(k.short()))),
+        Column::GpuMemory => Ok(out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes()))),
+        Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
+            write!(out, "{p:.0}")
+        }),
+        Column::Sm => opt(out, row.sm_percent(), |out, s| write!(out, "{s}")),
+        Column::MemoryBandwidth => opt(
+            out,
+            row.gpu_share(|g| g.memory_bandwidth_percent),
+            |o, s| write!(o, "{s}"),
         ),
-        Column::Sm => gpu_text(row.sm_percent().map(|s| s.to_string())),
-        Column::MemoryBandwidth => gpu_text(
-            row.gpu_share(|g| g.memory_bandwidth_percent)
-                .map(|s| s.to_string()),
+        Column::Encoder => opt(out, row.gpu_share(|g| g.encoder_percent), |out, s| {
+            write!(out, "{s}")
+        }),
+        Column::Decoder => opt(out, row.gpu_share(|g| g.decoder_percent), |out, s| {
+            write!(out, "{s}")
+        }),
+        Column::Cpu => opt(out, row.cpu_percent(), |out, c| write!(out, "{c:.1}")),
+        Column::HostMemoryPercent => opt(out, row.host_memory_percent(&app.snapshot), |out, p| {
+            write!(out, "{p:.1}")
+        }),
+        Column::Rss => Ok(out.push_str(&format::opt_bytes_short(row.rss_bytes()))),
+        Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
+            Ok(out.push_str(&start_text(start, app.snapshot.unix_seconds, app.utc)))
+        }),
+        Column::Time => Ok(out.push_str(&format::opt_duration(row.running_seconds()))),
+        Column::Rank => Ok(match row.rank_text() {
+            Some(rank) => out.push_str(&rank),
+            None => out.push_str(NO_GPU),
+        }),
+        Column::Container => opt(
+            out,
+            row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
+            |o, c| Ok(o.push_str(&format::truncate(&format::escape(&c.label()), 18))),
         ),
-        Column::Encoder => gpu_text(row.gpu_share(|g| g.encoder_percent).map(|s| s.to_string())),
-        Column::Decoder => gpu_text(row.gpu_share(|g| g.decoder_percent).map(|s| s.to_string())),
-        Column::Cpu => row
-            .cpu_percent()
-            .map_or(NA.to_string(), |c| format!("{c:.1}")),
-        Column::HostMemoryPercent => row
-            .host_memory_percent(&app.snapshot)
-            .map_or(NA.to_string(), |p| format!("{p:.1}")),
-        Column::Rss => format::opt_bytes_short(row.rss_bytes()),
-        Column::Start => row
-            .start_unix_seconds(&app.snapshot)
-            .map_or(NA.to_string(), |start| {
-                start_text(start, app.snapshot.unix_seconds, app.utc)
-            }),
-        Column::Time => format::opt_duration(row.running_seconds()),
-        Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
-        Column::Container => row
-            .gpus
-            .iter()
-            .find_map(|g| g.cgroup.as_ref())
-            .map_or(NA.to_string(), |c| {
-                format::truncate(&format::escape(&c.label()), 18)
-            }),
-        Column::Command => command_text(row, app.view.command_scroll),
+        Column::Command => Ok(command_text(row, app.view.command_scroll, out)),
+    };
+    // Writing to a String does not fail.
+    debug_assert!(written.is_ok());
+}
+
+/// The columns of figures about a GPU, which a tree row without one has none of.
+fn is_gpu_column(column: Column) -> bool {
+    matches!(
+        column,
+        Column::Gpu
+            | Column::Kind
+            | Column::GpuMemory
+            | Column::GpuMemoryPercent
+            | Column::Sm
+            | Column::MemoryBandwidth
+            | Column::Encoder
+            | Column::Decoder
+    )
+}
+
+/// `value` written by `write`, or N/A when missing.
+fn opt<T>(
+    out: &mut String,
+    value: Option<T>,
+    write: impl FnOnce(&mut String, T) -> std::fmt::Result,
+) -> std::fmt::Result {
+    match value {
+        Some(value) => write(out, value),
+        None => Ok(out.push_str(NA)),
     }
 }
 
@@ -224,12 +307,11 @@ fn start_text(start: f64, now: f64, utc: bool) -> String {
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
-fn command_text(row: &ProcessRow<'_>, scroll: usize) -> String {
+fn command_text(row: &ProcessRow<'_>, scroll: usize, out: &mut String) {
     let prefix = row.tree.map_or("", |(prefix, _)| prefix);
-    let command = row
-        .display_command()
-        .unwrap_or_else(|| NOT_VISIBLE.to_string());
-    format!("{prefix}{command}").chars().skip(scroll).collect()
+    let command = row.display_command();
+    let command = command.as_deref().unwrap_or(NOT_VISIBLE);
+    out.extend(prefix.chars().chain(command.chars()).skip(scroll));
 }
 
 #[cfg(test)]
