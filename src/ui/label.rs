@@ -92,24 +92,24 @@ impl Widget for Label<'_> {
 fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line, base: Style, align: Alignment) {
     let total: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
     let width = u16::try_from(total).unwrap_or(u16::MAX).min(area.width);
-    let mut x = area.left()
-        + match align {
-            Alignment::Center => (area.width / 2).saturating_sub(width / 2),
-            Alignment::Right => area.width.saturating_sub(width),
-            Alignment::Left => 0,
-        };
-    let mut left = width;
+    if width == 0 {
+        return;
+    }
+    let indent = match align {
+        Alignment::Center => (area.width / 2).saturating_sub(width / 2),
+        Alignment::Right => area.width.saturating_sub(width),
+        Alignment::Left => 0,
+    };
+    // The line's cells, one slice of the buffer's row: no position arithmetic per cell.
+    let start = buf.index_of(area.left() + indent, y);
+    let cells = &mut buf.content[start..start + usize::from(width)];
     let line_style = base.patch(line.style);
-    for span in &line.spans {
+    let chars = line.spans.iter().flat_map(|span| {
         let style = line_style.patch(span.style);
-        for c in span.content.chars() {
-            if left == 0 {
-                return;
-            }
-            buf[(x, y)].set_char(c).set_style(style);
-            x += 1;
-            left -= 1;
-        }
+        span.content.chars().map(move |c| (c, style))
+    });
+    for (cell, (c, style)) in cells.iter_mut().zip(chars) {
+        cell.set_char(c).set_style(style);
     }
 }
 

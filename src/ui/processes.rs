@@ -138,9 +138,14 @@ fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
         (true, false) => (len - width, 0),
         (false, _) => (0, 0),
     };
-    let xs = area.x + indent as u16..area.right();
-    for (x, c) in xs.zip(text.chars().skip(skip)) {
-        buf[(x, area.y)].set_char(c);
+    if indent >= width {
+        return;
+    }
+    // The cell's row of the buffer, as one slice: no position arithmetic per character.
+    let start = buf.index_of(area.x + indent as u16, area.y);
+    let cells = &mut buf.content[start..start + width - indent];
+    for (cell, c) in cells.iter_mut().zip(text.chars().skip(skip)) {
+        cell.set_char(c);
     }
 }
 
@@ -316,7 +321,43 @@ fn command_text(row: &ProcessRow<'_>, scroll: usize, out: &mut String) {
 
 #[cfg(test)]
 mod tests {
-    use super::start_text;
+    use ratatui::style::Color;
+    use ratatui::widgets::{Cell, Row, Table};
+
+    use super::*;
+
+    /// A cell drawn by `put` is the cell ratatui's `Table` draws from the same text.
+    #[test]
+    fn cells_draw_as_table_cells_draw() {
+        let texts = [
+            "",
+            "12345",
+            "1234567890123",
+            "├─ python train.py ▲",
+            "数据 wide",
+            "e\u{301} combined",
+            "two\nlines",
+        ];
+        for text in texts {
+            for column in [Column::Pid, Column::Command] {
+                for width in [0, 3, 5, 12, 24] {
+                    let mut base = Buffer::empty(Rect::new(0, 0, 30, 3));
+                    base.set_string(0, 1, "#".repeat(30), Style::new().bg(Color::Blue));
+                    let (mut theirs, mut ours) = (base.clone(), base);
+                    let content: Text = if column.right_aligned() {
+                        Line::from(text).right_aligned().into()
+                    } else {
+                        Text::from(text)
+                    };
+                    let area = Rect::new(2, 1, width, 1);
+                    let table = Table::new([Row::new([Cell::from(content)])], [width]);
+                    Widget::render(table, area, &mut theirs);
+                    put(&mut ours, area, text, column);
+                    assert_eq!(ours, theirs, "{text:?} {column:?} {width}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn start_is_a_clock_time_today_and_a_date_before() {
