@@ -76,7 +76,10 @@ impl Widget for Label<'_> {
             return;
         }
         let area = area.intersection(buf.area);
-        buf.set_style(area, self.style);
+        // The default style changes no cell: not worth a walk over the area.
+        if self.style != Style::new() {
+            buf.set_style(area, self.style);
+        }
         if area.is_empty() {
             return;
         }

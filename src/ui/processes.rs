@@ -3,7 +3,10 @@
 //! marked in the header. Rows for pids that /proc does not show still appear, marked "not
 //! visible here".
 
+use std::cell::OnceCell;
 use std::fmt::Write as _;
+
+use jiff::tz::TimeZone;
 
 use super::label::{self, Label};
 use ratatui::{
@@ -53,6 +56,8 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let lefts = column_areas(&placed, area);
     let buf = frame.buffer_mut();
     let mut text = String::new();
+    // Asked of the system once a frame, and only when START is shown.
+    let zone = OnceCell::new();
     let header = Rect { height: 1, ..area };
     buf.set_style(header, theme.title());
     for (p, column) in placed.iter().zip(lefts.iter()) {
@@ -73,17 +78,20 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     for ((row, i), y) in app.rows_window(first, height).zip(first..).zip(ys) {
         let tagged = app.is_tagged(&row);
         let style = row_style(&row, tagged, i == app.view.selected, theme);
-        buf.set_style(
-            Rect {
-                y,
-                height: 1,
-                ..area
-            },
-            style,
-        );
+        // Most rows have the default style, which changes no cell.
+        if style != Style::new() {
+            buf.set_style(
+                Rect {
+                    y,
+                    height: 1,
+                    ..area
+                },
+                style,
+            );
+        }
         for (p, column) in placed.iter().zip(lefts.iter()) {
             text.clear();
-            row_text(p.column, &row, tagged, app, &mut text);
+            row_text(p.column, &row, tagged, app, &zone, &mut text);
             put(buf, Rect { y, ..*column }, &text, p.column);
         }
     }
@@ -205,8 +213,16 @@ fn row_summary(app: &App, shown: usize, out: &mut String) {
     }
 }
 
-/// The text of one cell of `row`, written to `out`.
-fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App, out: &mut String) {
+/// The text of one cell of `row`, written to `out`; START's times in `zone` (the clock's,
+/// looked up on first use).
+fn row_text(
+    column: Column,
+    row: &ProcessRow<'_>,
+    tagged: bool,
+    app: &App,
+    zone: &OnceCell<TimeZone>,
+    out: &mut String,
+) {
     // A GPU column of a row without a GPU (in the tree) shows NO_GPU instead.
     if is_gpu_column(column) && !row.is_gpu() {
         out.push_str(NO_GPU);
@@ -253,7 +269,8 @@ fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App, out: 
         }),
         Column::Rss => Ok(out.push_str(&format::opt_bytes_short(row.rss_bytes()))),
         Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
-            Ok(out.push_str(&start_text(start, app.snapshot.unix_seconds, app.utc)))
+            let zone = zone.get_or_init(|| super::header::zone(app.utc));
+            start_text(start, app.snapshot.unix_seconds, zone, out)
         }),
         Column::Time => Ok(out.push_str(&format::opt_duration(row.running_seconds()))),
         Column::Rank => Ok(match row.rank_text() {
@@ -300,15 +317,21 @@ fn opt<T>(
 
 /// When a process started, in the header clock's zone (local, or UTC under `--utc`): "14:05"
 /// within the last day, else "Nov30", as htop's START.
-fn start_text(start: f64, now: f64, utc: bool) -> String {
+fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) -> std::fmt::Result {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let Ok(at) = jiff::Timestamp::from_second(start.max(0.0).floor() as i64) else {
-        return NA.to_string();
+        out.push_str(NA);
+        return Ok(());
     };
-    let zoned = at.to_zoned(super::header::zone(utc));
+    // As strftime's "%H:%M" and "%b%d" write them, without parsing a format for each row.
+    let time = zone.to_datetime(at);
     if now - start < 86_400.0 {
-        return zoned.strftime("%H:%M").to_string();
+        return write!(out, "{:02}:{:02}", time.hour(), time.minute());
     }
-    zoned.strftime("%b%d").to_string()
+    let month = MONTHS[usize::from(time.month().unsigned_abs()) - 1];
+    write!(out, "{month}{:02}", time.day())
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
@@ -359,12 +382,32 @@ mod tests {
         }
     }
 
+    fn start(start: f64, now: f64, zone: &TimeZone) -> String {
+        let mut out = String::new();
+        start_text(start, now, zone, &mut out).unwrap();
+        out
+    }
+
     #[test]
     fn start_is_a_clock_time_today_and_a_date_before() {
         // 2025-06-01T12:34:56Z
         let now = 1_748_781_296.0;
-        assert_eq!(start_text(now - 3600.0, now, true), "11:34");
-        assert_eq!(start_text(now - 3.0 * 86_400.0, now, true), "May29");
-        assert_eq!(start_text(-5.0, now, true), "Jan01");
+        let utc = TimeZone::UTC;
+        assert_eq!(start(now - 3600.0, now, &utc), "11:34");
+        assert_eq!(start(now - 3.0 * 86_400.0, now, &utc), "May29");
+        assert_eq!(start(-5.0, now, &utc), "Jan01");
+        // As strftime writes them, in a zone off UTC too.
+        let zone = TimeZone::fixed(jiff::tz::offset(-7));
+        for then in [now - 60.0, now - 40_000.0, now - 86_400.0, now - 9e6, 1e9] {
+            let zoned = jiff::Timestamp::from_second(then as i64)
+                .unwrap()
+                .to_zoned(zone.clone());
+            let format = if now - then < 86_400.0 {
+                "%H:%M"
+            } else {
+                "%b%d"
+            };
+            assert_eq!(start(then, now, &zone), zoned.strftime(format).to_string());
+        }
     }
 }
