@@ -8,6 +8,7 @@
 //! the new size, as before. After a suspend the size is asked again whatever the flag says.
 
 use std::cell::Cell;
+use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -31,10 +32,19 @@ fn window_changed() -> Option<&'static Arc<AtomicBool>> {
         .as_ref()
 }
 
-/// The terminal's size in cells, from stdout (a terminal: the monitor checks that first), or
-/// the way crossterm asks when that fails.
+/// The terminal's size in cells, asked as crossterm asks it (the controlling terminal, else
+/// stdout; `tput` when neither answers), but with /dev/tty opened once, not at each call.
 fn ask_terminal() -> io::Result<Size> {
-    match rustix::termios::tcgetwinsize(rustix::stdio::stdout()) {
+    static CONTROLLING: OnceLock<Option<File>> = OnceLock::new();
+    let controlling = CONTROLLING.get_or_init(|| {
+        let tty = File::options().read(true).write(true).open("/dev/tty");
+        tty.ok()
+    });
+    let asked = match controlling {
+        Some(tty) => rustix::termios::tcgetwinsize(tty),
+        None => rustix::termios::tcgetwinsize(rustix::stdio::stdout()),
+    };
+    match asked {
         Ok(size) => Ok(Size::new(size.ws_col, size.ws_row)),
         Err(_) => {
             let (width, height) = crossterm::terminal::size()?;
