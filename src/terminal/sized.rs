@@ -44,13 +44,11 @@ fn ask_terminal() -> io::Result<Size> {
         Some(tty) => rustix::termios::tcgetwinsize(tty),
         None => rustix::termios::tcgetwinsize(rustix::stdio::stdout()),
     };
-    match asked {
-        Ok(size) => Ok(Size::new(size.ws_col, size.ws_row)),
-        Err(_) => {
-            let (width, height) = crossterm::terminal::size()?;
-            Ok(Size::new(width, height))
-        }
+    if let Ok(size) = asked {
+        return Ok(Size::new(size.ws_col, size.ws_row));
     }
+    let (width, height) = crossterm::terminal::size()?;
+    Ok(Size::new(width, height))
 }
 
 /// crossterm's backend writing to `W`, with the terminal's size remembered between SIGWINCHes.

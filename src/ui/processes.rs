@@ -228,64 +228,53 @@ fn row_text(
         out.push_str(NO_GPU);
         return;
     }
-    let written = match column {
+    // Writing to a String does not fail: the results of `write!` are not looked at.
+    match column {
         Column::Pid => {
             let mark = if tagged { TAG_MARK } else { ' ' };
-            write!(out, "{mark}{:>7}", row.pid)
+            let _ = write!(out, "{mark}{:>7}", row.pid);
         }
-        Column::User => Ok(out.push_str(&format::truncate(&format::text(row.user()), 8))),
-        Column::Nice => opt(out, row.nice(), |out, n| write!(out, "{n}")),
+        Column::User => out.push_str(&format::truncate(&format::text(row.user()), 8)),
+        Column::Nice => opt(out, row.nice(), shown),
         Column::State => opt(out, row.state(), |out, c| {
             let mut text = [0; 4];
-            Ok(out.push_str(&format::escape(c.encode_utf8(&mut text))))
+            out.push_str(&format::escape(c.encode_utf8(&mut text)));
         }),
         Column::Gpu => {
             for (i, g) in row.gpus.iter().enumerate() {
                 let comma = if i > 0 { "," } else { "" };
                 let _ = write!(out, "{comma}{}", g.gpu);
             }
-            Ok(())
         }
-        Column::Kind => opt(out, row.kind(), |out, k| Ok(out.push_str(k.short()))),
-        Column::GpuMemory => Ok(out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes()))),
+        Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
+        Column::GpuMemory => out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes())),
         Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
-            write!(out, "{p:.0}")
+            let _ = write!(out, "{p:.0}");
         }),
-        Column::Sm => opt(out, row.sm_percent(), |out, s| write!(out, "{s}")),
-        Column::MemoryBandwidth => opt(
-            out,
-            row.gpu_share(|g| g.memory_bandwidth_percent),
-            |o, s| write!(o, "{s}"),
-        ),
-        Column::Encoder => opt(out, row.gpu_share(|g| g.encoder_percent), |out, s| {
-            write!(out, "{s}")
+        Column::Sm => opt(out, row.sm_percent(), shown),
+        Column::MemoryBandwidth => opt(out, row.gpu_share(|g| g.memory_bandwidth_percent), shown),
+        Column::Encoder => opt(out, row.gpu_share(|g| g.encoder_percent), shown),
+        Column::Decoder => opt(out, row.gpu_share(|g| g.decoder_percent), shown),
+        Column::Cpu => opt(out, row.cpu_percent(), |out, c| {
+            let _ = write!(out, "{c:.1}");
         }),
-        Column::Decoder => opt(out, row.gpu_share(|g| g.decoder_percent), |out, s| {
-            write!(out, "{s}")
-        }),
-        Column::Cpu => opt(out, row.cpu_percent(), |out, c| write!(out, "{c:.1}")),
         Column::HostMemoryPercent => opt(out, row.host_memory_percent(&app.snapshot), |out, p| {
-            write!(out, "{p:.1}")
+            let _ = write!(out, "{p:.1}");
         }),
-        Column::Rss => Ok(out.push_str(&format::opt_bytes_short(row.rss_bytes()))),
+        Column::Rss => out.push_str(&format::opt_bytes_short(row.rss_bytes())),
         Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
             let zone = zone.get_or_init(|| super::header::zone(app.utc));
-            start_text(start, app.snapshot.unix_seconds, zone, out)
+            start_text(start, app.snapshot.unix_seconds, zone, out);
         }),
-        Column::Time => Ok(out.push_str(&format::opt_duration(row.running_seconds()))),
-        Column::Rank => Ok(match row.rank_text() {
-            Some(rank) => out.push_str(&rank),
-            None => out.push_str(NO_GPU),
-        }),
+        Column::Time => out.push_str(&format::opt_duration(row.running_seconds())),
+        Column::Rank => out.push_str(row.rank_text().as_deref().unwrap_or(NO_GPU)),
         Column::Container => opt(
             out,
             row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |o, c| Ok(o.push_str(&format::truncate(&format::escape(&c.label()), 18))),
+            |out, c| out.push_str(&format::truncate(&format::escape(&c.label()), 18)),
         ),
-        Column::Command => Ok(command_text(row, app.view.command_scroll, out)),
-    };
-    // Writing to a String does not fail.
-    debug_assert!(written.is_ok());
+        Column::Command => command_text(row, app.view.command_scroll, out),
+    }
 }
 
 /// The columns of figures about a GPU, which a tree row without one has none of.
@@ -304,34 +293,36 @@ fn is_gpu_column(column: Column) -> bool {
 }
 
 /// `value` written by `write`, or N/A when missing.
-fn opt<T>(
-    out: &mut String,
-    value: Option<T>,
-    write: impl FnOnce(&mut String, T) -> std::fmt::Result,
-) -> std::fmt::Result {
+fn opt<T>(out: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T)) {
     match value {
         Some(value) => write(out, value),
-        None => Ok(out.push_str(NA)),
+        None => out.push_str(NA),
     }
+}
+
+/// A figure as `Display` writes it.
+fn shown(out: &mut String, value: impl std::fmt::Display) {
+    let _ = write!(out, "{value}");
 }
 
 /// When a process started, in the header clock's zone (local, or UTC under `--utc`): "14:05"
 /// within the last day, else "Nov30", as htop's START.
-fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) -> std::fmt::Result {
+fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let Ok(at) = jiff::Timestamp::from_second(start.max(0.0).floor() as i64) else {
         out.push_str(NA);
-        return Ok(());
+        return;
     };
     // As strftime's "%H:%M" and "%b%d" write them, without parsing a format for each row.
     let time = zone.to_datetime(at);
     if now - start < 86_400.0 {
-        return write!(out, "{:02}:{:02}", time.hour(), time.minute());
+        let _ = write!(out, "{:02}:{:02}", time.hour(), time.minute());
+        return;
     }
     let month = MONTHS[usize::from(time.month().unsigned_abs()) - 1];
-    write!(out, "{month}{:02}", time.day())
+    let _ = write!(out, "{month}{:02}", time.day());
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
@@ -384,7 +375,7 @@ mod tests {
 
     fn start(start: f64, now: f64, zone: &TimeZone) -> String {
         let mut out = String::new();
-        start_text(start, now, zone, &mut out).unwrap();
+        start_text(start, now, zone, &mut out);
         out
     }
 
