@@ -1,11 +1,13 @@
 //! The terminal: raw mode and the alternate screen on the way in, and always restored on the
 //! way out: on drop, on panic, on a fatal signal, on suspend (Ctrl-Z), and by a watchdog when
 //! the event loop does not end in time. Its submodules read keys ([`input`]) and turn signals
-//! into events for the loop ([`signals`]). [`theme`] is the look every screen of torchtop
+//! into events for the loop ([`signals`]); [`sized`] is the backend that remembers the terminal's
+//! size between resizes. [`theme`] is the look every screen of torchtop
 //! shares (the monitor, the cluster view, the snapshot viewer), colours or NO_COLOR.
 
 pub(crate) mod input;
 pub(crate) mod signals;
+pub(crate) mod sized;
 pub(crate) mod theme;
 
 use std::fs::File;
@@ -22,9 +24,10 @@ use crossterm::terminal::{
     LeaveAlternateScreen,
 };
 use crossterm::{cursor, execute, Command};
-use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use rustix::termios::{tcgetattr, tcsetattr, OptionalActions, Termios};
+
+use sized::SizedBackend;
 
 /// Whether the terminal is currently in torchtop's mode; restoring twice must be harmless.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -35,7 +38,7 @@ static SAVED_MODES: Mutex<Option<Termios>> = Mutex::new(None);
 
 /// Frames are written through a large buffer and flushed once per frame: stdout's own
 /// line buffer would turn one frame into many small writes.
-pub(crate) type Tui = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+pub(crate) type Tui = Terminal<SizedBackend<BufWriter<Stdout>>>;
 
 const FRAME_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -98,7 +101,7 @@ impl TerminalGuard {
         install_panic_hook();
         enter_modes()?;
         let writer = BufWriter::with_capacity(FRAME_BUFFER_BYTES, io::stdout());
-        match Terminal::new(CrosstermBackend::new(writer)) {
+        match Terminal::new(SizedBackend::new(writer)) {
             Ok(terminal) => Ok(TerminalGuard { terminal }),
             Err(error) => {
                 restore();
@@ -170,6 +173,7 @@ pub(crate) fn suspend(terminal: &mut Tui) -> io::Result<()> {
 /// After SIGCONT: the modes again (a shell may have changed them) and a full redraw.
 pub(crate) fn resume(terminal: &mut Tui) -> io::Result<()> {
     enter_modes()?;
+    terminal.backend().forget_size();
     // `Terminal::clear` would ask the terminal for the cursor position, which needs the event
     // reader that the input thread holds; `resize` clears and forgets the last frame without it.
     let size = terminal.size()?;

@@ -320,6 +320,18 @@ pub(crate) fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
 /// The detail lines of one GPU packed to `width`: clocks, PCIe, codecs, throttle reasons, ECC
 /// (only where it is on), bus id, UUID and the last error.
 pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
+    let pieces = detail_pieces(gpu)
+        .into_iter()
+        .map(|p| vec![Span::styled(p, theme.dim())])
+        .collect();
+    format::pack(pieces, usize::from(width), DETAIL_INDENT)
+}
+
+/// How far detail lines are indented.
+const DETAIL_INDENT: usize = 6;
+
+/// The pieces of the detail lines, before packing.
+fn detail_pieces(gpu: &GpuSample) -> Vec<String> {
     let mut pieces = vec![
         format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
         format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
@@ -361,20 +373,38 @@ pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'sta
     if let Some(error) = &gpu.error {
         pieces.push(format!("error: {}", format::escape(error)));
     }
-    let pieces = pieces
-        .into_iter()
-        .map(|p| vec![Span::styled(p, theme.dim())])
-        .collect();
-    format::pack(pieces, usize::from(width), 6)
+    pieces
 }
 
 /// Detail lines the busiest GPU needs at this width (its MIG sub-rows included); every GPU
-/// gets that many.
+/// gets that many. Counted from the pieces' widths as [`format::pack`] packs them, without
+/// building the lines: the layout asks this every frame, even when no detail line fits.
 pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
     gpus.iter()
-        .map(|g| (g.mig_devices.len() + detail(g, Theme::new(false), width).len()) as u16)
+        .map(|g| {
+            let widths = detail_pieces(g).into_iter().map(|p| p.chars().count());
+            (g.mig_devices.len() + packed_line_count(widths, usize::from(width))) as u16
+        })
         .max()
         .unwrap_or(0)
+}
+
+/// The lines [`format::pack`] makes of pieces this wide at `width`, with [`DETAIL_INDENT`].
+fn packed_line_count(widths: impl Iterator<Item = usize>, width: usize) -> usize {
+    let (mut lines, mut used, mut empty) = (0, DETAIL_INDENT, true);
+    for len in widths {
+        if !empty && used + 2 + len > width {
+            lines += 1;
+            used = DETAIL_INDENT;
+            empty = true;
+        }
+        if !empty {
+            used += 2;
+        }
+        used += len;
+        empty = false;
+    }
+    lines + usize::from(!empty)
 }
 
 /// Most pids named on a MIG sub-row; the rest are counted.
@@ -418,5 +448,36 @@ fn throttle_text(gpu: &GpuSample) -> String {
         None => NA.to_string(),
         Some(reasons) if reasons.is_empty() => "none".to_string(),
         Some(reasons) => reasons.join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MigDevice;
+
+    /// The count the layout plans with is the number of lines drawn.
+    #[test]
+    fn detail_line_count_is_the_lines_detail_packs() {
+        let mut gpu = GpuSample {
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            sm_clock_mhz: Some(1980),
+            pcie_rx_kib_s: Some(123_456),
+            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()]),
+            bus_id: Some("00000000:1B:00.0".into()),
+            uuid: Some("GPU-9f3c1a52-7d1e-4b0a-8c51-0e8f2a6b7c11".into()),
+            ..GpuSample::default()
+        };
+        for step in 0..3 {
+            for width in 0..220 {
+                let drawn = gpu.mig_devices.len() + detail(&gpu, Theme::new(true), width).len();
+                let counted = detail_line_count(std::slice::from_ref(&gpu), width);
+                assert_eq!(usize::from(counted), drawn, "step {step}, width {width}");
+            }
+            match step {
+                0 => gpu.error = Some("the last NVML call timed out".into()),
+                _ => gpu.mig_devices.push(MigDevice::default()),
+            }
+        }
     }
 }

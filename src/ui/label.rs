@@ -1,7 +1,8 @@
 //! [`Label`]: one or a few lines of text without wrapping, drawn the way ratatui's `Paragraph`
-//! draws them, cell for cell, but without its grapheme machinery when the text is printable
-//! ASCII (nearly every figure torchtop shows). Anything else goes through `Paragraph` itself,
-//! so the screen is the same either way; only the cost differs.
+//! draws them, cell for cell, but without its grapheme machinery when every character takes one
+//! cell of its own ([`is_one_cell`]: printable ASCII, and the bars, box lines, arrows and signs
+//! torchtop draws with). Anything else goes through `Paragraph` itself, so the screen is the
+//! same either way; only the cost differs.
 
 use ratatui::{
     buffer::Buffer,
@@ -40,18 +41,34 @@ impl<'a> Label<'a> {
         self
     }
 
-    fn is_plain_ascii(&self) -> bool {
+    fn is_one_cell_text(&self) -> bool {
         self.text.lines.iter().all(|line| {
             line.spans
                 .iter()
-                .all(|span| span.content.bytes().all(|b| (b' '..=b'~').contains(&b)))
+                .all(|span| span.content.chars().all(is_one_cell))
         })
     }
 }
 
+/// Whether `c` is drawn by ratatui as one cell of its own: one column wide, and never joined
+/// with its neighbours into one grapheme (no combining mark, joiner or variation selector).
+/// Printable ASCII; Latin-1's signs and letters (not its soft hyphen, an invisible control);
+/// arrows; box drawing, block elements and geometric shapes (not U+25FD and U+25FE, which are
+/// emoji two columns wide). A test checks each against ratatui's own drawing.
+pub(crate) fn is_one_cell(c: char) -> bool {
+    matches!(
+        c,
+        ' '..='~'
+            | '\u{A1}'..='\u{AC}'
+            | '\u{AE}'..='\u{FF}'
+            | '\u{2190}'..='\u{21FF}'
+            | '\u{2500}'..='\u{25FC}'
+    )
+}
+
 impl Widget for Label<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
-        if !self.is_plain_ascii() {
+        if !self.is_one_cell_text() {
             Paragraph::new(self.text)
                 .style(self.style)
                 .alignment(self.alignment)
@@ -59,7 +76,10 @@ impl Widget for Label<'_> {
             return;
         }
         let area = area.intersection(buf.area);
-        buf.set_style(area, self.style);
+        // The default style changes no cell: not worth a walk over the area.
+        if self.style != Style::new() {
+            buf.set_style(area, self.style);
+        }
         if area.is_empty() {
             return;
         }
@@ -70,29 +90,29 @@ impl Widget for Label<'_> {
     }
 }
 
-/// One line of printable ASCII at row `y` of `area`: every byte one cell, cut at the area's
-/// width, placed as `Paragraph` places a line (the offset from the cut width).
+/// One line of [`is_one_cell`] characters at row `y` of `area`: each one cell, cut at the
+/// area's width, placed as `Paragraph` places a line (the offset from the cut width).
 fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line, base: Style, align: Alignment) {
-    let total: usize = line.spans.iter().map(|s| s.content.len()).sum();
+    let total: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
     let width = u16::try_from(total).unwrap_or(u16::MAX).min(area.width);
-    let mut x = area.left()
-        + match align {
-            Alignment::Center => (area.width / 2).saturating_sub(width / 2),
-            Alignment::Right => area.width.saturating_sub(width),
-            Alignment::Left => 0,
-        };
-    let mut left = width;
+    if width == 0 {
+        return;
+    }
+    let indent = match align {
+        Alignment::Center => (area.width / 2).saturating_sub(width / 2),
+        Alignment::Right => area.width.saturating_sub(width),
+        Alignment::Left => 0,
+    };
+    // The line's cells, one slice of the buffer's row: no position arithmetic per cell.
+    let start = buf.index_of(area.left() + indent, y);
+    let cells = &mut buf.content[start..start + usize::from(width)];
     let line_style = base.patch(line.style);
-    for span in &line.spans {
+    let chars = line.spans.iter().flat_map(|span| {
         let style = line_style.patch(span.style);
-        for byte in span.content.bytes() {
-            if left == 0 {
-                return;
-            }
-            buf[(x, y)].set_char(char::from(byte)).set_style(style);
-            x += 1;
-            left -= 1;
-        }
+        span.content.chars().map(move |c| (c, style))
+    });
+    for (cell, (c, style)) in cells.iter_mut().zip(chars) {
+        cell.set_char(c).set_style(style);
     }
 }
 
@@ -121,6 +141,20 @@ mod tests {
     }
 
     #[test]
+    fn every_one_cell_character_draws_as_paragraph_draws_it() {
+        let one_cell: String = ('\0'..='\u{2FFF}').filter(|c| is_one_cell(*c)).collect();
+        for chunk in one_cell.chars().collect::<Vec<_>>().chunks(10) {
+            let chunk: String = chunk.iter().collect();
+            // Between ASCII letters, so that a character joined with a neighbour would show.
+            let text = Text::from(format!("a{chunk}b"));
+            both(&text, Style::new(), Alignment::Left, Rect::new(0, 0, 12, 1));
+        }
+        for c in one_cell.chars() {
+            assert_eq!(unicode_width::UnicodeWidthChar::width(c), Some(1), "{c:?}");
+        }
+    }
+
+    #[test]
     fn draws_what_paragraph_draws() {
         let bold = Style::new().add_modifier(Modifier::BOLD);
         let texts: Vec<Text<'static>> = vec![
@@ -135,8 +169,10 @@ mod tests {
             .style(Style::new().fg(Color::Yellow)),
             Text::from(Line::from("right").right_aligned().style(bold)),
             Text::from(""),
-            // Not plain ASCII: through Paragraph itself.
+            Text::from("temp 55°C ▂▄█ ├─ ▲▼ ·"),
+            // Not one cell a character: through Paragraph itself.
             Text::from("temp 55°C ▂▄█ 数据"),
+            Text::from("e\u{301}\u{200d}x"),
             Text::from("tab\there"),
         ];
         let areas = [

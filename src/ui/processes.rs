@@ -3,12 +3,18 @@
 //! marked in the header. Rows for pids that /proc does not show still appear, marked "not
 //! visible here".
 
-use super::label::Label;
+use std::cell::OnceCell;
+use std::fmt::Write as _;
+
+use jiff::tz::TimeZone;
+
+use super::label::{self, Label};
 use ratatui::{
-    layout::{Constraint, Rect},
+    buffer::Buffer,
+    layout::{Constraint, Flex, Layout, Rect},
     style::Style,
-    text::Line,
-    widgets::{Cell, Row, Table},
+    text::{Line, Text},
+    widgets::Widget,
     Frame,
 };
 
@@ -30,6 +36,10 @@ pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
     app.selected_row().and_then(|row| row.gpus.first().copied())
 }
 
+/// Draws the table as ratatui's `Table` would (a header row in the title style, one row per
+/// process in its row style, each cell's text in its column), but straight into the buffer:
+/// each cell's text is written into one reused `String` and put cell by cell, without a
+/// `Row`, `Cell`, `Text` and grapheme walk per cell and frame.
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     if area.height == 0 {
         return;
@@ -43,29 +53,48 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         app.settings.tree,
         &app.hidden_columns(),
     );
-    // Only the rows on screen are built: a table of thousands shows a few dozen.
-    let body: Vec<Row> = app
-        .rows_window(first, height)
-        .zip(first..)
-        .map(|(row, i)| {
-            let tagged = app.is_tagged(&row);
-            let cells = placed
-                .iter()
-                .map(|p| cell(p.column, row_text(p.column, &row, tagged, app)));
-            Row::new(cells).style(row_style(&row, tagged, i == app.view.selected, theme))
-        })
-        .collect();
-    let widths: Vec<Constraint> = placed
-        .iter()
-        .map(|p| match p.column {
-            Column::Command => Constraint::Fill(1),
-            _ => Constraint::Length(p.width),
-        })
-        .collect();
-    let table = Table::new(body, widths)
-        .header(header(app, &placed, count).style(theme.title()))
-        .column_spacing(columns::SPACING);
-    frame.render_widget(table, area);
+    let lefts = column_areas(&placed, area);
+    let buf = frame.buffer_mut();
+    let mut text = String::new();
+    // Asked of the system once a frame, and only when START is shown.
+    let zone = OnceCell::new();
+    let header = Rect { height: 1, ..area };
+    buf.set_style(header, theme.title());
+    for (p, column) in placed.iter().zip(lefts.iter()) {
+        text.clear();
+        header_text(app, p.column, count, &mut text);
+        put(
+            buf,
+            Rect {
+                y: header.y,
+                ..*column
+            },
+            &text,
+            p.column,
+        );
+    }
+    // Only the rows on screen are drawn: a table of thousands shows a few dozen.
+    let ys = area.y + 1..area.bottom();
+    for ((row, i), y) in app.rows_window(first, height).zip(first..).zip(ys) {
+        let tagged = app.is_tagged(&row);
+        let style = row_style(&row, tagged, i == app.view.selected, theme);
+        // Most rows have the default style, which changes no cell.
+        if style != Style::new() {
+            buf.set_style(
+                Rect {
+                    y,
+                    height: 1,
+                    ..area
+                },
+                style,
+            );
+        }
+        for (p, column) in placed.iter().zip(lefts.iter()) {
+            text.clear();
+            row_text(p.column, &row, tagged, app, &zone, &mut text);
+            put(buf, Rect { y, ..*column }, &text, p.column);
+        }
+    }
     if count == 0 && area.height > 1 {
         let message = Rect {
             y: area.y + 1,
@@ -76,12 +105,55 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-/// A cell aligned as its column wants.
-fn cell(column: Column, text: String) -> Cell<'static> {
-    if column.right_aligned() {
-        Cell::from(Line::from(text).right_aligned())
-    } else {
-        Cell::from(text)
+/// Where each column's cells go across `area` (one row high), laid out as `Table` lays out its
+/// columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver when the
+/// columns do not fit.
+fn column_areas(placed: &[Placed], area: Rect) -> Vec<Rect> {
+    let widths = placed.iter().map(|p| match p.column {
+        Column::Command => Constraint::Fill(1),
+        _ => Constraint::Length(p.width),
+    });
+    Layout::horizontal(widths)
+        .flex(Flex::Start)
+        .spacing(columns::SPACING)
+        .split(Rect::new(0, 0, area.width, 1))
+        .iter()
+        .map(|c| Rect::new(area.x + c.x, area.y, c.width, 1))
+        .collect()
+}
+
+/// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it: cut at the
+/// right edge, or at the left for a right-aligned text too wide; the cells' styles are kept.
+/// Text that is not one cell a character goes through ratatui's own `Text`.
+fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
+    let area = area.intersection(buf.area);
+    let right = column.right_aligned();
+    if area.is_empty() || text.is_empty() {
+        return;
+    }
+    if !text.chars().all(label::is_one_cell) {
+        let text: Text = if right {
+            Line::from(text).right_aligned().into()
+        } else {
+            Text::from(text)
+        };
+        text.render(area, buf);
+        return;
+    }
+    let (len, width) = (text.chars().count(), usize::from(area.width));
+    let (skip, indent) = match (right, len <= width) {
+        (true, true) => (0, width - len),
+        (true, false) => (len - width, 0),
+        (false, _) => (0, 0),
+    };
+    if indent >= width {
+        return;
+    }
+    // The cell's row of the buffer, as one slice: no position arithmetic per character.
+    let start = buf.index_of(area.x + indent as u16, area.y);
+    let cells = &mut buf.content[start..start + width - indent];
+    for (cell, c) in cells.iter_mut().zip(text.chars().skip(skip)) {
+        cell.set_char(c);
     }
 }
 
@@ -113,135 +185,220 @@ fn row_style(row: &ProcessRow<'_>, tagged: bool, selected: bool, theme: Theme) -
     }
 }
 
-fn header(app: &App, placed: &[Placed], count: usize) -> Row<'static> {
+/// A column's title, the sort arrow on the sorted one, and the row count after COMMAND.
+fn header_text(app: &App, column: Column, count: usize, out: &mut String) {
     let settings = &app.settings;
-    let arrow = if settings.reverse { '▼' } else { '▲' };
-    Row::new(placed.iter().map(|p| {
-        let title = p.column.title();
-        // The tree keeps its own order.
-        let sorted = !settings.tree
-            && p.column.shows_sort_arrow()
-            && p.column.sort_key() == Some(settings.sort);
-        let mut text = if sorted {
-            format!("{title}{arrow}")
-        } else {
-            title.to_string()
-        };
-        if p.column == Column::Command {
-            text = format!("{text} {}", row_summary(app, count));
-        }
-        cell(p.column, text)
-    }))
+    out.push_str(column.title());
+    // The tree keeps its own order.
+    let sorted =
+        !settings.tree && column.shows_sort_arrow() && column.sort_key() == Some(settings.sort);
+    if sorted {
+        out.push(if settings.reverse { '▼' } else { '▲' });
+    }
+    if column == Column::Command {
+        out.push(' ');
+        row_summary(app, count, out);
+    }
 }
 
 /// "(64 rows)", "(2 of 64)" under a filter, "(tree, 12 rows)". The filter text and the
 /// tag count are in the status line, which has the room.
-fn row_summary(app: &App, shown: usize) -> String {
+fn row_summary(app: &App, shown: usize, out: &mut String) {
     let tree = if app.settings.tree { "tree, " } else { "" };
     if app.settings.filtering() {
         let total = app.snapshot.processes.len();
-        format!("({tree}{shown} of {total})")
+        let _ = write!(out, "({tree}{shown} of {total})");
     } else {
-        format!("({tree}{shown} rows)")
+        let _ = write!(out, "({tree}{shown} rows)");
     }
 }
 
-/// The text of one cell of `row`.
-fn row_text(column: Column, row: &ProcessRow<'_>, tagged: bool, app: &App) -> String {
-    let gpu_text = |value: Option<String>| {
-        if row.is_gpu() {
-            value.unwrap_or_else(|| NA.to_string())
-        } else {
-            NO_GPU.to_string()
-        }
-    };
+/// The text of one cell of `row`, written to `out`; START's times in `zone` (the clock's,
+/// looked up on first use).
+fn row_text(
+    column: Column,
+    row: &ProcessRow<'_>,
+    tagged: bool,
+    app: &App,
+    zone: &OnceCell<TimeZone>,
+    out: &mut String,
+) {
+    // A GPU column of a row without a GPU (in the tree) shows NO_GPU instead.
+    if is_gpu_column(column) && !row.is_gpu() {
+        out.push_str(NO_GPU);
+        return;
+    }
+    // Writing to a String does not fail: the results of `write!` are not looked at.
     match column {
         Column::Pid => {
             let mark = if tagged { TAG_MARK } else { ' ' };
-            format!("{mark}{:>7}", row.pid)
+            let _ = write!(out, "{mark}{:>7}", row.pid);
         }
-        Column::User => format::truncate(&format::text(row.user()), 8),
-        Column::Nice => row.nice().map_or(NA.to_string(), |n| n.to_string()),
-        Column::State => row.state().map_or(NA.to_string(), |c| {
-            format::escape(&c.to_string()).into_owned()
+        Column::User => out.push_str(&format::truncate(&format::text(row.user()), 8)),
+        Column::Nice => opt(out, row.nice(), shown),
+        Column::State => opt(out, row.state(), |out, c| {
+            let mut text = [0; 4];
+            out.push_str(&format::escape(c.encode_utf8(&mut text)));
         }),
-        Column::Gpu => gpu_text(Some(
-            row.gpus
-                .iter()
-                .map(|g| g.gpu.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        )),
-        Column::Kind => gpu_text(row.kind().map(|k| k.short().to_string())),
-        Column::GpuMemory => gpu_text(Some(format::opt_bytes_short(row.gpu_memory_bytes()))),
-        Column::GpuMemoryPercent => gpu_text(
-            row.gpu_memory_percent(&app.snapshot)
-                .map(|p| format!("{p:.0}")),
+        Column::Gpu => {
+            for (i, g) in row.gpus.iter().enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                let _ = write!(out, "{comma}{}", g.gpu);
+            }
+        }
+        Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
+        Column::GpuMemory => out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes())),
+        Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
+            let _ = write!(out, "{p:.0}");
+        }),
+        Column::Sm => opt(out, row.sm_percent(), shown),
+        Column::MemoryBandwidth => opt(out, row.gpu_share(|g| g.memory_bandwidth_percent), shown),
+        Column::Encoder => opt(out, row.gpu_share(|g| g.encoder_percent), shown),
+        Column::Decoder => opt(out, row.gpu_share(|g| g.decoder_percent), shown),
+        Column::Cpu => opt(out, row.cpu_percent(), |out, c| {
+            let _ = write!(out, "{c:.1}");
+        }),
+        Column::HostMemoryPercent => opt(out, row.host_memory_percent(&app.snapshot), |out, p| {
+            let _ = write!(out, "{p:.1}");
+        }),
+        Column::Rss => out.push_str(&format::opt_bytes_short(row.rss_bytes())),
+        Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
+            let zone = zone.get_or_init(|| super::header::zone(app.utc));
+            start_text(start, app.snapshot.unix_seconds, zone, out);
+        }),
+        Column::Time => out.push_str(&format::opt_duration(row.running_seconds())),
+        Column::Rank => out.push_str(row.rank_text().as_deref().unwrap_or(NO_GPU)),
+        Column::Container => opt(
+            out,
+            row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
+            |out, c| out.push_str(&format::truncate(&format::escape(&c.label()), 18)),
         ),
-        Column::Sm => gpu_text(row.sm_percent().map(|s| s.to_string())),
-        Column::MemoryBandwidth => gpu_text(
-            row.gpu_share(|g| g.memory_bandwidth_percent)
-                .map(|s| s.to_string()),
-        ),
-        Column::Encoder => gpu_text(row.gpu_share(|g| g.encoder_percent).map(|s| s.to_string())),
-        Column::Decoder => gpu_text(row.gpu_share(|g| g.decoder_percent).map(|s| s.to_string())),
-        Column::Cpu => row
-            .cpu_percent()
-            .map_or(NA.to_string(), |c| format!("{c:.1}")),
-        Column::HostMemoryPercent => row
-            .host_memory_percent(&app.snapshot)
-            .map_or(NA.to_string(), |p| format!("{p:.1}")),
-        Column::Rss => format::opt_bytes_short(row.rss_bytes()),
-        Column::Start => row
-            .start_unix_seconds(&app.snapshot)
-            .map_or(NA.to_string(), |start| {
-                start_text(start, app.snapshot.unix_seconds, app.utc)
-            }),
-        Column::Time => format::opt_duration(row.running_seconds()),
-        Column::Rank => row.rank_text().unwrap_or_else(|| NO_GPU.to_string()),
-        Column::Container => row
-            .gpus
-            .iter()
-            .find_map(|g| g.cgroup.as_ref())
-            .map_or(NA.to_string(), |c| {
-                format::truncate(&format::escape(&c.label()), 18)
-            }),
-        Column::Command => command_text(row, app.view.command_scroll),
+        Column::Command => command_text(row, app.view.command_scroll, out),
     }
+}
+
+/// The columns of figures about a GPU, which a tree row without one has none of.
+fn is_gpu_column(column: Column) -> bool {
+    matches!(
+        column,
+        Column::Gpu
+            | Column::Kind
+            | Column::GpuMemory
+            | Column::GpuMemoryPercent
+            | Column::Sm
+            | Column::MemoryBandwidth
+            | Column::Encoder
+            | Column::Decoder
+    )
+}
+
+/// `value` written by `write`, or N/A when missing.
+fn opt<T>(out: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T)) {
+    match value {
+        Some(value) => write(out, value),
+        None => out.push_str(NA),
+    }
+}
+
+/// A figure as `Display` writes it.
+fn shown(out: &mut String, value: impl std::fmt::Display) {
+    let _ = write!(out, "{value}");
 }
 
 /// When a process started, in the header clock's zone (local, or UTC under `--utc`): "14:05"
 /// within the last day, else "Nov30", as htop's START.
-fn start_text(start: f64, now: f64, utc: bool) -> String {
+fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let Ok(at) = jiff::Timestamp::from_second(start.max(0.0).floor() as i64) else {
-        return NA.to_string();
+        out.push_str(NA);
+        return;
     };
-    let zoned = at.to_zoned(super::header::zone(utc));
+    // As strftime's "%H:%M" and "%b%d" write them, without parsing a format for each row.
+    let time = zone.to_datetime(at);
     if now - start < 86_400.0 {
-        return zoned.strftime("%H:%M").to_string();
+        let _ = write!(out, "{:02}:{:02}", time.hour(), time.minute());
+        return;
     }
-    zoned.strftime("%b%d").to_string()
+    let month = MONTHS[usize::from(time.month().unsigned_abs()) - 1];
+    let _ = write!(out, "{month}{:02}", time.day());
 }
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
-fn command_text(row: &ProcessRow<'_>, scroll: usize) -> String {
+fn command_text(row: &ProcessRow<'_>, scroll: usize, out: &mut String) {
     let prefix = row.tree.map_or("", |(prefix, _)| prefix);
-    let command = row
-        .display_command()
-        .unwrap_or_else(|| NOT_VISIBLE.to_string());
-    format!("{prefix}{command}").chars().skip(scroll).collect()
+    let command = row.display_command();
+    let command = command.as_deref().unwrap_or(NOT_VISIBLE);
+    out.extend(prefix.chars().chain(command.chars()).skip(scroll));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::start_text;
+    use ratatui::style::Color;
+    use ratatui::widgets::{Cell, Row, Table};
+
+    use super::*;
+
+    /// A cell drawn by `put` is the cell ratatui's `Table` draws from the same text.
+    #[test]
+    fn cells_draw_as_table_cells_draw() {
+        let texts = [
+            "",
+            "12345",
+            "1234567890123",
+            "├─ python train.py ▲",
+            "数据 wide",
+            "e\u{301} combined",
+            "two\nlines",
+        ];
+        for text in texts {
+            for column in [Column::Pid, Column::Command] {
+                for width in [0, 3, 5, 12, 24] {
+                    let mut base = Buffer::empty(Rect::new(0, 0, 30, 3));
+                    base.set_string(0, 1, "#".repeat(30), Style::new().bg(Color::Blue));
+                    let (mut theirs, mut ours) = (base.clone(), base);
+                    let content: Text = if column.right_aligned() {
+                        Line::from(text).right_aligned().into()
+                    } else {
+                        Text::from(text)
+                    };
+                    let area = Rect::new(2, 1, width, 1);
+                    let table = Table::new([Row::new([Cell::from(content)])], [width]);
+                    Widget::render(table, area, &mut theirs);
+                    put(&mut ours, area, text, column);
+                    assert_eq!(ours, theirs, "{text:?} {column:?} {width}");
+                }
+            }
+        }
+    }
+
+    fn start(start: f64, now: f64, zone: &TimeZone) -> String {
+        let mut out = String::new();
+        start_text(start, now, zone, &mut out);
+        out
+    }
 
     #[test]
     fn start_is_a_clock_time_today_and_a_date_before() {
         // 2025-06-01T12:34:56Z
         let now = 1_748_781_296.0;
-        assert_eq!(start_text(now - 3600.0, now, true), "11:34");
-        assert_eq!(start_text(now - 3.0 * 86_400.0, now, true), "May29");
-        assert_eq!(start_text(-5.0, now, true), "Jan01");
+        let utc = TimeZone::UTC;
+        assert_eq!(start(now - 3600.0, now, &utc), "11:34");
+        assert_eq!(start(now - 3.0 * 86_400.0, now, &utc), "May29");
+        assert_eq!(start(-5.0, now, &utc), "Jan01");
+        // As strftime writes them, in a zone off UTC too.
+        let zone = TimeZone::fixed(jiff::tz::offset(-7));
+        for then in [now - 60.0, now - 40_000.0, now - 86_400.0, now - 9e6, 1e9] {
+            let zoned = jiff::Timestamp::from_second(then as i64)
+                .unwrap()
+                .to_zoned(zone.clone());
+            let format = if now - then < 86_400.0 {
+                "%H:%M"
+            } else {
+                "%b%d"
+            };
+            assert_eq!(start(then, now, &zone), zoned.strftime(format).to_string());
+        }
     }
 }
