@@ -6,6 +6,11 @@
 //! The kernel sends SIGWINCH to the terminal's foreground process group after it has set the
 //! new size, so a flag set by that signal says when to ask again; the next frame then draws at
 //! the new size, as before. After a suspend the size is asked again whatever the flag says.
+//!
+//! It also lets the event loop send a frame in one `write`: while [`SizedBackend::hold`] is
+//! on, ratatui's flush and its per-frame cursor hiding only queue, and
+//! [`SizedBackend::release`] writes the whole frame (with the synchronized-update markers
+//! around it) at once. Two writes a frame woke the terminal twice.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -55,6 +60,8 @@ fn ask_terminal() -> io::Result<Size> {
 pub(crate) struct SizedBackend<W: Write> {
     inner: CrosstermBackend<W>,
     known: Cell<Option<Size>>,
+    /// While true, flushes wait for [`SizedBackend::release`].
+    held: bool,
 }
 
 impl<W: Write> SizedBackend<W> {
@@ -64,7 +71,20 @@ impl<W: Write> SizedBackend<W> {
         SizedBackend {
             inner: CrosstermBackend::new(writer),
             known: Cell::new(None),
+            held: false,
         }
+    }
+
+    /// Holds every flush until [`SizedBackend::release`]: what is drawn meanwhile goes out in
+    /// one write (as far as the writer's buffer holds it).
+    pub(crate) fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Ends [`SizedBackend::hold`] and writes what was queued.
+    pub(crate) fn release(&mut self) -> io::Result<()> {
+        self.held = false;
+        Write::flush(&mut self.inner)
     }
 
     /// Forgets the size, so the next frame asks the terminal (after a suspend, when a resize
@@ -99,6 +119,10 @@ impl<W: Write> Backend for SizedBackend<W> {
     }
 
     fn hide_cursor(&mut self) -> io::Result<()> {
+        if self.held {
+            // ratatui hides the cursor after every frame; crossterm's backend would flush.
+            return crossterm::queue!(self.inner, crossterm::cursor::Hide);
+        }
         self.inner.hide_cursor()
     }
 
@@ -140,6 +164,9 @@ impl<W: Write> Backend for SizedBackend<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if self.held {
+            return Ok(());
+        }
         Backend::flush(&mut self.inner)
     }
 }
