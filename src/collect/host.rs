@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::model::{GpuProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings};
+use crate::model::{GpuProcess, LaunchEnv};
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
@@ -55,6 +55,8 @@ pub struct HostCollector {
     children_seen: Vec<Seen>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
     table: table::HostTable,
+    /// The system-wide files, kept open, and what was last read of them ([`readings`]).
+    readings: readings::Readings,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -142,6 +144,7 @@ impl HostCollector {
 
     fn with_units(root: PathBuf, fs_root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
         HostCollector {
+            readings: readings::Readings::new(&root),
             placement: Placement::new(root.clone(), fs_root, page_size),
             children_seen: Vec::new(),
             root,
@@ -158,47 +161,6 @@ impl HostCollector {
         }
     }
 
-    /// Host totals. Any file that cannot be read leaves its fields `None`; CPU% is `None` on
-    /// the first call, as it needs two samples.
-    pub fn sample_host(&mut self) -> HostSnapshot {
-        let root = self.root.as_path();
-        if self.hostname.is_none() {
-            self.hostname = procfs::read_hostname(root).ok().flatten();
-        }
-        let meminfo = procfs::read_meminfo(root).ok().unwrap_or_default();
-        let stat = procfs::read_stat(root).ok();
-        let cpu_percent = match (&stat, &self.previous_cpu) {
-            (Some(now), Some(before)) => now.cpu.busy_percent_since(before),
-            _ => None,
-        };
-        if let Some(stat) = &stat {
-            self.previous_cpu = Some(stat.cpu);
-        }
-        let mut host = HostSnapshot {
-            hostname: self.hostname.clone(),
-            memory: MemoryInfo {
-                total_bytes: meminfo.total_bytes,
-                available_bytes: meminfo.available_bytes,
-                used_bytes: checked_difference(meminfo.total_bytes, meminfo.available_bytes),
-            },
-            swap: SwapInfo {
-                total_bytes: meminfo.swap_total_bytes,
-                used_bytes: checked_difference(meminfo.swap_total_bytes, meminfo.swap_free_bytes),
-            },
-            vm: VmSettings {
-                swappiness: procfs::read_swappiness(root).ok(),
-                overcommit_memory: procfs::read_overcommit_memory(root).ok(),
-            },
-            cpu_percent,
-            cpu_count: stat.map(|s| s.cpu_count).filter(|n| *n > 0),
-            load: procfs::read_loadavg(root).ok(),
-            uptime_seconds: procfs::read_uptime(root).ok(),
-            ..Default::default()
-        };
-        self.placement.sample_host(&mut host);
-        host
-    }
-
     /// Fills the host fields of every row from /proc. A pid on several GPUs is read once; a
     /// pid that is not (or no longer) in /proc gets `visible = false` and `None` host fields.
     pub fn join_processes(&mut self, processes: &mut [GpuProcess]) {
@@ -212,7 +174,7 @@ impl HostCollector {
     }
 
     fn join_processes_at(&mut self, processes: &mut [GpuProcess], now: Instant, refresh: Refresh) {
-        let uptime = procfs::read_uptime(&self.root).ok();
+        let uptime = self.uptime(now);
         let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
         for row in processes.iter_mut() {
             let found = *joined
@@ -483,6 +445,7 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
     (seconds * per).round() / per
 }
 
+mod readings;
 mod table;
 
 #[cfg(test)]

@@ -51,15 +51,14 @@ impl Placement {
         }
     }
 
-    /// The host's OOM-kill count, the kills seen, and torchtop's own container.
+    /// The kills seen since the host's OOM-kill count (`host.oom_kill_count`, from
+    /// /proc/vmstat) and the watched cgroups' counters last rose, and torchtop's own container.
     pub(crate) fn sample_host(&mut self, host: &mut HostSnapshot) {
         let (proc_root, fs_root) = (&self.proc_root, &self.fs_root);
         host.container.clone_from(
             self.own_container
                 .get_or_insert_with(|| detect_own_container(fs_root, proc_root)),
         );
-        host.oom_kill_count = cg::read_small_bounded(&proc_root.join("vmstat"), 64 << 10)
-            .and_then(|t| cg::keyed_value(&t, "oom_kill"));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());

@@ -3,6 +3,7 @@
 //! names). Nothing here knows about GPUs, rules or the screen.
 
 pub(crate) mod cgroup;
+pub(crate) mod kept;
 pub(crate) mod proc;
 
 use std::io;

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 
 use super::*;
-use crate::model::ProcessKind;
+use crate::model::{ProcessKind, SwapInfo, VmSettings};
 use crate::test_ci::PATIENCE;
 
 #[test]
