@@ -25,7 +25,6 @@ use crate::model::{GpuProcess, LaunchEnv};
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
-use super::oom_watch::Seen;
 use super::placement::{Placement, Refresh};
 use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
 
@@ -51,8 +50,8 @@ pub struct HostCollector {
     stat_files: procfs::OpenStatFiles,
     /// Cgroups, containers, schedulers, `/dev/shm` and OOM kills ([`Placement`]).
     placement: Placement,
-    /// The children of GPU processes read in this refresh, for the OOM-kill watch.
-    children_seen: Vec<Seen>,
+    /// The rows of the join under way, by pid (kept for its capacity).
+    joined: HashMap<u32, Option<JoinedProcess>>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
     table: table::HostTable,
     /// The system-wide files, kept open, and what was last read of them ([`readings`]).
@@ -146,7 +145,6 @@ impl HostCollector {
         HostCollector {
             readings: readings::Readings::new(&root),
             placement: Placement::new(root.clone(), fs_root, page_size),
-            children_seen: Vec::new(),
             root,
             clock_ticks,
             page_size,
@@ -157,6 +155,7 @@ impl HostCollector {
             user_names: HashMap::new(),
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
+            joined: HashMap::new(),
             table: table::HostTable::default(),
         }
     }
@@ -175,15 +174,17 @@ impl HostCollector {
 
     fn join_processes_at(&mut self, processes: &mut [GpuProcess], now: Instant, refresh: Refresh) {
         let uptime = self.uptime(now);
-        let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
+        self.placement.begin(refresh);
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
         for row in processes.iter_mut() {
             let found = *joined
                 .entry(row.pid)
                 .or_insert_with(|| self.join_one(row.pid, uptime, now).ok());
             apply_join(row, found.as_ref(), self.identities.get(&row.pid));
         }
-        let children = std::mem::take(&mut self.children_seen);
-        self.placement.join(processes, children, refresh);
+        self.joined = joined;
+        self.placement.join(processes, refresh);
         self.evict_stale(now);
     }
 
@@ -199,7 +200,6 @@ impl HostCollector {
                 let _ = self.join_one(row.pid, None, now);
             }
         }
-        self.children_seen.clear();
     }
 
     fn join_one(
@@ -379,12 +379,10 @@ impl HostCollector {
                 continue;
             };
             count += 1;
-            self.children_seen.push(Seen {
-                pid: child,
-                start_ticks: stat.start_ticks,
-                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
-                comm: stat.comm.clone(),
-            });
+            let rss = Some(stat.rss_pages.saturating_mul(self.page_size));
+            let comm = &stat.comm;
+            self.placement
+                .see_child(child, stat.start_ticks, rss, || comm.clone());
             if let Some(percent) = self.cpu_percent(&stat, now) {
                 total = Some(total.unwrap_or(0.0) + percent);
             }

@@ -12,6 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::sys::statfs::SYSFS_MAGIC;
 use nix::sys::statfs::{fstatfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, PROC_SUPER_MAGIC};
@@ -24,6 +25,8 @@ const FIRST_BUFFER_BYTES: usize = 4096;
 pub(crate) struct KeptFile {
     path: PathBuf,
     open: Option<Open>,
+    /// When the path last failed to open, for [`KeptFile::read_retrying`].
+    failed_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -35,7 +38,11 @@ struct Open {
 
 impl KeptFile {
     pub(crate) fn new(path: PathBuf) -> Self {
-        KeptFile { path, open: None }
+        KeptFile {
+            path,
+            open: None,
+            failed_at: None,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -55,7 +62,8 @@ impl KeptFile {
             }
             self.open = None;
         }
-        let open = Open::at(&self.path)?;
+        let open = Open::at(&self.path).inspect_err(|_| self.failed_at = Some(Instant::now()))?;
+        self.failed_at = None;
         let n = open
             .read(buffer, limit)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
@@ -63,11 +71,30 @@ impl KeptFile {
         Ok(&buffer[..n])
     }
 
+    /// As [`KeptFile::read`], but a path that failed to open is tried again only once `retry`
+    /// has passed since: optional files that are not there (a cgroup controller not enabled, an
+    /// old kernel) mostly stay so, and each try is a path walk.
+    pub(crate) fn read_retrying<'b>(
+        &mut self,
+        buffer: &'b mut Vec<u8>,
+        limit: usize,
+        now: Instant,
+        retry: Duration,
+    ) -> io::Result<&'b [u8]> {
+        if let Some(at) = self.failed_at {
+            if now.saturating_duration_since(at) < retry {
+                return Err(io::ErrorKind::NotFound.into());
+            }
+        }
+        self.read(buffer, limit)
+    }
+
     /// Closes the file; the next read opens it again.
     pub(crate) fn close(&mut self) {
         self.open = None;
     }
 
+    #[cfg(test)]
     pub(crate) fn is_open(&self) -> bool {
         self.open.is_some()
     }
