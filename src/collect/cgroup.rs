@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::model::{Cgroup, CgroupMember};
 use crate::sys::cgroup::{self as cg, ProcCgroups};
-use crate::sys::kept::KeptFile;
+use crate::sys::kept::{self, KeptFile};
 use crate::sys::proc as procfs;
 
 use super::container::classify_path;
@@ -197,29 +197,9 @@ impl CgroupReader {
             known.start_ticks == start_ticks
                 && now.saturating_duration_since(known.read_at) < CGROUP_RESCAN
         });
-        if !fresh {
-            let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
-            let Some(text) = cg::read_small(&path) else {
-                self.texts.remove(&pid);
-                return None;
-            };
-            let first = self
-                .texts
-                .get(&pid)
-                .is_none_or(|k| k.start_ticks != start_ticks);
-            let stagger = CGROUP_RESCAN * (pid % 10) / 10;
-            let read_at = if first {
-                now.checked_sub(stagger).unwrap_or(now)
-            } else {
-                now
-            };
-            let known = KnownText {
-                start_ticks,
-                text,
-                read_at,
-                asked_at: now,
-            };
-            self.texts.insert(pid, known);
+        if !fresh && !self.read_text(pid, start_ticks, now) {
+            self.texts.remove(&pid);
+            return None;
         }
         let known = self.texts.get_mut(&pid)?;
         known.asked_at = now;
@@ -231,6 +211,37 @@ impl CgroupReader {
         let dirs = self.dirs_by_text.get(text.as_str())?.dirs.as_ref()?;
         let group = self.groups.get(dirs)?;
         Some((&group.cgroup, group.oom_file.as_deref()))
+    }
+
+    /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
+    /// changed); false when it is unreadable.
+    fn read_text(&mut self, pid: u32, start_ticks: u64, now: Instant) -> bool {
+        let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
+        let limit = usize::try_from(cg::MAX_CGROUP_FILE_BYTES).unwrap_or(usize::MAX);
+        let Ok(bytes) = kept::read_once(&path, &mut self.buffers[0], limit) else {
+            return false;
+        };
+        let text = kept::as_text(bytes);
+        let stagger = CGROUP_RESCAN * (pid % 10) / 10;
+        match self.texts.get_mut(&pid) {
+            Some(known) if known.start_ticks == start_ticks => {
+                if known.text != text {
+                    known.text = text.into_owned();
+                }
+                known.read_at = now;
+            }
+            _ => {
+                // The first time, the next read comes sooner by up to a rescan, by pid.
+                let known = KnownText {
+                    start_ticks,
+                    text: text.into_owned(),
+                    read_at: now.checked_sub(stagger).unwrap_or(now),
+                    asked_at: now,
+                };
+                self.texts.insert(pid, known);
+            }
+        }
+        true
     }
 
     #[cfg(test)]

@@ -50,6 +50,8 @@ pub struct HostCollector {
     stat_files: procfs::OpenStatFiles,
     /// Cgroups, containers, schedulers, `/dev/shm` and OOM kills ([`Placement`]).
     placement: Placement,
+    /// Stats read into again and again (a GPU process's, its child's), for their buffers.
+    scratch_stats: [PidStat; 2],
     /// The rows of the join under way, by pid (kept for its capacity).
     joined: HashMap<u32, Option<JoinedProcess>>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
@@ -156,6 +158,7 @@ impl HostCollector {
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
             joined: HashMap::new(),
+            scratch_stats: Default::default(),
             table: table::HostTable::default(),
         }
     }
@@ -202,23 +205,41 @@ impl HostCollector {
         }
     }
 
+    /// [`HostCollector::join_one_into`] with the kept scratch stat, whose name's buffer is
+    /// reused from pid to pid.
     fn join_one(
         &mut self,
         pid: u32,
         uptime: Option<f64>,
         now: Instant,
     ) -> Result<JoinedProcess, Vanished> {
-        let stat = self
-            .stat_files
-            .read(&self.root, pid)
+        let mut stat = std::mem::take(&mut self.scratch_stats[0]);
+        let joined = self.join_one_into(pid, &mut stat, uptime, now);
+        self.scratch_stats[0] = stat;
+        joined
+    }
+
+    fn join_one_into(
+        &mut self,
+        pid: u32,
+        stat: &mut PidStat,
+        uptime: Option<f64>,
+        now: Instant,
+    ) -> Result<JoinedProcess, Vanished> {
+        self.stat_files
+            .read_into(&self.root, pid, stat)
             .map_err(|_| Vanished)?;
+        let stat = &*stat;
         // Cached here, borrowed below: cloning the whole identity each tick cost an allocation
         // per string per process.
-        self.identity(&stat, true, now)?;
-        let cpu_percent = self.cpu_percent(&stat, now);
-        let (children_count, children_cpu_percent) = match self.child_pids(pid, now) {
+        self.identity(stat, true, now)?;
+        let cpu_percent = self.cpu_percent(stat, now);
+        let (children_count, children_cpu_percent) = match self.take_child_pids(pid, now) {
             Some(children) => {
                 let (count, cpu) = self.children_cpu(&children, now);
+                if let Some(identity) = self.identities.get_mut(&pid) {
+                    identity.children = Some(children);
+                }
                 (Some(count), cpu)
             }
             None => (None, None),
@@ -336,16 +357,17 @@ impl HostCollector {
         Some(percent)
     }
 
-    /// Direct children of `pid`, from the children files of its threads. `None` when the
-    /// kernel has no such files (built without CONFIG_PROC_CHILDREN).
-    fn child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
+    /// Direct children of `pid`, from the children files of its threads, taken out of its
+    /// identity for the caller to put back. `None` when the kernel has no such files (built
+    /// without CONFIG_PROC_CHILDREN).
+    fn take_child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
         let root = self.root.as_path();
         let identity = self.identities.get_mut(&pid)?;
         let due = identity
             .children_scanned_at
             .is_none_or(|at| now.saturating_duration_since(at) >= CHILDREN_RESCAN);
         if !due {
-            return identity.children.clone();
+            return identity.children.take();
         }
         // Workers are forked by any thread of the process, so every thread's list is read.
         let threads = procfs::read_thread_ids(root, pid).ok()?;
@@ -365,8 +387,8 @@ impl HostCollector {
         } else {
             now
         });
-        identity.children = any_read.then_some(children);
-        identity.children.clone()
+        identity.children = None;
+        any_read.then_some(children)
     }
 
     /// How many of `children` are still there, and their summed CPU% (`None` while none of
@@ -374,10 +396,15 @@ impl HostCollector {
     fn children_cpu(&mut self, children: &[u32], now: Instant) -> (u32, Option<f64>) {
         let mut count = 0;
         let mut total: Option<f64> = None;
+        let mut stat = std::mem::take(&mut self.scratch_stats[1]);
         for &child in children {
-            let Ok(stat) = procfs::read_pid_stat(&self.root, child) else {
+            if self
+                .stat_files
+                .read_into(&self.root, child, &mut stat)
+                .is_err()
+            {
                 continue;
-            };
+            }
             count += 1;
             let rss = Some(stat.rss_pages.saturating_mul(self.page_size));
             let comm = &stat.comm;
@@ -387,6 +414,7 @@ impl HostCollector {
                 total = Some(total.unwrap_or(0.0) + percent);
             }
         }
+        self.scratch_stats[1] = stat;
         if count == 0 {
             total = Some(0.0);
         }
@@ -404,8 +432,10 @@ impl HostCollector {
         let fresh = |seen: Instant| now.saturating_duration_since(seen) < EVICT_AFTER;
         self.identities.retain(|_, id| fresh(id.last_seen));
         self.cpu_samples.retain(|_, s| fresh(s.last_seen));
-        let identities = &self.identities;
-        self.stat_files.retain(|pid| identities.contains_key(&pid));
+        // The GPU processes have identities; their children, CPU samples only.
+        let (identities, samples) = (&self.identities, &self.cpu_samples);
+        self.stat_files
+            .retain(|pid| identities.contains_key(&pid) || samples.contains_key(&pid));
     }
 }
 

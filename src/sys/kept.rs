@@ -104,10 +104,7 @@ impl Open {
     /// Opens `path` for reading, not through a symlink at its end (cgroup paths are named by
     /// users with delegated subtrees), without blocking on a FIFO put in a file's place.
     fn at(path: &Path) -> io::Result<Open> {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)?;
+        let file = Open::file(path)?;
         let kernel = fstatfs(&file).is_ok_and(|fs| {
             let kind = fs.filesystem_type();
             [
@@ -122,6 +119,13 @@ impl Open {
             file,
             check_links: !kernel,
         })
+    }
+
+    fn file(path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
     }
 
     /// The bytes read into `buffer` from offset 0; `None` when the file failed to read or
@@ -150,6 +154,23 @@ impl Open {
             buffer.resize(buffer.len() * 2, 0);
         }
     }
+}
+
+/// Reads a file read now and then (not kept open) into `buffer`, reused from call to call:
+/// open, one read (more only when the buffer fills), close.
+pub(crate) fn read_once<'b>(
+    path: &Path,
+    buffer: &'b mut Vec<u8>,
+    limit: usize,
+) -> io::Result<&'b [u8]> {
+    let open = Open {
+        file: Open::file(path)?,
+        check_links: false,
+    };
+    let n = open
+        .read(buffer, limit)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    Ok(&buffer[..n])
 }
 
 /// `bytes` as text: borrowed when it is UTF-8 (as the kernel's files are), else with the odd
