@@ -8,6 +8,10 @@
 //!   failcnt}, cpu/{cpu.cfs_quota_us, cpu.cfs_period_us}, cpuset/cpuset.effective_cpus,
 //!   pids/pids.max.
 //!
+//! The files of the cgroups in use are kept open and re-read with one `pread` each (for at
+//! most [`MAX_KEPT_GROUPS`] cgroups; a file that is missing is looked for again every
+//! [`CGROUP_RESCAN`]); where they are is found again every [`CGROUP_RESCAN`].
+//!
 //! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
 //! member's stat are read too, to name the biggest members.
 
@@ -630,6 +634,44 @@ mod tests {
             again.member_count, None,
             "far below the limit: members are not read"
         );
+    }
+
+    #[test]
+    fn the_files_of_at_most_so_many_cgroups_stay_open() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        let count = MAX_KEPT_GROUPS + 4;
+        let mut reader = reader(dir.path());
+        let now = Instant::now();
+        for i in 0..count {
+            write(
+                dir.path(),
+                &format!("sys/fs/cgroup/g{i}/memory.current"),
+                &format!("{i}\n"),
+            );
+            let text = format!("0::/g{i}\n");
+            let (cgroup, _) = reader.of_text(&text, now).unwrap();
+            assert_eq!(cgroup.memory_current_bytes, Some(i as u64));
+        }
+        let open = |reader: &CgroupReader| {
+            let files = reader
+                .groups
+                .values()
+                .flat_map(|g| g.files.iter().flatten());
+            files.filter(|f| f.is_open()).count()
+        };
+        assert_eq!(open(&reader), MAX_KEPT_GROUPS, "one file each is there");
+        // Kept open, a file still shows what is written to it; a cgroup removed reads as none.
+        reader.new_refresh();
+        write(dir.path(), "sys/fs/cgroup/g0/memory.current", "77\n");
+        std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/g1")).unwrap();
+        let (g0, _) = reader.of_text("0::/g0\n", now).unwrap();
+        assert_eq!(g0.memory_current_bytes, Some(77));
+        let (g1, _) = reader.of_text("0::/g1\n", now).unwrap();
+        assert_eq!(g1.memory_current_bytes, None);
+        // The cgroups not used in a refresh are closed at the next.
+        reader.new_refresh();
+        assert!(open(&reader) <= 1);
     }
 
     #[test]

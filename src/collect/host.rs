@@ -1,13 +1,15 @@
 //! The host collector: host totals, and /proc joined onto the GPU process rows.
 //!
 //! What it reads, so that its cost stays near the 5 ms of CPU per second budget:
-//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and the
-//!   two vm sysctls (a few microseconds each). The hostname is read once.
-//! - [`HostCollector::join_processes`], once per refresh: uptime, then for each distinct GPU
-//!   pid its `stat` (kept open and re-read with one `pread`), the `children` files of all its
-//!   threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
-//!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
-//!   name) and cached; host processes that hold no GPU are not touched at all.
+//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and
+//!   vmstat, kept open and re-read with one `pread` each ([`readings`]); the two vm sysctls
+//!   every 10 s. The hostname is read once.
+//! - [`HostCollector::join_processes`], once per refresh: for each distinct GPU pid its `stat`
+//!   (kept open and re-read with one `pread`, parsed in place), the `children` files of all
+//!   its threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
+//!   `stat` (kept open too). `status`, `cmdline` and `environ` are read once per identity (pid,
+//!   start time, name) and cached; host processes that hold no GPU are not touched at all. The
+//!   uptime is `sample_host`'s reading.
 //! - [`HostCollector::tree_table`], only while the tree view is open: a listing of the proc
 //!   root, each new pid's `stat` once, and the `stat` of the tree's rows on screen ([`table`]).
 //! - [`HostCollector::process_table`] (the procfs benchmark): every pid's `stat`, plus

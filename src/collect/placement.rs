@@ -33,8 +33,8 @@ pub(crate) struct Placement {
     oom: OomWatch,
     /// `Some(None)`: looked, not in a container.
     own_container: Option<Option<String>>,
-    /// NSpid by (pid, start ticks), read once per process, with the refresh that last used it.
-    ns_pids: HashMap<(u32, u64), (Option<Vec<u32>>, u64)>,
+    /// NSpid by (pid, start ticks), read once per process.
+    ns_pids: HashMap<(u32, u64), NestedPids>,
     /// Counts the refreshes ([`Placement::begin`]).
     refresh: u64,
     /// The first row of each pid in the join under way, by pid (kept for its capacity).
@@ -163,6 +163,9 @@ impl Placement {
         pids.clone()
     }
 }
+
+/// A process's NSpid, with the refresh that last used it.
+type NestedPids = (Option<Vec<u32>>, u64);
 
 /// NSpid of /proc/PID/status when it lists more than this namespace's pid.
 fn read_nested_pids(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
