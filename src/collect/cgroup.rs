@@ -23,6 +23,7 @@ use crate::model::{Cgroup, CgroupMember};
 use crate::sys::cgroup::{self as cg, ProcCgroups};
 use crate::sys::kept::{self, KeptFile};
 use crate::sys::proc as procfs;
+use crate::sys::PidMap;
 
 use super::container::classify_path;
 use super::scheduler::slurm_from_path;
@@ -80,16 +81,29 @@ pub(crate) struct CgroupReader {
     unified: Option<bool>,
     /// Counts the refreshes, for [`Group::read_in`].
     refresh: u64,
-    /// The cgroups in use, by where their files are.
-    groups: HashMap<CgroupDirs, Group>,
+    /// The cgroups in use, by a number given at first use.
+    groups: PidMap<u64, Group>,
+    /// The numbers of the cgroups in use, by where their files are (texts that differ only in
+    /// controllers torchtop does not read name the same cgroup).
+    group_ids: HashMap<CgroupDirs, u64>,
+    next_group_id: u64,
     /// Where the files are, by the text of /proc/PID/cgroup, found again every
     /// [`CGROUP_RESCAN`]: finding them checks each controller's directory, a path walk each,
     /// which processes in one cgroup (a job's ranks and workers) would otherwise repeat.
     dirs_by_text: HashMap<String, FoundDirs>,
     /// /proc/PID/cgroup of the processes asked for by [`CgroupReader::of_known_process`].
-    texts: HashMap<u32, KnownText>,
+    texts: PidMap<u32, KnownText>,
     /// Read buffers, reused: two, for v1's quota and period.
     buffers: [Vec<u8>; 2],
+}
+
+/// A process's cgroup as this refresh read it.
+pub(crate) struct Found<'a> {
+    pub(crate) cgroup: &'a Cgroup,
+    /// The file that counts the cgroup's OOM kills.
+    pub(crate) oom_file: Option<&'a Path>,
+    /// Whether this is the first process of the refresh in the cgroup.
+    pub(crate) first_in_refresh: bool,
 }
 
 /// One process's /proc/PID/cgroup as last read.
@@ -98,6 +112,10 @@ struct KnownText {
     text: String,
     read_at: Instant,
     asked_at: Instant,
+    /// The cgroup the text names, and when that was found: until [`CGROUP_RESCAN`] later, a
+    /// refresh goes straight to it (hashing the text and the paths for each process each
+    /// refresh cost more than reading the files).
+    group: Option<(u64, Instant)>,
 }
 
 /// Where the files of the cgroup a /proc/PID/cgroup text names are (`None`: nowhere usable).
@@ -115,6 +133,8 @@ struct Group {
     keep_open: bool,
     cgroup: Cgroup,
     oom_file: Option<PathBuf>,
+    /// Where cgroup.procs is, for the members.
+    memory_dir: Option<PathBuf>,
     read_in: Option<u64>,
 }
 
@@ -159,9 +179,11 @@ impl CgroupReader {
             page_size,
             unified: None,
             refresh: 0,
-            groups: HashMap::new(),
+            groups: PidMap::default(),
+            group_ids: HashMap::new(),
+            next_group_id: 0,
             dirs_by_text: HashMap::new(),
-            texts: HashMap::new(),
+            texts: PidMap::default(),
             buffers: [Vec::new(), Vec::new()],
         }
     }
@@ -173,6 +195,8 @@ impl CgroupReader {
         let previous = self.refresh - 1;
         self.groups
             .retain(|_, group| group.read_in.is_some_and(|r| r >= previous));
+        let groups = &self.groups;
+        self.group_ids.retain(|_, id| groups.contains_key(id));
         let now = Instant::now();
         let recent = |at: Instant| now.saturating_duration_since(at) < 6 * CGROUP_RESCAN;
         self.texts.retain(|_, known| recent(known.asked_at));
@@ -196,7 +220,7 @@ impl CgroupReader {
         pid: u32,
         start_ticks: u64,
         now: Instant,
-    ) -> Option<(&Cgroup, Option<&Path>)> {
+    ) -> Option<Found<'_>> {
         let fresh = self.texts.get(&pid).is_some_and(|known| {
             known.start_ticks == start_ticks
                 && now.saturating_duration_since(known.read_at) < CGROUP_RESCAN
@@ -207,14 +231,21 @@ impl CgroupReader {
         }
         let known = self.texts.get_mut(&pid)?;
         known.asked_at = now;
-        let text = std::mem::take(&mut known.text);
-        self.find_group(&text, now);
-        let known = self.texts.get_mut(&pid)?;
-        known.text = text;
-        let text = &known.text;
-        let dirs = self.dirs_by_text.get(text.as_str())?.dirs.as_ref()?;
-        let group = self.groups.get(dirs)?;
-        Some((&group.cgroup, group.oom_file.as_deref()))
+        let groups = &self.groups;
+        let resolved = known.group.filter(|(id, at)| {
+            now.saturating_duration_since(*at) < CGROUP_RESCAN && groups.contains_key(id)
+        });
+        let id = if let Some((id, _)) = resolved {
+            id
+        } else {
+            let text = std::mem::take(&mut known.text);
+            let id = self.find_group(&text, now);
+            let known = self.texts.get_mut(&pid)?;
+            known.text = text;
+            known.group = id.map(|id| (id, now));
+            id?
+        };
+        self.read_group(id, now)
     }
 
     /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
@@ -231,6 +262,7 @@ impl CgroupReader {
             Some(known) if known.start_ticks == start_ticks => {
                 if known.text != text {
                     known.text = text.into_owned();
+                    known.group = None;
                 }
                 known.read_at = now;
             }
@@ -241,6 +273,7 @@ impl CgroupReader {
                     text: text.into_owned(),
                     read_at: now.checked_sub(stagger).unwrap_or(now),
                     asked_at: now,
+                    group: None,
                 };
                 self.texts.insert(pid, known);
             }
@@ -250,15 +283,14 @@ impl CgroupReader {
 
     #[cfg(test)]
     fn of_text(&mut self, text: &str, now: Instant) -> Option<(&Cgroup, Option<&Path>)> {
-        self.find_group(text, now);
-        let dirs = self.dirs_by_text.get(text)?.dirs.as_ref()?;
-        let group = self.groups.get(dirs)?;
-        Some((&group.cgroup, group.oom_file.as_deref()))
+        let id = self.find_group(text, now)?;
+        let found = self.read_group(id, now)?;
+        Some((found.cgroup, found.oom_file))
     }
 
-    /// Finds where the files of the cgroup `text` names are (again every [`CGROUP_RESCAN`]),
-    /// and reads it if this refresh has not.
-    fn find_group(&mut self, text: &str, now: Instant) {
+    /// The number of the cgroup `text` names, finding where its files are (again every
+    /// [`CGROUP_RESCAN`]).
+    fn find_group(&mut self, text: &str, now: Instant) -> Option<u64> {
         let due = self
             .dirs_by_text
             .get(text)
@@ -272,34 +304,40 @@ impl CgroupReader {
             };
             self.dirs_by_text.insert(text.to_string(), found);
         }
-        let Some(found) = self.dirs_by_text.get_mut(text) else {
-            return;
-        };
+        let found = self.dirs_by_text.get_mut(text)?;
         found.used_at = now;
-        let Some(dirs) = found.dirs.as_ref() else {
-            return;
-        };
-        if !self.groups.contains_key(dirs) {
-            let keep_open = self.groups.len() < MAX_KEPT_GROUPS;
-            self.groups
-                .insert(dirs.clone(), Group::new(dirs, keep_open));
+        let dirs = found.dirs.as_ref()?;
+        if let Some(&id) = self.group_ids.get(dirs) {
+            return Some(id);
         }
-        let Some(group) = self.groups.get_mut(dirs) else {
-            return;
-        };
-        if group.read_in != Some(self.refresh) {
+        let id = self.next_group_id;
+        self.next_group_id += 1;
+        let keep_open = self.groups.len() < MAX_KEPT_GROUPS;
+        self.groups.insert(id, Group::new(dirs, keep_open));
+        self.group_ids.insert(dirs.clone(), id);
+        Some(id)
+    }
+
+    /// Cgroup `id` as read in this refresh (read now if it was not yet).
+    fn read_group(&mut self, id: u64, now: Instant) -> Option<Found<'_>> {
+        let group = self.groups.get_mut(&id)?;
+        let first = group.read_in != Some(self.refresh);
+        if first {
             group.read_in = Some(self.refresh);
             group.read(&mut self.buffers, now);
-            if group
+            let near_limit = group
                 .cgroup
                 .memory_fraction()
-                .is_some_and(|f| f >= MEMBER_SCAN_FRACTION)
-            {
-                if let Some(dir) = &dirs.memory {
-                    list_members(&self.proc_root, self.page_size, dir, &mut group.cgroup);
-                }
+                .is_some_and(|f| f >= MEMBER_SCAN_FRACTION);
+            if let (true, Some(dir)) = (near_limit, &group.memory_dir) {
+                list_members(&self.proc_root, self.page_size, dir, &mut group.cgroup);
             }
         }
+        Some(Found {
+            cgroup: &group.cgroup,
+            oom_file: group.oom_file.as_deref(),
+            first_in_refresh: first,
+        })
     }
 
     fn is_unified(&mut self) -> bool {
@@ -376,6 +414,7 @@ impl Group {
                 ..Default::default()
             },
             oom_file: dirs.oom_file(),
+            memory_dir: dirs.memory.clone(),
             read_in: None,
         }
     }
@@ -549,7 +588,7 @@ mod tests {
         let mut reader = reader(dir.path());
         let t0 = Instant::now();
         let path =
-            |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().0.path.clone();
+            |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().cgroup.path.clone();
         assert_eq!(path(&mut reader, t0), format!("/docker/{ID}"));
         // Moved to another cgroup: seen at the next read (pid 7: 3.5 s sooner the first time).
         write(
@@ -573,7 +612,7 @@ mod tests {
 ",
         );
         let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2));
-        assert_eq!(other.unwrap().0.path, "/other");
+        assert_eq!(other.unwrap().cgroup.path, "/other");
     }
 
     #[test]

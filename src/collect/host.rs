@@ -28,7 +28,7 @@ use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
 use super::placement::{Placement, Refresh};
-use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name, PidMap};
 
 /// How often the `children` files of every thread of a GPU process are read.
 pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
@@ -44,8 +44,8 @@ pub struct HostCollector {
     page_size: u64,
     hostname: Option<String>,
     previous_cpu: Option<CpuTimes>,
-    identities: HashMap<u32, Identity>,
-    cpu_samples: HashMap<u32, CpuSample>,
+    identities: PidMap<u32, Identity>,
+    cpu_samples: PidMap<u32, CpuSample>,
     user_names: HashMap<u32, String>,
     last_eviction: Option<Instant>,
     /// The stat files of the GPU processes, kept open: they are read every refresh.
@@ -55,7 +55,7 @@ pub struct HostCollector {
     /// Stats read into again and again (a GPU process's, its child's), for their buffers.
     scratch_stats: [PidStat; 2],
     /// The rows of the join under way, by pid (kept for its capacity).
-    joined: HashMap<u32, Option<JoinedProcess>>,
+    joined: PidMap<u32, Option<JoinedProcess>>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
     table: table::HostTable,
     /// The system-wide files, kept open, and what was last read of them ([`readings`]).
@@ -154,12 +154,12 @@ impl HostCollector {
             page_size,
             hostname: None,
             previous_cpu: None,
-            identities: HashMap::new(),
-            cpu_samples: HashMap::new(),
+            identities: PidMap::default(),
+            cpu_samples: PidMap::default(),
             user_names: HashMap::new(),
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
-            joined: HashMap::new(),
+            joined: PidMap::default(),
             scratch_stats: Default::default(),
             table: table::HostTable::default(),
         }

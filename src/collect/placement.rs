@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::model::{GpuProcess, HostSnapshot, ProcessKind};
 use crate::sys::cgroup as cg;
 use crate::sys::proc as procfs;
+use crate::sys::PidMap;
 
 use super::cgroup::CgroupReader;
 use super::container::{detect_own_container, ShmReader};
@@ -38,7 +39,7 @@ pub(crate) struct Placement {
     /// Counts the refreshes ([`Placement::begin`]).
     refresh: u64,
     /// The first row of each pid in the join under way, by pid (kept for its capacity).
-    done: HashMap<u32, usize>,
+    done: PidMap<u32, usize>,
 }
 
 impl Placement {
@@ -53,7 +54,7 @@ impl Placement {
             own_container: None,
             ns_pids: HashMap::new(),
             refresh: 0,
-            done: HashMap::new(),
+            done: PidMap::default(),
         }
     }
 
@@ -133,10 +134,13 @@ impl Placement {
         let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
             return;
         };
-        if let Some((cgroup, oom_file)) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
-            let mut cgroup = cgroup.clone();
+        if let Some(found) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
+            let mut cgroup = found.cgroup.clone();
             name_pod(&mut cgroup, row.env.as_ref());
-            if let (Some(file), Some(kills)) = (oom_file, cgroup.oom_kills) {
+            // Once per cgroup and refresh: the rows after the first add nothing.
+            if let (true, Some(file), Some(kills)) =
+                (found.first_in_refresh, found.oom_file, cgroup.oom_kills)
+            {
                 self.oom.watch(file, &cgroup, kills);
             }
             row.cgroup = Some(cgroup);

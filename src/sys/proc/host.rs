@@ -36,6 +36,15 @@ pub(crate) fn parse_meminfo(text: &str) -> Result<MemInfo, ParseError> {
             parse_kib_value(rest)
                 .map_err(|reason| ParseError::new(FILE, format!("{}: {reason}", key.trim())))?,
         );
+        let all = [
+            info.total_bytes,
+            info.available_bytes,
+            info.swap_total_bytes,
+            info.swap_free_bytes,
+        ];
+        if all.iter().all(Option::is_some) {
+            break;
+        }
     }
     if recognised_lines == 0 {
         return Err(ParseError::new(FILE, "no \"Key: value\" lines"));
@@ -94,6 +103,11 @@ pub(crate) fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
     let mut cpu_count = 0u32;
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("cpu") else {
+            // The cpu lines come first; what follows (the interrupt counts of a big machine
+            // run to tens of KiB) is not looked through.
+            if cpu.is_some() {
+                break;
+            }
             continue;
         };
         if rest.starts_with(|c: char| c.is_ascii_digit()) {

@@ -239,7 +239,7 @@ fn keep_open_at_most() -> usize {
 /// beyond (a thousand GPU processes under the common limit of 1,024) are read by path.
 #[derive(Default)]
 pub(crate) struct OpenStatFiles {
-    files: std::collections::HashMap<u32, File>,
+    files: crate::sys::PidMap<u32, File>,
     buffer: Vec<u8>,
     /// How many files may be kept open; read from the limit at first use.
     most: Option<usize>,
