@@ -8,6 +8,10 @@
 //!   failcnt}, cpu/{cpu.cfs_quota_us, cpu.cfs_period_us}, cpuset/cpuset.effective_cpus,
 //!   pids/pids.max.
 //!
+//! The files of the cgroups in use are kept open and re-read with one `pread` each (for at
+//! most [`MAX_KEPT_GROUPS`] cgroups; a file that is missing is looked for again every
+//! [`CGROUP_RESCAN`]); where they are is found again every [`CGROUP_RESCAN`].
+//!
 //! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
 //! member's stat are read too, to name the biggest members.
 
@@ -17,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use crate::model::{Cgroup, CgroupMember};
 use crate::sys::cgroup::{self as cg, ProcCgroups};
+use crate::sys::kept::{self, KeptFile};
 use crate::sys::proc as procfs;
+use crate::sys::PidMap;
 
 use super::container::classify_path;
 use super::scheduler::slurm_from_path;
@@ -59,20 +65,45 @@ impl CgroupDirs {
     }
 }
 
-/// The per-refresh cache of cgroups read.
+/// The most cgroups whose files are kept open (up to nine each); the files of the others are
+/// opened for each reading, as before.
+const MAX_KEPT_GROUPS: usize = 16;
+/// The most read from one limit or counter file.
+const LIMIT_FILE_BYTES: usize = 4096;
+
+/// The cgroups read, each once per refresh, with their files kept open ([`KeptFile`]) while
+/// processes in them are shown.
 pub(crate) struct CgroupReader {
     proc_root: PathBuf,
     /// The cgroup mount: `/sys/fs/cgroup`.
     mount: PathBuf,
     page_size: u64,
     unified: Option<bool>,
-    this_refresh: HashMap<CgroupDirs, Cgroup>,
-    /// Where the files are, by the text of /proc/PID/cgroup, this refresh: finding them
-    /// checks each controller's directory, a path walk each, which processes in one cgroup
-    /// (a job's ranks and workers) would otherwise repeat.
-    dirs_this_refresh: HashMap<String, Option<CgroupDirs>>,
+    /// Counts the refreshes, for [`Group::read_in`].
+    refresh: u64,
+    /// The cgroups in use, by a number given at first use.
+    groups: PidMap<u64, Group>,
+    /// The numbers of the cgroups in use, by where their files are (texts that differ only in
+    /// controllers torchtop does not read name the same cgroup).
+    group_ids: HashMap<CgroupDirs, u64>,
+    next_group_id: u64,
+    /// Where the files are, by the text of /proc/PID/cgroup, found again every
+    /// [`CGROUP_RESCAN`]: finding them checks each controller's directory, a path walk each,
+    /// which processes in one cgroup (a job's ranks and workers) would otherwise repeat.
+    dirs_by_text: HashMap<String, FoundDirs>,
     /// /proc/PID/cgroup of the processes asked for by [`CgroupReader::of_known_process`].
-    texts: HashMap<u32, KnownText>,
+    texts: PidMap<u32, KnownText>,
+    /// Read buffers, reused: two, for v1's quota and period.
+    buffers: [Vec<u8>; 2],
+}
+
+/// A process's cgroup as this refresh read it.
+pub(crate) struct Found<'a> {
+    pub(crate) cgroup: &'a Cgroup,
+    /// The file that counts the cgroup's OOM kills.
+    pub(crate) oom_file: Option<&'a Path>,
+    /// Whether this is the first process of the refresh in the cgroup.
+    pub(crate) first_in_refresh: bool,
 }
 
 /// One process's /proc/PID/cgroup as last read.
@@ -81,7 +112,64 @@ struct KnownText {
     text: String,
     read_at: Instant,
     asked_at: Instant,
+    /// The cgroup the text names, and when that was found: until [`CGROUP_RESCAN`] later, a
+    /// refresh goes straight to it (hashing the text and the paths for each process each
+    /// refresh cost more than reading the files).
+    group: Option<(u64, Instant)>,
 }
+
+/// Where the files of the cgroup a /proc/PID/cgroup text names are (`None`: nowhere usable).
+struct FoundDirs {
+    dirs: Option<CgroupDirs>,
+    found_at: Instant,
+    used_at: Instant,
+}
+
+/// One cgroup in use: its files, and its reading of the refresh [`Group::read_in`].
+struct Group {
+    /// By the index of the file's name in [`V2_FILES`] or [`V1_FILES`].
+    files: Vec<Option<KeptFile>>,
+    /// Whether the files stay open between readings ([`MAX_KEPT_GROUPS`]).
+    keep_open: bool,
+    cgroup: Cgroup,
+    oom_file: Option<PathBuf>,
+    /// Where cgroup.procs is, for the members.
+    memory_dir: Option<PathBuf>,
+    read_in: Option<u64>,
+}
+
+/// Which directory of [`CgroupDirs`] a file is in.
+#[derive(Clone, Copy)]
+enum Dir {
+    Memory,
+    Cpu,
+    Cpuset,
+    Pids,
+}
+
+/// The files read of a v2 cgroup (the indices are [`Group::files`]').
+const V2_FILES: [(Dir, &str); 7] = [
+    (Dir::Memory, "memory.max"),
+    (Dir::Memory, "memory.current"),
+    (Dir::Memory, "memory.swap.max"),
+    (Dir::Memory, "memory.events"),
+    (Dir::Cpu, "cpu.max"),
+    (Dir::Cpuset, "cpuset.cpus.effective"),
+    (Dir::Pids, "pids.max"),
+];
+
+/// The files read of a v1 cgroup.
+const V1_FILES: [(Dir, &str); 9] = [
+    (Dir::Memory, "memory.limit_in_bytes"),
+    (Dir::Memory, "memory.usage_in_bytes"),
+    (Dir::Memory, "memory.memsw.limit_in_bytes"),
+    (Dir::Memory, "memory.oom_control"),
+    (Dir::Memory, "memory.failcnt"),
+    (Dir::Cpu, "cpu.cfs_quota_us"),
+    (Dir::Cpu, "cpu.cfs_period_us"),
+    (Dir::Cpuset, "cpuset.effective_cpus"),
+    (Dir::Pids, "pids.max"),
+];
 
 impl CgroupReader {
     pub(crate) fn new(proc_root: PathBuf, mount: PathBuf, page_size: u64) -> Self {
@@ -90,27 +178,38 @@ impl CgroupReader {
             mount,
             page_size,
             unified: None,
-            this_refresh: HashMap::new(),
-            dirs_this_refresh: HashMap::new(),
-            texts: HashMap::new(),
+            refresh: 0,
+            groups: PidMap::default(),
+            group_ids: HashMap::new(),
+            next_group_id: 0,
+            dirs_by_text: HashMap::new(),
+            texts: PidMap::default(),
+            buffers: [Vec::new(), Vec::new()],
         }
     }
 
-    /// Forgets the cgroups read: the next refresh reads them again.
+    /// Starts a refresh: each cgroup is read again at its first use in it. The files of the
+    /// cgroups not used in the refresh before are closed.
     pub(crate) fn new_refresh(&mut self) {
-        self.this_refresh.clear();
-        self.dirs_this_refresh.clear();
+        self.refresh += 1;
+        let previous = self.refresh - 1;
+        self.groups
+            .retain(|_, group| group.read_in.is_some_and(|r| r >= previous));
+        let groups = &self.groups;
+        self.group_ids.retain(|_, id| groups.contains_key(id));
         let now = Instant::now();
-        self.texts
-            .retain(|_, known| now.saturating_duration_since(known.asked_at) < 6 * CGROUP_RESCAN);
+        let recent = |at: Instant| now.saturating_duration_since(at) < 6 * CGROUP_RESCAN;
+        self.texts.retain(|_, known| recent(known.asked_at));
+        self.dirs_by_text.retain(|_, found| recent(found.used_at));
     }
 
-    /// The cgroup of `pid` with its limits, and where its files are; `None` where
-    /// /proc/PID/cgroup is unreadable or names no usable path.
+    /// The cgroup of `pid` with its limits, and the file that counts its OOM kills; `None`
+    /// where /proc/PID/cgroup is unreadable or names no usable path.
     #[cfg(test)]
-    pub(crate) fn of_process(&mut self, pid: u32) -> Option<(Cgroup, CgroupDirs)> {
+    pub(crate) fn of_process(&mut self, pid: u32) -> Option<(Cgroup, Option<PathBuf>)> {
         let text = cg::read_small(&procfs::pid_dir(&self.proc_root, pid).join("cgroup"))?;
-        self.of_text(&text)
+        let (cgroup, oom_file) = self.of_text(&text, Instant::now())?;
+        Some((cgroup.clone(), oom_file.map(Path::to_path_buf)))
     }
 
     /// As [`CgroupReader::of_process`] for the process (`pid`, `start_ticks`), whose
@@ -121,60 +220,124 @@ impl CgroupReader {
         pid: u32,
         start_ticks: u64,
         now: Instant,
-    ) -> Option<(Cgroup, CgroupDirs)> {
+    ) -> Option<Found<'_>> {
         let fresh = self.texts.get(&pid).is_some_and(|known| {
             known.start_ticks == start_ticks
                 && now.saturating_duration_since(known.read_at) < CGROUP_RESCAN
         });
-        if !fresh {
-            let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
-            let Some(text) = cg::read_small(&path) else {
-                self.texts.remove(&pid);
-                return None;
-            };
-            let first = self
-                .texts
-                .get(&pid)
-                .is_none_or(|k| k.start_ticks != start_ticks);
-            let stagger = CGROUP_RESCAN * (pid % 10) / 10;
-            let read_at = if first {
-                now.checked_sub(stagger).unwrap_or(now)
-            } else {
-                now
-            };
-            let known = KnownText {
-                start_ticks,
-                text,
-                read_at,
-                asked_at: now,
-            };
-            self.texts.insert(pid, known);
+        if !fresh && !self.read_text(pid, start_ticks, now) {
+            self.texts.remove(&pid);
+            return None;
         }
         let known = self.texts.get_mut(&pid)?;
         known.asked_at = now;
-        let text = std::mem::take(&mut known.text);
-        let found = self.of_text(&text);
-        if let Some(known) = self.texts.get_mut(&pid) {
+        let groups = &self.groups;
+        let resolved = known.group.filter(|(id, at)| {
+            now.saturating_duration_since(*at) < CGROUP_RESCAN && groups.contains_key(id)
+        });
+        let id = if let Some((id, _)) = resolved {
+            id
+        } else {
+            let text = std::mem::take(&mut known.text);
+            let id = self.find_group(&text, now);
+            let known = self.texts.get_mut(&pid)?;
             known.text = text;
-        }
-        found
+            known.group = id.map(|id| (id, now));
+            id?
+        };
+        self.read_group(id, now)
     }
 
-    fn of_text(&mut self, text: &str) -> Option<(Cgroup, CgroupDirs)> {
-        let dirs = if let Some(known) = self.dirs_this_refresh.get(text) {
-            known.clone()?
-        } else {
-            let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
-            self.dirs_this_refresh
-                .insert(text.to_string(), dirs.clone());
-            dirs?
+    /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
+    /// changed); false when it is unreadable.
+    fn read_text(&mut self, pid: u32, start_ticks: u64, now: Instant) -> bool {
+        let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
+        let limit = usize::try_from(cg::MAX_CGROUP_FILE_BYTES).unwrap_or(usize::MAX);
+        let Ok(bytes) = kept::read_once(&path, &mut self.buffers[0], limit) else {
+            return false;
         };
-        if let Some(known) = self.this_refresh.get(&dirs) {
-            return Some((known.clone(), dirs));
+        let text = kept::as_text(bytes);
+        let stagger = CGROUP_RESCAN * (pid % 10) / 10;
+        match self.texts.get_mut(&pid) {
+            Some(known) if known.start_ticks == start_ticks => {
+                if known.text != text {
+                    known.text = text.into_owned();
+                    known.group = None;
+                }
+                known.read_at = now;
+            }
+            _ => {
+                // The first time, the next read comes sooner by up to a rescan, by pid.
+                let known = KnownText {
+                    start_ticks,
+                    text: text.into_owned(),
+                    read_at: now.checked_sub(stagger).unwrap_or(now),
+                    asked_at: now,
+                    group: None,
+                };
+                self.texts.insert(pid, known);
+            }
         }
-        let cgroup = self.read(&dirs);
-        self.this_refresh.insert(dirs.clone(), cgroup.clone());
-        Some((cgroup, dirs))
+        true
+    }
+
+    #[cfg(test)]
+    fn of_text(&mut self, text: &str, now: Instant) -> Option<(&Cgroup, Option<&Path>)> {
+        let id = self.find_group(text, now)?;
+        let found = self.read_group(id, now)?;
+        Some((found.cgroup, found.oom_file))
+    }
+
+    /// The number of the cgroup `text` names, finding where its files are (again every
+    /// [`CGROUP_RESCAN`]).
+    fn find_group(&mut self, text: &str, now: Instant) -> Option<u64> {
+        let due = self
+            .dirs_by_text
+            .get(text)
+            .is_none_or(|found| now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN);
+        if due {
+            let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
+            let found = FoundDirs {
+                dirs,
+                found_at: now,
+                used_at: now,
+            };
+            self.dirs_by_text.insert(text.to_string(), found);
+        }
+        let found = self.dirs_by_text.get_mut(text)?;
+        found.used_at = now;
+        let dirs = found.dirs.as_ref()?;
+        if let Some(&id) = self.group_ids.get(dirs) {
+            return Some(id);
+        }
+        let id = self.next_group_id;
+        self.next_group_id += 1;
+        let keep_open = self.groups.len() < MAX_KEPT_GROUPS;
+        self.groups.insert(id, Group::new(dirs, keep_open));
+        self.group_ids.insert(dirs.clone(), id);
+        Some(id)
+    }
+
+    /// Cgroup `id` as read in this refresh (read now if it was not yet).
+    fn read_group(&mut self, id: u64, now: Instant) -> Option<Found<'_>> {
+        let group = self.groups.get_mut(&id)?;
+        let first = group.read_in != Some(self.refresh);
+        if first {
+            group.read_in = Some(self.refresh);
+            group.read(&mut self.buffers, now);
+            let near_limit = group
+                .cgroup
+                .memory_fraction()
+                .is_some_and(|f| f >= MEMBER_SCAN_FRACTION);
+            if let (true, Some(dir)) = (near_limit, &group.memory_dir) {
+                list_members(&self.proc_root, self.page_size, dir, &mut group.cgroup);
+            }
+        }
+        Some(Found {
+            cgroup: &group.cgroup,
+            oom_file: group.oom_file.as_deref(),
+            first_in_refresh: first,
+        })
     }
 
     fn is_unified(&mut self) -> bool {
@@ -215,96 +378,129 @@ impl CgroupReader {
             path,
         })
     }
+}
 
-    fn read(&self, dirs: &CgroupDirs) -> Cgroup {
-        let file = |dir: &Option<PathBuf>, name: &str| {
-            dir.as_ref().and_then(|d| cg::read_small(&d.join(name)))
-        };
-        let (container, pod) = classify_path(&dirs.path);
-        let (slurm_job, slurm_step) = slurm_from_path(&dirs.path).unzip();
-        let mut cgroup = Cgroup {
-            path: dirs.path.clone(),
-            version: dirs.version,
-            container,
-            pod,
-            slurm_job,
-            slurm_step: slurm_step.flatten(),
-            ..Default::default()
-        };
-        if dirs.version == 2 {
-            let events = file(&dirs.memory, "memory.events");
-            cgroup.memory_max = file(&dirs.memory, "memory.max").and_then(|t| cg::parse_limit(&t));
-            cgroup.memory_current_bytes =
-                file(&dirs.memory, "memory.current").and_then(|t| cg::parse_number(&t));
-            cgroup.memory_swap_max =
-                file(&dirs.memory, "memory.swap.max").and_then(|t| cg::parse_limit(&t));
-            cgroup.oom_kills = events.as_ref().and_then(|t| cg::keyed_value(t, "oom_kill"));
-            cgroup.memory_max_hits = events.as_ref().and_then(|t| cg::keyed_value(t, "max"));
-            cgroup.cpu_max = file(&dirs.cpu, "cpu.max").and_then(|t| cg::parse_cpu_max(&t));
-            cgroup.cpuset_cpus = file(&dirs.cpuset, "cpuset.cpus.effective");
-            cgroup.pids_max = file(&dirs.pids, "pids.max").and_then(|t| cg::parse_limit(&t));
+impl Group {
+    fn new(dirs: &CgroupDirs, keep_open: bool) -> Self {
+        let names: &[(Dir, &str)] = if dirs.version == 2 {
+            &V2_FILES
         } else {
-            let bytes_limit =
-                |name| file(&dirs.memory, name).and_then(|t| cg::parse_v1_bytes_limit(&t));
-            cgroup.memory_max = bytes_limit("memory.limit_in_bytes");
-            cgroup.memory_swap_max = bytes_limit("memory.memsw.limit_in_bytes");
-            cgroup.memory_current_bytes =
-                file(&dirs.memory, "memory.usage_in_bytes").and_then(|t| cg::parse_number(&t));
-            cgroup.oom_kills = file(&dirs.memory, "memory.oom_control")
-                .and_then(|t| cg::keyed_value(&t, "oom_kill"));
-            cgroup.memory_max_hits =
-                file(&dirs.memory, "memory.failcnt").and_then(|t| cg::parse_number(&t));
-            cgroup.cpu_max = match (
-                file(&dirs.cpu, "cpu.cfs_quota_us"),
-                file(&dirs.cpu, "cpu.cfs_period_us"),
-            ) {
-                (Some(q), Some(p)) => cg::parse_v1_cpu_quota(&q, &p),
-                _ => None,
-            };
-            cgroup.cpuset_cpus = file(&dirs.cpuset, "cpuset.effective_cpus");
-            cgroup.pids_max = file(&dirs.pids, "pids.max").and_then(|t| cg::parse_limit(&t));
-        }
-        cgroup.cpuset_cpus = cgroup
-            .cpuset_cpus
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty());
-        cgroup.cpuset_count = cgroup.cpuset_cpus.as_deref().and_then(cg::count_cpu_list);
-        if cgroup
-            .memory_fraction()
-            .is_some_and(|f| f >= MEMBER_SCAN_FRACTION)
-        {
-            if let Some(dir) = &dirs.memory {
-                self.list_members(dir, &mut cgroup);
-            }
-        }
-        cgroup
-    }
-
-    /// Fills in the member count and the biggest members by RSS.
-    fn list_members(&self, dir: &Path, cgroup: &mut Cgroup) {
-        let Some(text) = cg::read_small(&dir.join("cgroup.procs")) else {
-            return;
+            &V1_FILES
         };
-        let pids: Vec<u32> = text
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        cgroup.member_count = u32::try_from(pids.len()).ok();
-        let mut members: Vec<CgroupMember> = pids
+        let files = names
             .iter()
-            .take(MAX_MEMBERS_SCANNED)
-            .filter_map(|&pid| procfs::read_pid_stat(&self.proc_root, pid).ok())
-            .map(|stat| CgroupMember {
-                pid: stat.pid,
-                ppid: stat.ppid,
-                rss_bytes: stat.rss_pages.saturating_mul(self.page_size),
-                comm: stat.comm,
+            .map(|(dir, name)| {
+                let dir = match dir {
+                    Dir::Memory => &dirs.memory,
+                    Dir::Cpu => &dirs.cpu,
+                    Dir::Cpuset => &dirs.cpuset,
+                    Dir::Pids => &dirs.pids,
+                };
+                Some(KeptFile::new(dir.as_ref()?.join(name)))
             })
             .collect();
-        members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
-        members.truncate(BIGGEST_KEPT);
-        cgroup.biggest_members = members;
+        let (container, pod) = classify_path(&dirs.path);
+        let (slurm_job, slurm_step) = slurm_from_path(&dirs.path).unzip();
+        Group {
+            files,
+            keep_open,
+            cgroup: Cgroup {
+                path: dirs.path.clone(),
+                version: dirs.version,
+                container,
+                pod,
+                slurm_job,
+                slurm_step: slurm_step.flatten(),
+                ..Default::default()
+            },
+            oom_file: dirs.oom_file(),
+            memory_dir: dirs.memory.clone(),
+            read_in: None,
+        }
     }
+
+    /// The text of file `index` in `buffer`; `None` when it is missing or unreadable.
+    fn text<'b>(&mut self, index: usize, buffer: &'b mut Vec<u8>, now: Instant) -> Option<&'b str> {
+        let file = self.files.get_mut(index)?.as_mut()?;
+        let bytes = file
+            .read_retrying(buffer, LIMIT_FILE_BYTES, now, CGROUP_RESCAN)
+            .ok()?;
+        std::str::from_utf8(bytes).ok()
+    }
+
+    /// Reads the limits and counters again into [`Group::cgroup`]; the path's container, pod
+    /// and Slurm job were found once.
+    fn read(&mut self, buffers: &mut [Vec<u8>; 2], now: Instant) {
+        let [buffer, second] = buffers;
+        let mut c = std::mem::take(&mut self.cgroup);
+        if c.version == 2 {
+            c.memory_max = self.text(0, buffer, now).and_then(cg::parse_limit);
+            c.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
+            c.memory_swap_max = self.text(2, buffer, now).and_then(cg::parse_limit);
+            let events = self.text(3, buffer, now);
+            c.oom_kills = events.and_then(|t| cg::keyed_value(t, "oom_kill"));
+            c.memory_max_hits = events.and_then(|t| cg::keyed_value(t, "max"));
+            c.cpu_max = self.text(4, buffer, now).and_then(cg::parse_cpu_max);
+            set_cpuset(&mut c, self.text(5, buffer, now));
+            c.pids_max = self.text(6, buffer, now).and_then(cg::parse_limit);
+        } else {
+            let bytes_limit = cg::parse_v1_bytes_limit;
+            c.memory_max = self.text(0, buffer, now).and_then(bytes_limit);
+            c.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
+            c.memory_swap_max = self.text(2, buffer, now).and_then(bytes_limit);
+            c.oom_kills = self
+                .text(3, buffer, now)
+                .and_then(|t| cg::keyed_value(t, "oom_kill"));
+            c.memory_max_hits = self.text(4, buffer, now).and_then(cg::parse_number);
+            c.cpu_max = match (self.text(5, buffer, now), self.text(6, second, now)) {
+                (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
+                _ => None,
+            };
+            set_cpuset(&mut c, self.text(7, buffer, now));
+            c.pids_max = self.text(8, buffer, now).and_then(cg::parse_limit);
+        }
+        c.member_count = None;
+        c.biggest_members.clear();
+        self.cgroup = c;
+        if !self.keep_open {
+            self.files.iter_mut().flatten().for_each(KeptFile::close);
+        }
+    }
+}
+
+/// The cpuset list and its count; the kept text is replaced only when it changed.
+fn set_cpuset(cgroup: &mut Cgroup, text: Option<&str>) {
+    let list = text.map(str::trim).filter(|t| !t.is_empty());
+    if cgroup.cpuset_cpus.as_deref() != list {
+        cgroup.cpuset_cpus = list.map(str::to_string);
+    }
+    cgroup.cpuset_count = list.and_then(cg::count_cpu_list);
+}
+
+/// Fills in the member count and the biggest members by RSS.
+fn list_members(proc_root: &Path, page_size: u64, dir: &Path, cgroup: &mut Cgroup) {
+    let Some(text) = cg::read_small(&dir.join("cgroup.procs")) else {
+        return;
+    };
+    let pids: Vec<u32> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    cgroup.member_count = u32::try_from(pids.len()).ok();
+    let mut members: Vec<CgroupMember> = pids
+        .iter()
+        .take(MAX_MEMBERS_SCANNED)
+        .filter_map(|&pid| procfs::read_pid_stat(proc_root, pid).ok())
+        .map(|stat| CgroupMember {
+            pid: stat.pid,
+            ppid: stat.ppid,
+            rss_bytes: stat.rss_pages.saturating_mul(page_size),
+            comm: stat.comm,
+        })
+        .collect();
+    members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+    members.truncate(BIGGEST_KEPT);
+    cgroup.biggest_members = members;
 }
 
 #[cfg(test)]
@@ -391,7 +587,8 @@ mod tests {
         let dir = v1_tree();
         let mut reader = reader(dir.path());
         let t0 = Instant::now();
-        let path = |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().0.path;
+        let path =
+            |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().cgroup.path.clone();
         assert_eq!(path(&mut reader, t0), format!("/docker/{ID}"));
         // Moved to another cgroup: seen at the next read (pid 7: 3.5 s sooner the first time).
         write(
@@ -415,7 +612,7 @@ mod tests {
 ",
         );
         let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2));
-        assert_eq!(other.unwrap().0.path, "/other");
+        assert_eq!(other.unwrap().cgroup.path, "/other");
     }
 
     #[test]
@@ -446,7 +643,7 @@ mod tests {
         assert_eq!(cgroup.cpuset_count, Some(8));
         assert_eq!(cgroup.pids_max, Some(Limit::Max));
         assert_eq!(cgroup.container.as_ref().unwrap().runtime, "docker");
-        assert!(dirs.oom_file().unwrap().ends_with("memory.oom_control"));
+        assert!(dirs.unwrap().ends_with("memory.oom_control"));
         // 93% of the limit: the members are listed, biggest first.
         assert_eq!(cgroup.member_count, Some(2));
         let biggest: Vec<(u32, u64)> = cgroup
@@ -476,6 +673,44 @@ mod tests {
             again.member_count, None,
             "far below the limit: members are not read"
         );
+    }
+
+    #[test]
+    fn the_files_of_at_most_so_many_cgroups_stay_open() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        let count = MAX_KEPT_GROUPS + 4;
+        let mut reader = reader(dir.path());
+        let now = Instant::now();
+        for i in 0..count {
+            write(
+                dir.path(),
+                &format!("sys/fs/cgroup/g{i}/memory.current"),
+                &format!("{i}\n"),
+            );
+            let text = format!("0::/g{i}\n");
+            let (cgroup, _) = reader.of_text(&text, now).unwrap();
+            assert_eq!(cgroup.memory_current_bytes, Some(i as u64));
+        }
+        let open = |reader: &CgroupReader| {
+            let files = reader
+                .groups
+                .values()
+                .flat_map(|g| g.files.iter().flatten());
+            files.filter(|f| f.is_open()).count()
+        };
+        assert_eq!(open(&reader), MAX_KEPT_GROUPS, "one file each is there");
+        // Kept open, a file still shows what is written to it; a cgroup removed reads as none.
+        reader.new_refresh();
+        write(dir.path(), "sys/fs/cgroup/g0/memory.current", "77\n");
+        std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/g1")).unwrap();
+        let (g0, _) = reader.of_text("0::/g0\n", now).unwrap();
+        assert_eq!(g0.memory_current_bytes, Some(77));
+        let (g1, _) = reader.of_text("0::/g1\n", now).unwrap();
+        assert_eq!(g1.memory_current_bytes, None);
+        // The cgroups not used in a refresh are closed at the next.
+        reader.new_refresh();
+        assert!(open(&reader) <= 1);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The host collector: host totals, and /proc joined onto the GPU process rows.
 //!
 //! What it reads, so that its cost stays near the 5 ms of CPU per second budget:
-//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and the
-//!   two vm sysctls (a few microseconds each). The hostname is read once.
-//! - [`HostCollector::join_processes`], once per refresh: uptime, then for each distinct GPU
-//!   pid its `stat` (kept open and re-read with one `pread`), the `children` files of all its
-//!   threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
-//!   `stat`. `status`, `cmdline` and `environ` are read once per identity (pid, start time,
-//!   name) and cached; host processes that hold no GPU are not touched at all.
+//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and
+//!   vmstat, kept open and re-read with one `pread` each ([`readings`]); the two vm sysctls
+//!   every 10 s. The hostname is read once.
+//! - [`HostCollector::join_processes`], once per refresh: for each distinct GPU pid its `stat`
+//!   (kept open and re-read with one `pread`, parsed in place), the `children` files of all
+//!   its threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
+//!   `stat` (kept open too). `status`, `cmdline` and `environ` are read once per identity (pid,
+//!   start time, name) and cached; host processes that hold no GPU are not touched at all. The
+//!   uptime is `sample_host`'s reading.
 //! - [`HostCollector::tree_table`], only while the tree view is open: a listing of the proc
 //!   root, each new pid's `stat` once, and the `stat` of the tree's rows on screen ([`table`]).
 //! - [`HostCollector::process_table`] (the procfs benchmark): every pid's `stat`, plus
@@ -22,13 +24,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::{GpuProcess, HostSnapshot, LaunchEnv, MemoryInfo, SwapInfo, VmSettings};
+use crate::model::{GpuProcess, LaunchEnv};
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
 use super::launcher::launcher_in;
-use super::oom_watch::Seen;
 use super::placement::{Placement, Refresh};
-use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name, PidMap};
 
 /// How often the `children` files of every thread of a GPU process are read.
 pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
@@ -44,20 +45,27 @@ pub struct HostCollector {
     page_size: u64,
     hostname: Option<String>,
     previous_cpu: Option<CpuTimes>,
-    identities: HashMap<u32, Identity>,
-    cpu_samples: HashMap<u32, CpuSample>,
+    identities: PidMap<u32, Identity>,
+    cpu_samples: PidMap<u32, CpuSample>,
     user_names: HashMap<u32, Arc<str>>,
     last_eviction: Option<Instant>,
     /// The stat files of the GPU processes, kept open: they are read every refresh.
     stat_files: procfs::OpenStatFiles,
     /// Cgroups, containers, schedulers, `/dev/shm` and OOM kills ([`Placement`]).
     placement: Placement,
-    /// The children of GPU processes read in this refresh, for the OOM-kill watch.
-    children_seen: Vec<Seen>,
+    /// Stats read into again and again (a GPU process's, its child's), for their buffers.
+    scratch_stats: [PidStat; 2],
+    /// The rows of the join under way, by pid (kept for its capacity).
+    joined: PidMap<u32, Option<JoinedProcess>>,
     /// Every pid of the proc root as last read, for the tree view ([`table`]).
     table: table::HostTable,
     /// The last reading of each GPU process, for rows off screen ([`off_screen`]).
     off_screen: off_screen::OffScreen,
+    /// The children read in the join of one process, kept with it for the refreshes it is
+    /// not read (reused for its capacity).
+    children_read: Vec<off_screen::Child>,
+    /// The system-wide files, kept open, and what was last read of them ([`readings`]).
+    readings: readings::Readings,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -147,62 +155,24 @@ impl HostCollector {
 
     fn with_units(root: PathBuf, fs_root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
         HostCollector {
+            readings: readings::Readings::new(&root),
             placement: Placement::new(root.clone(), fs_root, page_size),
-            children_seen: Vec::new(),
             root,
             clock_ticks,
             page_size,
             hostname: None,
             previous_cpu: None,
-            identities: HashMap::new(),
-            cpu_samples: HashMap::new(),
+            identities: PidMap::default(),
+            cpu_samples: PidMap::default(),
             user_names: HashMap::new(),
             last_eviction: None,
             stat_files: procfs::OpenStatFiles::default(),
+            joined: PidMap::default(),
+            scratch_stats: Default::default(),
             table: table::HostTable::default(),
             off_screen: off_screen::OffScreen::default(),
+            children_read: Vec::new(),
         }
-    }
-
-    /// Host totals. Any file that cannot be read leaves its fields `None`; CPU% is `None` on
-    /// the first call, as it needs two samples.
-    pub fn sample_host(&mut self) -> HostSnapshot {
-        let root = self.root.as_path();
-        if self.hostname.is_none() {
-            self.hostname = procfs::read_hostname(root).ok().flatten();
-        }
-        let meminfo = procfs::read_meminfo(root).ok().unwrap_or_default();
-        let stat = procfs::read_stat(root).ok();
-        let cpu_percent = match (&stat, &self.previous_cpu) {
-            (Some(now), Some(before)) => now.cpu.busy_percent_since(before),
-            _ => None,
-        };
-        if let Some(stat) = &stat {
-            self.previous_cpu = Some(stat.cpu);
-        }
-        let mut host = HostSnapshot {
-            hostname: self.hostname.clone(),
-            memory: MemoryInfo {
-                total_bytes: meminfo.total_bytes,
-                available_bytes: meminfo.available_bytes,
-                used_bytes: checked_difference(meminfo.total_bytes, meminfo.available_bytes),
-            },
-            swap: SwapInfo {
-                total_bytes: meminfo.swap_total_bytes,
-                used_bytes: checked_difference(meminfo.swap_total_bytes, meminfo.swap_free_bytes),
-            },
-            vm: VmSettings {
-                swappiness: procfs::read_swappiness(root).ok(),
-                overcommit_memory: procfs::read_overcommit_memory(root).ok(),
-            },
-            cpu_percent,
-            cpu_count: stat.map(|s| s.cpu_count).filter(|n| *n > 0),
-            load: procfs::read_loadavg(root).ok(),
-            uptime_seconds: procfs::read_uptime(root).ok(),
-            ..Default::default()
-        };
-        self.placement.sample_host(&mut host);
-        host
     }
 
     /// Fills the host fields of every row from /proc. A pid on several GPUs is read once; a
@@ -235,16 +205,18 @@ impl HostCollector {
         refresh: Refresh,
         on_screen: Option<&[u32]>,
     ) {
-        let uptime = procfs::read_uptime(&self.root).ok();
-        let mut joined: HashMap<u32, Option<JoinedProcess>> = HashMap::new();
+        let uptime = self.uptime(now);
+        self.placement.begin(refresh);
+        let mut joined = std::mem::take(&mut self.joined);
+        joined.clear();
         for row in processes.iter_mut() {
             let found = *joined
                 .entry(row.pid)
                 .or_insert_with(|| self.join_or_reuse(row.pid, on_screen, uptime, now));
             apply_join(row, found.as_ref(), self.identities.get(&row.pid));
         }
-        let children = std::mem::take(&mut self.children_seen);
-        self.placement.join(processes, children, refresh);
+        self.joined = joined;
+        self.placement.join(processes, refresh);
         self.evict_stale(now);
     }
 
@@ -256,10 +228,13 @@ impl HostCollector {
         uptime: Option<f64>,
         now: Instant,
     ) -> Option<JoinedProcess> {
-        let seen = &mut self.children_seen;
-        if let Some(kept) =
-            (self.off_screen).reuse(pid, on_screen, now, uptime, self.clock_ticks, seen)
-        {
+        let reused = (self.off_screen).reuse(pid, on_screen, now, uptime, self.clock_ticks);
+        if let Some((kept, children)) = reused {
+            for child in children {
+                // Seen at the last read, so the watch has its name already.
+                let (pid, start, rss) = (child.pid, child.start_ticks, child.rss_bytes);
+                self.placement.see_child(pid, start, rss, String::new);
+            }
             // Still tracked: its caches must not be evicted while it is not read.
             if let Some(identity) = self.identities.get_mut(&pid) {
                 identity.last_seen = now;
@@ -269,10 +244,9 @@ impl HostCollector {
             }
             return Some(kept);
         }
-        let children_from = self.children_seen.len();
+        self.children_read.clear();
         let found = self.join_one(pid, uptime, now).ok();
-        let children = &self.children_seen[children_from..];
-        self.off_screen.keep(pid, found, children, now);
+        self.off_screen.keep(pid, found, &self.children_read, now);
         found
     }
 
@@ -288,26 +262,43 @@ impl HostCollector {
                 let _ = self.join_one(row.pid, None, now);
             }
         }
-        self.children_seen.clear();
     }
 
+    /// [`HostCollector::join_one_into`] with the kept scratch stat, whose name's buffer is
+    /// reused from pid to pid.
     fn join_one(
         &mut self,
         pid: u32,
         uptime: Option<f64>,
         now: Instant,
     ) -> Result<JoinedProcess, Vanished> {
-        let stat = self
-            .stat_files
-            .read(&self.root, pid)
+        let mut stat = std::mem::take(&mut self.scratch_stats[0]);
+        let joined = self.join_one_into(pid, &mut stat, uptime, now);
+        self.scratch_stats[0] = stat;
+        joined
+    }
+
+    fn join_one_into(
+        &mut self,
+        pid: u32,
+        stat: &mut PidStat,
+        uptime: Option<f64>,
+        now: Instant,
+    ) -> Result<JoinedProcess, Vanished> {
+        self.stat_files
+            .read_into(&self.root, pid, stat)
             .map_err(|_| Vanished)?;
+        let stat = &*stat;
         // Cached here, borrowed below: cloning the whole identity each tick cost an allocation
         // per string per process.
-        self.identity(&stat, true, now)?;
-        let cpu_percent = self.cpu_percent(&stat, now);
-        let (children_count, children_cpu_percent) = match self.child_pids(pid, now) {
+        self.identity(stat, true, now)?;
+        let cpu_percent = self.cpu_percent(stat, now);
+        let (children_count, children_cpu_percent) = match self.take_child_pids(pid, now) {
             Some(children) => {
                 let (count, cpu) = self.children_cpu(&children, now);
+                if let Some(identity) = self.identities.get_mut(&pid) {
+                    identity.children = Some(children);
+                }
                 (Some(count), cpu)
             }
             None => (None, None),
@@ -426,16 +417,17 @@ impl HostCollector {
         Some(percent)
     }
 
-    /// Direct children of `pid`, from the children files of its threads. `None` when the
-    /// kernel has no such files (built without CONFIG_PROC_CHILDREN).
-    fn child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
+    /// Direct children of `pid`, from the children files of its threads, taken out of its
+    /// identity for the caller to put back. `None` when the kernel has no such files (built
+    /// without CONFIG_PROC_CHILDREN).
+    fn take_child_pids(&mut self, pid: u32, now: Instant) -> Option<Vec<u32>> {
         let root = self.root.as_path();
         let identity = self.identities.get_mut(&pid)?;
         let due = identity
             .children_scanned_at
             .is_none_or(|at| now.saturating_duration_since(at) >= CHILDREN_RESCAN);
         if !due {
-            return identity.children.clone();
+            return identity.children.take();
         }
         // Workers are forked by any thread of the process, so every thread's list is read.
         let threads = procfs::read_thread_ids(root, pid).ok()?;
@@ -455,8 +447,8 @@ impl HostCollector {
         } else {
             now
         });
-        identity.children = any_read.then_some(children);
-        identity.children.clone()
+        identity.children = None;
+        any_read.then_some(children)
     }
 
     /// How many of `children` are still there, and their summed CPU% (`None` while none of
@@ -464,21 +456,30 @@ impl HostCollector {
     fn children_cpu(&mut self, children: &[u32], now: Instant) -> (u32, Option<f64>) {
         let mut count = 0;
         let mut total: Option<f64> = None;
+        let mut stat = std::mem::take(&mut self.scratch_stats[1]);
         for &child in children {
-            let Ok(stat) = procfs::read_pid_stat(&self.root, child) else {
+            if self
+                .stat_files
+                .read_into(&self.root, child, &mut stat)
+                .is_err()
+            {
                 continue;
-            };
+            }
             count += 1;
-            self.children_seen.push(Seen {
+            let rss = Some(stat.rss_pages.saturating_mul(self.page_size));
+            let comm = &stat.comm;
+            self.placement
+                .see_child(child, stat.start_ticks, rss, || comm.clone());
+            self.children_read.push(off_screen::Child {
                 pid: child,
                 start_ticks: stat.start_ticks,
-                rss_bytes: Some(stat.rss_pages.saturating_mul(self.page_size)),
-                comm: stat.comm.clone(),
+                rss_bytes: rss,
             });
             if let Some(percent) = self.cpu_percent(&stat, now) {
                 total = Some(total.unwrap_or(0.0) + percent);
             }
         }
+        self.scratch_stats[1] = stat;
         if count == 0 {
             total = Some(0.0);
         }
@@ -496,8 +497,10 @@ impl HostCollector {
         let fresh = |seen: Instant| now.saturating_duration_since(seen) < EVICT_AFTER;
         self.identities.retain(|_, id| fresh(id.last_seen));
         self.cpu_samples.retain(|_, s| fresh(s.last_seen));
-        let identities = &self.identities;
-        self.stat_files.retain(|pid| identities.contains_key(&pid));
+        // The GPU processes have identities; their children, CPU samples only.
+        let (identities, samples) = (&self.identities, &self.cpu_samples);
+        self.stat_files
+            .retain(|pid| identities.contains_key(&pid) || samples.contains_key(&pid));
         self.off_screen.retain(|pid| identities.contains_key(&pid));
     }
 }
@@ -537,6 +540,7 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
 }
 
 mod off_screen;
+mod readings;
 mod table;
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use crate::model::{OomKillEvent, VanishedProcess};
+use crate::model::{Cgroup, OomKillEvent, VanishedProcess};
 use crate::sys::cgroup as cg;
+use crate::sys::kept::KeptFile;
 use crate::sys::proc as procfs;
 
 /// How long an event is kept (the `oom-killed` warning holds as long).
@@ -16,73 +17,90 @@ const MAX_EVENTS: usize = 32;
 /// The most vanished processes one event names.
 const MAX_VANISHED: usize = 16;
 
+/// The most cgroup counter files kept open between samples; the others are opened for each.
+const MAX_KEPT_FILES: usize = 16;
+
 /// A process seen at the previous sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Seen {
-    pub(crate) pid: u32,
-    pub(crate) start_ticks: u64,
-    pub(crate) comm: String,
-    pub(crate) rss_bytes: Option<u64>,
+struct Seen {
+    comm: String,
+    rss_bytes: Option<u64>,
+    /// The refresh that last saw it.
+    seen_in: u64,
 }
 
 /// A cgroup's OOM counter at the previous sample.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Counter {
-    file: PathBuf,
+    file: KeptFile,
     path: String,
     label: String,
     kills: u64,
+    /// The refresh that last watched it.
+    watched_in: u64,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct OomWatch {
     host_kills: Option<u64>,
+    /// Counts the joins that start a refresh ([`OomWatch::begin`]).
+    refresh: u64,
     cgroups: HashMap<PathBuf, Counter>,
-    seen: Vec<Seen>,
+    /// The processes of the last join, by (pid, start ticks).
+    seen: HashMap<(u32, u64), Seen>,
     events: VecDeque<OomKillEvent>,
+    buffer: Vec<u8>,
 }
 
 impl OomWatch {
-    /// What the last join saw: the cgroups' counters and the processes. A cgroup already
-    /// watched keeps the count of the last [`OomWatch::sample`], so that a kill between that
-    /// sample and this join is still seen as a rise at the next one.
-    pub(crate) fn remember(
-        &mut self,
-        cgroups: impl IntoIterator<Item = (PathBuf, String, String, u64)>,
-        seen: Vec<Seen>,
-    ) {
-        let before = std::mem::take(&mut self.cgroups);
-        self.cgroups = cgroups
-            .into_iter()
-            .map(|(file, path, label, kills)| {
-                let kills = before.get(&file).map_or(kills, |old| old.kills);
-                let counter = Counter {
-                    file: file.clone(),
-                    path,
-                    label,
-                    kills,
-                };
-                (file, counter)
-            })
-            .collect();
-        self.seen = seen;
+    /// Starts a new join: what it does not watch or see again is forgotten at
+    /// [`OomWatch::end`]. (Rows joined later in the same refresh add to it without a begin.)
+    pub(crate) fn begin(&mut self) {
+        self.refresh += 1;
     }
 
-    /// Adds rows joined later in the same refresh to what [`OomWatch::remember`] kept.
-    pub(crate) fn remember_more(
-        &mut self,
-        cgroups: impl IntoIterator<Item = (PathBuf, String, String, u64)>,
-        seen: Vec<Seen>,
-    ) {
-        for (file, path, label, kills) in cgroups {
-            self.cgroups.entry(file.clone()).or_insert(Counter {
-                file,
-                path,
-                label,
-                kills,
-            });
+    /// Forgets the cgroups and processes the join since [`OomWatch::begin`] did not name.
+    pub(crate) fn end(&mut self) {
+        let refresh = self.refresh;
+        self.cgroups.retain(|_, c| c.watched_in == refresh);
+        self.seen.retain(|_, s| s.seen_in == refresh);
+    }
+
+    /// Watches the cgroup whose `file` counts its OOM kills, `kills` at the join. A cgroup
+    /// already watched keeps the count of the last [`OomWatch::sample`], so that a kill
+    /// between that sample and this join is still seen as a rise at the next one.
+    pub(crate) fn watch(&mut self, file: &Path, cgroup: &Cgroup, kills: u64) {
+        let refresh = self.refresh;
+        if let Some(counter) = self.cgroups.get_mut(file) {
+            counter.watched_in = refresh;
+            return;
         }
-        self.seen.extend(seen);
+        let counter = Counter {
+            file: KeptFile::new(file.to_path_buf()),
+            path: cgroup.path.clone(),
+            label: cgroup.label(),
+            kills,
+            watched_in: refresh,
+        };
+        self.cgroups.insert(file.to_path_buf(), counter);
+    }
+
+    /// Notes a process of this join; `comm` is asked for only on first sight.
+    pub(crate) fn see(
+        &mut self,
+        pid: u32,
+        start_ticks: u64,
+        rss_bytes: Option<u64>,
+        comm: impl FnOnce() -> String,
+    ) {
+        let refresh = self.refresh;
+        let seen = self.seen.entry((pid, start_ticks)).or_insert_with(|| Seen {
+            comm: comm(),
+            rss_bytes,
+            seen_in: refresh,
+        });
+        seen.rss_bytes = rss_bytes;
+        seen.seen_in = refresh;
     }
 
     /// Compares the counters with the previous sample; returns the events of the last hour.
@@ -93,27 +111,39 @@ impl OomWatch {
         now: f64,
     ) -> Vec<OomKillEvent> {
         let mut cgroup_kills = 0;
-        let counters: Vec<Counter> = self.cgroups.values().cloned().collect();
-        for counter in counters {
-            let Some(kills) =
-                cg::read_small(&counter.file).and_then(|t| cg::keyed_value(&t, "oom_kill"))
-            else {
+        // (path, label, kills) of the cgroups whose counter rose; empty, it costs nothing.
+        let mut rises = Vec::new();
+        for (i, counter) in self.cgroups.values_mut().enumerate() {
+            let read = counter.file.read(&mut self.buffer, 4096);
+            let kills = read.ok().and_then(|bytes| {
+                let text = std::str::from_utf8(bytes).ok()?;
+                cg::keyed_value(text, "oom_kill")
+            });
+            if i >= MAX_KEPT_FILES {
+                counter.file.close();
+            }
+            let Some(kills) = kills else {
                 continue;
             };
             if kills > counter.kills {
                 cgroup_kills += kills - counter.kills;
-                let event = OomKillEvent {
-                    unix_seconds: now,
-                    cgroup: Some(counter.path.clone()),
-                    label: Some(counter.label.clone()),
-                    kills: kills - counter.kills,
-                    vanished: self.vanished(proc_root),
-                };
-                self.push(event);
+                rises.push((
+                    counter.path.clone(),
+                    counter.label.clone(),
+                    kills - counter.kills,
+                ));
             }
-            if let Some(kept) = self.cgroups.get_mut(&counter.file) {
-                kept.kills = kills;
-            }
+            counter.kills = kills;
+        }
+        for (path, label, kills) in rises {
+            let event = OomKillEvent {
+                unix_seconds: now,
+                cgroup: Some(path),
+                label: Some(label),
+                kills,
+                vanished: self.vanished(proc_root),
+            };
+            self.push(event);
         }
         if let (Some(before), Some(now_kills)) = (self.host_kills, host_kills) {
             // Kills in a watched cgroup count in vmstat too: only the rest is news.
@@ -153,12 +183,12 @@ impl OomWatch {
         let mut gone: Vec<VanishedProcess> = self
             .seen
             .iter()
-            .filter(|s| {
-                procfs::read_pid_stat(proc_root, s.pid)
-                    .map_or(true, |stat| stat.start_ticks != s.start_ticks)
+            .filter(|((pid, start_ticks), _)| {
+                procfs::read_pid_stat(proc_root, *pid)
+                    .map_or(true, |stat| stat.start_ticks != *start_ticks)
             })
-            .map(|s| VanishedProcess {
-                pid: s.pid,
+            .map(|((pid, _), s)| VanishedProcess {
+                pid: *pid,
                 comm: s.comm.clone(),
                 rss_bytes: s.rss_bytes,
             })
@@ -191,24 +221,15 @@ mod tests {
         let events_file = dir.path().join("memory.events");
         std::fs::write(&events_file, "oom 0\noom_kill 0\n").unwrap();
         let mut watch = OomWatch::default();
-        let seen = |pid, start_ticks, comm: &str, rss| Seen {
-            pid,
-            start_ticks,
-            comm: comm.into(),
-            rss_bytes: Some(rss),
+        let cgroup = Cgroup {
+            path: "/docker/x".into(),
+            ..Default::default()
         };
-        watch.remember(
-            [(
-                events_file.clone(),
-                "/docker/x".into(),
-                "docker x".into(),
-                0,
-            )],
-            vec![
-                seen(10, 100, "python3", 1 << 30),
-                seen(11, 110, "pt_data_worker", 1 << 20),
-            ],
-        );
+        watch.begin();
+        watch.watch(&events_file, &cgroup, 0);
+        watch.see(10, 100, Some(1 << 30), || "python3".into());
+        watch.see(11, 110, Some(1 << 20), || "pt_data_worker".into());
+        watch.end();
         assert!(watch.sample(&proc_root, Some(5), 0.0).is_empty());
         // The worker is killed: the cgroup's counter and vmstat's rise by one.
         std::fs::remove_dir_all(proc_root.join("11")).unwrap();
@@ -226,15 +247,9 @@ mod tests {
         // A kill between a sample and the next join is not lost: the join's newer count does
         // not replace the sampled one.
         std::fs::write(&events_file, "oom 2\noom_kill 2\n").unwrap();
-        watch.remember(
-            [(
-                events_file.clone(),
-                "/docker/x".into(),
-                "docker x".into(),
-                2,
-            )],
-            vec![],
-        );
+        watch.begin();
+        watch.watch(&events_file, &cgroup, 2);
+        watch.end();
         let events = watch.sample(&proc_root, Some(9), 3.0);
         assert_eq!(events.len(), 3, "{events:#?}");
         assert_eq!(events[2].cgroup.as_deref(), Some("/docker/x"));

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use crate::model::{GpuProcess, HostSnapshot, ProcessKind};
 use crate::sys::cgroup as cg;
 use crate::sys::proc as procfs;
+use crate::sys::PidMap;
 
 use super::cgroup::CgroupReader;
 use super::container::{detect_own_container, ShmReader};
-use super::oom_watch::{OomWatch, Seen};
+use super::oom_watch::OomWatch;
 use super::scheduler::{name_pod, slurm_task};
 
 /// Whether a join starts a new refresh, or adds rows to the one just joined.
@@ -34,7 +35,11 @@ pub(crate) struct Placement {
     /// `Some(None)`: looked, not in a container.
     own_container: Option<Option<String>>,
     /// NSpid by (pid, start ticks), read once per process.
-    ns_pids: HashMap<(u32, u64), Option<Vec<u32>>>,
+    ns_pids: HashMap<(u32, u64), NestedPids>,
+    /// Counts the refreshes ([`Placement::begin`]).
+    refresh: u64,
+    /// The first row of each pid in the join under way, by pid (kept for its capacity).
+    done: PidMap<u32, usize>,
 }
 
 impl Placement {
@@ -48,38 +53,56 @@ impl Placement {
             oom: OomWatch::default(),
             own_container: None,
             ns_pids: HashMap::new(),
+            refresh: 0,
+            done: PidMap::default(),
         }
     }
 
-    /// The host's OOM-kill count, the kills seen, and torchtop's own container.
+    /// The kills seen since the host's OOM-kill count (`host.oom_kill_count`, from
+    /// /proc/vmstat) and the watched cgroups' counters last rose, and torchtop's own container.
     pub(crate) fn sample_host(&mut self, host: &mut HostSnapshot) {
         let (proc_root, fs_root) = (&self.proc_root, &self.fs_root);
         host.container.clone_from(
             self.own_container
                 .get_or_insert_with(|| detect_own_container(fs_root, proc_root)),
         );
-        host.oom_kill_count = cg::read_small_bounded(&proc_root.join("vmstat"), 64 << 10)
-            .and_then(|t| cg::keyed_value(&t, "oom_kill"));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         host.oom_kills = self.oom.sample(&self.proc_root, host.oom_kill_count, now);
     }
 
-    /// Fills each visible row's cgroup, Slurm task, `/dev/shm` (rows with children) and
-    /// nested pids; `children` are the rows' children seen this refresh, watched for OOM kills.
-    pub(crate) fn join(&mut self, rows: &mut [GpuProcess], children: Vec<Seen>, refresh: Refresh) {
+    /// Starts a join: a new refresh forgets what the cgroup and `/dev/shm` readers read, and
+    /// what the OOM watch saw, unless this join names it again.
+    pub(crate) fn begin(&mut self, refresh: Refresh) {
         if refresh == Refresh::New {
+            self.refresh += 1;
             self.cgroups.new_refresh();
             self.shm.new_refresh();
+            self.oom.begin();
         }
-        let mut watched = HashMap::new();
-        let mut seen = children;
-        let mut done: HashMap<u32, usize> = HashMap::new();
-        let mut live_ids = Vec::new();
+    }
+
+    /// Notes a child of a GPU process seen in this join, watched for OOM kills; `comm` is
+    /// asked for only on first sight.
+    pub(crate) fn see_child(
+        &mut self,
+        pid: u32,
+        start_ticks: u64,
+        rss_bytes: Option<u64>,
+        comm: impl FnOnce() -> String,
+    ) {
+        self.oom.see(pid, start_ticks, rss_bytes, comm);
+    }
+
+    /// Fills each visible row's cgroup, Slurm task, `/dev/shm` (rows with children) and
+    /// nested pids, and watches the rows and their cgroups for OOM kills. Called after
+    /// [`Placement::begin`].
+    pub(crate) fn join(&mut self, rows: &mut [GpuProcess], refresh: Refresh) {
+        self.done.clear();
         let now = std::time::Instant::now();
         for i in 0..rows.len() {
-            if let Some(&first) = done.get(&rows[i].pid) {
+            if let Some(&first) = self.done.get(&rows[i].pid) {
                 let (cgroup, shm, slurm, ns) = {
                     let r = &rows[first];
                     (
@@ -93,60 +116,60 @@ impl Placement {
                 (row.cgroup, row.shm, row.slurm, row.ns_pids) = (cgroup, shm, slurm, ns);
                 continue;
             }
-            done.insert(rows[i].pid, i);
-            let row = &mut rows[i];
-            row.cgroup = None;
-            row.shm = None;
-            row.slurm = None;
-            row.ns_pids = None;
-            let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
-                continue;
-            };
-            let known = self.cgroups.of_known_process(row.pid, start_ticks, now);
-            if let Some((mut cgroup, dirs)) = known {
-                name_pod(&mut cgroup, row.env.as_deref());
-                if let (Some(file), Some(kills)) = (dirs.oom_file(), cgroup.oom_kills) {
-                    watched.insert(file, (cgroup.path.clone(), cgroup.label(), kills));
-                }
-                row.cgroup = Some(cgroup);
-            }
-            row.slurm = slurm_task(row.env.as_deref(), row.cgroup.as_ref());
-            if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
-                row.shm = self.shm.of_process(row.pid);
-            }
-            row.ns_pids = self.nested_pids(row.pid, start_ticks);
-            live_ids.push((row.pid, start_ticks));
-            seen.push(Seen {
-                pid: row.pid,
-                start_ticks,
-                comm: row
-                    .command
-                    .as_deref()
-                    .map(short_command)
-                    .unwrap_or_default(),
-                rss_bytes: row.rss_bytes,
-            });
+            self.done.insert(rows[i].pid, i);
+            self.join_row(&mut rows[i], now);
         }
-        let watched = watched
-            .into_iter()
-            .map(|(file, (path, label, kills))| (file, path, label, kills));
-        match refresh {
-            Refresh::New => {
-                self.ns_pids.retain(|id, _| live_ids.contains(id));
-                self.oom.remember(watched, seen);
-            }
-            Refresh::Same => self.oom.remember_more(watched, seen),
+        if refresh == Refresh::New {
+            let refresh = self.refresh;
+            self.ns_pids.retain(|_, (_, seen_in)| *seen_in == refresh);
+            self.oom.end();
         }
+    }
+
+    fn join_row(&mut self, row: &mut GpuProcess, now: std::time::Instant) {
+        row.cgroup = None;
+        row.shm = None;
+        row.slurm = None;
+        row.ns_pids = None;
+        let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
+            return;
+        };
+        if let Some(found) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
+            let mut cgroup = found.cgroup.clone();
+            name_pod(&mut cgroup, row.env.as_deref());
+            // Once per cgroup and refresh: the rows after the first add nothing.
+            if let (true, Some(file), Some(kills)) =
+                (found.first_in_refresh, found.oom_file, cgroup.oom_kills)
+            {
+                self.oom.watch(file, &cgroup, kills);
+            }
+            row.cgroup = Some(cgroup);
+        }
+        row.slurm = slurm_task(row.env.as_deref(), row.cgroup.as_ref());
+        if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
+            row.shm = self.shm.of_process(row.pid);
+        }
+        row.ns_pids = self.nested_pids(row.pid, start_ticks);
+        let command = row.command.as_deref();
+        self.oom.see(row.pid, start_ticks, row.rss_bytes, || {
+            command.map(short_command).unwrap_or_default()
+        });
     }
 
     fn nested_pids(&mut self, pid: u32, start_ticks: u64) -> Option<Vec<u32>> {
         let proc_root = self.proc_root.as_path();
-        self.ns_pids
+        let refresh = self.refresh;
+        let (pids, seen_in) = self
+            .ns_pids
             .entry((pid, start_ticks))
-            .or_insert_with(|| read_nested_pids(proc_root, pid))
-            .clone()
+            .or_insert_with(|| (read_nested_pids(proc_root, pid), refresh));
+        *seen_in = refresh;
+        pids.clone()
     }
 }
+
+/// A process's NSpid, with the refresh that last used it.
+type NestedPids = (Option<Vec<u32>>, u64);
 
 /// NSpid of /proc/PID/status when it lists more than this namespace's pid.
 fn read_nested_pids(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {

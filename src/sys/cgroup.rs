@@ -129,9 +129,17 @@ pub(crate) fn parse_number(text: &str) -> Option<u64> {
 /// The value of `key` in a flat keyed file ("key value" lines: memory.events,
 /// memory.oom_control, /proc/vmstat).
 pub(crate) fn keyed_value(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        (words.next()? == key).then(|| words.next()?.parse().ok())?
+    // Searched for, not split line by line: vmstat has some 170 lines, read every refresh.
+    let bytes = text.as_bytes();
+    memchr::memmem::find_iter(bytes, key.as_bytes()).find_map(|at| {
+        let starts_line = at == 0 || bytes[at - 1] == b'\n';
+        // The needle is UTF-8, so `at + key.len()` is a character boundary.
+        let rest = &text[at + key.len()..];
+        if !starts_line || !rest.starts_with([' ', '\t']) {
+            return None;
+        }
+        let line = rest.lines().next()?;
+        line.split_ascii_whitespace().next()?.parse().ok()
     })
 }
 
@@ -278,6 +286,10 @@ mod tests {
         assert_eq!(keyed_value(events, "max"), Some(17));
         assert_eq!(keyed_value(events, "absent"), None);
         assert_eq!(keyed_value("oom_kill x\n", "oom_kill"), None);
+        assert_eq!(
+            keyed_value("xoom_kill 3\noom_kills 4\noom_kill 5", "oom_kill"),
+            Some(5)
+        );
     }
 
     #[test]

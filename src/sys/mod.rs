@@ -3,8 +3,13 @@
 //! names). Nothing here knows about GPUs, rules or the screen.
 
 pub(crate) mod cgroup;
+pub(crate) mod kept;
 pub(crate) mod proc;
 pub(crate) mod sched;
+
+/// A map keyed by pid (or another small number): hashed with aHash, as SipHash cost more than
+/// the lookups' other work in the per-refresh join (the keys are the kernel's, not a peer's).
+pub(crate) type PidMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 
 use std::io;
 use std::os::unix::net::UnixStream;

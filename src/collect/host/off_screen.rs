@@ -8,7 +8,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{round_to_ticks, JoinedProcess};
-use crate::collect::oom_watch::Seen;
+
+/// A child read with its parent: what the OOM-kill watch is told of it in between.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Child {
+    pub(super) pid: u32,
+    pub(super) start_ticks: u64,
+    pub(super) rss_bytes: Option<u64>,
+}
 
 /// How often a row off screen is read again.
 pub(crate) const OFF_SCREEN_EVERY: Duration = Duration::from_secs(5);
@@ -23,14 +30,14 @@ pub(super) struct OffScreen {
 struct Kept {
     joined: JoinedProcess,
     /// The children read with it, for the OOM-kill watch in the refreshes in between.
-    children: Vec<Seen>,
+    children: Vec<Child>,
     due: Instant,
 }
 
 impl OffScreen {
     /// The kept reading of `pid` if it may stand for this refresh: the row is off screen
     /// (`on_screen` is sorted) and was read less than [`OFF_SCREEN_EVERY`] ago. Its running
-    /// time is brought up to `uptime`; its children are added to `seen`.
+    /// time is brought up to `uptime`; the children read with it come along.
     pub(super) fn reuse(
         &self,
         pid: u32,
@@ -38,16 +45,14 @@ impl OffScreen {
         now: Instant,
         uptime: Option<f64>,
         clock_ticks: u64,
-        seen: &mut Vec<Seen>,
-    ) -> Option<JoinedProcess> {
+    ) -> Option<(JoinedProcess, &[Child])> {
         let off = on_screen.is_some_and(|pids| pids.binary_search(&pid).is_err());
         let kept = self.kept.get(&pid).filter(|k| off && now < k.due)?;
-        seen.extend(kept.children.iter().cloned());
         let mut joined = kept.joined;
         let started = joined.start_ticks as f64 / clock_ticks.max(1) as f64;
         joined.running_seconds =
             uptime.map(|up| round_to_ticks((up - started).max(0.0), clock_ticks));
-        Some(joined)
+        Some((joined, &kept.children))
     }
 
     /// Keeps what was just read of `pid` (`None`: it is gone), with the children read with it.
@@ -57,7 +62,7 @@ impl OffScreen {
         &mut self,
         pid: u32,
         joined: Option<JoinedProcess>,
-        children: &[Seen],
+        children: &[Child],
         now: Instant,
     ) {
         let Some(joined) = joined else {
@@ -71,12 +76,16 @@ impl OffScreen {
             OFF_SCREEN_EVERY
         };
         let due = now + wait;
-        let kept = Kept {
+        let kept = self.kept.entry(pid).or_insert_with(|| Kept {
             joined,
-            children: children.to_vec(),
+            children: Vec::new(),
             due,
-        };
-        self.kept.insert(pid, kept);
+        });
+        kept.joined = joined;
+        kept.due = due;
+        // In place: a row on screen is kept each refresh, and should not allocate for it.
+        kept.children.clear();
+        kept.children.extend_from_slice(children);
     }
 
     /// Drops what is kept of pids no longer tracked.

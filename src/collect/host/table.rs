@@ -94,7 +94,7 @@ impl HostCollector {
 
     fn process_table_at(&mut self, now: Instant) -> Vec<HostProcess> {
         let pids = procfs::read_pids(&self.root).unwrap_or_default();
-        let uptime = procfs::read_uptime(&self.root).ok();
+        let uptime = self.uptime(now);
         let mut table = Vec::with_capacity(pids.len());
         for pid in pids {
             let Ok(stat) = procfs::read_pid_stat(&self.root, pid) else {
@@ -146,8 +146,8 @@ impl HostCollector {
         on_screen: Option<&[u32]>,
         now: Instant,
     ) -> Vec<HostProcess> {
-        let uptime = procfs::read_uptime(&self.root).ok();
-        let activity = procfs::read_loadavg_activity(&self.root);
+        let uptime = self.uptime(now);
+        let activity = self.loadavg_activity(now);
         if self.table.listing_due(gpu, activity, now) {
             let Ok(mut listed) = procfs::read_pid_entries(&self.root) else {
                 self.table = HostTable::default();

@@ -5,7 +5,7 @@ use std::process::{Child, Command};
 
 use super::off_screen::OFF_SCREEN_EVERY;
 use super::*;
-use crate::model::ProcessKind;
+use crate::model::{ProcessKind, SwapInfo, VmSettings};
 use crate::test_ci::PATIENCE;
 
 #[test]

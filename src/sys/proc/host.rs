@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
-use super::{read_parsed, read_text, ParseError, ProcError};
+use super::{read_parsed, ParseError, ProcError, MAX_FILE_BYTES};
 use crate::model::LoadAverage;
+use crate::sys::kept::{as_text, KeptFile};
 
 /// The /proc/meminfo keys torchtop shows, in bytes. A key the kernel did not list is `None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +36,15 @@ pub(crate) fn parse_meminfo(text: &str) -> Result<MemInfo, ParseError> {
             parse_kib_value(rest)
                 .map_err(|reason| ParseError::new(FILE, format!("{}: {reason}", key.trim())))?,
         );
+        let all = [
+            info.total_bytes,
+            info.available_bytes,
+            info.swap_total_bytes,
+            info.swap_free_bytes,
+        ];
+        if all.iter().all(Option::is_some) {
+            break;
+        }
     }
     if recognised_lines == 0 {
         return Err(ParseError::new(FILE, "no \"Key: value\" lines"));
@@ -93,6 +103,11 @@ pub(crate) fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
     let mut cpu_count = 0u32;
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("cpu") else {
+            // The cpu lines come first; what follows (the interrupt counts of a big machine
+            // run to tens of KiB) is not looked through.
+            if cpu.is_some() {
+                break;
+            }
             continue;
         };
         if rest.starts_with(|c: char| c.is_ascii_digit()) {
@@ -106,24 +121,30 @@ pub(crate) fn parse_stat(text: &str) -> Result<ProcStat, ParseError> {
 }
 
 /// "user nice system idle iowait irq softirq steal guest guest_nice"; old kernels list fewer.
+/// Parsed in place (this runs every refresh): the first 8 counters are summed.
 fn parse_cpu_line(rest: &str) -> Result<CpuTimes, String> {
-    let values = rest
-        .split_whitespace()
-        .map(|word| {
-            word.parse::<u64>()
-                .map_err(|_| format!("cpu line: \"{word}\" is not a number"))
-        })
-        .collect::<Result<Vec<u64>, String>>()?;
-    if values.len() < 4 {
+    let mut counted = 0usize;
+    let mut total = 0u64;
+    let mut idle = 0u64;
+    for word in rest.split_ascii_whitespace() {
+        let value = word
+            .parse::<u64>()
+            .map_err(|_| format!("cpu line: \"{word}\" is not a number"))?;
+        if counted < 8 {
+            total = total
+                .checked_add(value)
+                .ok_or("cpu line counters overflow")?;
+        }
+        if counted == 3 || counted == 4 {
+            idle += value;
+        }
+        counted += 1;
+    }
+    if counted < 4 {
         return Err(format!(
-            "cpu line has {} counters, at least 4 expected",
-            values.len()
+            "cpu line has {counted} counters, at least 4 expected"
         ));
     }
-    let counted = &values[..values.len().min(8)];
-    let total = counted.iter().try_fold(0u64, |sum, v| sum.checked_add(*v));
-    let total = total.ok_or("cpu line counters overflow")?;
-    let idle = values[3] + values.get(4).copied().unwrap_or(0);
     Ok(CpuTimes { total, idle })
 }
 
@@ -173,43 +194,14 @@ pub(crate) fn parse_hostname(text: &str) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
-pub(crate) fn read_meminfo(root: &Path) -> Result<MemInfo, ProcError> {
-    read_parsed(root.join("meminfo"), parse_meminfo)
-}
-
-pub(crate) fn read_stat(root: &Path) -> Result<ProcStat, ProcError> {
-    read_parsed(root.join("stat"), parse_stat)
-}
-
-pub(crate) fn read_loadavg(root: &Path) -> Result<LoadAverage, ProcError> {
-    read_parsed(root.join("loadavg"), parse_loadavg)
-}
-
 /// The last two fields of /proc/loadavg: the number of threads on the host and the last pid
 /// given out. While both stay the same, no process or thread has been created (that moves the
 /// last pid) or has exited (that lowers the count without moving the last pid).
-pub(crate) fn read_loadavg_activity(root: &Path) -> Option<(u64, u64)> {
-    let text = read_text(&root.join("loadavg")).ok()?;
-    let mut words = text.split_whitespace().skip(3);
+pub(crate) fn parse_loadavg_activity(text: &str) -> Option<(u64, u64)> {
+    let mut words = text.split_ascii_whitespace().skip(3);
     let threads = words.next()?.split_once('/')?.1.parse().ok()?;
     let last_pid = words.next()?.parse().ok()?;
     Some((threads, last_pid))
-}
-
-pub(crate) fn read_uptime(root: &Path) -> Result<f64, ProcError> {
-    read_parsed(root.join("uptime"), parse_uptime)
-}
-
-pub(crate) fn read_swappiness(root: &Path) -> Result<u32, ProcError> {
-    read_parsed(root.join("sys/vm/swappiness"), |text| {
-        parse_sysctl_u32("/proc/sys/vm/swappiness", text)
-    })
-}
-
-pub(crate) fn read_overcommit_memory(root: &Path) -> Result<u32, ProcError> {
-    read_parsed(root.join("sys/vm/overcommit_memory"), |text| {
-        parse_sysctl_u32("/proc/sys/vm/overcommit_memory", text)
-    })
 }
 
 pub(crate) fn read_hostname(root: &Path) -> Result<Option<String>, ProcError> {
@@ -224,4 +216,104 @@ pub(crate) fn read_yama_ptrace_scope(root: &Path) -> Option<u32> {
         parse_sysctl_u32("/proc/sys/kernel/yama/ptrace_scope", text)
     })
     .ok()
+}
+
+/// The most read of /proc/vmstat (a few KiB), for its `oom_kill` line.
+const VMSTAT_BYTES: usize = 64 << 10;
+
+/// The system-wide files read every refresh, kept open ([`KeptFile`]) and read into one
+/// reused buffer, so that a refresh costs one `pread` per file and no allocation.
+#[derive(Debug)]
+pub(crate) struct HostFiles {
+    meminfo: KeptFile,
+    stat: KeptFile,
+    loadavg: KeptFile,
+    uptime: KeptFile,
+    vmstat: KeptFile,
+    swappiness: KeptFile,
+    overcommit: KeptFile,
+    buffer: Vec<u8>,
+}
+
+impl HostFiles {
+    pub(crate) fn new(root: &Path) -> Self {
+        let file = |name: &str| KeptFile::new(root.join(name));
+        HostFiles {
+            meminfo: file("meminfo"),
+            stat: file("stat"),
+            loadavg: file("loadavg"),
+            uptime: file("uptime"),
+            vmstat: file("vmstat"),
+            swappiness: file("sys/vm/swappiness"),
+            overcommit: file("sys/vm/overcommit_memory"),
+            buffer: Vec::new(),
+        }
+    }
+
+    pub(crate) fn meminfo(&mut self) -> Result<MemInfo, ProcError> {
+        parsed(&mut self.meminfo, &mut self.buffer, parse_meminfo)
+    }
+
+    pub(crate) fn stat(&mut self) -> Result<ProcStat, ProcError> {
+        parsed(&mut self.stat, &mut self.buffer, parse_stat)
+    }
+
+    /// The load averages, and the activity fields of [`parse_loadavg_activity`].
+    pub(crate) fn loadavg(&mut self) -> Result<(LoadAverage, Option<(u64, u64)>), ProcError> {
+        parsed(&mut self.loadavg, &mut self.buffer, |text| {
+            Ok((parse_loadavg(text)?, parse_loadavg_activity(text)))
+        })
+    }
+
+    pub(crate) fn uptime(&mut self) -> Result<f64, ProcError> {
+        parsed(&mut self.uptime, &mut self.buffer, parse_uptime)
+    }
+
+    /// The host's OOM-kill count (`oom_kill` of /proc/vmstat, Linux 4.13 on).
+    pub(crate) fn oom_kill_count(&mut self) -> Option<u64> {
+        let bytes = self.vmstat.read(&mut self.buffer, VMSTAT_BYTES).ok()?;
+        crate::sys::cgroup::keyed_value(&as_text(bytes), "oom_kill")
+    }
+
+    pub(crate) fn swappiness(&mut self) -> Result<u32, ProcError> {
+        parsed(&mut self.swappiness, &mut self.buffer, |text| {
+            parse_sysctl_u32("/proc/sys/vm/swappiness", text)
+        })
+    }
+
+    pub(crate) fn overcommit_memory(&mut self) -> Result<u32, ProcError> {
+        parsed(&mut self.overcommit, &mut self.buffer, |text| {
+            parse_sysctl_u32("/proc/sys/vm/overcommit_memory", text)
+        })
+    }
+
+    /// How many of the files are open now.
+    #[cfg(test)]
+    pub(crate) fn open_count(&self) -> usize {
+        [
+            &self.meminfo,
+            &self.stat,
+            &self.loadavg,
+            &self.uptime,
+            &self.vmstat,
+            &self.swappiness,
+            &self.overcommit,
+        ]
+        .iter()
+        .filter(|f| f.is_open())
+        .count()
+    }
+}
+
+/// One kept file read and parsed; errors as the path readers give them.
+fn parsed<T>(
+    file: &mut KeptFile,
+    buffer: &mut Vec<u8>,
+    parse: impl FnOnce(&str) -> Result<T, ParseError>,
+) -> Result<T, ProcError> {
+    let limit = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
+    let bytes = file
+        .read(buffer, limit)
+        .map_err(|e| ProcError::from_io(file.path(), e))?;
+    parse(&as_text(bytes)).map_err(|e| ProcError::Parse(file.path().to_path_buf(), e))
 }

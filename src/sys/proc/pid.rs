@@ -10,7 +10,7 @@ use super::{pid_dir, read_bytes, read_parsed, ParseError, ProcError};
 use crate::model::LaunchEnv;
 
 /// The fields of /proc/PID/stat torchtop uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct PidStat {
     pub(crate) pid: u32,
     pub(crate) comm: String,
@@ -43,6 +43,14 @@ impl PidStat {
 /// Parses /proc/PID/stat. The name (field 2) may hold spaces and parentheses, so it runs from
 /// the first '(' to the LAST ')'.
 pub(crate) fn parse_pid_stat(text: &str) -> Result<PidStat, ParseError> {
+    let mut stat = PidStat::default();
+    parse_pid_stat_into(text, &mut stat)?;
+    Ok(stat)
+}
+
+/// [`parse_pid_stat`] into `stat`, whose name's buffer is reused: this runs for every GPU
+/// process at every refresh. On error `stat` holds part of the fields.
+pub(crate) fn parse_pid_stat_into(text: &str, stat: &mut PidStat) -> Result<(), ParseError> {
     /// The rss field (24 in proc(5)) in the fields after the name.
     const RSS: usize = 24 - 3;
     const FILE: &str = "/proc/PID/stat";
@@ -53,38 +61,41 @@ pub(crate) fn parse_pid_stat(text: &str) -> Result<PidStat, ParseError> {
         .rfind(')')
         .filter(|close| *close > open)
         .ok_or_else(|| ParseError::new(FILE, "no ')' after the process name"))?;
-    let pid = parse_field(FILE, "pid", text[..open].trim())?;
-    let comm = text[open + 1..close].to_string();
+    stat.pid = parse_field(FILE, "pid", text[..open].trim())?;
     // Fields from 3 (state) on; index i here is field i + 3 of proc(5).
-    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
-    if rest.len() <= RSS {
+    let mut rest = [""; RSS + 1];
+    let mut count = 0;
+    for word in text[close + 1..].split_ascii_whitespace().take(RSS + 1) {
+        rest[count] = word;
+        count += 1;
+    }
+    if count <= RSS {
         return Err(ParseError::new(
             FILE,
             format!(
-                "{} fields after the name, at least {} expected",
-                rest.len(),
+                "{count} fields after the name, at least {} expected",
                 RSS + 1
             ),
         ));
     }
-    let state = rest[0]
+    stat.state = rest[0]
         .chars()
         .next()
         .filter(|_| rest[0].len() == 1)
         .ok_or_else(|| ParseError::new(FILE, format!("state \"{}\" is not one letter", rest[0])))?;
-    Ok(PidStat {
-        pid,
-        comm,
-        state,
-        ppid: parse_field(FILE, "ppid", rest[4 - 3])?,
-        flags: parse_field(FILE, "flags", rest[9 - 3])?,
-        utime: parse_field(FILE, "utime", rest[14 - 3])?,
-        stime: parse_field(FILE, "stime", rest[15 - 3])?,
-        nice: parse_field(FILE, "nice", rest[19 - 3])?,
-        num_threads: parse_field(FILE, "num_threads", rest[20 - 3])?,
-        start_ticks: parse_field(FILE, "starttime", rest[22 - 3])?,
-        rss_pages: parse_field(FILE, "rss", rest[RSS])?,
-    })
+    stat.ppid = parse_field(FILE, "ppid", rest[4 - 3])?;
+    stat.flags = parse_field(FILE, "flags", rest[9 - 3])?;
+    stat.utime = parse_field(FILE, "utime", rest[14 - 3])?;
+    stat.stime = parse_field(FILE, "stime", rest[15 - 3])?;
+    stat.nice = parse_field(FILE, "nice", rest[19 - 3])?;
+    stat.num_threads = parse_field(FILE, "num_threads", rest[20 - 3])?;
+    stat.start_ticks = parse_field(FILE, "starttime", rest[22 - 3])?;
+    stat.rss_pages = parse_field(FILE, "rss", rest[RSS])?;
+    let comm = &text[open + 1..close];
+    if stat.comm != comm {
+        comm.clone_into(&mut stat.comm);
+    }
+    Ok(())
 }
 
 fn parse_field<T: std::str::FromStr>(
@@ -228,32 +239,51 @@ fn keep_open_at_most() -> usize {
 /// beyond (a thousand GPU processes under the common limit of 1,024) are read by path.
 #[derive(Default)]
 pub(crate) struct OpenStatFiles {
-    files: std::collections::HashMap<u32, File>,
+    files: crate::sys::PidMap<u32, File>,
     buffer: Vec<u8>,
     /// How many files may be kept open; read from the limit at first use.
     most: Option<usize>,
 }
 
 impl OpenStatFiles {
+    #[cfg(test)]
     pub(crate) fn read(&mut self, root: &Path, pid: u32) -> Result<PidStat, ProcError> {
-        if let Some(stat) = self.read_open(pid) {
-            return Ok(stat);
+        let mut stat = PidStat::default();
+        self.read_into(root, pid, &mut stat)?;
+        Ok(stat)
+    }
+
+    /// [`OpenStatFiles::read`] into `stat`, whose name's buffer is reused.
+    pub(crate) fn read_into(
+        &mut self,
+        root: &Path,
+        pid: u32,
+        stat: &mut PidStat,
+    ) -> Result<(), ProcError> {
+        if self.read_open(pid, stat) {
+            return Ok(());
         }
         let most = *self.most.get_or_insert_with(keep_open_at_most);
         if self.files.len() >= most {
-            return read_pid_stat(root, pid);
+            *stat = read_pid_stat(root, pid)?;
+            return Ok(());
         }
         let path = pid_dir(root, pid).join("stat");
         let file = match File::open(&path) {
             Ok(file) => file,
             // Out of descriptors after all (other files of this process): read it by path.
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                return read_pid_stat(root, pid);
+                *stat = read_pid_stat(root, pid)?;
+                return Ok(());
             }
             Err(e) => return Err(ProcError::from_io(&path, e)),
         };
         self.files.insert(pid, file);
-        self.read_open(pid).ok_or(ProcError::Gone(path))
+        if self.read_open(pid, stat) {
+            Ok(())
+        } else {
+            Err(ProcError::Gone(path))
+        }
     }
 
     #[cfg(test)]
@@ -274,18 +304,23 @@ impl OpenStatFiles {
         self.files.retain(|pid, _| keep(*pid));
     }
 
-    fn read_open(&mut self, pid: u32) -> Option<PidStat> {
+    /// Reads the kept file of `pid` into `stat`; false (and the file closed) when there is
+    /// none, or it no longer reads as a process's stat.
+    fn read_open(&mut self, pid: u32, stat: &mut PidStat) -> bool {
         use std::os::unix::fs::FileExt;
-        let file = self.files.get(&pid)?;
-        self.buffer.resize(4096, 0);
-        let read = file.read_at(&mut self.buffer, 0);
-        let parsed = match read {
+        let Some(file) = self.files.get(&pid) else {
+            return false;
+        };
+        if self.buffer.is_empty() {
+            self.buffer.resize(4096, 0);
+        }
+        let parsed = match file.read_at(&mut self.buffer, 0) {
             Ok(n) if n > 0 => std::str::from_utf8(&self.buffer[..n])
                 .ok()
-                .and_then(|text| parse_pid_stat(text).ok()),
-            _ => None,
+                .is_some_and(|text| parse_pid_stat_into(text, stat).is_ok()),
+            _ => false,
         };
-        if parsed.is_none() {
+        if !parsed {
             self.files.remove(&pid);
         }
         parsed

@@ -297,7 +297,10 @@ fn children_list() {
 #[test]
 fn readers_report_a_missing_file_as_gone() {
     let root = Path::new("/nonexistent-torchtop-proc-root");
-    assert!(matches!(read_meminfo(root), Err(ProcError::Gone(_))));
+    assert!(matches!(
+        HostFiles::new(root).meminfo(),
+        Err(ProcError::Gone(_))
+    ));
     assert!(matches!(read_pid_stat(root, 1), Err(ProcError::Gone(_))));
 }
 
@@ -308,9 +311,15 @@ fn readers_work_on_the_real_proc() {
     let stat = read_pid_stat(root, me).unwrap();
     assert_eq!(stat.pid, me);
     assert!(stat.num_threads >= 1);
-    assert!(read_meminfo(root).unwrap().total_bytes.unwrap() > 0);
-    assert!(read_stat(root).unwrap().cpu_count >= 1);
-    assert!(read_uptime(root).unwrap() > 0.0);
+    let mut files = HostFiles::new(root);
+    for _ in 0..2 {
+        assert!(files.meminfo().unwrap().total_bytes.unwrap() > 0);
+        assert!(files.stat().unwrap().cpu_count >= 1);
+        assert!(files.uptime().unwrap() > 0.0);
+        assert!(files.loadavg().unwrap().1.is_some());
+        assert!(files.swappiness().is_ok());
+    }
+    assert_eq!(files.open_count(), 5, "kept open and read again in place");
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     assert_eq!(read_pid_status(root, me).unwrap().uid, uid);
