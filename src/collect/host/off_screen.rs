@@ -4,10 +4,10 @@
 //! CPU% then covers those seconds) and shows its last reading in between. Without a screen
 //! (`--once`, `serve`, a recording) every row is read every refresh.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{round_to_ticks, JoinedProcess};
+use crate::sys::PidMap;
 
 /// A child read with its parent: what the OOM-kill watch is told of it in between.
 #[derive(Debug, Clone, Copy)]
@@ -23,7 +23,7 @@ pub(crate) const OFF_SCREEN_EVERY: Duration = Duration::from_secs(5);
 /// The last reading of each GPU process, and when each is due again.
 #[derive(Debug, Default)]
 pub(super) struct OffScreen {
-    kept: HashMap<u32, Kept>,
+    kept: PidMap<u32, Kept>,
 }
 
 #[derive(Debug)]
