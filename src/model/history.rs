@@ -231,14 +231,25 @@ impl History {
     }
 
     fn record_processes(&mut self, snapshot: &Snapshot) {
-        let mut rows: BTreeMap<u32, Vec<&crate::model::GpuProcess>> = BTreeMap::new();
-        for process in &snapshot.processes {
-            rows.entry(process.pid).or_default().push(process);
-        }
+        let rows = &snapshot.processes;
+        // Row positions by pid, a pid's rows in snapshot order: two Vecs a tick, not a map of
+        // one Vec per process.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by_key(|&i| (rows[i].pid, i));
         let capacity = self.capacity.min(MAX_PROCESS_SAMPLES);
-        for (&pid, rows) in rows.iter().take(MAX_PROCESS_HISTORIES) {
-            let start_ticks = rows[0].start_ticks;
+        let mut kept: Vec<u32> = Vec::with_capacity(MAX_PROCESS_HISTORIES.min(rows.len()));
+        let mut rest = order.as_slice();
+        while let Some(&first) = rest.first() {
+            if kept.len() == MAX_PROCESS_HISTORIES {
+                break;
+            }
+            let pid = rows[first].pid;
+            let same = rest.partition_point(|&i| rows[i].pid == pid);
+            let (group, after) = rest.split_at(same);
+            rest = after;
+            kept.push(pid);
             let entry = self.processes.entry(pid).or_default();
+            let start_ticks = rows[first].start_ticks;
             if entry.gpu_memory_bytes.capacity == 0 || entry.start_ticks != start_ticks {
                 *entry = ProcessHistory {
                     start_ticks,
@@ -249,17 +260,23 @@ impl History {
                 };
             }
             let sum = |value: fn(&crate::model::GpuProcess) -> Option<f64>| {
-                rows.iter().filter_map(|r| value(r)).reduce(|a, b| a + b)
+                group
+                    .iter()
+                    .filter_map(|&i| value(&rows[i]))
+                    .reduce(|a, b| a + b)
             };
             entry
                 .gpu_memory_bytes
                 .push(sum(|r| r.gpu_memory_bytes.map(|b| b as f64)));
             entry.sm_percent.push(sum(|r| r.sm_percent.map(f64::from)));
-            entry.cpu_percent.push(rows[0].cpu_percent);
-            entry.rss_bytes.push(rows[0].rss_bytes.map(|b| b as f64));
+            entry.cpu_percent.push(rows[first].cpu_percent);
+            entry
+                .rss_bytes
+                .push(rows[first].rss_bytes.map(|b| b as f64));
         }
-        let kept: Vec<u32> = rows.keys().take(MAX_PROCESS_HISTORIES).copied().collect();
-        self.processes.retain(|pid, _| kept.contains(pid));
+        // `kept` is sorted: pids came in ascending order.
+        self.processes
+            .retain(|pid, _| kept.binary_search(pid).is_ok());
     }
 }
 
