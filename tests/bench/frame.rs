@@ -19,6 +19,7 @@ mod alloc;
 mod common;
 #[path = "frame/fake.rs"]
 mod fake;
+mod support;
 
 #[global_allocator]
 static COUNTING: alloc::Counting = alloc::Counting;
@@ -49,7 +50,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let library = fake::release_library();
+    let library = support::release_fake_library();
     for (name, gpus, processes) in [
         ("8 GPUs, 64 procs", 8, 64),
         ("16 GPUs, 1000 procs", 16, 1000),

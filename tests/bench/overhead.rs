@@ -26,6 +26,7 @@ mod common;
 mod keys;
 #[path = "overhead/measure.rs"]
 mod measure;
+mod support;
 
 #[global_allocator]
 static COUNTING: alloc::Counting = alloc::Counting;
@@ -136,35 +137,6 @@ fn still_scenario(gpus: usize, processes: usize) -> String {
         .join("\n")
 }
 
-/// The fake library built with optimizations, so its own cost weighs little in the figures.
-fn release_fake_library() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("fake-nvml-release");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "-p",
-            "fake-nvml",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(root)
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the fake NVML library failed");
-    let dir = target.join("lib");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        target.join("release").join("libnvidia_ml.so"),
-        dir.join("libnvidia-ml.so.1"),
-    )
-    .unwrap();
-    dir.join("libnvidia-ml.so.1")
-}
-
 fn on_path(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -207,7 +179,7 @@ fn main() {
     let window = seconds_from_env("TORCHTOP_BENCH_SECONDS", 20);
     let warmup = seconds_from_env("TORCHTOP_BENCH_WARMUP", 3);
     let binary = common::torchtop_binary();
-    let library = release_fake_library();
+    let library = support::release_fake_library();
     let nvtop = on_path("nvtop");
     let nvitop = on_path("nvitop");
     println!(

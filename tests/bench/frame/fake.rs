@@ -1,8 +1,7 @@
 //! Snapshots for the frame benchmark: the sampler, in this process, against the fake NVML
 //! built with optimizations, with sleeping processes as the GPU processes.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use torchtop::model::Snapshot;
@@ -11,26 +10,6 @@ use torchtop::sampler::{Sampler, SamplerConfig};
 use crate::common::fake_nvml::{
     fill_pids, fixture_text, many_gpus_scenario, ScenarioFile, Sleepers,
 };
-
-/// The fake library built with optimizations, as the overhead benchmark builds it.
-pub(crate) fn release_library() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("fake-nvml-release");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--release", "-p", "fake-nvml"])
-        .arg("--target-dir")
-        .arg(&target)
-        .current_dir(root)
-        .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the fake NVML library failed");
-    let dir = target.join("lib");
-    std::fs::create_dir_all(&dir).unwrap();
-    let library = dir.join("libnvidia-ml.so.1");
-    std::fs::copy(target.join("release").join("libnvidia_ml.so"), &library).unwrap();
-    library
-}
 
 /// `count` snapshots of `gpus` GPUs and `processes` GPU processes, 100 ms apart: 8 GPUs is
 /// the overhead benchmark's fixture, 16 its generated scenario.
