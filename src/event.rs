@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::actions::{perform, ActionReport};
 use crate::app::{App, Effect};
@@ -33,6 +33,9 @@ use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
+use latest::LatestReceiver;
+
+mod latest;
 
 /// Input events queued between the reader thread and the loop; the reader waits when full.
 const INPUT_QUEUE: usize = 1024;
@@ -137,7 +140,7 @@ impl Step {
 /// The snapshots as they arrive: from the sampler (with `R`'s recording), or from the player.
 enum Feed {
     Live {
-        snapshots: watch::Receiver<Arc<Snapshot>>,
+        snapshots: LatestReceiver<Arc<Snapshot>>,
         requests: std::sync::mpsc::Sender<SamplerRequest>,
         recording: LiveRecording,
     },
@@ -154,9 +157,9 @@ impl Feed {
     fn start(source: Source, app: &App) -> Feed {
         match source {
             Source::Live { config, loader } => {
-                let (snapshots_tx, snapshots) = watch::channel(Arc::new(Snapshot::default()));
+                let (snapshots_tx, snapshots) = latest::latest();
                 let requests = sampler::spawn_loop(*config, loader, move |snapshot| {
-                    snapshots_tx.send(Arc::new(snapshot)).is_ok()
+                    snapshots_tx.send(Arc::new(snapshot))
                 });
                 let recording = LiveRecording::new(app.delay_seconds);
                 Feed::Live {
@@ -172,10 +175,7 @@ impl Feed {
     /// The next snapshot or replay frame; `None` when the source has ended.
     async fn next(&mut self) -> Option<Arrival> {
         match self {
-            Feed::Live { snapshots, .. } => {
-                snapshots.changed().await.ok()?;
-                Some(Arrival::Snapshot(snapshots.borrow_and_update().clone()))
-            }
+            Feed::Live { snapshots, .. } => snapshots.recv().await.map(Arrival::Snapshot),
             Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
         }
     }

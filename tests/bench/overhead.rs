@@ -371,11 +371,14 @@ fn print_thread_wakeups(tools: &Tools, window: Duration) {
     let (torchtop, _) = tools.start(&tools.env(&file));
     std::thread::sleep(Duration::from_secs(3));
     let rates = measure::wakeups_by_thread(torchtop.pid().unwrap(), window);
-    let total: f64 = rates.iter().map(|(_, r)| r).sum();
+    let total: f64 = rates.iter().map(|(_, v, p)| v + p).sum();
     println!();
     println!("wake-ups per second by thread, nothing changing, 8 GPUs/64 procs: {total:.1} in all");
-    for (name, rate) in rates {
-        println!("  {name}: {rate:.1}");
+    for (name, slept, preempted) in rates {
+        println!(
+            "  {name}: {:.1} ({slept:.1} went to sleep, {preempted:.1} preempted)",
+            slept + preempted
+        );
     }
 }
 

@@ -12,8 +12,19 @@ pub(crate) struct Usage {
     pub(crate) wakeups_per_s: f64,
 }
 
-/// Each thread's id, name, CPU time in ns and context switches (voluntary and not).
-pub(crate) fn threads(pid: u32) -> Vec<(String, String, u64, u64)> {
+/// One thread as /proc shows it.
+pub(crate) struct Thread {
+    tid: String,
+    name: String,
+    cpu_ns: u64,
+    /// Context switches where the thread went to sleep.
+    voluntary: u64,
+    /// Context switches where another thread took its CPU.
+    preempted: u64,
+}
+
+/// Each thread of `pid`; none once it is gone.
+pub(crate) fn threads(pid: u32) -> Vec<Thread> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -26,23 +37,28 @@ pub(crate) fn threads(pid: u32) -> Vec<(String, String, u64, u64)> {
             let schedstat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
             let cpu_ns = schedstat.split_whitespace().next()?.parse().ok()?;
             let status = std::fs::read_to_string(dir.join("status")).ok()?;
-            let switches = (status.lines())
-                .filter(|l| {
-                    l.starts_with("voluntary_ctxt_switches")
-                        || l.starts_with("nonvoluntary_ctxt_switches")
-                })
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum();
-            Some((tid, name.trim().to_string(), cpu_ns, switches))
+            let count = |key: &str| {
+                (status.lines())
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|rest| rest.trim_start_matches(':').trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            Some(Thread {
+                tid,
+                name: name.trim().to_string(),
+                cpu_ns,
+                voluntary: count("voluntary_ctxt_switches"),
+                preempted: count("nonvoluntary_ctxt_switches"),
+            })
         })
         .collect()
 }
 
 /// CPU time in ns and context switches, summed over every thread of `pid`.
 fn cpu_and_switches(pid: u32) -> (u64, u64) {
-    threads(pid)
-        .iter()
-        .fold((0, 0), |(c, s), (_, _, cpu, sw)| (c + cpu, s + sw))
+    threads(pid).iter().fold((0, 0), |(c, s), t| {
+        (c + t.cpu_ns, s + t.voluntary + t.preempted)
+    })
 }
 
 pub(crate) fn status_kib(pid: u32, key: &str) -> f64 {
@@ -77,21 +93,25 @@ pub(crate) fn measure(pids: &[u32], window: Duration) -> Vec<Usage> {
         .collect()
 }
 
-/// Wake-ups per second of each thread of `pid` over `window`, busiest first.
-pub(crate) fn wakeups_by_thread(pid: u32, window: Duration) -> Vec<(String, f64)> {
+/// Wake-ups per second of each thread of `pid` over `window`, busiest first: its name, then
+/// the context switches per second where it went to sleep and where it was preempted.
+pub(crate) fn wakeups_by_thread(pid: u32, window: Duration) -> Vec<(String, f64, f64)> {
     let before = threads(pid);
     let started = Instant::now();
     std::thread::sleep(window);
     let wall = started.elapsed().as_secs_f64();
-    let mut rates: Vec<(String, f64)> = threads(pid)
+    let mut rates: Vec<(String, f64, f64)> = threads(pid)
         .into_iter()
-        .map(|(tid, name, _, sw1)| {
-            let sw0 = (before.iter())
-                .find(|(t, _, _, _)| *t == tid)
-                .map_or(0, |(_, _, _, sw)| *sw);
-            (name, sw1.saturating_sub(sw0) as f64 / wall)
+        .map(|now| {
+            let then = before.iter().find(|t| t.tid == now.tid);
+            let (v0, p0) = then.map_or((0, 0), |t| (t.voluntary, t.preempted));
+            (
+                now.name,
+                now.voluntary.saturating_sub(v0) as f64 / wall,
+                now.preempted.saturating_sub(p0) as f64 / wall,
+            )
         })
         .collect();
-    rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rates.sort_by(|a, b| (b.1 + b.2).total_cmp(&(a.1 + a.2)));
     rates
 }
