@@ -20,6 +20,10 @@ use crate::collect::{DeviceError, DeviceReader, DeviceReading};
 /// The owner of a GPU that no worker reads (lost, or gone from the count).
 pub(super) const NOBODY: u64 = u64::MAX;
 
+/// The owner of the healthy GPUs in the monitor: the sampler thread reads them itself
+/// ([`super::ticker`]), so a tick wakes no worker.
+pub(super) const INLINE: u64 = u64::MAX - 1;
+
 /// A reading and when it was taken.
 pub(super) type Posted = (Result<DeviceReading, DeviceError>, Instant);
 
@@ -62,6 +66,13 @@ impl GpuCell {
         self.owner.store(to, Ordering::Release);
         drop(guard);
         true
+    }
+
+    /// Gives the GPU to worker `to` while the thread inside its reader still holds it: the
+    /// sampler thread stuck in this GPU's call, which becomes worker `to` once the call
+    /// returns (see [`super::ticker`]).
+    pub(super) fn give_to_the_thread_inside(&self, to: u64) {
+        self.owner.store(to, Ordering::Release);
     }
 
     fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceReader>> {
@@ -144,16 +155,30 @@ impl Progress {
         })
     }
 
-    fn begin(&self, index: u32) {
+    pub(super) fn begin(&self, index: u32) {
         let since_ms = self.epoch.elapsed().as_millis() as u64;
         let index = u64::from(index) & ((1 << INDEX_BITS) - 1);
         self.current
             .store((since_ms << INDEX_BITS) | index, Ordering::Release);
     }
 
-    fn end(&self) {
+    pub(super) fn end(&self) {
         self.current.store(IDLE, Ordering::Release);
     }
+}
+
+/// Reads `cell` and posts the reading, if `owner` still owns it; false if not.
+pub(super) fn read_cell(cell: &GpuCell, owner: u64, progress: &Progress) -> bool {
+    let mut reader = cell.lock();
+    // Checked under the lock: the pool only moves a GPU while holding it.
+    if cell.owner() != owner {
+        return false;
+    }
+    progress.begin(cell.index);
+    let reading = reader.read();
+    progress.end();
+    cell.post(reading);
+    true
 }
 
 /// The body of a worker thread: runs until the pool drops its command sender.
@@ -212,15 +237,7 @@ fn read_round(
         return true;
     }
     for cell in cells.iter() {
-        let mut reader = cell.lock();
-        // Checked under the lock: the pool only moves a GPU while holding it.
-        if cell.owner() != id {
-            continue;
-        }
-        progress.begin(cell.index);
-        let reading = reader.read();
-        progress.end();
-        cell.post(reading);
+        read_cell(cell, id, progress);
     }
     messages
         .send(SamplerRequest::GpuRoundDone { worker: id })

@@ -1,5 +1,6 @@
 //! The GPU worker pool: one *driver* thread loads the GPU library and answers GPU-count
-//! requests ([`driver`]); one *shared* worker thread reads every healthy GPU in turn.
+//! requests ([`driver`]); one *shared* worker thread reads every healthy GPU in turn (in the
+//! monitor, once its clock runs, the sampler thread reads them itself instead: [`inline`]).
 //! When one GPU's call overruns the call deadline, the worker that is stuck in it keeps only
 //! that GPU, and a fresh shared worker takes the others at once, so a hung GPU delays nobody
 //! after its first overrun: the tick's deadline passes and the GPU is published as stale with
@@ -8,12 +9,14 @@
 //! exits around them. What each GPU last said, and how it is published, is in [`slot`].
 //!
 //! A round starts in one of two ways: the sampler asks every worker now
-//! ([`GpuPool::request_readings`], for `--once` and the tests), or, in the monitor, the workers
-//! keep the clock and read on each tick by themselves ([`clock`]). Either way the sampler waits
-//! on one channel, which carries the workers' "round over" and the UI's requests alike.
+//! ([`GpuPool::request_readings`], for `--once` and the first tick), or, in the monitor, the
+//! clock's tick comes: the sampler thread reads its GPUs and the workers of their own read
+//! theirs by themselves ([`clock`]). Either way the sampler waits on one channel, which
+//! carries the workers' "round over" and the UI's requests alike.
 
 mod clock;
 mod driver;
+mod inline;
 mod slot;
 
 use std::collections::BTreeMap;
@@ -27,6 +30,7 @@ use super::SamplerRequest;
 use crate::collect::{GpuLoader, GpuSource};
 use crate::model::DriverInfo;
 use driver::{run_driver_thread, DriverEvent};
+pub(crate) use inline::Handoff;
 use slot::Slot;
 
 /// Prompt rounds (answered before the tick's deadline) after which a GPU on a worker of its
@@ -55,8 +59,10 @@ pub(crate) struct GpuPool {
     last_count_request: Instant,
     slots: BTreeMap<u32, Slot>,
     workers: BTreeMap<u64, Worker>,
-    /// The worker of the healthy GPUs.
+    /// The worker of the healthy GPUs, until the sampler thread reads them itself.
     shared: Option<u64>,
+    /// Whether the sampler thread reads the healthy GPUs itself ([`GpuPool::go_inline`]).
+    inline: bool,
     /// The sampler's one inbox: the workers' "round over" and the UI's requests.
     messages_tx: Sender<SamplerRequest>,
     messages_rx: Receiver<SamplerRequest>,
@@ -114,6 +120,7 @@ impl GpuPool {
             slots: BTreeMap::new(),
             workers: BTreeMap::new(),
             shared: None,
+            inline: false,
             messages_tx,
             messages_rx,
             next_worker: 0,
@@ -163,8 +170,22 @@ impl GpuPool {
         Some(id)
     }
 
+    /// Where healthy GPUs go: the sampler thread itself once inline, else the shared worker
+    /// (started if there is none; `None` if no thread can be started).
+    fn home(&mut self) -> Option<u64> {
+        if self.inline {
+            Some(gpu_worker::INLINE)
+        } else {
+            self.shared_worker()
+        }
+    }
+
     /// Gives `cell` to worker `to`; false if a worker is inside the GPU's call right now.
     fn hand_over(&self, cell: &Arc<GpuCell>, to: u64) -> bool {
+        if to == gpu_worker::INLINE {
+            // The sampler thread reads every GPU it owns each tick; nothing to tell it.
+            return cell.try_move(to);
+        }
         let Some(worker) = self.workers.get(&to) else {
             return false;
         };
@@ -291,7 +312,7 @@ impl GpuPool {
             if self.shared == Some(id) {
                 self.shared = None;
             }
-            let Some(shared) = self.shared_worker() else {
+            let Some(shared) = self.home() else {
                 return;
             };
             if let Some(worker) = self.workers.get_mut(&id) {
@@ -317,7 +338,7 @@ impl GpuPool {
             .map(|(id, _)| *id)
             .collect();
         for id in done {
-            let Some(shared) = self.shared_worker() else {
+            let Some(shared) = self.home() else {
                 return;
             };
             let cells: Vec<Arc<GpuCell>> = (self.slots.values())

@@ -3,11 +3,14 @@
 //! [`Snapshot`] a tick.
 //!
 //! Threads, and why:
-//! - the GPU pool ([`gpus`]): one *driver* thread that loads the GPU library, and one *worker*
-//!   thread that reads every healthy GPU; a GPU whose driver call overruns gets a worker of its
-//!   own until it answers promptly again, so a GPU whose driver calls hang delays nobody;
-//! - the *sampler* thread itself, which reads the host (cheap /proc files), joins the GPU
-//!   processes with /proc and the agents' figures, runs the rules, and publishes.
+//! - the *sampler* thread, which reads the host (cheap /proc files), joins the GPU processes
+//!   with /proc and the agents' figures, runs the rules, and publishes; in the monitor it also
+//!   reads the healthy GPUs itself, so that a tick wakes this thread alone ([`ticker`]);
+//! - its *watchdog*, asleep on an alarm armed during those GPU calls: when one overruns, the
+//!   stuck thread keeps that GPU as a worker of its own and a new sampler thread goes on;
+//! - the GPU pool ([`gpus`]): one *driver* thread that loads the GPU library, the workers of
+//!   the GPUs whose calls overran (each until it answers promptly again), and, for `--once`
+//!   and the first tick, a *worker* that reads every healthy GPU.
 //!
 //! Stuck threads are never joined: the process exits around them.
 
@@ -16,6 +19,8 @@ mod gpus;
 
 mod detail;
 mod memory;
+mod notices;
+mod ticker;
 mod torch_join;
 mod vendors;
 
@@ -25,7 +30,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::collect::agent::{AgentEvent, AgentHub, CommandOutcome};
+use crate::collect::agent::AgentHub;
 use crate::collect::host::HostCollector;
 pub use crate::collect::GpuLoader;
 use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo};
@@ -33,6 +38,7 @@ use crate::protocol::AgentCommand;
 use crate::rules::RulesConfig;
 use crate::rules::{group_jobs, Engine};
 use gpus::GpuPool;
+use notices::{command_label, describe_event, describe_outcome};
 use torch_join::{join_torch, Churn};
 
 /// How long the first snapshot waits for the GPU library before going out without GPUs.
@@ -205,6 +211,24 @@ impl Sampler {
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(Instant::now());
         self.gpus.expect_round();
+        self.collect_gpus();
+        self.snapshot_now()
+    }
+
+    /// The first half of a tick on the sampler thread ([`ticker`]): waits for the clock's
+    /// tick, carrying out the UI's requests that come meanwhile. The GPUs the thread reads
+    /// itself are read next, without the sampler's state.
+    fn begin_inline_tick(&mut self) {
+        self.gpus.drain_driver_events();
+        self.gpus.request_count_if_due(Instant::now());
+        self.gpus.expect_round();
+        while let Some(request) = self.gpus.wait_for_tick() {
+            self.handle(request);
+        }
+    }
+
+    /// The second half: waits for the GPUs on workers of their own, then reads the host.
+    fn end_inline_tick(&mut self) -> Snapshot {
         self.collect_gpus();
         self.snapshot_now()
     }
@@ -389,79 +413,19 @@ fn nvidia_device_nodes(dev: &std::path::Path) -> Vec<String> {
     names
 }
 
-fn command_label(command: AgentCommand) -> &'static str {
-    match command {
-        AgentCommand::ResetPeak => "a peak reset",
-        AgentCommand::Snapshot => "a memory snapshot",
-        AgentCommand::RecordHistory => "memory history recording",
-    }
-}
-
-/// The sentence for the status line about a command's outcome. The command's name is the one
-/// this monitor sent, not the agent's echo of it.
-fn describe_outcome(outcome: &CommandOutcome) -> String {
-    match outcome {
-        CommandOutcome::Replied {
-            pid,
-            command,
-            reply,
-        } => {
-            let what = command.name();
-            match (reply.ok, &reply.path, &reply.error) {
-                (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
-                (true, None, _) => format!("agent of {pid}: {what} done"),
-                (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
-                (false, _, None) => format!("agent of {pid}: {what} failed"),
-            }
-        }
-        CommandOutcome::TimedOut {
-            pid,
-            command,
-            after,
-        } => format!(
-            "the agent of {pid} did not answer the {} within {} s",
-            command.request_words(),
-            after.as_secs_f64().round()
-        ),
-        CommandOutcome::Unanswered {
-            pid,
-            command,
-            reason,
-        } => format!(
-            "the agent of {pid} did not answer the {}: {reason}",
-            command.request_words()
-        ),
-    }
-}
-
-/// The sentence for an event an agent reported, if it is one worth the status line.
-fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
-    if event.kind != "oom" {
-        return None;
-    }
-    let mut sentence = match event.device {
-        Some(device) => format!("agent of {pid}: PyTorch ran out of memory on cuda:{device}"),
-        None => format!("agent of {pid}: PyTorch ran out of memory"),
-    };
-    if let Some(path) = &event.path {
-        sentence.push_str(&format!("; snapshot written to {path}"));
-    }
-    Some(sentence)
-}
-
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
 /// false. Requests sent on the returned channel are carried out as they arrive (while the
-/// sampler waits for the GPUs' next round).
+/// sampler waits for the next tick).
 ///
-/// After the first snapshot the GPU workers keep the clock: each sleeps until the tick, reads,
-/// and wakes the sampler once, so that a tick costs a wake-up per thread (worker, sampler, UI)
-/// and no more. Without GPUs the sampler sleeps until the tick itself. The sampler and the
-/// threads it starts run as `SCHED_BATCH` ([`crate::sys::sched`]), so that waking one another
-/// costs no preemption.
+/// After the first snapshot the sampler thread keeps the clock and reads the healthy GPUs
+/// itself, under a watchdog ([`ticker`]), so that a tick wakes one thread here and the UI's.
+/// Where no watchdog can be had, GPU workers keep the clock instead: each sleeps until the
+/// tick, reads, and wakes the sampler once. The sampler and the threads it starts run as
+/// `SCHED_BATCH` ([`crate::sys::sched`]), so that waking one another costs no preemption.
 pub(crate) fn spawn_loop<F>(
     config: SamplerConfig,
     loader: GpuLoader,
-    mut publish: F,
+    publish: F,
 ) -> Sender<SamplerRequest>
 where
     F: FnMut(Snapshot) -> bool + Send + 'static,
@@ -480,12 +444,18 @@ where
                 .gpus
                 .wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
             let first = Instant::now();
+            let mut publish: ticker::Publish = Box::new(publish);
             if !publish(sampler.tick()) {
                 return;
             }
             let every = sampler.config.interval;
             let at = gpu_worker::next_slot(first, every, Instant::now());
+            sampler.gpus.go_inline();
             sampler.gpus.start_clock(at, every);
+            let Some((mut sampler, mut publish)) = ticker::run(sampler, publish) else {
+                return;
+            };
+            sampler.gpus.leave_inline();
             while publish(sampler.clocked_tick()) {
                 sampler.gpus.advance_clock(Instant::now());
             }

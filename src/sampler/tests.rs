@@ -426,3 +426,88 @@ fn a_request_is_taken_while_the_sampler_waits_for_the_gpus() {
         assert!(Instant::now() < deadline, "the detail view never came");
     }
 }
+
+/// Publishes the monitor's loop (the sampler thread reading the healthy GPUs itself) into a
+/// channel, until the receiver is dropped.
+fn monitor_loop(loader: GpuLoader) -> (mpsc::Receiver<Snapshot>, TempDir) {
+    let (config, agents) = config();
+    let (snapshots, published) = mpsc::channel();
+    spawn_loop(config, loader, move |s| snapshots.send(s).is_ok());
+    (published, agents)
+}
+
+/// Takes the loop's snapshots until one satisfies `done`.
+fn published_until(
+    published: &mpsc::Receiver<Snapshot>,
+    done: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = published
+            .recv_timeout(PATIENCE)
+            .expect("the loop stopped publishing");
+        if done(&snapshot) {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "never: {:?}", snapshot.gpus);
+    }
+}
+
+/// In the monitor's loop a GPU that blocks, once the sampler thread reads the GPUs itself,
+/// costs one deadline: the watchdog replaces the stuck thread, and the other GPUs keep
+/// updating tick after tick while the blocked one goes stale.
+#[test]
+fn in_the_monitor_a_gpu_that_hangs_on_the_sampler_thread_delays_nobody() {
+    let held = Arc::new(AtomicBool::new(false));
+    let (published, _agents) = monitor_loop(loader_holding(1, held.clone()));
+    let all_ok = |s: &Snapshot| s.gpus.len() == 3 && s.gpus.iter().all(|g| g.state == GpuState::Ok);
+    // Past the first tick (which asks a worker), on the sampler thread's own reads.
+    let first = published_until(&published, all_ok);
+    published_until(&published, |s| {
+        all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
+    });
+    held.store(true, Ordering::SeqCst);
+    let others_ok =
+        |s: &Snapshot| s.gpus[0].state == GpuState::Ok && s.gpus[2].state == GpuState::Ok;
+    let mut last = first.gpus[2].temperature_c;
+    for _ in 0..5 {
+        let later = published_until(&published, |s| {
+            others_ok(s) && s.gpus[2].temperature_c > last
+        });
+        last = later.gpus[2].temperature_c;
+    }
+    let stale = published_until(&published, |s| s.gpus[1].state == GpuState::Stale);
+    assert!(others_ok(&stale));
+    held.store(false, Ordering::SeqCst);
+}
+
+/// A GPU that blocks on the sampler thread, then answers again: it goes stale while held and
+/// moves again once released (read by the stuck thread, now its own worker, then folded
+/// back), while the others never stop.
+#[test]
+fn in_the_monitor_a_gpu_that_hangs_and_recovers_moves_again() {
+    let held = Arc::new(AtomicBool::new(false));
+    let (published, _agents) = monitor_loop(loader_holding(1, held.clone()));
+    let all_ok = |s: &Snapshot| s.gpus.len() == 3 && s.gpus.iter().all(|g| g.state == GpuState::Ok);
+    let first = published_until(&published, all_ok);
+    published_until(&published, |s| {
+        all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
+    });
+    held.store(true, Ordering::SeqCst);
+    let stale = published_until(&published, |s| {
+        s.gpus.len() == 3 && s.gpus[1].state == GpuState::Stale
+    });
+    let moved = published_until(&published, |s| {
+        s.gpus[0].state == GpuState::Ok && s.gpus[0].temperature_c > stale.gpus[0].temperature_c
+    });
+    assert_eq!(moved.gpus[1].state, GpuState::Stale);
+    held.store(false, Ordering::SeqCst);
+    let back = published_until(&published, all_ok);
+    let after = published_until(&published, |s| {
+        all_ok(s) && s.gpus[1].temperature_c > back.gpus[1].temperature_c
+    });
+    let again = published_until(&published, |s| {
+        all_ok(s) && s.gpus[1].temperature_c > after.gpus[1].temperature_c
+    });
+    assert_eq!(again.gpus[1].utilization_percent, Some(41));
+}

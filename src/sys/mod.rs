@@ -2,6 +2,7 @@
 //! layers share (who we are, who is on the other end of a socket, units of /proc figures, user
 //! names). Nothing here knows about GPUs, rules or the screen.
 
+pub(crate) mod alarm;
 pub(crate) mod cgroup;
 pub(crate) mod kept;
 pub(crate) mod proc;

@@ -77,8 +77,8 @@ impl GpuPool {
             }
             // Opening only builds the reader; its first driver call is on the worker.
             let cell = GpuCell::new(index, source.open_device(index));
-            if let Some(shared) = self.shared_worker() {
-                self.hand_over(&cell, shared);
+            if let Some(home) = self.home() {
+                self.hand_over(&cell, home);
             }
             self.slots.insert(index, Slot::new(cell));
         }
