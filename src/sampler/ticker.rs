@@ -173,6 +173,9 @@ fn become_worker(shared: &Shared, generation: u64) {
         at.map(|at| state.handoffs.swap_remove(at).1)
     };
     if let Some(handoff) = handoff {
+        // What `top -H` shows: this thread is a GPU's worker now, no longer the sampler. A
+        // name that cannot be set leaves the old one; nothing depends on it.
+        let _ = rustix::thread::set_name(c"torchtop-gpus");
         gpu_worker::run(
             handoff.id,
             handoff.commands,
