@@ -371,12 +371,13 @@ impl GpuPool {
         }
     }
 
-    /// The GPUs now read by a worker of their own.
+    /// The GPUs now read by a worker of their own (neither the shared worker nor the
+    /// sampler thread).
     #[cfg(test)]
     pub(crate) fn on_own_workers(&self) -> Vec<u32> {
         (self.slots.iter())
             .filter(|(_, s)| Some(s.cell.owner()) != self.shared)
-            .filter(|(_, s)| s.cell.owner() != gpu_worker::NOBODY)
+            .filter(|(_, s)| ![gpu_worker::NOBODY, gpu_worker::INLINE].contains(&s.cell.owner()))
             .map(|(index, _)| *index)
             .collect()
     }

@@ -511,3 +511,27 @@ fn in_the_monitor_a_gpu_that_hangs_and_recovers_moves_again() {
     });
     assert_eq!(again.gpus[1].utilization_percent, Some(41));
 }
+
+/// The sampler thread takes the shared worker's GPUs (and the worker ends); where it cannot
+/// read them itself after all (no watchdog), they go back to a shared worker and are read.
+#[test]
+fn the_gpus_go_to_the_sampler_thread_and_back_to_a_worker() {
+    let (config, _agents) = config();
+    let mut sampler = Sampler::start(config, loader(2, None, None));
+    sampler.gpus.wait_for_driver(Instant::now() + PATIENCE);
+    let all_ok = |s: &Snapshot| s.gpus.len() == 2 && s.gpus.iter().all(|g| g.state == GpuState::Ok);
+    let first = tick_until(&mut sampler, all_ok);
+    assert_eq!(sampler.gpus.worker_count(), 1);
+    sampler.gpus.go_inline();
+    assert_eq!(
+        sampler.gpus.worker_count(),
+        0,
+        "the shared worker did not end"
+    );
+    assert!(sampler.gpus.on_own_workers().is_empty());
+    sampler.gpus.leave_inline();
+    assert_eq!(sampler.gpus.worker_count(), 1);
+    tick_until(&mut sampler, |s| {
+        all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
+    });
+}
