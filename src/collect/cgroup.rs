@@ -27,6 +27,7 @@ use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::container::classify_path;
+use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
 
 /// From this share of memory.max on, the members of a cgroup are listed (below the default
@@ -94,6 +95,8 @@ pub(crate) struct CgroupReader {
     dirs_by_text: HashMap<String, FoundDirs>,
     /// /proc/PID/cgroup of the processes asked for by [`CgroupReader::of_known_process`].
     texts: PidMap<u32, KnownText>,
+    /// Where /proc/PID/cgroup is, built anew for each process in one buffer.
+    text_path: ProcPath,
     /// Read buffers, reused: one for most files, one for v1's period, one for the cpuset
     /// (compared with the kept list after the other files are read).
     buffers: [Vec<u8>; 3],
@@ -189,6 +192,7 @@ impl CgroupReader {
             next_group_id: 0,
             dirs_by_text: HashMap::new(),
             texts: PidMap::default(),
+            text_path: ProcPath::default(),
             buffers: [Vec::new(), Vec::new(), Vec::new()],
         }
     }
@@ -256,9 +260,13 @@ impl CgroupReader {
     /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
     /// changed); false when it is unreadable.
     fn read_text(&mut self, pid: u32, start_ticks: u64, now: Instant) -> bool {
-        let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
+        let path = self
+            .text_path
+            .pid(&self.proc_root, pid)
+            .name("cgroup")
+            .path();
         let limit = usize::try_from(cg::MAX_CGROUP_FILE_BYTES).unwrap_or(usize::MAX);
-        let Ok(bytes) = kept::read_once(&path, &mut self.buffers[0], limit) else {
+        let Ok(bytes) = kept::read_once(path, &mut self.buffers[0], limit) else {
             return false;
         };
         let text = kept::as_text(bytes);
@@ -780,7 +788,7 @@ mod tests {
         write(dir.path(), "proc/9/cgroup", "0::/g\n");
         let mut reader = reader(dir.path());
         let now = Instant::now();
-        let mut read = |reader: &mut CgroupReader| {
+        let read = |reader: &mut CgroupReader| {
             reader.new_refresh();
             Arc::clone(reader.of_known_process(9, 100, now).unwrap().cgroup)
         };
