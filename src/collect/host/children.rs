@@ -1,13 +1,13 @@
 //! A process's direct children, from the `children` file of each of its threads
 //! (`/proc/PID/task/TID/children`), read with buffers kept from walk to walk: a walk allocates
-//! nothing in Rust once the buffers have grown (the C library's `opendir` still takes its
-//! own buffer for the directory).
+//! nothing once the buffers have grown (the thread list is read with `getdents64` into a kept
+//! buffer, where `std::fs::read_dir` and `opendir` take a buffer per directory and copy each
+//! name).
 
+use std::mem::MaybeUninit;
 use std::path::Path;
 
-use nix::dir::Dir;
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
+use rustix::fs::{Mode, OFlags, RawDir};
 
 use crate::collect::proc_path::ProcPath;
 use crate::sys::kept;
@@ -15,12 +15,16 @@ use crate::sys::kept;
 /// The most read of one thread's `children` file (a pid and a space each: 100,000 children).
 const CHILDREN_FILE_BYTES: usize = 1 << 20;
 
+/// The room for directory entries read at once (a thread's entry takes about 24 bytes).
+const DIRENT_BYTES: usize = 4096;
+
 /// The buffers of the walks.
 #[derive(Debug, Default)]
 pub(super) struct ChildWalker {
     path: ProcPath,
     threads: Vec<u32>,
     buffer: Vec<u8>,
+    dirents: Vec<MaybeUninit<u8>>,
 }
 
 impl ChildWalker {
@@ -30,12 +34,19 @@ impl ChildWalker {
     pub(super) fn walk(&mut self, root: &Path, pid: u32, children: &mut Vec<u32>) -> Option<bool> {
         children.clear();
         let task = self.path.pid(root, pid).name("task").path();
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let mut dir = Dir::open(task, flags, Mode::empty()).ok()?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(task, flags, Mode::empty()).ok()?;
         self.threads.clear();
-        let names = dir.iter().filter_map(Result::ok);
-        let tids = names.filter_map(|entry| entry.file_name().to_str().ok()?.parse::<u32>().ok());
-        self.threads.extend(tids);
+        self.dirents.resize(DIRENT_BYTES, MaybeUninit::uninit());
+        let mut entries = RawDir::new(&dir, &mut self.dirents);
+        while let Some(entry) = entries.next() {
+            let Ok(entry) = entry else {
+                return None;
+            };
+            let name = entry.file_name().to_str().ok();
+            self.threads
+                .extend(name.and_then(|n| n.parse::<u32>().ok()));
+        }
         drop(dir);
         let mut any_read = false;
         // Workers are forked by any thread of the process, so every thread's list is read.
