@@ -107,8 +107,9 @@ pub struct GpuSample {
     pub performance_state: Option<u32>,
     /// Raw clock-throttle-reason mask as NVML reports it.
     pub throttle_mask: Option<u64>,
-    /// Names of the active throttle reasons (e.g. "sw_power_cap", "hw_thermal_slowdown").
-    pub throttle_reasons: Option<Vec<String>>,
+    /// Names of the active throttle reasons (e.g. "sw_power_cap", "hw_thermal_slowdown");
+    /// shared with the collector's cache of the last mask, so a tick does not copy them.
+    pub throttle_reasons: Option<Arc<[String]>>,
     pub ecc_enabled: Option<bool>,
     pub ecc_volatile_corrected: Option<u64>,
     pub ecc_volatile_uncorrected: Option<u64>,

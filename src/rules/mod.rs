@@ -271,7 +271,8 @@ impl Engine {
             // An id outside IMPACT shares its place with the other such ids: checked here.
             if seen.stamp + 1 < stamp || seen.id != warning.id {
                 seen.id.clone_from(&warning.id);
-                seen.since.clone_from(now.get_or_insert_with(|| snapshot_time(snapshot)));
+                seen.since
+                    .clone_from(now.get_or_insert_with(|| snapshot_time(snapshot)));
             }
             seen.stamp = stamp;
             warning.since.clone_from(&seen.since);

@@ -98,11 +98,14 @@ fn gpu(index: u32, t: u32) -> GpuSample {
         decoder_percent: Some(0),
         performance_state: Some(0),
         throttle_mask: Some(0),
-        throttle_reasons: Some(if index == 5 {
-            vec!["sw_power_cap".to_string()]
-        } else {
-            Vec::new()
-        }),
+        throttle_reasons: Some(
+            if index == 5 {
+                vec!["sw_power_cap".to_string()]
+            } else {
+                Vec::new()
+            }
+            .into(),
+        ),
         ecc_enabled: Some(true),
         ecc_volatile_corrected: Some(0),
         ecc_volatile_uncorrected: Some(0),

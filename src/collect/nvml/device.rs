@@ -14,7 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::mig::{merge_mig_processes, read_mig};
 use super::processes::merge_process_lists;
-use super::throttle_reason_names;
+use super::ThrottleNames;
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
 use crate::collect::xid::XidWatch;
 use crate::model::{GpuProcess, GpuSample, Implausible};
@@ -78,6 +78,7 @@ pub(super) struct NvmlDevice {
     /// Out-of-range values dropped since this GPU was first read.
     implausible: Implausible,
     xid: XidWatch,
+    throttle_names: ThrottleNames,
 }
 
 impl NvmlDevice {
@@ -93,6 +94,7 @@ impl NvmlDevice {
             process_sm: HashMap::new(),
             implausible: Implausible::default(),
             xid: XidWatch::new(),
+            throttle_names: ThrottleNames::default(),
         }
     }
 }
@@ -136,6 +138,8 @@ impl NvmlDevice {
         self.readings = self.readings.wrapping_add(1);
         let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
         sample.index = self.index;
+        let names = &mut self.throttle_names;
+        sample.throttle_reasons = sample.throttle_mask.map(|mask| names.of(mask));
         if let Some(nvml) = self.nvml {
             if let Some((last, count)) = self.xid.poll(nvml, device) {
                 sample.xid_last = Some(last);
@@ -359,7 +363,8 @@ fn read_sample(
         performance_state: reader
             .get(device.performance_state())
             .and_then(pstate_number),
-        throttle_reasons: throttle_mask.map(throttle_reason_names),
+        // Named by the caller, from its cache ([`ThrottleNames`]).
+        throttle_reasons: None,
         throttle_mask,
         ecc_enabled: fixed.ecc_enabled,
         ecc_volatile_corrected: slow.ecc_volatile_corrected,

@@ -20,7 +20,9 @@ mod processes;
 mod throttle;
 
 use device::NvmlDevice;
+#[cfg(test)]
 pub(crate) use throttle::throttle_reason_names;
+pub(crate) use throttle::ThrottleNames;
 
 pub(crate) struct NvmlSource {
     /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
