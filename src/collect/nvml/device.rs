@@ -13,6 +13,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use super::mig::{merge_mig_processes, read_mig};
+use super::process_lists::{ListFns, ProcessLists};
 use super::processes::merge_process_lists;
 use super::ThrottleNames;
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
@@ -79,10 +80,14 @@ pub(super) struct NvmlDevice {
     implausible: Implausible,
     xid: XidWatch,
     throttle_names: ThrottleNames,
+    /// NVML's list functions called directly, where the library's table could be loaded.
+    list_fns: Option<ListFns>,
+    /// The process lists, read into buffers kept from reading to reading.
+    lists: ProcessLists,
 }
 
 impl NvmlDevice {
-    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32) -> Self {
+    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32, list_fns: Option<ListFns>) -> Self {
         NvmlDevice {
             nvml,
             index,
@@ -95,6 +100,8 @@ impl NvmlDevice {
             implausible: Implausible::default(),
             xid: XidWatch::new(),
             throttle_names: ThrottleNames::default(),
+            list_fns,
+            lists: ProcessLists::default(),
         }
     }
 }
@@ -197,13 +204,18 @@ impl NvmlDevice {
     }
 
     fn read_processes(&mut self, device: &Device, reader: &mut Reader) -> Vec<GpuProcess> {
-        let compute = reader
-            .get(device.running_compute_processes())
-            .unwrap_or_default();
-        let graphics = reader
-            .get(device.running_graphics_processes())
-            .unwrap_or_default();
-        let mut rows = merge_process_lists(self.index, &compute, &graphics);
+        let lists = &mut self.lists;
+        if let Some(fns) = self.list_fns {
+            let (compute, graphics) = lists.read(fns, device);
+            reader.get(compute);
+            reader.get(graphics);
+        } else {
+            let compute = device.running_compute_processes();
+            lists.compute = reader.get(compute).unwrap_or_default();
+            let graphics = device.running_graphics_processes();
+            lists.graphics = reader.get(graphics).unwrap_or_default();
+        }
+        let mut rows = merge_process_lists(self.index, &lists.compute, &lists.graphics);
         self.update_process_sm(device, reader);
         let now = Instant::now();
         for row in &mut rows {

@@ -16,6 +16,7 @@ use crate::model::DriverInfo;
 
 mod device;
 mod mig;
+mod process_lists;
 mod processes;
 mod throttle;
 
@@ -29,6 +30,8 @@ pub(crate) struct NvmlSource {
     /// stuck in the driver must never be joined or have the library unloaded under it.
     nvml: Option<&'static Nvml>,
     info: DriverInfo,
+    /// NVML's process-list functions, called with kept buffers ([`process_lists`]).
+    list_fns: Option<process_lists::ListFns>,
 }
 
 impl NvmlSource {
@@ -49,11 +52,16 @@ impl NvmlSource {
                 NvmlSource {
                     nvml: Some(nvml),
                     info,
+                    list_fns: process_lists::ListFns::load(library),
                 }
             }
             Err(error) => {
                 info.error = Some(describe_init_error(library, error));
-                NvmlSource { nvml: None, info }
+                NvmlSource {
+                    nvml: None,
+                    info,
+                    list_fns: None,
+                }
             }
         }
     }
@@ -72,7 +80,7 @@ impl GpuSource for NvmlSource {
     }
 
     fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
-        Box::new(NvmlDevice::new(self.nvml, index))
+        Box::new(NvmlDevice::new(self.nvml, index, self.list_fns))
     }
 }
 
