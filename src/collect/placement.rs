@@ -34,7 +34,7 @@ pub(crate) struct Placement {
     shm: ShmReader,
     oom: OomWatch,
     /// `Some(None)`: looked, not in a container.
-    own_container: Option<Option<String>>,
+    own_container: Option<Option<Arc<str>>>,
     /// NSpid and the Slurm task by (pid, start ticks): NSpid read once per process, the
     /// task kept to be shared again while it is the same.
     known: HashMap<(u32, u64), Known>,
@@ -70,7 +70,7 @@ impl Placement {
         let (proc_root, fs_root) = (&self.proc_root, &self.fs_root);
         host.container.clone_from(
             self.own_container
-                .get_or_insert_with(|| detect_own_container(fs_root, proc_root)),
+                .get_or_insert_with(|| detect_own_container(fs_root, proc_root).map(Arc::from)),
         );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
