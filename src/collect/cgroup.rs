@@ -20,15 +20,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::{Cgroup, CgroupMember, CpuMax, Limit};
+use crate::model::Cgroup;
 use crate::sys::cgroup::{self as cg, ProcCgroups};
 use crate::sys::kept::{self, KeptFile};
+#[cfg(test)]
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::container::classify_path;
 use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
+use figures::{list_members, set_cpuset, Figures};
 
 /// From this share of memory.max on, the members of a cgroup are listed (below the default
 /// 0.9 of `cgroup-memory`, so its message can name them).
@@ -66,6 +68,8 @@ impl CgroupDirs {
         self.memory.as_ref().map(|d| d.join(name))
     }
 }
+
+mod figures;
 
 /// The most cgroups whose files are kept open (up to nine each); the files of the others are
 /// opened for each reading, as before.
@@ -497,76 +501,6 @@ impl Group {
             self.files.iter_mut().flatten().for_each(KeptFile::close);
         }
     }
-}
-
-/// The limits and counters of one reading of a cgroup (all but the cpuset).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Figures {
-    memory_max: Option<Limit>,
-    memory_current_bytes: Option<u64>,
-    memory_swap_max: Option<Limit>,
-    oom_kills: Option<u64>,
-    memory_max_hits: Option<u64>,
-    cpu_max: Option<CpuMax>,
-    pids_max: Option<Limit>,
-}
-
-impl Figures {
-    fn of(c: &Cgroup) -> Self {
-        Figures {
-            memory_max: c.memory_max,
-            memory_current_bytes: c.memory_current_bytes,
-            memory_swap_max: c.memory_swap_max,
-            oom_kills: c.oom_kills,
-            memory_max_hits: c.memory_max_hits,
-            cpu_max: c.cpu_max,
-            pids_max: c.pids_max,
-        }
-    }
-
-    fn set(self, c: &mut Cgroup) {
-        c.memory_max = self.memory_max;
-        c.memory_current_bytes = self.memory_current_bytes;
-        c.memory_swap_max = self.memory_swap_max;
-        c.oom_kills = self.oom_kills;
-        c.memory_max_hits = self.memory_max_hits;
-        c.cpu_max = self.cpu_max;
-        c.pids_max = self.pids_max;
-    }
-}
-
-/// The cpuset list and its count; the kept text is replaced only when it changed.
-fn set_cpuset(cgroup: &mut Cgroup, list: Option<&str>) {
-    if cgroup.cpuset_cpus.as_deref() != list {
-        cgroup.cpuset_cpus = list.map(str::to_string);
-    }
-    cgroup.cpuset_count = list.and_then(cg::count_cpu_list);
-}
-
-/// Fills in the member count and the biggest members by RSS.
-fn list_members(proc_root: &Path, page_size: u64, dir: &Path, cgroup: &mut Cgroup) {
-    let Some(text) = cg::read_small(&dir.join("cgroup.procs")) else {
-        return;
-    };
-    let pids: Vec<u32> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    cgroup.member_count = u32::try_from(pids.len()).ok();
-    let mut members: Vec<CgroupMember> = pids
-        .iter()
-        .take(MAX_MEMBERS_SCANNED)
-        .filter_map(|&pid| procfs::read_pid_stat(proc_root, pid).ok())
-        .map(|stat| CgroupMember {
-            pid: stat.pid,
-            ppid: stat.ppid,
-            rss_bytes: stat.rss_pages.saturating_mul(page_size),
-            comm: stat.comm,
-        })
-        .collect();
-    members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
-    members.truncate(BIGGEST_KEPT);
-    cgroup.biggest_members = members;
 }
 
 #[cfg(test)]
