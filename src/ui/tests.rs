@@ -34,9 +34,9 @@ fn driver() -> DriverInfo {
         nvml_loaded: true,
         error: None,
         library: "libnvidia-ml.so.1".to_string(),
-        driver_version: Some("550.54.15".to_string()),
-        cuda_version: Some("12.4".to_string()),
-        nvml_version: Some("12.550.54.15".to_string()),
+        driver_version: Some("550.54.15".into()),
+        cuda_version: Some("12.4".into()),
+        nvml_version: Some("12.550.54.15".into()),
         gpu_count: Some(0),
         ..Default::default()
     }

@@ -7,6 +7,7 @@
 
 use std::ffi::CStr;
 use std::path::Path;
+use std::sync::Arc;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -45,9 +46,10 @@ impl NvmlSource {
             Ok(nvml) => {
                 let nvml: &'static Nvml = Box::leak(Box::new(nvml));
                 info.nvml_loaded = true;
-                info.driver_version = nvml.sys_driver_version().ok();
-                info.nvml_version = nvml.sys_nvml_version().ok();
-                info.cuda_version = nvml.sys_cuda_driver_version().ok().map(format_cuda_version);
+                info.driver_version = nvml.sys_driver_version().ok().map(Arc::from);
+                info.nvml_version = nvml.sys_nvml_version().ok().map(Arc::from);
+                let cuda = nvml.sys_cuda_driver_version().ok();
+                info.cuda_version = cuda.map(|v| format_cuda_version(v).into());
                 info.gpu_count = nvml.device_count().ok();
                 NvmlSource {
                     nvml: Some(nvml),
