@@ -326,6 +326,24 @@ mod tests {
     }
 
     #[test]
+    fn only_a_series_that_rises_enough_is_copied_for_the_trend_tests() {
+        let config = LeakConfig::default();
+        let points = |step: u64| -> Vec<Point<Option<u64>>> {
+            (0..20)
+                .map(|i| Point {
+                    t: i as f64,
+                    v: (i != 3).then_some(GIB + i * step),
+                })
+                .collect()
+        };
+        let value = |v: &Option<u64>| *v;
+        assert!(!rises_enough(&points(0), value, &config), "steady");
+        assert!(!rises_enough(&points(MIB), value, &config), "19 MiB, under 256");
+        assert!(rises_enough(&points(100 * MIB), value, &config));
+        assert!(!rises_enough(&points(100 * MIB)[..1], value, &config), "one sample");
+    }
+
+    #[test]
     fn the_trend_tests_reject_a_fall_below_the_start() {
         let config = LeakConfig::default();
         let mib = MIB as f64;
