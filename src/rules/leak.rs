@@ -338,9 +338,15 @@ mod tests {
         };
         let value = |v: &Option<u64>| *v;
         assert!(!rises_enough(&points(0), value, &config), "steady");
-        assert!(!rises_enough(&points(MIB), value, &config), "19 MiB, under 256");
+        assert!(
+            !rises_enough(&points(MIB), value, &config),
+            "19 MiB, under 256"
+        );
         assert!(rises_enough(&points(100 * MIB), value, &config));
-        assert!(!rises_enough(&points(100 * MIB)[..1], value, &config), "one sample");
+        assert!(
+            !rises_enough(&points(100 * MIB)[..1], value, &config),
+            "one sample"
+        );
     }
 
     #[test]
