@@ -17,16 +17,20 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::{Cgroup, CgroupMember};
+use crate::model::Cgroup;
 use crate::sys::cgroup::{self as cg, ProcCgroups};
 use crate::sys::kept::{self, KeptFile};
+#[cfg(test)]
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::container::classify_path;
+use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
+use figures::{list_members, set_cpuset, Figures};
 
 /// From this share of memory.max on, the members of a cgroup are listed (below the default
 /// 0.9 of `cgroup-memory`, so its message can name them).
@@ -65,6 +69,8 @@ impl CgroupDirs {
     }
 }
 
+mod figures;
+
 /// The most cgroups whose files are kept open (up to nine each); the files of the others are
 /// opened for each reading, as before.
 const MAX_KEPT_GROUPS: usize = 16;
@@ -93,13 +99,17 @@ pub(crate) struct CgroupReader {
     dirs_by_text: HashMap<String, FoundDirs>,
     /// /proc/PID/cgroup of the processes asked for by [`CgroupReader::of_known_process`].
     texts: PidMap<u32, KnownText>,
-    /// Read buffers, reused: two, for v1's quota and period.
-    buffers: [Vec<u8>; 2],
+    /// Where /proc/PID/cgroup is, built anew for each process in one buffer.
+    text_path: ProcPath,
+    /// Read buffers, reused: one for most files, one for v1's period, one for the cpuset
+    /// (compared with the kept list after the other files are read).
+    buffers: [Vec<u8>; 3],
 }
 
 /// A process's cgroup as this refresh read it.
 pub(crate) struct Found<'a> {
-    pub(crate) cgroup: &'a Cgroup,
+    /// Shared with the rows: replaced by a new one only when a reading changes it.
+    pub(crate) cgroup: &'a Arc<Cgroup>,
     /// The file that counts the cgroup's OOM kills.
     pub(crate) oom_file: Option<&'a Path>,
     /// Whether this is the first process of the refresh in the cgroup.
@@ -131,7 +141,9 @@ struct Group {
     files: Vec<Option<KeptFile>>,
     /// Whether the files stay open between readings ([`MAX_KEPT_GROUPS`]).
     keep_open: bool,
-    cgroup: Cgroup,
+    /// As last read; shared with the rows of the snapshots that show it, so a reading that
+    /// changes nothing keeps it (and a change replaces it, leaving theirs as it was).
+    cgroup: Arc<Cgroup>,
     oom_file: Option<PathBuf>,
     /// Where cgroup.procs is, for the members.
     memory_dir: Option<PathBuf>,
@@ -184,7 +196,8 @@ impl CgroupReader {
             next_group_id: 0,
             dirs_by_text: HashMap::new(),
             texts: PidMap::default(),
-            buffers: [Vec::new(), Vec::new()],
+            text_path: ProcPath::default(),
+            buffers: [Vec::new(), Vec::new(), Vec::new()],
         }
     }
 
@@ -251,9 +264,13 @@ impl CgroupReader {
     /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
     /// changed); false when it is unreadable.
     fn read_text(&mut self, pid: u32, start_ticks: u64, now: Instant) -> bool {
-        let path = procfs::pid_dir(&self.proc_root, pid).join("cgroup");
+        let path = self
+            .text_path
+            .pid(&self.proc_root, pid)
+            .name("cgroup")
+            .path();
         let limit = usize::try_from(cg::MAX_CGROUP_FILE_BYTES).unwrap_or(usize::MAX);
-        let Ok(bytes) = kept::read_once(&path, &mut self.buffers[0], limit) else {
+        let Ok(bytes) = kept::read_once(path, &mut self.buffers[0], limit) else {
             return false;
         };
         let text = kept::as_text(bytes);
@@ -285,7 +302,7 @@ impl CgroupReader {
     fn of_text(&mut self, text: &str, now: Instant) -> Option<(&Cgroup, Option<&Path>)> {
         let id = self.find_group(text, now)?;
         let found = self.read_group(id, now)?;
-        Some((found.cgroup, found.oom_file))
+        Some((&**found.cgroup, found.oom_file))
     }
 
     /// The number of the cgroup `text` names, finding where its files are (again every
@@ -330,7 +347,8 @@ impl CgroupReader {
                 .memory_fraction()
                 .is_some_and(|f| f >= MEMBER_SCAN_FRACTION);
             if let (true, Some(dir)) = (near_limit, &group.memory_dir) {
-                list_members(&self.proc_root, self.page_size, dir, &mut group.cgroup);
+                let cgroup = Arc::make_mut(&mut group.cgroup);
+                list_members(&self.proc_root, self.page_size, dir, cgroup);
             }
         }
         Some(Found {
@@ -404,7 +422,7 @@ impl Group {
         Group {
             files,
             keep_open,
-            cgroup: Cgroup {
+            cgroup: Arc::new(Cgroup {
                 path: dirs.path.clone(),
                 version: dirs.version,
                 container,
@@ -412,7 +430,7 @@ impl Group {
                 slurm_job,
                 slurm_step: slurm_step.flatten(),
                 ..Default::default()
-            },
+            }),
             oom_file: dirs.oom_file(),
             memory_dir: dirs.memory.clone(),
             read_in: None,
@@ -429,78 +447,60 @@ impl Group {
     }
 
     /// Reads the limits and counters again into [`Group::cgroup`]; the path's container, pod
-    /// and Slurm job were found once.
-    fn read(&mut self, buffers: &mut [Vec<u8>; 2], now: Instant) {
-        let [buffer, second] = buffers;
-        let mut c = std::mem::take(&mut self.cgroup);
-        if c.version == 2 {
-            c.memory_max = self.text(0, buffer, now).and_then(cg::parse_limit);
-            c.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
-            c.memory_swap_max = self.text(2, buffer, now).and_then(cg::parse_limit);
+    /// and Slurm job were found once. The cgroup is copied (when shared) only where a figure
+    /// changed.
+    fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant) {
+        let [buffer, second, cpuset] = buffers;
+        let version = self.cgroup.version;
+        let figures = if version == 2 {
             let events = self.text(3, buffer, now);
-            c.oom_kills = events.and_then(|t| cg::keyed_value(t, "oom_kill"));
-            c.memory_max_hits = events.and_then(|t| cg::keyed_value(t, "max"));
-            c.cpu_max = self.text(4, buffer, now).and_then(cg::parse_cpu_max);
-            set_cpuset(&mut c, self.text(5, buffer, now));
-            c.pids_max = self.text(6, buffer, now).and_then(cg::parse_limit);
+            let (oom_kills, memory_max_hits) = (
+                events.and_then(|t| cg::keyed_value(t, "oom_kill")),
+                events.and_then(|t| cg::keyed_value(t, "max")),
+            );
+            Figures {
+                memory_max: self.text(0, buffer, now).and_then(cg::parse_limit),
+                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
+                memory_swap_max: self.text(2, buffer, now).and_then(cg::parse_limit),
+                oom_kills,
+                memory_max_hits,
+                cpu_max: self.text(4, buffer, now).and_then(cg::parse_cpu_max),
+                pids_max: self.text(6, buffer, now).and_then(cg::parse_limit),
+            }
         } else {
             let bytes_limit = cg::parse_v1_bytes_limit;
-            c.memory_max = self.text(0, buffer, now).and_then(bytes_limit);
-            c.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
-            c.memory_swap_max = self.text(2, buffer, now).and_then(bytes_limit);
-            c.oom_kills = self
-                .text(3, buffer, now)
-                .and_then(|t| cg::keyed_value(t, "oom_kill"));
-            c.memory_max_hits = self.text(4, buffer, now).and_then(cg::parse_number);
-            c.cpu_max = match (self.text(5, buffer, now), self.text(6, second, now)) {
-                (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
-                _ => None,
-            };
-            set_cpuset(&mut c, self.text(7, buffer, now));
-            c.pids_max = self.text(8, buffer, now).and_then(cg::parse_limit);
+            Figures {
+                memory_max: self.text(0, buffer, now).and_then(bytes_limit),
+                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
+                memory_swap_max: self.text(2, buffer, now).and_then(bytes_limit),
+                oom_kills: (self.text(3, buffer, now)).and_then(|t| cg::keyed_value(t, "oom_kill")),
+                memory_max_hits: self.text(4, buffer, now).and_then(cg::parse_number),
+                cpu_max: match (self.text(5, buffer, now), self.text(6, second, now)) {
+                    (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
+                    _ => None,
+                },
+                pids_max: self.text(8, buffer, now).and_then(cg::parse_limit),
+            }
+        };
+        let cpuset_index = if version == 2 { 5 } else { 7 };
+        let list = self.text(cpuset_index, cpuset, now).map(str::trim);
+        let list = list.filter(|t| !t.is_empty());
+        let kept = &*self.cgroup;
+        let same = Figures::of(kept) == figures
+            && kept.cpuset_cpus.as_deref() == list
+            && kept.member_count.is_none()
+            && kept.biggest_members.is_empty();
+        if !same {
+            let c = Arc::make_mut(&mut self.cgroup);
+            figures.set(c);
+            set_cpuset(c, list);
+            c.member_count = None;
+            c.biggest_members.clear();
         }
-        c.member_count = None;
-        c.biggest_members.clear();
-        self.cgroup = c;
         if !self.keep_open {
             self.files.iter_mut().flatten().for_each(KeptFile::close);
         }
     }
-}
-
-/// The cpuset list and its count; the kept text is replaced only when it changed.
-fn set_cpuset(cgroup: &mut Cgroup, text: Option<&str>) {
-    let list = text.map(str::trim).filter(|t| !t.is_empty());
-    if cgroup.cpuset_cpus.as_deref() != list {
-        cgroup.cpuset_cpus = list.map(str::to_string);
-    }
-    cgroup.cpuset_count = list.and_then(cg::count_cpu_list);
-}
-
-/// Fills in the member count and the biggest members by RSS.
-fn list_members(proc_root: &Path, page_size: u64, dir: &Path, cgroup: &mut Cgroup) {
-    let Some(text) = cg::read_small(&dir.join("cgroup.procs")) else {
-        return;
-    };
-    let pids: Vec<u32> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    cgroup.member_count = u32::try_from(pids.len()).ok();
-    let mut members: Vec<CgroupMember> = pids
-        .iter()
-        .take(MAX_MEMBERS_SCANNED)
-        .filter_map(|&pid| procfs::read_pid_stat(proc_root, pid).ok())
-        .map(|stat| CgroupMember {
-            pid: stat.pid,
-            ppid: stat.ppid,
-            rss_bytes: stat.rss_pages.saturating_mul(page_size),
-            comm: stat.comm,
-        })
-        .collect();
-    members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
-    members.truncate(BIGGEST_KEPT);
-    cgroup.biggest_members = members;
 }
 
 #[cfg(test)]
@@ -711,6 +711,40 @@ mod tests {
         // The cgroups not used in a refresh are closed at the next.
         reader.new_refresh();
         assert!(open(&reader) <= 1);
+    }
+
+    #[test]
+    fn a_reading_that_changes_nothing_keeps_the_shared_cgroup() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        write(dir.path(), "sys/fs/cgroup/g/memory.current", "5\n");
+        write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-3\n");
+        write(dir.path(), "proc/9/cgroup", "0::/g\n");
+        let mut reader = reader(dir.path());
+        let now = Instant::now();
+        let read = |reader: &mut CgroupReader| {
+            reader.new_refresh();
+            Arc::clone(reader.of_known_process(9, 100, now).unwrap().cgroup)
+        };
+        let first = read(&mut reader);
+        let same = read(&mut reader);
+        assert!(Arc::ptr_eq(&first, &same), "nothing changed: shared");
+        write(dir.path(), "sys/fs/cgroup/g/memory.current", "6\n");
+        let changed = read(&mut reader);
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!(changed.memory_current_bytes, Some(6));
+        assert_eq!(
+            first.memory_current_bytes,
+            Some(5),
+            "the earlier rows keep theirs"
+        );
+        write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-7\n");
+        let cpus = read(&mut reader);
+        assert_eq!(
+            (cpus.cpuset_cpus.as_deref(), cpus.cpuset_count),
+            (Some("0-7"), Some(8))
+        );
+        assert_eq!(changed.cpuset_cpus.as_deref(), Some("0-3"));
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct HostCollector {
     children_read: Vec<off_screen::Child>,
     /// The system-wide files, kept open, and what was last read of them ([`readings`]).
     readings: readings::Readings,
+    /// The buffers of the walks of the GPU processes' children ([`children`]).
+    child_walker: children::ChildWalker,
 }
 
 /// What does not change during a process's life (or changes only at exec, which renames it).
@@ -156,6 +158,7 @@ impl HostCollector {
     fn with_units(root: PathBuf, fs_root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
         HostCollector {
             readings: readings::Readings::new(&root),
+            child_walker: children::ChildWalker::default(),
             placement: Placement::new(root.clone(), fs_root, page_size),
             root,
             clock_ticks,
@@ -429,16 +432,9 @@ impl HostCollector {
         if !due {
             return identity.children.take();
         }
-        // Workers are forked by any thread of the process, so every thread's list is read.
-        let threads = procfs::read_thread_ids(root, pid).ok()?;
-        let mut children = Vec::new();
-        let mut any_read = false;
-        for tid in threads {
-            if let Ok(found) = procfs::read_thread_children(root, pid, tid) {
-                any_read = true;
-                children.extend(found);
-            }
-        }
+        // The previous walk's list, refilled: its capacity is reused.
+        let mut children = identity.children.take().unwrap_or_default();
+        let any_read = self.child_walker.walk(root, pid, &mut children)?;
         // After the first walk the next comes sooner for some pids than for others, so that a
         // thousand GPU processes seen together are not walked again all in the same refresh.
         let first = identity.children_scanned_at.is_none();
@@ -539,6 +535,7 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
     (seconds * per).round() / per
 }
 
+mod children;
 mod off_screen;
 mod readings;
 mod table;

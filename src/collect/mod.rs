@@ -15,6 +15,7 @@ mod launcher;
 pub(crate) mod nvml;
 mod oom_watch;
 mod placement;
+mod proc_path;
 mod scheduler;
 mod xid;
 

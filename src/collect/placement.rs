@@ -8,8 +8,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::model::{GpuProcess, HostSnapshot, ProcessKind};
+use crate::model::{Cgroup, GpuProcess, HostSnapshot, ProcessKind, SlurmTask};
 use crate::sys::cgroup as cg;
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
@@ -17,7 +18,7 @@ use crate::sys::PidMap;
 use super::cgroup::CgroupReader;
 use super::container::{detect_own_container, ShmReader};
 use super::oom_watch::OomWatch;
-use super::scheduler::{name_pod, slurm_task};
+use super::scheduler::{pod_name, shared_slurm_task};
 
 /// Whether a join starts a new refresh, or adds rows to the one just joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +34,13 @@ pub(crate) struct Placement {
     shm: ShmReader,
     oom: OomWatch,
     /// `Some(None)`: looked, not in a container.
-    own_container: Option<Option<String>>,
-    /// NSpid by (pid, start ticks), read once per process.
-    ns_pids: HashMap<(u32, u64), NestedPids>,
+    own_container: Option<Option<Arc<str>>>,
+    /// NSpid and the Slurm task by (pid, start ticks): NSpid read once per process, the
+    /// task kept to be shared again while it is the same.
+    known: HashMap<(u32, u64), Known>,
+    /// The cgroups of pods named from their processes' environments ([`pod_name`]), shared by
+    /// the rows of a pod until the reader's cgroup changes.
+    named_pods: Vec<NamedPod>,
     /// Counts the refreshes ([`Placement::begin`]).
     refresh: u64,
     /// The first row of each pid in the join under way, by pid (kept for its capacity).
@@ -52,7 +57,8 @@ impl Placement {
             fs_root,
             oom: OomWatch::default(),
             own_container: None,
-            ns_pids: HashMap::new(),
+            known: HashMap::new(),
+            named_pods: Vec::new(),
             refresh: 0,
             done: PidMap::default(),
         }
@@ -64,7 +70,7 @@ impl Placement {
         let (proc_root, fs_root) = (&self.proc_root, &self.fs_root);
         host.container.clone_from(
             self.own_container
-                .get_or_insert_with(|| detect_own_container(fs_root, proc_root)),
+                .get_or_insert_with(|| detect_own_container(fs_root, proc_root).map(Arc::from)),
         );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -121,7 +127,8 @@ impl Placement {
         }
         if refresh == Refresh::New {
             let refresh = self.refresh;
-            self.ns_pids.retain(|_, (_, seen_in)| *seen_in == refresh);
+            self.known.retain(|_, known| known.seen_in == refresh);
+            self.named_pods.retain(|named| named.used_in == refresh);
             self.oom.end();
         }
     }
@@ -134,9 +141,12 @@ impl Placement {
         let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
             return;
         };
+        let env = row.env.as_deref();
         if let Some(found) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
-            let mut cgroup = found.cgroup.clone();
-            name_pod(&mut cgroup, row.env.as_deref());
+            let cgroup = match pod_name(found.cgroup, env) {
+                Some(name) => named_pod(&mut self.named_pods, found.cgroup, name, self.refresh),
+                None => Arc::clone(found.cgroup),
+            };
             // Once per cgroup and refresh: the rows after the first add nothing.
             if let (true, Some(file), Some(kills)) =
                 (found.first_in_refresh, found.oom_file, cgroup.oom_kills)
@@ -145,31 +155,85 @@ impl Placement {
             }
             row.cgroup = Some(cgroup);
         }
-        row.slurm = slurm_task(row.env.as_deref(), row.cgroup.as_ref());
         if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
             row.shm = self.shm.of_process(row.pid);
         }
-        row.ns_pids = self.nested_pids(row.pid, start_ticks);
+        let known = self.known(row.pid, start_ticks);
+        known.slurm = shared_slurm_task(env, row.cgroup.as_deref(), known.slurm.as_ref());
+        row.slurm = known.slurm.clone();
+        row.ns_pids = known.ns_pids.clone();
         let command = row.command.as_deref();
         self.oom.see(row.pid, start_ticks, row.rss_bytes, || {
             command.map(short_command).unwrap_or_default()
         });
     }
 
-    fn nested_pids(&mut self, pid: u32, start_ticks: u64) -> Option<Vec<u32>> {
+    /// What is kept of the process (`pid`, `start_ticks`), its NSpid read on first sight.
+    fn known(&mut self, pid: u32, start_ticks: u64) -> &mut Known {
         let proc_root = self.proc_root.as_path();
         let refresh = self.refresh;
-        let (pids, seen_in) = self
-            .ns_pids
+        let known = self
+            .known
             .entry((pid, start_ticks))
-            .or_insert_with(|| (read_nested_pids(proc_root, pid), refresh));
-        *seen_in = refresh;
-        pids.clone()
+            .or_insert_with(|| Known {
+                ns_pids: read_nested_pids(proc_root, pid).map(Arc::from),
+                slurm: None,
+                seen_in: refresh,
+            });
+        known.seen_in = refresh;
+        known
     }
 }
 
-/// A process's NSpid, with the refresh that last used it.
-type NestedPids = (Option<Vec<u32>>, u64);
+/// What is kept of a process between refreshes.
+struct Known {
+    ns_pids: Option<Arc<[u32]>>,
+    slurm: Option<Arc<SlurmTask>>,
+    /// The refresh that last joined it.
+    seen_in: u64,
+}
+
+/// A pod's cgroup named from a process's environment.
+struct NamedPod {
+    /// The reader's cgroup it was made from.
+    read: Arc<Cgroup>,
+    named: Arc<Cgroup>,
+    used_in: u64,
+}
+
+/// `read` with its pod named `name`: shared with the other rows that name it so, made again
+/// only when the reader's cgroup changes (a new reading) or the name does.
+fn named_pod(
+    named_pods: &mut Vec<NamedPod>,
+    read: &Arc<Cgroup>,
+    name: Option<&str>,
+    refresh: u64,
+) -> Arc<Cgroup> {
+    fn pod_name(c: &Cgroup) -> Option<&str> {
+        c.pod.as_ref()?.name.as_deref()
+    }
+    if pod_name(read) == name {
+        return Arc::clone(read);
+    }
+    let kept = named_pods
+        .iter_mut()
+        .find(|n| Arc::ptr_eq(&n.read, read) && pod_name(&n.named) == name);
+    if let Some(kept) = kept {
+        kept.used_in = refresh;
+        return Arc::clone(&kept.named);
+    }
+    let mut cgroup = Cgroup::clone(read);
+    if let Some(pod) = cgroup.pod.as_mut() {
+        pod.name = name.map(str::to_string);
+    }
+    let named = Arc::new(cgroup);
+    named_pods.push(NamedPod {
+        read: Arc::clone(read),
+        named: Arc::clone(&named),
+        used_in: refresh,
+    });
+    named
+}
 
 /// NSpid of /proc/PID/status when it lists more than this namespace's pid.
 fn read_nested_pids(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
@@ -187,4 +251,33 @@ fn short_command(command: &str) -> String {
         .chars()
         .take(32)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodRef;
+
+    #[test]
+    fn rows_of_a_pod_share_its_named_cgroup_until_a_new_reading() {
+        let pod = Some(PodRef {
+            uid: "u".into(),
+            qos: None,
+            name: None,
+        });
+        let read = Arc::new(Cgroup {
+            pod,
+            ..Default::default()
+        });
+        let mut named = Vec::new();
+        let first = named_pod(&mut named, &read, Some("web"), 1);
+        let second = named_pod(&mut named, &read, Some("web"), 1);
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(first.pod.as_ref().unwrap().name.as_deref(), Some("web"));
+        assert!(Arc::ptr_eq(&named_pod(&mut named, &read, None, 1), &read));
+        let reread = Arc::new(Cgroup::clone(&read));
+        let third = named_pod(&mut named, &reread, Some("web"), 2);
+        assert!(!Arc::ptr_eq(&first, &third));
+        assert_eq!(third.pod.as_ref().unwrap().name.as_deref(), Some("web"));
+    }
 }

@@ -6,6 +6,8 @@
 //! (cgroup v2). Only the environment gives the task's ranks; the cgroup path gives the job to
 //! users who may not read another user's environment.
 
+use std::sync::Arc;
+
 use crate::model::{Cgroup, LaunchEnv, SlurmTask};
 
 /// The Slurm job and step a cgroup path names.
@@ -28,34 +30,86 @@ pub(crate) fn slurm_from_path(path: &str) -> Option<(String, Option<String>)> {
 }
 
 /// The process's Slurm task: the environment's, else the job its cgroup names.
+#[cfg(test)]
 pub(crate) fn slurm_task(env: Option<&LaunchEnv>, cgroup: Option<&Cgroup>) -> Option<SlurmTask> {
-    if let Some(env) = env.filter(|e| e.slurm_job_id.is_some()) {
-        return Some(SlurmTask {
-            job_id: env.slurm_job_id.clone()?,
-            step: env
-                .slurm_step_id
-                .clone()
-                .or_else(|| cgroup.and_then(|c| c.slurm_step.clone())),
-            proc_id: env.slurm_procid,
-            local_id: env.slurm_localid,
-            ntasks: env.slurm_ntasks,
-            user: env.slurm_job_user.clone(),
-        });
-    }
-    let cgroup = cgroup?;
-    Some(SlurmTask {
-        job_id: cgroup.slurm_job.clone()?,
-        step: cgroup.slurm_step.clone(),
-        ..Default::default()
-    })
+    TaskView::of(env, cgroup).map(|view| view.to_task())
 }
 
-/// Names the pod of `cgroup` from the environment: POD_NAME, else HOSTNAME.
-pub(crate) fn name_pod(cgroup: &mut Cgroup, env: Option<&LaunchEnv>) {
-    let (Some(pod), Some(env)) = (cgroup.pod.as_mut(), env) else {
-        return;
+/// As [`slurm_task`], shared: `kept` (the process's task as last joined) again when the
+/// environment and the cgroup still give the same task, so that an unchanged task is not
+/// copied each refresh.
+pub(crate) fn shared_slurm_task(
+    env: Option<&LaunchEnv>,
+    cgroup: Option<&Cgroup>,
+    kept: Option<&Arc<SlurmTask>>,
+) -> Option<Arc<SlurmTask>> {
+    let view = TaskView::of(env, cgroup)?;
+    match kept {
+        Some(task) if view.is(task) => Some(Arc::clone(task)),
+        _ => Some(Arc::new(view.to_task())),
+    }
+}
+
+/// A Slurm task borrowed from where it is read.
+struct TaskView<'a> {
+    job_id: &'a str,
+    step: Option<&'a str>,
+    proc_id: Option<u32>,
+    local_id: Option<u32>,
+    ntasks: Option<u32>,
+    user: Option<&'a str>,
+}
+
+impl<'a> TaskView<'a> {
+    fn of(env: Option<&'a LaunchEnv>, cgroup: Option<&'a Cgroup>) -> Option<Self> {
+        let cgroup_step = || cgroup.and_then(|c| c.slurm_step.as_deref());
+        if let Some(env) = env.filter(|e| e.slurm_job_id.is_some()) {
+            return Some(TaskView {
+                job_id: env.slurm_job_id.as_deref()?,
+                step: env.slurm_step_id.as_deref().or_else(cgroup_step),
+                proc_id: env.slurm_procid,
+                local_id: env.slurm_localid,
+                ntasks: env.slurm_ntasks,
+                user: env.slurm_job_user.as_deref(),
+            });
+        }
+        Some(TaskView {
+            job_id: cgroup?.slurm_job.as_deref()?,
+            step: cgroup_step(),
+            proc_id: None,
+            local_id: None,
+            ntasks: None,
+            user: None,
+        })
+    }
+
+    fn is(&self, task: &SlurmTask) -> bool {
+        self.job_id == task.job_id
+            && self.step == task.step.as_deref()
+            && (self.proc_id, self.local_id, self.ntasks)
+                == (task.proc_id, task.local_id, task.ntasks)
+            && self.user == task.user.as_deref()
+    }
+
+    fn to_task(&self) -> SlurmTask {
+        SlurmTask {
+            job_id: self.job_id.to_string(),
+            step: self.step.map(str::to_string),
+            proc_id: self.proc_id,
+            local_id: self.local_id,
+            ntasks: self.ntasks,
+            user: self.user.map(str::to_string),
+        }
+    }
+}
+
+/// The name the environment gives the pod of `cgroup`: POD_NAME, else HOSTNAME. `None` where
+/// the cgroup is no pod's or the environment is unreadable: the cgroup then stays as read.
+pub(crate) fn pod_name<'a>(cgroup: &Cgroup, env: Option<&'a LaunchEnv>) -> Option<Option<&'a str>> {
+    let (Some(_), Some(env)) = (cgroup.pod.as_ref(), env) else {
+        return None;
     };
-    pod.name = env.pod_name.clone().or_else(|| env.hostname.clone());
+    Some(env.pod_name.as_deref().or(env.hostname.as_deref()))
 }
 
 #[cfg(test)]
@@ -96,5 +150,40 @@ mod tests {
         assert_eq!(from_path.job_id, "9");
         assert_eq!(from_path.proc_id, None);
         assert_eq!(slurm_task(Some(&LaunchEnv::default()), None), None);
+    }
+
+    #[test]
+    fn an_unchanged_task_is_shared_again() {
+        let mut env = LaunchEnv {
+            slurm_job_id: Some("9".into()),
+            slurm_procid: Some(3),
+            ..Default::default()
+        };
+        let first = shared_slurm_task(Some(&env), None, None).unwrap();
+        let again = shared_slurm_task(Some(&env), None, Some(&first)).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        env.slurm_procid = Some(4);
+        let moved = shared_slurm_task(Some(&env), None, Some(&first)).unwrap();
+        assert_eq!((moved.job_id.as_str(), moved.proc_id), ("9", Some(4)));
+        assert_eq!(shared_slurm_task(None, None, Some(&first)), None);
+    }
+
+    #[test]
+    fn a_pod_is_named_from_pod_name_else_hostname() {
+        let pod = Cgroup {
+            pod: Some(crate::model::PodRef {
+                uid: "u".into(),
+                qos: None,
+                name: None,
+            }),
+            ..Default::default()
+        };
+        let env = LaunchEnv {
+            hostname: Some("h".into()),
+            ..Default::default()
+        };
+        assert_eq!(pod_name(&pod, Some(&env)), Some(Some("h")));
+        assert_eq!(pod_name(&pod, None), None);
+        assert_eq!(pod_name(&Cgroup::default(), Some(&env)), None);
     }
 }

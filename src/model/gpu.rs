@@ -25,16 +25,18 @@ pub struct DriverInfo {
     pub error: Option<String>,
     /// The library file that was tried.
     pub library: String,
-    pub driver_version: Option<String>,
-    pub cuda_version: Option<String>,
-    pub nvml_version: Option<String>,
+    /// The versions are shared (`Arc`) with the collector's copy: the snapshot of each tick
+    /// copies no text of them.
+    pub driver_version: Option<Arc<str>>,
+    pub cuda_version: Option<Arc<str>>,
+    pub nvml_version: Option<Arc<str>>,
     pub gpu_count: Option<u32>,
     /// How many amdgpu cards the sysfs collector found; `None` where it found none.
     #[serde(default)]
     pub amd_gpu_count: Option<u32>,
     /// The libamd_smi library that was loaded, or why none was (it is optional).
     #[serde(default)]
-    pub amd_smi: Option<String>,
+    pub amd_smi: Option<Arc<str>>,
 }
 
 /// Who made the GPU, and so which driver it was read through.
@@ -107,8 +109,9 @@ pub struct GpuSample {
     pub performance_state: Option<u32>,
     /// Raw clock-throttle-reason mask as NVML reports it.
     pub throttle_mask: Option<u64>,
-    /// Names of the active throttle reasons (e.g. "sw_power_cap", "hw_thermal_slowdown").
-    pub throttle_reasons: Option<Vec<String>>,
+    /// Names of the active throttle reasons (e.g. "sw_power_cap", "hw_thermal_slowdown");
+    /// shared with the collector's cache of the last mask, so a tick does not copy them.
+    pub throttle_reasons: Option<Arc<[String]>>,
     pub ecc_enabled: Option<bool>,
     pub ecc_volatile_corrected: Option<u64>,
     pub ecc_volatile_uncorrected: Option<u64>,

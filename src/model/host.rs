@@ -1,5 +1,7 @@
 //! The host: memory, swap, CPU and the vm settings the articles tell users to check.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::OomKillEvent;
@@ -51,7 +53,7 @@ pub struct HostSnapshot {
     pub oom_kills: Vec<OomKillEvent>,
     /// The container runtime torchtop itself runs in (`docker`, `podman`, `kubernetes`,
     /// `containerd`, `lxc`, ...), `None` on the host. NVML then reports host pids, which this
-    /// /proc does not show.
+    /// /proc does not show. Shared with the collector, which looks once.
     #[serde(default)]
-    pub container: Option<String>,
+    pub container: Option<Arc<str>>,
 }

@@ -77,20 +77,23 @@ pub struct GpuProcess {
     /// [`NO_GPU`]. JSON says so with `"gpu": null`.
     #[serde(skip)]
     pub no_gpu: bool,
-    /// Its control group and limits; `None` where /proc/PID/cgroup is unreadable.
+    /// Its control group and limits; `None` where /proc/PID/cgroup is unreadable. Shared with
+    /// the cgroup reader and the other rows in the cgroup: a tick does not copy it per row.
     #[serde(default)]
-    pub cgroup: Option<Cgroup>,
+    pub cgroup: Option<Arc<Cgroup>>,
     /// Its `/dev/shm`, read for processes with children (DataLoader workers).
     #[serde(default)]
     pub shm: Option<ShmInfo>,
-    /// Its Slurm task, from SLURM_* in its environment or its cgroup path.
+    /// Its Slurm task, from SLURM_* in its environment or its cgroup path; shared with the
+    /// collector's cache of the process.
     #[serde(default)]
-    pub slurm: Option<SlurmTask>,
+    pub slurm: Option<Arc<SlurmTask>>,
     /// Its pid in each nested pid namespace, outermost (this /proc's) first, from the NSpid
     /// line of /proc/PID/status; listed only when it has more than one (a containerized
-    /// process: the last is the pid `ps` shows inside its container).
+    /// process: the last is the pid `ps` shows inside its container). Shared with the
+    /// collector's cache of the process.
     #[serde(default)]
-    pub ns_pids: Option<Vec<u32>>,
+    pub ns_pids: Option<Arc<[u32]>>,
 }
 
 impl GpuProcess {

@@ -305,7 +305,7 @@ mod tests {
             index: 0,
             name: Some("GPU \"zero\"".into()),
             power_w: Some(412.125),
-            throttle_reasons: Some(vec!["sw_power_cap".into()]),
+            throttle_reasons: Some(vec!["sw_power_cap".into()].into()),
             ..Default::default()
         });
         let mut process = GpuProcess::new(42, 0, ProcessKind::Both);

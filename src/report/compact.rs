@@ -232,11 +232,11 @@ mod tests {
         let mut compactor = Compactor::default();
         let with_memory = |bytes: u64| {
             let mut snap = snapshot("t0");
-            snap.processes[0].cgroup = Some(crate::model::Cgroup {
+            snap.processes[0].cgroup = Some(std::sync::Arc::new(crate::model::Cgroup {
                 path: "/docker/x".into(),
                 memory_current_bytes: Some(bytes),
                 ..Default::default()
-            });
+            }));
             snap
         };
         let first: Value = serde_json::from_str(&compactor.line(&with_memory(1))).unwrap();

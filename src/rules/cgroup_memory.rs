@@ -220,7 +220,7 @@ mod tests {
             let mut snap = at(step);
             let mut p = process(40, 0, 10 * GIB);
             p.children_count = Some(8);
-            p.cgroup = Some(container(current, 8 * GIB));
+            p.cgroup = Some(container(current, 8 * GIB).into());
             snap.processes = vec![p];
             snap
         }
@@ -252,7 +252,8 @@ mod tests {
         assert!(with_id(&replay_default(0, job(6 * GIB)), "cgroup-memory").is_empty());
         let unlimited = |step| {
             let mut snap = job(7 * GIB)(step);
-            snap.processes[0].cgroup.as_mut().unwrap().memory_max = Some(Limit::Max);
+            std::sync::Arc::make_mut(snap.processes[0].cgroup.as_mut().unwrap()).memory_max =
+                Some(Limit::Max);
             snap
         };
         assert!(with_id(&replay_default(0, unlimited), "cgroup-memory").is_empty());

@@ -139,14 +139,14 @@ mod tests {
                 }
                 .into(),
             );
-            p.cgroup = Some(Cgroup {
+            p.cgroup = Some(std::sync::Arc::new(Cgroup {
                 path: "/kubepods/x".into(),
                 cpu_max: Some(CpuMax {
                     quota_us: Some(400_000),
                     period_us: 100_000,
                 }),
                 ..Default::default()
-            });
+            }));
             snap.processes = vec![p];
             snap
         }

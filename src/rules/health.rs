@@ -75,6 +75,10 @@ pub(crate) fn check(inputs: &Inputs, config: &HealthConfig) -> Vec<Warning> {
 }
 
 fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
+    if gpu.state == GpuState::Ok {
+        // Nothing worded for a healthy GPU: a tick of healthy GPUs allocates nothing here.
+        return None;
+    }
     let reason = fmt_opt(gpu.error.as_deref());
     let name = fmt_opt(gpu.name.as_deref());
     match gpu.state {

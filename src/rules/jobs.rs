@@ -182,13 +182,13 @@ mod tests {
     fn srun_tasks_group_by_slurm_job_with_their_task_ranks() {
         let task = |pid: u32, procid: u32| {
             let mut p = process(pid, procid, 1 << 30);
-            p.slurm = Some(crate::model::SlurmTask {
+            p.slurm = Some(std::sync::Arc::new(crate::model::SlurmTask {
                 job_id: "4242".into(),
                 proc_id: Some(procid),
                 local_id: Some(procid),
                 ntasks: Some(2),
                 ..Default::default()
-            });
+            }));
             p
         };
         let jobs = group_jobs(&[task(51, 1), task(50, 0)]);

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Fraction, NonNegative, Seconds};
 use crate::model::{Severity, Subject, Warning};
 
-use super::{covering, fmt_bytes, fmt_percent, fmt_seconds, warning, Inputs, Point, BYTES_PER_MIB};
+use super::{
+    covering, fmt_bytes, fmt_percent, fmt_seconds, warning, AllocPoint, Inputs, Point, ProcPoint,
+    BYTES_PER_MIB,
+};
 
 /// `leak`: allocated memory that keeps rising as a trend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,7 +80,11 @@ enum Source {
 pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
     let mut found = Vec::new();
     for ((pid, device), points) in covering(inputs.allocators, config.window_seconds.get()) {
-        let series = known(points, |a| a.allocated_bytes);
+        let value = |a: &AllocPoint| a.allocated_bytes;
+        if !rises_enough(points, value, config) {
+            continue;
+        }
+        let series = known(points, value);
         found.extend(leaking(pid, Source::Allocator { device }, &series, config));
     }
     for ((pid, gpu), points) in covering(inputs.processes, config.window_seconds.get()) {
@@ -85,10 +92,34 @@ pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
         if has_agent {
             continue;
         }
-        let series = known(points, |p| p.gpu_memory_bytes);
+        let value = |p: &ProcPoint| p.gpu_memory_bytes;
+        if !rises_enough(points, value, config) {
+            continue;
+        }
+        let series = known(points, value);
         found.extend(leaking(pid, Source::Nvml { gpu }, &series, config));
     }
     found
+}
+
+/// Whether the known values of `points` rise from the first to the last by at least the
+/// configured rise, over enough samples: [`rising_trend`]'s first tests, taken without
+/// copying the series, so that the processes whose memory holds steady (nearly all, each
+/// tick) cost no allocation.
+fn rises_enough<T>(
+    points: &[Point<T>],
+    value: impl Fn(&T) -> Option<u64>,
+    config: &LeakConfig,
+) -> bool {
+    let mut known = points.iter().filter_map(|p| value(&p.v));
+    let Some(first) = known.next() else {
+        return false;
+    };
+    let (count, last) = known.fold((1_usize, first), |(n, _), v| (n + 1, v));
+    let rise = last as f64 - first as f64;
+    count >= (config.min_samples as usize).max(2)
+        && rise > 0.0
+        && rise >= config.min_rise_mib.get() * BYTES_PER_MIB
 }
 
 /// The (time, bytes) pairs where the value is known; gaps are skipped, not read as zero.
@@ -292,6 +323,30 @@ mod tests {
         let mut config = RulesConfig::default();
         config.leak.min_rise_mib = crate::config::NonNegative::new(100.0);
         assert_eq!(with_id(&replay(config, 120, slow), "leak").len(), 1);
+    }
+
+    #[test]
+    fn only_a_series_that_rises_enough_is_copied_for_the_trend_tests() {
+        let config = LeakConfig::default();
+        let points = |step: u64| -> Vec<Point<Option<u64>>> {
+            (0..20)
+                .map(|i| Point {
+                    t: i as f64,
+                    v: (i != 3).then_some(GIB + i * step),
+                })
+                .collect()
+        };
+        let value = |v: &Option<u64>| *v;
+        assert!(!rises_enough(&points(0), value, &config), "steady");
+        assert!(
+            !rises_enough(&points(MIB), value, &config),
+            "19 MiB, under 256"
+        );
+        assert!(rises_enough(&points(100 * MIB), value, &config));
+        assert!(
+            !rises_enough(&points(100 * MIB)[..1], value, &config),
+            "one sample"
+        );
     }
 
     #[test]

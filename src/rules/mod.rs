@@ -62,7 +62,7 @@ pub(crate) use window::{
 };
 pub(crate) use wording::{
     fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, held_on_gpu_evidence,
-    holds_on_gpu, warning, BYTES_PER_MIB,
+    holds_on_gpu, or_na, warning, BYTES_PER_MIB,
 };
 
 /// Rule ids by the harm they announce, most first: within one severity, warnings come in this
@@ -142,7 +142,9 @@ pub(crate) struct Engine {
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     host: Window<HostPoint>,
     steps: BTreeMap<u32, StepTrack>,
-    first_seen: HashMap<(String, SubjectKey), String>,
+    /// When each warning held now was first seen, by its id's place in [`IMPACT`] and its
+    /// subject; kept from tick to tick, so a warning that goes on holding costs no new key.
+    first_seen: HashMap<(usize, SubjectKey), FirstSeen>,
     /// How many samples were recorded: the stamp of the keys each one saw.
     samples: u64,
 }
@@ -246,30 +248,46 @@ impl Engine {
                 .then_with(|| a.id.cmp(&b.id))
                 .then_with(|| SubjectKey::of(&a.subject).cmp(&SubjectKey::of(&b.subject)))
         });
-        let mut kept: Vec<Warning> = Vec::with_capacity(found.len());
-        for warning in found {
-            let duplicate = kept
-                .iter()
-                .any(|k| k.id == warning.id && k.subject == warning.subject);
+        // The first of each (id, subject), in place.
+        let mut kept = 0;
+        for i in 0..found.len() {
+            let w = &found[i];
+            let duplicate = (found[..kept].iter()).any(|k| k.id == w.id && k.subject == w.subject);
             if !duplicate {
-                kept.push(warning);
+                found.swap(kept, i);
+                kept += 1;
             }
         }
-        let now = snapshot_time(snapshot);
-        let mut first_seen = HashMap::with_capacity(kept.len());
-        for warning in &mut kept {
-            let key = (warning.id.clone(), SubjectKey::of(&warning.subject));
-            let since = self
-                .first_seen
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| now.clone());
-            warning.since.clone_from(&since);
-            first_seen.insert(key, since);
+        found.truncate(kept);
+        let stamp = self.samples;
+        let mut now = None;
+        for warning in &mut found {
+            let key = (impact_rank(&warning.id), SubjectKey::of(&warning.subject));
+            let seen = self.first_seen.entry(key).or_insert_with(|| FirstSeen {
+                id: String::new(),
+                since: String::new(),
+                stamp,
+            });
+            // An id outside IMPACT shares its place with the other such ids: checked here.
+            if seen.stamp + 1 < stamp || seen.id != warning.id {
+                seen.id.clone_from(&warning.id);
+                seen.since
+                    .clone_from(now.get_or_insert_with(|| snapshot_time(snapshot)));
+            }
+            seen.stamp = stamp;
+            warning.since.clone_from(&seen.since);
         }
-        self.first_seen = first_seen;
-        kept
+        self.first_seen.retain(|_, seen| seen.stamp == stamp);
+        found
     }
+}
+
+/// When a warning was first seen, and the sample that last saw it.
+#[derive(Debug, Clone)]
+struct FirstSeen {
+    id: String,
+    since: String,
+    stamp: u64,
 }
 
 /// Names the cause of each process warning in its evidence, for [`Warning::group`]: a `job` row

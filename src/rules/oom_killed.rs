@@ -150,10 +150,10 @@ mod tests {
         let warnings = replay_default(5, |step| {
             let mut snap = at(step);
             let mut p = process(40, 0, GIB);
-            p.cgroup = Some(Cgroup {
+            p.cgroup = Some(std::sync::Arc::new(Cgroup {
                 path: "/docker/x".into(),
                 ..Default::default()
-            });
+            }));
             snap.processes = vec![p];
             if step >= 2 {
                 snap.host.oom_kills = vec![event(T0 + 2.0, Some("/docker/x"))];

@@ -54,24 +54,18 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
     let snapshot = inputs.snapshot;
     let mut found = Vec::new();
     for gpu in &snapshot.gpus {
-        let holders: Vec<&GpuProcess> = snapshot
-            .processes
-            .iter()
-            .filter(|p| p.gpu == gpu.index)
-            .collect();
-        let by_process: Vec<Warning> = holders
-            .iter()
+        // An iterator, not a Vec: a tick without warnings allocates nothing here.
+        let holders = || snapshot.processes.iter().filter(|p| p.gpu == gpu.index);
+        let by_process: Vec<Warning> = holders()
             .filter_map(|p| {
                 let device = torch_device_on(p, &snapshot.gpus)?;
                 reserved_near_full(p, device, gpu, config)
             })
             .collect();
-        let reserved_by_servers = !holders.is_empty()
-            && holders
-                .iter()
-                .all(|p| super::training::looks_like_serving(p));
+        let reserved_by_servers =
+            holders().next().is_some() && holders().all(super::training::looks_like_serving);
         if by_process.is_empty() && !reserved_by_servers {
-            found.extend(gpu_near_full(gpu, &holders, config));
+            found.extend(gpu_near_full(gpu, holders(), config));
         }
         found.extend(by_process);
     }
@@ -129,17 +123,16 @@ fn reserved_near_full(
 }
 
 /// A GPU's used memory at or above the fraction of its total.
-fn gpu_near_full(
+fn gpu_near_full<'a>(
     gpu: &GpuSample,
-    holders: &[&GpuProcess],
+    holders: impl Iterator<Item = &'a GpuProcess> + Clone,
     config: &OomRiskConfig,
 ) -> Option<Warning> {
     let fraction = gpu.memory_fraction()?;
     if fraction < config.memory_fraction.get() {
         return None;
     }
-    let largest = holders
-        .iter()
+    let largest = (holders.clone())
         .filter(|p| p.gpu_memory_bytes.is_some())
         .max_by_key(|p| p.gpu_memory_bytes);
     let message = format!(
@@ -160,7 +153,7 @@ fn gpu_near_full(
             "threshold",
             fmt_percent(config.memory_fraction.get() * 100.0),
         ),
-        ("processes", holders.len().to_string()),
+        ("processes", holders.count().to_string()),
         ("largest holder", largest_holder),
     ];
     Some(warning(

@@ -40,13 +40,17 @@ sizeLimit) at /dev/shm. Until then fewer DataLoader workers or a smaller prefetc
 less of it.";
 
 pub(crate) fn check(inputs: &Inputs, config: &ShmSmallConfig) -> Vec<Warning> {
+    let processes = &inputs.snapshot.processes;
     let mut found = Vec::new();
-    let mut done = Vec::new();
-    for process in &inputs.snapshot.processes {
-        if done.contains(&process.pid) {
+    for (i, process) in processes.iter().enumerate() {
+        // The first row of each pid; looked back for only where it could warn (few rows).
+        let could = process.visible
+            && process.kind != ProcessKind::Graphics
+            && process.children_count.is_some_and(|n| n > 0)
+            && process.shm.is_some();
+        if !could || processes[..i].iter().any(|p| p.pid == process.pid) {
             continue;
         }
-        done.push(process.pid);
         found.extend(short_of_shm(process, config));
     }
     found

@@ -97,7 +97,7 @@ fn warnings_come_most_severe_first_then_by_id_and_subject() {
         gpu(1, 97 * GIB / 100 * 80, 80 * GIB, 90),
         gpu(0, 97 * GIB / 100 * 80, 80 * GIB, 90),
     ];
-    snap.gpus[0].throttle_reasons = Some(vec!["hw_thermal_slowdown".into()]);
+    snap.gpus[0].throttle_reasons = Some(vec!["hw_thermal_slowdown".into()].into());
     let mut oom = process(7, 0, 10 * GIB);
     oom.torch = Some(torch_on(vec![with_ooms(device(0, GIB, 2 * GIB), 1)]));
     snap.processes.push(oom.clone());

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Percent;
 use crate::model::{GpuSample, Severity, Subject, Warning};
 
-use super::{fmt_opt, warning, Inputs};
+use super::{or_na, warning, Inputs};
 
 /// The throttle-reason names the NVML collector produces.
 pub(crate) const THROTTLE_REASON_NAMES: [&str; 5] = [
@@ -70,46 +70,49 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
     if f64::from(utilization) < config.min_utilization_percent.get() {
         return None;
     }
-    let active: Vec<&str> = gpu
-        .throttle_reasons
-        .as_ref()?
-        .iter()
-        .map(String::as_str)
-        .filter(|r| config.reasons.iter().any(|c| c == r))
-        .collect();
-    if active.is_empty() {
-        return None;
-    }
-    let severity = if active.iter().all(|&r| r == "sw_power_cap") {
+    let reasons = gpu.throttle_reasons.as_ref()?;
+    // Iterated, not collected: a GPU under load without a counted reason costs no allocation.
+    let active =
+        || (reasons.iter().map(String::as_str)).filter(|r| config.reasons.iter().any(|c| c == r));
+    // No counted reason: no warning.
+    active().next()?;
+    let severity = if active().all(|r| r == "sw_power_cap") {
         Severity::Info
     } else {
         Severity::Warn
     };
+    let mut active_text = String::new();
+    for (i, reason) in active().enumerate() {
+        if i > 0 {
+            active_text.push_str(", ");
+        }
+        active_text.push_str(reason);
+    }
     let temperature = gpu.temperature_c.map(|t| format!("{t} °C"));
     let power = match (gpu.power_w, gpu.power_limit_w) {
         (Some(p), Some(l)) => Some(format!("{p:.0}/{l:.0} W")),
         (Some(p), None) => Some(format!("{p:.0} W")),
         _ => None,
     };
-    let mut details = vec![format!("{utilization}% utilization")];
-    details.extend(temperature.clone());
-    details.extend(power.clone());
-    let message = format!(
-        "GPU {}'s clocks are held down by {} ({})",
-        gpu.index,
-        active.join(", "),
-        details.join(", "),
+    let mut message = format!(
+        "GPU {}'s clocks are held down by {active_text} ({utilization}% utilization",
+        gpu.index
     );
+    for detail in [&temperature, &power].into_iter().flatten() {
+        message.push_str(", ");
+        message.push_str(detail);
+    }
+    message.push(')');
     let evidence = vec![
-        ("reasons", active.join(", ")),
+        ("reasons", active_text),
         ("utilization", format!("{utilization}%")),
-        ("temperature", fmt_opt(temperature)),
-        ("power", fmt_opt(power)),
+        ("temperature", or_na(temperature)),
+        ("power", or_na(power)),
         (
             "sm clock",
-            fmt_opt(gpu.sm_clock_mhz.map(|c| format!("{c} MHz"))),
+            or_na(gpu.sm_clock_mhz.map(|c| format!("{c} MHz"))),
         ),
-        ("fan", fmt_opt(gpu.fan_percent.map(|f| format!("{f}%")))),
+        ("fan", or_na(gpu.fan_percent.map(|f| format!("{f}%")))),
     ];
     Some(warning(
         ID,

@@ -463,7 +463,7 @@ mod tests {
             name: Some("NVIDIA H100 80GB HBM3".into()),
             sm_clock_mhz: Some(1980),
             pcie_rx_kib_s: Some(123_456),
-            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()]),
+            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()].into()),
             bus_id: Some("00000000:1B:00.0".into()),
             uuid: Some("GPU-9f3c1a52-7d1e-4b0a-8c51-0e8f2a6b7c11".into()),
             ..GpuSample::default()

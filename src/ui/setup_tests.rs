@@ -114,8 +114,8 @@ fn themed(name: ThemeName) -> App {
     app.ui.theme = name;
     app.status = Some("sent SIGTERM to 20000".to_string());
     let mut snapshot = (*app.snapshot).clone();
-    snapshot.gpus[0].throttle_reasons = Some(vec!["sw_power_cap".to_string()]);
-    snapshot.gpus[1].throttle_reasons = Some(vec!["hw_thermal_slowdown".to_string()]);
+    snapshot.gpus[0].throttle_reasons = Some(vec!["sw_power_cap".to_string()].into());
+    snapshot.gpus[1].throttle_reasons = Some(vec!["hw_thermal_slowdown".to_string()].into());
     app.on_snapshot(Arc::new(snapshot));
     app
 }

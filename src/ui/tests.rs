@@ -34,9 +34,9 @@ fn driver() -> DriverInfo {
         nvml_loaded: true,
         error: None,
         library: "libnvidia-ml.so.1".to_string(),
-        driver_version: Some("550.54.15".to_string()),
-        cuda_version: Some("12.4".to_string()),
-        nvml_version: Some("12.550.54.15".to_string()),
+        driver_version: Some("550.54.15".into()),
+        cuda_version: Some("12.4".into()),
+        nvml_version: Some("12.550.54.15".into()),
         gpu_count: Some(0),
         ..Default::default()
     }
@@ -98,11 +98,14 @@ fn gpu(index: u32, t: u32) -> GpuSample {
         decoder_percent: Some(0),
         performance_state: Some(0),
         throttle_mask: Some(0),
-        throttle_reasons: Some(if index == 5 {
-            vec!["sw_power_cap".to_string()]
-        } else {
-            Vec::new()
-        }),
+        throttle_reasons: Some(
+            if index == 5 {
+                vec!["sw_power_cap".to_string()]
+            } else {
+                Vec::new()
+            }
+            .into(),
+        ),
         ecc_enabled: Some(true),
         ecc_volatile_corrected: Some(0),
         ecc_volatile_uncorrected: Some(0),

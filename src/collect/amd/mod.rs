@@ -37,7 +37,7 @@ pub(crate) struct AmdSource {
     cards: Vec<AmdCard>,
     clients: Arc<ClientCache>,
     /// The libamd_smi probe's outcome, for the driver line.
-    pub(crate) smi: Option<String>,
+    pub(crate) smi: Option<Arc<str>>,
     /// The library, when it is there and usable.
     library: Option<Arc<smi::AmdSmi>>,
 }
@@ -53,7 +53,7 @@ impl AmdSource {
         } else {
             clients.prime();
             let probe = smi::probe();
-            (Some(probe.note), probe.smi.map(Arc::new))
+            (Some(probe.note.into()), probe.smi.map(Arc::new))
         };
         AmdSource {
             cards,

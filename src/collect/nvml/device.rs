@@ -13,8 +13,9 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use super::mig::{merge_mig_processes, read_mig};
+use super::process_lists::{ListFns, ProcessLists};
 use super::processes::merge_process_lists;
-use super::throttle_reason_names;
+use super::ThrottleNames;
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
 use crate::collect::xid::XidWatch;
 use crate::model::{GpuProcess, GpuSample, Implausible};
@@ -78,10 +79,15 @@ pub(super) struct NvmlDevice {
     /// Out-of-range values dropped since this GPU was first read.
     implausible: Implausible,
     xid: XidWatch,
+    throttle_names: ThrottleNames,
+    /// NVML's list functions called directly, where the library's table could be loaded.
+    list_fns: Option<ListFns>,
+    /// The process lists, read into buffers kept from reading to reading.
+    lists: ProcessLists,
 }
 
 impl NvmlDevice {
-    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32) -> Self {
+    pub(super) fn new(nvml: Option<&'static Nvml>, index: u32, list_fns: Option<ListFns>) -> Self {
         NvmlDevice {
             nvml,
             index,
@@ -93,6 +99,9 @@ impl NvmlDevice {
             process_sm: HashMap::new(),
             implausible: Implausible::default(),
             xid: XidWatch::new(),
+            throttle_names: ThrottleNames::default(),
+            list_fns,
+            lists: ProcessLists::default(),
         }
     }
 }
@@ -136,6 +145,8 @@ impl NvmlDevice {
         self.readings = self.readings.wrapping_add(1);
         let mut sample = read_sample(device, &mut reader, &self.fixed, &self.slow);
         sample.index = self.index;
+        let names = &mut self.throttle_names;
+        sample.throttle_reasons = sample.throttle_mask.map(|mask| names.of(mask));
         if let Some(nvml) = self.nvml {
             if let Some((last, count)) = self.xid.poll(nvml, device) {
                 sample.xid_last = Some(last);
@@ -193,13 +204,18 @@ impl NvmlDevice {
     }
 
     fn read_processes(&mut self, device: &Device, reader: &mut Reader) -> Vec<GpuProcess> {
-        let compute = reader
-            .get(device.running_compute_processes())
-            .unwrap_or_default();
-        let graphics = reader
-            .get(device.running_graphics_processes())
-            .unwrap_or_default();
-        let mut rows = merge_process_lists(self.index, &compute, &graphics);
+        let lists = &mut self.lists;
+        if let Some(fns) = self.list_fns {
+            let (compute, graphics) = lists.read(fns, device);
+            reader.get(compute);
+            reader.get(graphics);
+        } else {
+            let compute = device.running_compute_processes();
+            lists.compute = reader.get(compute).unwrap_or_default();
+            let graphics = device.running_graphics_processes();
+            lists.graphics = reader.get(graphics).unwrap_or_default();
+        }
+        let mut rows = merge_process_lists(self.index, &lists.compute, &lists.graphics);
         self.update_process_sm(device, reader);
         let now = Instant::now();
         for row in &mut rows {
@@ -359,7 +375,8 @@ fn read_sample(
         performance_state: reader
             .get(device.performance_state())
             .and_then(pstate_number),
-        throttle_reasons: throttle_mask.map(throttle_reason_names),
+        // Named by the caller, from its cache ([`ThrottleNames`]).
+        throttle_reasons: None,
         throttle_mask,
         ecc_enabled: fixed.ecc_enabled,
         ecc_volatile_corrected: slow.ecc_volatile_corrected,

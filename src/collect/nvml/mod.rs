@@ -7,6 +7,7 @@
 
 use std::ffi::CStr;
 use std::path::Path;
+use std::sync::Arc;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -16,17 +17,22 @@ use crate::model::DriverInfo;
 
 mod device;
 mod mig;
+mod process_lists;
 mod processes;
 mod throttle;
 
 use device::NvmlDevice;
+#[cfg(test)]
 pub(crate) use throttle::throttle_reason_names;
+pub(crate) use throttle::ThrottleNames;
 
 pub(crate) struct NvmlSource {
     /// Leaked on purpose: worker threads borrow it for the life of the process, and a thread
     /// stuck in the driver must never be joined or have the library unloaded under it.
     nvml: Option<&'static Nvml>,
     info: DriverInfo,
+    /// NVML's process-list functions, called with kept buffers ([`process_lists`]).
+    list_fns: Option<process_lists::ListFns>,
 }
 
 impl NvmlSource {
@@ -40,18 +46,24 @@ impl NvmlSource {
             Ok(nvml) => {
                 let nvml: &'static Nvml = Box::leak(Box::new(nvml));
                 info.nvml_loaded = true;
-                info.driver_version = nvml.sys_driver_version().ok();
-                info.nvml_version = nvml.sys_nvml_version().ok();
-                info.cuda_version = nvml.sys_cuda_driver_version().ok().map(format_cuda_version);
+                info.driver_version = nvml.sys_driver_version().ok().map(Arc::from);
+                info.nvml_version = nvml.sys_nvml_version().ok().map(Arc::from);
+                let cuda = nvml.sys_cuda_driver_version().ok();
+                info.cuda_version = cuda.map(|v| format_cuda_version(v).into());
                 info.gpu_count = nvml.device_count().ok();
                 NvmlSource {
                     nvml: Some(nvml),
                     info,
+                    list_fns: process_lists::ListFns::load(library),
                 }
             }
             Err(error) => {
                 info.error = Some(describe_init_error(library, error));
-                NvmlSource { nvml: None, info }
+                NvmlSource {
+                    nvml: None,
+                    info,
+                    list_fns: None,
+                }
             }
         }
     }
@@ -70,7 +82,7 @@ impl GpuSource for NvmlSource {
     }
 
     fn open_device(&self, index: u32) -> Box<dyn DeviceReader> {
-        Box::new(NvmlDevice::new(self.nvml, index))
+        Box::new(NvmlDevice::new(self.nvml, index, self.list_fns))
     }
 }
 

@@ -27,6 +27,15 @@ fn throttle_bits_become_names_and_unknown_bits_survive() {
 }
 
 #[test]
+fn throttle_names_are_shared_while_the_mask_stays() {
+    let mut names = ThrottleNames::default();
+    let first = names.of(0x4);
+    assert!(std::sync::Arc::ptr_eq(&first, &names.of(0x4)));
+    assert_eq!(&*names.of(0x8), ["hw_slowdown"]);
+    assert!(!std::sync::Arc::ptr_eq(&first, &names.of(0x4)));
+}
+
+#[test]
 fn a_pid_in_both_lists_is_one_row() {
     let info = |pid, bytes| ProcessInfo {
         pid,

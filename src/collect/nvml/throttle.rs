@@ -1,5 +1,7 @@
 //! Throttle-reason bits as the names torchtop reports.
 
+use std::sync::Arc;
+
 /// Throttle-reason bits from NVML's header, with the names torchtop reports.
 const THROTTLE_NAMES: [(u64, &str); 9] = [
     (0x1, "gpu_idle"),
@@ -12,6 +14,23 @@ const THROTTLE_NAMES: [(u64, &str); 9] = [
     (0x80, "hw_power_brake_slowdown"),
     (0x100, "display_clock_setting"),
 ];
+
+/// The names of the last mask read, shared again while the mask stays the same.
+#[derive(Debug, Default)]
+pub(crate) struct ThrottleNames(Option<(u64, Arc<[String]>)>);
+
+impl ThrottleNames {
+    pub(crate) fn of(&mut self, mask: u64) -> Arc<[String]> {
+        match &self.0 {
+            Some((kept, names)) if *kept == mask => Arc::clone(names),
+            _ => {
+                let names: Arc<[String]> = throttle_reason_names(mask).into();
+                self.0 = Some((mask, Arc::clone(&names)));
+                names
+            }
+        }
+    }
+}
 
 /// Names of the set throttle-reason bits; unknown bits are reported by number.
 pub(crate) fn throttle_reason_names(mask: u64) -> Vec<String> {
