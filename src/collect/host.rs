@@ -43,7 +43,7 @@ pub struct HostCollector {
     root: PathBuf,
     clock_ticks: u64,
     page_size: u64,
-    hostname: Option<String>,
+    hostname: Option<std::sync::Arc<str>>,
     previous_cpu: Option<CpuTimes>,
     identities: PidMap<u32, Identity>,
     cpu_samples: PidMap<u32, CpuSample>,

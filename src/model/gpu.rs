@@ -23,8 +23,8 @@ pub struct DriverInfo {
     pub nvml_loaded: bool,
     /// Why NVML is not usable, as a sentence; `None` when it is.
     pub error: Option<String>,
-    /// The library file that was tried.
-    pub library: String,
+    /// The library file that was tried (shared with the sampler's copy, like the versions).
+    pub library: Arc<str>,
     /// The versions are shared (`Arc`) with the collector's copy: the snapshot of each tick
     /// copies no text of them.
     pub driver_version: Option<Arc<str>>,

@@ -35,7 +35,8 @@ pub struct LoadAverage {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct HostSnapshot {
-    pub hostname: Option<String>,
+    /// Shared (`Arc`) with the collector, which reads it once.
+    pub hostname: Option<std::sync::Arc<str>>,
     pub memory: MemoryInfo,
     pub swap: SwapInfo,
     pub vm: VmSettings,

@@ -153,7 +153,7 @@ impl FileWriter {
             .map_err(|e| RecordError(format!("a snapshot could not be recorded: {e}")))?;
         let marks = marks::marks(self.previous.as_deref(), snapshot);
         if !self.has_header {
-            self.write_header(snapshot.host.hostname.clone())?;
+            self.write_header(snapshot.host.hostname.as_deref().map(str::to_string))?;
         }
         if self.block.is_none() {
             self.open_block(snapshot.unix_seconds)?;

@@ -152,7 +152,7 @@ fn driver_missing(snapshot: &Snapshot) -> Option<Warning> {
         ),
         vec![
             ("device nodes", snapshot.nvidia_devices.join(", ")),
-            ("library", driver.library.clone()),
+            ("library", driver.library.to_string()),
             ("error", why),
         ],
         DRIVER_REMEDY,

@@ -111,7 +111,7 @@ impl GpuPool {
             count_requests: Some(count_tx),
             source: None,
             driver: DriverInfo {
-                library: library_label.to_string(),
+                library: library_label.into(),
                 error: Some("loading the GPU library".into()),
                 ..Default::default()
             },

@@ -94,7 +94,7 @@ fn job_app() -> App {
             }
         }
         let mut snapshot = snapshot_with(gpus, processes);
-        snapshot.host.hostname = Some("trainbox-07".to_string());
+        snapshot.host.hostname = Some("trainbox-07".into());
         snapshot.jobs = crate::rules::group_jobs(&snapshot.processes);
         snapshot
     })

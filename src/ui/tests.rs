@@ -33,7 +33,7 @@ fn driver() -> DriverInfo {
     DriverInfo {
         nvml_loaded: true,
         error: None,
-        library: "libnvidia-ml.so.1".to_string(),
+        library: "libnvidia-ml.so.1".into(),
         driver_version: Some("550.54.15".into()),
         cuda_version: Some("12.4".into()),
         nvml_version: Some("12.550.54.15".into()),
@@ -44,7 +44,7 @@ fn driver() -> DriverInfo {
 
 fn host() -> HostSnapshot {
     HostSnapshot {
-        hostname: Some("trainbox-07".to_string()),
+        hostname: Some("trainbox-07".into()),
         memory: MemoryInfo {
             total_bytes: Some(2048 * GIB),
             available_bytes: Some(1536 * GIB),
@@ -379,7 +379,7 @@ fn no_driver() {
             "NVML could not be loaded from libnvidia-ml.so.1: cannot open shared object file"
                 .to_string(),
         ),
-        library: "libnvidia-ml.so.1".to_string(),
+        library: "libnvidia-ml.so.1".into(),
         ..Default::default()
     };
     let app = app_with(snapshot);

@@ -80,7 +80,10 @@ impl HostCollector {
     /// the first call, as it needs two samples.
     pub fn sample_host(&mut self) -> HostSnapshot {
         if self.hostname.is_none() {
-            self.hostname = procfs::read_hostname(&self.root).ok().flatten();
+            self.hostname = procfs::read_hostname(&self.root)
+                .ok()
+                .flatten()
+                .map(Into::into);
         }
         let readings = &mut self.readings;
         let files = &mut readings.files;

@@ -39,7 +39,7 @@ impl NvmlSource {
     /// Loads and initializes NVML from `library`. Blocks for as long as `nvmlInit` does.
     pub(crate) fn load(library: &Path) -> Self {
         let mut info = DriverInfo {
-            library: library.display().to_string(),
+            library: library.display().to_string().into(),
             ..Default::default()
         };
         match Nvml::builder().lib_path(library.as_os_str()).init() {
