@@ -31,24 +31,26 @@
 //!  ┌────────────────────────── event loop (tokio, the UI task) ──────────────────────────┐
 //!  │ app (state, no I/O) ── ui::draw reads the newest snapshot and the history only      │
 //!  └──┬─────────────▲─────────────────┬───────────────────▲──────────────┬──────────────┘
-//!     │ SamplerRequest (tree on/off,  │ watch: the newest  │ Action       │ Snapshot per
-//!     │ agent commands, snapshots)    │ Arc<Snapshot>      │ Request ▼    │ tick (R on)
+//!     │ SamplerRequest (tree on/off,  │ the newest Arc<    │ Action       │ Snapshot per
+//!     │ agent commands, snapshots)    │ Snapshot>, 1 wake  │ Request ▼    │ tick (R on)
 //!     ▼                               │                    │ spawn_blocking│         ▼
 //!  torchtop-sampler: one tick per -d ─┘   actions::perform ─ActionReport─┘  torchtop-record:
 //!   │ collects, runs the rules,           (pidfd signals, renice;           zstd blocks to
 //!   │ publishes an immutable snapshot      identity checked first)          the .ttrec file
+//!   │ keeps the clock: sleeps until the tick, then reads every healthy GPU itself, one
+//!   │ after another (Xid events polled with each), with an alarm armed around those calls
 //!   ├─▶ torchtop-driver: loads NVML and recounts the GPUs every 10 s (calls that may block)
-//!   ├─▶ torchtop-gpus0: keeps the clock: sleeps until the tick, reads every healthy GPU,
-//!   │     one after another (Xid events polled with each), and wakes the sampler once,
-//!   │     through the same channel as the UI's requests
-//!   │     └─▶ torchtop-gpusN: a GPU of its own only while its calls overrun the deadline
+//!   ├─▶ torchtop-alarm: asleep until a GPU call overruns the deadline; then the stuck
+//!   │     thread goes on as that GPU's worker and a new torchtop-sampler takes over
+//!   ├─▶ torchtop-gpus: a GPU of its own only while its calls overrun the deadline; its
+//!   │     "round over" comes through the same channel as the UI's requests
 //!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
 //!   └─  /proc is read on the sampler thread itself (GPU rows off screen every 5 s)
 //!   (the sampler and the threads it starts run as SCHED_BATCH: waking one another preempts
 //!   nobody; the UI thread stays a normal thread for the keys)
 //! ```
 //!
-//! A hung driver call stalls at most its worker: the sampler publishes what it has, and the
+//! A hung driver call stalls at most the thread inside it: the sampler publishes what it has, and the
 //! event loop never waits on anything but its channels, so a key is handled at once.
 
 pub mod actions;

@@ -97,7 +97,7 @@ pub(crate) fn run(sampler: Sampler, publish: Publish) -> Option<(Sampler, Publis
     });
     let watchdog = shared.clone();
     let spawned = thread::Builder::new()
-        .name("torchtop-watchdog".into())
+        .name("torchtop-alarm".into())
         .spawn(move || watch(&watchdog));
     if spawned.is_err() {
         let shared = Arc::into_inner(shared)?;

@@ -44,10 +44,11 @@ pub(crate) fn counters() -> (u64, u64) {
     )
 }
 
-/// Allocations and bytes per tick over `ticks` ticks after `warmup` ticks, with `scenario`
-/// as the fake NVML's scenario file. Counts every thread of this process (the GPU worker
-/// included), so the benchmark's own threads must be idle meanwhile.
-pub(crate) fn per_tick(library: &Path, scenario: &Path, warmup: u32, ticks: u32) -> (f64, f64) {
+/// Allocations and bytes per tick in each of `phases`, with `scenario` as the fake NVML's
+/// scenario file: a phase is (ticks to run first, ticks to count), all on one sampler, so a
+/// later phase sees the rule windows fuller. Counts every thread of this process (the GPU
+/// worker included), so the benchmark's own threads must be idle meanwhile.
+pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -> Vec<(f64, f64)> {
     std::env::set_var("TORCHTOP_FAKE_NVML_SCENARIO", scenario);
     let config = SamplerConfig::for_interval(Duration::from_secs(1), "fake".into());
     let mut sampler = Sampler::start(
@@ -58,18 +59,22 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, warmup: u32, ticks: u32)
     while sampler.tick().gpus.is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Ticks 100 ms apart: the per-tick work is the same as at 1 s, the run shorter.
+    // Ticks 100 ms apart: the per-tick work is the same as at 1 s, the run shorter. The rule
+    // windows are spans of time, so they fill in as many seconds as at 1 s.
     let pause = Duration::from_millis(100);
-    for _ in 0..warmup {
+    let mut tick = || {
         drop(sampler.tick());
         std::thread::sleep(pause);
-    }
-    let (calls0, bytes0) = counters();
-    for _ in 0..ticks {
-        drop(sampler.tick());
-        std::thread::sleep(pause);
-    }
-    let (calls1, bytes1) = counters();
-    let n = f64::from(ticks);
-    ((calls1 - calls0) as f64 / n, (bytes1 - bytes0) as f64 / n)
+    };
+    phases
+        .iter()
+        .map(|&(before, ticks)| {
+            (0..before).for_each(|_| tick());
+            let (calls0, bytes0) = counters();
+            (0..ticks).for_each(|_| tick());
+            let (calls1, bytes1) = counters();
+            let n = f64::from(ticks);
+            ((calls1 - calls0) as f64 / n, (bytes1 - bytes0) as f64 / n)
+        })
+        .collect()
 }
