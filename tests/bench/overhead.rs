@@ -63,6 +63,8 @@ enum Fixture {
     Still {
         gpus: usize,
     },
+    /// One GPU as `Still`, at rest: no utilization, idle power, little memory.
+    Idle,
 }
 
 const fn scenario(
@@ -85,7 +87,12 @@ const FOUR: Fixture = Fixture::File("four_gpus_20_procs.toml");
 const EIGHT: Fixture = Fixture::File("eight_gpus.toml");
 const SIXTEEN: Fixture = Fixture::Generated { gpus: 16 };
 
-const SCENARIOS: [Scenario; 9] = [
+/// One GPU with no processes, nothing running on it: the machine between jobs.
+const IDLE_ONE: Fixture = Fixture::Idle;
+
+const SCENARIOS: [Scenario; 11] = [
+    scenario("1 idle GPU", IDLE_ONE, 0, 0),
+    scenario("1 idle GPU + 2000 idle", IDLE_ONE, 0, 2000),
     scenario("4 GPUs, 20 procs", FOUR, 20, 0),
     scenario("8 GPUs, 64 procs", EIGHT, 64, 0),
     scenario("4 GPUs, 20 procs + 2000 idle", FOUR, 20, 2000),
@@ -117,6 +124,10 @@ fn scenario_text(fixture: Fixture, processes: usize, pids: &[u32]) -> String {
         Fixture::File(name) => fill_pids(&common::fake_nvml::fixture_text(name), pids),
         Fixture::Generated { gpus } => fill_pids(&many_gpus_scenario(gpus, processes), pids),
         Fixture::Still { gpus } => fill_pids(&still_scenario(gpus, processes), pids),
+        Fixture::Idle => still_scenario(1, 0)
+            .replace("utilization_gpu = 55", "utilization_gpu = 0")
+            .replace("power_w = 450", "power_w = 70")
+            .replace("memory_used_mib = 40000", "memory_used_mib = 500"),
     }
 }
 
