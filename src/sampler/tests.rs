@@ -453,20 +453,32 @@ fn published_until(
     }
 }
 
-/// In the monitor's loop a GPU that blocks, once the sampler thread reads the GPUs itself,
-/// costs one deadline: the watchdog replaces the stuck thread, and the other GPUs keep
-/// updating tick after tick while the blocked one goes stale.
-#[test]
-fn in_the_monitor_a_gpu_that_hangs_on_the_sampler_thread_delays_nobody() {
+/// Three GPUs all answering.
+fn all_ok(s: &Snapshot) -> bool {
+    s.gpus.len() == 3 && s.gpus.iter().all(|g| g.state == GpuState::Ok)
+}
+
+/// The monitor's loop over three GPUs, once the sampler thread reads them itself (past the
+/// first tick, which asks a worker, and a reading of GPU 1 after it), with GPU 1 then made
+/// to block until the returned flag is cleared.
+fn monitor_loop_holding_gpu_1() -> (mpsc::Receiver<Snapshot>, Arc<AtomicBool>, TempDir) {
     let held = Arc::new(AtomicBool::new(false));
-    let (published, _agents) = monitor_loop(loader_holding(1, held.clone()));
-    let all_ok = |s: &Snapshot| s.gpus.len() == 3 && s.gpus.iter().all(|g| g.state == GpuState::Ok);
-    // Past the first tick (which asks a worker), on the sampler thread's own reads.
+    let (published, agents) = monitor_loop(loader_holding(1, held.clone()));
     let first = published_until(&published, all_ok);
     published_until(&published, |s| {
         all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
     });
     held.store(true, Ordering::SeqCst);
+    (published, held, agents)
+}
+
+/// In the monitor's loop a GPU that blocks, once the sampler thread reads the GPUs itself,
+/// costs one deadline: the watchdog replaces the stuck thread, and the other GPUs keep
+/// updating tick after tick while the blocked one goes stale.
+#[test]
+fn in_the_monitor_a_gpu_that_hangs_on_the_sampler_thread_delays_nobody() {
+    let (published, held, _agents) = monitor_loop_holding_gpu_1();
+    let first = published_until(&published, all_ok);
     let others_ok =
         |s: &Snapshot| s.gpus[0].state == GpuState::Ok && s.gpus[2].state == GpuState::Ok;
     let mut last = first.gpus[2].temperature_c;
@@ -486,14 +498,7 @@ fn in_the_monitor_a_gpu_that_hangs_on_the_sampler_thread_delays_nobody() {
 /// back), while the others never stop.
 #[test]
 fn in_the_monitor_a_gpu_that_hangs_and_recovers_moves_again() {
-    let held = Arc::new(AtomicBool::new(false));
-    let (published, _agents) = monitor_loop(loader_holding(1, held.clone()));
-    let all_ok = |s: &Snapshot| s.gpus.len() == 3 && s.gpus.iter().all(|g| g.state == GpuState::Ok);
-    let first = published_until(&published, all_ok);
-    published_until(&published, |s| {
-        all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
-    });
-    held.store(true, Ordering::SeqCst);
+    let (published, held, _agents) = monitor_loop_holding_gpu_1();
     let stale = published_until(&published, |s| {
         s.gpus.len() == 3 && s.gpus[1].state == GpuState::Stale
     });
