@@ -1,8 +1,10 @@
 //! One GPU worker thread: it reads, in turn, every GPU it owns, posts each reading in the GPU's
 //! cell as soon as it has it, and sends one message when the round is over, so that the
-//! sampler wakes once a round, not once a GPU. In the monitor the worker keeps the clock: it
-//! sleeps until the next tick, reads, and wakes the sampler once ([`Command::Clock`]), so a
-//! tick costs one wake-up here and one in the sampler, none for asking.
+//! sampler wakes once a round, not once a GPU. In the monitor a worker keeps the clock: it
+//! sleeps until the next tick, reads, and wakes the sampler once ([`Command::Clock`]), so
+//! nobody wakes to ask. There the healthy GPUs are the sampler thread's own ([`INLINE`],
+//! read with [`read_cell`] by [`super::ticker`]); workers read only the GPUs whose calls
+//! overran (and all of them where the sampler thread cannot watch its own calls).
 //!
 //! A GPU is owned through its [`GpuCell`]: the pool hands a GPU to another worker by changing
 //! the cell's owner (only while no worker is inside the cell's reader), and a worker forgets

@@ -1,5 +1,6 @@
-//! The workers' clock, in the monitor: each worker sleeps until the tick, reads its GPUs and
-//! wakes the sampler once, so that nobody wakes to ask. The pool keeps the same clock to know
+//! The monitor's clock: the sampler thread sleeps until the tick and reads its own GPUs
+//! ([`super::inline`]), and each worker of its own sleeps until the same tick, reads its GPU
+//! and wakes the sampler once, so that nobody wakes to ask. The pool keeps the clock to know
 //! which tick a round is for and how long to wait for it.
 
 use std::time::{Duration, Instant};
