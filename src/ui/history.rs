@@ -5,13 +5,7 @@
 //! window's lowest to highest value, printed beside it.
 
 use super::label::Label;
-use ratatui::{
-    layout::Rect,
-    style::Style,
-    text::Line,
-    widgets::{RenderDirection, Sparkline},
-    Frame,
-};
+use ratatui::{layout::Rect, style::Style, text::Line, Frame};
 
 use crate::app::App;
 use crate::config::HistoryMetric;
@@ -35,15 +29,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
     let title = if rows_per_gpu > 1 {
         format!("HISTORY  last {span}, newest at the right")
     } else {
-        let names: Vec<&str> = app
-            .snapshot
-            .gpus
-            .first()
-            .map(|g| metrics(g, &empty, chosen, theme))
-            .unwrap_or_default()
-            .iter()
-            .map(|m| m.name)
-            .collect();
+        // The first GPU's metrics, by name: every metric is named whatever the GPU reports.
+        let names: Vec<&str> = match app.snapshot.gpus.first() {
+            Some(_) => chosen.iter().map(|m| metric_name(*m)).collect(),
+            None => Vec::new(),
+        };
         compact_title(area.width, &span, &names)
     };
     frame.render_widget(
@@ -51,6 +41,8 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         Rect { height: 1, ..area },
     );
     let capacity = app.history.capacity();
+    // One vector of buckets for every sparkline of the frame.
+    let mut buckets = Vec::new();
     let mut y = area.y + 1;
     for gpu in &app.snapshot.gpus {
         if y + rows_per_gpu > area.bottom() {
@@ -59,10 +51,15 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         let history = app.history.gpus.get(&gpu.index).unwrap_or(&empty);
         let row = Rect::new(area.x, y, area.width, rows_per_gpu);
         let metrics = metrics(gpu, history, chosen, theme);
+        let sparklines = Sparklines {
+            capacity,
+            theme,
+            buckets: &mut buckets,
+        };
         if rows_per_gpu > 1 {
-            render_stacked(frame, row, gpu.index, &metrics, capacity, theme);
+            render_stacked(frame, row, gpu, &metrics, sparklines);
         } else {
-            render_side_by_side(frame, row, gpu.index, &metrics, capacity, theme);
+            render_side_by_side(frame, row, gpu.index, &metrics, sparklines);
         }
         y += rows_per_gpu;
     }
@@ -75,7 +72,8 @@ struct Metric<'a> {
     /// Converts a sample into the sparkline's integer units.
     unit: f64,
     max: Option<u64>,
-    current: String,
+    /// Which metric, for its current value as text ([`current`]): only the stacked rows show it.
+    which: HistoryMetric,
     style: Style,
 }
 
@@ -99,82 +97,96 @@ fn metric<'a>(
     history: &'a GpuHistory,
     theme: Theme,
 ) -> Metric<'a> {
-    let percent = |name, series, value: Option<u32>, style| Metric {
+    let name = metric_name(which);
+    let plain = |series, unit, max, style| Metric {
         name,
         series,
-        unit: 1.0,
-        max: Some(100),
-        current: format::percent(value),
+        unit,
+        max,
+        which,
         style,
     };
-    let mhz = |name, series, value: Option<u32>| Metric {
-        name,
-        series,
-        unit: 1.0,
-        max: None,
-        current: value.map_or_else(|| format::NA.to_string(), |v| format!("{v}MHz")),
-        style: theme.label(),
-    };
-    let pcie = |name, series, kib: Option<u32>| Metric {
-        name,
-        series,
-        unit: 1024.0,
-        max: None,
-        current: kib.map_or_else(
+    match which {
+        HistoryMetric::Util => plain(
+            &history.utilization_percent,
+            1.0,
+            Some(100),
+            theme.utilization_bar(),
+        ),
+        HistoryMetric::Memory => plain(
+            &history.memory_used_bytes,
+            BYTES_PER_MIB,
+            gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
+            theme.memory_bar(),
+        ),
+        HistoryMetric::Power => plain(
+            &history.power_w,
+            1.0,
+            gpu.power_limit_w.map(|w| w.round() as u64),
+            theme.power_bar(),
+        ),
+        HistoryMetric::Temperature => plain(
+            &history.temperature_c,
+            1.0,
+            Some(100),
+            theme.temperature(gpu.temperature_c),
+        ),
+        HistoryMetric::SmClock => plain(&history.sm_clock_mhz, 1.0, None, theme.label()),
+        HistoryMetric::MemoryClock => plain(&history.memory_clock_mhz, 1.0, None, theme.label()),
+        HistoryMetric::PcieRx => plain(&history.pcie_rx_kib_s, 1024.0, None, theme.label()),
+        HistoryMetric::PcieTx => plain(&history.pcie_tx_kib_s, 1024.0, None, theme.label()),
+        HistoryMetric::Encoder => plain(
+            &history.encoder_percent,
+            1.0,
+            Some(100),
+            theme.utilization_bar(),
+        ),
+        HistoryMetric::Decoder => plain(
+            &history.decoder_percent,
+            1.0,
+            Some(100),
+            theme.utilization_bar(),
+        ),
+    }
+}
+
+/// A metric's name, over its sparkline.
+fn metric_name(which: HistoryMetric) -> &'static str {
+    match which {
+        HistoryMetric::Util => "util",
+        HistoryMetric::Memory => "memory",
+        HistoryMetric::Power => "power",
+        HistoryMetric::Temperature => "temp",
+        HistoryMetric::SmClock => "sm clk",
+        HistoryMetric::MemoryClock => "memclk",
+        HistoryMetric::PcieRx => "pci rx",
+        HistoryMetric::PcieTx => "pci tx",
+        HistoryMetric::Encoder => "enc",
+        HistoryMetric::Decoder => "dec",
+    }
+}
+
+/// A metric's current value as text, beside its stacked sparkline.
+fn current(which: HistoryMetric, gpu: &GpuSample) -> String {
+    let mhz =
+        |value: Option<u32>| value.map_or_else(|| format::NA.to_string(), |v| format!("{v}MHz"));
+    let pcie = |kib: Option<u32>| {
+        kib.map_or_else(
             || format::NA.to_string(),
             |k| format!("{}/s", format::bytes_short(u64::from(k) * 1024)),
-        ),
-        style: theme.label(),
+        )
     };
     match which {
-        HistoryMetric::Util => percent(
-            "util",
-            &history.utilization_percent,
-            gpu.utilization_percent,
-            theme.utilization_bar(),
-        ),
-        HistoryMetric::Memory => Metric {
-            name: "memory",
-            series: &history.memory_used_bytes,
-            unit: BYTES_PER_MIB,
-            max: gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
-            current: format::opt_bytes_short(gpu.memory_used_bytes),
-            style: theme.memory_bar(),
-        },
-        HistoryMetric::Power => Metric {
-            name: "power",
-            series: &history.power_w,
-            unit: 1.0,
-            max: gpu.power_limit_w.map(|w| w.round() as u64),
-            current: format::watts(gpu.power_w),
-            style: theme.power_bar(),
-        },
-        HistoryMetric::Temperature => Metric {
-            name: "temp",
-            series: &history.temperature_c,
-            unit: 1.0,
-            max: Some(100),
-            current: format::celsius(gpu.temperature_c),
-            style: theme.temperature(gpu.temperature_c),
-        },
-        HistoryMetric::SmClock => mhz("sm clk", &history.sm_clock_mhz, gpu.sm_clock_mhz),
-        HistoryMetric::MemoryClock => {
-            mhz("memclk", &history.memory_clock_mhz, gpu.memory_clock_mhz)
-        }
-        HistoryMetric::PcieRx => pcie("pci rx", &history.pcie_rx_kib_s, gpu.pcie_rx_kib_s),
-        HistoryMetric::PcieTx => pcie("pci tx", &history.pcie_tx_kib_s, gpu.pcie_tx_kib_s),
-        HistoryMetric::Encoder => percent(
-            "enc",
-            &history.encoder_percent,
-            gpu.encoder_percent,
-            theme.utilization_bar(),
-        ),
-        HistoryMetric::Decoder => percent(
-            "dec",
-            &history.decoder_percent,
-            gpu.decoder_percent,
-            theme.utilization_bar(),
-        ),
+        HistoryMetric::Util => format::percent(gpu.utilization_percent),
+        HistoryMetric::Memory => format::opt_bytes_short(gpu.memory_used_bytes),
+        HistoryMetric::Power => format::watts(gpu.power_w),
+        HistoryMetric::Temperature => format::celsius(gpu.temperature_c),
+        HistoryMetric::SmClock => mhz(gpu.sm_clock_mhz),
+        HistoryMetric::MemoryClock => mhz(gpu.memory_clock_mhz),
+        HistoryMetric::PcieRx => pcie(gpu.pcie_rx_kib_s),
+        HistoryMetric::PcieTx => pcie(gpu.pcie_tx_kib_s),
+        HistoryMetric::Encoder => format::percent(gpu.encoder_percent),
+        HistoryMetric::Decoder => format::percent(gpu.decoder_percent),
     }
 }
 
@@ -194,56 +206,58 @@ fn segment_width(width: u16, count: usize) -> u16 {
     (width.saturating_sub(GPU_LABEL_WIDTH) / count).saturating_sub(1)
 }
 
+/// What every sparkline of a frame shares: the history's length, the theme, and one vector
+/// of buckets, refilled for each.
+struct Sparklines<'b> {
+    capacity: usize,
+    theme: Theme,
+    buckets: &'b mut Vec<Option<f64>>,
+}
+
 fn render_side_by_side(
     frame: &mut Frame,
     row: Rect,
     index: u32,
     metrics: &[Metric],
-    capacity: usize,
-    theme: Theme,
+    mut sparklines: Sparklines,
 ) {
     frame.render_widget(
-        Label::new(format!("{index:>3}")).style(theme.label()),
+        Label::new(format!("{index:>3}")).style(sparklines.theme.label()),
         Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
     );
     let segment = segment_width(row.width, metrics.len());
     for (i, metric) in metrics.iter().enumerate() {
         let x = row.x + GPU_LABEL_WIDTH + i as u16 * (segment + 1);
-        render_sparkline(
-            frame,
-            Rect::new(x, row.y, segment, 1),
-            metric,
-            capacity,
-            theme,
-        );
+        let area = Rect::new(x, row.y, segment, 1);
+        render_sparkline(frame, area, metric, &mut sparklines);
     }
 }
 
 fn render_stacked(
     frame: &mut Frame,
     row: Rect,
-    index: u32,
+    gpu: &GpuSample,
     metrics: &[Metric],
-    capacity: usize,
-    theme: Theme,
+    mut sparklines: Sparklines,
 ) {
+    let theme = sparklines.theme;
     let label_width = GPU_LABEL_WIDTH + METRIC_LABEL_WIDTH;
     let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
     for (i, metric) in metrics.iter().enumerate().take(usize::from(row.height)) {
         let y = row.y + i as u16;
-        let gpu = if i == 0 {
-            format!("{index:>3}")
+        let index = if i == 0 {
+            format!("{:>3}", gpu.index)
         } else {
             String::new()
         };
-        let label = format!("{gpu:<5}{:<7}", metric.name);
+        let label = format!("{index:<5}{:<7}", metric.name);
         frame.render_widget(
             Label::new(label).style(theme.label()),
             Rect::new(row.x, y, label_width, 1),
         );
         let spark = Rect::new(row.x + label_width, y, spark_width, 1);
-        render_sparkline(frame, spark, metric, capacity, theme);
-        let value = Line::from(format!("{:>9}", metric.current));
+        render_sparkline(frame, spark, metric, &mut sparklines);
+        let value = Line::from(format!("{:>9}", current(metric.which, gpu)));
         frame.render_widget(
             Label::new(value).style(theme.plain()),
             Rect::new(spark.right(), y, VALUE_WIDTH, 1),
@@ -251,21 +265,66 @@ fn render_stacked(
     }
 }
 
-fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, capacity: usize, theme: Theme) {
-    let bucket = bucket_size(capacity, usize::from(area.width));
-    let data = newest_first_buckets(metric.series, bucket, usize::from(area.width))
-        .into_iter()
-        .map(|v| v.map(|v| (v / metric.unit).round() as u64));
-    let mut sparkline = Sparkline::default()
-        .data(data)
-        .direction(RenderDirection::RightToLeft)
-        .style(metric.style)
-        .absent_value_symbol("·")
-        .absent_value_style(theme.dim());
-    if let Some(max) = metric.max.filter(|m| *m > 0) {
-        sparkline = sparkline.max(max);
+/// The metric's sparkline, drawn cell for cell as ratatui's `Sparkline` draws it (right to
+/// left from the newest bucket, nine levels a row, "·" in the dim style for a gap), without
+/// its vectors of bars and symbols each frame.
+fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, sparklines: &mut Sparklines) {
+    let bucket = bucket_size(sparklines.capacity, usize::from(area.width));
+    let buckets = &mut *sparklines.buckets;
+    newest_first_buckets_into(metric.series, bucket, usize::from(area.width), buckets);
+    let unit = metric.unit;
+    let value = |v: &Option<f64>| v.map(|v| (v / unit).round() as u64);
+    let max = match metric.max.filter(|m| *m > 0) {
+        Some(max) => max,
+        None => buckets.iter().filter_map(value).max().unwrap_or(1),
+    };
+    let absent_style = metric.style.patch(sparklines.theme.dim());
+    let buf = frame.buffer_mut();
+    if area.is_empty() {
+        return;
     }
-    frame.render_widget(sparkline, area);
+    let rows = u64::from(area.height) * 8;
+    for (i, bucket) in buckets.iter().take(usize::from(area.width)).enumerate() {
+        let x = area.right() - i as u16 - 1;
+        let Some(v) = value(bucket) else {
+            for y in area.top()..area.bottom() {
+                buf[(x, y)].set_symbol("·").set_style(absent_style);
+            }
+            continue;
+        };
+        let mut height = scale_height(v, max, rows);
+        for y in (area.top()..area.bottom()).rev() {
+            let symbol = symbol_for_height(height);
+            height = height.saturating_sub(8);
+            buf[(x, y)].set_symbol(symbol).set_style(metric.style);
+        }
+    }
+}
+
+/// The eighths of `rows` (eighths of the area's height) that `value` fills, out of `max`, as
+/// ratatui's `Sparkline` scales a bar.
+fn scale_height(value: u64, max: u64, rows: u64) -> u64 {
+    if max == 0 {
+        return 0;
+    }
+    let ticks = u128::from(value) * u128::from(rows) / u128::from(max);
+    ticks.min(u128::from(rows)) as u64
+}
+
+/// The symbol of a cell with `height` eighths left to fill, in `Sparkline`'s nine levels.
+fn symbol_for_height(height: u64) -> &'static str {
+    let set = ratatui::symbols::bar::NINE_LEVELS;
+    match height {
+        0 => set.empty,
+        1 => set.one_eighth,
+        2 => set.one_quarter,
+        3 => set.three_eighths,
+        4 => set.half,
+        5 => set.five_eighths,
+        6 => set.three_quarters,
+        7 => set.seven_eighths,
+        _ => set.full,
+    }
 }
 
 /// The sparkline's top when [`autoscaled`] data is drawn.
@@ -311,8 +370,21 @@ pub(crate) fn newest_first_buckets(
     bucket: usize,
     count: usize,
 ) -> Vec<Option<f64>> {
+    let mut buckets = Vec::new();
+    newest_first_buckets_into(series, bucket, count, &mut buckets);
+    buckets
+}
+
+/// [`newest_first_buckets`] into `buckets`, emptied first: a vector reused across sparklines.
+pub(crate) fn newest_first_buckets_into(
+    series: &Series,
+    bucket: usize,
+    count: usize,
+    buckets: &mut Vec<Option<f64>>,
+) {
     let bucket = bucket.max(1);
-    let mut buckets = Vec::with_capacity(count.min(series.iter().len().div_ceil(bucket)));
+    buckets.clear();
+    buckets.reserve(count.min(series.iter().len().div_ceil(bucket)));
     let mut samples = series.iter().rev().take(count.saturating_mul(bucket));
     loop {
         // Summed newest first from -0.0, as `Iterator::sum` does, so averages are unchanged.
@@ -325,7 +397,7 @@ pub(crate) fn newest_first_buckets(
             }
         }
         if seen == 0 {
-            return buckets;
+            return;
         }
         buckets.push((present > 0).then(|| sum / f64::from(present)));
     }
