@@ -384,22 +384,30 @@ pub(crate) fn newest_first_buckets_into(
 ) {
     let bucket = bucket.max(1);
     buckets.clear();
-    buckets.reserve(count.min(series.iter().len().div_ceil(bucket)));
-    let mut samples = series.iter().rev().take(count.saturating_mul(bucket));
-    loop {
+    let (older, newer) = series.as_slices();
+    let len = older.len() + newer.len();
+    buckets.reserve(count.min(len.div_ceil(bucket)));
+    // Bucket by bucket from the newest sample: `end` is where the next bucket ends (exclusive),
+    // counted from the oldest.
+    let mut end = len;
+    while end > 0 && buckets.len() < count {
+        let start = end.saturating_sub(bucket);
         // Summed newest first from -0.0, as `Iterator::sum` does, so averages are unchanged.
-        let (mut sum, mut present, mut seen) = (-0.0, 0_u32, 0);
-        for value in samples.by_ref().take(bucket) {
-            seen += 1;
-            if let Some(value) = value {
-                sum += value;
-                present += 1;
-            }
-        }
-        if seen == 0 {
-            return;
+        let (mut sum, mut present) = (-0.0, 0_u32);
+        let split = older.len();
+        let newer_part = &newer[start.max(split) - split..end.max(split) - split];
+        let older_part = &older[start.min(split)..end.min(split)];
+        for value in newer_part
+            .iter()
+            .rev()
+            .chain(older_part.iter().rev())
+            .flatten()
+        {
+            sum += value;
+            present += 1;
         }
         buckets.push((present > 0).then(|| sum / f64::from(present)));
+        end = start;
     }
 }
 
@@ -423,6 +431,32 @@ mod tests {
         let buckets = newest_first_buckets(&series, 2, 10);
         assert_eq!(buckets, vec![Some(3.0), None, Some(1.0)]);
         assert_eq!(newest_first_buckets(&series, 2, 1), vec![Some(3.0)]);
+    }
+
+    /// Buckets taken from the ring's two slices are the buckets of the samples in order,
+    /// wherever the ring has wrapped.
+    #[test]
+    fn buckets_across_the_ring_wrap_are_the_plain_buckets() {
+        let mut series = Series::with_capacity(7);
+        for step in 0..20_u32 {
+            series.push((step % 3 != 0).then_some(f64::from(step) * 1.1));
+            let newest_first: Vec<Option<f64>> = series.iter().rev().collect();
+            for bucket in 1..5 {
+                for count in 0..9 {
+                    let plain: Vec<Option<f64>> = newest_first
+                        .chunks(bucket)
+                        .take(count)
+                        .map(|chunk| {
+                            let present: Vec<f64> = chunk.iter().flatten().copied().collect();
+                            let sum: f64 = present.iter().sum();
+                            (!present.is_empty()).then(|| sum / present.len() as f64)
+                        })
+                        .collect();
+                    let ours = newest_first_buckets(&series, bucket, count);
+                    assert_eq!(ours, plain, "step {step}, bucket {bucket}, count {count}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -110,8 +110,14 @@ fn put_runs<'s>(
     line_style: Style,
     align: Alignment,
 ) {
-    let total: usize = runs.clone().map(|(text, _)| text.chars().count()).sum();
-    let width = u16::try_from(total).unwrap_or(u16::MAX).min(area.width);
+    // A left-aligned line starts at the left edge whatever its length: its characters run
+    // out, or the cells do, without a count of them first.
+    let width = if align == Alignment::Left {
+        area.width
+    } else {
+        let total: usize = runs.clone().map(|(text, _)| text.chars().count()).sum();
+        u16::try_from(total).unwrap_or(u16::MAX).min(area.width)
+    };
     if width == 0 {
         return;
     }
@@ -179,6 +185,27 @@ impl Runs {
     pub(crate) fn push_styled_by(&mut self, write: impl FnOnce(&mut String) -> Style) {
         let style = write(&mut self.text);
         self.end_run(style);
+    }
+
+    /// Appends `gap` (unstyled), then what `write` writes in `style`, when `fits` says yes to
+    /// the count of characters written; else nothing. Whether it did.
+    pub(crate) fn push_if_fits(
+        &mut self,
+        gap: &str,
+        style: Style,
+        write: impl FnOnce(&mut String),
+        fits: impl FnOnce(usize) -> bool,
+    ) -> bool {
+        let start = self.text.len();
+        write(&mut self.text);
+        if !fits(self.text[start..].chars().count()) {
+            self.text.truncate(start);
+            return false;
+        }
+        self.text.insert_str(start, gap);
+        self.runs.push((start + gap.len(), Style::new()));
+        self.end_run(style);
+        true
     }
 
     fn end_run(&mut self, style: Style) {
@@ -308,6 +335,52 @@ mod tests {
         }
         for c in one_cell.chars() {
             assert_eq!(unicode_width::UnicodeWidthChar::width(c), Some(1), "{c:?}");
+        }
+    }
+
+    /// Runs draw what a Label of the same lines draws, through Paragraph or not.
+    #[test]
+    fn runs_draw_what_a_label_of_their_lines_draws() {
+        let bold = Style::new().add_modifier(Modifier::BOLD);
+        let red = Style::new().fg(Color::Red);
+        for tail in ["plain", "wide 数据", "cut at the right edge of the area"] {
+            let mut runs = Runs::default();
+            runs.push(red, "ab");
+            runs.push(Style::new(), "");
+            runs.push_fmt(bold, format_args!(" {tail}"));
+            runs.end_line(Style::new().bg(Color::Green));
+            runs.end_line(Style::new());
+            runs.push_spaced_right(red, 5, format_args!("{}", 42));
+            assert!(!runs.push_if_fits("  ", bold, |t| t.push_str("no room"), |_| false));
+            assert!(runs.push_if_fits("  ", bold, |t| t.push_str("room"), |_| true));
+            runs.end_line(bold);
+            let lines = vec![
+                Line::from(vec![
+                    Span::styled("ab", red),
+                    Span::raw(""),
+                    Span::styled(format!(" {tail}"), bold),
+                ])
+                .style(Style::new().bg(Color::Green)),
+                Line::default(),
+                Line::from(vec![
+                    Span::styled("    42", red),
+                    Span::raw("  "),
+                    Span::styled("room", bold),
+                ])
+                .style(bold),
+            ];
+            for area in [Rect::new(0, 0, 12, 3), Rect::new(2, 1, 7, 2)] {
+                for style in [Style::new(), Style::new().fg(Color::Cyan)] {
+                    let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
+                    base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
+                    let (mut theirs, mut ours) = (base.clone(), base);
+                    Label::new(lines.clone())
+                        .style(style)
+                        .render(area, &mut theirs);
+                    runs.render_styled(area, &mut ours, style);
+                    assert_eq!(ours, theirs, "{tail:?} in {area:?}");
+                }
+            }
         }
     }
 
