@@ -337,15 +337,28 @@ pub(crate) fn push_spaces(out: &mut String, count: usize) {
 /// The formatted `args` at the end of `out`, right-aligned in `width` characters as
 /// `{:>width$}` pads a string (never cut).
 pub(crate) fn push_right_aligned(out: &mut String, width: usize, args: std::fmt::Arguments) {
-    const SPACES: &str = "                                ";
     let start = out.len();
     let _ = out.write_fmt(args);
+    pad_front(out, start, width);
+}
+
+/// Spaces inserted at `start` (a char boundary of `out`) until what follows it is at least
+/// `width` characters: the right alignment of text already written.
+pub(crate) fn pad_front(out: &mut String, start: usize, width: usize) {
+    const SPACES: &str = "                                ";
     let mut missing = width.saturating_sub(out[start..].chars().count());
     while missing > 0 {
         let n = missing.min(SPACES.len());
         out.insert_str(start, &SPACES[..n]);
         missing -= n;
     }
+}
+
+/// Spaces appended until what follows `start` in `out` is at least `width` characters: the
+/// left alignment of text already written (`{:<width$}`, never cut).
+pub(crate) fn pad_back(out: &mut String, start: usize, width: usize) {
+    let missing = width.saturating_sub(out[start..].chars().count());
+    push_spaces(out, missing);
 }
 
 /// Packs pieces (each a few spans) into lines of at most `width` columns, two spaces apart;

@@ -4,12 +4,14 @@
 //! other panels use for figures whose change matters more than their size: it spans the
 //! window's lowest to highest value, printed beside it.
 
-use super::label::Label;
-use ratatui::{layout::Rect, style::Style, text::Line, Frame};
+use std::fmt::Write as _;
+
+use super::label::{Label, Runs};
+use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::App;
 use crate::config::HistoryMetric;
-use crate::format::{self, pad_left_aligned};
+use crate::format::{self, pad_left_aligned, shown};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
 use crate::terminal::theme::Theme;
@@ -43,6 +45,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
     let capacity = app.history.capacity();
     // One vector of buckets for every sparkline of the frame.
     let mut buckets = Vec::new();
+    let mut text = Runs::default();
     let mut y = area.y + 1;
     for gpu in &app.snapshot.gpus {
         if y + rows_per_gpu > area.bottom() {
@@ -55,6 +58,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
             capacity,
             theme,
             buckets: &mut buckets,
+            text: &mut text,
         };
         if rows_per_gpu > 1 {
             render_stacked(frame, row, gpu, &metrics, sparklines);
@@ -166,27 +170,27 @@ fn metric_name(which: HistoryMetric) -> &'static str {
     }
 }
 
-/// A metric's current value as text, beside its stacked sparkline.
-fn current(which: HistoryMetric, gpu: &GpuSample) -> String {
-    let mhz =
-        |value: Option<u32>| value.map_or_else(|| format::NA.to_string(), |v| format!("{v}MHz"));
-    let pcie = |kib: Option<u32>| {
-        kib.map_or_else(
-            || format::NA.to_string(),
-            |k| format!("{}/s", format::bytes_short(u64::from(k) * 1024)),
-        )
+/// Writes a metric's current value as text, beside its stacked sparkline, at the end of `out`.
+fn write_current(out: &mut String, which: HistoryMetric, gpu: &GpuSample) {
+    let _ = match which {
+        HistoryMetric::Util => write!(out, "{}", shown::percent(gpu.utilization_percent)),
+        HistoryMetric::Memory => write!(out, "{}", shown::opt_bytes_short(gpu.memory_used_bytes)),
+        HistoryMetric::Power => write!(out, "{}", shown::watts(gpu.power_w)),
+        HistoryMetric::Temperature => write!(out, "{}", shown::celsius(gpu.temperature_c)),
+        HistoryMetric::SmClock => write!(out, "{}", shown::mhz(gpu.sm_clock_mhz)),
+        HistoryMetric::MemoryClock => write!(out, "{}", shown::mhz(gpu.memory_clock_mhz)),
+        HistoryMetric::PcieRx => write_rate(out, gpu.pcie_rx_kib_s),
+        HistoryMetric::PcieTx => write_rate(out, gpu.pcie_tx_kib_s),
+        HistoryMetric::Encoder => write!(out, "{}", shown::percent(gpu.encoder_percent)),
+        HistoryMetric::Decoder => write!(out, "{}", shown::percent(gpu.decoder_percent)),
     };
-    match which {
-        HistoryMetric::Util => format::percent(gpu.utilization_percent),
-        HistoryMetric::Memory => format::opt_bytes_short(gpu.memory_used_bytes),
-        HistoryMetric::Power => format::watts(gpu.power_w),
-        HistoryMetric::Temperature => format::celsius(gpu.temperature_c),
-        HistoryMetric::SmClock => mhz(gpu.sm_clock_mhz),
-        HistoryMetric::MemoryClock => mhz(gpu.memory_clock_mhz),
-        HistoryMetric::PcieRx => pcie(gpu.pcie_rx_kib_s),
-        HistoryMetric::PcieTx => pcie(gpu.pcie_tx_kib_s),
-        HistoryMetric::Encoder => format::percent(gpu.encoder_percent),
-        HistoryMetric::Decoder => format::percent(gpu.decoder_percent),
+}
+
+/// A PCIe rate given in KiB/s, in short byte units with "/s"; N/A when missing.
+fn write_rate(out: &mut String, kib: Option<u32>) -> std::fmt::Result {
+    match kib {
+        Some(k) => write!(out, "{}/s", shown::bytes_short(u64::from(k) * 1024)),
+        None => out.write_str(format::NA),
     }
 }
 
@@ -212,6 +216,8 @@ struct Sparklines<'b> {
     capacity: usize,
     theme: Theme,
     buckets: &'b mut Vec<Option<f64>>,
+    /// Text for the labels beside the sparklines.
+    text: &'b mut Runs,
 }
 
 fn render_side_by_side(
@@ -245,23 +251,32 @@ fn render_stacked(
     let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
     for (i, metric) in metrics.iter().enumerate().take(usize::from(row.height)) {
         let y = row.y + i as u16;
-        let index = if i == 0 {
-            format!("{:>3}", gpu.index)
-        } else {
-            String::new()
-        };
-        let label = format!("{index:<5}{:<7}", metric.name);
-        frame.render_widget(
-            Label::new(label).style(theme.label()),
-            Rect::new(row.x, y, label_width, 1),
-        );
+        // "{index:>3}" on the first row, padded to 5, then the name padded to 7.
+        let text = &mut *sparklines.text;
+        text.clear();
+        text.push_with(Style::new(), |t| {
+            if i == 0 {
+                format::push_right_aligned(t, 3, format_args!("{}", gpu.index));
+            }
+            format::pad_back(t, 0, 5);
+            let name = t.len();
+            t.push_str(metric.name);
+            format::pad_back(t, name, 7);
+        });
+        text.end_line(Style::new());
+        let label = Rect::new(row.x, y, label_width, 1);
+        text.render_styled(label, frame.buffer_mut(), theme.label());
         let spark = Rect::new(row.x + label_width, y, spark_width, 1);
         render_sparkline(frame, spark, metric, &mut sparklines);
-        let value = Line::from(format!("{:>9}", current(metric.which, gpu)));
-        frame.render_widget(
-            Label::new(value).style(theme.plain()),
-            Rect::new(spark.right(), y, VALUE_WIDTH, 1),
-        );
+        let text = &mut *sparklines.text;
+        text.clear();
+        text.push_with(Style::new(), |t| {
+            write_current(t, metric.which, gpu);
+            format::pad_front(t, 0, 9);
+        });
+        text.end_line(Style::new());
+        let value = Rect::new(spark.right(), y, VALUE_WIDTH, 1);
+        text.render_styled(value, frame.buffer_mut(), theme.plain());
     }
 }
 

@@ -154,6 +154,13 @@ pub(crate) struct Runs {
 }
 
 impl Runs {
+    /// Forgets every line, keeping the room they took: one `Runs` can serve a whole frame.
+    pub(crate) fn clear(&mut self) {
+        self.text.clear();
+        self.runs.clear();
+        self.lines.clear();
+    }
+
     /// Appends `text` to the line being written, in `style`.
     pub(crate) fn push(&mut self, style: Style, text: &str) {
         self.text.push_str(text);
