@@ -329,6 +329,23 @@ pub(crate) fn push_left_aligned(out: &mut String, text: &str, width: usize) {
     }
 }
 
+/// What follows `start` in `out`, cut or padded in place as [`pad_left_aligned`] would.
+pub(crate) fn fit_left_aligned(out: &mut String, start: usize, width: usize) {
+    let len = out[start..].chars().count();
+    if len <= width {
+        push_spaces(out, width - len);
+    } else if width == 0 {
+        out.truncate(start);
+    } else {
+        let cut = out[start..]
+            .char_indices()
+            .nth(width - 1)
+            .map_or(out.len(), |(i, _)| start + i);
+        out.truncate(cut);
+        out.push('…');
+    }
+}
+
 /// `count` spaces at the end of `out`.
 pub(crate) fn push_spaces(out: &mut String, count: usize) {
     out.extend(std::iter::repeat_n(' ', count));
@@ -481,5 +498,18 @@ mod tests {
         assert_eq!(truncate("short", 8), "short");
         assert_eq!(pad_right_aligned("7", 3), "  7");
         assert_eq!(pad_left_aligned("abcdef", 4), "abc…");
+        for text in ["", "abc", "abcdef", "数据加载器", "ab…"] {
+            for width in 0..8 {
+                let (mut pushed, mut fitted) = ("x".to_string(), format!("x{text}"));
+                push_left_aligned(&mut pushed, text, width);
+                fit_left_aligned(&mut fitted, 1, width);
+                let padded = format!("x{}", pad_left_aligned(text, width));
+                assert_eq!(
+                    (&pushed, &fitted),
+                    (&padded, &padded),
+                    "{text:?} in {width}"
+                );
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::label::Runs;
 use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::App;
-use crate::format::{push_left_aligned, shown, NA};
+use crate::format::{fit_left_aligned, push_left_aligned, shown, NA};
 use crate::model::HostSnapshot;
 use crate::terminal::theme::Theme;
 
@@ -23,8 +23,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             let _ = write!(t, "  up {}", shown::duration(s));
         }
         // Padded (or cut) to the width, as the title always was.
-        let written = t.split_off(start);
-        push_left_aligned(t, &written, usize::from(area.width));
+        fit_left_aligned(t, start, usize::from(area.width));
     });
     title.end_line(Style::new());
     title.render_styled(
