@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::label::{Label, Runs};
+use super::label::Runs;
 use ratatui::{
     layout::Rect,
     style::Style,
@@ -15,9 +15,7 @@ use ratatui::{
 
 use crate::app::view::Mark;
 use crate::app::App;
-use crate::format::{
-    self, pad_left_aligned, pad_right_aligned, push_left_aligned, push_right_aligned, shown, NA,
-};
+use crate::format::{self, push_left_aligned, push_right_aligned, shown, NA};
 use crate::model::{GpuSample, GpuState, GpuVendor, Snapshot};
 use crate::terminal::theme::Theme;
 
@@ -32,7 +30,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     }
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
-    frame.render_widget(Label::new(columns.title()).style(theme.title()), title_area);
+    // One text for the title, then the table.
+    let mut lines = Runs::default();
+    lines.push_with(Style::new(), |t| columns.write_title(t));
+    lines.end_line(Style::new());
+    lines.render_styled(title_area, frame.buffer_mut(), theme.title());
     let body = Rect {
         y: area.y + 1,
         height: area.height - 1,
@@ -49,7 +51,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         Some(Mark::Gpu(index)) => Some(*index),
         _ => None,
     };
-    let mut lines = Runs::default();
+    lines.clear();
     gpu_lines(
         &mut lines,
         &app.snapshot.gpus,
@@ -164,27 +166,33 @@ impl Columns {
         }
     }
 
-    fn title(&self) -> String {
-        let mut out = format!("{:>3} {}", "GPU", pad_left_aligned("NAME", self.name));
-        out += &self.with_bar("UTIL", 4);
+    /// Writes the column titles at the end of `out`.
+    fn write_title(&self, out: &mut String) {
+        out.push_str("GPU ");
+        push_left_aligned(out, "NAME", self.name);
+        self.write_with_bar(out, "UTIL", 4);
         if self.show_memory_util {
-            out += " MEMU";
+            out.push_str(" MEMU");
         }
-        out += &self.with_bar("MEMORY", 11);
-        out += " TEMP     POWER";
+        self.write_with_bar(out, "MEMORY", 11);
+        out.push_str(" TEMP     POWER");
         if self.show_fan_and_pstate {
-            out += "  FAN   P";
+            out.push_str("  FAN   P");
         }
-        out += &format!(" {}", pad_left_aligned("STATE", state_width(self.wide)));
-        out
+        out.push(' ');
+        push_left_aligned(out, "STATE", state_width(self.wide));
     }
 
     /// A column title over a value of `width`; when wide, left-aligned over the bar before it.
-    fn with_bar(&self, title: &str, width: usize) -> String {
+    fn write_with_bar(&self, out: &mut String, title: &str, width: usize) {
+        out.push(' ');
         if self.wide {
-            format!(" {}", pad_left_aligned(title, width + self.bar + 1))
+            push_left_aligned(out, title, width + self.bar + 1);
+        } else if title.chars().count() <= width {
+            push_right_aligned(out, width, format_args!("{title}"));
         } else {
-            format!(" {}", pad_right_aligned(title, width))
+            // Cut to the width exactly: aligned either way.
+            push_left_aligned(out, title, width);
         }
     }
 
