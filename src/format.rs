@@ -305,14 +305,24 @@ pub(crate) fn truncate(text: &str, width: usize) -> String {
 
 /// `text` cut or padded with spaces to exactly `width` characters, left-aligned.
 pub(crate) fn pad_left_aligned(text: &str, width: usize) -> String {
-    format!("{:<width$}", truncate(text, width))
+    let mut out = String::new();
+    push_left_aligned(&mut out, text, width);
+    out
 }
 
 /// `text` cut or padded with spaces to exactly `width` characters, right-aligned.
 pub(crate) fn pad_right_aligned(text: &str, width: usize) -> String {
-    format!("{:>width$}", truncate(text, width))
+    let mut out = String::new();
+    let len = text.chars().count();
+    if len <= width {
+        push_spaces(&mut out, width - len);
+        out.push_str(text);
+    } else {
+        // Cut to exactly the width: aligned either way.
+        push_left_aligned(&mut out, text, width);
+    }
+    out
 }
-
 /// [`pad_left_aligned`] of `text`, written at the end of `out` instead of returned.
 pub(crate) fn push_left_aligned(out: &mut String, text: &str, width: usize) {
     let len = text.chars().count();
@@ -347,8 +357,14 @@ pub(crate) fn fit_left_aligned(out: &mut String, start: usize, width: usize) {
 }
 
 /// `count` spaces at the end of `out`.
-pub(crate) fn push_spaces(out: &mut String, count: usize) {
-    out.extend(std::iter::repeat_n(' ', count));
+pub(crate) fn push_spaces(out: &mut String, mut count: usize) {
+    const SPACES: &str = "                                ";
+    out.reserve(count);
+    while count > 0 {
+        let n = count.min(SPACES.len());
+        out.push_str(&SPACES[..n]);
+        count -= n;
+    }
 }
 
 /// The formatted `args` at the end of `out`, right-aligned in `width` characters as
@@ -498,8 +514,8 @@ mod tests {
         assert_eq!(truncate("short", 8), "short");
         assert_eq!(pad_right_aligned("7", 3), "  7");
         assert_eq!(pad_left_aligned("abcdef", 4), "abc…");
-        for text in ["", "abc", "abcdef", "数据加载器", "ab…"] {
-            for width in 0..8 {
+        for text in ["", "abc", "abcdef", "数据加载器", "ab…", &"x".repeat(40)] {
+            for width in [0, 1, 2, 3, 4, 5, 6, 7, 33, 70] {
                 let (mut pushed, mut fitted) = ("x".to_string(), format!("x{text}"));
                 push_left_aligned(&mut pushed, text, width);
                 fit_left_aligned(&mut fitted, 1, width);
