@@ -297,6 +297,7 @@ fn cycle(now: usize, step: isize, len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossterm::event::KeyModifiers;
 
     /// A hidden column is found by its key as it always was: the title in lower case.
     #[test]
@@ -310,9 +311,6 @@ mod tests {
             assert!(!is_key_of("", column));
         }
     }
-
-    use super::*;
-    use crossterm::event::KeyModifiers;
 
     fn press(app: &mut App, code: KeyCode) -> Effect {
         app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
