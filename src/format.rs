@@ -12,24 +12,12 @@ const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
 
 /// Bytes in binary units with one decimal: "512B", "12.3MiB", "12.3GiB".
 pub(crate) fn bytes(value: u64) -> String {
-    let (scaled, unit) = scale(value);
-    match unit {
-        0 => format!("{value}B"),
-        // 1000 to 1023 of a unit reads as "0.98" of the next one.
-        _ if scaled < 1.0 => format!("{scaled:.2}{}", UNITS[unit]),
-        _ => format!("{scaled:.1}{}", UNITS[unit]),
-    }
+    shown::bytes(value).to_string()
 }
 
 /// Bytes with a one-letter unit, for narrow columns: "12.3G", "512M", "0B".
 pub(crate) fn bytes_short(value: u64) -> String {
-    let (scaled, unit) = scale(value);
-    let letter = &UNITS[unit][..1];
-    match unit {
-        0 => format!("{value}B"),
-        _ if scaled >= 100.0 => format!("{scaled:.0}{letter}"),
-        _ => format!("{scaled:.1}{letter}"),
-    }
+    shown::bytes_short(value).to_string()
 }
 
 /// The figure in the largest unit that keeps it under 1000, so that it never reads "1000.0MiB"
@@ -58,61 +46,171 @@ pub(crate) fn bytes_f64(value: f64) -> String {
 }
 
 pub(crate) fn opt_bytes(value: Option<u64>) -> String {
-    value.map_or_else(|| NA.to_string(), bytes)
+    shown::opt_bytes(value).to_string()
 }
 
 pub(crate) fn opt_bytes_short(value: Option<u64>) -> String {
-    value.map_or_else(|| NA.to_string(), bytes_short)
+    shown::opt_bytes_short(value).to_string()
 }
 
 /// "used/total" in short units, each side N/A on its own.
 /// "12.3G/80.0G"; one "N/A" when both are missing, not "N/A/N/A".
 pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {
-    if used.is_none() && total.is_none() {
-        return NA.to_string();
-    }
-    format!("{}/{}", opt_bytes_short(used), opt_bytes_short(total))
+    shown::used_of_total(used, total).to_string()
 }
 
 pub(crate) fn percent(value: Option<u32>) -> String {
-    value.map_or_else(|| NA.to_string(), |v| format!("{v}%"))
+    shown::percent(value).to_string()
 }
 
 pub(crate) fn percent_f(value: Option<f64>) -> String {
-    value.map_or_else(|| NA.to_string(), |v| format!("{v:.1}%"))
+    shown::percent_f(value).to_string()
 }
 
 pub(crate) fn watts(value: Option<f64>) -> String {
-    value.map_or_else(|| NA.to_string(), |v| format!("{v:.0}W"))
-}
-
-/// "draw/limitW"; "N/A" stands in for either side that is missing.
-pub(crate) fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> String {
-    match (draw, limit) {
-        (Some(d), Some(l)) => format!("{d:.0}/{l:.0}W"),
-        (None, None) => NA.to_string(),
-        (draw, limit) => format!("{}/{}", watts(draw), watts(limit)),
-    }
+    shown::watts(value).to_string()
 }
 
 pub(crate) fn celsius(value: Option<u32>) -> String {
-    value.map_or_else(|| NA.to_string(), |v| format!("{v}C"))
-}
-
-pub(crate) fn mhz(value: Option<u32>) -> String {
-    value.map_or_else(|| NA.to_string(), |v| format!("{v}MHz"))
-}
-
-/// A PCIe throughput given in KiB/s, as a byte rate.
-pub(crate) fn kib_rate(value: Option<u32>) -> String {
-    value.map_or_else(
-        || NA.to_string(),
-        |v| format!("{}/s", bytes(u64::from(v) * 1024)),
-    )
+    shown::celsius(value).to_string()
 }
 
 pub(crate) fn count(value: Option<u64>) -> String {
     value.map_or_else(|| NA.to_string(), |v| v.to_string())
+}
+
+/// The figures above as `Display` values, for panels that write them straight into text they
+/// reuse, without a `String` each: the functions above are these, collected.
+pub(crate) mod shown {
+    use std::fmt::{self, Display, Formatter};
+
+    use super::{scale, NA, UNITS};
+
+    /// A value shown by a closure: what each function here returns.
+    pub(crate) struct Shown<F>(F);
+
+    impl<F: Fn(&mut Formatter<'_>) -> fmt::Result> Display for Shown<F> {
+        fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+            (self.0)(f)
+        }
+    }
+
+    fn shown<F: Fn(&mut Formatter<'_>) -> fmt::Result>(f: F) -> Shown<F> {
+        Shown(f)
+    }
+
+    /// `value` shown by `some`, or "N/A".
+    fn or_na<T: Copy>(
+        value: Option<T>,
+        some: impl Fn(&mut Formatter<'_>, T) -> fmt::Result,
+    ) -> impl Display {
+        shown(move |f| match value {
+            Some(v) => some(f, v),
+            None => f.write_str(NA),
+        })
+    }
+
+    /// See [`super::bytes`].
+    pub(crate) fn bytes(value: u64) -> impl Display {
+        shown(move |f| {
+            let (scaled, unit) = scale(value);
+            match unit {
+                0 => write!(f, "{value}B"),
+                // 1000 to 1023 of a unit reads as "0.98" of the next one.
+                _ if scaled < 1.0 => write!(f, "{scaled:.2}{}", UNITS[unit]),
+                _ => write!(f, "{scaled:.1}{}", UNITS[unit]),
+            }
+        })
+    }
+
+    /// See [`super::bytes_short`].
+    pub(crate) fn bytes_short(value: u64) -> impl Display {
+        shown(move |f| {
+            let (scaled, unit) = scale(value);
+            let letter = &UNITS[unit][..1];
+            match unit {
+                0 => write!(f, "{value}B"),
+                _ if scaled >= 100.0 => write!(f, "{scaled:.0}{letter}"),
+                _ => write!(f, "{scaled:.1}{letter}"),
+            }
+        })
+    }
+
+    pub(crate) fn opt_bytes(value: Option<u64>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{}", bytes(v)))
+    }
+
+    pub(crate) fn opt_bytes_short(value: Option<u64>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{}", bytes_short(v)))
+    }
+
+    /// See [`super::used_of_total`].
+    pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> impl Display {
+        shown(move |f| {
+            if used.is_none() && total.is_none() {
+                return f.write_str(NA);
+            }
+            write!(f, "{}/{}", opt_bytes_short(used), opt_bytes_short(total))
+        })
+    }
+
+    pub(crate) fn percent(value: Option<u32>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v}%"))
+    }
+
+    pub(crate) fn percent_f(value: Option<f64>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v:.1}%"))
+    }
+
+    pub(crate) fn watts(value: Option<f64>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v:.0}W"))
+    }
+
+    /// "draw/limitW"; "N/A" stands in for either side that is missing.
+    pub(crate) fn power_of_limit(draw: Option<f64>, limit: Option<f64>) -> impl Display {
+        shown(move |f| match (draw, limit) {
+            (Some(d), Some(l)) => write!(f, "{d:.0}/{l:.0}W"),
+            (None, None) => f.write_str(NA),
+            (draw, limit) => write!(f, "{}/{}", watts(draw), watts(limit)),
+        })
+    }
+
+    pub(crate) fn celsius(value: Option<u32>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v}C"))
+    }
+
+    pub(crate) fn mhz(value: Option<u32>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v}MHz"))
+    }
+
+    /// A PCIe throughput given in KiB/s, as a byte rate.
+    pub(crate) fn kib_rate(value: Option<u32>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{}/s", bytes(u64::from(v) * 1024)))
+    }
+
+    pub(crate) fn count(value: Option<u64>) -> impl Display {
+        or_na(value, |f, v| write!(f, "{v}"))
+    }
+
+    /// A running time: see [`super::duration`].
+    pub(crate) fn duration(seconds: f64) -> impl Display {
+        shown(move |f| {
+            let total = if seconds.is_finite() && seconds > 0.0 {
+                seconds as u64
+            } else {
+                0
+            };
+            let (days, hours) = (total / 86_400, total / 3600 % 24);
+            let (minutes, secs) = (total / 60 % 60, total % 60);
+            if days > 0 {
+                write!(f, "{days}d{hours:02}h")
+            } else if hours > 0 {
+                write!(f, "{hours}:{minutes:02}:{secs:02}")
+            } else {
+                write!(f, "{minutes}:{secs:02}")
+            }
+        })
+    }
 }
 
 /// Outside text, escaped for a terminal, or "N/A".
@@ -169,20 +267,7 @@ fn needs_escape(c: char) -> bool {
 
 /// A running time: "0:42", "12:34", "1:02:03", then "2d03h" from one day on.
 pub(crate) fn duration(seconds: f64) -> String {
-    let total = if seconds.is_finite() && seconds > 0.0 {
-        seconds as u64
-    } else {
-        0
-    };
-    let (days, hours) = (total / 86_400, total / 3600 % 24);
-    let (minutes, secs) = (total / 60 % 60, total % 60);
-    if days > 0 {
-        format!("{days}d{hours:02}h")
-    } else if hours > 0 {
-        format!("{hours}:{minutes:02}:{secs:02}")
-    } else {
-        format!("{minutes}:{secs:02}")
-    }
+    shown::duration(seconds).to_string()
 }
 
 /// A span of seconds in words, for sentences: "45 s", "2 min", "1.5 h". [`duration`] is the
@@ -220,12 +305,93 @@ pub(crate) fn truncate(text: &str, width: usize) -> String {
 
 /// `text` cut or padded with spaces to exactly `width` characters, left-aligned.
 pub(crate) fn pad_left_aligned(text: &str, width: usize) -> String {
-    format!("{:<width$}", truncate(text, width))
+    let mut out = String::new();
+    push_left_aligned(&mut out, text, width);
+    out
 }
 
 /// `text` cut or padded with spaces to exactly `width` characters, right-aligned.
 pub(crate) fn pad_right_aligned(text: &str, width: usize) -> String {
-    format!("{:>width$}", truncate(text, width))
+    let mut out = String::new();
+    let len = text.chars().count();
+    if len <= width {
+        push_spaces(&mut out, width - len);
+        out.push_str(text);
+    } else {
+        // Cut to exactly the width: aligned either way.
+        push_left_aligned(&mut out, text, width);
+    }
+    out
+}
+/// [`pad_left_aligned`] of `text`, written at the end of `out` instead of returned.
+pub(crate) fn push_left_aligned(out: &mut String, text: &str, width: usize) {
+    let len = text.chars().count();
+    if len <= width {
+        out.push_str(text);
+        push_spaces(out, width - len);
+    } else if width > 0 {
+        let cut = text
+            .char_indices()
+            .nth(width - 1)
+            .map_or(text.len(), |(i, _)| i);
+        out.push_str(&text[..cut]);
+        out.push('…');
+    }
+}
+
+/// What follows `start` in `out`, cut or padded in place as [`pad_left_aligned`] would.
+pub(crate) fn fit_left_aligned(out: &mut String, start: usize, width: usize) {
+    let len = out[start..].chars().count();
+    if len <= width {
+        push_spaces(out, width - len);
+    } else if width == 0 {
+        out.truncate(start);
+    } else {
+        let cut = out[start..]
+            .char_indices()
+            .nth(width - 1)
+            .map_or(out.len(), |(i, _)| start + i);
+        out.truncate(cut);
+        out.push('…');
+    }
+}
+
+/// `count` spaces at the end of `out`.
+pub(crate) fn push_spaces(out: &mut String, mut count: usize) {
+    const SPACES: &str = "                                ";
+    out.reserve(count);
+    while count > 0 {
+        let n = count.min(SPACES.len());
+        out.push_str(&SPACES[..n]);
+        count -= n;
+    }
+}
+
+/// The formatted `args` at the end of `out`, right-aligned in `width` characters as
+/// `{:>width$}` pads a string (never cut).
+pub(crate) fn push_right_aligned(out: &mut String, width: usize, args: std::fmt::Arguments) {
+    let start = out.len();
+    let _ = out.write_fmt(args);
+    pad_front(out, start, width);
+}
+
+/// Spaces inserted at `start` (a char boundary of `out`) until what follows it is at least
+/// `width` characters: the right alignment of text already written.
+pub(crate) fn pad_front(out: &mut String, start: usize, width: usize) {
+    const SPACES: &str = "                                ";
+    let mut missing = width.saturating_sub(out[start..].chars().count());
+    while missing > 0 {
+        let n = missing.min(SPACES.len());
+        out.insert_str(start, &SPACES[..n]);
+        missing -= n;
+    }
+}
+
+/// Spaces appended until what follows `start` in `out` is at least `width` characters: the
+/// left alignment of text already written (`{:<width$}`, never cut).
+pub(crate) fn pad_back(out: &mut String, start: usize, width: usize) {
+    let missing = width.saturating_sub(out[start..].chars().count());
+    push_spaces(out, missing);
 }
 
 /// Packs pieces (each a few spans) into lines of at most `width` columns, two spaces apart;
@@ -290,10 +456,13 @@ mod tests {
         assert_eq!(opt_bytes(None), "N/A");
         assert_eq!(percent(None), "N/A");
         assert_eq!(watts(None), "N/A");
-        assert_eq!(power_of_limit(None, Some(700.0)), "N/A/700W");
+        assert_eq!(
+            shown::power_of_limit(None, Some(700.0)).to_string(),
+            "N/A/700W"
+        );
         assert_eq!(used_of_total(None, None), "N/A");
         assert_eq!(used_of_total(None, Some(1 << 30)), "N/A/1.0G");
-        assert_eq!(power_of_limit(None, None), "N/A");
+        assert_eq!(shown::power_of_limit(None, None).to_string(), "N/A");
         assert_eq!(opt_duration(None), "N/A");
     }
 
@@ -345,5 +514,18 @@ mod tests {
         assert_eq!(truncate("short", 8), "short");
         assert_eq!(pad_right_aligned("7", 3), "  7");
         assert_eq!(pad_left_aligned("abcdef", 4), "abc…");
+        for text in ["", "abc", "abcdef", "数据加载器", "ab…", &"x".repeat(40)] {
+            for width in [0, 1, 2, 3, 4, 5, 6, 7, 33, 70] {
+                let (mut pushed, mut fitted) = ("x".to_string(), format!("x{text}"));
+                push_left_aligned(&mut pushed, text, width);
+                fit_left_aligned(&mut fitted, 1, width);
+                let padded = format!("x{}", pad_left_aligned(text, width));
+                assert_eq!(
+                    (&pushed, &fitted),
+                    (&padded, &padded),
+                    "{text:?} in {width}"
+                );
+            }
+        }
     }
 }

@@ -5,7 +5,6 @@
 //! The order is computed once per change (snapshot, filter, sort, tree) into [`RowRef`]s,
 //! which hold indices into the snapshot, and turned into borrowed [`ProcessRow`]s on demand.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::actions::ProcessIdentity;
@@ -388,19 +387,25 @@ fn tree_rows(snapshot: &Snapshot) -> Vec<RowRef> {
 /// Sorts copies of the rows with the model's order, then maps them back to their indices by
 /// (pid, GPU), which NVML reports once per GPU.
 fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<RowRef> {
-    let mut positions: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
-    for (i, p) in processes.iter().enumerate().rev() {
-        positions.entry((p.pid, p.gpu)).or_default().push(i);
-    }
-    // Rows of the same pid and GPU take their positions in snapshot order, as before.
+    // Rows of the same pid and GPU take their positions in snapshot order, as before: each
+    // (pid, GPU)'s positions in ascending order, handed out in turn. One sorted vector of
+    // positions and one of counters, not a map of one vector per process.
+    let pair = |i: usize| (processes[i].pid, processes[i].gpu);
+    let mut by_pair: Vec<usize> = (0..processes.len()).collect();
+    by_pair.sort_unstable_by_key(|&i| (pair(i), i));
+    let mut handed = vec![0_usize; processes.len()];
     sorted_positions(processes, key, reverse)
         .into_iter()
-        .map(|i| &processes[i])
-        .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
-        .map(|i| RowRef {
-            gpus: vec![i],
-            host: None,
-            tree: None,
+        .filter_map(|i| {
+            let first = by_pair.partition_point(|&j| pair(j) < pair(i));
+            let next = first + handed[first];
+            let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
+            handed[first] += 1;
+            Some(RowRef {
+                gpus: vec![position],
+                host: None,
+                tree: None,
+            })
         })
         .collect()
 }
@@ -650,5 +655,52 @@ mod tests {
         let row = materialize(&snap, &rows[0]);
         assert!(!row.visible());
         assert_eq!(row.identity(), None);
+    }
+}
+
+#[cfg(test)]
+mod sorted_rows_tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::model::ProcessKind;
+
+    /// Rows of one pid on one GPU take their positions in snapshot order, whatever the sort:
+    /// as the map of positions per (pid, GPU) handed them out before.
+    #[test]
+    fn rows_of_one_pid_and_gpu_keep_snapshot_order_under_every_sort() {
+        let process = |pid: u32, gpu: u32, memory: u64| {
+            let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
+            p.gpu_memory_bytes = Some(memory);
+            p
+        };
+        let processes = vec![
+            process(7, 0, 10),
+            process(3, 1, 50),
+            process(7, 0, 90),
+            process(3, 1, 20),
+            process(7, 1, 30),
+            process(7, 0, 40),
+            process(1, 0, 60),
+        ];
+        for key in SortKey::ALL {
+            for reverse in [false, true] {
+                let mut positions: HashMap<(u32, u32), Vec<usize>> = HashMap::new();
+                for (i, p) in processes.iter().enumerate().rev() {
+                    positions.entry((p.pid, p.gpu)).or_default().push(i);
+                }
+                let expected: Vec<Vec<usize>> = sorted_positions(&processes, key, reverse)
+                    .into_iter()
+                    .map(|i| &processes[i])
+                    .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
+                    .map(|i| vec![i])
+                    .collect();
+                let rows: Vec<Vec<usize>> = sorted_rows(&processes, key, reverse)
+                    .into_iter()
+                    .map(|r| r.gpus)
+                    .collect();
+                assert_eq!(rows, expected, "{key:?}, reverse {reverse}");
+            }
+        }
     }
 }

@@ -138,6 +138,16 @@ pub(crate) fn column_key(column: Column) -> String {
     column.title().to_lowercase()
 }
 
+/// Whether `key` is [`column_key`] of `column`; without a `String` for an ASCII title.
+fn is_key_of(key: &str, column: Column) -> bool {
+    let title = column.title();
+    if !title.is_ascii() {
+        return key == column_key(column);
+    }
+    key.len() == title.len()
+        && (key.bytes().zip(title.bytes())).all(|(k, t)| k == t.to_ascii_lowercase())
+}
+
 /// Whether `item` is on (toggles), as the screen shows it.
 pub(crate) fn is_on(ui: &UiConfig, item: Item) -> bool {
     match item {
@@ -262,9 +272,10 @@ impl App {
 
     /// The process columns the user hid in the setup screen.
     pub(crate) fn hidden_columns(&self) -> Vec<Column> {
+        // Asked each frame: compared with each column's key without making it.
         columns::ORDER
             .into_iter()
-            .filter(|c| self.ui.hidden_columns.contains(&column_key(*c)))
+            .filter(|c| self.ui.hidden_columns.iter().any(|h| is_key_of(h, *c)))
             .collect()
     }
 }
@@ -287,6 +298,19 @@ fn cycle(now: usize, step: isize, len: usize) -> usize {
 mod tests {
     use super::*;
     use crossterm::event::KeyModifiers;
+
+    /// A hidden column is found by its key as it always was: the title in lower case.
+    #[test]
+    fn column_keys_match_their_lower_case_titles_only() {
+        for column in columns::ORDER {
+            for other in columns::ORDER {
+                let same = column_key(other) == column_key(column);
+                assert_eq!(is_key_of(&column_key(other), column), same);
+            }
+            assert!(!is_key_of(column.title(), column) || column.title() == column_key(column));
+            assert!(!is_key_of("", column));
+        }
+    }
 
     fn press(app: &mut App, code: KeyCode) -> Effect {
         app.on_key(KeyEvent::new(code, KeyModifiers::NONE))

@@ -57,6 +57,10 @@ impl Group {
 
 /// The groups of the snapshot's warnings, in display order.
 pub(crate) fn group(snapshot: &Snapshot) -> Vec<Group> {
+    // Most snapshots raise nothing: no map of the processes' causes for them.
+    if snapshot.warnings.is_empty() {
+        return Vec::new();
+    }
     let causes = ProcessCauses::of(snapshot);
     let mut by_key: BTreeMap<GroupKey, Vec<usize>> = BTreeMap::new();
     for (index, warning) in snapshot.warnings.iter().enumerate() {

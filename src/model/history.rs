@@ -50,6 +50,11 @@ impl Series {
         self.values.iter().copied()
     }
 
+    /// The samples, oldest first, as the two slices of the ring they are kept in.
+    pub(crate) fn as_slices(&self) -> (&[Option<f64>], &[Option<f64>]) {
+        self.values.as_slices()
+    }
+
     #[cfg(test)]
     pub(crate) fn latest(&self) -> Option<f64> {
         self.values.back().copied().flatten()

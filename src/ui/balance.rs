@@ -3,12 +3,14 @@
 //! out at a glance. With one GPU there is nothing to balance: the bars are labelled with
 //! their figures instead, and without GPUs the panel says so.
 
-use super::label::Label;
+use std::fmt::Write as _;
+
+use super::label::Runs;
 use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::layout::BALANCE_GROUP_WIDTH as GROUP_WIDTH;
 use crate::app::App;
-use crate::format::{pad_left_aligned, percent, percent_f};
+use crate::format::{fit_left_aligned, shown};
 use crate::model::GpuSample;
 use crate::terminal::theme::Theme;
 
@@ -24,16 +26,19 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let gpus = &app.snapshot.gpus;
-    let title = match gpus.as_slice() {
-        [] => "BALANCE: no GPUs".to_string(),
-        [one] => format!("GPU {} mem|util", one.index),
-        _ => "BALANCE mem|util".to_string(),
-    };
-    let title = pad_left_aligned(&title, usize::from(area.width));
-    frame.render_widget(
-        Label::new(title).style(theme.title()),
-        Rect { height: 1, ..area },
-    );
+    // One text for the title and every label of the frame, each padded as it always was.
+    let mut text = Runs::default();
+    text.push_with(Style::new(), |t| {
+        let _ = match gpus.as_slice() {
+            [] => t.write_str("BALANCE: no GPUs"),
+            [one] => write!(t, "GPU {} mem|util", one.index),
+            _ => t.write_str("BALANCE mem|util"),
+        };
+        fit_left_aligned(t, 0, usize::from(area.width));
+    });
+    text.end_line(Style::new());
+    let title_area = Rect { height: 1, ..area };
+    text.render_styled(title_area, frame.buffer_mut(), theme.title());
     let bar_height = area.height - 2;
     let label_y = area.bottom() - 1;
     let group = group_width(app.snapshot.gpus.len(), area.width);
@@ -63,42 +68,43 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             theme,
         );
         let label = Rect::new(x, label_y, group.min(area.right() - x), 1);
-        frame.render_widget(
-            Label::new(gpu.index.to_string()).style(theme.label()),
-            label,
-        );
+        text.clear();
+        text.push_fmt(Style::new(), format_args!("{}", gpu.index));
+        text.end_line(Style::new());
+        text.render_styled(label, frame.buffer_mut(), theme.label());
         x += group;
     }
     if let [one] = gpus.as_slice() {
-        label_single_gpu(frame, area, one, theme);
+        label_single_gpu(frame, area, one, theme, &mut text);
     }
 }
 
 /// Beside the one GPU's bars: their figures, and why there is no balance to show.
-fn label_single_gpu(frame: &mut Frame, area: Rect, gpu: &GpuSample, theme: Theme) {
+fn label_single_gpu(frame: &mut Frame, area: Rect, gpu: &GpuSample, theme: Theme, text: &mut Runs) {
     let left = area.x + 4;
     if left >= area.right() {
         return;
     }
     let width = usize::from(area.right() - left);
-    let lines = [
-        format!(
-            "mem  {}",
-            percent_f(gpu.memory_fraction().map(|f| f * 100.0))
-        ),
-        format!("util {}", percent(gpu.utilization_percent)),
-        "balance: 2+ GPUs".to_string(),
-    ];
-    for (row, text) in lines.iter().enumerate() {
-        let y = area.y + 1 + row as u16;
+    let memory = gpu.memory_fraction().map(|f| f * 100.0);
+    for row in 0..3_u16 {
+        let y = area.y + 1 + row;
         if y >= area.bottom() {
             break;
         }
+        text.clear();
+        text.push_with(Style::new(), |t| {
+            let _ = match row {
+                0 => write!(t, "mem  {}", shown::percent_f(memory)),
+                1 => write!(t, "util {}", shown::percent(gpu.utilization_percent)),
+                _ => t.write_str("balance: 2+ GPUs"),
+            };
+            fit_left_aligned(t, 0, width);
+        });
+        text.end_line(Style::new());
         let style = if row == 2 { theme.dim() } else { theme.plain() };
-        frame.render_widget(
-            Label::new(pad_left_aligned(text, width)).style(style),
-            Rect::new(left, y, width as u16, 1),
-        );
+        let area = Rect::new(left, y, width as u16, 1);
+        text.render_styled(area, frame.buffer_mut(), style);
     }
 }
 
@@ -119,8 +125,11 @@ fn draw_bar(
             .set_style(theme.dim());
         return;
     };
-    for (row, eighths) in column_cells(fraction, height).into_iter().enumerate() {
-        buffer[(x, bottom - row as u16)]
+    // As `column_cells`, without its vector each frame.
+    let total = (fraction.clamp(0.0, 1.0) * f64::from(height) * 8.0).round() as usize;
+    for row in 0..height {
+        let eighths = total.saturating_sub(usize::from(row) * 8).min(8);
+        buffer[(x, bottom - row)]
             .set_symbol(LEVELS[eighths])
             .set_style(style);
     }

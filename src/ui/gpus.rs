@@ -2,7 +2,9 @@
 //! reasons, ECC, bus id, UUID) when the layout has room. Also the messages shown instead of the
 //! table when NVML is missing, finds no GPUs, or has not been sampled yet.
 
-use super::label::Label;
+use std::fmt::Write as _;
+
+use super::label::Runs;
 use ratatui::{
     layout::Rect,
     style::Style,
@@ -13,7 +15,7 @@ use ratatui::{
 
 use crate::app::view::Mark;
 use crate::app::App;
-use crate::format::{self, pad_left_aligned, pad_right_aligned, NA};
+use crate::format::{self, push_left_aligned, push_right_aligned, shown, NA};
 use crate::model::{GpuSample, GpuState, GpuVendor, Snapshot};
 use crate::terminal::theme::Theme;
 
@@ -28,7 +30,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     }
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
-    frame.render_widget(Label::new(columns.title()).style(theme.title()), title_area);
+    // One text for the title, then the table.
+    let mut lines = Runs::default();
+    lines.push_with(Style::new(), |t| columns.write_title(t));
+    lines.end_line(Style::new());
+    lines.render_styled(title_area, frame.buffer_mut(), theme.title());
     let body = Rect {
         y: area.y + 1,
         height: area.height - 1,
@@ -45,7 +51,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         Some(Mark::Gpu(index)) => Some(*index),
         _ => None,
     };
-    let lines = gpu_lines(
+    lines.clear();
+    gpu_lines(
+        &mut lines,
         &app.snapshot.gpus,
         &columns,
         theme,
@@ -53,7 +61,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         body,
         marked,
     );
-    frame.render_widget(Label::new(lines), body);
+    frame.render_widget(&lines, body);
 }
 
 /// What to say instead of the table, when there is no GPU to show.
@@ -80,13 +88,14 @@ pub(crate) fn unavailable_message(snapshot: &Snapshot) -> Option<String> {
 }
 
 fn gpu_lines(
+    out: &mut Runs,
     gpus: &[GpuSample],
     columns: &Columns,
     theme: Theme,
     detail_lines: u16,
     body: Rect,
     marked: Option<u32>,
-) -> Vec<Line<'static>> {
+) {
     let per_gpu = 1 + usize::from(detail_lines);
     let room = usize::from(body.height);
     let shown = if gpus.len() * per_gpu <= room {
@@ -94,29 +103,33 @@ fn gpu_lines(
     } else {
         room.saturating_sub(1) / per_gpu
     };
-    let mut lines = Vec::new();
     for gpu in &gpus[..shown] {
-        let line = columns.main_line(gpu, theme);
+        columns.main_line(out, gpu, theme);
         if marked == Some(gpu.index) {
-            lines.push(line.style(theme.selected()));
+            out.end_line(theme.selected());
         } else {
-            lines.push(line);
+            out.end_line(Style::new());
         }
         if detail_lines > 0 {
             let mut detail = mig_lines(gpu, theme);
             detail.extend(self::detail(gpu, theme, body.width));
             detail.resize(usize::from(detail_lines), Line::default());
-            lines.extend(detail);
+            for line in &detail {
+                for span in &line.spans {
+                    out.push(span.style, &span.content);
+                }
+                out.end_line(line.style);
+            }
         }
     }
     if shown < gpus.len() {
         let hidden = gpus.len() - shown;
-        lines.push(Line::styled(
-            format!("  +{hidden} more GPUs: enlarge the terminal to see them"),
-            theme.dim(),
-        ));
+        out.push_fmt(
+            Style::new(),
+            format_args!("  +{hidden} more GPUs: enlarge the terminal to see them"),
+        );
+        out.end_line(theme.dim());
     }
-    lines
 }
 
 /// The widths of the main line's columns at one terminal width.
@@ -153,31 +166,38 @@ impl Columns {
         }
     }
 
-    fn title(&self) -> String {
-        let mut out = format!("{:>3} {}", "GPU", pad_left_aligned("NAME", self.name));
-        out += &self.with_bar("UTIL", 4);
+    /// Writes the column titles at the end of `out`.
+    fn write_title(&self, out: &mut String) {
+        out.push_str("GPU ");
+        push_left_aligned(out, "NAME", self.name);
+        self.write_with_bar(out, "UTIL", 4);
         if self.show_memory_util {
-            out += " MEMU";
+            out.push_str(" MEMU");
         }
-        out += &self.with_bar("MEMORY", 11);
-        out += " TEMP     POWER";
+        self.write_with_bar(out, "MEMORY", 11);
+        out.push_str(" TEMP     POWER");
         if self.show_fan_and_pstate {
-            out += "  FAN   P";
+            out.push_str("  FAN   P");
         }
-        out += &format!(" {}", pad_left_aligned("STATE", state_width(self.wide)));
-        out
+        out.push(' ');
+        push_left_aligned(out, "STATE", state_width(self.wide));
     }
 
     /// A column title over a value of `width`; when wide, left-aligned over the bar before it.
-    fn with_bar(&self, title: &str, width: usize) -> String {
+    fn write_with_bar(&self, out: &mut String, title: &str, width: usize) {
+        out.push(' ');
         if self.wide {
-            format!(" {}", pad_left_aligned(title, width + self.bar + 1))
+            push_left_aligned(out, title, width + self.bar + 1);
+        } else if title.chars().count() <= width {
+            push_right_aligned(out, width, format_args!("{title}"));
         } else {
-            format!(" {}", pad_right_aligned(title, width))
+            // Cut to the width exactly: aligned either way.
+            push_left_aligned(out, title, width);
         }
     }
 
-    fn main_line(&self, gpu: &GpuSample, theme: Theme) -> Line<'static> {
+    /// Writes the GPU's main line into `out`, span for span as it has always been drawn.
+    fn main_line(&self, out: &mut Runs, gpu: &GpuSample, theme: Theme) {
         let utilization = gpu.utilization_percent.map(|u| f64::from(u) / 100.0);
         let values = if gpu.state == GpuState::Ok {
             theme.load(utilization)
@@ -190,71 +210,62 @@ impl Columns {
             (true, false) => theme.limited(false),
             _ => theme.label(),
         };
-        let mut spans = vec![
-            Span::styled(format!("{:>3} ", gpu.index), index_style),
-            Span::styled(pad_left_aligned(&self.name_of(gpu), self.name), values),
-        ];
-        self.push_bar(&mut spans, utilization, theme.load(utilization));
-        spans.push(Span::styled(
-            format!(" {:>4}", format::percent(gpu.utilization_percent)),
-            values,
-        ));
-        if self.show_memory_util {
-            let text = format::percent(gpu.memory_utilization_percent);
-            spans.push(Span::styled(format!(" {text:>4}"), values));
-        }
-        self.push_bar(
-            &mut spans,
-            gpu.memory_fraction(),
-            theme.memory_fill(gpu.memory_fraction()),
-        );
-        let memory = format::used_of_total(gpu.memory_used_bytes, gpu.memory_total_bytes);
-        spans.push(Span::styled(
-            format!(" {memory:>11}"),
-            theme.level(gpu.memory_fraction()),
-        ));
-        let temperature = format::celsius(gpu.temperature_c);
-        spans.push(Span::styled(
-            format!(" {temperature:>4}"),
-            if thermal {
-                theme.limited(true)
+        out.push_fmt(index_style, format_args!("{:>3} ", gpu.index));
+        out.push_with(values, |t| {
+            let name = format::escape(gpu.name.as_deref().unwrap_or(NA));
+            let name = if self.wide {
+                &name
             } else {
-                theme.temperature(gpu.temperature_c)
-            },
-        ));
-        let power = format::power_of_limit(gpu.power_w, gpu.power_limit_w);
+                name.trim_start_matches("NVIDIA ")
+            };
+            push_left_aligned(t, name, self.name);
+        });
+        self.push_bar(out, utilization, theme.load(utilization));
+        let utilization_text = shown::percent(gpu.utilization_percent);
+        out.push_spaced_right(values, 4, format_args!("{utilization_text}"));
+        if self.show_memory_util {
+            let text = shown::percent(gpu.memory_utilization_percent);
+            out.push_spaced_right(values, 4, format_args!("{text}"));
+        }
+        let memory_fraction = gpu.memory_fraction();
+        self.push_bar(out, memory_fraction, theme.memory_fill(memory_fraction));
+        let memory = shown::used_of_total(gpu.memory_used_bytes, gpu.memory_total_bytes);
+        let memory_style = theme.level(memory_fraction);
+        out.push_spaced_right(memory_style, 11, format_args!("{memory}"));
+        let temperature = shown::celsius(gpu.temperature_c);
+        let temperature_style = if thermal {
+            theme.limited(true)
+        } else {
+            theme.temperature(gpu.temperature_c)
+        };
+        out.push_spaced_right(temperature_style, 4, format_args!("{temperature}"));
+        let power = shown::power_of_limit(gpu.power_w, gpu.power_limit_w);
         let power_style = if power_capped {
             theme.limited(false)
         } else {
             values
         };
-        spans.push(Span::styled(format!(" {power:>9}"), power_style));
+        out.push_spaced_right(power_style, 9, format_args!("{power}"));
         if self.show_fan_and_pstate {
-            let fan = format::percent(gpu.fan_percent);
-            let pstate = gpu
-                .performance_state
-                .map_or(NA.to_string(), |p| format!("P{p}"));
-            spans.push(Span::styled(format!(" {fan:>4} {pstate:>3}"), values));
+            let fan = shown::percent(gpu.fan_percent);
+            out.push_with(values, |t| {
+                t.push(' ');
+                push_right_aligned(t, 4, format_args!("{fan}"));
+                t.push(' ');
+                match gpu.performance_state {
+                    Some(p) => push_right_aligned(t, 3, format_args!("P{p}")),
+                    None => push_right_aligned(t, 3, format_args!("{NA}")),
+                }
+            });
         }
-        let (badge, style) = state_badge(gpu, self.wide, theme);
-        spans.push(Span::raw(" "));
-        spans.push(Span::styled(badge, style));
-        Line::from(spans)
+        out.push(Style::new(), " ");
+        out.push_styled_by(|t| write_badge(t, gpu, self.wide, theme));
     }
 
-    fn name_of(&self, gpu: &GpuSample) -> String {
-        let name = format::text(gpu.name.as_deref());
+    fn push_bar(&self, out: &mut Runs, fraction: Option<f64>, style: Style) {
         if self.wide {
-            name.clone()
-        } else {
-            name.trim_start_matches("NVIDIA ").to_string()
-        }
-    }
-
-    fn push_bar(&self, spans: &mut Vec<Span<'static>>, fraction: Option<f64>, style: Style) {
-        if self.wide {
-            spans.push(Span::raw(" "));
-            spans.push(Span::styled(horizontal_bar(fraction, self.bar), style));
+            out.push(Style::new(), " ");
+            out.push_with(style, |t| push_horizontal_bar(t, fraction, self.bar));
         }
     }
 }
@@ -279,19 +290,28 @@ fn state_width(wide: bool) -> usize {
     }
 }
 
-/// The state badge: OK, THROTTLED, STALE, UNRESPONSIVE (stale over 10 s) or LOST.
-pub(crate) fn state_badge(gpu: &GpuSample, wide: bool, theme: Theme) -> (String, Style) {
-    match gpu.state {
-        GpuState::Ok if severely_throttled(gpu) => ("THROTTLED".to_string(), theme.warn()),
-        GpuState::Ok => ("OK".to_string(), theme.good()),
-        GpuState::Lost => ("LOST".to_string(), theme.critical()),
+/// Writes the state badge at the end of `out` (OK, THROTTLED, STALE, UNRESPONSIVE (stale over
+/// 10 s) or LOST), and returns its style.
+fn write_badge(out: &mut String, gpu: &GpuSample, wide: bool, theme: Theme) -> Style {
+    let (text, style) = match gpu.state {
+        GpuState::Ok if severely_throttled(gpu) => ("THROTTLED", theme.warn()),
+        GpuState::Ok => ("OK", theme.good()),
+        GpuState::Lost => ("LOST", theme.critical()),
         GpuState::Stale => match gpu.stale_seconds {
-            Some(s) if s > 10.0 && wide => (format!("UNRESPONSIVE {s:.0}s"), theme.critical()),
-            Some(s) if s > 10.0 => ("UNRESPONSIVE".to_string(), theme.critical()),
-            Some(s) => (format!("STALE {s:.0}s"), theme.warn()),
-            None => ("STALE".to_string(), theme.warn()),
+            Some(s) if s > 10.0 && wide => {
+                let _ = write!(out, "UNRESPONSIVE {s:.0}s");
+                return theme.critical();
+            }
+            Some(s) if s > 10.0 => ("UNRESPONSIVE", theme.critical()),
+            Some(s) => {
+                let _ = write!(out, "STALE {s:.0}s");
+                return theme.warn();
+            }
+            None => ("STALE", theme.warn()),
         },
-    }
+    };
+    out.push_str(text);
+    style
 }
 
 fn severely_throttled(gpu: &GpuSample) -> bool {
@@ -302,78 +322,80 @@ fn severely_throttled(gpu: &GpuSample) -> bool {
     })
 }
 
-/// A left-to-right bar of `width` cells in eighths; "N/A" text when the value is missing.
-pub(crate) fn horizontal_bar(fraction: Option<f64>, width: usize) -> String {
+/// A left-to-right bar of `width` cells in eighths, written at the end of `out`; "N/A" text
+/// when the value is missing.
+fn push_horizontal_bar(out: &mut String, fraction: Option<f64>, width: usize) {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let Some(fraction) = fraction else {
-        return pad_left_aligned(NA, width);
+        return push_left_aligned(out, NA, width);
     };
     let eighths = (fraction.clamp(0.0, 1.0) * (width * 8) as f64).round() as usize;
-    let mut bar = "█".repeat(eighths / 8);
+    out.extend(std::iter::repeat_n('█', eighths / 8));
+    let mut filled = eighths / 8;
     if eighths % 8 > 0 {
-        bar.push(PARTS[eighths % 8]);
+        out.push(PARTS[eighths % 8]);
+        filled += 1;
     }
-    let filled = bar.chars().count();
-    bar + &" ".repeat(width.saturating_sub(filled))
+    format::push_spaces(out, width.saturating_sub(filled));
 }
 
 /// The detail lines of one GPU packed to `width`: clocks, PCIe, codecs, throttle reasons, ECC
 /// (only where it is on), bus id, UUID and the last error.
 pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
-    let pieces = detail_pieces(gpu)
-        .into_iter()
-        .map(|p| vec![Span::styled(p, theme.dim())])
-        .collect();
+    let mut pieces = Vec::new();
+    detail_pieces(gpu, |piece| {
+        pieces.push(vec![Span::styled(piece.to_string(), theme.dim())]);
+    });
     format::pack(pieces, usize::from(width), DETAIL_INDENT)
 }
 
 /// How far detail lines are indented.
 const DETAIL_INDENT: usize = 6;
 
-/// The pieces of the detail lines, before packing.
-fn detail_pieces(gpu: &GpuSample) -> Vec<String> {
-    let mut pieces = vec![
-        format!("SM {}", format::mhz(gpu.sm_clock_mhz)),
-        format!("mem {}", format::mhz(gpu.memory_clock_mhz)),
-    ];
+/// The pieces of the detail lines, before packing, each handed to `each` as it is formatted.
+fn detail_pieces(gpu: &GpuSample, mut each: impl FnMut(std::fmt::Arguments)) {
+    each(format_args!("SM {}", shown::mhz(gpu.sm_clock_mhz)));
+    each(format_args!("mem {}", shown::mhz(gpu.memory_clock_mhz)));
     // amdgpu's sysfs has no PCIe rate, codec or throttle figures: no column of N/As for them.
     if gpu.vendor == GpuVendor::Nvidia {
-        pieces.push(format!(
+        each(format_args!(
             "PCIe rx {} tx {}",
-            format::kib_rate(gpu.pcie_rx_kib_s),
-            format::kib_rate(gpu.pcie_tx_kib_s)
+            shown::kib_rate(gpu.pcie_rx_kib_s),
+            shown::kib_rate(gpu.pcie_tx_kib_s)
         ));
-        pieces.push(format!(
+        each(format_args!(
             "enc {} dec {}",
-            format::percent(gpu.encoder_percent),
-            format::percent(gpu.decoder_percent)
+            shown::percent(gpu.encoder_percent),
+            shown::percent(gpu.decoder_percent)
         ));
-        pieces.push(format!("throttle {}", throttle_text(gpu)));
+        each(format_args!("throttle {}", ThrottleText(gpu)));
     }
-    pieces.push(format!("bus {}", format::text(gpu.bus_id.as_deref())));
+    let bus = format::escape(gpu.bus_id.as_deref().unwrap_or(NA));
+    each(format_args!("bus {bus}"));
     if gpu.vendor == GpuVendor::Amd {
-        let rocm = gpu.vendor_index.map_or(NA.to_string(), |i| i.to_string());
-        pieces.push(format!("AMD ROCm #{rocm}"));
-        pieces.push(format!(
+        match gpu.vendor_index {
+            Some(i) => each(format_args!("AMD ROCm #{i}")),
+            None => each(format_args!("AMD ROCm #{NA}")),
+        }
+        each(format_args!(
             "GTT {}",
-            format::used_of_total(gpu.gtt_used_bytes, gpu.gtt_total_bytes)
+            shown::used_of_total(gpu.gtt_used_bytes, gpu.gtt_total_bytes)
         ));
     }
     if gpu.ecc_enabled == Some(true) {
-        pieces.push(format!(
+        each(format_args!(
             "ECC corrected {} uncorrected {}",
-            format::count(gpu.ecc_volatile_corrected),
-            format::count(gpu.ecc_volatile_uncorrected)
+            shown::count(gpu.ecc_volatile_corrected),
+            shown::count(gpu.ecc_volatile_uncorrected)
         ));
     }
-    pieces.push(gpu.uuid.as_deref().map_or_else(
-        || format!("uuid {NA}"),
-        |uuid| format::escape(uuid).into_owned(),
-    ));
-    if let Some(error) = &gpu.error {
-        pieces.push(format!("error: {}", format::escape(error)));
+    match gpu.uuid.as_deref() {
+        Some(uuid) => each(format_args!("{}", format::escape(uuid))),
+        None => each(format_args!("uuid {NA}")),
     }
-    pieces
+    if let Some(error) = &gpu.error {
+        each(format_args!("error: {}", format::escape(error)));
+    }
 }
 
 /// Detail lines the busiest GPU needs at this width (its MIG sub-rows included); every GPU
@@ -382,11 +404,27 @@ fn detail_pieces(gpu: &GpuSample) -> Vec<String> {
 pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
     gpus.iter()
         .map(|g| {
-            let widths = detail_pieces(g).into_iter().map(|p| p.chars().count());
-            (g.mig_devices.len() + packed_line_count(widths, usize::from(width))) as u16
+            let mut widths = Vec::new();
+            detail_pieces(g, |piece| {
+                let mut counted = CharCount(0);
+                let _ = counted.write_fmt(piece);
+                widths.push(counted.0);
+            });
+            let lines = packed_line_count(widths.into_iter(), usize::from(width));
+            (g.mig_devices.len() + lines) as u16
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Counts the characters written to it, and keeps none.
+struct CharCount(usize);
+
+impl std::fmt::Write for CharCount {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.chars().count();
+        Ok(())
+    }
 }
 
 /// The lines [`format::pack`] makes of pieces this wide at `width`, with [`DETAIL_INDENT`].
@@ -443,11 +481,24 @@ fn mig_lines(gpu: &GpuSample, theme: Theme) -> Vec<Line<'static>> {
         .collect()
 }
 
-fn throttle_text(gpu: &GpuSample) -> String {
-    match &gpu.throttle_reasons {
-        None => NA.to_string(),
-        Some(reasons) if reasons.is_empty() => "none".to_string(),
-        Some(reasons) => reasons.join(","),
+/// The throttle reasons, comma-separated; "none" for none, N/A when unknown.
+struct ThrottleText<'a>(&'a GpuSample);
+
+impl std::fmt::Display for ThrottleText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0.throttle_reasons {
+            None => f.write_str(NA),
+            Some(reasons) if reasons.is_empty() => f.write_str("none"),
+            Some(reasons) => {
+                for (i, reason) in reasons.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    f.write_str(reason)?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 

@@ -1,38 +1,22 @@
 //! The top line: program, host, driver and CUDA versions, GPU count, refresh delay and time
 //! (local time, as `TZ` says, or UTC under `--utc`).
 
-use super::label::Label;
+use std::fmt::Write as _;
+
+use super::label::{Label, Runs};
 use ratatui::{
     layout::{Alignment, Rect},
-    text::{Line, Span},
+    style::Style,
     Frame,
 };
 
 use crate::app::App;
-use crate::format::{self, escape};
+use crate::format::{self, escape, NA};
 use crate::model::Snapshot;
 use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
-    let driver = &snapshot.driver;
-    let gpus = match (driver.nvml_loaded, driver.gpu_count) {
-        (true, Some(n)) => format!("{n} GPU{}", if n == 1 { "" } else { "s" }),
-        (true, None) => format!("{} GPUs", snapshot.gpus.len()),
-        (false, _) => "no NVML".to_string(),
-    };
-    let mut fields = vec![
-        format::text(snapshot.host.hostname.as_deref()),
-        format!("driver {}", format::text(driver.driver_version.as_deref())),
-        format!("CUDA {}", format::text(driver.cuda_version.as_deref())),
-        gpus,
-        format!(
-            "{}{:.1}s",
-            if area.width >= 100 { "every " } else { "" },
-            app.delay_seconds
-        ),
-    ];
-    fields.extend(container_note(snapshot));
     let clock_text = clock_text(snapshot, app.utc);
     let badge = app
         .badge
@@ -41,17 +25,45 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let badge_width = badge.as_ref().map_or(0, |b| b.chars().count() as u16);
     let width = clock_text.len() as u16 + badge_width;
     let room = usize::from(area.width.saturating_sub(width));
-    let mut spans = vec![Span::styled("torchtop", theme.brand())];
+    let mut line = Runs::default();
+    line.push(theme.brand(), "torchtop");
     let mut used = "torchtop".len();
-    for field in fields {
-        if used + 2 + field.chars().count() > room {
-            continue;
-        }
-        used += 2 + field.chars().count();
-        spans.push(Span::raw("  "));
-        spans.push(Span::styled(field, theme.plain()));
+    // Each field shown only where it fits, in order: a later, shorter one may still fit.
+    let mut field = |write: &dyn Fn(&mut String)| {
+        line.push_if_fits("  ", theme.plain(), write, |n| {
+            let fits = used + 2 + n <= room;
+            if fits {
+                used += 2 + n;
+            }
+            fits
+        });
+    };
+    let driver = &snapshot.driver;
+    field(&|t| t.push_str(&escape(snapshot.host.hostname.as_deref().unwrap_or(NA))));
+    field(&|t| {
+        let version = escape(driver.driver_version.as_deref().unwrap_or(NA));
+        let _ = write!(t, "driver {version}");
+    });
+    field(&|t| {
+        let version = escape(driver.cuda_version.as_deref().unwrap_or(NA));
+        let _ = write!(t, "CUDA {version}");
+    });
+    field(&|t| {
+        let _ = match (driver.nvml_loaded, driver.gpu_count) {
+            (true, Some(n)) => write!(t, "{n} GPU{}", if n == 1 { "" } else { "s" }),
+            (true, None) => write!(t, "{} GPUs", snapshot.gpus.len()),
+            (false, _) => write!(t, "no NVML"),
+        };
+    });
+    field(&|t| {
+        let every = if area.width >= 100 { "every " } else { "" };
+        let _ = write!(t, "{every}{:.1}s", app.delay_seconds);
+    });
+    if let Some(note) = container_note(snapshot) {
+        field(&|t| t.push_str(&note));
     }
-    frame.render_widget(Label::new(Line::from(spans)), area);
+    line.end_line(Style::new());
+    frame.render_widget(&line, area);
     if let Some(badge) = badge {
         let badge_area = Rect::new(
             area.right().saturating_sub(width),
@@ -72,10 +84,6 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     frame.render_widget(clock.style(theme.label()), clock_area);
 }
 
-/// Where torchtop runs in a container and NVML lists pids its /proc lacks: NVML gives host pids,
-/// which a container's own /proc does not show (its own processes' included), so say how many
-/// rows lack details and what shows them. Nothing when every GPU process is found (the host's
-/// /proc, `--pid=host`).
 fn container_note(snapshot: &Snapshot) -> Option<String> {
     snapshot.host.container.as_ref()?;
     let hidden: std::collections::BTreeSet<u32> = snapshot

@@ -4,18 +4,14 @@
 //! other panels use for figures whose change matters more than their size: it spans the
 //! window's lowest to highest value, printed beside it.
 
-use super::label::Label;
-use ratatui::{
-    layout::Rect,
-    style::Style,
-    text::Line,
-    widgets::{RenderDirection, Sparkline},
-    Frame,
-};
+use std::fmt::Write as _;
+
+use super::label::{Label, Runs};
+use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::App;
 use crate::config::HistoryMetric;
-use crate::format::{self, pad_left_aligned};
+use crate::format::{self, pad_left_aligned, shown};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
 use crate::terminal::theme::Theme;
@@ -35,15 +31,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
     let title = if rows_per_gpu > 1 {
         format!("HISTORY  last {span}, newest at the right")
     } else {
-        let names: Vec<&str> = app
-            .snapshot
-            .gpus
-            .first()
-            .map(|g| metrics(g, &empty, chosen, theme))
-            .unwrap_or_default()
-            .iter()
-            .map(|m| m.name)
-            .collect();
+        // The first GPU's metrics, by name: every metric is named whatever the GPU reports.
+        let names: Vec<&str> = match app.snapshot.gpus.first() {
+            Some(_) => chosen.iter().map(|m| metric_name(*m)).collect(),
+            None => Vec::new(),
+        };
         compact_title(area.width, &span, &names)
     };
     frame.render_widget(
@@ -51,6 +43,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         Rect { height: 1, ..area },
     );
     let capacity = app.history.capacity();
+    // One vector of buckets for every sparkline of the frame.
+    let mut buckets = Vec::new();
+    let mut text = Runs::default();
     let mut y = area.y + 1;
     for gpu in &app.snapshot.gpus {
         if y + rows_per_gpu > area.bottom() {
@@ -59,10 +54,16 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         let history = app.history.gpus.get(&gpu.index).unwrap_or(&empty);
         let row = Rect::new(area.x, y, area.width, rows_per_gpu);
         let metrics = metrics(gpu, history, chosen, theme);
+        let sparklines = Sparklines {
+            capacity,
+            theme,
+            buckets: &mut buckets,
+            text: &mut text,
+        };
         if rows_per_gpu > 1 {
-            render_stacked(frame, row, gpu.index, &metrics, capacity, theme);
+            render_stacked(frame, row, gpu, &metrics, sparklines);
         } else {
-            render_side_by_side(frame, row, gpu.index, &metrics, capacity, theme);
+            render_side_by_side(frame, row, gpu.index, &metrics, sparklines);
         }
         y += rows_per_gpu;
     }
@@ -75,7 +76,8 @@ struct Metric<'a> {
     /// Converts a sample into the sparkline's integer units.
     unit: f64,
     max: Option<u64>,
-    current: String,
+    /// Which metric, for its current value as text ([`current`]): only the stacked rows show it.
+    which: HistoryMetric,
     style: Style,
 }
 
@@ -99,82 +101,96 @@ fn metric<'a>(
     history: &'a GpuHistory,
     theme: Theme,
 ) -> Metric<'a> {
-    let percent = |name, series, value: Option<u32>, style| Metric {
+    let name = metric_name(which);
+    let plain = |series, unit, max, style| Metric {
         name,
         series,
-        unit: 1.0,
-        max: Some(100),
-        current: format::percent(value),
+        unit,
+        max,
+        which,
         style,
     };
-    let mhz = |name, series, value: Option<u32>| Metric {
-        name,
-        series,
-        unit: 1.0,
-        max: None,
-        current: value.map_or_else(|| format::NA.to_string(), |v| format!("{v}MHz")),
-        style: theme.label(),
-    };
-    let pcie = |name, series, kib: Option<u32>| Metric {
-        name,
-        series,
-        unit: 1024.0,
-        max: None,
-        current: kib.map_or_else(
-            || format::NA.to_string(),
-            |k| format!("{}/s", format::bytes_short(u64::from(k) * 1024)),
-        ),
-        style: theme.label(),
-    };
     match which {
-        HistoryMetric::Util => percent(
-            "util",
+        HistoryMetric::Util => plain(
             &history.utilization_percent,
-            gpu.utilization_percent,
+            1.0,
+            Some(100),
             theme.utilization_bar(),
         ),
-        HistoryMetric::Memory => Metric {
-            name: "memory",
-            series: &history.memory_used_bytes,
-            unit: BYTES_PER_MIB,
-            max: gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
-            current: format::opt_bytes_short(gpu.memory_used_bytes),
-            style: theme.memory_bar(),
-        },
-        HistoryMetric::Power => Metric {
-            name: "power",
-            series: &history.power_w,
-            unit: 1.0,
-            max: gpu.power_limit_w.map(|w| w.round() as u64),
-            current: format::watts(gpu.power_w),
-            style: theme.power_bar(),
-        },
-        HistoryMetric::Temperature => Metric {
-            name: "temp",
-            series: &history.temperature_c,
-            unit: 1.0,
-            max: Some(100),
-            current: format::celsius(gpu.temperature_c),
-            style: theme.temperature(gpu.temperature_c),
-        },
-        HistoryMetric::SmClock => mhz("sm clk", &history.sm_clock_mhz, gpu.sm_clock_mhz),
-        HistoryMetric::MemoryClock => {
-            mhz("memclk", &history.memory_clock_mhz, gpu.memory_clock_mhz)
-        }
-        HistoryMetric::PcieRx => pcie("pci rx", &history.pcie_rx_kib_s, gpu.pcie_rx_kib_s),
-        HistoryMetric::PcieTx => pcie("pci tx", &history.pcie_tx_kib_s, gpu.pcie_tx_kib_s),
-        HistoryMetric::Encoder => percent(
-            "enc",
+        HistoryMetric::Memory => plain(
+            &history.memory_used_bytes,
+            BYTES_PER_MIB,
+            gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
+            theme.memory_bar(),
+        ),
+        HistoryMetric::Power => plain(
+            &history.power_w,
+            1.0,
+            gpu.power_limit_w.map(|w| w.round() as u64),
+            theme.power_bar(),
+        ),
+        HistoryMetric::Temperature => plain(
+            &history.temperature_c,
+            1.0,
+            Some(100),
+            theme.temperature(gpu.temperature_c),
+        ),
+        HistoryMetric::SmClock => plain(&history.sm_clock_mhz, 1.0, None, theme.label()),
+        HistoryMetric::MemoryClock => plain(&history.memory_clock_mhz, 1.0, None, theme.label()),
+        HistoryMetric::PcieRx => plain(&history.pcie_rx_kib_s, 1024.0, None, theme.label()),
+        HistoryMetric::PcieTx => plain(&history.pcie_tx_kib_s, 1024.0, None, theme.label()),
+        HistoryMetric::Encoder => plain(
             &history.encoder_percent,
-            gpu.encoder_percent,
+            1.0,
+            Some(100),
             theme.utilization_bar(),
         ),
-        HistoryMetric::Decoder => percent(
-            "dec",
+        HistoryMetric::Decoder => plain(
             &history.decoder_percent,
-            gpu.decoder_percent,
+            1.0,
+            Some(100),
             theme.utilization_bar(),
         ),
+    }
+}
+
+/// A metric's name, over its sparkline.
+fn metric_name(which: HistoryMetric) -> &'static str {
+    match which {
+        HistoryMetric::Util => "util",
+        HistoryMetric::Memory => "memory",
+        HistoryMetric::Power => "power",
+        HistoryMetric::Temperature => "temp",
+        HistoryMetric::SmClock => "sm clk",
+        HistoryMetric::MemoryClock => "memclk",
+        HistoryMetric::PcieRx => "pci rx",
+        HistoryMetric::PcieTx => "pci tx",
+        HistoryMetric::Encoder => "enc",
+        HistoryMetric::Decoder => "dec",
+    }
+}
+
+/// Writes a metric's current value as text, beside its stacked sparkline, at the end of `out`.
+fn write_current(out: &mut String, which: HistoryMetric, gpu: &GpuSample) {
+    let _ = match which {
+        HistoryMetric::Util => write!(out, "{}", shown::percent(gpu.utilization_percent)),
+        HistoryMetric::Memory => write!(out, "{}", shown::opt_bytes_short(gpu.memory_used_bytes)),
+        HistoryMetric::Power => write!(out, "{}", shown::watts(gpu.power_w)),
+        HistoryMetric::Temperature => write!(out, "{}", shown::celsius(gpu.temperature_c)),
+        HistoryMetric::SmClock => write!(out, "{}", shown::mhz(gpu.sm_clock_mhz)),
+        HistoryMetric::MemoryClock => write!(out, "{}", shown::mhz(gpu.memory_clock_mhz)),
+        HistoryMetric::PcieRx => write_rate(out, gpu.pcie_rx_kib_s),
+        HistoryMetric::PcieTx => write_rate(out, gpu.pcie_tx_kib_s),
+        HistoryMetric::Encoder => write!(out, "{}", shown::percent(gpu.encoder_percent)),
+        HistoryMetric::Decoder => write!(out, "{}", shown::percent(gpu.decoder_percent)),
+    };
+}
+
+/// A PCIe rate given in KiB/s, in short byte units with "/s"; N/A when missing.
+fn write_rate(out: &mut String, kib: Option<u32>) -> std::fmt::Result {
+    match kib {
+        Some(k) => write!(out, "{}/s", shown::bytes_short(u64::from(k) * 1024)),
+        None => out.write_str(format::NA),
     }
 }
 
@@ -194,78 +210,136 @@ fn segment_width(width: u16, count: usize) -> u16 {
     (width.saturating_sub(GPU_LABEL_WIDTH) / count).saturating_sub(1)
 }
 
+/// What every sparkline of a frame shares: the history's length, the theme, and one vector
+/// of buckets, refilled for each.
+struct Sparklines<'b> {
+    capacity: usize,
+    theme: Theme,
+    buckets: &'b mut Vec<Option<f64>>,
+    /// Text for the labels beside the sparklines.
+    text: &'b mut Runs,
+}
+
 fn render_side_by_side(
     frame: &mut Frame,
     row: Rect,
     index: u32,
     metrics: &[Metric],
-    capacity: usize,
-    theme: Theme,
+    mut sparklines: Sparklines,
 ) {
     frame.render_widget(
-        Label::new(format!("{index:>3}")).style(theme.label()),
+        Label::new(format!("{index:>3}")).style(sparklines.theme.label()),
         Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
     );
     let segment = segment_width(row.width, metrics.len());
     for (i, metric) in metrics.iter().enumerate() {
         let x = row.x + GPU_LABEL_WIDTH + i as u16 * (segment + 1);
-        render_sparkline(
-            frame,
-            Rect::new(x, row.y, segment, 1),
-            metric,
-            capacity,
-            theme,
-        );
+        let area = Rect::new(x, row.y, segment, 1);
+        render_sparkline(frame, area, metric, &mut sparklines);
     }
 }
 
 fn render_stacked(
     frame: &mut Frame,
     row: Rect,
-    index: u32,
+    gpu: &GpuSample,
     metrics: &[Metric],
-    capacity: usize,
-    theme: Theme,
+    mut sparklines: Sparklines,
 ) {
+    let theme = sparklines.theme;
     let label_width = GPU_LABEL_WIDTH + METRIC_LABEL_WIDTH;
     let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
     for (i, metric) in metrics.iter().enumerate().take(usize::from(row.height)) {
         let y = row.y + i as u16;
-        let gpu = if i == 0 {
-            format!("{index:>3}")
-        } else {
-            String::new()
-        };
-        let label = format!("{gpu:<5}{:<7}", metric.name);
-        frame.render_widget(
-            Label::new(label).style(theme.label()),
-            Rect::new(row.x, y, label_width, 1),
-        );
+        // "{index:>3}" on the first row, padded to 5, then the name padded to 7.
+        let text = &mut *sparklines.text;
+        text.clear();
+        text.push_with(Style::new(), |t| {
+            if i == 0 {
+                format::push_right_aligned(t, 3, format_args!("{}", gpu.index));
+            }
+            format::pad_back(t, 0, 5);
+            let name = t.len();
+            t.push_str(metric.name);
+            format::pad_back(t, name, 7);
+        });
+        text.end_line(Style::new());
+        let label = Rect::new(row.x, y, label_width, 1);
+        text.render_styled(label, frame.buffer_mut(), theme.label());
         let spark = Rect::new(row.x + label_width, y, spark_width, 1);
-        render_sparkline(frame, spark, metric, capacity, theme);
-        let value = Line::from(format!("{:>9}", metric.current));
-        frame.render_widget(
-            Label::new(value).style(theme.plain()),
-            Rect::new(spark.right(), y, VALUE_WIDTH, 1),
-        );
+        render_sparkline(frame, spark, metric, &mut sparklines);
+        let text = &mut *sparklines.text;
+        text.clear();
+        text.push_with(Style::new(), |t| {
+            write_current(t, metric.which, gpu);
+            format::pad_front(t, 0, 9);
+        });
+        text.end_line(Style::new());
+        let value = Rect::new(spark.right(), y, VALUE_WIDTH, 1);
+        text.render_styled(value, frame.buffer_mut(), theme.plain());
     }
 }
 
-fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, capacity: usize, theme: Theme) {
-    let bucket = bucket_size(capacity, usize::from(area.width));
-    let data = newest_first_buckets(metric.series, bucket, usize::from(area.width))
-        .into_iter()
-        .map(|v| v.map(|v| (v / metric.unit).round() as u64));
-    let mut sparkline = Sparkline::default()
-        .data(data)
-        .direction(RenderDirection::RightToLeft)
-        .style(metric.style)
-        .absent_value_symbol("·")
-        .absent_value_style(theme.dim());
-    if let Some(max) = metric.max.filter(|m| *m > 0) {
-        sparkline = sparkline.max(max);
+/// The metric's sparkline, drawn cell for cell as ratatui's `Sparkline` draws it (right to
+/// left from the newest bucket, nine levels a row, "·" in the dim style for a gap), without
+/// its vectors of bars and symbols each frame.
+fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, sparklines: &mut Sparklines) {
+    let bucket = bucket_size(sparklines.capacity, usize::from(area.width));
+    let buckets = &mut *sparklines.buckets;
+    newest_first_buckets_into(metric.series, bucket, usize::from(area.width), buckets);
+    let unit = metric.unit;
+    let value = |v: &Option<f64>| v.map(|v| (v / unit).round() as u64);
+    let max = match metric.max.filter(|m| *m > 0) {
+        Some(max) => max,
+        None => buckets.iter().filter_map(value).max().unwrap_or(1),
+    };
+    let absent_style = metric.style.patch(sparklines.theme.dim());
+    let buf = frame.buffer_mut();
+    if area.is_empty() {
+        return;
     }
-    frame.render_widget(sparkline, area);
+    let rows = u64::from(area.height) * 8;
+    for (i, bucket) in buckets.iter().take(usize::from(area.width)).enumerate() {
+        let x = area.right() - i as u16 - 1;
+        let Some(v) = value(bucket) else {
+            for y in area.top()..area.bottom() {
+                buf[(x, y)].set_symbol("·").set_style(absent_style);
+            }
+            continue;
+        };
+        let mut height = scale_height(v, max, rows);
+        for y in (area.top()..area.bottom()).rev() {
+            let symbol = symbol_for_height(height);
+            height = height.saturating_sub(8);
+            buf[(x, y)].set_symbol(symbol).set_style(metric.style);
+        }
+    }
+}
+
+/// The eighths of `rows` (eighths of the area's height) that `value` fills, out of `max`, as
+/// ratatui's `Sparkline` scales a bar.
+fn scale_height(value: u64, max: u64, rows: u64) -> u64 {
+    if max == 0 {
+        return 0;
+    }
+    let ticks = u128::from(value) * u128::from(rows) / u128::from(max);
+    ticks.min(u128::from(rows)) as u64
+}
+
+/// The symbol of a cell with `height` eighths left to fill, in `Sparkline`'s nine levels.
+fn symbol_for_height(height: u64) -> &'static str {
+    let set = ratatui::symbols::bar::NINE_LEVELS;
+    match height {
+        0 => set.empty,
+        1 => set.one_eighth,
+        2 => set.one_quarter,
+        3 => set.three_eighths,
+        4 => set.half,
+        5 => set.five_eighths,
+        6 => set.three_quarters,
+        7 => set.seven_eighths,
+        _ => set.full,
+    }
 }
 
 /// The sparkline's top when [`autoscaled`] data is drawn.
@@ -311,23 +385,44 @@ pub(crate) fn newest_first_buckets(
     bucket: usize,
     count: usize,
 ) -> Vec<Option<f64>> {
+    let mut buckets = Vec::new();
+    newest_first_buckets_into(series, bucket, count, &mut buckets);
+    buckets
+}
+
+/// [`newest_first_buckets`] into `buckets`, emptied first: a vector reused across sparklines.
+pub(crate) fn newest_first_buckets_into(
+    series: &Series,
+    bucket: usize,
+    count: usize,
+    buckets: &mut Vec<Option<f64>>,
+) {
     let bucket = bucket.max(1);
-    let mut buckets = Vec::with_capacity(count.min(series.iter().len().div_ceil(bucket)));
-    let mut samples = series.iter().rev().take(count.saturating_mul(bucket));
-    loop {
+    buckets.clear();
+    let (older, newer) = series.as_slices();
+    let len = older.len() + newer.len();
+    buckets.reserve(count.min(len.div_ceil(bucket)));
+    // Bucket by bucket from the newest sample: `end` is where the next bucket ends (exclusive),
+    // counted from the oldest.
+    let mut end = len;
+    while end > 0 && buckets.len() < count {
+        let start = end.saturating_sub(bucket);
         // Summed newest first from -0.0, as `Iterator::sum` does, so averages are unchanged.
-        let (mut sum, mut present, mut seen) = (-0.0, 0_u32, 0);
-        for value in samples.by_ref().take(bucket) {
-            seen += 1;
-            if let Some(value) = value {
-                sum += value;
-                present += 1;
-            }
-        }
-        if seen == 0 {
-            return buckets;
+        let (mut sum, mut present) = (-0.0, 0_u32);
+        let split = older.len();
+        let newer_part = &newer[start.max(split) - split..end.max(split) - split];
+        let older_part = &older[start.min(split)..end.min(split)];
+        for value in newer_part
+            .iter()
+            .rev()
+            .chain(older_part.iter().rev())
+            .flatten()
+        {
+            sum += value;
+            present += 1;
         }
         buckets.push((present > 0).then(|| sum / f64::from(present)));
+        end = start;
     }
 }
 
@@ -351,6 +446,32 @@ mod tests {
         let buckets = newest_first_buckets(&series, 2, 10);
         assert_eq!(buckets, vec![Some(3.0), None, Some(1.0)]);
         assert_eq!(newest_first_buckets(&series, 2, 1), vec![Some(3.0)]);
+    }
+
+    /// Buckets taken from the ring's two slices are the buckets of the samples in order,
+    /// wherever the ring has wrapped.
+    #[test]
+    fn buckets_across_the_ring_wrap_are_the_plain_buckets() {
+        let mut series = Series::with_capacity(7);
+        for step in 0..20_u32 {
+            series.push((step % 3 != 0).then_some(f64::from(step) * 1.1));
+            let newest_first: Vec<Option<f64>> = series.iter().rev().collect();
+            for bucket in 1..5 {
+                for count in 0..9 {
+                    let plain: Vec<Option<f64>> = newest_first
+                        .chunks(bucket)
+                        .take(count)
+                        .map(|chunk| {
+                            let present: Vec<f64> = chunk.iter().flatten().copied().collect();
+                            let sum: f64 = present.iter().sum();
+                            (!present.is_empty()).then(|| sum / present.len() as f64)
+                        })
+                        .collect();
+                    let ours = newest_first_buckets(&series, bucket, count);
+                    assert_eq!(ours, plain, "step {step}, bucket {bucket}, count {count}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -8,9 +8,12 @@ use ratatui::{
     buffer::Buffer,
     layout::{Alignment, Rect},
     style::Style,
-    text::{Line, Text},
+    text::{Line, Span, Text},
     widgets::{Paragraph, Widget},
 };
+use std::fmt::{Arguments, Write as _};
+
+use crate::format;
 
 /// A `Paragraph` without wrap, block or scroll.
 pub(crate) struct Label<'a> {
@@ -93,8 +96,28 @@ impl Widget for Label<'_> {
 /// One line of [`is_one_cell`] characters at row `y` of `area`: each one cell, cut at the
 /// area's width, placed as `Paragraph` places a line (the offset from the cut width).
 fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line, base: Style, align: Alignment) {
-    let total: usize = line.spans.iter().map(|s| s.content.chars().count()).sum();
-    let width = u16::try_from(total).unwrap_or(u16::MAX).min(area.width);
+    let spans = line.spans.iter().map(|s| (s.content.as_ref(), s.style));
+    put_runs(buf, area, y, spans, base.patch(line.style), align);
+}
+
+/// [`put_line`] of a line given as runs of text and their styles, under `line_style` (the
+/// text's style patched with the line's).
+fn put_runs<'s>(
+    buf: &mut Buffer,
+    area: Rect,
+    y: u16,
+    runs: impl Iterator<Item = (&'s str, Style)> + Clone,
+    line_style: Style,
+    align: Alignment,
+) {
+    // A left-aligned line starts at the left edge whatever its length: its characters run
+    // out, or the cells do, without a count of them first.
+    let width = if align == Alignment::Left {
+        area.width
+    } else {
+        let total: usize = runs.clone().map(|(text, _)| text.chars().count()).sum();
+        u16::try_from(total).unwrap_or(u16::MAX).min(area.width)
+    };
     if width == 0 {
         return;
     }
@@ -105,14 +128,182 @@ fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line, base: Style, alig
     };
     // The line's cells, one slice of the buffer's row: no position arithmetic per cell.
     let start = buf.index_of(area.left() + indent, y);
-    let cells = &mut buf.content[start..start + usize::from(width)];
-    let line_style = base.patch(line.style);
-    let chars = line.spans.iter().flat_map(|span| {
-        let style = line_style.patch(span.style);
-        span.content.chars().map(move |c| (c, style))
-    });
-    for (cell, (c, style)) in cells.iter_mut().zip(chars) {
-        cell.set_char(c).set_style(style);
+    let mut cells = buf.content[start..start + usize::from(width)].iter_mut();
+    for (text, style) in runs {
+        let style = line_style.patch(style);
+        // Characters first: a run that ends takes no cell from the next.
+        for (c, cell) in text.chars().zip(cells.by_ref()) {
+            cell.set_char(c).set_style(style);
+        }
+        if cells.len() == 0 {
+            return;
+        }
+    }
+}
+
+/// Lines of styled runs written into one `String`, which a panel fills each frame without a
+/// `String` or `Span` per figure, then draws as a [`Label`] of the same lines would draw them
+/// (left-aligned, under no style of their own but each line's).
+#[derive(Default)]
+pub(crate) struct Runs {
+    text: String,
+    /// Each run: where it ends in `text`, and its style.
+    runs: Vec<(usize, Style)>,
+    /// Each line: where its runs end in `runs`, and the line's style.
+    lines: Vec<(usize, Style)>,
+}
+
+impl Runs {
+    /// Forgets every line, keeping the room they took: one `Runs` can serve a whole frame.
+    pub(crate) fn clear(&mut self) {
+        self.text.clear();
+        self.runs.clear();
+        self.lines.clear();
+    }
+
+    /// Appends `text` to the line being written, in `style`.
+    pub(crate) fn push(&mut self, style: Style, text: &str) {
+        self.text.push_str(text);
+        self.end_run(style);
+    }
+
+    /// Appends the formatted `args` to the line being written, in `style`.
+    pub(crate) fn push_fmt(&mut self, style: Style, args: Arguments<'_>) {
+        // Writing into a String never fails.
+        let _ = self.text.write_fmt(args);
+        self.end_run(style);
+    }
+
+    /// Appends a space, then the formatted `args` right-aligned in `width` characters as
+    /// `{:>width$}` pads a string (never cut), in `style`: what `format!(" {:>width$}")` was.
+    pub(crate) fn push_spaced_right(&mut self, style: Style, width: usize, args: Arguments) {
+        self.text.push(' ');
+        format::push_right_aligned(&mut self.text, width, args);
+        self.end_run(style);
+    }
+
+    /// Appends text written by `write` into the run's `String`, in `style`.
+    pub(crate) fn push_with(&mut self, style: Style, write: impl FnOnce(&mut String)) {
+        write(&mut self.text);
+        self.end_run(style);
+    }
+
+    /// Appends text written by `write`, in the style it returns.
+    pub(crate) fn push_styled_by(&mut self, write: impl FnOnce(&mut String) -> Style) {
+        let style = write(&mut self.text);
+        self.end_run(style);
+    }
+
+    /// Appends `gap` (unstyled), then what `write` writes in `style`, when `fits` says yes to
+    /// the count of characters written; else nothing. Whether it did.
+    pub(crate) fn push_if_fits(
+        &mut self,
+        gap: &str,
+        style: Style,
+        write: impl FnOnce(&mut String),
+        fits: impl FnOnce(usize) -> bool,
+    ) -> bool {
+        let start = self.text.len();
+        write(&mut self.text);
+        if !fits(self.text[start..].chars().count()) {
+            self.text.truncate(start);
+            return false;
+        }
+        self.text.insert_str(start, gap);
+        self.runs.push((start + gap.len(), Style::new()));
+        self.end_run(style);
+        true
+    }
+
+    fn end_run(&mut self, style: Style) {
+        self.runs.push((self.text.len(), style));
+    }
+
+    /// Ends the line being written; `style` is the line's, under its runs' own.
+    pub(crate) fn end_line(&mut self, style: Style) {
+        self.lines.push((self.runs.len(), style));
+    }
+
+    /// Each line's runs, as (text, style), and the line's style.
+    fn lines(&self) -> impl Iterator<Item = (RunIter<'_>, Style)> {
+        let mut first_run = 0;
+        self.lines.iter().map(move |&(end, style)| {
+            let start = if first_run == 0 {
+                0
+            } else {
+                self.runs[first_run - 1].0
+            };
+            let runs = RunIter {
+                text: &self.text,
+                runs: &self.runs[first_run..end],
+                start,
+            };
+            first_run = end;
+            (runs, style)
+        })
+    }
+
+    /// The same lines as ratatui's `Text`, for text that [`Label`] hands to `Paragraph`.
+    fn to_text(&self) -> Text<'_> {
+        let lines: Vec<Line> = self
+            .lines()
+            .map(|(runs, style)| {
+                let spans: Vec<Span> = runs.map(|(t, s)| Span::styled(t, s)).collect();
+                Line::from(spans).style(style)
+            })
+            .collect();
+        Text::from(lines)
+    }
+
+    /// Draws the lines in `area` over `style`, as `Label::new(lines).style(style)` would.
+    pub(crate) fn render_styled(&self, area: Rect, buf: &mut Buffer, style: Style) {
+        if !self.text.chars().all(is_one_cell) {
+            Label::new(self.to_text()).style(style).render(area, buf);
+            return;
+        }
+        let area = area.intersection(buf.area);
+        // The default style changes no cell: not worth a walk over the area.
+        if style != Style::new() {
+            buf.set_style(area, style);
+        }
+        if area.is_empty() {
+            return;
+        }
+        for ((runs, style), y) in self.lines().zip(area.top()..area.bottom()) {
+            put_runs(
+                buf,
+                area,
+                y,
+                runs,
+                Style::new().patch(style),
+                Alignment::Left,
+            );
+        }
+    }
+}
+
+impl Widget for &Runs {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        self.render_styled(area, buf, Style::new());
+    }
+}
+
+/// One line's runs in [`Runs`], as (text, style).
+#[derive(Clone)]
+struct RunIter<'a> {
+    text: &'a str,
+    runs: &'a [(usize, Style)],
+    start: usize,
+}
+
+impl<'a> Iterator for RunIter<'a> {
+    type Item = (&'a str, Style);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (&(end, style), rest) = self.runs.split_first()?;
+        let text = &self.text[self.start..end];
+        (self.runs, self.start) = (rest, end);
+        Some((text, style))
     }
 }
 
@@ -151,6 +342,52 @@ mod tests {
         }
         for c in one_cell.chars() {
             assert_eq!(unicode_width::UnicodeWidthChar::width(c), Some(1), "{c:?}");
+        }
+    }
+
+    /// Runs draw what a Label of the same lines draws, through Paragraph or not.
+    #[test]
+    fn runs_draw_what_a_label_of_their_lines_draws() {
+        let bold = Style::new().add_modifier(Modifier::BOLD);
+        let red = Style::new().fg(Color::Red);
+        for tail in ["plain", "wide 数据", "cut at the right edge of the area"] {
+            let mut runs = Runs::default();
+            runs.push(red, "ab");
+            runs.push(Style::new(), "");
+            runs.push_fmt(bold, format_args!(" {tail}"));
+            runs.end_line(Style::new().bg(Color::Green));
+            runs.end_line(Style::new());
+            runs.push_spaced_right(red, 5, format_args!("{}", 42));
+            assert!(!runs.push_if_fits("  ", bold, |t| t.push_str("no room"), |_| false));
+            assert!(runs.push_if_fits("  ", bold, |t| t.push_str("room"), |_| true));
+            runs.end_line(bold);
+            let lines = vec![
+                Line::from(vec![
+                    Span::styled("ab", red),
+                    Span::raw(""),
+                    Span::styled(format!(" {tail}"), bold),
+                ])
+                .style(Style::new().bg(Color::Green)),
+                Line::default(),
+                Line::from(vec![
+                    Span::styled("    42", red),
+                    Span::raw("  "),
+                    Span::styled("room", bold),
+                ])
+                .style(bold),
+            ];
+            for area in [Rect::new(0, 0, 12, 3), Rect::new(2, 1, 7, 2)] {
+                for style in [Style::new(), Style::new().fg(Color::Cyan)] {
+                    let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
+                    base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
+                    let (mut theirs, mut ours) = (base.clone(), base);
+                    Label::new(lines.clone())
+                        .style(style)
+                        .render(area, &mut theirs);
+                    runs.render_styled(area, &mut ours, style);
+                    assert_eq!(ours, theirs, "{tail:?} in {area:?}");
+                }
+            }
         }
     }
 

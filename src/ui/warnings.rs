@@ -2,16 +2,19 @@
 //! cause share a line), most severe and most harmful first, as many as the layout gives rows.
 //! The lines are shared with the `w` view ([`super::warnings_view`]).
 
-use super::label::Label;
+use std::fmt::{Arguments, Write as _};
+
+use super::label::Runs;
 use ratatui::{
     layout::Rect,
+    style::Style,
     text::{Line, Span},
     Frame,
 };
 
 use crate::app::warning_groups::{Cause, Group};
 use crate::app::App;
-use crate::format::{escape, pad_left_aligned};
+use crate::format::{escape, fit_left_aligned};
 use crate::model::{Severity, Snapshot, Subject, Warning};
 use crate::terminal::theme::Theme;
 
@@ -21,41 +24,65 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let groups = &app.warnings_view.groups;
     let count = app.snapshot.warnings.len();
-    let title = if groups.len() < count {
-        format!(
-            " WARNINGS ({count} in {} lines)  w: walk the list",
-            groups.len()
-        )
-    } else {
-        format!(" WARNINGS ({count})  w: walk the list")
-    };
-    frame.render_widget(
-        Label::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
-        Rect { height: 1, ..area },
-    );
+    let mut text = Runs::default();
+    text.push_with(Style::new(), |t| {
+        let _ = if groups.len() < count {
+            write!(
+                t,
+                " WARNINGS ({count} in {} lines)  w: walk the list",
+                groups.len()
+            )
+        } else {
+            write!(t, " WARNINGS ({count})  w: walk the list")
+        };
+        fit_left_aligned(t, 0, usize::from(area.width));
+    });
+    text.end_line(Style::new());
+    let title = Rect { height: 1, ..area };
+    text.render_styled(title, frame.buffer_mut(), theme.title());
     let room = usize::from(area.height - 1);
     let shown = if groups.len() <= room {
         groups.len()
     } else {
         room.saturating_sub(1)
     };
-    let mut lines: Vec<Line> = groups
-        .iter()
-        .take(shown)
-        .map(|g| group_line(g, &app.snapshot, false, theme))
-        .collect();
+    text.clear();
+    for group in groups.iter().take(shown) {
+        write_group_line(&mut text, group, &app.snapshot, false, theme);
+        text.end_line(Style::new());
+    }
     if shown < groups.len() {
-        lines.push(Line::styled(
-            format!(" +{} more: w lists them all", groups.len() - shown),
-            theme.dim(),
-        ));
+        let more = groups.len() - shown;
+        text.push_fmt(
+            Style::new(),
+            format_args!(" +{more} more: w lists them all"),
+        );
+        text.end_line(theme.dim());
     }
     let body = Rect {
         y: area.y + 1,
         height: area.height - 1,
         ..area
     };
-    frame.render_widget(Label::new(lines), body);
+    frame.render_widget(&text, body);
+}
+
+/// Where a warning's line is written: the spans of a `Line`, or a panel's [`Runs`].
+pub(crate) trait LineSink {
+    /// Appends a span of the formatted `args` in `style`.
+    fn span(&mut self, style: Style, args: Arguments);
+}
+
+impl LineSink for Vec<Span<'static>> {
+    fn span(&mut self, style: Style, args: Arguments) {
+        self.push(Span::styled(args.to_string(), style));
+    }
+}
+
+impl LineSink for Runs {
+    fn span(&mut self, style: Style, args: Arguments) {
+        self.push_fmt(style, args);
+    }
 }
 
 /// A group's line: the warning itself for a group of one, else the count and the cause, with
@@ -66,27 +93,38 @@ pub(crate) fn group_line(
     opened: bool,
     theme: Theme,
 ) -> Line<'static> {
+    let mut spans = Vec::new();
+    write_group_line(&mut spans, group, snapshot, opened, theme);
+    Line::from(spans)
+}
+
+/// [`group_line`]'s spans, written into `out`.
+fn write_group_line(
+    out: &mut impl LineSink,
+    group: &Group,
+    snapshot: &Snapshot,
+    opened: bool,
+    theme: Theme,
+) {
     let Some(first) = group.member(snapshot, 0) else {
-        return Line::default();
+        return;
     };
     if group.is_single() {
-        return warning_line(first, theme);
+        return write_warning_line(out, first, theme);
     }
     let arrow = if opened { '▾' } else { '▸' };
-    let summary = format!(
-        " {arrow} {}: {}",
-        count_phrase(group, snapshot),
-        escape(&first.message)
+    let severity = severity_label(group.severity);
+    out.span(
+        theme.severity(group.severity),
+        format_args!(" {severity:<4}"),
     );
-    Line::from(vec![
-        Span::styled(
-            format!(" {:<4}", severity_label(group.severity)),
-            theme.severity(group.severity),
-        ),
-        Span::styled(format!(" {:<14}", escape(&group.key.id)), theme.label()),
-        Span::raw(format!(" {:<10}", cause_text(&group.key.cause))),
-        Span::raw(summary),
-    ])
+    let id = escape(&group.key.id);
+    out.span(theme.label(), format_args!(" {id:<14}"));
+    let cause = cause_text(&group.key.cause);
+    out.span(Style::new(), format_args!(" {cause:<10}"));
+    let count = count_phrase(group, snapshot);
+    let message = escape(&first.message);
+    out.span(Style::new(), format_args!(" {arrow} {count}: {message}"));
 }
 
 /// "5 ranks of job X", "3 processes on GPU 2", "2 warnings on GPU 1".
@@ -108,15 +146,24 @@ pub(crate) fn count_phrase(group: &Group, snapshot: &Snapshot) -> String {
 
 /// One warning: severity, id, subject, message.
 pub(crate) fn warning_line(warning: &Warning, theme: Theme) -> Line<'static> {
-    Line::from(vec![
-        Span::styled(
-            format!(" {:<4}", severity_label(warning.severity)),
-            theme.severity(warning.severity),
-        ),
-        Span::styled(format!(" {:<14}", escape(&warning.id)), theme.label()),
-        Span::raw(format!(" {:<10}", subject_text(&warning.subject))),
-        Span::raw(format!(" {}", escape(&warning.message))),
-    ])
+    let mut spans = Vec::new();
+    write_warning_line(&mut spans, warning, theme);
+    Line::from(spans)
+}
+
+/// [`warning_line`]'s spans, written into `out`.
+fn write_warning_line(out: &mut impl LineSink, warning: &Warning, theme: Theme) {
+    let severity = severity_label(warning.severity);
+    out.span(
+        theme.severity(warning.severity),
+        format_args!(" {severity:<4}"),
+    );
+    let id = escape(&warning.id);
+    out.span(theme.label(), format_args!(" {id:<14}"));
+    let subject = subject_text(&warning.subject);
+    out.span(Style::new(), format_args!(" {subject:<10}"));
+    let message = escape(&warning.message);
+    out.span(Style::new(), format_args!(" {message}"));
 }
 
 pub(crate) fn severity_label(severity: Severity) -> &'static str {
