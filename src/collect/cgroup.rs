@@ -306,12 +306,13 @@ impl CgroupReader {
     }
 
     /// The number of the cgroup `text` names, finding where its files are (again every
-    /// [`CGROUP_RESCAN`]).
+    /// [`CGROUP_RESCAN`] under cgroup v1, where which controller directories exist can change;
+    /// under v2 the directory follows from the text alone, so it is found once per text).
     fn find_group(&mut self, text: &str, now: Instant) -> Option<u64> {
-        let due = self
-            .dirs_by_text
-            .get(text)
-            .is_none_or(|found| now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN);
+        let v1 = !self.is_unified();
+        let due = self.dirs_by_text.get(text).is_none_or(|found| {
+            v1 && now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN
+        });
         if due {
             let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
             let found = FoundDirs {

@@ -38,4 +38,12 @@ pub trait GpuSource: Send + Sync {
 
 pub trait DeviceReader: Send {
     fn read(&mut self) -> Result<DeviceReading, DeviceError>;
+
+    /// As [`DeviceReader::read`], into `reading` (a previous reading, whose vectors keep their
+    /// room), so that a reading allocates nothing once the buffers have grown. On an error,
+    /// `reading` holds nothing of worth.
+    fn read_into(&mut self, reading: &mut DeviceReading) -> Result<(), DeviceError> {
+        *reading = self.read()?;
+        Ok(())
+    }
 }

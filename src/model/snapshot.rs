@@ -1,5 +1,7 @@
 //! One immutable picture of the machine, published by the sampler once per refresh.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -51,15 +53,32 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn at(time: std::time::SystemTime) -> Self {
-        let unix_seconds = time
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        Snapshot {
+        let mut snapshot = Snapshot::default();
+        snapshot.reuse_at(time);
+        snapshot
+    }
+
+    /// Makes this snapshot what [`Snapshot::at`] makes, keeping the room of its time text and
+    /// of its GPU and process vectors, which the sampler fills again each tick.
+    pub fn reuse_at(&mut self, time: std::time::SystemTime) {
+        let mut text = std::mem::take(&mut self.time);
+        let mut gpus = std::mem::take(&mut self.gpus);
+        let mut processes = std::mem::take(&mut self.processes);
+        text.clear();
+        gpus.clear();
+        processes.clear();
+        // Writing into a String cannot fail.
+        let _ = write!(text, "{}", humantime::format_rfc3339_seconds(time));
+        *self = Snapshot {
             schema: SCHEMA_VERSION,
-            time: humantime::format_rfc3339_seconds(time).to_string(),
-            unix_seconds,
+            time: text,
+            unix_seconds: time
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            gpus,
+            processes,
             ..Default::default()
-        }
+        };
     }
 
     pub fn gpu(&self, index: u32) -> Option<&GpuSample> {

@@ -34,7 +34,17 @@ pub(super) struct GpuCell {
     pub(super) index: u32,
     owner: AtomicU64,
     reader: Mutex<Box<dyn DeviceReader>>,
-    posted: Mutex<Option<Posted>>,
+    posted: Mutex<Mailbox>,
+}
+
+/// What passes between the GPU's reader and the sampler, besides the reader itself.
+#[derive(Default)]
+struct Mailbox {
+    /// The latest reading not yet taken.
+    fresh: Option<Posted>,
+    /// A reading the sampler is done with, to be read into next (its vectors keep their room,
+    /// so that a reading allocates nothing once they have grown).
+    spare: Option<DeviceReading>,
 }
 
 impl GpuCell {
@@ -43,7 +53,7 @@ impl GpuCell {
             index,
             owner: AtomicU64::new(NOBODY),
             reader: Mutex::new(reader),
-            posted: Mutex::new(None),
+            posted: Mutex::new(Mailbox::default()),
         })
     }
 
@@ -83,22 +93,43 @@ impl GpuCell {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Takes the reading posted since the last take, if any.
-    pub(super) fn take_posted(&self) -> Option<Posted> {
+    fn mailbox(&self) -> MutexGuard<'_, Mailbox> {
         self.posted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+    }
+
+    /// Takes the reading posted since the last take, if any.
+    pub(super) fn take_posted(&self) -> Option<Posted> {
+        self.mailbox().fresh.take()
+    }
+
+    /// Gives back a reading the sampler is done with, to be read into next.
+    pub(super) fn recycle(&self, reading: DeviceReading) {
+        self.mailbox().spare = Some(reading);
+    }
+
+    /// The reading to read into: the one given back, else a new one.
+    fn spare(&self) -> DeviceReading {
+        self.mailbox().spare.take().unwrap_or_default()
     }
 
     /// Called with the reader locked: a worker reads a GPU only while it owns it, and a GPU
     /// changes owner only under that lock, so a newer reading never precedes an older one.
-    fn post(&self, reading: Result<DeviceReading, DeviceError>) {
-        let mut posted = self
-            .posted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *posted = Some((reading, Instant::now()));
+    /// A failed reading's buffer is kept as the spare; a reading replaced before it was
+    /// taken becomes the spare too.
+    fn post(&self, reading: DeviceReading, outcome: Result<(), DeviceError>) {
+        let mut mailbox = self.mailbox();
+        let posted = match outcome {
+            Ok(()) => Ok(reading),
+            Err(error) => {
+                mailbox.spare = Some(reading);
+                Err(error)
+            }
+        };
+        if let Some((Ok(replaced), _)) = mailbox.fresh.replace((posted, Instant::now())) {
+            mailbox.spare = Some(replaced);
+        }
     }
 }
 
@@ -176,10 +207,11 @@ pub(super) fn read_cell(cell: &GpuCell, owner: u64, progress: &Progress) -> bool
     if cell.owner() != owner {
         return false;
     }
+    let mut reading = cell.spare();
     progress.begin(cell.index);
-    let reading = reader.read();
+    let outcome = reader.read_into(&mut reading);
     progress.end();
-    cell.post(reading);
+    cell.post(reading, outcome);
     true
 }
 

@@ -20,6 +20,7 @@ mod gpus;
 mod detail;
 mod memory;
 mod notices;
+mod publish;
 mod ticker;
 mod torch_join;
 mod vendors;
@@ -27,6 +28,7 @@ mod vendors;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,6 +41,7 @@ use crate::rules::RulesConfig;
 use crate::rules::{group_jobs, Engine};
 use gpus::GpuPool;
 use notices::{command_label, describe_event, describe_outcome};
+use publish::{Publish, Recycler};
 use torch_join::{join_torch, Churn};
 
 /// How long the first snapshot waits for the GPU library before going out without GPUs.
@@ -149,6 +152,8 @@ pub struct Sampler {
     detail: detail::DetailReader,
     /// Allocation counters from the agents' previous reports, for the churn rates.
     churn: Churn,
+    /// Shared snapshots published lately, refilled once their receivers drop them.
+    recycler: Recycler,
 }
 
 impl Sampler {
@@ -191,28 +196,43 @@ impl Sampler {
             memsnap_ready: None,
             detail: detail::DetailReader::default(),
             churn: Churn::default(),
+            recycler: Recycler::default(),
         }
     }
 
     /// One snapshot: ask every idle GPU for a reading, wait up to `gpu_wait` for the answers,
     /// then read the host and publish what is known.
     pub fn tick(&mut self) -> Snapshot {
+        self.read_gpus_now();
+        let mut snapshot = Snapshot::default();
+        self.snapshot_into(&mut snapshot);
+        snapshot
+    }
+
+    /// As [`Sampler::tick`], shared: the snapshot is one published earlier whose receivers
+    /// have all dropped it, where there is one, refilled (its vectors keep their room).
+    pub fn tick_shared(&mut self) -> Arc<Snapshot> {
+        self.read_gpus_now();
+        self.shared_snapshot_now()
+    }
+
+    /// The GPU half of [`Sampler::tick`]: asks every idle GPU for a reading and waits up to
+    /// `gpu_wait` for the answers.
+    fn read_gpus_now(&mut self) {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);
         self.gpus.request_readings(started + self.config.gpu_wait);
         self.collect_gpus();
-        self.snapshot_now()
     }
 
-    /// The monitor's snapshot: the GPU workers read on the clock's tick by themselves; this
-    /// waits for them (up to `gpu_wait` after the tick), then reads the host.
-    fn clocked_tick(&mut self) -> Snapshot {
+    /// The GPU half of the monitor's tick when GPU workers keep the clock: they read on the
+    /// clock's tick by themselves; this waits for them (up to `gpu_wait` after the tick).
+    fn clocked_gpus(&mut self) {
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(Instant::now());
         self.gpus.expect_round();
         self.collect_gpus();
-        self.snapshot_now()
     }
 
     /// The first half of a tick on the sampler thread ([`ticker`]): waits for the clock's
@@ -227,10 +247,10 @@ impl Sampler {
         }
     }
 
-    /// The second half: waits for the GPUs on workers of their own, then reads the host.
-    fn end_inline_tick(&mut self) -> Snapshot {
+    /// The second half: waits for the GPUs on workers of their own; the caller then takes
+    /// the snapshot ([`Sampler::publish_now`]).
+    fn end_inline_tick(&mut self) {
         self.collect_gpus();
-        self.snapshot_now()
     }
 
     /// Waits for the GPU round, carrying out the UI's requests that come meanwhile.
@@ -241,38 +261,41 @@ impl Sampler {
         self.gpus.finish_round();
     }
 
-    /// The host and the processes as of now, joined with the GPUs as last read.
-    fn snapshot_now(&mut self) -> Snapshot {
+    /// The host and the processes as of now, joined with the GPUs as last read, into
+    /// `snapshot` (whatever it held is replaced; its vectors keep their room).
+    fn snapshot_into(&mut self, snapshot: &mut Snapshot) {
         let host = self.host.sample_host();
-        let mut processes = self.gpus.gpu_processes();
+        let mut processes = std::mem::take(&mut snapshot.processes);
+        self.gpus.gpu_processes_into(&mut processes);
         let on_screen = self.table_on_screen.as_deref();
         self.host
             .join_processes_on_screen(&mut processes, on_screen);
         let torch = self.agents.poll();
-        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
+        let agent_only = self.assemble_into(snapshot, host, processes, &torch);
         snapshot.detail = self.detail.read(&self.config.proc_root);
-        snapshot.warnings = self.rules.evaluate(&snapshot);
+        snapshot.warnings = self.rules.evaluate(snapshot);
         snapshot.processes.extend(agent_only);
         if self.want_process_table {
             let on_screen = self.table_on_screen.as_deref();
             snapshot.host_processes = self.host.tree_table(&snapshot.processes, on_screen);
         }
-        snapshot
     }
 
     /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
     /// agents' figures joined onto the processes; and the rows of agents whose processes hold
     /// no GPU, which the caller adds after the rules (which are about GPUs) have run.
-    fn assemble(
+    fn assemble_into(
         &mut self,
+        snapshot: &mut Snapshot,
         host: HostSnapshot,
         mut processes: Vec<GpuProcess>,
         torch: &HashMap<u32, TorchInfo>,
-    ) -> (Snapshot, Vec<GpuProcess>) {
-        let mut snapshot = Snapshot::at(SystemTime::now());
-        snapshot.driver = self.gpus.driver.clone();
+    ) -> Vec<GpuProcess> {
+        snapshot.reuse_at(SystemTime::now());
+        snapshot.driver.clone_from(&self.gpus.driver);
         snapshot.host = host;
-        snapshot.gpus = self.gpus.gpu_samples(Instant::now());
+        self.gpus
+            .gpu_samples_into(Instant::now(), &mut snapshot.gpus);
         let mut agent_only = join_torch(&mut processes, torch, &snapshot.gpus, &mut self.churn);
         self.host.join_more_processes(&mut agent_only);
         snapshot.jobs = group_jobs(&processes);
@@ -283,7 +306,7 @@ impl Sampler {
         if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
             snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
         }
-        (snapshot, agent_only)
+        agent_only
     }
 
     /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
@@ -313,7 +336,8 @@ impl Sampler {
                 timeout.as_secs_f64()
             ));
         }
-        let (mut snapshot, agent_only) = self.assemble(host, processes, &torch);
+        let mut snapshot = Snapshot::default();
+        let agent_only = self.assemble_into(&mut snapshot, host, processes, &torch);
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot.processes.extend(agent_only);
         snapshot
@@ -430,6 +454,26 @@ pub(crate) fn spawn_loop<F>(
 where
     F: FnMut(Snapshot) -> bool + Send + 'static,
 {
+    run_loop(config, loader, Publish::Owned(Box::new(publish)))
+}
+
+/// As [`spawn_loop`], with each snapshot shared: the sampler refills the snapshots its
+/// receivers have dropped, so that a tick allocates no snapshot (nor its vectors) anew.
+// Unused outside the tests until the event loop, `serve` and the headless recorder, which
+// wrap each snapshot in an Arc themselves, call this instead of `spawn_loop`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn spawn_shared_loop<F>(
+    config: SamplerConfig,
+    loader: GpuLoader,
+    publish: F,
+) -> Sender<SamplerRequest>
+where
+    F: FnMut(Arc<Snapshot>) -> bool + Send + 'static,
+{
+    run_loop(config, loader, Publish::Shared(Box::new(publish)))
+}
+
+fn run_loop(config: SamplerConfig, loader: GpuLoader, publish: Publish) -> Sender<SamplerRequest> {
     let (requests_tx, requests) = mpsc::channel();
     let inbox = (requests_tx.clone(), requests);
     thread::Builder::new()
@@ -444,8 +488,9 @@ where
                 .gpus
                 .wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
             let first = Instant::now();
-            let mut publish: ticker::Publish = Box::new(publish);
-            if !publish(sampler.tick()) {
+            let mut publish = publish;
+            sampler.read_gpus_now();
+            if !sampler.publish_now(&mut publish) {
                 return;
             }
             let every = sampler.config.interval;
@@ -456,7 +501,11 @@ where
                 return;
             };
             sampler.gpus.leave_inline();
-            while publish(sampler.clocked_tick()) {
+            loop {
+                sampler.clocked_gpus();
+                if !sampler.publish_now(&mut publish) {
+                    return;
+                }
                 sampler.gpus.advance_clock(Instant::now());
             }
         })

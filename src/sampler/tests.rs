@@ -341,6 +341,16 @@ fn the_loop_takes_a_new_interval_at_once() {
         .expect("a second tick at the new interval, not an hour later");
 }
 
+impl Sampler {
+    /// The monitor's tick when GPU workers keep the clock, as one snapshot.
+    fn clocked_tick(&mut self) -> Snapshot {
+        self.clocked_gpus();
+        let mut snapshot = Snapshot::default();
+        self.snapshot_into(&mut snapshot);
+        snapshot
+    }
+}
+
 /// Ticks on the workers' clock (as the monitor does) until a snapshot satisfies `done`.
 fn clocked_tick_until(sampler: &mut Sampler, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
     let deadline = Instant::now() + PATIENCE;
@@ -539,4 +549,42 @@ fn the_gpus_go_to_the_sampler_thread_and_back_to_a_worker() {
     tick_until(&mut sampler, |s| {
         all_ok(s) && s.gpus[1].temperature_c > first.gpus[1].temperature_c
     });
+}
+
+/// The shared loop refills a snapshot once its receiver has dropped it, with the figures of
+/// its new tick, and never touches one a receiver still holds.
+#[test]
+fn the_shared_loop_refills_only_the_snapshots_nobody_holds() {
+    let (config, _agents) = config();
+    let (snapshots, published) = mpsc::channel();
+    spawn_shared_loop(config, loader(1, None, None), move |s| {
+        snapshots.send(s).is_ok()
+    });
+    let next = || {
+        published
+            .recv_timeout(PATIENCE)
+            .expect("the loop stopped publishing")
+    };
+    let held = next();
+    let held_copy = Snapshot::clone(&held);
+    let mut seen = Vec::new();
+    let mut last_temperature = None;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = next();
+        let temperature = snapshot.gpus.first().and_then(|g| g.temperature_c);
+        assert!(
+            temperature >= last_temperature,
+            "an old figure in a refilled snapshot"
+        );
+        last_temperature = temperature;
+        let at = Arc::as_ptr(&snapshot);
+        assert_ne!(at, Arc::as_ptr(&held), "a held snapshot was refilled");
+        if seen.contains(&at) {
+            break;
+        }
+        seen.push(at);
+        assert!(Instant::now() < deadline, "no snapshot was ever refilled");
+    }
+    assert_eq!(*held, held_copy, "a held snapshot changed");
 }

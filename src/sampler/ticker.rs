@@ -29,12 +29,9 @@ use std::time::{Duration, Instant};
 
 use super::gpu_worker::{self, GpuCell, Progress, INLINE};
 use super::gpus::Handoff;
+use super::publish::Publish;
 use super::Sampler;
-use crate::model::Snapshot;
 use crate::sys::alarm::Alarm;
-
-/// Where each snapshot goes; false when nobody wants more.
-pub(crate) type Publish = Box<dyn FnMut(Snapshot) -> bool + Send>;
 
 /// What the sampler thread of the moment works on, behind [`Shared::state`].
 struct Ticking {
@@ -133,8 +130,11 @@ fn sample(shared: &Shared, watched: &Watched, mut resume: bool) {
             drop(state);
             return become_worker(shared, watched.generation);
         }
-        let snapshot = state.sampler.end_inline_tick();
-        if !(state.publish)(snapshot) {
+        let Ticking {
+            sampler, publish, ..
+        } = &mut *state;
+        sampler.end_inline_tick();
+        if !sampler.publish_now(publish) {
             shared.stopped.store(true, Ordering::Release);
             // Wakes the watchdog, which sees the stop and ends.
             let _ = shared.alarm.arm(Duration::ZERO);
@@ -217,9 +217,6 @@ fn watch(shared: &Arc<Shared>) {
 /// Replaces the sampler thread stuck in GPU `index`'s call (since `since`) with a new one, if
 /// it is still stuck there once the state is locked.
 fn take_over(shared: &Arc<Shared>, watched: &Watched, index: u32, since: Instant) {
-    if std::env::var_os("BREAK").is_some() {
-        return;
-    }
     let mut state = lock(&shared.state);
     let stuck = shared.generation.load(Ordering::Acquire) == watched.generation
         && watched.progress.current() == Some((index, since));

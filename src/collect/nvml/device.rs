@@ -15,6 +15,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::mig::{merge_mig_processes, read_mig};
 use super::process_lists::{ListFns, ProcessLists};
 use super::processes::merge_process_lists;
+use super::util_samples::UtilSamples;
 use super::ThrottleNames;
 use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
 use crate::collect::xid::XidWatch;
@@ -84,6 +85,8 @@ pub(super) struct NvmlDevice {
     list_fns: Option<ListFns>,
     /// The process lists, read into buffers kept from reading to reading.
     lists: ProcessLists,
+    /// The per-process utilization samples, read into a buffer kept likewise.
+    util_samples: UtilSamples,
 }
 
 impl NvmlDevice {
@@ -102,6 +105,7 @@ impl NvmlDevice {
             throttle_names: ThrottleNames::default(),
             list_fns,
             lists: ProcessLists::default(),
+            util_samples: UtilSamples::default(),
         }
     }
 }
@@ -126,15 +130,24 @@ impl Reader {
 
 impl DeviceReader for NvmlDevice {
     fn read(&mut self) -> Result<DeviceReading, DeviceError> {
+        let mut reading = DeviceReading::default();
+        self.read_into(&mut reading).map(|()| reading)
+    }
+
+    fn read_into(&mut self, reading: &mut DeviceReading) -> Result<(), DeviceError> {
         let device = self.take_device()?;
-        let reading = self.read_with(&device);
+        let outcome = self.read_with(&device, reading);
         self.device = Some(device);
-        reading
+        outcome
     }
 }
 
 impl NvmlDevice {
-    fn read_with(&mut self, device: &Device<'static>) -> Result<DeviceReading, DeviceError> {
+    fn read_with(
+        &mut self,
+        device: &Device<'static>,
+        reading: &mut DeviceReading,
+    ) -> Result<(), DeviceError> {
         let mut reader = Reader { lost: false };
         if !self.fixed.read {
             self.fixed = read_fixed(device, &mut reader);
@@ -153,18 +166,22 @@ impl NvmlDevice {
                 sample.xid_count = Some(count);
             }
         }
-        let mut processes = self.read_processes(device, &mut reader);
+        let processes = &mut reading.processes;
+        self.read_processes(device, &mut reader, processes);
         let mig = read_mig(device, &mut reader.lost);
         sample.mig_enabled = mig.enabled;
         sample.mig_devices = mig.devices;
-        merge_mig_processes(self.index, &mut processes, &mig.processes);
+        merge_mig_processes(self.index, processes, &mig.processes);
         if reader.lost {
             return Err(DeviceError::Lost(
                 "the driver reports the GPU has fallen off the bus".into(),
             ));
         }
-        self.drop_implausible(&mut sample, &mut processes);
-        Ok(DeviceReading { sample, processes })
+        // The previous reading's list of implausible fields, refilled in place below.
+        sample.implausible = std::mem::take(&mut reading.sample.implausible);
+        self.drop_implausible(&mut sample, processes);
+        reading.sample = sample;
+        Ok(())
     }
 
     /// Out-of-range values become `None`, counted for this GPU (see [`Implausible`]).
@@ -180,7 +197,7 @@ impl NvmlDevice {
             }
         }
         self.implausible.record(&dropped);
-        sample.implausible = self.implausible.clone();
+        sample.implausible.clone_from(&self.implausible);
     }
 
     /// The cached handle, or a new one. The caller puts it back.
@@ -203,7 +220,8 @@ impl NvmlDevice {
         }
     }
 
-    fn read_processes(&mut self, device: &Device, reader: &mut Reader) -> Vec<GpuProcess> {
+    /// The GPU's processes, into `rows` (cleared first, its room kept).
+    fn read_processes(&mut self, device: &Device, reader: &mut Reader, rows: &mut Vec<GpuProcess>) {
         let lists = &mut self.lists;
         if let Some(fns) = self.list_fns {
             let (compute, graphics) = lists.read(fns, device);
@@ -215,10 +233,10 @@ impl NvmlDevice {
             let graphics = device.running_graphics_processes();
             lists.graphics = reader.get(graphics).unwrap_or_default();
         }
-        let mut rows = merge_process_lists(self.index, &lists.compute, &lists.graphics);
+        merge_process_lists(self.index, &lists.compute, &lists.graphics, rows);
         self.update_process_sm(device, reader);
         let now = Instant::now();
-        for row in &mut rows {
+        for row in rows {
             let util = self
                 .process_sm
                 .get(&row.pid)
@@ -229,13 +247,12 @@ impl NvmlDevice {
             row.encoder_percent = util.and_then(|u| u.encoder);
             row.decoder_percent = util.and_then(|u| u.decoder);
         }
-        rows
     }
 
     fn update_process_sm(&mut self, device: &Device, reader: &mut Reader) {
-        let samples = match device.process_utilization_stats(self.last_util_timestamp) {
+        let samples = match self.util_samples.read(device, self.last_util_timestamp) {
             Ok(samples) => samples,
-            Err(NvmlError::NotFound) => Vec::new(),
+            Err(NvmlError::NotFound) => &[],
             Err(e) => {
                 reader.get::<()>(Err(e));
                 return;
@@ -243,17 +260,17 @@ impl NvmlDevice {
         };
         let now = Instant::now();
         for sample in samples {
-            self.last_util_timestamp = self.last_util_timestamp.max(sample.timestamp);
+            self.last_util_timestamp = self.last_util_timestamp.max(sample.timeStamp);
             // Zombie processes have been seen to report absurd values and pid 0.
-            if sample.pid == 0 || sample.sm_util > 100 {
+            if sample.pid == 0 || sample.smUtil > 100 {
                 continue;
             }
             let util = ProcessUtil {
-                sm: sample.sm_util,
+                sm: sample.smUtil,
                 // The other shares are percentages too; a figure above 100 is noise, not data.
-                memory: Some(sample.mem_util).filter(|u| *u <= 100),
-                encoder: Some(sample.enc_util).filter(|u| *u <= 100),
-                decoder: Some(sample.dec_util).filter(|u| *u <= 100),
+                memory: Some(sample.memUtil).filter(|u| *u <= 100),
+                encoder: Some(sample.encUtil).filter(|u| *u <= 100),
+                decoder: Some(sample.decUtil).filter(|u| *u <= 100),
             };
             self.process_sm.insert(sample.pid, (util, now));
         }

@@ -20,6 +20,7 @@ mod mig;
 mod process_lists;
 mod processes;
 mod throttle;
+mod util_samples;
 
 use device::NvmlDevice;
 #[cfg(test)]

@@ -5,13 +5,16 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 
 use crate::model::{GpuProcess, ProcessKind};
 
-/// One row per pid; a pid listed as both compute and graphics becomes one `Both` row.
+/// One row per pid, into `rows` (cleared first, its room kept); a pid listed as both compute
+/// and graphics becomes one `Both` row.
 pub(super) fn merge_process_lists(
     gpu: u32,
     compute: &[ProcessInfo],
     graphics: &[ProcessInfo],
-) -> Vec<GpuProcess> {
-    let mut rows: Vec<GpuProcess> = Vec::with_capacity(compute.len() + graphics.len());
+    rows: &mut Vec<GpuProcess>,
+) {
+    rows.clear();
+    rows.reserve(compute.len() + graphics.len());
     for (list, kind) in [
         (compute, ProcessKind::Compute),
         (graphics, ProcessKind::Graphics),
@@ -33,5 +36,4 @@ pub(super) fn merge_process_lists(
             rows.push(row);
         }
     }
-    rows
 }

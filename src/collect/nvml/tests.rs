@@ -8,7 +8,7 @@ use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 
 use super::processes::merge_process_lists;
 use super::*;
-use crate::model::ProcessKind;
+use crate::model::{GpuProcess, ProcessKind};
 
 #[test]
 fn cuda_version_is_major_dot_minor() {
@@ -27,11 +27,15 @@ fn throttle_bits_become_names_and_unknown_bits_survive() {
 }
 
 #[test]
-fn throttle_names_are_shared_while_the_mask_stays() {
+fn throttle_names_are_shared_while_the_mask_recurs() {
     let mut names = ThrottleNames::default();
     let first = names.of(0x4);
     assert!(std::sync::Arc::ptr_eq(&first, &names.of(0x4)));
     assert_eq!(&*names.of(0x8), ["hw_slowdown"]);
+    assert!(std::sync::Arc::ptr_eq(&first, &names.of(0x4)));
+    for mask in [0x1, 0x2, 0x10, 0x20] {
+        names.of(mask);
+    }
     assert!(!std::sync::Arc::ptr_eq(&first, &names.of(0x4)));
 }
 
@@ -43,7 +47,8 @@ fn a_pid_in_both_lists_is_one_row() {
         gpu_instance_id: None,
         compute_instance_id: None,
     };
-    let rows = merge_process_lists(2, &[info(10, 100), info(11, 5)], &[info(10, 50)]);
+    let mut rows = vec![GpuProcess::new(99, 0, ProcessKind::Graphics)];
+    merge_process_lists(2, &[info(10, 100), info(11, 5)], &[info(10, 50)], &mut rows);
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].kind, ProcessKind::Both);
     assert_eq!(rows[0].gpu_memory_bytes, Some(100));

@@ -15,20 +15,25 @@ const THROTTLE_NAMES: [(u64, &str); 9] = [
     (0x100, "display_clock_setting"),
 ];
 
-/// The names of the last mask read, shared again while the mask stays the same.
+/// Masks whose names are kept: a GPU whose throttling comes and goes flips between a few
+/// masks (idle, power cap, thermal), each named once.
+const KEPT_MASKS: usize = 4;
+
+/// The names of the last few masks read, shared again while a mask recurs.
 #[derive(Debug, Default)]
-pub(crate) struct ThrottleNames(Option<(u64, Arc<[String]>)>);
+pub(crate) struct ThrottleNames(Vec<(u64, Arc<[String]>)>);
 
 impl ThrottleNames {
     pub(crate) fn of(&mut self, mask: u64) -> Arc<[String]> {
-        match &self.0 {
-            Some((kept, names)) if *kept == mask => Arc::clone(names),
-            _ => {
-                let names: Arc<[String]> = throttle_reason_names(mask).into();
-                self.0 = Some((mask, Arc::clone(&names)));
-                names
-            }
+        if let Some((_, names)) = self.0.iter().find(|(kept, _)| *kept == mask) {
+            return Arc::clone(names);
         }
+        let names: Arc<[String]> = throttle_reason_names(mask).into();
+        if self.0.len() == KEPT_MASKS {
+            self.0.remove(0);
+        }
+        self.0.push((mask, Arc::clone(&names)));
+        names
     }
 }
 

@@ -20,11 +20,10 @@ pub(super) struct Slot {
 }
 
 impl GpuPool {
-    pub(crate) fn gpu_samples(&self, now: Instant) -> Vec<GpuSample> {
-        self.slots
-            .iter()
-            .map(|(index, slot)| self.gpu_sample(*index, slot, now))
-            .collect()
+    /// Every GPU as of `now`, into `into` (cleared first, its room kept).
+    pub(crate) fn gpu_samples_into(&self, now: Instant, into: &mut Vec<GpuSample>) {
+        into.clear();
+        into.extend((self.slots.iter()).map(|(index, slot)| self.gpu_sample(*index, slot, now)));
     }
 
     fn gpu_sample(&self, index: u32, worker: &Slot, now: Instant) -> GpuSample {
@@ -54,15 +53,22 @@ impl GpuPool {
 
     /// The processes of every GPU that is not lost, from each GPU's latest reading.
     pub(crate) fn gpu_processes(&self) -> Vec<GpuProcess> {
+        let mut processes = Vec::new();
+        self.gpu_processes_into(&mut processes);
+        processes
+    }
+
+    /// As [`GpuPool::gpu_processes`], into `into` (cleared first, its room kept).
+    pub(crate) fn gpu_processes_into(&self, into: &mut Vec<GpuProcess>) {
         let readings = || {
             (self.slots.values())
                 .filter(|w| w.lost.is_none())
                 .filter_map(|w| w.last_reading.as_ref())
         };
-        // Sized first: collecting from the chained lists would grow the vector step by step.
-        let mut processes = Vec::with_capacity(readings().map(|r| r.processes.len()).sum());
-        processes.extend(readings().flat_map(|r| r.processes.iter().cloned()));
-        processes
+        into.clear();
+        // Sized first: extending from the chained lists would grow the vector step by step.
+        into.reserve(readings().map(|r| r.processes.len()).sum());
+        into.extend(readings().flat_map(|r| r.processes.iter().cloned()));
     }
 }
 
@@ -82,7 +88,9 @@ impl Slot {
     pub(super) fn apply(&mut self, reading: Result<DeviceReading, DeviceError>, at: Instant) {
         match reading {
             Ok(reading) => {
-                self.last_reading = Some(reading);
+                if let Some(previous) = self.last_reading.replace(reading) {
+                    self.cell.recycle(previous);
+                }
                 self.last_ok = Some(at);
                 self.last_error = None;
             }

@@ -1,10 +1,17 @@
 //! Per-tick allocations of the sampler in steady state, counted by a global allocator that
 //! wraps the system one. The sampler runs in this process against the fake NVML, the way the
 //! monitor's sampler thread runs it: GPU round, /proc join, agents, rules, snapshot.
+//!
+//! With TORCHTOP_BENCH_ALLOC_STACKS set, the counted ticks' allocations are also captured
+//! with their stacks and printed, the most frequent first: where the remaining ones come from.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::backtrace::Backtrace;
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use torchtop::sampler::{Sampler, SamplerConfig};
@@ -14,12 +21,70 @@ pub(crate) struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Whether allocations are being captured with their stacks now.
+static TRACING: AtomicBool = AtomicBool::new(false);
+static STACKS: Mutex<Vec<Backtrace>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Set while this thread captures a stack: the capture's own allocations are not captured.
+    static CAPTURING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts one allocation of `bytes`, and captures its stack while [`TRACING`] is on; the
+/// capture's own allocations are not counted.
+fn count(bytes: usize) {
+    if CAPTURING.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    if !TRACING.load(Ordering::Relaxed) {
+        return;
+    }
+    let _ = CAPTURING.try_with(|capturing| {
+        if capturing.replace(true) {
+            return;
+        }
+        let stack = Backtrace::force_capture();
+        if let Ok(mut stacks) = STACKS.lock() {
+            stacks.push(stack);
+        }
+        capturing.set(false);
+    });
+}
+
+/// Prints the captured stacks, grouped, the most frequent first, and forgets them.
+fn print_stacks(ticks: u32) {
+    let stacks = std::mem::take(&mut *STACKS.lock().unwrap());
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for stack in &stacks {
+        let text = stack.to_string();
+        let frames: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("at "))
+            .filter(|line| {
+                !["alloc::", "backtrace", "alloc::count", "Counting", "__rust"]
+                    .iter()
+                    .any(|skip| line.contains(skip))
+            })
+            .take(14)
+            .collect();
+        *counts.entry(frames.join("\n")).or_default() += 1;
+    }
+    let mut sorted: Vec<_> = counts.into_iter().collect();
+    sorted.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+    for (frames, count) in sorted {
+        println!(
+            "--- {:.1} a tick\n{frames}",
+            f64::from(count) / f64::from(ticks)
+        );
+    }
+}
 
 // SAFETY: every call is passed unchanged to the system allocator; the counters are atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        count(layout.size());
         // SAFETY: the caller's contract is System's.
         unsafe { System.alloc(layout) }
     }
@@ -30,8 +95,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        count(new_size);
         // SAFETY: as above.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -62,17 +126,38 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -
     // Ticks 100 ms apart: the per-tick work is the same as at 1 s, the run shorter. The rule
     // windows are spans of time, so they fill in as many seconds as at 1 s.
     let pause = Duration::from_millis(100);
+    // Shared, as the monitor publishes them: each snapshot dropped before the next tick, as
+    // the screen drops the one it showed, so the sampler refills it.
+    // The warnings of the latest tick, shown with the stacks: each warning that holds costs
+    // its texts every tick, so a figure is only comparable with the same warnings up.
+    let warnings = std::cell::RefCell::new(String::new());
     let mut tick = || {
-        drop(sampler.tick());
+        let snapshot = sampler.tick_shared();
+        if TRACING.load(Ordering::Relaxed) {
+            CAPTURING.with(|capturing| capturing.set(true));
+            *warnings.borrow_mut() = (snapshot.warnings.iter())
+                .map(|w| format!("{} {}", w.id, w.subject.label()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            CAPTURING.with(|capturing| capturing.set(false));
+        }
+        drop(snapshot);
         std::thread::sleep(pause);
     };
     phases
         .iter()
         .map(|&(before, ticks)| {
             (0..before).for_each(|_| tick());
+            let trace = std::env::var_os("TORCHTOP_BENCH_ALLOC_STACKS").is_some();
             let (calls0, bytes0) = counters();
+            TRACING.store(trace, Ordering::Relaxed);
             (0..ticks).for_each(|_| tick());
+            TRACING.store(false, Ordering::Relaxed);
             let (calls1, bytes1) = counters();
+            if trace {
+                print_stacks(ticks);
+                println!("--- warnings up at the last tick: {}", warnings.borrow());
+            }
             let n = f64::from(ticks);
             ((calls1 - calls0) as f64 / n, (bytes1 - bytes0) as f64 / n)
         })
