@@ -158,8 +158,8 @@ impl Feed {
         match source {
             Source::Live { config, loader } => {
                 let (snapshots_tx, snapshots) = latest::latest();
-                let requests = sampler::spawn_loop(*config, loader, move |snapshot| {
-                    snapshots_tx.send(Arc::new(snapshot))
+                let requests = sampler::spawn_shared_loop(*config, loader, move |snapshot| {
+                    snapshots_tx.send(snapshot)
                 });
                 let recording = LiveRecording::new(app.delay_seconds);
                 Feed::Live {

@@ -96,7 +96,7 @@ pub fn run(
     let publish = publisher(&options, requests.clone(), recorder.feeder(), stops_tx);
     // The publisher runs on the sampler's thread, which exists only once spawned: it finds the
     // request channel here from then on (a table asked for at the very first tick waits a tick).
-    let _ = requests.set(sampler::spawn_loop(config, loader, publish));
+    let _ = requests.set(sampler::spawn_shared_loop(config, loader, publish));
     let why = match stops.recv() {
         Ok(Stop::Duration) => "the duration is over".to_string(),
         Ok(Stop::Signal(signal)) => format!("stopped by signal {signal}"),
@@ -137,7 +137,7 @@ fn publisher(
     requests: Arc<OnceLock<mpsc::Sender<SamplerRequest>>>,
     feeder: Feeder,
     stops: mpsc::Sender<Stop>,
-) -> impl FnMut(Snapshot) -> bool + Send + 'static {
+) -> impl FnMut(Arc<Snapshot>) -> bool + Send + 'static {
     let started = Instant::now();
     let duration = options.duration;
     let json = options.json;
@@ -154,7 +154,7 @@ fn publisher(
             let _ = stops.send(Stop::StdoutClosed);
             return false;
         }
-        feeder.push(Arc::new(snapshot));
+        feeder.push(snapshot);
         if let Some(why) = feeder.status().failure() {
             let _ = stops.send(Stop::Failed(why));
             return false;

@@ -459,9 +459,6 @@ where
 
 /// As [`spawn_loop`], with each snapshot shared: the sampler refills the snapshots its
 /// receivers have dropped, so that a tick allocates no snapshot (nor its vectors) anew.
-// Unused outside the tests until the event loop, `serve` and the headless recorder, which
-// wrap each snapshot in an Arc themselves, call this instead of `spawn_loop`.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn spawn_shared_loop<F>(
     config: SamplerConfig,
     loader: GpuLoader,

@@ -167,8 +167,8 @@ fn run(args: &ServeArgs, config: SamplerConfig, loader: GpuLoader) -> Result<(),
         eprintln!("torchtop serve: listening on {scheme}://{address}/metrics");
         let (snapshots_tx, snapshots) = watch::channel(None);
         // Kept alive for as long as we serve: the sampler paces itself by waiting on it.
-        let _requests = sampler::spawn_loop(config, loader, move |snapshot| {
-            snapshots_tx.send(Some(Arc::new(snapshot))).is_ok()
+        let _requests = sampler::spawn_shared_loop(config, loader, move |snapshot| {
+            snapshots_tx.send(Some(snapshot)).is_ok()
         });
         let shared = Arc::new(http::Shared {
             snapshots,
