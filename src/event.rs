@@ -484,14 +484,16 @@ fn draw(terminal: &mut Tui, app: &mut App, feed: &Feed) -> io::Result<()> {
     // One write a frame: the terminal (or sshd, or tmux) wakes once for it.
     terminal.backend_mut().hold();
     crossterm::queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
-    let drawn = terminal::draw(terminal, |frame| {
-        ui::draw(frame, screen, app, &plan);
-        if let Feed::Replay(session) = feed {
-            let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
-            let theme = app.theme();
-            crate::replay::timebar::render(frame, bar, &session.transport, theme);
-        }
-    });
+    let drawn = terminal
+        .draw(|frame| {
+            ui::draw(frame, screen, app, &plan);
+            if let Feed::Replay(session) = feed {
+                let bar = Rect::new(0, screen.bottom(), size.width, bar_rows);
+                let theme = app.theme();
+                crate::replay::timebar::render(frame, bar, &session.transport, theme);
+            }
+        })
+        .map(|_| ());
     let ended = crossterm::queue!(terminal.backend_mut(), EndSynchronizedUpdate);
     let written = terminal.backend_mut().release();
     drawn?;

@@ -2,11 +2,10 @@
 //! way out: on drop, on panic, on a fatal signal, on suspend (Ctrl-Z), and by a watchdog when
 //! the event loop does not end in time. Its submodules read keys ([`input`]) and turn signals
 //! into events for the loop ([`signals`]); [`sized`] is the backend that remembers the terminal's
-//! size between resizes and what the screen shows; [`paint`] writes a frame's changed cells. [`theme`] is the look every screen of torchtop
+//! size between resizes. [`theme`] is the look every screen of torchtop
 //! shares (the monitor, the cluster view, the snapshot viewer), colours or NO_COLOR.
 
 pub(crate) mod input;
-pub(crate) mod paint;
 pub(crate) mod signals;
 pub(crate) mod sized;
 pub(crate) mod theme;
@@ -159,17 +158,6 @@ pub(crate) fn restore() {
     );
     let _ = disable_raw_mode();
     let _ = stdout.flush();
-}
-
-/// Draws a frame with `render` at the terminal's size, writing only what changed on screen.
-/// Every frame of the monitor and the snapshot viewer goes through here.
-pub(crate) fn draw(terminal: &mut Tui, render: impl FnOnce(&mut ratatui::Frame)) -> io::Result<()> {
-    // A resize clears the screen, and the backend forgets what it showed.
-    terminal.autoresize()?;
-    let mut shown = terminal.backend_mut().take_shown();
-    let painted = paint::paint(terminal, &mut shown, render);
-    terminal.backend_mut().put_shown(shown);
-    painted
 }
 
 /// Ctrl-Z or SIGTSTP: gives the terminal back, stops the process group the way the terminal's

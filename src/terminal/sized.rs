@@ -11,9 +11,6 @@
 //! on, ratatui's flush and its per-frame cursor hiding only queue, and
 //! [`SizedBackend::release`] writes the whole frame (with the synchronized-update markers
 //! around it) at once. Two writes a frame woke the terminal twice.
-//!
-//! It keeps what the screen shows ([`Shown`]) for [`super::paint`], and forgets it whenever
-//! the screen is cleared or scrolled through it, so the next frame is written whole.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -24,8 +21,6 @@ use std::sync::{Arc, OnceLock};
 use ratatui::backend::{Backend, ClearType, CrosstermBackend, WindowSize};
 use ratatui::buffer::Cell as BufferCell;
 use ratatui::layout::{Position, Size};
-
-use super::paint::Shown;
 
 /// Set by SIGWINCH (and at first): the size torchtop knows may be out of date. `None` when the
 /// handler could not be installed; then every call asks the terminal, as crossterm does.
@@ -67,8 +62,6 @@ pub(crate) struct SizedBackend<W: Write> {
     known: Cell<Option<Size>>,
     /// While true, flushes wait for [`SizedBackend::release`].
     held: bool,
-    /// What the screen shows, as the last frame left it.
-    shown: Shown,
 }
 
 impl<W: Write> SizedBackend<W> {
@@ -79,7 +72,6 @@ impl<W: Write> SizedBackend<W> {
             inner: CrosstermBackend::new(writer),
             known: Cell::new(None),
             held: false,
-            shown: Shown::default(),
         }
     }
 
@@ -93,16 +85,6 @@ impl<W: Write> SizedBackend<W> {
     pub(crate) fn release(&mut self) -> io::Result<()> {
         self.held = false;
         Write::flush(&mut self.inner)
-    }
-
-    /// Takes what the screen shows, for a frame to be compared with; [`super::draw`] puts it
-    /// back once the frame is written.
-    pub(crate) fn take_shown(&mut self) -> Shown {
-        std::mem::take(&mut self.shown)
-    }
-
-    pub(crate) fn put_shown(&mut self, shown: Shown) {
-        self.shown = shown;
     }
 
     /// Forgets the size, so the next frame asks the terminal (after a suspend, when a resize
@@ -133,7 +115,6 @@ impl<W: Write> Backend for SizedBackend<W> {
     }
 
     fn append_lines(&mut self, n: u16) -> io::Result<()> {
-        self.shown.forget();
         self.inner.append_lines(n)
     }
 
@@ -158,12 +139,10 @@ impl<W: Write> Backend for SizedBackend<W> {
     }
 
     fn clear(&mut self) -> io::Result<()> {
-        self.shown.forget();
         self.inner.clear()
     }
 
     fn clear_region(&mut self, clear_type: ClearType) -> io::Result<()> {
-        self.shown.forget();
         self.inner.clear_region(clear_type)
     }
 

@@ -13,13 +13,11 @@ use ratatui::{Terminal, TerminalOptions, Viewport};
 
 use crate::app::App;
 use crate::model::Snapshot;
-use crate::terminal::paint::{paint, Shown};
 
 /// A monitor drawing into a byte buffer of a fixed size.
 pub struct Frames {
     app: App,
     terminal: Terminal<CrosstermBackend<Counted>>,
-    shown: Shown,
     written: Arc<AtomicUsize>,
     screen: Rect,
 }
@@ -55,7 +53,6 @@ impl Frames {
         Frames {
             app: App::new(1.0, true, false),
             terminal,
-            shown: Shown::default(),
             written,
             screen,
         }
@@ -80,10 +77,9 @@ impl Frames {
         let plan = super::plan(&self.app, self.screen);
         self.app.set_layout(plan.clone());
         let (app, screen) = (&self.app, self.screen);
-        paint(&mut self.terminal, &mut self.shown, |frame| {
-            super::draw(frame, screen, app, &plan);
-        })
-        .expect("drawing into memory");
+        self.terminal
+            .draw(|frame| super::draw(frame, screen, app, &plan))
+            .expect("drawing into memory");
         self.written.swap(0, Ordering::Relaxed)
     }
 }

@@ -53,7 +53,8 @@ pub(crate) fn draw(viewer: &mut Viewer, terminal: &mut Tui) -> io::Result<()> {
     viewer.chart_columns = usize::from(size.width)
         .saturating_sub(timeline::GUTTER)
         .max(1);
-    crate::terminal::draw(terminal, |frame| render::draw(frame, viewer))
+    terminal.draw(|frame| render::draw(frame, viewer))?;
+    Ok(())
 }
 
 fn run(mut viewer: Viewer, terminal: &mut Tui, stop: &AtomicBool) -> io::Result<()> {
