@@ -15,7 +15,6 @@
 //! replay, whose keys and time bar are its own; see [`crate::replay`]).
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
@@ -25,29 +24,18 @@ use crate::actions::{perform, ActionReport};
 use crate::app::{App, Effect};
 use crate::memsnap::view::state::{Effect as ViewerEffect, Viewer};
 use crate::memsnap::{self, Links, LoadedSnapshot};
-use crate::model::Snapshot;
-use crate::record::live::LiveRecording;
-use crate::replay::{player::Update, Session};
-use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
+use crate::sampler::{GpuLoader, SamplerConfig};
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};
 use crate::ui;
-use latest::LatestReceiver;
+use feed::{Feed, Source};
 
+mod feed;
 mod latest;
 
 /// Input events queued between the reader thread and the loop; the reader waits when full.
 const INPUT_QUEUE: usize = 1024;
-
-/// Where the snapshots come from.
-enum Source {
-    Live {
-        config: Box<SamplerConfig>,
-        loader: GpuLoader,
-    },
-    Replay(Session),
-}
 
 /// Runs the monitor until the user quits, the terminal goes away or a signal ends it. A fatal
 /// signal (SIGQUIT, SIGUSR1...) ends the process here, after the terminal is restored.
@@ -133,68 +121,6 @@ impl Step {
             other
         } else {
             self
-        }
-    }
-}
-
-/// The snapshots as they arrive: from the sampler (with `R`'s recording), or from the player.
-enum Feed {
-    Live {
-        snapshots: LatestReceiver<Arc<Snapshot>>,
-        requests: std::sync::mpsc::Sender<SamplerRequest>,
-        recording: LiveRecording,
-    },
-    Replay(Session),
-}
-
-/// What a feed delivered.
-enum Arrival {
-    Snapshot(Arc<Snapshot>),
-    Replay(Update),
-}
-
-impl Feed {
-    fn start(source: Source, app: &App) -> Feed {
-        match source {
-            Source::Live { config, loader } => {
-                let (snapshots_tx, snapshots) = latest::latest();
-                let requests = sampler::spawn_shared_loop(*config, loader, move |snapshot| {
-                    snapshots_tx.send(snapshot)
-                });
-                let recording = LiveRecording::new(app.delay_seconds);
-                Feed::Live {
-                    snapshots,
-                    requests,
-                    recording,
-                }
-            }
-            Source::Replay(session) => Feed::Replay(session),
-        }
-    }
-
-    /// The next snapshot or replay frame; `None` when the source has ended.
-    async fn next(&mut self) -> Option<Arrival> {
-        match self {
-            Feed::Live { snapshots, .. } => snapshots.recv().await.map(Arrival::Snapshot),
-            Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
-        }
-    }
-
-    fn apply(&mut self, app: &mut App, arrival: Arrival) {
-        match (self, arrival) {
-            (
-                Feed::Live {
-                    recording,
-                    requests,
-                    ..
-                },
-                Arrival::Snapshot(snapshot),
-            ) => {
-                recording.on_snapshot(app, &snapshot, requests);
-                app.on_snapshot(snapshot);
-            }
-            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
-            _ => {}
         }
     }
 }

@@ -1,0 +1,84 @@
+//! Where the event loop's snapshots come from, and what it does with each: the sampler's
+//! thread for the monitor (its snapshots through [`super::latest`], with `R`'s recording), or a
+//! recording's player for the replay.
+
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::model::Snapshot;
+use crate::record::live::LiveRecording;
+use crate::replay::{player::Update, Session};
+use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
+
+use super::latest::{self, LatestReceiver};
+
+/// Where the snapshots come from.
+pub(super) enum Source {
+    Live {
+        config: Box<SamplerConfig>,
+        loader: GpuLoader,
+    },
+    Replay(Session),
+}
+
+/// The snapshots as they arrive: from the sampler (with `R`'s recording), or from the player.
+pub(super) enum Feed {
+    Live {
+        snapshots: LatestReceiver<Arc<Snapshot>>,
+        requests: std::sync::mpsc::Sender<SamplerRequest>,
+        recording: LiveRecording,
+    },
+    Replay(Session),
+}
+
+/// What a feed delivered.
+pub(super) enum Arrival {
+    Snapshot(Arc<Snapshot>),
+    Replay(Update),
+}
+
+impl Feed {
+    pub(super) fn start(source: Source, app: &App) -> Feed {
+        match source {
+            Source::Live { config, loader } => {
+                let (snapshots_tx, snapshots) = latest::latest();
+                let requests = sampler::spawn_shared_loop(*config, loader, move |snapshot| {
+                    snapshots_tx.send(snapshot)
+                });
+                let recording = LiveRecording::new(app.delay_seconds);
+                Feed::Live {
+                    snapshots,
+                    requests,
+                    recording,
+                }
+            }
+            Source::Replay(session) => Feed::Replay(session),
+        }
+    }
+
+    /// The next snapshot or replay frame; `None` when the source has ended.
+    pub(super) async fn next(&mut self) -> Option<Arrival> {
+        match self {
+            Feed::Live { snapshots, .. } => snapshots.recv().await.map(Arrival::Snapshot),
+            Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
+        }
+    }
+
+    pub(super) fn apply(&mut self, app: &mut App, arrival: Arrival) {
+        match (self, arrival) {
+            (
+                Feed::Live {
+                    recording,
+                    requests,
+                    ..
+                },
+                Arrival::Snapshot(snapshot),
+            ) => {
+                recording.on_snapshot(app, &snapshot, requests);
+                app.on_snapshot(snapshot);
+            }
+            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
+            _ => {}
+        }
+    }
+}
