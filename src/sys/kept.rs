@@ -138,23 +138,51 @@ impl Open {
         if buffer.is_empty() {
             buffer.resize(FIRST_BUFFER_BYTES, 0);
         }
+        let mut filled = 0;
         loop {
             let want = buffer.len().min(limit);
-            let n = loop {
-                match self.file.read_at(&mut buffer[..want], 0) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return None,
-                }
-            };
-            // A full buffer may mean more is there: read again into a bigger one.
-            if n < want || want >= limit {
-                return Some(n);
+            let n = self.read_at(&mut buffer[filled..want], filled)?;
+            filled += n;
+            if filled >= limit || n == 0 {
+                return Some(filled);
             }
-            buffer.resize(buffer.len() * 2, 0);
+            if filled == want {
+                // Full: more may be there. Read it all again into a bigger buffer (kept for
+                // next time), rather than on from here: a file generated anew at each read
+                // may have changed length, and the pieces would not join.
+                buffer.resize(buffer.len() * 2, 0);
+                filled = 0;
+            } else if !may_stop_at_a_page(filled) {
+                return Some(filled);
+            }
+        }
+    }
+
+    fn read_at(&self, into: &mut [u8], offset: usize) -> Option<usize> {
+        loop {
+            match self.file.read_at(into, offset as u64) {
+                Ok(n) => return Some(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
         }
     }
 }
+
+/// Whether a read that ended at `end`, short of the buffer, may still not be the whole file.
+/// The kernel's line-by-line files (/proc/vmstat, maps) hand out at most a page a read, ending
+/// at the last whole line that fits: such a read ends within a line of a page's end, and the
+/// rest comes from reading on at `end`, where a line starts. Any other short read is the end.
+fn may_stop_at_a_page(end: usize) -> bool {
+    end % PAGE_BYTES > PAGE_BYTES - LONGEST_LINE_BYTES
+}
+
+/// The page a line-by-line kernel file is read by (a multiple of it on bigger-page machines,
+/// whose page ends are also 4 KiB ends).
+const PAGE_BYTES: usize = 4096;
+
+/// Longer than any line of the line-by-line kernel files read through [`KeptFile`].
+const LONGEST_LINE_BYTES: usize = 256;
 
 /// Reads a file read now and then (not kept open) into `buffer`, reused from call to call:
 /// open, one read (more only when the buffer fills), close.
@@ -215,6 +243,24 @@ mod tests {
         let mut buffer = Vec::new();
         assert_eq!(kept.read(&mut buffer, 1 << 20).unwrap().len(), 10_000);
         assert_eq!(kept.read(&mut buffer, 6000).unwrap().len(), 6000);
+    }
+
+    #[test]
+    fn a_line_by_line_kernel_file_is_read_whole() {
+        // /proc/vmstat is read a line at a time: a read into 1,000 bytes stops at the line
+        // that does not fit, short of the buffer's end, and is not the whole file.
+        let mut kept = KeptFile::new(PathBuf::from("/proc/vmstat"));
+        let mut buffer = vec![0; 1000];
+        let names = |bytes: &[u8]| -> Vec<String> {
+            as_text(bytes)
+                .lines()
+                .filter_map(|line| line.split_whitespace().next().map(String::from))
+                .collect()
+        };
+        let kept_names = names(kept.read(&mut buffer, 1 << 20).unwrap());
+        let whole = names(&std::fs::read("/proc/vmstat").unwrap());
+        assert!(whole.len() > 60, "{} lines in /proc/vmstat", whole.len());
+        assert_eq!(kept_names, whole);
     }
 
     #[test]
