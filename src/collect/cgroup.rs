@@ -21,13 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::Cgroup;
-use crate::sys::cgroup::{self as cg, ProcCgroups};
+use crate::sys::cgroup as cg;
 use crate::sys::kept::{self, KeptFile};
 #[cfg(test)]
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::container::classify_path;
+use super::oom_watch::OomCounts;
 use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
 use figures::{list_members, set_cpuset, Figures};
@@ -131,9 +132,24 @@ struct KnownText {
 /// Where the files of the cgroup a /proc/PID/cgroup text names are (`None`: nowhere usable).
 struct FoundDirs {
     dirs: Option<CgroupDirs>,
+    /// v1: where each directory of [`V1_DIRS`] would be for this text, and whether it was
+    /// there at the last look. A rescan looks at these again, and builds [`FoundDirs::dirs`]
+    /// anew only when one came or went (building them each rescan cost some twenty
+    /// allocations, the sampler's last in steady state).
+    v1: [Option<(PathBuf, bool)>; V1_DIRS.len()],
     found_at: Instant,
     used_at: Instant,
 }
+
+/// The v1 controller directories looked for: (controller, the directory below the mount).
+/// Distributions mount cpu alone or as "cpu,cpuacct": the one that is there is used.
+const V1_DIRS: [(&str, &str); 5] = [
+    ("memory", "memory"),
+    ("cpu", "cpu"),
+    ("cpu", "cpu,cpuacct"),
+    ("cpuset", "cpuset"),
+    ("pids", "pids"),
+];
 
 /// One cgroup in use: its files, and its reading of the refresh [`Group::read_in`].
 struct Group {
@@ -228,11 +244,14 @@ impl CgroupReader {
     /// As [`CgroupReader::of_process`] for the process (`pid`, `start_ticks`), whose
     /// /proc/PID/cgroup is read again only every [`CGROUP_RESCAN`] (the first time again
     /// sooner by up to that, by pid, so that processes seen together are read apart).
+    /// `oom` gives the counters of an OOM file already read in this refresh
+    /// ([`OomWatch::fresh`](super::oom_watch::OomWatch::fresh)), which are not read again.
     pub(crate) fn of_known_process(
         &mut self,
         pid: u32,
         start_ticks: u64,
         now: Instant,
+        oom: impl Fn(&Path) -> Option<OomCounts>,
     ) -> Option<Found<'_>> {
         let fresh = self.texts.get(&pid).is_some_and(|known| {
             known.start_ticks == start_ticks
@@ -258,7 +277,7 @@ impl CgroupReader {
             known.group = id.map(|id| (id, now));
             id?
         };
-        self.read_group(id, now)
+        self.read_group(id, now, oom)
     }
 
     /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
@@ -301,7 +320,7 @@ impl CgroupReader {
     #[cfg(test)]
     fn of_text(&mut self, text: &str, now: Instant) -> Option<(&Cgroup, Option<&Path>)> {
         let id = self.find_group(text, now)?;
-        let found = self.read_group(id, now)?;
+        let found = self.read_group(id, now, |_| None)?;
         Some((&**found.cgroup, found.oom_file))
     }
 
@@ -310,17 +329,15 @@ impl CgroupReader {
     /// under v2 the directory follows from the text alone, so it is found once per text).
     fn find_group(&mut self, text: &str, now: Instant) -> Option<u64> {
         let v1 = !self.is_unified();
-        let due = self.dirs_by_text.get(text).is_none_or(|found| {
-            v1 && now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN
-        });
-        if due {
-            let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
-            let found = FoundDirs {
-                dirs,
-                found_at: now,
-                used_at: now,
-            };
-            self.dirs_by_text.insert(text.to_string(), found);
+        match self.dirs_by_text.get_mut(text) {
+            Some(found) if v1 && now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN => {
+                found.look_again(now);
+            }
+            Some(_) => {}
+            None => {
+                let found = self.find_dirs(text, now);
+                self.dirs_by_text.insert(text.to_string(), found);
+            }
         }
         let found = self.dirs_by_text.get_mut(text)?;
         found.used_at = now;
@@ -337,12 +354,18 @@ impl CgroupReader {
     }
 
     /// Cgroup `id` as read in this refresh (read now if it was not yet).
-    fn read_group(&mut self, id: u64, now: Instant) -> Option<Found<'_>> {
+    fn read_group(
+        &mut self,
+        id: u64,
+        now: Instant,
+        oom: impl Fn(&Path) -> Option<OomCounts>,
+    ) -> Option<Found<'_>> {
         let group = self.groups.get_mut(&id)?;
         let first = group.read_in != Some(self.refresh);
         if first {
             group.read_in = Some(self.refresh);
-            group.read(&mut self.buffers, now);
+            let fresh = group.oom_file.as_deref().and_then(oom);
+            group.read(&mut self.buffers, now, fresh);
             let near_limit = group
                 .cgroup
                 .memory_fraction()
@@ -366,36 +389,75 @@ impl CgroupReader {
             .get_or_insert_with(|| mount.join("cgroup.controllers").exists())
     }
 
-    fn dirs(&mut self, groups: &ProcCgroups) -> Option<CgroupDirs> {
+    /// Where the files of the cgroup `text` names are, found for the first time.
+    fn find_dirs(&mut self, text: &str, now: Instant) -> FoundDirs {
+        let mut found = FoundDirs {
+            dirs: None,
+            v1: Default::default(),
+            found_at: now,
+            used_at: now,
+        };
+        let Some(groups) = cg::parse_proc_cgroup(text) else {
+            return found;
+        };
         if self.is_unified() {
-            let path = groups.unified.clone()?;
-            let dir = cg::join_below(&self.mount, &path)?;
-            return Some(CgroupDirs {
-                version: 2,
-                memory: Some(dir.clone()),
-                cpu: Some(dir.clone()),
-                cpuset: Some(dir.clone()),
-                pids: Some(dir),
-                path,
+            found.dirs = groups.unified.clone().and_then(|path| {
+                let dir = cg::join_below(&self.mount, &path)?;
+                Some(CgroupDirs {
+                    version: 2,
+                    memory: Some(dir.clone()),
+                    cpu: Some(dir.clone()),
+                    cpuset: Some(dir.clone()),
+                    pids: Some(dir),
+                    path,
+                })
+            });
+            return found;
+        }
+        for (slot, (controller, mount_dir)) in found.v1.iter_mut().zip(V1_DIRS) {
+            let path = groups.v1_path(controller);
+            let dir = path.and_then(|path| cg::join_below(&self.mount.join(mount_dir), path));
+            *slot = dir.map(|dir| {
+                let there = dir.is_dir();
+                (dir, there)
             });
         }
-        let v1 = |controller: &str, mount_dir: &str| {
-            let path = groups.v1_path(controller)?;
-            // Distributions mount cpu alone or as "cpu,cpuacct": the one that is there.
-            cg::join_below(&self.mount.join(mount_dir), path).filter(|d| d.is_dir())
-        };
-        let path = groups
-            .v1_path("memory")
-            .or_else(|| groups.v1_path("cpu"))?
-            .to_string();
-        Some(CgroupDirs {
-            version: 1,
-            memory: v1("memory", "memory"),
-            cpu: v1("cpu", "cpu").or_else(|| v1("cpu", "cpu,cpuacct")),
-            cpuset: v1("cpuset", "cpuset"),
-            pids: v1("pids", "pids"),
-            path,
-        })
+        let path = groups.v1_path("memory").or_else(|| groups.v1_path("cpu"));
+        found.dirs = path.map(|path| v1_dirs(&found.v1, path.to_string()));
+        found
+    }
+}
+
+impl FoundDirs {
+    /// v1: looks again at which controller directories are there; a change finds the files
+    /// anew (the cgroup's path shown stays: it comes from the text).
+    fn look_again(&mut self, now: Instant) {
+        self.found_at = now;
+        let mut changed = false;
+        for (dir, there) in self.v1.iter_mut().flatten() {
+            let now_there = dir.is_dir();
+            changed |= now_there != *there;
+            *there = now_there;
+        }
+        if let (true, Some(dirs)) = (changed, &self.dirs) {
+            self.dirs = Some(v1_dirs(&self.v1, dirs.path.clone()));
+        }
+    }
+}
+
+/// The v1 directories of [`V1_DIRS`] that are there, as [`CgroupDirs`].
+fn v1_dirs(found: &[Option<(PathBuf, bool)>; V1_DIRS.len()], path: String) -> CgroupDirs {
+    let there = |i: usize| match &found[i] {
+        Some((dir, true)) => Some(dir.clone()),
+        _ => None,
+    };
+    CgroupDirs {
+        version: 1,
+        memory: there(0),
+        cpu: there(1).or_else(|| there(2)),
+        cpuset: there(3),
+        pids: there(4),
+        path,
     }
 }
 
@@ -450,15 +512,20 @@ impl Group {
     /// Reads the limits and counters again into [`Group::cgroup`]; the path's container, pod
     /// and Slurm job were found once. The cgroup is copied (when shared) only where a figure
     /// changed.
-    fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant) {
+    /// `oom`: the counters of the OOM file as already read in this refresh, if they were.
+    fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant, oom: Option<OomCounts>) {
         let [buffer, second, cpuset] = buffers;
         let version = self.cgroup.version;
+        let oom = oom.or_else(|| {
+            let text = self.text(3, buffer, now)?;
+            Some(OomCounts {
+                oom_kill: cg::keyed_value(text, "oom_kill"),
+                max: cg::keyed_value(text, "max"),
+            })
+        });
+        let oom_kills = oom.and_then(|counts| counts.oom_kill);
         let figures = if version == 2 {
-            let events = self.text(3, buffer, now);
-            let (oom_kills, memory_max_hits) = (
-                events.and_then(|t| cg::keyed_value(t, "oom_kill")),
-                events.and_then(|t| cg::keyed_value(t, "max")),
-            );
+            let memory_max_hits = oom.and_then(|counts| counts.max);
             Figures {
                 memory_max: self.text(0, buffer, now).and_then(cg::parse_limit),
                 memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
@@ -474,7 +541,7 @@ impl Group {
                 memory_max: self.text(0, buffer, now).and_then(bytes_limit),
                 memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
                 memory_swap_max: self.text(2, buffer, now).and_then(bytes_limit),
-                oom_kills: (self.text(3, buffer, now)).and_then(|t| cg::keyed_value(t, "oom_kill")),
+                oom_kills,
                 memory_max_hits: self.text(4, buffer, now).and_then(cg::parse_number),
                 cpu_max: match (self.text(5, buffer, now), self.text(6, second, now)) {
                     (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
@@ -588,8 +655,13 @@ mod tests {
         let dir = v1_tree();
         let mut reader = reader(dir.path());
         let t0 = Instant::now();
-        let path =
-            |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().cgroup.path.clone();
+        let path = |r: &mut CgroupReader, at| {
+            r.of_known_process(7, 100, at, |_| None)
+                .unwrap()
+                .cgroup
+                .path
+                .clone()
+        };
         assert_eq!(path(&mut reader, t0), format!("/docker/{ID}"));
         // Moved to another cgroup: seen at the next read (pid 7: 3.5 s sooner the first time).
         write(
@@ -612,8 +684,71 @@ mod tests {
             "5:memory:/other
 ",
         );
-        let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2));
+        let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2), |_| None);
         assert_eq!(other.unwrap().cgroup.path, "/other");
+    }
+
+    #[test]
+    fn a_v1_controller_directory_that_comes_is_found_at_the_next_rescan() {
+        let dir = v1_tree();
+        let cpuset = dir.path().join("sys/fs/cgroup/cpuset");
+        std::fs::remove_dir_all(&cpuset).unwrap();
+        let mut reader = reader(dir.path());
+        let t0 = Instant::now();
+        let mut count = |at| {
+            reader.new_refresh();
+            let found = reader.of_known_process(8, 100, at, |_| None).unwrap();
+            found.cgroup.cpuset_count
+        };
+        assert_eq!(count(t0), None);
+        write(
+            dir.path(),
+            &format!("sys/fs/cgroup/cpuset/docker/{ID}/cpuset.effective_cpus"),
+            "0-3\n",
+        );
+        assert_eq!(
+            count(t0 + Duration::from_secs(1)),
+            None,
+            "not looked for yet"
+        );
+        assert_eq!(count(t0 + CGROUP_RESCAN), Some(4));
+        // And goes again.
+        std::fs::remove_dir_all(&cpuset).unwrap();
+        assert_eq!(count(t0 + 2 * CGROUP_RESCAN), None);
+    }
+
+    #[test]
+    fn an_oom_file_read_in_the_refresh_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        write(
+            dir.path(),
+            "sys/fs/cgroup/g/memory.events",
+            "max 1\noom_kill 1\n",
+        );
+        write(dir.path(), "proc/9/cgroup", "0::/g\n");
+        let mut reader = reader(dir.path());
+        let events = dir.path().join("sys/fs/cgroup/g/memory.events");
+        let sampled = OomCounts {
+            oom_kill: Some(7),
+            max: Some(3),
+        };
+        let now = Instant::now();
+        let oom = |file: &Path| (file == events).then_some(sampled);
+        let cgroup = reader.of_known_process(9, 100, now, oom).unwrap().cgroup;
+        assert_eq!(
+            (cgroup.oom_kills, cgroup.memory_max_hits),
+            (Some(7), Some(3))
+        );
+        reader.new_refresh();
+        let cgroup = reader
+            .of_known_process(9, 100, now, |_| None)
+            .unwrap()
+            .cgroup;
+        assert_eq!(
+            (cgroup.oom_kills, cgroup.memory_max_hits),
+            (Some(1), Some(1))
+        );
     }
 
     #[test]
@@ -725,7 +860,12 @@ mod tests {
         let now = Instant::now();
         let read = |reader: &mut CgroupReader| {
             reader.new_refresh();
-            Arc::clone(reader.of_known_process(9, 100, now).unwrap().cgroup)
+            Arc::clone(
+                reader
+                    .of_known_process(9, 100, now, |_| None)
+                    .unwrap()
+                    .cgroup,
+            )
         };
         let first = read(&mut reader);
         let same = read(&mut reader);

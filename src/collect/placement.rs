@@ -142,7 +142,9 @@ impl Placement {
             return;
         };
         let env = row.env.as_deref();
-        if let Some(found) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
+        let oom = &self.oom;
+        let found = (self.cgroups).of_known_process(row.pid, start_ticks, now, |f| oom.fresh(f));
+        if let Some(found) = found {
             let cgroup = match pod_name(found.cgroup, env) {
                 Some(name) => named_pod(&mut self.named_pods, found.cgroup, name, self.refresh),
                 None => Arc::clone(found.cgroup),

@@ -5,7 +5,8 @@ use std::process::{Child, Command};
 
 use super::off_screen::OFF_SCREEN_EVERY;
 use super::*;
-use crate::model::{ProcessKind, SwapInfo, VmSettings};
+use crate::collect::launcher::launcher_in;
+use crate::model::{LaunchEnv, ProcessKind, SwapInfo, VmSettings};
 use crate::test_ci::PATIENCE;
 
 #[test]
