@@ -80,6 +80,11 @@ impl OomWatch {
         self.seen.retain(|_, s| s.seen_in == refresh);
     }
 
+    /// Whether any process or cgroup is watched: a kill could name it.
+    pub(crate) fn is_watching(&self) -> bool {
+        !self.seen.is_empty() || !self.cgroups.is_empty()
+    }
+
     /// The counters of `file` as this refresh's [`OomWatch::sample`] read them, if it did.
     pub(crate) fn fresh(&self, file: &Path) -> Option<OomCounts> {
         self.cgroups.get(file)?.fresh

@@ -78,6 +78,11 @@ impl Placement {
         host.oom_kills = self.oom.sample(&self.proc_root, host.oom_kill_count, now);
     }
 
+    /// Whether the OOM watch has GPU processes, children or cgroups that a kill could name.
+    pub(crate) fn watches_for_oom(&self) -> bool {
+        self.oom.is_watching()
+    }
+
     /// Starts a join: a new refresh forgets what the cgroup and `/dev/shm` readers read, and
     /// what the OOM watch saw, unless this join names it again.
     pub(crate) fn begin(&mut self, refresh: Refresh) {

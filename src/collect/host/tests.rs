@@ -87,6 +87,46 @@ fn host_cpu_percent_is_the_delta_between_samples() {
 }
 
 #[test]
+fn under_the_real_proc_the_uptime_is_what_proc_uptime_says() {
+    let mut collector = HostCollector::new(PathBuf::from("/proc"));
+    let clock = collector.sample_host().uptime_seconds.unwrap();
+    let text = std::fs::read_to_string("/proc/uptime").unwrap();
+    let file: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    // Read one after the other: within a tenth of a second (a loaded machine may stall).
+    assert!(
+        (0.0..0.1).contains(&(file - clock)),
+        "{clock} against {file}"
+    );
+    assert_eq!(
+        clock,
+        format!("{clock:.2}").parse::<f64>().unwrap(),
+        "whole hundredths"
+    );
+}
+
+#[test]
+fn vmstat_is_read_each_refresh_only_while_the_oom_watch_has_something_to_name() {
+    let tree = TempProc::new();
+    let vmstat = |kills: u32| tree.write("vmstat", &format!("pgfault 9\noom_kill {kills}\n"));
+    vmstat(1);
+    let mut readings = readings::Readings::new(&tree.0);
+    let t0 = Instant::now();
+    let second = Duration::from_secs(1);
+    assert_eq!(readings.oom_kill_count(t0, false), Some(1));
+    vmstat(2);
+    assert_eq!(
+        readings.oom_kill_count(t0 + second, false),
+        Some(1),
+        "as last read"
+    );
+    assert_eq!(readings.oom_kill_count(t0 + second, true), Some(2));
+    vmstat(3);
+    let idle = readings::HOST_OOM_IDLE_EVERY;
+    assert_eq!(readings.oom_kill_count(t0 + 2 * second, false), Some(2));
+    assert_eq!(readings.oom_kill_count(t0 + second + idle, false), Some(3));
+}
+
+#[test]
 fn host_fields_of_unreadable_files_are_none() {
     let tree = TempProc::new();
     tree.write("meminfo", "MemTotal: 2048 kB\n");
