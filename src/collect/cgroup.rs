@@ -10,7 +10,9 @@
 //!
 //! The files of the cgroups in use are kept open and re-read with one `pread` each (for at
 //! most [`MAX_KEPT_GROUPS`] cgroups; a file that is missing is looked for again every
-//! [`CGROUP_RESCAN`]); where they are is found again every [`CGROUP_RESCAN`].
+//! [`CGROUP_RESCAN`]); where they are is found once per /proc/PID/cgroup text, and under v1
+//! looked at again every [`CGROUP_RESCAN`] ([`dirs`]). The OOM counter file is not read again
+//! where the OOM watch read it in the same refresh.
 //!
 //! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
 //! member's stat are read too, to name the biggest members.
@@ -31,6 +33,8 @@ use super::container::classify_path;
 use super::oom_watch::OomCounts;
 use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
+use dirs::CgroupDirs;
+use dirs::FoundDirs;
 use figures::{list_members, set_cpuset, Figures};
 
 /// From this share of memory.max on, the members of a cgroup are listed (below the default
@@ -45,31 +49,7 @@ const BIGGEST_KEPT: usize = 5;
 /// refresh cost more than everything else the default view reads.
 pub(crate) const CGROUP_RESCAN: Duration = Duration::from_secs(5);
 
-/// Where one cgroup's files are.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct CgroupDirs {
-    pub(crate) version: u8,
-    /// v2: the one directory; v1: the memory controller's.
-    pub(crate) memory: Option<PathBuf>,
-    cpu: Option<PathBuf>,
-    cpuset: Option<PathBuf>,
-    pids: Option<PathBuf>,
-    /// The path shown: the unified one, or v1's memory path.
-    path: String,
-}
-
-impl CgroupDirs {
-    /// The file whose `oom_kill` counts kills in this cgroup.
-    pub(crate) fn oom_file(&self) -> Option<PathBuf> {
-        let name = if self.version == 2 {
-            "memory.events"
-        } else {
-            "memory.oom_control"
-        };
-        self.memory.as_ref().map(|d| d.join(name))
-    }
-}
-
+mod dirs;
 mod figures;
 
 /// The most cgroups whose files are kept open (up to nine each); the files of the others are
@@ -128,28 +108,6 @@ struct KnownText {
     /// refresh cost more than reading the files).
     group: Option<(u64, Instant)>,
 }
-
-/// Where the files of the cgroup a /proc/PID/cgroup text names are (`None`: nowhere usable).
-struct FoundDirs {
-    dirs: Option<CgroupDirs>,
-    /// v1: where each directory of [`V1_DIRS`] would be for this text, and whether it was
-    /// there at the last look. A rescan looks at these again, and builds [`FoundDirs::dirs`]
-    /// anew only when one came or went (building them each rescan cost some twenty
-    /// allocations, the sampler's last in steady state).
-    v1: [Option<(PathBuf, bool)>; V1_DIRS.len()],
-    found_at: Instant,
-    used_at: Instant,
-}
-
-/// The v1 controller directories looked for: (controller, the directory below the mount).
-/// Distributions mount cpu alone or as "cpu,cpuacct": the one that is there is used.
-const V1_DIRS: [(&str, &str); 5] = [
-    ("memory", "memory"),
-    ("cpu", "cpu"),
-    ("cpu", "cpu,cpuacct"),
-    ("cpuset", "cpuset"),
-    ("pids", "pids"),
-];
 
 /// One cgroup in use: its files, and its reading of the refresh [`Group::read_in`].
 struct Group {
@@ -335,7 +293,8 @@ impl CgroupReader {
             }
             Some(_) => {}
             None => {
-                let found = self.find_dirs(text, now);
+                let unified = self.is_unified();
+                let found = FoundDirs::find(text, &self.mount, unified, now);
                 self.dirs_by_text.insert(text.to_string(), found);
             }
         }
@@ -387,77 +346,6 @@ impl CgroupReader {
         *self
             .unified
             .get_or_insert_with(|| mount.join("cgroup.controllers").exists())
-    }
-
-    /// Where the files of the cgroup `text` names are, found for the first time.
-    fn find_dirs(&mut self, text: &str, now: Instant) -> FoundDirs {
-        let mut found = FoundDirs {
-            dirs: None,
-            v1: Default::default(),
-            found_at: now,
-            used_at: now,
-        };
-        let Some(groups) = cg::parse_proc_cgroup(text) else {
-            return found;
-        };
-        if self.is_unified() {
-            found.dirs = groups.unified.clone().and_then(|path| {
-                let dir = cg::join_below(&self.mount, &path)?;
-                Some(CgroupDirs {
-                    version: 2,
-                    memory: Some(dir.clone()),
-                    cpu: Some(dir.clone()),
-                    cpuset: Some(dir.clone()),
-                    pids: Some(dir),
-                    path,
-                })
-            });
-            return found;
-        }
-        for (slot, (controller, mount_dir)) in found.v1.iter_mut().zip(V1_DIRS) {
-            let path = groups.v1_path(controller);
-            let dir = path.and_then(|path| cg::join_below(&self.mount.join(mount_dir), path));
-            *slot = dir.map(|dir| {
-                let there = dir.is_dir();
-                (dir, there)
-            });
-        }
-        let path = groups.v1_path("memory").or_else(|| groups.v1_path("cpu"));
-        found.dirs = path.map(|path| v1_dirs(&found.v1, path.to_string()));
-        found
-    }
-}
-
-impl FoundDirs {
-    /// v1: looks again at which controller directories are there; a change finds the files
-    /// anew (the cgroup's path shown stays: it comes from the text).
-    fn look_again(&mut self, now: Instant) {
-        self.found_at = now;
-        let mut changed = false;
-        for (dir, there) in self.v1.iter_mut().flatten() {
-            let now_there = dir.is_dir();
-            changed |= now_there != *there;
-            *there = now_there;
-        }
-        if let (true, Some(dirs)) = (changed, &self.dirs) {
-            self.dirs = Some(v1_dirs(&self.v1, dirs.path.clone()));
-        }
-    }
-}
-
-/// The v1 directories of [`V1_DIRS`] that are there, as [`CgroupDirs`].
-fn v1_dirs(found: &[Option<(PathBuf, bool)>; V1_DIRS.len()], path: String) -> CgroupDirs {
-    let there = |i: usize| match &found[i] {
-        Some((dir, true)) => Some(dir.clone()),
-        _ => None,
-    };
-    CgroupDirs {
-        version: 1,
-        memory: there(0),
-        cpu: there(1).or_else(|| there(2)),
-        cpuset: there(3),
-        pids: there(4),
-        path,
     }
 }
 

@@ -1,9 +1,11 @@
 //! The host collector: host totals, and /proc joined onto the GPU process rows.
 //!
 //! What it reads, so that its cost stays near the 5 ms of CPU per second budget:
-//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and
-//!   vmstat, kept open and re-read with one `pread` each ([`readings`]); the two vm sysctls
-//!   every 10 s. The hostname is read once.
+//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat and loadavg, kept open
+//!   and re-read with one `pread` each, and vmstat for its OOM-kill count while a kill could
+//!   name a GPU process, a child or a cgroup, else every 5 s; the uptime from the boot-time
+//!   clock (the file under another proc root); the two vm sysctls every 10 s ([`readings`]).
+//!   The hostname is read once.
 //! - [`HostCollector::join_processes`], once per refresh: for each distinct GPU pid its `stat`
 //!   (kept open and re-read with one `pread`, parsed in place), the `children` files of all
 //!   its threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
