@@ -92,9 +92,9 @@ fn under_the_real_proc_the_uptime_is_what_proc_uptime_says() {
     let clock = collector.sample_host().uptime_seconds.unwrap();
     let text = std::fs::read_to_string("/proc/uptime").unwrap();
     let file: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
-    // Read one after the other: within a tenth of a second (a loaded machine may stall).
+    // Read one after the other, the file second: as much later as a loaded machine stalls.
     assert!(
-        (0.0..0.1).contains(&(file - clock)),
+        (0.0..2.0).contains(&(file - clock)),
         "{clock} against {file}"
     );
     assert_eq!(
