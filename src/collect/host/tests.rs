@@ -127,6 +127,43 @@ fn vmstat_is_read_each_refresh_only_while_the_oom_watch_has_something_to_name() 
 }
 
 #[test]
+fn a_cgroup_s_oom_file_is_read_once_a_refresh() {
+    let tree = TempProc::new();
+    tree.write_pid_stat(800, 1, 10, 2000);
+    tree.write("800/status", "Uid:\t7\t7\t7\t7\n");
+    tree.write("800/cmdline", "trainer\0");
+    tree.write("800/cgroup", "0::/g\n");
+    tree.write("sys/fs/cgroup/cgroup.controllers", "memory\n");
+    let events = |kills: u32| {
+        let text = format!("max 0\noom_kill {kills}\n");
+        tree.write("sys/fs/cgroup/g/memory.events", &text);
+    };
+    events(1);
+    let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
+    let mut rows = vec![row(800, 0)];
+    let mut join = |collector: &mut HostCollector| {
+        collector.join_processes(&mut rows);
+        rows[0].cgroup.as_ref().and_then(|c| c.oom_kills)
+    };
+    collector.sample_host();
+    assert_eq!(
+        join(&mut collector),
+        Some(1),
+        "not watched yet: the join reads it"
+    );
+    collector.sample_host();
+    events(2);
+    assert_eq!(
+        join(&mut collector),
+        Some(1),
+        "the join takes the sample's reading"
+    );
+    let host = collector.sample_host();
+    assert_eq!(host.oom_kills.len(), 1, "the rise, at the next sample");
+    assert_eq!(join(&mut collector), Some(2));
+}
+
+#[test]
 fn host_fields_of_unreadable_files_are_none() {
     let tree = TempProc::new();
     tree.write("meminfo", "MemTotal: 2048 kB\n");
