@@ -12,7 +12,9 @@
 //! most [`MAX_KEPT_GROUPS`] cgroups; a file that is missing is looked for again every
 //! [`CGROUP_RESCAN`]); where they are is found once per /proc/PID/cgroup text, and under v1
 //! looked at again every [`CGROUP_RESCAN`] ([`dirs`]). The OOM counter file is not read again
-//! where the OOM watch read it in the same refresh.
+//! where the OOM watch read it in the same refresh. The settings (memory.max, memory.swap.max,
+//! cpu.max, the cpuset, pids.max) are read every [`SETTINGS_EVERY`], the usage and the
+//! counters each refresh.
 //!
 //! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
 //! member's stat are read too, to name the biggest members.
@@ -48,6 +50,11 @@ const BIGGEST_KEPT: usize = 5;
 /// cgroup rarely (systemd, `docker update`), and a thousand GPU processes each read every
 /// refresh cost more than everything else the default view reads.
 pub(crate) const CGROUP_RESCAN: Duration = Duration::from_secs(5);
+/// How often a cgroup's settings are read again: memory.max, memory.swap.max, cpu.max, the
+/// cpuset and pids.max (v1: their equivalents). They change only when someone sets them
+/// (`docker update`, `systemctl set-property`); the usage and the counters are read each
+/// refresh.
+pub(crate) const SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
 mod dirs;
 mod figures;
@@ -122,6 +129,8 @@ struct Group {
     /// Where cgroup.procs is, for the members.
     memory_dir: Option<PathBuf>,
     read_in: Option<u64>,
+    /// When the settings were last read ([`Group::read`]).
+    settings_at: Option<Instant>,
 }
 
 /// Which directory of [`CgroupDirs`] a file is in.
@@ -385,6 +394,7 @@ impl Group {
             oom_file: dirs.oom_file(),
             memory_dir: dirs.memory.clone(),
             read_in: None,
+            settings_at: None,
         }
     }
 
@@ -401,9 +411,11 @@ impl Group {
     /// and Slurm job were found once. The cgroup is copied (when shared) only where a figure
     /// changed.
     /// `oom`: the counters of the OOM file as already read in this refresh, if they were.
+    /// The settings (the limits, the quota, the cpuset) are read every [`SETTINGS_EVERY`];
+    /// what moves (the usage, the counters) every time.
     fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant, oom: Option<OomCounts>) {
         let [buffer, second, cpuset] = buffers;
-        let version = self.cgroup.version;
+        let v2 = self.cgroup.version == 2;
         let oom = oom.or_else(|| {
             let text = self.text(3, buffer, now)?;
             Some(OomCounts {
@@ -411,51 +423,67 @@ impl Group {
                 max: cg::keyed_value(text, "max"),
             })
         });
-        let oom_kills = oom.and_then(|counts| counts.oom_kill);
-        let figures = if version == 2 {
-            let memory_max_hits = oom.and_then(|counts| counts.max);
-            Figures {
-                memory_max: self.text(0, buffer, now).and_then(cg::parse_limit),
-                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
-                memory_swap_max: self.text(2, buffer, now).and_then(cg::parse_limit),
-                oom_kills,
-                memory_max_hits,
-                cpu_max: self.text(4, buffer, now).and_then(cg::parse_cpu_max),
-                pids_max: self.text(6, buffer, now).and_then(cg::parse_limit),
-            }
+        let mut figures = Figures::of(&self.cgroup);
+        figures.oom_kills = oom.and_then(|counts| counts.oom_kill);
+        figures.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
+        figures.memory_max_hits = if v2 {
+            oom.and_then(|counts| counts.max)
         } else {
-            let bytes_limit = cg::parse_v1_bytes_limit;
-            Figures {
-                memory_max: self.text(0, buffer, now).and_then(bytes_limit),
-                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
-                memory_swap_max: self.text(2, buffer, now).and_then(bytes_limit),
-                oom_kills,
-                memory_max_hits: self.text(4, buffer, now).and_then(cg::parse_number),
-                cpu_max: match (self.text(5, buffer, now), self.text(6, second, now)) {
-                    (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
-                    _ => None,
-                },
-                pids_max: self.text(8, buffer, now).and_then(cg::parse_limit),
-            }
+            self.text(4, buffer, now).and_then(cg::parse_number)
         };
-        let cpuset_index = if version == 2 { 5 } else { 7 };
-        let list = self.text(cpuset_index, cpuset, now).map(str::trim);
-        let list = list.filter(|t| !t.is_empty());
+        let settings_due = self
+            .settings_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= SETTINGS_EVERY);
+        let mut list = None;
+        if settings_due {
+            self.settings_at = Some(now);
+            self.read_settings(&mut figures, buffer, second, now);
+            let index = if v2 { 5 } else { 7 };
+            let text = self.text(index, cpuset, now).map(str::trim);
+            list = Some(text.filter(|t| !t.is_empty()));
+        }
         let kept = &*self.cgroup;
         let same = Figures::of(kept) == figures
-            && kept.cpuset_cpus.as_deref() == list
+            && list.is_none_or(|list| kept.cpuset_cpus.as_deref() == list)
             && kept.member_count.is_none()
             && kept.biggest_members.is_empty();
         if !same {
             let c = Arc::make_mut(&mut self.cgroup);
             figures.set(c);
-            set_cpuset(c, list);
+            if let Some(list) = list {
+                set_cpuset(c, list);
+            }
             c.member_count = None;
             c.biggest_members.clear();
         }
         if !self.keep_open {
             self.files.iter_mut().flatten().for_each(KeptFile::close);
         }
+    }
+
+    /// Reads the limits and the quota into `figures`.
+    fn read_settings(
+        &mut self,
+        figures: &mut Figures,
+        buffer: &mut Vec<u8>,
+        second: &mut Vec<u8>,
+        now: Instant,
+    ) {
+        if self.cgroup.version == 2 {
+            figures.memory_max = self.text(0, buffer, now).and_then(cg::parse_limit);
+            figures.memory_swap_max = self.text(2, buffer, now).and_then(cg::parse_limit);
+            figures.cpu_max = self.text(4, buffer, now).and_then(cg::parse_cpu_max);
+            figures.pids_max = self.text(6, buffer, now).and_then(cg::parse_limit);
+            return;
+        }
+        let bytes_limit = cg::parse_v1_bytes_limit;
+        figures.memory_max = self.text(0, buffer, now).and_then(bytes_limit);
+        figures.memory_swap_max = self.text(2, buffer, now).and_then(bytes_limit);
+        figures.cpu_max = match (self.text(5, buffer, now), self.text(6, second, now)) {
+            (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
+            _ => None,
+        };
+        figures.pids_max = self.text(8, buffer, now).and_then(cg::parse_limit);
     }
 }
 
@@ -643,13 +671,23 @@ mod tests {
     fn where_a_cgroup_is_is_found_once_a_refresh() {
         let dir = v1_tree();
         let mut reader = reader(dir.path());
-        assert_eq!(reader.of_process(7).unwrap().0.cpuset_count, Some(8));
+        let text = std::fs::read_to_string(dir.path().join("proc/7/cgroup")).unwrap();
+        let t0 = Instant::now();
+        let mut count = |at| reader.of_text(&text, at).unwrap().0.cpuset_count;
+        assert_eq!(count(t0), Some(8));
         // The cpuset hierarchy goes away: the processes of this refresh share what was found,
-        // the next refresh looks again.
+        // a refresh once the settings are due looks again.
         std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/cpuset")).unwrap();
-        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, Some(8));
+        assert_eq!(count(t0), Some(8));
         reader.new_refresh();
-        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, None);
+        assert_eq!(
+            reader
+                .of_text(&text, t0 + SETTINGS_EVERY)
+                .unwrap()
+                .0
+                .cpuset_count,
+            None
+        );
     }
 
     #[test]
@@ -745,8 +783,8 @@ mod tests {
         write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-3\n");
         write(dir.path(), "proc/9/cgroup", "0::/g\n");
         let mut reader = reader(dir.path());
-        let now = Instant::now();
-        let read = |reader: &mut CgroupReader| {
+        let t0 = Instant::now();
+        let read_at = |reader: &mut CgroupReader, now| {
             reader.new_refresh();
             Arc::clone(
                 reader
@@ -755,6 +793,7 @@ mod tests {
                     .cgroup,
             )
         };
+        let read = |reader: &mut CgroupReader| read_at(reader, t0);
         let first = read(&mut reader);
         let same = read(&mut reader);
         assert!(Arc::ptr_eq(&first, &same), "nothing changed: shared");
@@ -767,8 +806,10 @@ mod tests {
             Some(5),
             "the earlier rows keep theirs"
         );
+        // A setting is read again once SETTINGS_EVERY has passed.
         write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-7\n");
-        let cpus = read(&mut reader);
+        assert_eq!(read(&mut reader).cpuset_cpus.as_deref(), Some("0-3"));
+        let cpus = read_at(&mut reader, t0 + SETTINGS_EVERY);
         assert_eq!(
             (cpus.cpuset_cpus.as_deref(), cpus.cpuset_count),
             (Some("0-7"), Some(8))
