@@ -10,7 +10,11 @@
 //!
 //! The files of the cgroups in use are kept open and re-read with one `pread` each (for at
 //! most [`MAX_KEPT_GROUPS`] cgroups; a file that is missing is looked for again every
-//! [`CGROUP_RESCAN`]); where they are is found again every [`CGROUP_RESCAN`].
+//! [`CGROUP_RESCAN`]); where they are is found once per /proc/PID/cgroup text, and under v1
+//! looked at again every [`CGROUP_RESCAN`] ([`dirs`]). The OOM counter file is not read again
+//! where the OOM watch read it in the same refresh. The settings (memory.max, memory.swap.max,
+//! cpu.max, the cpuset, pids.max) are read every [`SETTINGS_EVERY`], the usage and the
+//! counters each refresh.
 //!
 //! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
 //! member's stat are read too, to name the biggest members.
@@ -21,15 +25,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::model::Cgroup;
-use crate::sys::cgroup::{self as cg, ProcCgroups};
+use crate::sys::cgroup as cg;
 use crate::sys::kept::{self, KeptFile};
 #[cfg(test)]
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::container::classify_path;
+use super::oom_watch::OomCounts;
 use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
+use dirs::CgroupDirs;
+use dirs::FoundDirs;
 use figures::{list_members, set_cpuset, Figures};
 
 /// From this share of memory.max on, the members of a cgroup are listed (below the default
@@ -43,32 +50,13 @@ const BIGGEST_KEPT: usize = 5;
 /// cgroup rarely (systemd, `docker update`), and a thousand GPU processes each read every
 /// refresh cost more than everything else the default view reads.
 pub(crate) const CGROUP_RESCAN: Duration = Duration::from_secs(5);
+/// How often a cgroup's settings are read again: memory.max, memory.swap.max, cpu.max, the
+/// cpuset and pids.max (v1: their equivalents). They change only when someone sets them
+/// (`docker update`, `systemctl set-property`); the usage and the counters are read each
+/// refresh.
+pub(crate) const SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
-/// Where one cgroup's files are.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct CgroupDirs {
-    pub(crate) version: u8,
-    /// v2: the one directory; v1: the memory controller's.
-    pub(crate) memory: Option<PathBuf>,
-    cpu: Option<PathBuf>,
-    cpuset: Option<PathBuf>,
-    pids: Option<PathBuf>,
-    /// The path shown: the unified one, or v1's memory path.
-    path: String,
-}
-
-impl CgroupDirs {
-    /// The file whose `oom_kill` counts kills in this cgroup.
-    pub(crate) fn oom_file(&self) -> Option<PathBuf> {
-        let name = if self.version == 2 {
-            "memory.events"
-        } else {
-            "memory.oom_control"
-        };
-        self.memory.as_ref().map(|d| d.join(name))
-    }
-}
-
+mod dirs;
 mod figures;
 
 /// The most cgroups whose files are kept open (up to nine each); the files of the others are
@@ -128,13 +116,6 @@ struct KnownText {
     group: Option<(u64, Instant)>,
 }
 
-/// Where the files of the cgroup a /proc/PID/cgroup text names are (`None`: nowhere usable).
-struct FoundDirs {
-    dirs: Option<CgroupDirs>,
-    found_at: Instant,
-    used_at: Instant,
-}
-
 /// One cgroup in use: its files, and its reading of the refresh [`Group::read_in`].
 struct Group {
     /// By the index of the file's name in [`V2_FILES`] or [`V1_FILES`].
@@ -148,6 +129,8 @@ struct Group {
     /// Where cgroup.procs is, for the members.
     memory_dir: Option<PathBuf>,
     read_in: Option<u64>,
+    /// When the settings were last read ([`Group::read`]).
+    settings_at: Option<Instant>,
 }
 
 /// Which directory of [`CgroupDirs`] a file is in.
@@ -228,11 +211,14 @@ impl CgroupReader {
     /// As [`CgroupReader::of_process`] for the process (`pid`, `start_ticks`), whose
     /// /proc/PID/cgroup is read again only every [`CGROUP_RESCAN`] (the first time again
     /// sooner by up to that, by pid, so that processes seen together are read apart).
+    /// `oom` gives the counters of an OOM file already read in this refresh
+    /// ([`OomWatch::fresh`](super::oom_watch::OomWatch::fresh)), which are not read again.
     pub(crate) fn of_known_process(
         &mut self,
         pid: u32,
         start_ticks: u64,
         now: Instant,
+        oom: impl Fn(&Path) -> Option<OomCounts>,
     ) -> Option<Found<'_>> {
         let fresh = self.texts.get(&pid).is_some_and(|known| {
             known.start_ticks == start_ticks
@@ -258,7 +244,7 @@ impl CgroupReader {
             known.group = id.map(|id| (id, now));
             id?
         };
-        self.read_group(id, now)
+        self.read_group(id, now, oom)
     }
 
     /// Reads /proc/PID/cgroup again into [`CgroupReader::texts`] (a new text only when it
@@ -301,7 +287,7 @@ impl CgroupReader {
     #[cfg(test)]
     fn of_text(&mut self, text: &str, now: Instant) -> Option<(&Cgroup, Option<&Path>)> {
         let id = self.find_group(text, now)?;
-        let found = self.read_group(id, now)?;
+        let found = self.read_group(id, now, |_| None)?;
         Some((&**found.cgroup, found.oom_file))
     }
 
@@ -310,17 +296,16 @@ impl CgroupReader {
     /// under v2 the directory follows from the text alone, so it is found once per text).
     fn find_group(&mut self, text: &str, now: Instant) -> Option<u64> {
         let v1 = !self.is_unified();
-        let due = self.dirs_by_text.get(text).is_none_or(|found| {
-            v1 && now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN
-        });
-        if due {
-            let dirs = cg::parse_proc_cgroup(text).and_then(|groups| self.dirs(&groups));
-            let found = FoundDirs {
-                dirs,
-                found_at: now,
-                used_at: now,
-            };
-            self.dirs_by_text.insert(text.to_string(), found);
+        match self.dirs_by_text.get_mut(text) {
+            Some(found) if v1 && now.saturating_duration_since(found.found_at) >= CGROUP_RESCAN => {
+                found.look_again(now);
+            }
+            Some(_) => {}
+            None => {
+                let unified = self.is_unified();
+                let found = FoundDirs::find(text, &self.mount, unified, now);
+                self.dirs_by_text.insert(text.to_string(), found);
+            }
         }
         let found = self.dirs_by_text.get_mut(text)?;
         found.used_at = now;
@@ -337,12 +322,18 @@ impl CgroupReader {
     }
 
     /// Cgroup `id` as read in this refresh (read now if it was not yet).
-    fn read_group(&mut self, id: u64, now: Instant) -> Option<Found<'_>> {
+    fn read_group(
+        &mut self,
+        id: u64,
+        now: Instant,
+        oom: impl Fn(&Path) -> Option<OomCounts>,
+    ) -> Option<Found<'_>> {
         let group = self.groups.get_mut(&id)?;
         let first = group.read_in != Some(self.refresh);
         if first {
             group.read_in = Some(self.refresh);
-            group.read(&mut self.buffers, now);
+            let fresh = group.oom_file.as_deref().and_then(oom);
+            group.read(&mut self.buffers, now, fresh);
             let near_limit = group
                 .cgroup
                 .memory_fraction()
@@ -364,38 +355,6 @@ impl CgroupReader {
         *self
             .unified
             .get_or_insert_with(|| mount.join("cgroup.controllers").exists())
-    }
-
-    fn dirs(&mut self, groups: &ProcCgroups) -> Option<CgroupDirs> {
-        if self.is_unified() {
-            let path = groups.unified.clone()?;
-            let dir = cg::join_below(&self.mount, &path)?;
-            return Some(CgroupDirs {
-                version: 2,
-                memory: Some(dir.clone()),
-                cpu: Some(dir.clone()),
-                cpuset: Some(dir.clone()),
-                pids: Some(dir),
-                path,
-            });
-        }
-        let v1 = |controller: &str, mount_dir: &str| {
-            let path = groups.v1_path(controller)?;
-            // Distributions mount cpu alone or as "cpu,cpuacct": the one that is there.
-            cg::join_below(&self.mount.join(mount_dir), path).filter(|d| d.is_dir())
-        };
-        let path = groups
-            .v1_path("memory")
-            .or_else(|| groups.v1_path("cpu"))?
-            .to_string();
-        Some(CgroupDirs {
-            version: 1,
-            memory: v1("memory", "memory"),
-            cpu: v1("cpu", "cpu").or_else(|| v1("cpu", "cpu,cpuacct")),
-            cpuset: v1("cpuset", "cpuset"),
-            pids: v1("pids", "pids"),
-            path,
-        })
     }
 }
 
@@ -435,6 +394,7 @@ impl Group {
             oom_file: dirs.oom_file(),
             memory_dir: dirs.memory.clone(),
             read_in: None,
+            settings_at: None,
         }
     }
 
@@ -450,57 +410,80 @@ impl Group {
     /// Reads the limits and counters again into [`Group::cgroup`]; the path's container, pod
     /// and Slurm job were found once. The cgroup is copied (when shared) only where a figure
     /// changed.
-    fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant) {
+    /// `oom`: the counters of the OOM file as already read in this refresh, if they were.
+    /// The settings (the limits, the quota, the cpuset) are read every [`SETTINGS_EVERY`];
+    /// what moves (the usage, the counters) every time.
+    fn read(&mut self, buffers: &mut [Vec<u8>; 3], now: Instant, oom: Option<OomCounts>) {
         let [buffer, second, cpuset] = buffers;
-        let version = self.cgroup.version;
-        let figures = if version == 2 {
-            let events = self.text(3, buffer, now);
-            let (oom_kills, memory_max_hits) = (
-                events.and_then(|t| cg::keyed_value(t, "oom_kill")),
-                events.and_then(|t| cg::keyed_value(t, "max")),
-            );
-            Figures {
-                memory_max: self.text(0, buffer, now).and_then(cg::parse_limit),
-                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
-                memory_swap_max: self.text(2, buffer, now).and_then(cg::parse_limit),
-                oom_kills,
-                memory_max_hits,
-                cpu_max: self.text(4, buffer, now).and_then(cg::parse_cpu_max),
-                pids_max: self.text(6, buffer, now).and_then(cg::parse_limit),
-            }
+        let v2 = self.cgroup.version == 2;
+        let oom = oom.or_else(|| {
+            let text = self.text(3, buffer, now)?;
+            Some(OomCounts {
+                oom_kill: cg::keyed_value(text, "oom_kill"),
+                max: cg::keyed_value(text, "max"),
+            })
+        });
+        let mut figures = Figures::of(&self.cgroup);
+        figures.oom_kills = oom.and_then(|counts| counts.oom_kill);
+        figures.memory_current_bytes = self.text(1, buffer, now).and_then(cg::parse_number);
+        figures.memory_max_hits = if v2 {
+            oom.and_then(|counts| counts.max)
         } else {
-            let bytes_limit = cg::parse_v1_bytes_limit;
-            Figures {
-                memory_max: self.text(0, buffer, now).and_then(bytes_limit),
-                memory_current_bytes: self.text(1, buffer, now).and_then(cg::parse_number),
-                memory_swap_max: self.text(2, buffer, now).and_then(bytes_limit),
-                oom_kills: (self.text(3, buffer, now)).and_then(|t| cg::keyed_value(t, "oom_kill")),
-                memory_max_hits: self.text(4, buffer, now).and_then(cg::parse_number),
-                cpu_max: match (self.text(5, buffer, now), self.text(6, second, now)) {
-                    (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
-                    _ => None,
-                },
-                pids_max: self.text(8, buffer, now).and_then(cg::parse_limit),
-            }
+            self.text(4, buffer, now).and_then(cg::parse_number)
         };
-        let cpuset_index = if version == 2 { 5 } else { 7 };
-        let list = self.text(cpuset_index, cpuset, now).map(str::trim);
-        let list = list.filter(|t| !t.is_empty());
+        let settings_due = self
+            .settings_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= SETTINGS_EVERY);
+        let mut list = None;
+        if settings_due {
+            self.settings_at = Some(now);
+            self.read_settings(&mut figures, buffer, second, now);
+            let index = if v2 { 5 } else { 7 };
+            let text = self.text(index, cpuset, now).map(str::trim);
+            list = Some(text.filter(|t| !t.is_empty()));
+        }
         let kept = &*self.cgroup;
         let same = Figures::of(kept) == figures
-            && kept.cpuset_cpus.as_deref() == list
+            && list.is_none_or(|list| kept.cpuset_cpus.as_deref() == list)
             && kept.member_count.is_none()
             && kept.biggest_members.is_empty();
         if !same {
             let c = Arc::make_mut(&mut self.cgroup);
             figures.set(c);
-            set_cpuset(c, list);
+            if let Some(list) = list {
+                set_cpuset(c, list);
+            }
             c.member_count = None;
             c.biggest_members.clear();
         }
         if !self.keep_open {
             self.files.iter_mut().flatten().for_each(KeptFile::close);
         }
+    }
+
+    /// Reads the limits and the quota into `figures`.
+    fn read_settings(
+        &mut self,
+        figures: &mut Figures,
+        buffer: &mut Vec<u8>,
+        second: &mut Vec<u8>,
+        now: Instant,
+    ) {
+        if self.cgroup.version == 2 {
+            figures.memory_max = self.text(0, buffer, now).and_then(cg::parse_limit);
+            figures.memory_swap_max = self.text(2, buffer, now).and_then(cg::parse_limit);
+            figures.cpu_max = self.text(4, buffer, now).and_then(cg::parse_cpu_max);
+            figures.pids_max = self.text(6, buffer, now).and_then(cg::parse_limit);
+            return;
+        }
+        let bytes_limit = cg::parse_v1_bytes_limit;
+        figures.memory_max = self.text(0, buffer, now).and_then(bytes_limit);
+        figures.memory_swap_max = self.text(2, buffer, now).and_then(bytes_limit);
+        figures.cpu_max = match (self.text(5, buffer, now), self.text(6, second, now)) {
+            (Some(q), Some(p)) => cg::parse_v1_cpu_quota(q, p),
+            _ => None,
+        };
+        figures.pids_max = self.text(8, buffer, now).and_then(cg::parse_limit);
     }
 }
 
@@ -588,8 +571,13 @@ mod tests {
         let dir = v1_tree();
         let mut reader = reader(dir.path());
         let t0 = Instant::now();
-        let path =
-            |r: &mut CgroupReader, at| r.of_known_process(7, 100, at).unwrap().cgroup.path.clone();
+        let path = |r: &mut CgroupReader, at| {
+            r.of_known_process(7, 100, at, |_| None)
+                .unwrap()
+                .cgroup
+                .path
+                .clone()
+        };
         assert_eq!(path(&mut reader, t0), format!("/docker/{ID}"));
         // Moved to another cgroup: seen at the next read (pid 7: 3.5 s sooner the first time).
         write(
@@ -612,21 +600,94 @@ mod tests {
             "5:memory:/other
 ",
         );
-        let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2));
+        let other = reader.of_known_process(7, 999, t0 + Duration::from_secs(2), |_| None);
         assert_eq!(other.unwrap().cgroup.path, "/other");
+    }
+
+    #[test]
+    fn a_v1_controller_directory_that_comes_is_found_at_the_next_rescan() {
+        let dir = v1_tree();
+        let cpuset = dir.path().join("sys/fs/cgroup/cpuset");
+        std::fs::remove_dir_all(&cpuset).unwrap();
+        let mut reader = reader(dir.path());
+        let t0 = Instant::now();
+        let mut count = |at| {
+            reader.new_refresh();
+            let found = reader.of_known_process(8, 100, at, |_| None).unwrap();
+            found.cgroup.cpuset_count
+        };
+        assert_eq!(count(t0), None);
+        write(
+            dir.path(),
+            &format!("sys/fs/cgroup/cpuset/docker/{ID}/cpuset.effective_cpus"),
+            "0-3\n",
+        );
+        assert_eq!(
+            count(t0 + Duration::from_secs(1)),
+            None,
+            "not looked for yet"
+        );
+        assert_eq!(count(t0 + CGROUP_RESCAN), Some(4));
+        // And goes again.
+        std::fs::remove_dir_all(&cpuset).unwrap();
+        assert_eq!(count(t0 + 2 * CGROUP_RESCAN), None);
+    }
+
+    #[test]
+    fn an_oom_file_read_in_the_refresh_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "sys/fs/cgroup/cgroup.controllers", "memory\n");
+        write(
+            dir.path(),
+            "sys/fs/cgroup/g/memory.events",
+            "max 1\noom_kill 1\n",
+        );
+        write(dir.path(), "proc/9/cgroup", "0::/g\n");
+        let mut reader = reader(dir.path());
+        let events = dir.path().join("sys/fs/cgroup/g/memory.events");
+        let sampled = OomCounts {
+            oom_kill: Some(7),
+            max: Some(3),
+        };
+        let now = Instant::now();
+        let oom = |file: &Path| (file == events).then_some(sampled);
+        let cgroup = reader.of_known_process(9, 100, now, oom).unwrap().cgroup;
+        assert_eq!(
+            (cgroup.oom_kills, cgroup.memory_max_hits),
+            (Some(7), Some(3))
+        );
+        reader.new_refresh();
+        let cgroup = reader
+            .of_known_process(9, 100, now, |_| None)
+            .unwrap()
+            .cgroup;
+        assert_eq!(
+            (cgroup.oom_kills, cgroup.memory_max_hits),
+            (Some(1), Some(1))
+        );
     }
 
     #[test]
     fn where_a_cgroup_is_is_found_once_a_refresh() {
         let dir = v1_tree();
         let mut reader = reader(dir.path());
-        assert_eq!(reader.of_process(7).unwrap().0.cpuset_count, Some(8));
+        let text = std::fs::read_to_string(dir.path().join("proc/7/cgroup")).unwrap();
+        let t0 = Instant::now();
+        let mut count = |at| reader.of_text(&text, at).unwrap().0.cpuset_count;
+        assert_eq!(count(t0), Some(8));
         // The cpuset hierarchy goes away: the processes of this refresh share what was found,
-        // the next refresh looks again.
+        // a refresh once the settings are due looks again.
         std::fs::remove_dir_all(dir.path().join("sys/fs/cgroup/cpuset")).unwrap();
-        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, Some(8));
+        assert_eq!(count(t0), Some(8));
         reader.new_refresh();
-        assert_eq!(reader.of_process(8).unwrap().0.cpuset_count, None);
+        assert_eq!(
+            reader
+                .of_text(&text, t0 + SETTINGS_EVERY)
+                .unwrap()
+                .0
+                .cpuset_count,
+            None
+        );
     }
 
     #[test]
@@ -722,11 +783,17 @@ mod tests {
         write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-3\n");
         write(dir.path(), "proc/9/cgroup", "0::/g\n");
         let mut reader = reader(dir.path());
-        let now = Instant::now();
-        let read = |reader: &mut CgroupReader| {
+        let t0 = Instant::now();
+        let read_at = |reader: &mut CgroupReader, now| {
             reader.new_refresh();
-            Arc::clone(reader.of_known_process(9, 100, now).unwrap().cgroup)
+            Arc::clone(
+                reader
+                    .of_known_process(9, 100, now, |_| None)
+                    .unwrap()
+                    .cgroup,
+            )
         };
+        let read = |reader: &mut CgroupReader| read_at(reader, t0);
         let first = read(&mut reader);
         let same = read(&mut reader);
         assert!(Arc::ptr_eq(&first, &same), "nothing changed: shared");
@@ -739,8 +806,10 @@ mod tests {
             Some(5),
             "the earlier rows keep theirs"
         );
+        // A setting is read again once SETTINGS_EVERY has passed.
         write(dir.path(), "sys/fs/cgroup/g/cpuset.cpus.effective", "0-7\n");
-        let cpus = read(&mut reader);
+        assert_eq!(read(&mut reader).cpuset_cpus.as_deref(), Some("0-3"));
+        let cpus = read_at(&mut reader, t0 + SETTINGS_EVERY);
         assert_eq!(
             (cpus.cpuset_cpus.as_deref(), cpus.cpuset_count),
             (Some("0-7"), Some(8))

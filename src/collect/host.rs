@@ -1,15 +1,17 @@
 //! The host collector: host totals, and /proc joined onto the GPU process rows.
 //!
 //! What it reads, so that its cost stays near the 5 ms of CPU per second budget:
-//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat, loadavg, uptime and
-//!   vmstat, kept open and re-read with one `pread` each ([`readings`]); the two vm sysctls
-//!   every 10 s. The hostname is read once.
+//! - [`HostCollector::sample_host`], once per refresh: meminfo, stat and loadavg, kept open
+//!   and re-read with one `pread` each, and vmstat for its OOM-kill count while a kill could
+//!   name a GPU process, a child or a cgroup, else every 5 s; the uptime from the boot-time
+//!   clock (the file under another proc root); the two vm sysctls every 10 s ([`readings`]).
+//!   The hostname is read once.
 //! - [`HostCollector::join_processes`], once per refresh: for each distinct GPU pid its `stat`
 //!   (kept open and re-read with one `pread`, parsed in place), the `children` files of all
 //!   its threads every [`CHILDREN_RESCAN`] (workers appear within that time), and each child's
 //!   `stat` (kept open too). `status`, `cmdline` and `environ` are read once per identity (pid,
-//!   start time, name) and cached; host processes that hold no GPU are not touched at all. The
-//!   uptime is `sample_host`'s reading.
+//!   start time, name) and cached ([`identity`]); host processes that hold no GPU are not
+//!   touched at all. The uptime is `sample_host`'s reading.
 //! - [`HostCollector::tree_table`], only while the tree view is open: a listing of the proc
 //!   root, each new pid's `stat` once, and the `stat` of the tree's rows on screen ([`table`]).
 //! - [`HostCollector::process_table`] (the procfs benchmark): every pid's `stat`, plus
@@ -24,12 +26,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::model::{GpuProcess, LaunchEnv};
+use crate::model::GpuProcess;
 use crate::sys::proc::{self as procfs, CpuTimes, PidStat};
 
-use super::launcher::launcher_in;
 use super::placement::{Placement, Refresh};
-use crate::sys::{clock_ticks_per_second, page_size_bytes, user_name, PidMap};
+use crate::sys::{clock_ticks_per_second, page_size_bytes, PidMap};
+use identity::Identity;
 
 /// How often the `children` files of every thread of a GPU process are read.
 pub(crate) const CHILDREN_RESCAN: Duration = Duration::from_secs(5);
@@ -68,46 +70,6 @@ pub struct HostCollector {
     readings: readings::Readings,
     /// The buffers of the walks of the GPU processes' children ([`children`]).
     child_walker: children::ChildWalker,
-}
-
-/// What does not change during a process's life (or changes only at exec, which renames it).
-#[derive(Debug, Clone)]
-struct Identity {
-    start_ticks: u64,
-    comm: String,
-    uid: Option<u32>,
-    /// Shared with every row of this process, in every snapshot: no copy per row per tick.
-    user: Option<Arc<str>>,
-    /// Outer `None`: unreadable; inner `None`: empty (kernel thread, zombie).
-    cmdline: Option<Option<String>>,
-    /// The command as a GPU row shows it ([`Identity::display_command`]), made once.
-    display: Option<Arc<str>>,
-    /// Outer `None`: not read yet (the tree view does not need it); inner `None`: unreadable.
-    env: Option<Option<Arc<LaunchEnv>>>,
-    /// Direct children from the last walk of every thread's `children` file; `None` when the
-    /// kernel has no such files.
-    children: Option<Vec<u32>>,
-    children_scanned_at: Option<Instant>,
-    last_seen: Instant,
-}
-
-impl Identity {
-    /// Whether this cached identity still describes `stat`'s process. An empty command line
-    /// of a live user process is not trusted: it is also what a process shows in the middle
-    /// of exec (before the kernel has set up its arguments), so it is read again.
-    fn matches(&self, stat: &PidStat) -> bool {
-        let settled =
-            !matches!(self.cmdline, Some(None)) || stat.state == 'Z' || stat.is_kernel_thread();
-        settled && self.start_ticks == stat.start_ticks && self.comm == stat.comm
-    }
-
-    /// The command as a GPU row shows it: `[comm]` for an empty command line.
-    fn display_command(cmdline: Option<&Option<String>>, comm: &str) -> Option<Arc<str>> {
-        match cmdline? {
-            Some(line) => Some(line.as_str().into()),
-            None => Some(format!("[{comm}]").into()),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -325,73 +287,6 @@ impl HostCollector {
         })
     }
 
-    /// The cached identity of `stat`'s process, read on first sight (or after an exec or a
-    /// pid reuse). `with_env` also reads environ if that was not done yet.
-    fn identity(
-        &mut self,
-        stat: &PidStat,
-        with_env: bool,
-        now: Instant,
-    ) -> Result<&Identity, Vanished> {
-        let pid = stat.pid;
-        let cached = self.identities.get(&pid).filter(|id| id.matches(stat));
-        let known = cached.is_some();
-        let needs_env = with_env && cached.is_none_or(|id| id.env.is_none());
-        if !known || needs_env {
-            let mut identity = match self.identities.remove(&pid) {
-                Some(old) if known => old,
-                _ => self.read_identity(stat, now),
-            };
-            if with_env && identity.env.is_none() {
-                let mut env = procfs::read_environ(&self.root, pid).ok();
-                if let Some(env) = env.as_mut() {
-                    let parent = procfs::read_cmdline(&self.root, stat.ppid).ok().flatten();
-                    env.launcher = parent.as_deref().and_then(launcher_in).map(str::to_string);
-                }
-                identity.env = Some(env.map(Arc::new));
-            }
-            self.confirm_same_process(stat)?;
-            self.identities.insert(pid, identity);
-        }
-        let identity = self.identities.get_mut(&pid).ok_or(Vanished)?;
-        identity.last_seen = now;
-        Ok(identity)
-    }
-
-    fn read_identity(&mut self, stat: &PidStat, now: Instant) -> Identity {
-        let status = procfs::read_pid_status(&self.root, stat.pid).ok();
-        let cmdline = procfs::read_cmdline(&self.root, stat.pid).ok();
-        let uid = status.map(|s| s.uid);
-        Identity {
-            start_ticks: stat.start_ticks,
-            comm: stat.comm.clone(),
-            uid,
-            user: uid.map(|uid| self.user_name(uid)),
-            display: Identity::display_command(cmdline.as_ref(), &stat.comm),
-            cmdline,
-            env: None,
-            children: None,
-            children_scanned_at: None,
-            last_seen: now,
-        }
-    }
-
-    /// Reads stat again after the identity files, so that a pid reused in between is not
-    /// given the previous owner's command line.
-    fn confirm_same_process(&self, stat: &PidStat) -> Result<(), Vanished> {
-        match procfs::read_pid_stat(&self.root, stat.pid) {
-            Ok(again) if again.start_ticks == stat.start_ticks => Ok(()),
-            _ => Err(Vanished),
-        }
-    }
-
-    fn user_name(&mut self, uid: u32) -> Arc<str> {
-        self.user_names
-            .entry(uid)
-            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()).into())
-            .clone()
-    }
-
     /// CPU% of `stat`'s process since its previous sample; `None` on first sight.
     fn cpu_percent(&mut self, stat: &PidStat, now: Instant) -> Option<f64> {
         let ticks = stat.cpu_ticks();
@@ -536,6 +431,7 @@ fn round_to_ticks(seconds: f64, ticks_per_second: u64) -> f64 {
 }
 
 mod children;
+mod identity;
 mod off_screen;
 mod readings;
 mod table;

@@ -1,6 +1,8 @@
 //! Watches the kernel's OOM-kill counters: `oom_kill` of /proc/vmstat for the host, and of the
 //! cgroups that held GPU processes at the previous sample. When one rose, it records an
 //! [`OomKillEvent`] naming the GPU processes and children that vanished since that sample.
+//! A cgroup's counter file is read once a refresh: the join's cgroup reading takes the
+//! sample's ([`OomWatch::fresh`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -38,6 +40,17 @@ struct Counter {
     kills: u64,
     /// The refresh that last watched it.
     watched_in: u64,
+    /// What the last [`OomWatch::sample`] read, until the join after it ends: the join's
+    /// cgroup reading takes it instead of reading the same file again.
+    fresh: Option<OomCounts>,
+}
+
+/// The counters of one cgroup's OOM file as [`OomWatch::sample`] read them: `oom_kill`, and
+/// v2's `max` (memory.events; v1's memory.oom_control has no such line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OomCounts {
+    pub(crate) oom_kill: Option<u64>,
+    pub(crate) max: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -63,7 +76,18 @@ impl OomWatch {
     pub(crate) fn end(&mut self) {
         let refresh = self.refresh;
         self.cgroups.retain(|_, c| c.watched_in == refresh);
+        self.cgroups.values_mut().for_each(|c| c.fresh = None);
         self.seen.retain(|_, s| s.seen_in == refresh);
+    }
+
+    /// Whether any process or cgroup is watched: a kill could name it.
+    pub(crate) fn is_watching(&self) -> bool {
+        !self.seen.is_empty() || !self.cgroups.is_empty()
+    }
+
+    /// The counters of `file` as this refresh's [`OomWatch::sample`] read them, if it did.
+    pub(crate) fn fresh(&self, file: &Path) -> Option<OomCounts> {
+        self.cgroups.get(file)?.fresh
     }
 
     /// Watches the cgroup whose `file` counts its OOM kills, `kills` at the join. A cgroup
@@ -81,6 +105,7 @@ impl OomWatch {
             label: cgroup.label(),
             kills,
             watched_in: refresh,
+            fresh: None,
         };
         self.cgroups.insert(file.to_path_buf(), counter);
     }
@@ -115,14 +140,15 @@ impl OomWatch {
         let mut rises = Vec::new();
         for (i, counter) in self.cgroups.values_mut().enumerate() {
             let read = counter.file.read(&mut self.buffer, 4096);
-            let kills = read.ok().and_then(|bytes| {
-                let text = std::str::from_utf8(bytes).ok()?;
-                cg::keyed_value(text, "oom_kill")
+            let text = read.ok().and_then(|bytes| std::str::from_utf8(bytes).ok());
+            counter.fresh = text.map(|text| OomCounts {
+                oom_kill: cg::keyed_value(text, "oom_kill"),
+                max: cg::keyed_value(text, "max"),
             });
             if i >= MAX_KEPT_FILES {
                 counter.file.close();
             }
-            let Some(kills) = kills else {
+            let Some(kills) = counter.fresh.and_then(|counts| counts.oom_kill) else {
                 continue;
             };
             if kills > counter.kills {
@@ -231,6 +257,18 @@ mod tests {
         watch.see(11, 110, Some(1 << 20), || "pt_data_worker".into());
         watch.end();
         assert!(watch.sample(&proc_root, Some(5), 0.0).is_empty());
+        // The join after the sample takes its reading; the one after that reads anew.
+        let counts = OomCounts {
+            oom_kill: Some(0),
+            max: None,
+        };
+        assert_eq!(watch.fresh(&events_file), Some(counts));
+        watch.begin();
+        watch.watch(&events_file, &cgroup, 0);
+        watch.see(10, 100, Some(1 << 30), || "python3".into());
+        watch.see(11, 110, Some(1 << 20), || "pt_data_worker".into());
+        watch.end();
+        assert_eq!(watch.fresh(&events_file), None);
         // The worker is killed: the cgroup's counter and vmstat's rise by one.
         std::fs::remove_dir_all(proc_root.join("11")).unwrap();
         std::fs::write(&events_file, "oom 1\noom_kill 1\n").unwrap();

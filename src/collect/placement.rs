@@ -78,6 +78,11 @@ impl Placement {
         host.oom_kills = self.oom.sample(&self.proc_root, host.oom_kill_count, now);
     }
 
+    /// Whether the OOM watch has GPU processes, children or cgroups that a kill could name.
+    pub(crate) fn watches_for_oom(&self) -> bool {
+        self.oom.is_watching()
+    }
+
     /// Starts a join: a new refresh forgets what the cgroup and `/dev/shm` readers read, and
     /// what the OOM watch saw, unless this join names it again.
     pub(crate) fn begin(&mut self, refresh: Refresh) {
@@ -142,7 +147,9 @@ impl Placement {
             return;
         };
         let env = row.env.as_deref();
-        if let Some(found) = self.cgroups.of_known_process(row.pid, start_ticks, now) {
+        let oom = &self.oom;
+        let found = (self.cgroups).of_known_process(row.pid, start_ticks, now, |f| oom.fresh(f));
+        if let Some(found) = found {
             let cgroup = match pod_name(found.cgroup, env) {
                 Some(name) => named_pod(&mut self.named_pods, found.cgroup, name, self.refresh),
                 None => Arc::clone(found.cgroup),

@@ -44,6 +44,16 @@ prefetch_factor, and data loaded lazily or memory-mapped instead of held in list
 the kernel kills a process in the group, usually a DataLoader worker.";
 
 pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning> {
+    let threshold = config.memory_fraction.get();
+    let near = |process: &GpuProcess| {
+        let fraction = process.cgroup.as_ref().and_then(|c| c.memory_fraction());
+        fraction.is_some_and(|f| f >= threshold)
+    };
+    // Most refreshes no cgroup is near its limit: the grouping (a map and lists, each
+    // refresh) is left out then.
+    if !inputs.snapshot.processes.iter().any(near) {
+        return Vec::new();
+    }
     job_processes_by_cgroup(inputs.snapshot)
         .into_values()
         .filter_map(|members| near_limit(inputs, &members, config))

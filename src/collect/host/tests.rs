@@ -5,7 +5,8 @@ use std::process::{Child, Command};
 
 use super::off_screen::OFF_SCREEN_EVERY;
 use super::*;
-use crate::model::{ProcessKind, SwapInfo, VmSettings};
+use crate::collect::launcher::launcher_in;
+use crate::model::{LaunchEnv, ProcessKind, SwapInfo, VmSettings};
 use crate::test_ci::PATIENCE;
 
 #[test]
@@ -83,6 +84,83 @@ fn host_cpu_percent_is_the_delta_between_samples() {
     // 400 more ticks, 100 of them idle or iowait: 75% busy.
     tree.write("stat", "cpu 300 0 200 750 150 0 0 0 0 0\ncpu0 1 1 1 1\n");
     assert_eq!(collector.sample_host().cpu_percent, Some(75.0));
+}
+
+#[test]
+fn under_the_real_proc_the_uptime_is_what_proc_uptime_says() {
+    let mut collector = HostCollector::new(PathBuf::from("/proc"));
+    let clock = collector.sample_host().uptime_seconds.unwrap();
+    let text = std::fs::read_to_string("/proc/uptime").unwrap();
+    let file: f64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    // Read one after the other, the file second: as much later as a loaded machine stalls.
+    assert!(
+        (0.0..2.0).contains(&(file - clock)),
+        "{clock} against {file}"
+    );
+    assert_eq!(
+        clock,
+        format!("{clock:.2}").parse::<f64>().unwrap(),
+        "whole hundredths"
+    );
+}
+
+#[test]
+fn vmstat_is_read_each_refresh_only_while_the_oom_watch_has_something_to_name() {
+    let tree = TempProc::new();
+    let vmstat = |kills: u32| tree.write("vmstat", &format!("pgfault 9\noom_kill {kills}\n"));
+    vmstat(1);
+    let mut readings = readings::Readings::new(&tree.0);
+    let t0 = Instant::now();
+    let second = Duration::from_secs(1);
+    assert_eq!(readings.oom_kill_count(t0, false), Some(1));
+    vmstat(2);
+    assert_eq!(
+        readings.oom_kill_count(t0 + second, false),
+        Some(1),
+        "as last read"
+    );
+    assert_eq!(readings.oom_kill_count(t0 + second, true), Some(2));
+    vmstat(3);
+    let idle = readings::HOST_OOM_IDLE_EVERY;
+    assert_eq!(readings.oom_kill_count(t0 + 2 * second, false), Some(2));
+    assert_eq!(readings.oom_kill_count(t0 + second + idle, false), Some(3));
+}
+
+#[test]
+fn a_cgroup_s_oom_file_is_read_once_a_refresh() {
+    let tree = TempProc::new();
+    tree.write_pid_stat(800, 1, 10, 2000);
+    tree.write("800/status", "Uid:\t7\t7\t7\t7\n");
+    tree.write("800/cmdline", "trainer\0");
+    tree.write("800/cgroup", "0::/g\n");
+    tree.write("sys/fs/cgroup/cgroup.controllers", "memory\n");
+    let events = |kills: u32| {
+        let text = format!("max 0\noom_kill {kills}\n");
+        tree.write("sys/fs/cgroup/g/memory.events", &text);
+    };
+    events(1);
+    let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
+    let mut rows = vec![row(800, 0)];
+    let mut join = |collector: &mut HostCollector| {
+        collector.join_processes(&mut rows);
+        rows[0].cgroup.as_ref().and_then(|c| c.oom_kills)
+    };
+    collector.sample_host();
+    assert_eq!(
+        join(&mut collector),
+        Some(1),
+        "not watched yet: the join reads it"
+    );
+    collector.sample_host();
+    events(2);
+    assert_eq!(
+        join(&mut collector),
+        Some(1),
+        "the join takes the sample's reading"
+    );
+    let host = collector.sample_host();
+    assert_eq!(host.oom_kills.len(), 1, "the rise, at the next sample");
+    assert_eq!(join(&mut collector), Some(2));
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //!
 //! With TORCHTOP_BENCH_ALLOC_STACKS set, the counted ticks' allocations are also captured
 //! with their stacks and printed, the most frequent first: where the remaining ones come from.
+//! TORCHTOP_BENCH_ALLOC_TICKS sets how many ticks each phase counts: 20 ticks, 100 ms apart,
+//! may or may not hold work done every 5 s (the cgroup rescans), 100 always do.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::backtrace::Backtrace;
@@ -144,9 +146,14 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -
         drop(snapshot);
         std::thread::sleep(pause);
     };
+    let counted: Option<u32> = std::env::var("TORCHTOP_BENCH_ALLOC_TICKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0);
     phases
         .iter()
         .map(|&(before, ticks)| {
+            let ticks = counted.unwrap_or(ticks);
             (0..before).for_each(|_| tick());
             let trace = std::env::var_os("TORCHTOP_BENCH_ALLOC_STACKS").is_some();
             let (calls0, bytes0) = counters();
