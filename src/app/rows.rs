@@ -4,7 +4,10 @@
 //!
 //! The order is computed once per change (snapshot, filter, sort, tree) into [`RowRef`]s,
 //! which hold indices into the snapshot, and turned into borrowed [`ProcessRow`]s on demand.
+//! Neither allocates in the flat table once its vectors have grown: a row of one GPU holds its
+//! index inline ([`RowIndices::One`]), and a [`ProcessRow`] borrows the indices of its `RowRef`.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::actions::ProcessIdentity;
@@ -60,11 +63,58 @@ impl Default for RowSettings {
 pub(crate) struct RowRef {
     /// Indices into `snapshot.processes`: one in the flat table; every GPU the process holds in
     /// the tree, none for a process without a GPU.
-    pub(crate) gpus: Vec<usize>,
+    pub(crate) gpus: RowIndices,
     /// Index into `snapshot.host_processes` (tree view only).
     pub(crate) host: Option<usize>,
     /// Tree guides ("│  └─ ") and why the row is in the tree; `None` in the flat table.
     pub(crate) tree: Option<(String, TreeRole)>,
+}
+
+/// A row's indices into `snapshot.processes`, read as a slice: one kept inline, so a row of
+/// the flat table (the most common, rebuilt every snapshot) needs no vector of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowIndices {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Deref for RowIndices {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            RowIndices::One(index) => std::slice::from_ref(index),
+            RowIndices::Many(indices) => indices,
+        }
+    }
+}
+
+/// The GPU processes of a row, borrowed from the snapshot through the row's indices; indices
+/// that no longer exist are skipped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowGpus<'a> {
+    processes: &'a [GpuProcess],
+    indices: &'a [usize],
+}
+
+impl<'a> RowGpus<'a> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'a GpuProcess> + Clone + 'a {
+        let processes = self.processes;
+        self.indices.iter().filter_map(move |&i| processes.get(i))
+    }
+
+    pub(crate) fn first(&self) -> Option<&'a GpuProcess> {
+        self.iter().next()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first().is_none()
+    }
 }
 
 impl RowRef {
@@ -82,7 +132,7 @@ impl RowRef {
 #[derive(Debug, Clone)]
 pub(crate) struct ProcessRow<'a> {
     pub(crate) pid: u32,
-    pub(crate) gpus: Vec<&'a GpuProcess>,
+    pub(crate) gpus: RowGpus<'a>,
     pub(crate) host: Option<&'a HostProcess>,
     pub(crate) tree: Option<(&'a str, TreeRole)>,
 }
@@ -162,20 +212,59 @@ impl<'a> ProcessRow<'a> {
         Some(format::escape(&program_basename(&command)).into_owned())
     }
 
+    /// [`Self::display_command`] written at the end of `out`, without a `String` of its own
+    /// where the command has one (escaping aside): whether the row has a command to show.
+    pub(crate) fn write_display_command(&self, out: &mut String) -> bool {
+        if !self.visible() {
+            return false;
+        }
+        let command = match self.gpus.iter().find_map(|g| g.command.as_deref()) {
+            Some(command) => command,
+            None => match self.host {
+                Some(HostProcess {
+                    command: Some(command),
+                    ..
+                }) => command,
+                // "[comm]", made for the occasion: rare, and only in the tree.
+                Some(_) => return self.display_command().map(|c| out.push_str(&c)).is_some(),
+                None => return false,
+            },
+        };
+        // Escaping works a character at a time and leaves spaces alone: the parts escaped
+        // one by one read as the joined command escaped.
+        let (base, rest) = basename_parts(command);
+        out.push_str(&format::escape(base));
+        if let Some(rest) = rest {
+            out.push(' ');
+            out.push_str(&format::escape(rest));
+        }
+        true
+    }
+
     /// "rank/world" of a torch process, from its agent or else its launcher's variables;
     /// "torch" for an agent that reports no rank; `None` for any other process.
     pub(crate) fn rank_text(&self) -> Option<String> {
+        let mut text = String::new();
+        self.write_rank_text(&mut text).then_some(text)
+    }
+
+    /// [`Self::rank_text`] written at the end of `out`: whether there is one.
+    pub(crate) fn write_rank_text(&self, out: &mut String) -> bool {
+        use std::fmt::Write as _;
         let torch = self.gpus.iter().find_map(|g| g.torch.as_ref());
         let env = self.gpus.iter().find_map(|g| g.env.as_ref());
         let rank = torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank));
         let world = torch
             .and_then(|t| t.world_size)
             .or(env.and_then(|e| e.world_size));
-        match (rank, world) {
-            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
-            (Some(r), None) => Some(r.to_string()),
-            _ => torch.map(|_| "torch".to_string()),
-        }
+        // Writing into a String does not fail.
+        let _ = match (rank, world) {
+            (Some(r), Some(w)) => write!(out, "{r}/{w}"),
+            (Some(r), None) => write!(out, "{r}"),
+            _ if torch.is_some() => out.write_str("torch"),
+            _ => return false,
+        };
+        true
     }
 
     /// Whether the row holds a GPU: not a tree row without one, nor a process listed for its
@@ -285,6 +374,16 @@ fn percent_of(part: u64, total: u64) -> Option<f64> {
 /// `command` with its first word (the program) cut to its basename. A command whose first word
 /// has no `/` is returned as is.
 pub(crate) fn program_basename(command: &str) -> String {
+    let (base, rest) = basename_parts(command);
+    match rest {
+        Some(rest) => format!("{base} {rest}"),
+        None => base.to_string(),
+    }
+}
+
+/// The program's basename and the rest of `command` after the space, as
+/// [`program_basename`] joins them.
+fn basename_parts(command: &str) -> (&str, Option<&str>) {
     let (program, rest) = match command.split_once(' ') {
         Some((program, rest)) => (program, Some(rest)),
         None => (command, None),
@@ -293,37 +392,55 @@ pub(crate) fn program_basename(command: &str) -> String {
         Some((_, base)) if !base.is_empty() => base,
         _ => program,
     };
-    match rest {
-        Some(rest) => format!("{base} {rest}"),
-        None => base.to_string(),
-    }
+    (base, rest)
 }
 
 /// The rows of `snapshot` under `settings`, in display order.
+#[cfg(test)]
 pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
-    let rows = if settings.tree {
-        tree_rows(snapshot)
+    let mut rows = Vec::new();
+    compute_rows_into(snapshot, settings, &mut RowScratch::default(), &mut rows);
+    rows
+}
+
+/// What computing the rows needs between snapshots, kept so the flat table is sorted again
+/// without allocating once the vectors have grown.
+#[derive(Debug, Default)]
+pub(crate) struct RowScratch {
+    by_pair: Vec<usize>,
+    handed: Vec<usize>,
+}
+
+/// The rows of `snapshot` under `settings`, in display order, into `rows` (emptied first).
+pub(crate) fn compute_rows_into(
+    snapshot: &Snapshot,
+    settings: &RowSettings,
+    scratch: &mut RowScratch,
+    rows: &mut Vec<RowRef>,
+) {
+    rows.clear();
+    if settings.tree {
+        rows.extend(tree_rows(snapshot));
     } else {
-        sorted_rows(&snapshot.processes, settings.sort, settings.reverse)
-    };
-    if !settings.filtering() {
-        return rows;
+        let (processes, key) = (&snapshot.processes, settings.sort);
+        sorted_rows(processes, key, settings.reverse, scratch, rows);
     }
-    rows.into_iter()
-        .filter(|r| {
-            let row = materialize(snapshot, r);
-            row_matches(&settings.filter, &row)
-                && settings
-                    .user
-                    .as_deref()
-                    .is_none_or(|u| row.user() == Some(u))
-                && settings
-                    .gpus
-                    .as_ref()
-                    .is_none_or(|gpus| on_gpus(&row, gpus))
-                && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
-        })
-        .collect()
+    if !settings.filtering() {
+        return;
+    }
+    rows.retain(|r| {
+        let row = materialize(snapshot, r);
+        row_matches(&settings.filter, &row)
+            && settings
+                .user
+                .as_deref()
+                .is_none_or(|u| row.user() == Some(u))
+            && settings
+                .gpus
+                .as_ref()
+                .is_none_or(|gpus| on_gpus(&row, gpus))
+            && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
+    });
 }
 
 /// Whether the row holds one of `gpus`; a tree row without a GPU (a launcher, a worker) stays,
@@ -352,11 +469,10 @@ pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
 pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
-    let gpus: Vec<&GpuProcess> = row
-        .gpus
-        .iter()
-        .filter_map(|&i| snapshot.processes.get(i))
-        .collect();
+    let gpus = RowGpus {
+        processes: &snapshot.processes,
+        indices: &row.gpus,
+    };
     let host = row.host.and_then(|i| snapshot.host_processes.get(i));
     let pid = host
         .map(|h| h.pid)
@@ -373,41 +489,47 @@ pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> Proces
     }
 }
 
-fn tree_rows(snapshot: &Snapshot) -> Vec<RowRef> {
+fn tree_rows(snapshot: &Snapshot) -> impl Iterator<Item = RowRef> {
     build_tree(&snapshot.processes, &snapshot.host_processes)
         .into_iter()
         .map(|row| RowRef {
-            gpus: row.gpu,
+            gpus: RowIndices::Many(row.gpu),
             host: row.host,
             tree: Some((row.prefix, row.role)),
         })
-        .collect()
 }
 
 /// Sorts copies of the rows with the model's order, then maps them back to their indices by
-/// (pid, GPU), which NVML reports once per GPU.
-fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<RowRef> {
+/// (pid, GPU), which NVML reports once per GPU, appending them to `rows`.
+fn sorted_rows(
+    processes: &[GpuProcess],
+    key: SortKey,
+    reverse: bool,
+    scratch: &mut RowScratch,
+    rows: &mut Vec<RowRef>,
+) {
     // Rows of the same pid and GPU take their positions in snapshot order, as before: each
     // (pid, GPU)'s positions in ascending order, handed out in turn. One sorted vector of
     // positions and one of counters, not a map of one vector per process.
     let pair = |i: usize| (processes[i].pid, processes[i].gpu);
-    let mut by_pair: Vec<usize> = (0..processes.len()).collect();
+    let RowScratch { by_pair, handed } = scratch;
+    by_pair.clear();
+    by_pair.extend(0..processes.len());
     by_pair.sort_unstable_by_key(|&i| (pair(i), i));
-    let mut handed = vec![0_usize; processes.len()];
-    sorted_positions(processes, key, reverse)
-        .into_iter()
-        .filter_map(|i| {
-            let first = by_pair.partition_point(|&j| pair(j) < pair(i));
-            let next = first + handed[first];
-            let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
-            handed[first] += 1;
-            Some(RowRef {
-                gpus: vec![position],
-                host: None,
-                tree: None,
-            })
+    handed.clear();
+    handed.resize(processes.len(), 0);
+    let sorted = sorted_positions(processes, key, reverse).into_iter();
+    rows.extend(sorted.filter_map(|i| {
+        let first = by_pair.partition_point(|&j| pair(j) < pair(i));
+        let next = first + handed[first];
+        let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
+        handed[first] += 1;
+        Some(RowRef {
+            gpus: RowIndices::One(position),
+            host: None,
+            tree: None,
         })
-        .collect()
+    }));
 }
 
 /// The `/` filter on any row: the model's rule (pid prefix, or part of the command or user).
@@ -474,7 +596,7 @@ mod tests {
         let mut settings = RowSettings::default();
         let rows = compute_rows(&snap, &settings);
         assert_eq!(pids(&snap, &rows), [200, 200, 300]);
-        assert_eq!(rows[1].gpus, [2]);
+        assert_eq!(*rows[1].gpus, [2]);
         settings.sort = SortKey::GpuMemory;
         settings.reverse = true;
         assert_eq!(
@@ -695,10 +817,10 @@ mod sorted_rows_tests {
                     .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
                     .map(|i| vec![i])
                     .collect();
-                let rows: Vec<Vec<usize>> = sorted_rows(&processes, key, reverse)
-                    .into_iter()
-                    .map(|r| r.gpus)
-                    .collect();
+                let mut rows = Vec::new();
+                let scratch = &mut RowScratch::default();
+                sorted_rows(&processes, key, reverse, scratch, &mut rows);
+                let rows: Vec<Vec<usize>> = rows.into_iter().map(|r| r.gpus.to_vec()).collect();
                 assert_eq!(rows, expected, "{key:?}, reverse {reverse}");
             }
         }

@@ -33,7 +33,7 @@ const TAG_MARK: char = '*';
 
 /// The GPU process on the selected row, if there is one (a tree row without a GPU has none).
 pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
-    app.selected_row().and_then(|row| row.gpus.first().copied())
+    app.selected_row().and_then(|row| row.gpus.first())
 }
 
 /// Draws the table as ratatui's `Table` would (a header row in the title style, one row per
@@ -234,7 +234,7 @@ fn row_text(
             let mark = if tagged { TAG_MARK } else { ' ' };
             let _ = write!(out, "{mark}{:>7}", row.pid);
         }
-        Column::User => out.push_str(&format::truncate(&format::text(row.user()), 8)),
+        Column::User => push_truncated(out, &format::escape(row.user().unwrap_or(NA)), 8),
         Column::Nice => opt(out, row.nice(), shown),
         Column::State => opt(out, row.state(), |out, c| {
             let mut text = [0; 4];
@@ -247,7 +247,7 @@ fn row_text(
             }
         }
         Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
-        Column::GpuMemory => out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes())),
+        Column::GpuMemory => shown(out, format::shown::opt_bytes_short(row.gpu_memory_bytes())),
         Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
             let _ = write!(out, "{p:.0}");
         }),
@@ -261,17 +261,23 @@ fn row_text(
         Column::HostMemoryPercent => opt(out, row.host_memory_percent(&app.snapshot), |out, p| {
             let _ = write!(out, "{p:.1}");
         }),
-        Column::Rss => out.push_str(&format::opt_bytes_short(row.rss_bytes())),
+        Column::Rss => shown(out, format::shown::opt_bytes_short(row.rss_bytes())),
         Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
             let zone = zone.get_or_init(|| super::header::zone(app.utc));
             start_text(start, app.snapshot.unix_seconds, zone, out);
         }),
-        Column::Time => out.push_str(&format::opt_duration(row.running_seconds())),
-        Column::Rank => out.push_str(row.rank_text().as_deref().unwrap_or(NO_GPU)),
+        Column::Time => opt(out, row.running_seconds(), |out, seconds| {
+            shown(out, format::shown::duration(seconds));
+        }),
+        Column::Rank => {
+            if !row.write_rank_text(out) {
+                out.push_str(NO_GPU);
+            }
+        }
         Column::Container => opt(
             out,
             row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |out, c| out.push_str(&format::truncate(&format::escape(&c.label()), 18)),
+            |out, c| push_truncated(out, &format::escape(&c.label()), 18),
         ),
         Column::Command => command_text(row, app.view.command_scroll, out),
     }
@@ -297,6 +303,17 @@ fn opt<T>(out: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T)
     match value {
         Some(value) => write(out, value),
         None => out.push_str(NA),
+    }
+}
+
+/// `text` cut to at most `width` characters, the cut marked with "…", as
+/// [`format::truncate`] cuts it.
+fn push_truncated(out: &mut String, text: &str, width: usize) {
+    if text.chars().count() <= width {
+        out.push_str(text);
+    } else if width > 0 {
+        out.extend(text.chars().take(width - 1));
+        out.push('…');
     }
 }
 
@@ -327,10 +344,17 @@ fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) {
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
 fn command_text(row: &ProcessRow<'_>, scroll: usize, out: &mut String) {
-    let prefix = row.tree.map_or("", |(prefix, _)| prefix);
-    let command = row.display_command();
-    let command = command.as_deref().unwrap_or(NOT_VISIBLE);
-    out.extend(prefix.chars().chain(command.chars()).skip(scroll));
+    let start = out.len();
+    out.push_str(row.tree.map_or("", |(prefix, _)| prefix));
+    if !row.write_display_command(out) {
+        out.push_str(NOT_VISIBLE);
+    }
+    // The scrolled-off characters, dropped in place.
+    let cut = out[start..]
+        .char_indices()
+        .nth(scroll)
+        .map_or(out.len(), |(i, _)| start + i);
+    out.drain(start..cut);
 }
 
 #[cfg(test)]
