@@ -11,6 +11,7 @@ pub(crate) mod balance;
 pub mod bench;
 pub(crate) mod detail;
 pub(crate) mod dialog;
+pub(crate) mod gpu_details;
 pub(crate) mod gpus;
 pub(crate) mod header;
 pub(crate) mod help;
@@ -71,7 +72,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_detail_lines: if panels.gpu_details {
-            gpus::detail_line_count(&app.snapshot.gpus, width)
+            gpu_details::detail_line_count(&app.snapshot.gpus, width)
         } else {
             0
         },
