@@ -55,22 +55,147 @@ impl Group {
     }
 }
 
-/// The groups of the snapshot's warnings, in display order.
-pub(crate) fn group(snapshot: &Snapshot) -> Vec<Group> {
-    // Most snapshots raise nothing: no map of the processes' causes for them.
-    if snapshot.warnings.is_empty() {
-        return Vec::new();
+/// What grouping keeps between snapshots: what the groups last made were made of, so that the
+/// same warnings are not grouped again each tick, and the map of the processes' causes,
+/// refilled rather than rebuilt. Neither allocates while the warnings stay the same.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Grouper {
+    inputs: Vec<Input>,
+    by_pid: HashMap<u32, PidCause>,
+}
+
+/// One warning as grouping sees it: all that the groups and the entries listed from them
+/// depend on.
+#[derive(Debug, Clone, PartialEq)]
+struct Input {
+    id: String,
+    subject: Subject,
+    severity: Severity,
+    cause: Cause,
+}
+
+/// A process's cause by its GPU or by the index of its job in the snapshot, so the map borrows
+/// nothing from a snapshot and is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PidCause {
+    Gpu(u32),
+    Job(usize),
+}
+
+/// A [`Cause`] borrowing its job id from the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CauseRef<'a> {
+    Job(&'a str),
+    Gpu(u32),
+    Process(u32),
+    Host,
+}
+
+impl CauseRef<'_> {
+    fn to_cause(self) -> Cause {
+        match self {
+            CauseRef::Job(id) => Cause::Job(id.to_string()),
+            CauseRef::Gpu(index) => Cause::Gpu(index),
+            CauseRef::Process(pid) => Cause::Process(pid),
+            CauseRef::Host => Cause::Host,
+        }
     }
-    let causes = ProcessCauses::of(snapshot);
+}
+
+impl Cause {
+    fn is(&self, other: CauseRef<'_>) -> bool {
+        match (self, other) {
+            (Cause::Job(a), CauseRef::Job(b)) => a == b,
+            (Cause::Gpu(a), CauseRef::Gpu(b)) | (Cause::Process(a), CauseRef::Process(b)) => {
+                *a == b
+            }
+            (Cause::Host, CauseRef::Host) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Grouper {
+    /// Groups the snapshot's warnings into `groups`, in display order, unless they are the
+    /// warnings (ids, subjects, severities and causes) `groups` were made of: whether it did.
+    pub(crate) fn regroup(&mut self, snapshot: &Snapshot, groups: &mut Vec<Group>) -> bool {
+        // Most snapshots raise nothing: no map of the processes' causes for them.
+        if snapshot.warnings.is_empty() {
+            let changed = !self.inputs.is_empty() || !groups.is_empty();
+            self.inputs.clear();
+            groups.clear();
+            return changed;
+        }
+        self.fill_causes(snapshot);
+        let warnings = &snapshot.warnings;
+        let same = self.inputs.len() == warnings.len()
+            && self.inputs.iter().zip(warnings).all(|(input, w)| {
+                input.id == w.id
+                    && input.severity == w.severity
+                    && input.subject == w.subject
+                    && input.cause.is(self.cause_of(snapshot, &w.subject))
+            });
+        if same {
+            return false;
+        }
+        let inputs = warnings.iter().map(|w| Input {
+            id: w.id.clone(),
+            subject: w.subject.clone(),
+            severity: w.severity,
+            cause: self.cause_of(snapshot, &w.subject).to_cause(),
+        });
+        let inputs: Vec<Input> = inputs.collect();
+        self.inputs = inputs;
+        *groups = group(&self.inputs);
+        true
+    }
+
+    /// Which job or GPU each process belongs to, read once per snapshot.
+    fn fill_causes(&mut self, snapshot: &Snapshot) {
+        self.by_pid.clear();
+        for process in &snapshot.processes {
+            let gpu = process.gpu;
+            self.by_pid
+                .entry(process.pid)
+                .and_modify(|c| {
+                    if let PidCause::Gpu(other) = c {
+                        *other = (*other).min(gpu);
+                    }
+                })
+                .or_insert(PidCause::Gpu(gpu));
+        }
+        // A job outranks a GPU: the ranks of one job share one cause across GPUs.
+        for (index, job) in snapshot.jobs.iter().enumerate() {
+            for rank in &job.ranks {
+                self.by_pid.insert(rank.pid, PidCause::Job(index));
+            }
+        }
+    }
+
+    fn cause_of<'a>(&self, snapshot: &'a Snapshot, subject: &'a Subject) -> CauseRef<'a> {
+        match subject {
+            Subject::Job { id } => CauseRef::Job(id),
+            Subject::Gpu { index } => CauseRef::Gpu(*index),
+            Subject::Host => CauseRef::Host,
+            Subject::Process { pid } => match self.by_pid.get(pid) {
+                Some(PidCause::Gpu(index)) => CauseRef::Gpu(*index),
+                Some(PidCause::Job(job)) => CauseRef::Job(&snapshot.jobs[*job].id),
+                None => CauseRef::Process(*pid),
+            },
+        }
+    }
+}
+
+/// The groups of these warnings (the snapshot's, in order), in display order.
+fn group(warnings: &[Input]) -> Vec<Group> {
     let mut by_key: BTreeMap<GroupKey, Vec<usize>> = BTreeMap::new();
-    for (index, warning) in snapshot.warnings.iter().enumerate() {
+    for (index, warning) in warnings.iter().enumerate() {
         let key = GroupKey {
             id: warning.id.clone(),
-            cause: causes.cause_of(&warning.subject),
+            cause: warning.cause.clone(),
         };
         by_key.entry(key).or_default().push(index);
     }
-    let warnings = &snapshot.warnings;
     let mut groups: Vec<Group> = by_key
         .into_iter()
         .map(|(key, mut members)| {
@@ -92,42 +217,4 @@ pub(crate) fn group(snapshot: &Snapshot) -> Vec<Group> {
         )
     });
     groups
-}
-
-/// Which job or GPU each process belongs to, read once per snapshot.
-struct ProcessCauses {
-    by_pid: HashMap<u32, Cause>,
-}
-
-impl ProcessCauses {
-    fn of(snapshot: &Snapshot) -> Self {
-        let mut by_pid: HashMap<u32, Cause> = HashMap::new();
-        for process in &snapshot.processes {
-            let gpu = Cause::Gpu(process.gpu);
-            by_pid
-                .entry(process.pid)
-                .and_modify(|c| *c = c.clone().min(gpu.clone()))
-                .or_insert(gpu);
-        }
-        // A job outranks a GPU: the ranks of one job share one cause across GPUs.
-        for job in &snapshot.jobs {
-            for rank in &job.ranks {
-                by_pid.insert(rank.pid, Cause::Job(job.id.clone()));
-            }
-        }
-        ProcessCauses { by_pid }
-    }
-
-    fn cause_of(&self, subject: &Subject) -> Cause {
-        match subject {
-            Subject::Job { id } => Cause::Job(id.clone()),
-            Subject::Gpu { index } => Cause::Gpu(*index),
-            Subject::Host => Cause::Host,
-            Subject::Process { pid } => self
-                .by_pid
-                .get(pid)
-                .cloned()
-                .unwrap_or(Cause::Process(*pid)),
-        }
-    }
 }

@@ -83,6 +83,8 @@ pub(crate) struct WarningsView {
     /// Where the last frame put the view.
     pub(crate) area: WarningsViewArea,
     selected_key: Option<EntryKey>,
+    /// What regrouping keeps between snapshots.
+    grouper: warning_groups::Grouper,
 }
 
 impl WarningsView {
@@ -92,10 +94,12 @@ impl WarningsView {
 
     /// Regroups after a new snapshot, keeping the selection on the same warning or group.
     pub(crate) fn refresh(&mut self, snapshot: &Snapshot) {
-        self.groups = warning_groups::group(snapshot);
-        let keys: BTreeSet<&GroupKey> = self.groups.iter().map(|g| &g.key).collect();
-        self.opened.retain(|k| keys.contains(k));
-        self.rebuild_entries(snapshot);
+        // The same warnings make the same groups and entries: only a detail shown is renewed.
+        if self.grouper.regroup(snapshot, &mut self.groups) {
+            let keys: BTreeSet<&GroupKey> = self.groups.iter().map(|g| &g.key).collect();
+            self.opened.retain(|k| keys.contains(k));
+            self.rebuild_entries(snapshot);
+        }
         if let Level::Detail(detail) = &mut self.level {
             let now = snapshot
                 .warnings
