@@ -145,6 +145,8 @@ pub struct App {
     /// ([`App::screen_rows_request`]), and whether that was of the tree.
     told_on_screen: Option<Vec<u32>>,
     told_tree: bool,
+    /// The text and vectors frames are drawn with, kept between them.
+    pub(crate) scratch: crate::ui::scratch::Kept,
 }
 
 impl App {
@@ -174,6 +176,7 @@ impl App {
             config_path: None,
             told_on_screen: None,
             told_tree: false,
+            scratch: crate::ui::scratch::Kept::default(),
         }
     }
 

@@ -32,7 +32,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
     // One text for the title, then the table.
-    let mut lines = Runs::default();
+    let mut scratch = app.scratch.get();
+    let lines = &mut scratch.runs;
+    lines.clear();
     lines.push_with(Style::new(), |t| columns.write_title(t));
     lines.end_line(Style::new());
     lines.render_styled(title_area, frame.buffer_mut(), theme.title());
@@ -54,7 +56,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     };
     lines.clear();
     gpu_lines(
-        &mut lines,
+        lines,
         &app.snapshot.gpus,
         &columns,
         theme,
@@ -62,7 +64,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         body,
         marked,
     );
-    frame.render_widget(&lines, body);
+    frame.render_widget(&*lines, body);
 }
 
 /// What to say instead of the table, when there is no GPU to show.

@@ -21,6 +21,7 @@ pub(crate) mod jobs;
 pub(crate) mod label;
 pub(crate) mod processes;
 pub(crate) mod ranks;
+pub(crate) mod scratch;
 pub(crate) mod setup;
 pub(crate) mod status;
 pub(crate) mod warnings;

@@ -47,31 +47,36 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let count = app.row_count();
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let placed = columns::fit_shown(
-        area.width,
-        app.any_row_has_rank(),
-        app.settings.tree,
-        &app.hidden_columns(),
+    let mut scratch = app.scratch.get();
+    let scratch = &mut *scratch;
+    let (with_rank, tree) = (app.any_row_has_rank(), app.settings.tree);
+    let hidden = |c| app.is_column_hidden(c);
+    columns::fit_shown_into(area.width, with_rank, tree, hidden, &mut scratch.placed);
+    let (placed, text) = (&scratch.placed, &mut scratch.text);
+    let lefts = column_areas(
+        placed,
+        area,
+        &mut scratch.laid_out,
+        &mut scratch.column_areas,
     );
-    let lefts = column_areas(&placed, area);
+    let lefts = lefts.iter().map(|c| Rect {
+        x: area.x + c.x,
+        y: area.y,
+        ..*c
+    });
     let buf = frame.buffer_mut();
-    let mut text = String::new();
     // Asked of the system once a frame, and only when START is shown.
     let zone = OnceCell::new();
     let header = Rect { height: 1, ..area };
     buf.set_style(header, theme.title());
-    for (p, column) in placed.iter().zip(lefts.iter()) {
+    for (p, column) in placed.iter().zip(lefts.clone()) {
         text.clear();
-        header_text(app, p.column, count, &mut text);
-        put(
-            buf,
-            Rect {
-                y: header.y,
-                ..*column
-            },
-            &text,
-            p.column,
-        );
+        header_text(app, p.column, count, text);
+        let at = Rect {
+            y: header.y,
+            ..column
+        };
+        put(buf, at, text, p.column);
     }
     // Only the rows on screen are drawn: a table of thousands shows a few dozen.
     let ys = area.y + 1..area.bottom();
@@ -89,10 +94,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 style,
             );
         }
-        for (p, column) in placed.iter().zip(lefts.iter()) {
+        for (p, column) in placed.iter().zip(lefts.clone()) {
             text.clear();
-            row_text(p.column, &row, tagged, app, &zone, &mut text);
-            put(buf, Rect { y, ..*column }, &text, p.column);
+            row_text(p.column, &row, tagged, app, &zone, text);
+            put(buf, Rect { y, ..column }, text, p.column);
         }
     }
     if count == 0 && area.height > 1 {
@@ -105,21 +110,34 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-/// Where each column's cells go across `area` (one row high), laid out as `Table` lays out its
-/// columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver when the
-/// columns do not fit.
-fn column_areas(placed: &[Placed], area: Rect) -> Vec<Rect> {
+/// Where each column's cells go across a row of `area`, from its left edge, laid out as `Table`
+/// lays out its columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver
+/// when the columns do not fit. Laid out again only when the columns or the width changed
+/// since `laid_out`, into `areas`.
+fn column_areas<'s>(
+    placed: &[Placed],
+    area: Rect,
+    laid_out: &mut Option<(u16, Vec<Placed>)>,
+    areas: &'s mut Vec<Rect>,
+) -> &'s [Rect] {
+    if laid_out
+        .as_ref()
+        .is_some_and(|(width, was)| *width == area.width && was == placed)
+    {
+        return areas;
+    }
     let widths = placed.iter().map(|p| match p.column {
         Column::Command => Constraint::Fill(1),
         _ => Constraint::Length(p.width),
     });
-    Layout::horizontal(widths)
+    let split = Layout::horizontal(widths)
         .flex(Flex::Start)
         .spacing(columns::SPACING)
-        .split(Rect::new(0, 0, area.width, 1))
-        .iter()
-        .map(|c| Rect::new(area.x + c.x, area.y, c.width, 1))
-        .collect()
+        .split(Rect::new(0, 0, area.width, 1));
+    areas.clear();
+    areas.extend(split.iter().map(|c| Rect::new(c.x, 0, c.width, 1)));
+    *laid_out = Some((area.width, placed.to_vec()));
+    areas
 }
 
 /// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it: cut at the
