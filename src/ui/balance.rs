@@ -27,7 +27,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let gpus = &app.snapshot.gpus;
     // One text for the title and every label of the frame, each padded as it always was.
-    let mut text = Runs::default();
+    let mut scratch = app.scratch.get();
+    let text = &mut scratch.runs;
+    text.clear();
     text.push_with(Style::new(), |t| {
         let _ = match gpus.as_slice() {
             [] => t.write_str("BALANCE: no GPUs"),
@@ -75,7 +77,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         x += group;
     }
     if let [one] = gpus.as_slice() {
-        label_single_gpu(frame, area, one, theme, &mut text);
+        label_single_gpu(frame, area, one, theme, text);
     }
 }
 

@@ -16,8 +16,6 @@ use crate::app::columns::Placed;
 pub(crate) struct Scratch {
     /// Styled lines for a panel (or a part of one).
     pub(crate) runs: Runs,
-    /// A second set, for a panel that draws two texts at once.
-    pub(crate) more_runs: Runs,
     /// A cell's or a label's text.
     pub(crate) text: String,
     /// The sparklines' buckets.
