@@ -145,8 +145,6 @@ pub struct App {
     /// ([`App::screen_rows_request`]), and whether that was of the tree.
     told_on_screen: Option<Vec<u32>>,
     told_tree: bool,
-    /// The text and vectors frames are drawn with, kept between them.
-    pub(crate) scratch: crate::ui::scratch::Kept,
 }
 
 impl App {
@@ -176,7 +174,6 @@ impl App {
             config_path: None,
             told_on_screen: None,
             told_tree: false,
-            scratch: crate::ui::scratch::Kept::default(),
         }
     }
 

@@ -9,7 +9,7 @@
 //! Groups go most severe first, then by impact (`rules::IMPACT`: health, `oom`, `oom-risk`, `leak`,
 //! `fragmentation`, then what costs memory, then the rest), then in the order they were raised.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::model::{Severity, Snapshot, Subject, Warning};
 
@@ -62,6 +62,10 @@ impl Group {
 pub(crate) struct Grouper {
     inputs: Vec<Input>,
     by_pid: HashMap<u32, PidCause>,
+    /// The warnings' indices sorted by group key.
+    order: Vec<usize>,
+    /// The groups before a regrouping, whose keys and vectors the new groups take over.
+    spare: Vec<Group>,
 }
 
 /// One warning as grouping sees it: all that the groups and the entries listed from them
@@ -138,16 +142,87 @@ impl Grouper {
         if same {
             return false;
         }
-        let inputs = warnings.iter().map(|w| Input {
-            id: w.id.clone(),
-            subject: w.subject.clone(),
-            severity: w.severity,
-            cause: self.cause_of(snapshot, &w.subject).to_cause(),
-        });
-        let inputs: Vec<Input> = inputs.collect();
-        self.inputs = inputs;
-        *groups = group(&self.inputs);
+        self.remember(snapshot);
+        self.group_into(groups);
         true
+    }
+
+    /// Keeps what the snapshot's warnings are grouped by, reusing the room of the last ones.
+    fn remember(&mut self, snapshot: &Snapshot) {
+        let warnings = &snapshot.warnings;
+        let mut inputs = std::mem::take(&mut self.inputs);
+        inputs.truncate(warnings.len());
+        for (i, w) in warnings.iter().enumerate() {
+            let cause = self.cause_of(snapshot, &w.subject);
+            match inputs.get_mut(i) {
+                Some(input) => {
+                    input.id.clone_from(&w.id);
+                    input.subject.clone_from(&w.subject);
+                    input.severity = w.severity;
+                    if !input.cause.is(cause) {
+                        input.cause = cause.to_cause();
+                    }
+                }
+                None => inputs.push(Input {
+                    id: w.id.clone(),
+                    subject: w.subject.clone(),
+                    severity: w.severity,
+                    cause: cause.to_cause(),
+                }),
+            }
+        }
+        self.inputs = inputs;
+    }
+
+    /// The groups of the kept warnings into `groups`, in display order: warnings of one id and
+    /// cause are one group, members most severe first, then as raised. A group whose key was
+    /// already a group's takes over that group's key and vector.
+    fn group_into(&mut self, groups: &mut Vec<Group>) {
+        let Grouper {
+            inputs,
+            order,
+            spare,
+            ..
+        } = self;
+        spare.clear();
+        spare.append(groups);
+        order.clear();
+        order.extend(0..inputs.len());
+        let key = |i: usize| (&inputs[i].id, &inputs[i].cause);
+        order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+        for members in order.chunk_by(|&a, &b| key(a) == key(b)) {
+            let (id, cause) = key(members[0]);
+            let reused = spare
+                .iter()
+                .position(|g| g.key.id == *id && g.key.cause == *cause);
+            let mut group = match reused {
+                Some(at) => spare.swap_remove(at),
+                None => Group {
+                    key: GroupKey {
+                        id: id.clone(),
+                        cause: cause.clone(),
+                    },
+                    severity: Severity::Info,
+                    members: Vec::new(),
+                },
+            };
+            group.members.clear();
+            group.members.extend_from_slice(members);
+            // Each member once: the unstable sort gives the order a stable one would.
+            let severity = |i: usize| std::cmp::Reverse(inputs[i].severity);
+            group.members.sort_unstable_by_key(|&i| (severity(i), i));
+            group.severity = inputs[group.members[0]].severity;
+            groups.push(group);
+        }
+        // Groups never share a member, so no two tie on the first raised: unstable is stable.
+        groups.sort_unstable_by_key(|g| {
+            let first_raised = g.members.iter().min().copied().unwrap_or(usize::MAX);
+            (
+                std::cmp::Reverse(g.severity),
+                crate::rules::impact_rank(&g.key.id),
+                first_raised,
+            )
+        });
     }
 
     /// Which job or GPU each process belongs to, read once per snapshot.
@@ -184,37 +259,4 @@ impl Grouper {
             },
         }
     }
-}
-
-/// The groups of these warnings (the snapshot's, in order), in display order.
-fn group(warnings: &[Input]) -> Vec<Group> {
-    let mut by_key: BTreeMap<GroupKey, Vec<usize>> = BTreeMap::new();
-    for (index, warning) in warnings.iter().enumerate() {
-        let key = GroupKey {
-            id: warning.id.clone(),
-            cause: warning.cause.clone(),
-        };
-        by_key.entry(key).or_default().push(index);
-    }
-    let mut groups: Vec<Group> = by_key
-        .into_iter()
-        .map(|(key, mut members)| {
-            members.sort_by_key(|&i| (std::cmp::Reverse(warnings[i].severity), i));
-            let severity = warnings[members[0]].severity;
-            Group {
-                key,
-                severity,
-                members,
-            }
-        })
-        .collect();
-    groups.sort_by_key(|g| {
-        let first_raised = g.members.iter().min().copied().unwrap_or(usize::MAX);
-        (
-            std::cmp::Reverse(g.severity),
-            crate::rules::impact_rank(&g.key.id),
-            first_raised,
-        )
-    });
-    groups
 }

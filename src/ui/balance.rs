@@ -27,7 +27,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let gpus = &app.snapshot.gpus;
     // One text for the title and every label of the frame, each padded as it always was.
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let text = &mut scratch.runs;
     text.clear();
     text.push_with(Style::new(), |t| {

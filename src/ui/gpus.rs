@@ -32,7 +32,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
     // One text for the title, then the table.
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let lines = &mut scratch.runs;
     lines.clear();
     lines.push_with(Style::new(), |t| columns.write_title(t));

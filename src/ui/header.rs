@@ -18,7 +18,7 @@ use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let Scratch {
         runs: line,
         text: clock_text,

@@ -28,7 +28,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
     }
     let chosen = &app.ui.history;
     let empty = GpuHistory::default();
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let Scratch {
         runs: text,
         buckets,

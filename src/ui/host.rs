@@ -15,7 +15,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let host = &app.snapshot.host;
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let title = &mut scratch.runs;
     title.clear();
     title.push_with(Style::new(), |t| {

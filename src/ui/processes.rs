@@ -47,7 +47,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let count = app.row_count();
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let scratch = &mut *scratch;
     let (with_rank, tree) = (app.any_row_has_rank(), app.settings.tree);
     let hidden = |c| app.is_column_hidden(c);

@@ -38,7 +38,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         let (left, hints) = outcome_and_hints(app, theme, usize::from(room));
         if left.width() + hints.width() <= usize::from(room) {
             // One line of the chips then the hints, drawn from the kept runs.
-            let mut scratch = app.scratch.get();
+            let mut scratch = super::scratch::take();
             let line = &mut scratch.runs;
             line.clear();
             for span in left.spans.iter().chain([&hints]) {

@@ -24,7 +24,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let groups = &app.warnings_view.groups;
     let count = app.snapshot.warnings.len();
-    let mut scratch = app.scratch.get();
+    let mut scratch = super::scratch::take();
     let text = &mut scratch.runs;
     text.clear();
     text.push_with(Style::new(), |t| {
