@@ -60,7 +60,9 @@ impl Group {
 /// refilled rather than rebuilt. Neither allocates while the warnings stay the same.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Grouper {
+    /// The warnings grouped last are the first `count`; those after are kept for their room.
     inputs: Vec<Input>,
+    count: usize,
     by_pid: HashMap<u32, PidCause>,
     /// The warnings' indices sorted by group key.
     order: Vec<usize>,
@@ -125,14 +127,14 @@ impl Grouper {
     pub(crate) fn regroup(&mut self, snapshot: &Snapshot, groups: &mut Vec<Group>) -> bool {
         // Most snapshots raise nothing: no map of the processes' causes for them.
         if snapshot.warnings.is_empty() {
-            let changed = !self.inputs.is_empty() || !groups.is_empty();
-            self.inputs.clear();
+            let changed = self.count > 0 || !groups.is_empty();
+            self.count = 0;
             groups.clear();
             return changed;
         }
         self.fill_causes(snapshot);
         let warnings = &snapshot.warnings;
-        let same = self.inputs.len() == warnings.len()
+        let same = self.count == warnings.len()
             && self.inputs.iter().zip(warnings).all(|(input, w)| {
                 input.id == w.id
                     && input.severity == w.severity
@@ -151,7 +153,6 @@ impl Grouper {
     fn remember(&mut self, snapshot: &Snapshot) {
         let warnings = &snapshot.warnings;
         let mut inputs = std::mem::take(&mut self.inputs);
-        inputs.truncate(warnings.len());
         for (i, w) in warnings.iter().enumerate() {
             let cause = self.cause_of(snapshot, &w.subject);
             match inputs.get_mut(i) {
@@ -172,6 +173,7 @@ impl Grouper {
             }
         }
         self.inputs = inputs;
+        self.count = warnings.len();
     }
 
     /// The groups of the kept warnings into `groups`, in display order: warnings of one id and
@@ -180,10 +182,12 @@ impl Grouper {
     fn group_into(&mut self, groups: &mut Vec<Group>) {
         let Grouper {
             inputs,
+            count,
             order,
             spare,
             ..
         } = self;
+        let inputs = &inputs[..*count];
         spare.clear();
         spare.append(groups);
         order.clear();
@@ -195,8 +199,23 @@ impl Grouper {
             let reused = spare
                 .iter()
                 .position(|g| g.key.id == *id && g.key.cause == *cause);
-            let mut group = match reused {
-                Some(at) => spare.swap_remove(at),
+            // A key not grouped last time takes a group no key matches, if one is left over.
+            let leftover = || {
+                let matched = |g: &Group| {
+                    (order.iter())
+                        .any(|&i| inputs[i].id == g.key.id && inputs[i].cause == g.key.cause)
+                };
+                spare.iter().position(|g| !matched(g))
+            };
+            let mut group = match reused.or_else(leftover) {
+                Some(at) => {
+                    let mut group = spare.swap_remove(at);
+                    if reused.is_none() {
+                        group.key.id.clone_from(id);
+                        group.key.cause.clone_from(cause);
+                    }
+                    group
+                }
                 None => Group {
                     key: GroupKey {
                         id: id.clone(),
