@@ -156,7 +156,7 @@ impl<'a> ProcessRow<'a> {
                 .gpus
                 .iter()
                 .find(|g| g.visible)
-                .and_then(|g| ProcessIdentity::of_gpu_process(g)),
+                .and_then(ProcessIdentity::of_gpu_process),
         }
     }
 
@@ -333,7 +333,7 @@ impl<'a> ProcessRow<'a> {
         if self.gpus.is_empty() {
             return None;
         }
-        self.gpus.iter().map(|g| share(g)).sum()
+        self.gpus.iter().map(share).sum()
     }
 
     /// How long the process has run; a tree row without a GPU (a DataLoader worker) has it
@@ -362,7 +362,7 @@ impl<'a> ProcessRow<'a> {
     ) -> Option<T> {
         self.gpus
             .first()
-            .and_then(|g| from_gpu(g))
+            .and_then(from_gpu)
             .or_else(|| self.host.and_then(from_host))
     }
 }
