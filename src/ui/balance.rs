@@ -137,7 +137,9 @@ fn draw_bar(
     }
 }
 
-/// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8).
+/// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8): what the
+/// bars here and the jobs' levels draw, without its vector; the tests' reference.
+#[cfg(test)]
 pub(crate) fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
     let total = (fraction.clamp(0.0, 1.0) * f64::from(height) * 8.0).round() as usize;
     (0..usize::from(height))
