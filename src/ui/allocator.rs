@@ -15,10 +15,11 @@ use ratatui::{
 use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
 use crate::app::ranks::job_of;
 use crate::app::App;
-use crate::format::{self, pad_left_aligned};
+use crate::format::{self, pad_left_aligned, shown};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::terminal::theme::Theme;
+use std::fmt::Arguments;
 
 use super::history::{autoscaled, bucket_size, newest_first_buckets, AUTOSCALE_TOP};
 use super::processes::selected_process;
@@ -48,7 +49,7 @@ pub(crate) fn wanted_height(snapshot: &Snapshot, width: u16) -> u16 {
         .map(|torch| {
             let devices = torch.devices.len().max(1) as u16;
             let figures = torch.devices.first().map_or(0, |device| {
-                figure_lines(device, torch, usize::from(width), Theme::new(false)).len() as u16
+                figure_line_count(device, torch, usize::from(width)) as u16
             });
             1 + devices + figures + 1
         })
@@ -258,13 +259,75 @@ fn render_device(
 }
 
 /// A rate per second, as "1.2k/s".
-fn rate(value: Option<f64>) -> String {
-    match value {
-        None => format::NA.to_string(),
-        Some(v) if v >= 1000.0 => format!("{:.1}k/s", v / 1000.0),
-        Some(v) => format!("{v:.0}/s"),
+struct Rate(Option<f64>);
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            None => f.write_str(format::NA),
+            Some(v) if v >= 1000.0 => write!(f, "{:.1}k/s", v / 1000.0),
+            Some(v) => write!(f, "{v:.0}/s"),
+        }
     }
 }
+
+/// Each figure's name and value, in the order they are shown, handed to `each`.
+fn each_figure(
+    device: &DeviceAllocatorStats,
+    torch: &TorchInfo,
+    mut each: impl FnMut(&'static str, Arguments),
+) {
+    let b = shown::opt_bytes;
+    let c = shown::count;
+    each("allocated", format_args!("{}", b(device.allocated_bytes)));
+    each("reserved", format_args!("{}", b(device.reserved_bytes)));
+    each("peak", format_args!("{}", b(device.peak_allocated_bytes)));
+    each(
+        "peak-reserved",
+        format_args!("{}", b(device.peak_reserved_bytes)),
+    );
+    each("active", format_args!("{}", b(device.active_bytes)));
+    each(
+        "inactive-split",
+        format_args!("{}", b(device.inactive_split_bytes)),
+    );
+    each("requested", format_args!("{}", b(device.requested_bytes)));
+    each(
+        "large-pool",
+        format_args!("{}", b(device.large_pool_reserved_bytes)),
+    );
+    each(
+        "small-pool",
+        format_args!("{}", b(device.small_pool_reserved_bytes)),
+    );
+    each("segments", format_args!("{}", c(device.segments)));
+    match (device.oversize_allocations, device.oversize_segments) {
+        (None, None) => each("oversize", format_args!("{}", format::NA)),
+        (a, s) => each("oversize", format_args!("{} in {} segments", c(a), c(s))),
+    }
+    each(
+        "allocs",
+        format_args!("{}", Rate(device.allocations_per_second)),
+    );
+    each("frees", format_args!("{}", Rate(device.frees_per_second)));
+    each("retries", format_args!("{}", c(device.alloc_retries)));
+    each("OOMs", format_args!("{}", c(device.ooms)));
+    each(
+        "non-PyTorch",
+        format_args!("{}", b(device.non_pytorch_bytes)),
+    );
+    match device.max_split_size_bytes {
+        Some(bytes) => each("max-split", format_args!("{}", shown::bytes(bytes))),
+        // Unlimited, or not reported: the agent's stats decide.
+        None if device.reserved_bytes.is_some() => each("max-split", format_args!("unlimited")),
+        None => each("max-split", format_args!("{}", format::NA)),
+    }
+    let conf = format::escape(torch.alloc_conf.as_deref().unwrap_or("default"));
+    each("alloc-conf", format_args!("{conf}"));
+}
+
+/// Continuation lines of the figures line up under the first figure.
+const FIGURE_INDENT: usize = 8;
 
 /// The figures as "name value" pairs, packed into as few lines as the width allows; the first
 /// line starts with the device's name.
@@ -274,46 +337,11 @@ fn figure_lines(
     width: usize,
     theme: Theme,
 ) -> Vec<Line<'static>> {
-    let b = format::opt_bytes;
-    let c = format::count;
-    let split = match device.max_split_size_bytes {
-        Some(bytes) => format::bytes(bytes),
-        // Unlimited, or not reported: the agent's stats decide.
-        None if device.reserved_bytes.is_some() => "unlimited".to_string(),
-        None => format::NA.to_string(),
-    };
-    let oversize = match (device.oversize_allocations, device.oversize_segments) {
-        (None, None) => format::NA.to_string(),
-        (a, s) => format!("{} in {} segments", c(a), c(s)),
-    };
-    let figures = [
-        ("allocated", b(device.allocated_bytes)),
-        ("reserved", b(device.reserved_bytes)),
-        ("peak", b(device.peak_allocated_bytes)),
-        ("peak-reserved", b(device.peak_reserved_bytes)),
-        ("active", b(device.active_bytes)),
-        ("inactive-split", b(device.inactive_split_bytes)),
-        ("requested", b(device.requested_bytes)),
-        ("large-pool", b(device.large_pool_reserved_bytes)),
-        ("small-pool", b(device.small_pool_reserved_bytes)),
-        ("segments", c(device.segments)),
-        ("oversize", oversize),
-        ("allocs", rate(device.allocations_per_second)),
-        ("frees", rate(device.frees_per_second)),
-        ("retries", c(device.alloc_retries)),
-        ("OOMs", c(device.ooms)),
-        ("non-PyTorch", b(device.non_pytorch_bytes)),
-        ("max-split", split),
-        (
-            "alloc-conf",
-            format::escape(torch.alloc_conf.as_deref().unwrap_or("default")).into_owned(),
-        ),
-    ];
     let mut pieces = vec![vec![Span::styled(
         format!("cuda:{}", device.index),
         theme.label(),
     )]];
-    for (name, value) in figures {
+    each_figure(device, torch, |name, value| {
         let style = if is_alarming(name, device) {
             theme.critical()
         } else {
@@ -321,15 +349,53 @@ fn figure_lines(
         };
         pieces.push(vec![
             Span::styled(format!("{name} "), theme.dim()),
-            Span::styled(value, style),
+            Span::styled(value.to_string(), style),
         ]);
-    }
-    // Continuation lines line up under the first figure; the first starts at column 1.
-    let mut lines = format::pack(pieces, width, 8);
+    });
+    // The first line starts at column 1.
+    let mut lines = format::pack(pieces, width, FIGURE_INDENT);
     if let Some(first) = lines.first_mut().and_then(|l| l.spans.first_mut()) {
         first.content = " ".into();
     }
     lines
+}
+
+/// How many lines [`figure_lines`] makes, counted from the pieces' widths as [`format::pack`]
+/// packs them, without making them: the layout asks this of every process with an agent, each
+/// frame.
+fn figure_line_count(device: &DeviceAllocatorStats, torch: &TorchInfo, width: usize) -> usize {
+    let (mut lines, mut used, mut empty) = (0, FIGURE_INDENT, true);
+    let mut piece = |len: usize| {
+        if !empty && used + 2 + len > width {
+            lines += 1;
+            used = FIGURE_INDENT;
+            empty = true;
+        }
+        if !empty {
+            used += 2;
+        }
+        used += len;
+        empty = false;
+    };
+    piece(char_count(format_args!("cuda:{}", device.index)));
+    each_figure(device, torch, |name, value| {
+        piece(name.chars().count() + 1 + char_count(value));
+    });
+    lines + usize::from(!empty)
+}
+
+/// The characters `args` writes, without keeping them.
+fn char_count(args: Arguments) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.chars().count();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = std::fmt::Write::write_fmt(&mut count, args);
+    count.0
 }
 
 fn is_alarming(name: &str, device: &DeviceAllocatorStats) -> bool {
@@ -448,5 +514,47 @@ mod title_tests {
             .map(|s| s.content.as_ref())
             .collect();
         assert_eq!(text, " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A");
+    }
+}
+
+#[cfg(test)]
+mod figure_tests {
+    use super::*;
+
+    /// The count the layout plans with is the number of lines drawn, whatever the figures.
+    #[test]
+    fn figure_line_count_is_the_lines_figure_lines_packs() {
+        const GIB: u64 = 1 << 30;
+        let full = DeviceAllocatorStats {
+            index: 12,
+            allocated_bytes: Some(30 * GIB),
+            reserved_bytes: Some(38 * GIB),
+            peak_allocated_bytes: Some(999),
+            segments: Some(1234),
+            oversize_allocations: Some(3),
+            allocations_per_second: Some(12_345.6),
+            frees_per_second: Some(7.0),
+            alloc_retries: Some(2),
+            max_split_size_bytes: Some(512 << 20),
+            ..DeviceAllocatorStats::default()
+        };
+        let reserved_only = DeviceAllocatorStats {
+            reserved_bytes: Some(1),
+            ..DeviceAllocatorStats::default()
+        };
+        let torch = TorchInfo {
+            alloc_conf: Some("expandable_segments:True,\u{1b}[2J".into()),
+            ..TorchInfo::default()
+        };
+        let theme = Theme::new(false);
+        for device in [DeviceAllocatorStats::default(), full, reserved_only] {
+            for torch in [&TorchInfo::default(), &torch] {
+                for width in 0..260 {
+                    let lines = figure_lines(&device, torch, width, theme).len();
+                    let counted = figure_line_count(&device, torch, width);
+                    assert_eq!(counted, lines, "{device:?} at {width}");
+                }
+            }
+        }
     }
 }
