@@ -4,9 +4,10 @@
 //! each device's `memory_stats` figures with auto-scaled sparklines of allocated and reserved.
 //! Its size never depends on the selection: a row without an agent gets a line saying so.
 
-use super::label::Label;
+use super::label::{Label, Runs};
 use ratatui::{
     layout::Rect,
+    style::Style,
     text::{Line, Span},
     widgets::{RenderDirection, Sparkline},
     Frame,
@@ -232,17 +233,23 @@ fn render_device(
     stacked: bool,
     theme: Theme,
 ) -> u16 {
-    let lines = figure_lines(device, torch, usize::from(area.width), theme);
+    let width = usize::from(area.width);
+    let count = u16::try_from(figure_line_count(device, torch, width)).unwrap_or(u16::MAX);
     let spark_rows: u16 = if stacked { 2 } else { 1 };
-    let needed = lines.len() as u16 + spark_rows;
+    let needed = count.saturating_add(spark_rows);
     if needed > area.height {
         return 0;
     }
     let text_area = Rect {
-        height: lines.len() as u16,
+        height: count,
         ..area
     };
-    frame.render_widget(Label::new(lines), text_area);
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
+    push_figure_lines(lines, device, torch, width, theme);
+    frame.render_widget(&*lines, text_area);
+    drop(scratch);
     let spark_area = Rect {
         y: text_area.bottom(),
         height: spark_rows,
@@ -329,8 +336,63 @@ fn each_figure(
 /// Continuation lines of the figures line up under the first figure.
 const FIGURE_INDENT: usize = 8;
 
-/// The figures as "name value" pairs, packed into as few lines as the width allows; the first
-/// line starts with the device's name.
+/// The figures as "name value" pairs, packed into as few lines as the width allows, the first
+/// line starting with the device's name, written into `out` as [`format::pack`] packs them
+/// (each line starting with the indent, but the first with one space; pieces two spaces
+/// apart), without a `String` or `Span` a figure.
+fn push_figure_lines(
+    out: &mut Runs,
+    device: &DeviceAllocatorStats,
+    torch: &TorchInfo,
+    width: usize,
+    theme: Theme,
+) {
+    let (mut used, mut empty) = (FIGURE_INDENT, true);
+    let mut piece = |out: &mut Runs, len: usize, write: &mut dyn FnMut(&mut Runs)| {
+        if !empty && used + 2 + len > width {
+            out.end_line(Style::new());
+            push_indent(out);
+            used = FIGURE_INDENT;
+            empty = true;
+        }
+        if !empty {
+            out.push(Style::new(), "  ");
+            used += 2;
+        }
+        write(out);
+        used += len;
+        empty = false;
+    };
+    // The first line starts at column 1.
+    out.push(Style::new(), " ");
+    let cuda = format_args!("cuda:{}", device.index);
+    piece(out, char_count(cuda), &mut |out| {
+        out.push_fmt(theme.label(), cuda)
+    });
+    each_figure(device, torch, |name, value| {
+        let style = if is_alarming(name, device) {
+            theme.critical()
+        } else {
+            theme.plain()
+        };
+        let len = name.chars().count() + 1 + char_count(value);
+        piece(out, len, &mut |out| {
+            out.push_fmt(theme.dim(), format_args!("{name} "));
+            out.push_fmt(style, value);
+        });
+    });
+    out.end_line(Style::new());
+}
+
+/// The indent of a continuation line of figures.
+fn push_indent(out: &mut Runs) {
+    const INDENT: &str = "        ";
+    out.push(Style::new(), &INDENT[..FIGURE_INDENT]);
+}
+
+/// The figures packed as lines of spans: what [`push_figure_lines`] writes, the tests'
+/// reference.
+#[cfg(test)]
 fn figure_lines(
     device: &DeviceAllocatorStats,
     torch: &TorchInfo,
@@ -521,9 +583,10 @@ mod title_tests {
 mod figure_tests {
     use super::*;
 
-    /// The count the layout plans with is the number of lines drawn, whatever the figures.
+    /// The count the layout plans with is the number of lines packed, and the lines written
+    /// into `Runs` draw as the packed lines drew, whatever the figures and the width.
     #[test]
-    fn figure_line_count_is_the_lines_figure_lines_packs() {
+    fn figure_lines_are_counted_and_drawn_as_packed() {
         const GIB: u64 = 1 << 30;
         let full = DeviceAllocatorStats {
             index: 12,
@@ -546,13 +609,23 @@ mod figure_tests {
             alloc_conf: Some("expandable_segments:True,\u{1b}[2J".into()),
             ..TorchInfo::default()
         };
-        let theme = Theme::new(false);
-        for device in [DeviceAllocatorStats::default(), full, reserved_only] {
+        let devices = [DeviceAllocatorStats::default(), full, reserved_only];
+        for (device, theme) in devices.iter().flat_map(|d| [(d, false), (d, true)]) {
+            let (device, theme) = (device.clone(), Theme::new(theme));
             for torch in [&TorchInfo::default(), &torch] {
                 for width in 0..260 {
                     let lines = figure_lines(&device, torch, width, theme).len();
                     let counted = figure_line_count(&device, torch, width);
                     assert_eq!(counted, lines, "{device:?} at {width}");
+                    let area = Rect::new(0, 0, u16::try_from(width).unwrap(), 12);
+                    let mut theirs = ratatui::buffer::Buffer::empty(area);
+                    let mut ours = theirs.clone();
+                    let reference = figure_lines(&device, torch, width, theme);
+                    ratatui::widgets::Widget::render(Label::new(reference), area, &mut theirs);
+                    let mut runs = Runs::default();
+                    push_figure_lines(&mut runs, &device, torch, width, theme);
+                    ratatui::widgets::Widget::render(&runs, area, &mut ours);
+                    assert_eq!(ours, theirs, "{device:?} at {width}");
                 }
             }
         }
