@@ -367,7 +367,7 @@ fn push_figure_lines(
     out.push(Style::new(), " ");
     let cuda = format_args!("cuda:{}", device.index);
     piece(out, char_count(cuda), &mut |out| {
-        out.push_fmt(theme.label(), cuda)
+        out.push_fmt(theme.label(), cuda);
     });
     each_figure(device, torch, |name, value| {
         let style = if is_alarming(name, device) {
