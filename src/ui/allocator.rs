@@ -8,7 +8,7 @@ use super::label::{Label, Runs};
 use ratatui::{
     layout::Rect,
     style::Style,
-    text::{Line, Span},
+    text::Line,
     widgets::{RenderDirection, Sparkline},
     Frame,
 };
@@ -20,7 +20,7 @@ use crate::format::{self, pad_left_aligned, shown};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::terminal::theme::Theme;
-use std::fmt::Arguments;
+use std::fmt::{Arguments, Write as _};
 
 use super::history::{autoscaled, bucket_size, newest_first_buckets, AUTOSCALE_TOP};
 use super::processes::selected_process;
@@ -72,11 +72,17 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         render_without_agent(frame, area, process, theme);
         return;
     };
-    let title = pad_left_aligned(&title(process, torch), usize::from(area.width));
-    frame.render_widget(
-        Label::new(title).style(theme.title()),
-        Rect { height: 1, ..area },
-    );
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
+    lines.push_with(Style::new(), |t| {
+        write_title(t, process, torch);
+        // Padded (or cut) to the width, as the title always was.
+        format::fit_left_aligned(t, 0, usize::from(area.width));
+    });
+    lines.end_line(Style::new());
+    let buf = frame.buffer_mut();
+    lines.render_styled(Rect { height: 1, ..area }, buf, theme.title());
     if let Some(age) = torch.age_seconds.filter(|a| *a > AGENT_SILENT_SECONDS) {
         let note = format!(" agent silent for {} ", format::duration(age));
         let width = (note.len() as u16).min(area.width);
@@ -95,8 +101,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let devices = ordered_devices(process, torch);
     for device in &devices {
-        y += line(frame, rest(y), oom_line(device, theme));
+        if y >= area.bottom() {
+            break;
+        }
+        lines.clear();
+        push_oom_line(lines, device, theme);
+        frame.render_widget(
+            &*lines,
+            Rect {
+                height: 1,
+                ..rest(y)
+            },
+        );
+        y += 1;
     }
+    // Handed back before the devices' figures take it.
+    drop(scratch);
     if let Some(job) = job_of(&app.snapshot, process.pid) {
         y += ranks::render(frame, rest(y), &app.snapshot, job, theme);
     }
@@ -161,42 +181,45 @@ fn ordered_devices<'a>(
     devices
 }
 
-fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
-    let mut parts = vec![format!(" PYTORCH pid {}", process.pid)];
-    match (torch.rank, torch.world_size) {
-        (Some(r), Some(w)) => parts.push(format!("rank {r}/{w}")),
-        (Some(r), None) => parts.push(format!("rank {r}")),
-        _ => {}
-    }
+/// " PYTORCH pid 42  rank 1/2  step 7  0.500s/step  torch 2.11.0", written at the end of
+/// `out`; the rank and the step only where the agent reports them.
+fn write_title(out: &mut String, process: &GpuProcess, torch: &TorchInfo) {
+    // Writing into a String does not fail.
+    let _ = write!(out, " PYTORCH pid {}", process.pid);
+    let _ = match (torch.rank, torch.world_size) {
+        (Some(r), Some(w)) => write!(out, "  rank {r}/{w}"),
+        (Some(r), None) => write!(out, "  rank {r}"),
+        _ => Ok(()),
+    };
     // A script that never calls `step()` has no step to show: nothing, rather than N/A twice.
     if let Some(step) = torch.step {
-        parts.push(format!("step {step}"));
+        let _ = write!(out, "  step {step}");
     }
     if let Some(seconds) = torch.step_time_seconds {
-        parts.push(format!("{seconds:.3}s/step"));
+        let _ = write!(out, "  {seconds:.3}s/step");
     }
-    parts.push(format!(
-        "torch {}",
-        crate::format::text(torch.torch.as_deref())
-    ));
-    parts.join("  ")
+    let version = format::escape(torch.torch.as_deref().unwrap_or(format::NA));
+    let _ = write!(out, "  torch {version}");
 }
 
-/// `cuda:1 = GPU 3`, or `cuda:1 = GPU ?` where the physical GPU could not be told.
-pub(crate) fn device_label(device: &DeviceAllocatorStats) -> String {
-    match device.gpu {
-        Some(gpu) => format!("cuda:{} = GPU {gpu}", device.index),
-        None => format!("cuda:{} = GPU ?", device.index),
-    }
+#[cfg(test)]
+fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
+    let mut out = String::new();
+    write_title(&mut out, process, torch);
+    out
 }
 
 /// How close to OOM: the GPU's total, the headroom on it, and what the allocator caches, as
-/// figures and as shares of the device.
-fn oom_line(device: &DeviceAllocatorStats, theme: Theme) -> Line<'static> {
+/// figures and as shares of the device; one line written into `out`.
+fn push_oom_line(out: &mut Runs, device: &DeviceAllocatorStats, theme: Theme) {
     let total = device.device_total_bytes;
-    let share = |bytes: Option<u64>| match (bytes, total) {
-        (Some(b), Some(t)) if t > 0 => format!(" ({:.0}%)", b as f64 * 100.0 / t as f64),
-        _ => String::new(),
+    let with_share = |t: &mut String, bytes: Option<u64>| {
+        let _ = write!(t, "{}", shown::opt_bytes(bytes));
+        if let (Some(b), Some(t_)) = (bytes, total) {
+            if t_ > 0 {
+                let _ = write!(t, " ({:.0}%)", b as f64 * 100.0 / t_ as f64);
+            }
+        }
     };
     let headroom = device.headroom_bytes;
     let low = match (headroom, total) {
@@ -204,21 +227,25 @@ fn oom_line(device: &DeviceAllocatorStats, theme: Theme) -> Line<'static> {
         _ => false,
     };
     let cached = device.cached_bytes();
-    Line::from(vec![
-        Span::styled(format!(" {}", device_label(device)), theme.label()),
-        Span::styled("  total ", theme.dim()),
-        Span::styled(format::opt_bytes(total), theme.plain()),
-        Span::styled("  headroom ", theme.dim()),
-        Span::styled(
-            format!("{}{}", format::opt_bytes(headroom), share(headroom)),
-            if low { theme.critical() } else { theme.plain() },
+    // `cuda:1 = GPU 3`, or `cuda:1 = GPU ?` where the physical GPU could not be told.
+    match device.gpu {
+        Some(gpu) => out.push_fmt(
+            theme.label(),
+            format_args!(" cuda:{} = GPU {gpu}", device.index),
         ),
-        Span::styled("  cached ", theme.dim()),
-        Span::styled(
-            format!("{}{}", format::opt_bytes(cached), share(cached)),
-            theme.plain(),
+        None => out.push_fmt(
+            theme.label(),
+            format_args!(" cuda:{} = GPU ?", device.index),
         ),
-    ])
+    }
+    out.push(theme.dim(), "  total ");
+    out.push_fmt(theme.plain(), format_args!("{}", shown::opt_bytes(total)));
+    out.push(theme.dim(), "  headroom ");
+    let headroom_style = if low { theme.critical() } else { theme.plain() };
+    out.push_with(headroom_style, |t| with_share(t, headroom));
+    out.push(theme.dim(), "  cached ");
+    out.push_with(theme.plain(), |t| with_share(t, cached));
+    out.end_line(Style::new());
 }
 
 /// Draws one device's figures and sparklines; returns the rows used, 0 when they did not fit.
@@ -399,6 +426,7 @@ fn figure_lines(
     width: usize,
     theme: Theme,
 ) -> Vec<Line<'static>> {
+    use ratatui::text::Span;
     let mut pieces = vec![vec![Span::styled(
         format!("cuda:{}", device.index),
         theme.label(),
@@ -560,22 +588,24 @@ mod title_tests {
             headroom_bytes: Some(20 * GIB),
             ..Default::default()
         };
-        let text: String = oom_line(&device, Theme::new(false))
-            .spans
-            .iter()
-            .map(|s| s.content.as_ref())
-            .collect();
+        let oom_text = |device: &DeviceAllocatorStats| {
+            let mut runs = Runs::default();
+            push_oom_line(&mut runs, device, Theme::new(false));
+            let area = Rect::new(0, 0, 100, 1);
+            let mut buffer = ratatui::buffer::Buffer::empty(area);
+            ratatui::widgets::Widget::render(&runs, area, &mut buffer);
+            let text: String = buffer.content.iter().map(|c| c.symbol()).collect();
+            text.trim_end().to_string()
+        };
         assert_eq!(
-            text,
+            oom_text(&device),
             " cuda:1 = GPU 3  total 80.0GiB  headroom 20.0GiB (25%)  cached 8.0GiB (10%)"
         );
         let unknown = DeviceAllocatorStats::default();
-        let text: String = oom_line(&unknown, Theme::new(false))
-            .spans
-            .iter()
-            .map(|s| s.content.as_ref())
-            .collect();
-        assert_eq!(text, " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A");
+        assert_eq!(
+            oom_text(&unknown),
+            " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A"
+        );
     }
 }
 
