@@ -594,7 +594,11 @@ mod title_tests {
             let area = Rect::new(0, 0, 100, 1);
             let mut buffer = ratatui::buffer::Buffer::empty(area);
             ratatui::widgets::Widget::render(&runs, area, &mut buffer);
-            let text: String = buffer.content.iter().map(|c| c.symbol()).collect();
+            let text: String = buffer
+                .content
+                .iter()
+                .map(ratatui::buffer::Cell::symbol)
+                .collect();
             text.trim_end().to_string()
         };
         assert_eq!(
