@@ -5,6 +5,7 @@
 //! [`crate::format`] how figures read.
 
 pub(crate) mod allocator;
+pub(crate) mod allocator_figures;
 pub(crate) mod balance;
 /// The frame benchmark's way in (`torchtop::frame_bench`).
 #[doc(hidden)]
