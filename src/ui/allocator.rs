@@ -1,8 +1,8 @@
 //! The PyTorch panel for the selected process. Top to bottom, as rows allow: how close each of
 //! its devices is to OOM (`cuda:1 = GPU 3`, the GPU's total, the headroom left on it and the
 //! memory the allocator caches), the all-ranks table when the process is part of a job, then
-//! each device's `memory_stats` figures with auto-scaled sparklines of allocated and reserved.
-//! Its size never depends on the selection: a row without an agent gets a line saying so.
+//! each device's `memory_stats` figures ([`super::allocator_figures`]) with auto-scaled
+//! sparklines of allocated and reserved. Its size never depends on the selection: a row without an agent gets a line saying so.
 
 use super::label::{Label, Runs};
 use ratatui::{
