@@ -121,6 +121,8 @@ pub struct App {
     pub(crate) tags: Tags,
     /// The rows of the current snapshot under `settings`, in display order.
     rows: Vec<RowRef>,
+    /// What sorting the rows again keeps between snapshots.
+    row_scratch: rows::RowScratch,
     /// The selected row's process, followed across refreshes.
     selected_key: Option<RowKey>,
     /// A short text at the right of the header: the recording indicator, or REPLAY.
@@ -160,6 +162,7 @@ impl App {
             settings: RowSettings::default(),
             tags: Tags::new(),
             rows: Vec::new(),
+            row_scratch: rows::RowScratch::default(),
             selected_key: None,
             badge: None,
             memsnap_taken: None,
@@ -268,7 +271,8 @@ impl App {
     /// Recomputes the rows after the snapshot or the settings changed, keeping the selection on
     /// the same process when it is still listed.
     fn refresh_rows(&mut self) {
-        self.rows = rows::compute_rows(&self.snapshot, &self.settings);
+        let scratch = &mut self.row_scratch;
+        rows::compute_rows_into(&self.snapshot, &self.settings, scratch, &mut self.rows);
         let found = self.selected_key.and_then(|key| {
             self.rows
                 .iter()

@@ -49,10 +49,6 @@ pub(crate) fn opt_bytes(value: Option<u64>) -> String {
     shown::opt_bytes(value).to_string()
 }
 
-pub(crate) fn opt_bytes_short(value: Option<u64>) -> String {
-    shown::opt_bytes_short(value).to_string()
-}
-
 /// "used/total" in short units, each side N/A on its own.
 /// "12.3G/80.0G"; one "N/A" when both are missing, not "N/A/N/A".
 pub(crate) fn used_of_total(used: Option<u64>, total: Option<u64>) -> String {

@@ -188,37 +188,51 @@ pub(crate) struct Placed {
 /// screen (F2); RANK only `with_rank` (some row is a torch process). COMMAND is last and takes
 /// the rest.
 pub(crate) fn fit_shown(width: u16, with_rank: bool, tree: bool, hidden: &[Column]) -> Vec<Placed> {
-    let mut chosen: Vec<Column> = Vec::new();
+    let mut placed = Vec::new();
+    fit_shown_into(width, with_rank, tree, |c| hidden.contains(&c), &mut placed);
+    placed
+}
+
+/// [`fit_shown`] into `placed` (emptied first), with `hidden` saying which columns the user
+/// hid: what a frame asks, without a vector of its own.
+pub(crate) fn fit_shown_into(
+    width: u16,
+    with_rank: bool,
+    tree: bool,
+    hidden: impl Fn(Column) -> bool,
+    placed: &mut Vec<Placed>,
+) {
+    placed.clear();
     let share = if tree { width / 2 } else { width / 4 };
     let mut used = MIN_COMMAND_WIDTH.max(share);
     for column in KEEP_ORDER {
-        if (column == Column::Rank && !with_rank) || hidden.contains(&column) {
+        if (column == Column::Rank && !with_rank) || hidden(column) {
             continue;
         }
         let cost = column.width() + SPACING;
         // Strictly by priority: a small column never shows while a more needed one is hidden.
-        if used + cost > width && chosen.len() >= 3 {
+        if used + cost > width && placed.len() >= 3 {
             break;
         }
         used += cost;
-        chosen.push(column);
-    }
-    let mut placed = Vec::new();
-    let mut x = 0u16;
-    for column in ORDER.into_iter().filter(|c| chosen.contains(c)) {
         placed.push(Placed {
             column,
-            x,
+            x: 0,
             width: column.width(),
         });
-        x = x.saturating_add(column.width() + SPACING);
+    }
+    // The chosen columns in display order, then placed left to right.
+    placed.sort_unstable_by_key(|p| ORDER.iter().position(|c| *c == p.column));
+    let mut x = 0u16;
+    for p in placed.iter_mut() {
+        p.x = x;
+        x = x.saturating_add(p.width + SPACING);
     }
     placed.push(Placed {
         column: Column::Command,
         x,
         width: width.saturating_sub(x),
     });
-    placed
 }
 
 /// The column drawn at `x` cells from the table's left edge, if any (not the gaps between).

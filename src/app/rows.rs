@@ -4,14 +4,18 @@
 //!
 //! The order is computed once per change (snapshot, filter, sort, tree) into [`RowRef`]s,
 //! which hold indices into the snapshot, and turned into borrowed [`ProcessRow`]s on demand.
+//! Neither allocates in the flat table once its vectors have grown: a row of one GPU holds its
+//! index inline ([`RowIndices::One`]), and a [`ProcessRow`] borrows the indices of its `RowRef`.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::actions::ProcessIdentity;
-use crate::format;
+mod process_row;
+pub(crate) use process_row::{ProcessRow, RowGpus, RowKey};
+
 use crate::model::filter::{matches, sorted_positions, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
-use crate::model::{GpuProcess, HostProcess, ProcessKind, Snapshot};
+use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
 /// How the table is arranged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,11 +64,30 @@ impl Default for RowSettings {
 pub(crate) struct RowRef {
     /// Indices into `snapshot.processes`: one in the flat table; every GPU the process holds in
     /// the tree, none for a process without a GPU.
-    pub(crate) gpus: Vec<usize>,
+    pub(crate) gpus: RowIndices,
     /// Index into `snapshot.host_processes` (tree view only).
     pub(crate) host: Option<usize>,
     /// Tree guides ("│  └─ ") and why the row is in the tree; `None` in the flat table.
     pub(crate) tree: Option<(String, TreeRole)>,
+}
+
+/// A row's indices into `snapshot.processes`, read as a slice: one kept inline, so a row of
+/// the flat table (the most common, rebuilt every snapshot) needs no vector of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RowIndices {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Deref for RowIndices {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            RowIndices::One(index) => std::slice::from_ref(index),
+            RowIndices::Many(indices) => indices,
+        }
+    }
 }
 
 impl RowRef {
@@ -78,213 +101,19 @@ impl RowRef {
     }
 }
 
-/// A row ready to draw or act on.
-#[derive(Debug, Clone)]
-pub(crate) struct ProcessRow<'a> {
-    pub(crate) pid: u32,
-    pub(crate) gpus: Vec<&'a GpuProcess>,
-    pub(crate) host: Option<&'a HostProcess>,
-    pub(crate) tree: Option<(&'a str, TreeRole)>,
-}
-
-/// What the selection follows across refreshes: the process, and the GPU of its row in the flat
-/// table (a process on two GPUs has two rows there).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct RowKey {
-    pub(crate) pid: u32,
-    pub(crate) start_ticks: Option<u64>,
-    pub(crate) gpu: Option<u32>,
-}
-
-impl<'a> ProcessRow<'a> {
-    /// Pid and start time; `None` where /proc does not show the process, which then must not
-    /// be acted on.
-    pub(crate) fn identity(&self) -> Option<ProcessIdentity> {
-        match self.host {
-            Some(host) => Some(ProcessIdentity::of_host_process(host)),
-            None => self
-                .gpus
-                .iter()
-                .find(|g| g.visible)
-                .and_then(|g| ProcessIdentity::of_gpu_process(g)),
-        }
-    }
-
-    pub(crate) fn key(&self) -> RowKey {
-        RowKey {
-            pid: self.pid,
-            start_ticks: self.identity().map(|id| id.start_ticks),
-            gpu: match self.tree {
-                Some(_) => None,
-                None => self.gpus.first().map(|g| g.gpu),
-            },
-        }
-    }
-
-    /// Whether /proc shows the process on this machine.
-    pub(crate) fn visible(&self) -> bool {
-        self.host.is_some() || self.gpus.iter().any(|g| g.visible)
-    }
-
-    pub(crate) fn uid(&self) -> Option<u32> {
-        self.host
-            .and_then(|h| h.uid)
-            .or_else(|| self.gpus.iter().find_map(|g| g.uid))
-    }
-
-    pub(crate) fn user(&self) -> Option<&'a str> {
-        self.host
-            .and_then(|h| h.user.as_deref())
-            .or_else(|| self.gpus.iter().find_map(|g| g.user.as_deref()))
-    }
-
-    /// The command line; a process without one (a zombie, a kernel thread) shows its short
-    /// name in brackets, as ps does.
-    pub(crate) fn command(&self) -> Option<String> {
-        if let Some(command) = self.gpus.iter().find_map(|g| g.command.as_deref()) {
-            return Some(command.to_string());
-        }
-        let host = self.host?;
-        Some(match &host.command {
-            Some(command) => command.clone(),
-            None => format!("[{}]", host.comm),
-        })
-    }
-
-    /// The command as the table shows it: the program by its basename, as htop does
-    /// (`python3 train.py`, not `/home/alice/.pyenv/.../python3 train.py`), escaped for the
-    /// terminal; `None` where /proc does not show the process.
-    pub(crate) fn display_command(&self) -> Option<String> {
-        if !self.visible() {
-            return None;
-        }
-        let command = self.command()?;
-        Some(format::escape(&program_basename(&command)).into_owned())
-    }
-
-    /// "rank/world" of a torch process, from its agent or else its launcher's variables;
-    /// "torch" for an agent that reports no rank; `None` for any other process.
-    pub(crate) fn rank_text(&self) -> Option<String> {
-        let torch = self.gpus.iter().find_map(|g| g.torch.as_ref());
-        let env = self.gpus.iter().find_map(|g| g.env.as_ref());
-        let rank = torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank));
-        let world = torch
-            .and_then(|t| t.world_size)
-            .or(env.and_then(|e| e.world_size));
-        match (rank, world) {
-            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
-            (Some(r), None) => Some(r.to_string()),
-            _ => torch.map(|_| "torch".to_string()),
-        }
-    }
-
-    /// Whether the row holds a GPU: not a tree row without one, nor a process listed for its
-    /// agent only.
-    pub(crate) fn is_gpu(&self) -> bool {
-        self.gpus.iter().any(|g| !g.no_gpu)
-    }
-
-    pub(crate) fn cpu_percent(&self) -> Option<f64> {
-        self.gpu_or_host(|g| g.cpu_percent, |h| h.cpu_percent)
-    }
-
-    pub(crate) fn rss_bytes(&self) -> Option<u64> {
-        self.gpu_or_host(|g| g.rss_bytes, |h| h.rss_bytes)
-    }
-
-    pub(crate) fn nice(&self) -> Option<i32> {
-        self.gpu_or_host(|g| g.nice, |h| h.nice)
-    }
-
-    /// The process state letter (R, S, D, T, Z, ...).
-    pub(crate) fn state(&self) -> Option<char> {
-        self.gpu_or_host(|g| g.state, |h| Some(h.state))
-    }
-
-    /// The row's GPU memory as a share of its GPUs' memory, 0-100.
-    pub(crate) fn gpu_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
-        let used = self.gpu_memory_bytes()?;
-        let total: u64 = self
-            .gpus
-            .iter()
-            .map(|g| {
-                let gpu = snapshot.gpus.iter().find(|s| s.index == g.gpu)?;
-                gpu.memory_total_bytes
-            })
-            .sum::<Option<u64>>()?;
-        percent_of(used, total)
-    }
-
-    /// Resident memory as a share of the host's memory, 0-100, as htop's MEM%.
-    pub(crate) fn host_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
-        percent_of(self.rss_bytes()?, snapshot.host.memory.total_bytes?)
-    }
-
-    /// When the process started, in seconds since the Unix epoch.
-    pub(crate) fn start_unix_seconds(&self, snapshot: &Snapshot) -> Option<f64> {
-        let running = self.running_seconds()?;
-        (snapshot.unix_seconds > 0.0).then_some(snapshot.unix_seconds - running)
-    }
-
-    /// The GPU memory of every GPU on the row, summed; `None` if any is unknown.
-    pub(crate) fn gpu_memory_bytes(&self) -> Option<u64> {
-        if self.gpus.is_empty() {
-            return None;
-        }
-        self.gpus.iter().map(|g| g.gpu_memory_bytes).sum()
-    }
-
-    /// SM utilization over every GPU on the row, summed; `None` if any is unknown.
-    pub(crate) fn sm_percent(&self) -> Option<u32> {
-        self.gpu_share(|g| g.sm_percent)
-    }
-
-    /// A share of the GPU summed over the process's rows; `None` if any row lacks it.
-    pub(crate) fn gpu_share(&self, share: impl Fn(&GpuProcess) -> Option<u32>) -> Option<u32> {
-        if self.gpus.is_empty() {
-            return None;
-        }
-        self.gpus.iter().map(|g| share(g)).sum()
-    }
-
-    /// How long the process has run; a tree row without a GPU (a DataLoader worker) has it
-    /// from the host table.
-    pub(crate) fn running_seconds(&self) -> Option<f64> {
-        self.gpus
-            .first()
-            .and_then(|g| g.running_seconds)
-            .or_else(|| self.host.and_then(|h| h.running_seconds))
-    }
-
-    /// The kind of GPU use; a process both computing and drawing on several GPUs reads "Both".
-    pub(crate) fn kind(&self) -> Option<ProcessKind> {
-        let first = self.gpus.first()?.kind;
-        Some(if self.gpus.iter().all(|g| g.kind == first) {
-            first
-        } else {
-            ProcessKind::Both
-        })
-    }
-
-    fn gpu_or_host<T>(
-        &self,
-        from_gpu: impl Fn(&GpuProcess) -> Option<T>,
-        from_host: impl Fn(&HostProcess) -> Option<T>,
-    ) -> Option<T> {
-        self.gpus
-            .first()
-            .and_then(|g| from_gpu(g))
-            .or_else(|| self.host.and_then(from_host))
-    }
-}
-
-fn percent_of(part: u64, total: u64) -> Option<f64> {
-    (total > 0).then(|| part as f64 * 100.0 / total as f64)
-}
-
 /// `command` with its first word (the program) cut to its basename. A command whose first word
 /// has no `/` is returned as is.
 pub(crate) fn program_basename(command: &str) -> String {
+    let (base, rest) = basename_parts(command);
+    match rest {
+        Some(rest) => format!("{base} {rest}"),
+        None => base.to_string(),
+    }
+}
+
+/// The program's basename and the rest of `command` after the space, as
+/// [`program_basename`] joins them.
+fn basename_parts(command: &str) -> (&str, Option<&str>) {
     let (program, rest) = match command.split_once(' ') {
         Some((program, rest)) => (program, Some(rest)),
         None => (command, None),
@@ -293,37 +122,55 @@ pub(crate) fn program_basename(command: &str) -> String {
         Some((_, base)) if !base.is_empty() => base,
         _ => program,
     };
-    match rest {
-        Some(rest) => format!("{base} {rest}"),
-        None => base.to_string(),
-    }
+    (base, rest)
 }
 
 /// The rows of `snapshot` under `settings`, in display order.
+#[cfg(test)]
 pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<RowRef> {
-    let rows = if settings.tree {
-        tree_rows(snapshot)
+    let mut rows = Vec::new();
+    compute_rows_into(snapshot, settings, &mut RowScratch::default(), &mut rows);
+    rows
+}
+
+/// What computing the rows needs between snapshots, kept so the flat table is sorted again
+/// without allocating once the vectors have grown.
+#[derive(Debug, Default)]
+pub(crate) struct RowScratch {
+    by_pair: Vec<usize>,
+    handed: Vec<usize>,
+}
+
+/// The rows of `snapshot` under `settings`, in display order, into `rows` (emptied first).
+pub(crate) fn compute_rows_into(
+    snapshot: &Snapshot,
+    settings: &RowSettings,
+    scratch: &mut RowScratch,
+    rows: &mut Vec<RowRef>,
+) {
+    rows.clear();
+    if settings.tree {
+        rows.extend(tree_rows(snapshot));
     } else {
-        sorted_rows(&snapshot.processes, settings.sort, settings.reverse)
-    };
-    if !settings.filtering() {
-        return rows;
+        let (processes, key) = (&snapshot.processes, settings.sort);
+        sorted_rows(processes, key, settings.reverse, scratch, rows);
     }
-    rows.into_iter()
-        .filter(|r| {
-            let row = materialize(snapshot, r);
-            row_matches(&settings.filter, &row)
-                && settings
-                    .user
-                    .as_deref()
-                    .is_none_or(|u| row.user() == Some(u))
-                && settings
-                    .gpus
-                    .as_ref()
-                    .is_none_or(|gpus| on_gpus(&row, gpus))
-                && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
-        })
-        .collect()
+    if !settings.filtering() {
+        return;
+    }
+    rows.retain(|r| {
+        let row = materialize(snapshot, r);
+        row_matches(&settings.filter, &row)
+            && settings
+                .user
+                .as_deref()
+                .is_none_or(|u| row.user() == Some(u))
+            && settings
+                .gpus
+                .as_ref()
+                .is_none_or(|gpus| on_gpus(&row, gpus))
+            && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
+    });
 }
 
 /// Whether the row holds one of `gpus`; a tree row without a GPU (a launcher, a worker) stays,
@@ -352,11 +199,7 @@ pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
 pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
-    let gpus: Vec<&GpuProcess> = row
-        .gpus
-        .iter()
-        .filter_map(|&i| snapshot.processes.get(i))
-        .collect();
+    let gpus = RowGpus::new(&snapshot.processes, &row.gpus);
     let host = row.host.and_then(|i| snapshot.host_processes.get(i));
     let pid = host
         .map(|h| h.pid)
@@ -373,41 +216,47 @@ pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> Proces
     }
 }
 
-fn tree_rows(snapshot: &Snapshot) -> Vec<RowRef> {
+fn tree_rows(snapshot: &Snapshot) -> impl Iterator<Item = RowRef> {
     build_tree(&snapshot.processes, &snapshot.host_processes)
         .into_iter()
         .map(|row| RowRef {
-            gpus: row.gpu,
+            gpus: RowIndices::Many(row.gpu),
             host: row.host,
             tree: Some((row.prefix, row.role)),
         })
-        .collect()
 }
 
 /// Sorts copies of the rows with the model's order, then maps them back to their indices by
-/// (pid, GPU), which NVML reports once per GPU.
-fn sorted_rows(processes: &[GpuProcess], key: SortKey, reverse: bool) -> Vec<RowRef> {
+/// (pid, GPU), which NVML reports once per GPU, appending them to `rows`.
+fn sorted_rows(
+    processes: &[GpuProcess],
+    key: SortKey,
+    reverse: bool,
+    scratch: &mut RowScratch,
+    rows: &mut Vec<RowRef>,
+) {
     // Rows of the same pid and GPU take their positions in snapshot order, as before: each
     // (pid, GPU)'s positions in ascending order, handed out in turn. One sorted vector of
     // positions and one of counters, not a map of one vector per process.
     let pair = |i: usize| (processes[i].pid, processes[i].gpu);
-    let mut by_pair: Vec<usize> = (0..processes.len()).collect();
+    let RowScratch { by_pair, handed } = scratch;
+    by_pair.clear();
+    by_pair.extend(0..processes.len());
     by_pair.sort_unstable_by_key(|&i| (pair(i), i));
-    let mut handed = vec![0_usize; processes.len()];
-    sorted_positions(processes, key, reverse)
-        .into_iter()
-        .filter_map(|i| {
-            let first = by_pair.partition_point(|&j| pair(j) < pair(i));
-            let next = first + handed[first];
-            let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
-            handed[first] += 1;
-            Some(RowRef {
-                gpus: vec![position],
-                host: None,
-                tree: None,
-            })
+    handed.clear();
+    handed.resize(processes.len(), 0);
+    let sorted = sorted_positions(processes, key, reverse).into_iter();
+    rows.extend(sorted.filter_map(|i| {
+        let first = by_pair.partition_point(|&j| pair(j) < pair(i));
+        let next = first + handed[first];
+        let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
+        handed[first] += 1;
+        Some(RowRef {
+            gpus: RowIndices::One(position),
+            host: None,
+            tree: None,
         })
-        .collect()
+    }));
 }
 
 /// The `/` filter on any row: the model's rule (pid prefix, or part of the command or user).
@@ -429,6 +278,8 @@ fn row_matches(filter: &str, row: &ProcessRow<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::actions::ProcessIdentity;
+    use crate::model::HostProcess;
 
     fn gpu_row(pid: u32, gpu: u32, command: &str, memory_gib: u64) -> GpuProcess {
         let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
@@ -474,7 +325,7 @@ mod tests {
         let mut settings = RowSettings::default();
         let rows = compute_rows(&snap, &settings);
         assert_eq!(pids(&snap, &rows), [200, 200, 300]);
-        assert_eq!(rows[1].gpus, [2]);
+        assert_eq!(*rows[1].gpus, [2]);
         settings.sort = SortKey::GpuMemory;
         settings.reverse = true;
         assert_eq!(
@@ -695,10 +546,10 @@ mod sorted_rows_tests {
                     .filter_map(|p| positions.get_mut(&(p.pid, p.gpu))?.pop())
                     .map(|i| vec![i])
                     .collect();
-                let rows: Vec<Vec<usize>> = sorted_rows(&processes, key, reverse)
-                    .into_iter()
-                    .map(|r| r.gpus)
-                    .collect();
+                let mut rows = Vec::new();
+                let scratch = &mut RowScratch::default();
+                sorted_rows(&processes, key, reverse, scratch, &mut rows);
+                let rows: Vec<Vec<usize>> = rows.into_iter().map(|r| r.gpus.to_vec()).collect();
                 assert_eq!(rows, expected, "{key:?}, reverse {reverse}");
             }
         }

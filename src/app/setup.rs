@@ -270,6 +270,12 @@ impl App {
         })
     }
 
+    /// Whether the user hid `column` in the setup screen: [`App::hidden_columns`] without the
+    /// vector, as a frame asks.
+    pub(crate) fn is_column_hidden(&self, column: Column) -> bool {
+        self.ui.hidden_columns.iter().any(|h| is_key_of(h, column))
+    }
+
     /// The process columns the user hid in the setup screen.
     pub(crate) fn hidden_columns(&self) -> Vec<Column> {
         // Asked each frame: compared with each column's key without making it.

@@ -409,3 +409,33 @@ fn in_gpu_order(mut app: App) -> App {
     app.settings.reverse = false;
     app
 }
+
+/// The same warnings are not grouped again, and give the groups grouping them again gives; a
+/// process moving to a job or another GPU changes its warnings' cause, and they are regrouped.
+#[test]
+fn the_same_warnings_are_not_grouped_again() {
+    let mut snap = snapshot();
+    let mut grouper = super::warning_groups::Grouper::default();
+    let mut groups = Vec::new();
+    assert!(grouper.regroup(&snap, &mut groups));
+    let first = groups.clone();
+    assert!(!grouper.regroup(&snap, &mut groups));
+    assert_eq!(groups, first);
+    let mut fresh = super::warning_groups::Grouper::default();
+    let cause_of = |groups: &[super::warning_groups::Group], id: &str| -> Vec<Cause> {
+        let of_id = groups.iter().filter(|g| g.key.id == id);
+        of_id.map(|g| g.key.cause.clone()).collect()
+    };
+    assert_eq!(cause_of(&groups, "leak"), [Cause::Gpu(1)]);
+    snap.jobs[0].ranks[0].pid = 201;
+    assert!(grouper.regroup(&snap, &mut groups));
+    let job = Cause::Job(snap.jobs[0].id.clone());
+    assert_eq!(cause_of(&groups, "leak"), [job]);
+    let mut again = Vec::new();
+    fresh.regroup(&snap, &mut again);
+    assert_eq!(groups, again);
+    snap.warnings.clear();
+    assert!(grouper.regroup(&snap, &mut groups));
+    assert!(groups.is_empty());
+    assert!(!grouper.regroup(&snap, &mut groups));
+}

@@ -83,6 +83,8 @@ pub(crate) struct WarningsView {
     /// Where the last frame put the view.
     pub(crate) area: WarningsViewArea,
     selected_key: Option<EntryKey>,
+    /// What regrouping keeps between snapshots.
+    grouper: warning_groups::Grouper,
 }
 
 impl WarningsView {
@@ -92,10 +94,12 @@ impl WarningsView {
 
     /// Regroups after a new snapshot, keeping the selection on the same warning or group.
     pub(crate) fn refresh(&mut self, snapshot: &Snapshot) {
-        self.groups = warning_groups::group(snapshot);
-        let keys: BTreeSet<&GroupKey> = self.groups.iter().map(|g| &g.key).collect();
-        self.opened.retain(|k| keys.contains(k));
-        self.rebuild_entries(snapshot);
+        // The same warnings make the same groups and entries: only a detail shown is renewed.
+        if self.grouper.regroup(snapshot, &mut self.groups) {
+            let groups = &self.groups;
+            self.opened.retain(|k| groups.iter().any(|g| &g.key == k));
+            self.rebuild_entries(snapshot);
+        }
         if let Level::Detail(detail) = &mut self.level {
             let now = snapshot
                 .warnings
@@ -130,10 +134,26 @@ impl WarningsView {
         let found = self.selected_key.as_ref().and_then(|key| {
             self.entries
                 .iter()
-                .position(|&e| self.key_of(e, snapshot).as_ref() == Some(key))
+                .position(|&e| self.entry_is(e, snapshot, key))
         });
         self.selected = found.unwrap_or(self.selected);
         self.select(self.selected, snapshot);
+    }
+
+    /// Whether `entry` is what `key` points at: `key_of(entry) == Some(key)`, without making
+    /// the key.
+    fn entry_is(&self, entry: Entry, snapshot: &Snapshot, key: &EntryKey) -> bool {
+        let Some(group) = self.groups.get(entry.group()) else {
+            return false;
+        };
+        let member = match entry {
+            Entry::Member { position, .. } => match group.member(snapshot, position) {
+                Some(warning) => Some(&warning.subject),
+                None => return false,
+            },
+            _ => None,
+        };
+        group.key == key.group && member == key.member.as_ref()
     }
 
     fn key_of(&self, entry: Entry, snapshot: &Snapshot) -> Option<EntryKey> {
@@ -153,10 +173,16 @@ impl WarningsView {
     /// Selects entry `index` (clamped) and remembers what it is.
     pub(crate) fn select(&mut self, index: usize, snapshot: &Snapshot) {
         self.selected = index.min(self.entries.len().saturating_sub(1));
-        self.selected_key = self
-            .entries
-            .get(self.selected)
-            .and_then(|&e| self.key_of(e, snapshot));
+        let entry = self.entries.get(self.selected).copied();
+        // The key made again only when the selection points elsewhere now.
+        let same = match (entry, &self.selected_key) {
+            (Some(entry), Some(key)) => self.entry_is(entry, snapshot, key),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.selected_key = entry.and_then(|e| self.key_of(e, snapshot));
+        }
         self.offset = self.first_visible();
     }
 

@@ -1,13 +1,14 @@
 //! The PyTorch panel for the selected process. Top to bottom, as rows allow: how close each of
 //! its devices is to OOM (`cuda:1 = GPU 3`, the GPU's total, the headroom left on it and the
 //! memory the allocator caches), the all-ranks table when the process is part of a job, then
-//! each device's `memory_stats` figures with auto-scaled sparklines of allocated and reserved.
-//! Its size never depends on the selection: a row without an agent gets a line saying so.
+//! each device's `memory_stats` figures ([`super::allocator_figures`]) with auto-scaled
+//! sparklines of allocated and reserved. Its size never depends on the selection: a row without an agent gets a line saying so.
 
-use super::label::Label;
+use super::label::{Label, Runs};
 use ratatui::{
     layout::Rect,
-    text::{Line, Span},
+    style::Style,
+    text::Line,
     widgets::{RenderDirection, Sparkline},
     Frame,
 };
@@ -15,11 +16,13 @@ use ratatui::{
 use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
 use crate::app::ranks::job_of;
 use crate::app::App;
-use crate::format::{self, pad_left_aligned};
+use crate::format::{self, pad_left_aligned, shown};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::terminal::theme::Theme;
+use std::fmt::Write as _;
 
+use super::allocator_figures::{figure_line_count, push_figure_lines};
 use super::history::{autoscaled, bucket_size, newest_first_buckets, AUTOSCALE_TOP};
 use super::processes::selected_process;
 use super::ranks;
@@ -48,7 +51,7 @@ pub(crate) fn wanted_height(snapshot: &Snapshot, width: u16) -> u16 {
         .map(|torch| {
             let devices = torch.devices.len().max(1) as u16;
             let figures = torch.devices.first().map_or(0, |device| {
-                figure_lines(device, torch, usize::from(width), Theme::new(false)).len() as u16
+                figure_line_count(device, torch, usize::from(width)) as u16
             });
             1 + devices + figures + 1
         })
@@ -70,11 +73,17 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         render_without_agent(frame, area, process, theme);
         return;
     };
-    let title = pad_left_aligned(&title(process, torch), usize::from(area.width));
-    frame.render_widget(
-        Label::new(title).style(theme.title()),
-        Rect { height: 1, ..area },
-    );
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
+    lines.push_with(Style::new(), |t| {
+        write_title(t, process, torch);
+        // Padded (or cut) to the width, as the title always was.
+        format::fit_left_aligned(t, 0, usize::from(area.width));
+    });
+    lines.end_line(Style::new());
+    let buf = frame.buffer_mut();
+    lines.render_styled(Rect { height: 1, ..area }, buf, theme.title());
     if let Some(age) = torch.age_seconds.filter(|a| *a > AGENT_SILENT_SECONDS) {
         let note = format!(" agent silent for {} ", format::duration(age));
         let width = (note.len() as u16).min(area.width);
@@ -93,8 +102,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let devices = ordered_devices(process, torch);
     for device in &devices {
-        y += line(frame, rest(y), oom_line(device, theme));
+        if y >= area.bottom() {
+            break;
+        }
+        lines.clear();
+        push_oom_line(lines, device, theme);
+        frame.render_widget(
+            &*lines,
+            Rect {
+                height: 1,
+                ..rest(y)
+            },
+        );
+        y += 1;
     }
+    // Handed back before the devices' figures take it.
+    drop(scratch);
     if let Some(job) = job_of(&app.snapshot, process.pid) {
         y += ranks::render(frame, rest(y), &app.snapshot, job, theme);
     }
@@ -159,42 +182,45 @@ fn ordered_devices<'a>(
     devices
 }
 
-fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
-    let mut parts = vec![format!(" PYTORCH pid {}", process.pid)];
-    match (torch.rank, torch.world_size) {
-        (Some(r), Some(w)) => parts.push(format!("rank {r}/{w}")),
-        (Some(r), None) => parts.push(format!("rank {r}")),
-        _ => {}
-    }
+/// " PYTORCH pid 42  rank 1/2  step 7  0.500s/step  torch 2.11.0", written at the end of
+/// `out`; the rank and the step only where the agent reports them.
+fn write_title(out: &mut String, process: &GpuProcess, torch: &TorchInfo) {
+    // Writing into a String does not fail.
+    let _ = write!(out, " PYTORCH pid {}", process.pid);
+    let _ = match (torch.rank, torch.world_size) {
+        (Some(r), Some(w)) => write!(out, "  rank {r}/{w}"),
+        (Some(r), None) => write!(out, "  rank {r}"),
+        _ => Ok(()),
+    };
     // A script that never calls `step()` has no step to show: nothing, rather than N/A twice.
     if let Some(step) = torch.step {
-        parts.push(format!("step {step}"));
+        let _ = write!(out, "  step {step}");
     }
     if let Some(seconds) = torch.step_time_seconds {
-        parts.push(format!("{seconds:.3}s/step"));
+        let _ = write!(out, "  {seconds:.3}s/step");
     }
-    parts.push(format!(
-        "torch {}",
-        crate::format::text(torch.torch.as_deref())
-    ));
-    parts.join("  ")
+    let version = format::escape(torch.torch.as_deref().unwrap_or(format::NA));
+    let _ = write!(out, "  torch {version}");
 }
 
-/// `cuda:1 = GPU 3`, or `cuda:1 = GPU ?` where the physical GPU could not be told.
-pub(crate) fn device_label(device: &DeviceAllocatorStats) -> String {
-    match device.gpu {
-        Some(gpu) => format!("cuda:{} = GPU {gpu}", device.index),
-        None => format!("cuda:{} = GPU ?", device.index),
-    }
+#[cfg(test)]
+fn title(process: &GpuProcess, torch: &TorchInfo) -> String {
+    let mut out = String::new();
+    write_title(&mut out, process, torch);
+    out
 }
 
 /// How close to OOM: the GPU's total, the headroom on it, and what the allocator caches, as
-/// figures and as shares of the device.
-fn oom_line(device: &DeviceAllocatorStats, theme: Theme) -> Line<'static> {
+/// figures and as shares of the device; one line written into `out`.
+fn push_oom_line(out: &mut Runs, device: &DeviceAllocatorStats, theme: Theme) {
     let total = device.device_total_bytes;
-    let share = |bytes: Option<u64>| match (bytes, total) {
-        (Some(b), Some(t)) if t > 0 => format!(" ({:.0}%)", b as f64 * 100.0 / t as f64),
-        _ => String::new(),
+    let with_share = |t: &mut String, bytes: Option<u64>| {
+        let _ = write!(t, "{}", shown::opt_bytes(bytes));
+        if let (Some(b), Some(t_)) = (bytes, total) {
+            if t_ > 0 {
+                let _ = write!(t, " ({:.0}%)", b as f64 * 100.0 / t_ as f64);
+            }
+        }
     };
     let headroom = device.headroom_bytes;
     let low = match (headroom, total) {
@@ -202,21 +228,25 @@ fn oom_line(device: &DeviceAllocatorStats, theme: Theme) -> Line<'static> {
         _ => false,
     };
     let cached = device.cached_bytes();
-    Line::from(vec![
-        Span::styled(format!(" {}", device_label(device)), theme.label()),
-        Span::styled("  total ", theme.dim()),
-        Span::styled(format::opt_bytes(total), theme.plain()),
-        Span::styled("  headroom ", theme.dim()),
-        Span::styled(
-            format!("{}{}", format::opt_bytes(headroom), share(headroom)),
-            if low { theme.critical() } else { theme.plain() },
+    // `cuda:1 = GPU 3`, or `cuda:1 = GPU ?` where the physical GPU could not be told.
+    match device.gpu {
+        Some(gpu) => out.push_fmt(
+            theme.label(),
+            format_args!(" cuda:{} = GPU {gpu}", device.index),
         ),
-        Span::styled("  cached ", theme.dim()),
-        Span::styled(
-            format!("{}{}", format::opt_bytes(cached), share(cached)),
-            theme.plain(),
+        None => out.push_fmt(
+            theme.label(),
+            format_args!(" cuda:{} = GPU ?", device.index),
         ),
-    ])
+    }
+    out.push(theme.dim(), "  total ");
+    out.push_fmt(theme.plain(), format_args!("{}", shown::opt_bytes(total)));
+    out.push(theme.dim(), "  headroom ");
+    let headroom_style = if low { theme.critical() } else { theme.plain() };
+    out.push_with(headroom_style, |t| with_share(t, headroom));
+    out.push(theme.dim(), "  cached ");
+    out.push_with(theme.plain(), |t| with_share(t, cached));
+    out.end_line(Style::new());
 }
 
 /// Draws one device's figures and sparklines; returns the rows used, 0 when they did not fit.
@@ -231,17 +261,23 @@ fn render_device(
     stacked: bool,
     theme: Theme,
 ) -> u16 {
-    let lines = figure_lines(device, torch, usize::from(area.width), theme);
+    let width = usize::from(area.width);
+    let count = u16::try_from(figure_line_count(device, torch, width)).unwrap_or(u16::MAX);
     let spark_rows: u16 = if stacked { 2 } else { 1 };
-    let needed = lines.len() as u16 + spark_rows;
+    let needed = count.saturating_add(spark_rows);
     if needed > area.height {
         return 0;
     }
     let text_area = Rect {
-        height: lines.len() as u16,
+        height: count,
         ..area
     };
-    frame.render_widget(Label::new(lines), text_area);
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
+    push_figure_lines(lines, device, torch, width, theme);
+    frame.render_widget(&*lines, text_area);
+    drop(scratch);
     let spark_area = Rect {
         y: text_area.bottom(),
         height: spark_rows,
@@ -255,89 +291,6 @@ fn render_device(
         .unwrap_or(&empty);
     render_sparklines(frame, spark_area, app.history.capacity(), history, theme);
     needed
-}
-
-/// A rate per second, as "1.2k/s".
-fn rate(value: Option<f64>) -> String {
-    match value {
-        None => format::NA.to_string(),
-        Some(v) if v >= 1000.0 => format!("{:.1}k/s", v / 1000.0),
-        Some(v) => format!("{v:.0}/s"),
-    }
-}
-
-/// The figures as "name value" pairs, packed into as few lines as the width allows; the first
-/// line starts with the device's name.
-fn figure_lines(
-    device: &DeviceAllocatorStats,
-    torch: &TorchInfo,
-    width: usize,
-    theme: Theme,
-) -> Vec<Line<'static>> {
-    let b = format::opt_bytes;
-    let c = format::count;
-    let split = match device.max_split_size_bytes {
-        Some(bytes) => format::bytes(bytes),
-        // Unlimited, or not reported: the agent's stats decide.
-        None if device.reserved_bytes.is_some() => "unlimited".to_string(),
-        None => format::NA.to_string(),
-    };
-    let oversize = match (device.oversize_allocations, device.oversize_segments) {
-        (None, None) => format::NA.to_string(),
-        (a, s) => format!("{} in {} segments", c(a), c(s)),
-    };
-    let figures = [
-        ("allocated", b(device.allocated_bytes)),
-        ("reserved", b(device.reserved_bytes)),
-        ("peak", b(device.peak_allocated_bytes)),
-        ("peak-reserved", b(device.peak_reserved_bytes)),
-        ("active", b(device.active_bytes)),
-        ("inactive-split", b(device.inactive_split_bytes)),
-        ("requested", b(device.requested_bytes)),
-        ("large-pool", b(device.large_pool_reserved_bytes)),
-        ("small-pool", b(device.small_pool_reserved_bytes)),
-        ("segments", c(device.segments)),
-        ("oversize", oversize),
-        ("allocs", rate(device.allocations_per_second)),
-        ("frees", rate(device.frees_per_second)),
-        ("retries", c(device.alloc_retries)),
-        ("OOMs", c(device.ooms)),
-        ("non-PyTorch", b(device.non_pytorch_bytes)),
-        ("max-split", split),
-        (
-            "alloc-conf",
-            format::escape(torch.alloc_conf.as_deref().unwrap_or("default")).into_owned(),
-        ),
-    ];
-    let mut pieces = vec![vec![Span::styled(
-        format!("cuda:{}", device.index),
-        theme.label(),
-    )]];
-    for (name, value) in figures {
-        let style = if is_alarming(name, device) {
-            theme.critical()
-        } else {
-            theme.plain()
-        };
-        pieces.push(vec![
-            Span::styled(format!("{name} "), theme.dim()),
-            Span::styled(value, style),
-        ]);
-    }
-    // Continuation lines line up under the first figure; the first starts at column 1.
-    let mut lines = format::pack(pieces, width, 8);
-    if let Some(first) = lines.first_mut().and_then(|l| l.spans.first_mut()) {
-        first.content = " ".into();
-    }
-    lines
-}
-
-fn is_alarming(name: &str, device: &DeviceAllocatorStats) -> bool {
-    match name {
-        "OOMs" => device.ooms.is_some_and(|n| n > 0),
-        "retries" => device.alloc_retries.is_some_and(|n| n > 0),
-        _ => false,
-    }
 }
 
 /// Allocated and reserved, side by side on one row (or one above the other on two), each
@@ -432,21 +385,27 @@ mod title_tests {
             headroom_bytes: Some(20 * GIB),
             ..Default::default()
         };
-        let text: String = oom_line(&device, Theme::new(false))
-            .spans
-            .iter()
-            .map(|s| s.content.as_ref())
-            .collect();
+        let oom_text = |device: &DeviceAllocatorStats| {
+            let mut runs = Runs::default();
+            push_oom_line(&mut runs, device, Theme::new(false));
+            let area = Rect::new(0, 0, 100, 1);
+            let mut buffer = ratatui::buffer::Buffer::empty(area);
+            ratatui::widgets::Widget::render(&runs, area, &mut buffer);
+            let text: String = buffer
+                .content
+                .iter()
+                .map(ratatui::buffer::Cell::symbol)
+                .collect();
+            text.trim_end().to_string()
+        };
         assert_eq!(
-            text,
+            oom_text(&device),
             " cuda:1 = GPU 3  total 80.0GiB  headroom 20.0GiB (25%)  cached 8.0GiB (10%)"
         );
         let unknown = DeviceAllocatorStats::default();
-        let text: String = oom_line(&unknown, Theme::new(false))
-            .spans
-            .iter()
-            .map(|s| s.content.as_ref())
-            .collect();
-        assert_eq!(text, " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A");
+        assert_eq!(
+            oom_text(&unknown),
+            " cuda:0 = GPU ?  total N/A  headroom N/A  cached N/A"
+        );
     }
 }

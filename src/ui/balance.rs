@@ -27,7 +27,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let gpus = &app.snapshot.gpus;
     // One text for the title and every label of the frame, each padded as it always was.
-    let mut text = Runs::default();
+    let mut scratch = super::scratch::take();
+    let text = &mut scratch.runs;
+    text.clear();
     text.push_with(Style::new(), |t| {
         let _ = match gpus.as_slice() {
             [] => t.write_str("BALANCE: no GPUs"),
@@ -75,7 +77,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         x += group;
     }
     if let [one] = gpus.as_slice() {
-        label_single_gpu(frame, area, one, theme, &mut text);
+        label_single_gpu(frame, area, one, theme, text);
     }
 }
 
@@ -135,7 +137,9 @@ fn draw_bar(
     }
 }
 
-/// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8).
+/// The fill of each cell of a vertical bar, bottom cell first, in eighths (0..=8): what the
+/// bars here and the jobs' levels draw, without its vector; the tests' reference.
+#[cfg(test)]
 pub(crate) fn column_cells(fraction: f64, height: u16) -> Vec<usize> {
     let total = (fraction.clamp(0.0, 1.0) * f64::from(height) * 8.0).round() as usize;
     (0..usize::from(height))

@@ -1,14 +1,15 @@
-//! The GPU table: one main line per GPU, plus detail lines (clocks, PCIe, encoder, throttle
-//! reasons, ECC, bus id, UUID) when the layout has room. Also the messages shown instead of the
-//! table when NVML is missing, finds no GPUs, or has not been sampled yet.
+//! The GPU table: one main line per GPU, plus detail lines ([`super::gpu_details`]: clocks,
+//! PCIe, encoder, throttle reasons, ECC, bus id, UUID) when the layout has room. Also the
+//! messages shown instead of the table when NVML is missing, finds no GPUs, or has not been
+//! sampled yet.
 
 use std::fmt::Write as _;
 
+use super::gpu_details::push_detail_lines;
 use super::label::Runs;
 use ratatui::{
     layout::Rect,
     style::Style,
-    text::{Line, Span},
     widgets::{Paragraph, Wrap},
     Frame,
 };
@@ -16,7 +17,7 @@ use ratatui::{
 use crate::app::view::Mark;
 use crate::app::App;
 use crate::format::{self, push_left_aligned, push_right_aligned, shown, NA};
-use crate::model::{GpuSample, GpuState, GpuVendor, Snapshot};
+use crate::model::{GpuSample, GpuState, Snapshot};
 use crate::terminal::theme::Theme;
 
 /// From this width the main line carries bars and longer labels.
@@ -31,7 +32,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     let columns = Columns::for_width(area.width);
     let title_area = Rect { height: 1, ..area };
     // One text for the title, then the table.
-    let mut lines = Runs::default();
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
     lines.push_with(Style::new(), |t| columns.write_title(t));
     lines.end_line(Style::new());
     lines.render_styled(title_area, frame.buffer_mut(), theme.title());
@@ -53,7 +56,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
     };
     lines.clear();
     gpu_lines(
-        &mut lines,
+        lines,
         &app.snapshot.gpus,
         &columns,
         theme,
@@ -61,7 +64,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         body,
         marked,
     );
-    frame.render_widget(&lines, body);
+    frame.render_widget(&*lines, body);
 }
 
 /// What to say instead of the table, when there is no GPU to show.
@@ -111,15 +114,7 @@ fn gpu_lines(
             out.end_line(Style::new());
         }
         if detail_lines > 0 {
-            let mut detail = mig_lines(gpu, theme);
-            detail.extend(self::detail(gpu, theme, body.width));
-            detail.resize(usize::from(detail_lines), Line::default());
-            for line in &detail {
-                for span in &line.spans {
-                    out.push(span.style, &span.content);
-                }
-                out.end_line(line.style);
-            }
+            push_detail_lines(out, gpu, theme, body.width, usize::from(detail_lines));
         }
     }
     if shown < gpus.len() {
@@ -337,198 +332,4 @@ fn push_horizontal_bar(out: &mut String, fraction: Option<f64>, width: usize) {
         filled += 1;
     }
     format::push_spaces(out, width.saturating_sub(filled));
-}
-
-/// The detail lines of one GPU packed to `width`: clocks, PCIe, codecs, throttle reasons, ECC
-/// (only where it is on), bus id, UUID and the last error.
-pub(crate) fn detail(gpu: &GpuSample, theme: Theme, width: u16) -> Vec<Line<'static>> {
-    let mut pieces = Vec::new();
-    detail_pieces(gpu, |piece| {
-        pieces.push(vec![Span::styled(piece.to_string(), theme.dim())]);
-    });
-    format::pack(pieces, usize::from(width), DETAIL_INDENT)
-}
-
-/// How far detail lines are indented.
-const DETAIL_INDENT: usize = 6;
-
-/// The pieces of the detail lines, before packing, each handed to `each` as it is formatted.
-fn detail_pieces(gpu: &GpuSample, mut each: impl FnMut(std::fmt::Arguments)) {
-    each(format_args!("SM {}", shown::mhz(gpu.sm_clock_mhz)));
-    each(format_args!("mem {}", shown::mhz(gpu.memory_clock_mhz)));
-    // amdgpu's sysfs has no PCIe rate, codec or throttle figures: no column of N/As for them.
-    if gpu.vendor == GpuVendor::Nvidia {
-        each(format_args!(
-            "PCIe rx {} tx {}",
-            shown::kib_rate(gpu.pcie_rx_kib_s),
-            shown::kib_rate(gpu.pcie_tx_kib_s)
-        ));
-        each(format_args!(
-            "enc {} dec {}",
-            shown::percent(gpu.encoder_percent),
-            shown::percent(gpu.decoder_percent)
-        ));
-        each(format_args!("throttle {}", ThrottleText(gpu)));
-    }
-    let bus = format::escape(gpu.bus_id.as_deref().unwrap_or(NA));
-    each(format_args!("bus {bus}"));
-    if gpu.vendor == GpuVendor::Amd {
-        match gpu.vendor_index {
-            Some(i) => each(format_args!("AMD ROCm #{i}")),
-            None => each(format_args!("AMD ROCm #{NA}")),
-        }
-        each(format_args!(
-            "GTT {}",
-            shown::used_of_total(gpu.gtt_used_bytes, gpu.gtt_total_bytes)
-        ));
-    }
-    if gpu.ecc_enabled == Some(true) {
-        each(format_args!(
-            "ECC corrected {} uncorrected {}",
-            shown::count(gpu.ecc_volatile_corrected),
-            shown::count(gpu.ecc_volatile_uncorrected)
-        ));
-    }
-    match gpu.uuid.as_deref() {
-        Some(uuid) => each(format_args!("{}", format::escape(uuid))),
-        None => each(format_args!("uuid {NA}")),
-    }
-    if let Some(error) = &gpu.error {
-        each(format_args!("error: {}", format::escape(error)));
-    }
-}
-
-/// Detail lines the busiest GPU needs at this width (its MIG sub-rows included); every GPU
-/// gets that many. Counted from the pieces' widths as [`format::pack`] packs them, without
-/// building the lines: the layout asks this every frame, even when no detail line fits.
-pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
-    gpus.iter()
-        .map(|g| {
-            let mut widths = Vec::new();
-            detail_pieces(g, |piece| {
-                let mut counted = CharCount(0);
-                let _ = counted.write_fmt(piece);
-                widths.push(counted.0);
-            });
-            let lines = packed_line_count(widths.into_iter(), usize::from(width));
-            (g.mig_devices.len() + lines) as u16
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// Counts the characters written to it, and keeps none.
-struct CharCount(usize);
-
-impl std::fmt::Write for CharCount {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0 += s.chars().count();
-        Ok(())
-    }
-}
-
-/// The lines [`format::pack`] makes of pieces this wide at `width`, with [`DETAIL_INDENT`].
-fn packed_line_count(widths: impl Iterator<Item = usize>, width: usize) -> usize {
-    let (mut lines, mut used, mut empty) = (0, DETAIL_INDENT, true);
-    for len in widths {
-        if !empty && used + 2 + len > width {
-            lines += 1;
-            used = DETAIL_INDENT;
-            empty = true;
-        }
-        if !empty {
-            used += 2;
-        }
-        used += len;
-        empty = false;
-    }
-    lines + usize::from(!empty)
-}
-
-/// Most pids named on a MIG sub-row; the rest are counted.
-const MIG_ROW_PIDS: usize = 6;
-
-/// One sub-row per MIG device: profile, instance ids, memory and the pids on it.
-fn mig_lines(gpu: &GpuSample, theme: Theme) -> Vec<Line<'static>> {
-    gpu.mig_devices
-        .iter()
-        .map(|mig| {
-            let name = mig
-                .name
-                .as_deref()
-                .map(|n| n.rsplit(" MIG ").next().unwrap_or(n));
-            let id = |id: Option<u32>| id.map_or(NA.to_string(), |i| i.to_string());
-            let mut pids: Vec<String> = (mig.pids.iter().take(MIG_ROW_PIDS))
-                .map(u32::to_string)
-                .collect();
-            if mig.pids.len() > MIG_ROW_PIDS {
-                pids.push(format!("+{}", mig.pids.len() - MIG_ROW_PIDS));
-            }
-            let text = format!(
-                "  └ MIG {:<8} GI {:<2} CI {:<2} {:>13}  {}",
-                format::text(name),
-                id(mig.gpu_instance_id),
-                id(mig.compute_instance_id),
-                format::used_of_total(mig.memory_used_bytes, mig.memory_total_bytes),
-                if pids.is_empty() {
-                    "no processes".to_string()
-                } else {
-                    format!("pids {}", pids.join(" "))
-                },
-            );
-            Line::styled(text, theme.plain())
-        })
-        .collect()
-}
-
-/// The throttle reasons, comma-separated; "none" for none, N/A when unknown.
-struct ThrottleText<'a>(&'a GpuSample);
-
-impl std::fmt::Display for ThrottleText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0.throttle_reasons {
-            None => f.write_str(NA),
-            Some(reasons) if reasons.is_empty() => f.write_str("none"),
-            Some(reasons) => {
-                for (i, reason) in reasons.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    f.write_str(reason)?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::MigDevice;
-
-    /// The count the layout plans with is the number of lines drawn.
-    #[test]
-    fn detail_line_count_is_the_lines_detail_packs() {
-        let mut gpu = GpuSample {
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            sm_clock_mhz: Some(1980),
-            pcie_rx_kib_s: Some(123_456),
-            throttle_reasons: Some(vec!["gpu_idle".into(), "sw_power_cap".into()].into()),
-            bus_id: Some("00000000:1B:00.0".into()),
-            uuid: Some("GPU-9f3c1a52-7d1e-4b0a-8c51-0e8f2a6b7c11".into()),
-            ..GpuSample::default()
-        };
-        for step in 0..3 {
-            for width in 0..220 {
-                let drawn = gpu.mig_devices.len() + detail(&gpu, Theme::new(true), width).len();
-                let counted = detail_line_count(std::slice::from_ref(&gpu), width);
-                assert_eq!(usize::from(counted), drawn, "step {step}, width {width}");
-            }
-            match step {
-                0 => gpu.error = Some("the last NVML call timed out".into()),
-                _ => gpu.mig_devices.push(MigDevice::default()),
-            }
-        }
-    }
 }

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::label::{Label, Runs};
+use super::label::Label;
+use super::scratch::Scratch;
 use ratatui::{
     layout::{Alignment, Rect},
     style::Style,
@@ -17,7 +18,15 @@ use crate::terminal::theme::Theme;
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let snapshot = &app.snapshot;
-    let clock_text = clock_text(snapshot, app.utc);
+    let mut scratch = super::scratch::take();
+    let Scratch {
+        runs: line,
+        text: clock_text,
+        ..
+    } = &mut *scratch;
+    clock_text.clear();
+    write_clock(clock_text, snapshot, app.utc);
+    let clock_text = &*clock_text;
     let badge = app
         .badge
         .as_deref()
@@ -25,7 +34,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let badge_width = badge.as_ref().map_or(0, |b| b.chars().count() as u16);
     let width = clock_text.len() as u16 + badge_width;
     let room = usize::from(area.width.saturating_sub(width));
-    let mut line = Runs::default();
+    line.clear();
     line.push(theme.brand(), "torchtop");
     let mut used = "torchtop".len();
     // Each field shown only where it fits, in order: a later, shorter one may still fit.
@@ -63,7 +72,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         field(&|t| t.push_str(&note));
     }
     line.end_line(Style::new());
-    frame.render_widget(&line, area);
+    frame.render_widget(&*line, area);
     if let Some(badge) = badge {
         let badge_area = Rect::new(
             area.right().saturating_sub(width),
@@ -74,14 +83,17 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         frame.render_widget(Label::new(badge).style(theme.readonly_badge()), badge_area);
     }
     let clock_width = width - badge_width;
-    let clock = Label::new(clock_text).alignment(Alignment::Right);
     let clock_area = Rect::new(
         area.right().saturating_sub(clock_width),
         area.y,
         clock_width.min(area.width),
         1,
     );
-    frame.render_widget(clock.style(theme.label()), clock_area);
+    line.clear();
+    line.push(Style::new(), clock_text);
+    line.end_line(Style::new());
+    let buf = frame.buffer_mut();
+    line.render_aligned(clock_area, buf, theme.label(), Alignment::Right);
 }
 
 fn container_note(snapshot: &Snapshot) -> Option<String> {
@@ -113,21 +125,27 @@ pub(crate) fn zone(utc: bool) -> jiff::tz::TimeZone {
 }
 
 /// " 12:34:56 UTC" under `--utc`, else the local time and zone (" 14:34:56 CEST") as `TZ`
-/// or the system's zone says; empty before the first sample.
-fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
+/// or the system's zone says; nothing before the first sample. Written at the end of `out`.
+fn write_clock(out: &mut String, snapshot: &Snapshot, utc: bool) {
     if snapshot.time.is_empty() {
-        return String::new();
+        return;
     }
     let Ok(instant) = jiff::Timestamp::from_second(snapshot.unix_seconds.floor() as i64) else {
-        return String::new();
+        return;
     };
     let zoned = instant.to_zoned(zone(utc));
-    let name = zoned
-        .time_zone()
-        .to_offset_info(instant)
-        .abbreviation()
-        .to_string();
-    format!(" {} {}", zoned.strftime("%H:%M:%S"), escape(&name))
+    let info = zoned.time_zone().to_offset_info(instant);
+    // As strftime's "%H:%M:%S" writes it, without parsing a format each frame.
+    let (hour, minute, second) = (zoned.hour(), zoned.minute(), zoned.second());
+    let name = escape(info.abbreviation());
+    let _ = write!(out, " {hour:02}:{minute:02}:{second:02} {name}");
+}
+
+#[cfg(test)]
+fn clock_text(snapshot: &Snapshot, utc: bool) -> String {
+    let mut out = String::new();
+    write_clock(&mut out, snapshot, utc);
+    out
 }
 
 #[cfg(test)]

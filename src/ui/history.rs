@@ -4,14 +4,15 @@
 //! other panels use for figures whose change matters more than their size: it spans the
 //! window's lowest to highest value, printed beside it.
 
-use std::fmt::Write as _;
+use std::fmt::{Arguments, Write as _};
 
-use super::label::{Label, Runs};
+use super::label::Runs;
+use super::scratch::Scratch;
 use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::App;
 use crate::config::HistoryMetric;
-use crate::format::{self, pad_left_aligned, shown};
+use crate::format::{self, shown};
 use crate::model::history::{GpuHistory, Series, HISTORY_SPAN_SECONDS};
 use crate::model::GpuSample;
 use crate::terminal::theme::Theme;
@@ -25,27 +26,38 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
     if area.height == 0 {
         return;
     }
-    let span = format!("{:.0} min", HISTORY_SPAN_SECONDS / 60.0);
     let chosen = &app.ui.history;
     let empty = GpuHistory::default();
-    let title = if rows_per_gpu > 1 {
-        format!("HISTORY  last {span}, newest at the right")
-    } else {
-        // The first GPU's metrics, by name: every metric is named whatever the GPU reports.
-        let names: Vec<&str> = match app.snapshot.gpus.first() {
-            Some(_) => chosen.iter().map(|m| metric_name(*m)).collect(),
-            None => Vec::new(),
-        };
-        compact_title(area.width, &span, &names)
-    };
-    frame.render_widget(
-        Label::new(pad_left_aligned(&title, usize::from(area.width))).style(theme.title()),
+    let mut scratch = super::scratch::take();
+    let Scratch {
+        runs: text,
+        buckets,
+        ..
+    } = &mut *scratch;
+    text.clear();
+    text.push_with(Style::new(), |t| {
+        let span = format_args!("{:.0} min", HISTORY_SPAN_SECONDS / 60.0);
+        if rows_per_gpu > 1 {
+            let _ = write!(t, "HISTORY  last {span}, newest at the right");
+        } else {
+            // The first GPU's metrics, by name: every metric is named whatever the GPU reports.
+            let names = if app.snapshot.gpus.is_empty() {
+                &[][..]
+            } else {
+                &chosen[..]
+            };
+            write_compact_title(t, area.width, span, names);
+        }
+        format::fit_left_aligned(t, 0, usize::from(area.width));
+    });
+    text.end_line(Style::new());
+    text.render_styled(
         Rect { height: 1, ..area },
+        frame.buffer_mut(),
+        theme.title(),
     );
     let capacity = app.history.capacity();
     // One vector of buckets for every sparkline of the frame.
-    let mut buckets = Vec::new();
-    let mut text = Runs::default();
     let mut y = area.y + 1;
     for gpu in &app.snapshot.gpus {
         if y + rows_per_gpu > area.bottom() {
@@ -57,13 +69,13 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, row
         let sparklines = Sparklines {
             capacity,
             theme,
-            buckets: &mut buckets,
-            text: &mut text,
+            buckets,
+            text,
         };
         if rows_per_gpu > 1 {
-            render_stacked(frame, row, gpu, &metrics, sparklines);
+            render_stacked(frame, row, gpu, metrics, sparklines);
         } else {
-            render_side_by_side(frame, row, gpu.index, &metrics, sparklines);
+            render_side_by_side(frame, row, gpu.index, metrics, sparklines);
         }
         y += rows_per_gpu;
     }
@@ -84,15 +96,12 @@ struct Metric<'a> {
 /// The metrics the setup screen (F2) chose, in its order; a figure the GPU does not report
 /// draws as gaps and reads N/A.
 fn metrics<'a>(
-    gpu: &GpuSample,
+    gpu: &'a GpuSample,
     history: &'a GpuHistory,
-    chosen: &[HistoryMetric],
+    chosen: &'a [HistoryMetric],
     theme: Theme,
-) -> Vec<Metric<'a>> {
-    chosen
-        .iter()
-        .map(|m| metric(*m, gpu, history, theme))
-        .collect()
+) -> impl ExactSizeIterator<Item = Metric<'a>> + 'a {
+    chosen.iter().map(move |m| metric(*m, gpu, history, theme))
 }
 
 fn metric<'a>(
@@ -194,14 +203,17 @@ fn write_rate(out: &mut String, kib: Option<u32>) -> std::fmt::Result {
     }
 }
 
-fn compact_title(width: u16, span: &str, names: &[&str]) -> String {
-    let segment = segment_width(width, names.len());
-    let mut title = pad_left_aligned("HIST", usize::from(GPU_LABEL_WIDTH));
-    for name in names {
-        title += &pad_left_aligned(name, usize::from(segment + 1));
+/// "HIST" and each metric's name over its sparkline, then the span, written at the end of
+/// `out`.
+fn write_compact_title(out: &mut String, width: u16, span: Arguments, metrics: &[HistoryMetric]) {
+    let segment = segment_width(width, metrics.len());
+    let start = out.len();
+    format::push_left_aligned(out, "HIST", usize::from(GPU_LABEL_WIDTH));
+    for metric in metrics {
+        format::push_left_aligned(out, metric_name(*metric), usize::from(segment + 1));
     }
-    title.truncate(title.trim_end().len());
-    format!("{title}  (last {span})")
+    out.truncate(start + out[start..].trim_end().len());
+    let _ = write!(out, "  (last {span})");
 }
 
 /// The cells of each of `count` sparklines side by side on one row.
@@ -220,36 +232,38 @@ struct Sparklines<'b> {
     text: &'b mut Runs,
 }
 
-fn render_side_by_side(
+fn render_side_by_side<'m>(
     frame: &mut Frame,
     row: Rect,
     index: u32,
-    metrics: &[Metric],
+    metrics: impl ExactSizeIterator<Item = Metric<'m>>,
     mut sparklines: Sparklines,
 ) {
-    frame.render_widget(
-        Label::new(format!("{index:>3}")).style(sparklines.theme.label()),
-        Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1),
-    );
+    let text = &mut *sparklines.text;
+    text.clear();
+    text.push_fmt(Style::new(), format_args!("{index:>3}"));
+    text.end_line(Style::new());
+    let label = Rect::new(row.x, row.y, GPU_LABEL_WIDTH, 1);
+    text.render_styled(label, frame.buffer_mut(), sparklines.theme.label());
     let segment = segment_width(row.width, metrics.len());
-    for (i, metric) in metrics.iter().enumerate() {
+    for (i, metric) in metrics.enumerate() {
         let x = row.x + GPU_LABEL_WIDTH + i as u16 * (segment + 1);
         let area = Rect::new(x, row.y, segment, 1);
-        render_sparkline(frame, area, metric, &mut sparklines);
+        render_sparkline(frame, area, &metric, &mut sparklines);
     }
 }
 
-fn render_stacked(
+fn render_stacked<'m>(
     frame: &mut Frame,
     row: Rect,
     gpu: &GpuSample,
-    metrics: &[Metric],
+    metrics: impl Iterator<Item = Metric<'m>>,
     mut sparklines: Sparklines,
 ) {
     let theme = sparklines.theme;
     let label_width = GPU_LABEL_WIDTH + METRIC_LABEL_WIDTH;
     let spark_width = row.width.saturating_sub(label_width + VALUE_WIDTH);
-    for (i, metric) in metrics.iter().enumerate().take(usize::from(row.height)) {
+    for (i, metric) in metrics.enumerate().take(usize::from(row.height)) {
         let y = row.y + i as u16;
         // "{index:>3}" on the first row, padded to 5, then the name padded to 7.
         let text = &mut *sparklines.text;
@@ -267,7 +281,7 @@ fn render_stacked(
         let label = Rect::new(row.x, y, label_width, 1);
         text.render_styled(label, frame.buffer_mut(), theme.label());
         let spark = Rect::new(row.x + label_width, y, spark_width, 1);
-        render_sparkline(frame, spark, metric, &mut sparklines);
+        render_sparkline(frame, spark, &metric, &mut sparklines);
         let text = &mut *sparklines.text;
         text.clear();
         text.push_with(Style::new(), |t| {

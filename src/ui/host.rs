@@ -15,7 +15,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let host = &app.snapshot.host;
-    let mut title = Runs::default();
+    let mut scratch = super::scratch::take();
+    let title = &mut scratch.runs;
+    title.clear();
     title.push_with(Style::new(), |t| {
         let start = t.len();
         t.push_str(" HOST");
@@ -36,9 +38,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         height: area.height - 1,
         ..area
     };
-    let mut lines = Runs::default();
-    write_lines(&mut lines, host, theme);
-    frame.render_widget(&lines, body);
+    let lines = title;
+    lines.clear();
+    write_lines(lines, host, theme);
+    frame.render_widget(&*lines, body);
 }
 
 /// The four lines (CPU, RAM, swap, vm), span for span as they have always been drawn.

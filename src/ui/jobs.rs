@@ -1,19 +1,15 @@
 //! Distributed jobs: one line per job with each rank's memory and utilization bar, so the rank
 //! that holds more memory or computes less than its peers stands out.
 
-use super::label::Label;
-use ratatui::{
-    layout::Rect,
-    text::{Line, Span},
-    Frame,
-};
+use super::label::Runs;
+use ratatui::{layout::Rect, style::Style, Frame};
 
 use crate::app::view::Mark;
 use crate::app::App;
 use crate::model::{Job, Snapshot};
 use crate::terminal::theme::Theme;
 
-use super::balance::{column_cells, LEVELS, MISSING};
+use super::balance::{LEVELS, MISSING};
 
 /// At most this many jobs get a line.
 pub(crate) const MAX_LINES: u16 = 3;
@@ -26,47 +22,47 @@ pub(crate) fn wanted_height(snapshot: &Snapshot) -> u16 {
 }
 
 pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
-    let lines: Vec<Line> = app
-        .snapshot
-        .jobs
-        .iter()
-        .take(usize::from(area.height))
-        .map(|job| {
-            let line = job_line(job, &app.snapshot, theme);
-            if app.view.mark == Some(Mark::Job(job.id.clone())) {
-                line.style(theme.selected())
-            } else {
-                line
-            }
-        })
-        .collect();
-    frame.render_widget(Label::new(lines), area);
+    let mut scratch = super::scratch::take();
+    let lines = &mut scratch.runs;
+    lines.clear();
+    for job in app.snapshot.jobs.iter().take(usize::from(area.height)) {
+        write_job_line(lines, job, &app.snapshot, theme);
+        let marked = matches!(&app.view.mark, Some(Mark::Job(id)) if *id == job.id);
+        lines.end_line(if marked {
+            theme.selected()
+        } else {
+            Style::new()
+        });
+    }
+    frame.render_widget(&*lines, area);
 }
 
-fn job_line<'a>(job: &'a Job, snapshot: &Snapshot, theme: Theme) -> Line<'a> {
-    let mut spans = vec![
-        Span::styled("JOB ", theme.title()),
-        Span::raw(format!("{} ", crate::format::escape(&job.id))),
-    ];
+/// A job's line, span for span as it has always been drawn, written into `out`.
+fn write_job_line(out: &mut Runs, job: &Job, snapshot: &Snapshot, theme: Theme) {
+    out.push(theme.title(), "JOB ");
+    let id = crate::format::escape(&job.id);
+    out.push_fmt(Style::new(), format_args!("{id} "));
     for rank in &job.ranks {
         let gpu = snapshot.gpu(rank.gpu);
         let memory = gpu.and_then(super::super::model::gpu::GpuSample::memory_fraction);
         let utilization = gpu
             .and_then(|g| g.utilization_percent)
             .map(|u| f64::from(u) / 100.0);
-        let label = rank
-            .rank
-            .map_or_else(|| format!("p{}", rank.pid), |r| format!("r{r}"));
-        spans.push(Span::styled(format!(" {label}"), theme.label()));
-        spans.push(Span::styled(level(memory), theme.memory_fill(memory)));
-        spans.push(Span::styled(level(utilization), theme.load(utilization)));
+        match rank.rank {
+            Some(r) => out.push_fmt(theme.label(), format_args!(" r{r}")),
+            None => out.push_fmt(theme.label(), format_args!(" p{}", rank.pid)),
+        }
+        out.push(theme.memory_fill(memory), level(memory));
+        out.push(theme.load(utilization), level(utilization));
     }
-    Line::from(spans)
 }
 
-/// One character showing a fraction in eighths, or a dot when it is unknown.
+/// One character showing a fraction in eighths, or a dot when it is unknown: a bar one cell
+/// high, as `column_cells` fills it.
 fn level(fraction: Option<f64>) -> &'static str {
-    fraction.map_or(MISSING, |f| LEVELS[column_cells(f, 1)[0]])
+    fraction.map_or(MISSING, |f| {
+        LEVELS[((f.clamp(0.0, 1.0) * 8.0).round() as usize).min(8)]
+    })
 }
 
 #[cfg(test)]
@@ -79,5 +75,9 @@ mod tests {
         assert_eq!(level(Some(0.5)), "▄");
         assert_eq!(level(Some(0.0)), " ");
         assert_eq!(level(None), "·");
+        for f in [-1.0, 0.0, 0.06, 0.07, 0.3, 0.5, 0.99, 1.0, 7.0] {
+            let cells = super::super::balance::column_cells(f, 1);
+            assert_eq!(level(Some(f)), LEVELS[cells[0]], "{f}");
+        }
     }
 }

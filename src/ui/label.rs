@@ -257,8 +257,21 @@ impl Runs {
 
     /// Draws the lines in `area` over `style`, as `Label::new(lines).style(style)` would.
     pub(crate) fn render_styled(&self, area: Rect, buf: &mut Buffer, style: Style) {
+        self.render_aligned(area, buf, style, Alignment::Left);
+    }
+
+    /// [`Runs::render_styled`], each line aligned as `alignment` says, as
+    /// `Label::new(lines).style(style).alignment(alignment)` would draw them.
+    pub(crate) fn render_aligned(
+        &self,
+        area: Rect,
+        buf: &mut Buffer,
+        style: Style,
+        alignment: Alignment,
+    ) {
         if !self.text.chars().all(is_one_cell) {
-            Label::new(self.to_text()).style(style).render(area, buf);
+            let label = Label::new(self.to_text()).style(style);
+            label.alignment(alignment).render(area, buf);
             return;
         }
         let area = area.intersection(buf.area);
@@ -270,14 +283,7 @@ impl Runs {
             return;
         }
         for ((runs, style), y) in self.lines().zip(area.top()..area.bottom()) {
-            put_runs(
-                buf,
-                area,
-                y,
-                runs,
-                Style::new().patch(style),
-                Alignment::Left,
-            );
+            put_runs(buf, area, y, runs, Style::new().patch(style), alignment);
         }
     }
 }
@@ -378,14 +384,18 @@ mod tests {
             ];
             for area in [Rect::new(0, 0, 12, 3), Rect::new(2, 1, 7, 2)] {
                 for style in [Style::new(), Style::new().fg(Color::Cyan)] {
-                    let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
-                    base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
-                    let (mut theirs, mut ours) = (base.clone(), base);
-                    Label::new(lines.clone())
-                        .style(style)
-                        .render(area, &mut theirs);
-                    runs.render_styled(area, &mut ours, style);
-                    assert_eq!(ours, theirs, "{tail:?} in {area:?}");
+                    let alignments = [Alignment::Left, Alignment::Center, Alignment::Right];
+                    for alignment in alignments {
+                        let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
+                        base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
+                        let (mut theirs, mut ours) = (base.clone(), base);
+                        Label::new(lines.clone())
+                            .style(style)
+                            .alignment(alignment)
+                            .render(area, &mut theirs);
+                        runs.render_aligned(area, &mut ours, style, alignment);
+                        assert_eq!(ours, theirs, "{tail:?} in {area:?}, {alignment:?}");
+                    }
                 }
             }
         }

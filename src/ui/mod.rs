@@ -5,12 +5,14 @@
 //! [`crate::format`] how figures read.
 
 pub(crate) mod allocator;
+pub(crate) mod allocator_figures;
 pub(crate) mod balance;
 /// The frame benchmark's way in (`torchtop::frame_bench`).
 #[doc(hidden)]
 pub mod bench;
 pub(crate) mod detail;
 pub(crate) mod dialog;
+pub(crate) mod gpu_details;
 pub(crate) mod gpus;
 pub(crate) mod header;
 pub(crate) mod help;
@@ -20,6 +22,7 @@ pub(crate) mod jobs;
 pub(crate) mod label;
 pub(crate) mod processes;
 pub(crate) mod ranks;
+pub(crate) mod scratch;
 pub(crate) mod setup;
 pub(crate) mod status;
 pub(crate) mod warnings;
@@ -71,7 +74,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_detail_lines: if panels.gpu_details {
-            gpus::detail_line_count(&app.snapshot.gpus, width)
+            gpu_details::detail_line_count(&app.snapshot.gpus, width)
         } else {
             0
         },

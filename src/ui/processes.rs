@@ -33,7 +33,7 @@ const TAG_MARK: char = '*';
 
 /// The GPU process on the selected row, if there is one (a tree row without a GPU has none).
 pub(crate) fn selected_process(app: &App) -> Option<&GpuProcess> {
-    app.selected_row().and_then(|row| row.gpus.first().copied())
+    app.selected_row().and_then(|row| row.gpus.first())
 }
 
 /// Draws the table as ratatui's `Table` would (a header row in the title style, one row per
@@ -47,31 +47,36 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let count = app.row_count();
     let height = usize::from(area.height.saturating_sub(1));
     let first = first_visible_row(app.view.offset, app.view.selected, height);
-    let placed = columns::fit_shown(
-        area.width,
-        app.any_row_has_rank(),
-        app.settings.tree,
-        &app.hidden_columns(),
+    let mut scratch = super::scratch::take();
+    let scratch = &mut *scratch;
+    let (with_rank, tree) = (app.any_row_has_rank(), app.settings.tree);
+    let hidden = |c| app.is_column_hidden(c);
+    columns::fit_shown_into(area.width, with_rank, tree, hidden, &mut scratch.placed);
+    let (placed, text) = (&scratch.placed, &mut scratch.text);
+    let lefts = column_areas(
+        placed,
+        area,
+        &mut scratch.laid_out,
+        &mut scratch.column_areas,
     );
-    let lefts = column_areas(&placed, area);
+    let lefts = lefts.iter().map(|c| Rect {
+        x: area.x + c.x,
+        y: area.y,
+        ..*c
+    });
     let buf = frame.buffer_mut();
-    let mut text = String::new();
     // Asked of the system once a frame, and only when START is shown.
     let zone = OnceCell::new();
     let header = Rect { height: 1, ..area };
     buf.set_style(header, theme.title());
-    for (p, column) in placed.iter().zip(lefts.iter()) {
+    for (p, column) in placed.iter().zip(lefts.clone()) {
         text.clear();
-        header_text(app, p.column, count, &mut text);
-        put(
-            buf,
-            Rect {
-                y: header.y,
-                ..*column
-            },
-            &text,
-            p.column,
-        );
+        header_text(app, p.column, count, text);
+        let at = Rect {
+            y: header.y,
+            ..column
+        };
+        put(buf, at, text, p.column);
     }
     // Only the rows on screen are drawn: a table of thousands shows a few dozen.
     let ys = area.y + 1..area.bottom();
@@ -89,10 +94,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 style,
             );
         }
-        for (p, column) in placed.iter().zip(lefts.iter()) {
+        for (p, column) in placed.iter().zip(lefts.clone()) {
             text.clear();
-            row_text(p.column, &row, tagged, app, &zone, &mut text);
-            put(buf, Rect { y, ..*column }, &text, p.column);
+            row_text(p.column, &row, tagged, app, &zone, text);
+            put(buf, Rect { y, ..column }, text, p.column);
         }
     }
     if count == 0 && area.height > 1 {
@@ -105,21 +110,34 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-/// Where each column's cells go across `area` (one row high), laid out as `Table` lays out its
-/// columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver when the
-/// columns do not fit.
-fn column_areas(placed: &[Placed], area: Rect) -> Vec<Rect> {
+/// Where each column's cells go across a row of `area`, from its left edge, laid out as `Table`
+/// lays out its columns: the fixed widths, COMMAND filling the rest, shrunk by the same solver
+/// when the columns do not fit. Laid out again only when the columns or the width changed
+/// since `laid_out`, into `areas`.
+fn column_areas<'s>(
+    placed: &[Placed],
+    area: Rect,
+    laid_out: &mut Option<(u16, Vec<Placed>)>,
+    areas: &'s mut Vec<Rect>,
+) -> &'s [Rect] {
+    if laid_out
+        .as_ref()
+        .is_some_and(|(width, was)| *width == area.width && was == placed)
+    {
+        return areas;
+    }
     let widths = placed.iter().map(|p| match p.column {
         Column::Command => Constraint::Fill(1),
         _ => Constraint::Length(p.width),
     });
-    Layout::horizontal(widths)
+    let split = Layout::horizontal(widths)
         .flex(Flex::Start)
         .spacing(columns::SPACING)
-        .split(Rect::new(0, 0, area.width, 1))
-        .iter()
-        .map(|c| Rect::new(area.x + c.x, area.y, c.width, 1))
-        .collect()
+        .split(Rect::new(0, 0, area.width, 1));
+    areas.clear();
+    areas.extend(split.iter().map(|c| Rect::new(c.x, 0, c.width, 1)));
+    *laid_out = Some((area.width, placed.to_vec()));
+    areas
 }
 
 /// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it: cut at the
@@ -234,7 +252,7 @@ fn row_text(
             let mark = if tagged { TAG_MARK } else { ' ' };
             let _ = write!(out, "{mark}{:>7}", row.pid);
         }
-        Column::User => out.push_str(&format::truncate(&format::text(row.user()), 8)),
+        Column::User => push_truncated(out, &format::escape(row.user().unwrap_or(NA)), 8),
         Column::Nice => opt(out, row.nice(), shown),
         Column::State => opt(out, row.state(), |out, c| {
             let mut text = [0; 4];
@@ -247,7 +265,7 @@ fn row_text(
             }
         }
         Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
-        Column::GpuMemory => out.push_str(&format::opt_bytes_short(row.gpu_memory_bytes())),
+        Column::GpuMemory => shown(out, format::shown::opt_bytes_short(row.gpu_memory_bytes())),
         Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
             let _ = write!(out, "{p:.0}");
         }),
@@ -261,17 +279,23 @@ fn row_text(
         Column::HostMemoryPercent => opt(out, row.host_memory_percent(&app.snapshot), |out, p| {
             let _ = write!(out, "{p:.1}");
         }),
-        Column::Rss => out.push_str(&format::opt_bytes_short(row.rss_bytes())),
+        Column::Rss => shown(out, format::shown::opt_bytes_short(row.rss_bytes())),
         Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
             let zone = zone.get_or_init(|| super::header::zone(app.utc));
             start_text(start, app.snapshot.unix_seconds, zone, out);
         }),
-        Column::Time => out.push_str(&format::opt_duration(row.running_seconds())),
-        Column::Rank => out.push_str(row.rank_text().as_deref().unwrap_or(NO_GPU)),
+        Column::Time => opt(out, row.running_seconds(), |out, seconds| {
+            shown(out, format::shown::duration(seconds));
+        }),
+        Column::Rank => {
+            if !row.write_rank_text(out) {
+                out.push_str(NO_GPU);
+            }
+        }
         Column::Container => opt(
             out,
             row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |out, c| out.push_str(&format::truncate(&format::escape(&c.label()), 18)),
+            |out, c| push_truncated(out, &format::escape(&c.label()), 18),
         ),
         Column::Command => command_text(row, app.view.command_scroll, out),
     }
@@ -297,6 +321,17 @@ fn opt<T>(out: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T)
     match value {
         Some(value) => write(out, value),
         None => out.push_str(NA),
+    }
+}
+
+/// `text` cut to at most `width` characters, the cut marked with "…", as
+/// [`format::truncate`] cuts it.
+fn push_truncated(out: &mut String, text: &str, width: usize) {
+    if text.chars().count() <= width {
+        out.push_str(text);
+    } else if width > 0 {
+        out.extend(text.chars().take(width - 1));
+        out.push('…');
     }
 }
 
@@ -327,10 +362,17 @@ fn start_text(start: f64, now: f64, zone: &TimeZone, out: &mut String) {
 
 /// The tree guides and the command, scrolled `scroll` characters to the left.
 fn command_text(row: &ProcessRow<'_>, scroll: usize, out: &mut String) {
-    let prefix = row.tree.map_or("", |(prefix, _)| prefix);
-    let command = row.display_command();
-    let command = command.as_deref().unwrap_or(NOT_VISIBLE);
-    out.extend(prefix.chars().chain(command.chars()).skip(scroll));
+    let start = out.len();
+    out.push_str(row.tree.map_or("", |(prefix, _)| prefix));
+    if !row.write_display_command(out) {
+        out.push_str(NOT_VISIBLE);
+    }
+    // The scrolled-off characters, dropped in place.
+    let cut = out[start..]
+        .char_indices()
+        .nth(scroll)
+        .map_or(out.len(), |(i, _)| start + i);
+    out.drain(start..cut);
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::label::Label;
 use ratatui::{
     layout::Rect,
+    style::Style,
     text::{Line, Span},
     Frame,
 };
@@ -14,9 +15,9 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 use crate::format::escape;
 use crate::terminal::theme::Theme;
 
-const HINTS: &str = "q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
+const HINTS: &str = " q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
 /// The hints that stay when a status sentence needs the room.
-const SHORT_HINTS: &str = "q quit  ? help";
+const SHORT_HINTS: &str = " q quit  ? help";
 /// A status sentence gets this many cells (or its length) before the hints are shortened.
 const STATUS_ROOM: usize = 40;
 /// Cells of the gaps around the status sentence.
@@ -36,9 +37,15 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     } else {
         let (left, hints) = outcome_and_hints(app, theme, usize::from(room));
         if left.width() + hints.width() <= usize::from(room) {
-            let mut spans = left.spans;
-            spans.push(hints);
-            frame.render_widget(Label::new(Line::from(spans)), area);
+            // One line of the chips then the hints, drawn from the kept runs.
+            let mut scratch = super::scratch::take();
+            let line = &mut scratch.runs;
+            line.clear();
+            for span in left.spans.iter().chain([&hints]) {
+                line.push(span.style, &span.content);
+            }
+            line.end_line(Style::new());
+            frame.render_widget(&*line, area);
         } else {
             pin_hints_right(frame, area, room, left, hints);
         }
@@ -110,15 +117,15 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
         .iter()
         .map(ratatui::prelude::Span::width)
         .sum::<usize>();
-    let mut hints = format!(" {HINTS}");
+    let mut hints = HINTS;
     if taken + hints.width() > width {
-        hints = format!(" {SHORT_HINTS}");
+        hints = SHORT_HINTS;
     }
     if let Some(status) = &app.status {
         let status = escape(status);
         let wanted = status.width().min(STATUS_ROOM) + STATUS_PADDING;
         if width.saturating_sub(taken + hints.width()) < wanted {
-            hints = format!(" {SHORT_HINTS}");
+            hints = SHORT_HINTS;
         }
         let room = width.saturating_sub(taken + hints.width() + STATUS_PADDING);
         if room > 0 {

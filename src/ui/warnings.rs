@@ -2,7 +2,7 @@
 //! cause share a line), most severe and most harmful first, as many as the layout gives rows.
 //! The lines are shared with the `w` view ([`super::warnings_view`]).
 
-use std::fmt::{Arguments, Write as _};
+use std::fmt::{self, Arguments, Display, Formatter, Write as _};
 
 use super::label::Runs;
 use ratatui::{
@@ -24,7 +24,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let groups = &app.warnings_view.groups;
     let count = app.snapshot.warnings.len();
-    let mut text = Runs::default();
+    let mut scratch = super::scratch::take();
+    let text = &mut scratch.runs;
+    text.clear();
     text.push_with(Style::new(), |t| {
         let _ = if groups.len() < count {
             write!(
@@ -48,7 +50,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     };
     text.clear();
     for group in groups.iter().take(shown) {
-        write_group_line(&mut text, group, &app.snapshot, false, theme);
+        write_group_line(text, group, &app.snapshot, false, theme);
         text.end_line(Style::new());
     }
     if shown < groups.len() {
@@ -64,7 +66,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         height: area.height - 1,
         ..area
     };
-    frame.render_widget(&text, body);
+    frame.render_widget(&*text, body);
 }
 
 /// Where a warning's line is written: the spans of a `Line`, or a panel's [`Runs`].
@@ -120,27 +122,32 @@ fn write_group_line(
     );
     let id = escape(&group.key.id);
     out.span(theme.label(), format_args!(" {id:<14}"));
-    let cause = cause_text(&group.key.cause);
+    let cause = Named::of_cause(&group.key.cause);
     out.span(Style::new(), format_args!(" {cause:<10}"));
-    let count = count_phrase(group, snapshot);
+    let count = CountPhrase(group, snapshot);
     let message = escape(&first.message);
     out.span(Style::new(), format_args!(" {arrow} {count}: {message}"));
 }
 
 /// "5 ranks of job X", "3 processes on GPU 2", "2 warnings on GPU 1".
-pub(crate) fn count_phrase(group: &Group, snapshot: &Snapshot) -> String {
-    let n = group.members.len();
-    let all_processes = (0..n).all(|i| {
-        group
-            .member(snapshot, i)
-            .is_some_and(|w| matches!(w.subject, Subject::Process { .. }))
-    });
-    let cause = cause_text(&group.key.cause);
-    match &group.key.cause {
-        Cause::Job(_) if all_processes => format!("{n} ranks of {cause}"),
-        Cause::Gpu(_) if all_processes => format!("{n} processes on {cause}"),
-        Cause::Host => format!("{n} warnings about the host"),
-        _ => format!("{n} warnings on {cause}"),
+struct CountPhrase<'a>(&'a Group, &'a Snapshot);
+
+impl Display for CountPhrase<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let CountPhrase(group, snapshot) = *self;
+        let n = group.members.len();
+        let all_processes = (0..n).all(|i| {
+            group
+                .member(snapshot, i)
+                .is_some_and(|w| matches!(w.subject, Subject::Process { .. }))
+        });
+        let cause = Named::of_cause(&group.key.cause);
+        match &group.key.cause {
+            Cause::Job(_) if all_processes => write!(f, "{n} ranks of {cause}"),
+            Cause::Gpu(_) if all_processes => write!(f, "{n} processes on {cause}"),
+            Cause::Host => write!(f, "{n} warnings about the host"),
+            _ => write!(f, "{n} warnings on {cause}"),
+        }
     }
 }
 
@@ -160,7 +167,7 @@ fn write_warning_line(out: &mut impl LineSink, warning: &Warning, theme: Theme) 
     );
     let id = escape(&warning.id);
     out.span(theme.label(), format_args!(" {id:<14}"));
-    let subject = subject_text(&warning.subject);
+    let subject = Named::of_subject(&warning.subject);
     out.span(Style::new(), format_args!(" {subject:<10}"));
     let message = escape(&warning.message);
     out.span(Style::new(), format_args!(" {message}"));
@@ -175,29 +182,74 @@ pub(crate) fn severity_label(severity: Severity) -> &'static str {
 }
 
 pub(crate) fn subject_text(subject: &Subject) -> String {
-    match subject {
-        Subject::Gpu { index } => format!("GPU {index}"),
-        Subject::Process { pid } => format!("pid {pid}"),
-        Subject::Job { id } => job_label(id),
-        Subject::Host => "host".to_string(),
+    Named::of_subject(subject).to_string()
+}
+
+/// What a warning or a group is about, as a name: "GPU 2", "pid 5", "job X" (without doubling
+/// the word when the id already starts with it: "job host:29500"), "host". Written where it
+/// is shown, without a `String` of its own; a width (`{:<10}`) pads it on the right.
+#[derive(Clone, Copy)]
+enum Named<'a> {
+    Gpu(u32),
+    Pid(u32),
+    Job(&'a str),
+    Host,
+}
+
+impl<'a> Named<'a> {
+    fn of_subject(subject: &'a Subject) -> Self {
+        match subject {
+            Subject::Gpu { index } => Named::Gpu(*index),
+            Subject::Process { pid } => Named::Pid(*pid),
+            Subject::Job { id } => Named::Job(id),
+            Subject::Host => Named::Host,
+        }
+    }
+
+    fn of_cause(cause: &'a Cause) -> Self {
+        match cause {
+            Cause::Gpu(index) => Named::Gpu(*index),
+            Cause::Process(pid) => Named::Pid(*pid),
+            Cause::Job(id) => Named::Job(id),
+            Cause::Host => Named::Host,
+        }
+    }
+
+    fn write(self, out: &mut impl fmt::Write) -> fmt::Result {
+        match self {
+            Named::Gpu(index) => write!(out, "GPU {index}"),
+            Named::Pid(pid) => write!(out, "pid {pid}"),
+            Named::Job(id) => {
+                let id = escape(id);
+                if id.starts_with("job ") {
+                    out.write_str(&id)
+                } else {
+                    write!(out, "job {id}")
+                }
+            }
+            Named::Host => out.write_str("host"),
+        }
     }
 }
 
-/// "job X", without doubling the word when the id already starts with it ("job host:29500").
-fn job_label(id: &str) -> String {
-    let id = escape(id);
-    if id.starts_with("job ") {
-        id.into_owned()
-    } else {
-        format!("job {id}")
+impl Display for Named<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let mut counted = CharCount(0);
+        self.write(&mut counted)?;
+        self.write(f)?;
+        for _ in counted.0..f.width().unwrap_or(0) {
+            f.write_char(' ')?;
+        }
+        Ok(())
     }
 }
 
-fn cause_text(cause: &Cause) -> String {
-    match cause {
-        Cause::Gpu(index) => format!("GPU {index}"),
-        Cause::Process(pid) => format!("pid {pid}"),
-        Cause::Job(id) => job_label(id),
-        Cause::Host => "host".to_string(),
+/// Counts the characters written to it, and keeps none.
+struct CharCount(usize);
+
+impl fmt::Write for CharCount {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 += s.chars().count();
+        Ok(())
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Environment: TORCHTOP_BENCH_FRAMES (frames per figure, default 300), TORCHTOP_BENCH_ONLY
 //! (only the scenarios and sizes whose names contain one of its `|`-separated parts, e.g.
-//! `8 GPUs|120x40`).
+//! `8 GPUs|120x40`), TORCHTOP_BENCH_ALLOC_STACKS (then, after the figures of each size, the
+//! stacks of a few frames' and updates' allocations, grouped, the most frequent first; build
+//! with `CARGO_PROFILE_BENCH_DEBUG=line-tables-only` for their lines).
 
 #[path = "overhead/alloc.rs"]
 #[allow(dead_code)]
@@ -19,10 +21,12 @@ mod alloc;
 mod common;
 #[path = "frame/fake.rs"]
 mod fake;
+#[path = "frame/stacks.rs"]
+mod stacks;
 mod support;
 
 #[global_allocator]
-static COUNTING: alloc::Counting = alloc::Counting;
+static COUNTING: stacks::Traced = stacks::Traced;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -147,6 +151,25 @@ fn measure(name: &str, size: &str, (width, height): (u16, u16), snapshots: &[Sna
         .map(|((_, label), cost)| format!("\n    {label}: {}", cost.per(rounds)))
         .collect();
     println!("  key, then its frame:{keys}");
+    if std::env::var_os("TORCHTOP_BENCH_ALLOC_STACKS").is_some() {
+        print_stacks(&format!("{name}, {size}"), &mut screen, &mut feeder);
+    }
+}
+
+/// The stacks of the allocations of a few updates, then of a few frames, each printed grouped.
+fn print_stacks(title: &str, screen: &mut Frames, feeder: &mut Feeder) {
+    const TIMES: u32 = 20;
+    for _ in 0..TIMES {
+        let snapshot = feeder.next();
+        stacks::traced(|| screen.feed(snapshot));
+        screen.draw();
+    }
+    stacks::print(&format!("{title}: update on a snapshot"), TIMES);
+    for _ in 0..TIMES {
+        screen.feed(feeder.next());
+        stacks::traced(|| screen.draw());
+    }
+    stacks::print(&format!("{title}: frame"), TIMES);
 }
 
 /// Time and allocations summed over calls.
