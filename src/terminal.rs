@@ -5,6 +5,7 @@
 //! size between resizes. [`theme`] is the look every screen of torchtop
 //! shares (the monitor, the cluster view, the snapshot viewer), colours or NO_COLOR.
 
+mod cells;
 pub(crate) mod input;
 pub(crate) mod signals;
 pub(crate) mod sized;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 mod process_row;
 pub(crate) use process_row::{ProcessRow, RowGpus, RowKey};
 
-use crate::model::filter::{matches, sorted_positions, SortKey};
+use crate::model::filter::{matches, sort_positions_into, SortKey};
 use crate::model::tree::{build_tree, TreeRole};
 use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
@@ -139,6 +139,7 @@ pub(crate) fn compute_rows(snapshot: &Snapshot, settings: &RowSettings) -> Vec<R
 pub(crate) struct RowScratch {
     by_pair: Vec<usize>,
     handed: Vec<usize>,
+    sorted: Vec<usize>,
 }
 
 /// The rows of `snapshot` under `settings`, in display order, into `rows` (emptied first).
@@ -239,14 +240,18 @@ fn sorted_rows(
     // (pid, GPU)'s positions in ascending order, handed out in turn. One sorted vector of
     // positions and one of counters, not a map of one vector per process.
     let pair = |i: usize| (processes[i].pid, processes[i].gpu);
-    let RowScratch { by_pair, handed } = scratch;
+    let RowScratch {
+        by_pair,
+        handed,
+        sorted,
+    } = scratch;
     by_pair.clear();
     by_pair.extend(0..processes.len());
     by_pair.sort_unstable_by_key(|&i| (pair(i), i));
     handed.clear();
     handed.resize(processes.len(), 0);
-    let sorted = sorted_positions(processes, key, reverse).into_iter();
-    rows.extend(sorted.filter_map(|i| {
+    sort_positions_into(processes, key, reverse, sorted);
+    rows.extend(sorted.iter().filter_map(|&i| {
         let first = by_pair.partition_point(|&j| pair(j) < pair(i));
         let next = first + handed[first];
         let position = *by_pair.get(next).filter(|&&j| pair(j) == pair(i))?;
@@ -512,6 +517,8 @@ mod tests {
 #[cfg(test)]
 mod sorted_rows_tests {
     use std::collections::HashMap;
+
+    use crate::model::filter::sorted_positions;
 
     use super::*;
     use crate::model::ProcessKind;

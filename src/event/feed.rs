@@ -34,7 +34,8 @@ pub(super) enum Feed {
 /// What a feed delivered.
 pub(super) enum Arrival {
     Snapshot(Arc<Snapshot>),
-    Replay(Update),
+    /// Boxed: an update carries a history, and a snapshot is a pointer.
+    Replay(Box<Update>),
 }
 
 impl Feed {
@@ -60,7 +61,11 @@ impl Feed {
     pub(super) async fn next(&mut self) -> Option<Arrival> {
         match self {
             Feed::Live { snapshots, .. } => snapshots.recv().await.map(Arrival::Snapshot),
-            Feed::Replay(session) => session.updates.recv().await.map(Arrival::Replay),
+            Feed::Replay(session) => session
+                .updates
+                .recv()
+                .await
+                .map(|u| Arrival::Replay(Box::new(u))),
         }
     }
 
@@ -77,7 +82,7 @@ impl Feed {
                 recording.on_snapshot(app, &snapshot, requests);
                 app.on_snapshot(snapshot);
             }
-            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, update),
+            (Feed::Replay(session), Arrival::Replay(update)) => session.apply(app, *update),
             _ => {}
         }
     }

@@ -166,19 +166,35 @@ pub(crate) fn sort_processes(rows: &mut [GpuProcess], key: SortKey, reverse: boo
 /// The positions in `processes` sorted ascending by `key`, or descending with `reverse`, without
 /// copying the processes. Rows whose value is missing (N/A) go last in both directions; ties are
 /// broken by pid then GPU, always ascending, so the order is stable between refreshes.
+#[cfg(test)]
 pub(crate) fn sorted_positions(
     processes: &[GpuProcess],
     key: SortKey,
     reverse: bool,
 ) -> Vec<usize> {
-    let mut positions: Vec<usize> = (0..processes.len()).collect();
-    positions.sort_by(|&a, &b| {
-        let (a, b) = (&processes[a], &processes[b]);
+    let mut positions = Vec::new();
+    sort_positions_into(processes, key, reverse, &mut positions);
+    positions
+}
+
+/// [`sorted_positions`] into `positions` (emptied first), kept by the caller between
+/// refreshes: no allocation once it has grown. Rows equal in key, pid and GPU keep their
+/// snapshot order, as a stable sort would, without a stable sort's scratch buffer.
+pub(crate) fn sort_positions_into(
+    processes: &[GpuProcess],
+    key: SortKey,
+    reverse: bool,
+    positions: &mut Vec<usize>,
+) {
+    positions.clear();
+    positions.extend(0..processes.len());
+    positions.sort_unstable_by(|&i, &j| {
+        let (a, b) = (&processes[i], &processes[j]);
         compare_by(key, a, b, reverse)
             .then(a.pid.cmp(&b.pid))
             .then(a.gpu.cmp(&b.gpu))
+            .then(i.cmp(&j))
     });
-    positions
 }
 
 fn compare_by(key: SortKey, a: &GpuProcess, b: &GpuProcess, reverse: bool) -> Ordering {
@@ -272,6 +288,30 @@ mod tests {
         }
         for miss in ["bob", "321", "43210", "eval"] {
             assert!(!matches(miss, &p), "{miss:?} should not match");
+        }
+    }
+
+    #[test]
+    fn rows_equal_in_key_pid_and_gpu_keep_their_snapshot_order() {
+        // 600 rows of one pid on one GPU, all N/A in every key, then a few others: each
+        // key in each direction orders them as a stable sort does, the equal ones as given.
+        let mut rows: Vec<GpuProcess> = (0..600)
+            .map(|_| GpuProcess::new(9, 0, ProcessKind::Compute))
+            .collect();
+        rows.extend([row(3, "bob", "b"), row(12, "amy", "a"), row(9, "cy", "c")]);
+        for key in SortKey::ALL {
+            for reverse in [false, true] {
+                let mut stable: Vec<usize> = (0..rows.len()).collect();
+                stable.sort_by(|&i, &j| {
+                    let (a, b) = (&rows[i], &rows[j]);
+                    compare_by(key, a, b, reverse)
+                        .then(a.pid.cmp(&b.pid))
+                        .then(a.gpu.cmp(&b.gpu))
+                });
+                let mut kept = vec![7; 3];
+                sort_positions_into(&rows, key, reverse, &mut kept);
+                assert_eq!(kept, stable, "{key:?}, reverse {reverse}");
+            }
         }
     }
 

@@ -163,6 +163,30 @@ pub(crate) struct History {
     pub(crate) allocators: BTreeMap<(u32, u32), AllocatorHistory>,
     /// Keyed by pid; bounded by [`MAX_PROCESS_HISTORIES`] and [`MAX_PROCESS_SAMPLES`].
     pub(crate) processes: BTreeMap<u32, ProcessHistory>,
+    scratch: Scratch,
+}
+
+/// The vectors recording the processes needs each snapshot, kept so that it allocates nothing
+/// once they have grown. Working space, not history: any two are equal, and a copy of the
+/// history starts with none.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Row positions by pid, a pid's rows in snapshot order.
+    order: Vec<usize>,
+    /// The pids recorded this snapshot, ascending.
+    kept: Vec<u32>,
+}
+
+impl PartialEq for Scratch {
+    fn eq(&self, _: &Scratch) -> bool {
+        true
+    }
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Scratch {
+        Scratch::default()
+    }
 }
 
 impl History {
@@ -237,12 +261,14 @@ impl History {
 
     fn record_processes(&mut self, snapshot: &Snapshot) {
         let rows = &snapshot.processes;
-        // Row positions by pid, a pid's rows in snapshot order: two Vecs a tick, not a map of
+        // Row positions by pid, a pid's rows in snapshot order: two kept Vecs, not a map of
         // one Vec per process.
-        let mut order: Vec<usize> = (0..rows.len()).collect();
+        let Scratch { order, kept } = &mut self.scratch;
+        order.clear();
+        order.extend(0..rows.len());
         order.sort_unstable_by_key(|&i| (rows[i].pid, i));
         let capacity = self.capacity.min(MAX_PROCESS_SAMPLES);
-        let mut kept: Vec<u32> = Vec::with_capacity(MAX_PROCESS_HISTORIES.min(rows.len()));
+        kept.clear();
         let mut rest = order.as_slice();
         while let Some(&first) = rest.first() {
             if kept.len() == MAX_PROCESS_HISTORIES {

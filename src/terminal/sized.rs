@@ -10,7 +10,8 @@
 //! It also lets the event loop send a frame in one `write`: while [`SizedBackend::hold`] is
 //! on, ratatui's flush and its per-frame cursor hiding only queue, and
 //! [`SizedBackend::release`] writes the whole frame (with the synchronized-update markers
-//! around it) at once. Two writes a frame woke the terminal twice.
+//! around it) at once. Two writes a frame woke the terminal twice. The cells themselves are
+//! written by [`super::cells`], which writes what crossterm's backend would without allocating.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -111,7 +112,7 @@ impl<W: Write> Backend for SizedBackend<W> {
     where
         I: Iterator<Item = (u16, u16, &'a BufferCell)>,
     {
-        self.inner.draw(content)
+        super::cells::draw(&mut self.inner, content)
     }
 
     fn append_lines(&mut self, n: u16) -> io::Result<()> {

@@ -1,23 +1,24 @@
 //! The event loop's drawing, off screen, for the frame benchmark (`cargo bench --bench frame`):
 //! plan the layout once, hand it to the app, draw, diff against the previous frame and write
-//! the escape codes, into memory instead of a terminal. Not part of torchtop's interface.
+//! the escape codes (through the monitor's backend), into memory instead of a terminal. Not
+//! part of torchtop's interface.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use ratatui::backend::CrosstermBackend;
 use ratatui::layout::Rect;
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
 use crate::app::App;
 use crate::model::Snapshot;
+use crate::terminal::sized::SizedBackend;
 
 /// A monitor drawing into a byte buffer of a fixed size.
 pub struct Frames {
     app: App,
-    terminal: Terminal<CrosstermBackend<Counted>>,
+    terminal: Terminal<SizedBackend<Counted>>,
     written: Arc<AtomicUsize>,
     screen: Rect,
 }
@@ -48,7 +49,7 @@ impl Frames {
             viewport: Viewport::Fixed(screen),
         };
         let written = Arc::new(AtomicUsize::new(0));
-        let backend = CrosstermBackend::new(Counted(Arc::clone(&written)));
+        let backend = SizedBackend::new(Counted(Arc::clone(&written)));
         let terminal = Terminal::with_options(backend, options).expect("a terminal in memory");
         Frames {
             app: App::new(1.0, true, false),
