@@ -26,7 +26,7 @@ mod stacks;
 mod support;
 
 #[global_allocator]
-static COUNTING: stacks::Traced = stacks::Traced;
+static COUNTING: alloc::Counting = alloc::Counting;
 
 use std::sync::Arc;
 use std::time::Instant;

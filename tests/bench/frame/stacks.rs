@@ -1,79 +1,17 @@
-//! Where the frame benchmark's allocations come from: a global allocator over the counting one
-//! of `overhead/alloc.rs` that, while [`capture`] runs, keeps the stack of each allocation, and
-//! prints them grouped, the most frequent first (under TORCHTOP_BENCH_ALLOC_STACKS). A build with
-//! `CARGO_PROFILE_BENCH_DEBUG=line-tables-only` names the lines.
+//! Where the frame benchmark's allocations come from: the stacks the counting allocator of
+//! `overhead/alloc.rs` keeps while [`traced`] runs, printed grouped, the most frequent first
+//! (under TORCHTOP_BENCH_ALLOC_STACKS). A build with `CARGO_PROFILE_BENCH_DEBUG=line-tables-only`
+//! names the lines.
 
-use std::alloc::{GlobalAlloc, Layout};
 use std::backtrace::Backtrace;
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
-use crate::alloc::Counting;
-
-/// The counting allocator, and a stack capture per allocation while [`TRACING`] is on.
-pub(crate) struct Traced;
-
-/// Whether allocations are being captured with their stacks now.
-static TRACING: AtomicBool = AtomicBool::new(false);
-static STACKS: Mutex<Vec<Backtrace>> = Mutex::new(Vec::new());
-
-thread_local! {
-    /// Set while this thread captures a stack: the capture's own allocations are not captured.
-    static CAPTURING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Keeps the stack of an allocation, unless it is the capture's own.
-fn keep_stack() {
-    if !TRACING.load(Ordering::Relaxed) {
-        return;
-    }
-    let _ = CAPTURING.try_with(|capturing| {
-        if capturing.replace(true) {
-            return;
-        }
-        let stack = Backtrace::force_capture();
-        if let Ok(mut stacks) = STACKS.lock() {
-            stacks.push(stack);
-        }
-        capturing.set(false);
-    });
-}
-
-// SAFETY: every call is passed unchanged to the counting allocator, itself the system's.
-unsafe impl GlobalAlloc for Traced {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        keep_stack();
-        // SAFETY: the caller's contract is Counting's.
-        unsafe { Counting.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { Counting.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        keep_stack();
-        // SAFETY: as above.
-        unsafe { Counting.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// Runs `f` with the stacks of its allocations captured, for [`print`]. The counts of
-/// [`crate::alloc::counters`] include the captures' own meanwhile.
-pub(crate) fn traced<T>(f: impl FnOnce() -> T) -> T {
-    TRACING.store(true, Ordering::Relaxed);
-    let value = f();
-    TRACING.store(false, Ordering::Relaxed);
-    value
-}
+pub(crate) use crate::alloc::traced;
 
 /// Prints the stacks captured since the last call under `title`, grouped, the most frequent
 /// first, as allocations per call of [`traced`] (`times` calls), and forgets them.
 pub(crate) fn print(title: &str, times: u32) {
-    let stacks = std::mem::take(&mut *STACKS.lock().unwrap());
+    let stacks = crate::alloc::take_stacks();
     println!(
         "=== {title}: {:.1} allocations a call",
         per(stacks.len(), times)
@@ -112,7 +50,7 @@ fn frames(stack: &Backtrace) -> String {
             last_std = Some(format!("  ({name})"));
             continue;
         }
-        if path.contains("stacks.rs") || path.contains("frame.rs:29") {
+        if path.contains("overhead/alloc.rs") || path.contains("stacks.rs") {
             continue;
         }
         if name.contains("frame::measure") || path.contains("bench/frame.rs") || kept.len() >= 10 {

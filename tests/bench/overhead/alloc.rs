@@ -55,9 +55,23 @@ fn count(bytes: usize) {
     });
 }
 
+/// Runs `f` with the stacks of its allocations captured, for [`take_stacks`]; the captures'
+/// own allocations are not counted.
+pub(crate) fn traced<T>(f: impl FnOnce() -> T) -> T {
+    TRACING.store(true, Ordering::Relaxed);
+    let value = f();
+    TRACING.store(false, Ordering::Relaxed);
+    value
+}
+
+/// The stacks captured so far, forgotten here.
+pub(crate) fn take_stacks() -> Vec<Backtrace> {
+    std::mem::take(&mut *STACKS.lock().unwrap())
+}
+
 /// Prints the captured stacks, grouped, the most frequent first, and forgets them.
 fn print_stacks(ticks: u32) {
-    let stacks = std::mem::take(&mut *STACKS.lock().unwrap());
+    let stacks = take_stacks();
     let mut counts: HashMap<String, u32> = HashMap::new();
     for stack in &stacks {
         let text = stack.to_string();
@@ -157,9 +171,11 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -
             (0..before).for_each(|_| tick());
             let trace = std::env::var_os("TORCHTOP_BENCH_ALLOC_STACKS").is_some();
             let (calls0, bytes0) = counters();
-            TRACING.store(trace, Ordering::Relaxed);
-            (0..ticks).for_each(|_| tick());
-            TRACING.store(false, Ordering::Relaxed);
+            if trace {
+                traced(|| (0..ticks).for_each(|_| tick()));
+            } else {
+                (0..ticks).for_each(|_| tick());
+            }
             let (calls1, bytes1) = counters();
             if trace {
                 print_stacks(ticks);
