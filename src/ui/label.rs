@@ -320,12 +320,17 @@ mod tests {
 
     use super::*;
 
+    /// Two copies of a 12x3 screen with something already on it, which a label must overwrite
+    /// or keep as Paragraph does.
+    fn two_screens() -> (Buffer, Buffer) {
+        let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
+        base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
+        (base.clone(), base)
+    }
+
     /// The same text drawn by `Paragraph` and by `Label` over the same buffer.
     fn both(text: &Text<'static>, style: Style, alignment: Alignment, area: Rect) {
-        let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
-        // Something already on screen, which a label must overwrite or keep as Paragraph does.
-        base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
-        let (mut theirs, mut ours) = (base.clone(), base);
+        let (mut theirs, mut ours) = two_screens();
         Paragraph::new(text.clone())
             .style(style)
             .alignment(alignment)
@@ -386,9 +391,7 @@ mod tests {
                 for style in [Style::new(), Style::new().fg(Color::Cyan)] {
                     let alignments = [Alignment::Left, Alignment::Center, Alignment::Right];
                     for alignment in alignments {
-                        let mut base = Buffer::empty(Rect::new(0, 0, 12, 3));
-                        base.set_string(0, 0, "############", Style::new().bg(Color::Blue));
-                        let (mut theirs, mut ours) = (base.clone(), base);
+                        let (mut theirs, mut ours) = two_screens();
                         Label::new(lines.clone())
                             .style(style)
                             .alignment(alignment)
