@@ -1,6 +1,7 @@
 //! Where the event loop's snapshots come from, and what it does with each: the sampler's
 //! thread for the monitor (its snapshots through [`super::latest`], with `R`'s recording), or a
-//! recording's player for the replay.
+//! recording's player for the replay. The sampler wakes the loop on its own core (see
+//! [`crate::sys::sched::Handover`]): one sleeping core woken a tick instead of two.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use crate::model::Snapshot;
 use crate::record::live::LiveRecording;
 use crate::replay::{player::Update, Session};
 use crate::sampler::{self, GpuLoader, SamplerConfig, SamplerRequest};
+use crate::sys::sched::Handover;
 
 use super::latest::{self, LatestReceiver};
 
@@ -27,6 +29,8 @@ pub(super) enum Feed {
         snapshots: LatestReceiver<Arc<Snapshot>>,
         requests: std::sync::mpsc::Sender<SamplerRequest>,
         recording: LiveRecording,
+        /// This (the loop's) thread, narrowed by the sampler before each wake.
+        handover: Option<Arc<Handover>>,
     },
     Replay(Session),
 }
@@ -43,7 +47,12 @@ impl Feed {
         match source {
             Source::Live { config, loader } => {
                 let (snapshots_tx, snapshots) = latest::latest();
+                let handover = Handover::of_this_thread().map(Arc::new);
+                let waker_side = handover.clone();
                 let requests = sampler::spawn_shared_loop(*config, loader, move |snapshot| {
+                    if let Some(handover) = &waker_side {
+                        handover.before_wake();
+                    }
                     snapshots_tx.send(snapshot)
                 });
                 let recording = LiveRecording::new(app.delay_seconds);
@@ -51,6 +60,7 @@ impl Feed {
                     snapshots,
                     requests,
                     recording,
+                    handover,
                 }
             }
             Source::Replay(session) => Feed::Replay(session),
@@ -75,10 +85,14 @@ impl Feed {
                 Feed::Live {
                     recording,
                     requests,
+                    handover,
                     ..
                 },
                 Arrival::Snapshot(snapshot),
             ) => {
+                if let Some(handover) = handover {
+                    handover.release();
+                }
                 recording.on_snapshot(app, &snapshot, requests);
                 app.on_snapshot(snapshot);
             }

@@ -1,4 +1,5 @@
-//! Scheduling class of torchtop's background threads.
+//! Scheduling of torchtop's threads: the background threads' class, and the hand-over of the
+//! UI thread's wake-up to the core the sampler already runs on.
 //!
 //! The sampler, the GPU workers and the driver thread run as `SCHED_BATCH`: same CPU share as
 //! any other thread, but a wake-up of one of them does not preempt the thread that woke it.
@@ -6,8 +7,22 @@
 //! still inside the channel's send (holding its lock), the sampler preempted it at once, then
 //! blocked on that lock until the worker ran again. The UI thread stays a normal thread, so
 //! that a key press still preempts whatever runs.
+//!
+//! Each tick the sampler thread wakes on its clock and then wakes the UI thread with the new
+//! snapshot. Left alone, the kernel wakes the UI thread on the core it last ran on whenever that
+//! core is idle: a second sleeping core woken a tick. On a virtual machine that wake-up is the
+//! dearest thing the monitor does at rest (here about 125 µs of CPU after a second asleep,
+//! against 1 to 2 µs for a switch between two threads on a core already awake). So the sampler
+//! narrows the UI thread to its own core just before the wake ([`Handover::before_wake`]), and
+//! the UI thread takes all its cores back as soon as it runs ([`Handover::release`]): it is
+//! narrowed only while asleep, between a snapshot and its handling, and a key that comes later
+//! is answered on any core.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::process::Pid;
+use rustix::thread::{self, CpuSet};
 
 /// Puts the calling thread in the `SCHED_BATCH` class (any user may; no priority changes).
 pub(crate) fn run_this_thread_as_batch() -> io::Result<()> {
@@ -19,6 +34,50 @@ pub(crate) fn run_this_thread_as_batch() -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// A thread whose wake-ups by another of torchtop's threads happen on the waker's core.
+pub(crate) struct Handover {
+    tid: Pid,
+    /// The cores the thread may run on, given back after each narrowing.
+    allowed: CpuSet,
+    narrowed: AtomicBool,
+}
+
+impl Handover {
+    /// The calling thread; `None` when it may run on one core only (nothing to hand over) or its
+    /// cores cannot be read.
+    pub(crate) fn of_this_thread() -> Option<Handover> {
+        let allowed = thread::sched_getaffinity(None).ok()?;
+        (allowed.count() > 1).then(|| Handover {
+            tid: thread::gettid(),
+            allowed,
+            narrowed: AtomicBool::new(false),
+        })
+    }
+
+    /// Called by the waker just before it wakes the thread: the thread may then run only on the
+    /// waker's core. Best effort: a core the thread may not use, or a refusal, changes nothing.
+    pub(crate) fn before_wake(&self) {
+        let here = thread::sched_getcpu();
+        if !self.allowed.is_set(here) {
+            return;
+        }
+        let mut core = CpuSet::new();
+        core.set(here);
+        if thread::sched_setaffinity(Some(self.tid), &core).is_ok() {
+            self.narrowed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Called by the thread once woken: all its cores again, so that the next wake-up, by a key
+    /// say, is not held to a core that may be busy.
+    pub(crate) fn release(&self) {
+        if self.narrowed.swap(false, Ordering::AcqRel) {
+            // Best effort as well: refused, the thread stays on one core until the next try.
+            let _ = thread::sched_setaffinity(Some(self.tid), &self.allowed);
+        }
     }
 }
 
@@ -39,5 +98,34 @@ mod tests {
         // SAFETY: as above.
         let here = unsafe { libc::sched_getscheduler(0) };
         assert_eq!(here, libc::SCHED_OTHER, "only the calling thread changes");
+    }
+
+    /// The cores `tid` may run on, as a list.
+    fn cores_of(tid: Pid) -> Vec<usize> {
+        let set = thread::sched_getaffinity(Some(tid)).expect("a thread's own cores");
+        (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
+    }
+
+    #[test]
+    fn a_woken_thread_runs_on_the_wakers_core_and_then_gets_its_cores_back() {
+        let Some(handover) = Handover::of_this_thread() else {
+            eprintln!("skipped: this test thread may run on one core only");
+            return;
+        };
+        let all = cores_of(handover.tid);
+        std::thread::scope(|scope| scope.spawn(|| handover.before_wake()).join())
+            .expect("the waker thread");
+        let narrowed = cores_of(handover.tid);
+        assert_eq!(narrowed.len(), 1, "narrowed to one core: {narrowed:?}");
+        assert!(all.contains(&narrowed[0]), "one of its own: {narrowed:?}");
+        assert_eq!(thread::sched_getcpu(), narrowed[0], "and woken there");
+        handover.release();
+        assert_eq!(cores_of(handover.tid), all, "all its cores again");
+        handover.release();
+        assert_eq!(
+            cores_of(handover.tid),
+            all,
+            "a second release changes nothing"
+        );
     }
 }

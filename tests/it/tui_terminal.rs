@@ -228,6 +228,55 @@ fn a_key_after_a_key_is_handled_without_waiting_for_the_refresh() {
     assert_restored(&session, "EXIT=0");
 }
 
+/// The cores a thread of `pid` may run on, as the kernel lists them.
+fn cores_allowed(pid: u32, tid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    Some(line.trim().to_string())
+}
+
+/// The thread of `pid` named `torchtop-sample`.
+fn sampler_thread(pid: u32) -> u32 {
+    let named = |tid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .is_ok_and(|name| name.trim() == "torchtop-sample")
+    };
+    let tasks = || -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|dir| {
+                dir.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    wait_until("the sampler thread", || tasks().iter().any(named));
+    tasks().into_iter().find(|t| named(t)).expect("found above")
+}
+
+#[test]
+fn the_ui_thread_gets_all_its_cores_back_after_each_snapshot() {
+    // The sampler narrows the UI thread to its own core before each wake; the UI thread must
+    // widen itself again, or a key would wait on a core that may be busy.
+    let session = spawn_wrapped_with(&["-d", "0.1"], &[]);
+    wait_for_first_frame(&session);
+    let pid = torchtop_pid(&session);
+    let _kill = KillOnDrop(pid);
+    // The sampler thread is never narrowed: its cores are all the UI thread's.
+    let sampler = sampler_thread(pid);
+    let all = cores_allowed(pid, sampler).expect("the sampler thread's cores");
+    // A second of ticks, each a narrowing when there is more than one core.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut last = String::new();
+    wait_until("the UI thread on all its cores between ticks", || {
+        last = cores_allowed(pid, pid).unwrap_or_default();
+        last == all
+    });
+    assert_eq!(last, all);
+}
+
 #[test]
 fn closing_the_terminal_ends_the_monitor_between_refreshes() {
     let sleepers = Sleepers::spawn(4);
