@@ -32,6 +32,7 @@ use crate::protocol::{MAX_LINE_BYTES, PROTOCOL_VERSION};
 pub use hub::AgentHub;
 pub(crate) use hub::CommandOutcome;
 pub(crate) use parse::AgentEvent;
+pub(crate) use state::Heard;
 
 /// Most agent connections open at once; past it the one idle longest is dropped.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
