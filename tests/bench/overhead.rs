@@ -433,13 +433,13 @@ fn print_allocations_with_agents(library: &Path) {
     let procs = Sleepers::spawn(60);
     let template = common::fake_nvml::fixture_text("eight_gpus.toml");
     let every = Duration::from_millis(100);
-    let phases = alloc::per_tick_with_agents(
+    let phases = agents::per_tick_with_agents(
         library,
         &template,
         &procs.pids(),
         (5, 4),
         every,
-        &[(10, 20)],
+        &[(30, 20)],
     );
     let figures = &phases[0];
     println!(

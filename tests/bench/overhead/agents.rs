@@ -15,6 +15,42 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::common::forked_agent::ForkedAgent;
 
+/// [`super::alloc::per_tick`] with `agents` stand-in agents connected, each sending stats every `every`:
+/// the first `in_nvml` of them are GPU processes of the scenario (their pids fill its first
+/// slots of each GPU, `{{pid:0}}`, `{{pid:8}}`, ...: `template` must have 8 per GPU), the
+/// others are agent-only rows. Counting starts once every agent's stats have arrived.
+pub(crate) fn per_tick_with_agents(
+    library: &Path,
+    template: &str,
+    pids: &[u32],
+    (agents, in_nvml): (usize, usize),
+    every: Duration,
+    phases: &[(u32, u32)],
+) -> Vec<super::alloc::PerTick> {
+    let mut stand_ins = StandIns::bind(agents);
+    let agent_pids = stand_ins.pids();
+    let mut filled = pids.to_vec();
+    let mut uuids = Vec::new();
+    for (i, &pid) in agent_pids.iter().enumerate().take(in_nvml) {
+        filled.insert(i * 8, pid);
+        uuids.push(format!("{i:08}-a100-4e00-8f00-c0ffee{i:06}"));
+    }
+    stand_ins.speak(every, uuids);
+    let file = crate::common::fake_nvml::ScenarioFile::new(&crate::common::fake_nvml::fill_pids(
+        template, &filled,
+    ));
+    std::env::set_var("TORCHTOP_AGENT_DIR", stand_ins.dir());
+    let all_heard = |snapshot: &torchtop::model::Snapshot| {
+        agent_pids.iter().all(|pid| {
+            (snapshot.processes.iter())
+                .any(|p| p.pid == *pid && p.torch.as_ref().is_some_and(|t| t.age_seconds.is_some()))
+        })
+    };
+    let figures = super::alloc::measure_ticks(library, file.path(), phases, all_heard);
+    std::env::remove_var("TORCHTOP_AGENT_DIR");
+    figures
+}
+
 /// The agents, their directory and the thread that speaks for them; all stopped on drop.
 pub(crate) struct StandIns {
     dir: PathBuf,
@@ -114,7 +150,7 @@ fn stats_line(line: &mut Vec<u8>, seq: u64, rank: usize, uuid: &str) {
         .map_or(0.0, |d| d.as_secs_f64());
     let allocated = (20 + rank as u64) << 30 | (seq % 1024) << 20;
     let reserved = (24 + rank as u64) << 30;
-    let _ = write!(
+    let _ = writeln!(
         line,
         "{{\"v\":1,\"type\":\"stats\",\"seq\":{seq},\"ts\":{ts},\"step\":{seq},\
          \"step_time_s\":0.1,\"devices\":[{{\"index\":0,\"uuid\":\"{uuid}\",\"stats\":{{\
@@ -123,7 +159,7 @@ fn stats_line(line: &mut Vec<u8>, seq: u64, rank: usize, uuid: &str) {
          \"requested_bytes.all.current\":{allocated},\"allocated_bytes.all.peak\":{reserved},\
          \"reserved_bytes.all.peak\":{reserved},\"segment.all.current\":40,\
          \"num_alloc_retries\":0,\"num_ooms\":0,\"allocation.all.allocated\":{},\
-         \"allocation.all.freed\":{},\"max_split_size\":-1}}}}]}}\n",
+         \"allocation.all.freed\":{},\"max_split_size\":-1}}}}]}}",
         seq * 100,
         seq * 100 - 5
     );

@@ -158,44 +158,8 @@ pub(crate) struct PerTick {
     pub(crate) calls_here: f64,
 }
 
-/// [`per_tick`] with `agents` stand-in agents connected, each sending stats every `every`:
-/// the first `in_nvml` of them are GPU processes of the scenario (their pids fill its first
-/// slots of each GPU, `{{pid:0}}`, `{{pid:8}}`, ...: `template` must have 8 per GPU), the
-/// others are agent-only rows. Counting starts once every agent's stats have arrived.
-pub(crate) fn per_tick_with_agents(
-    library: &Path,
-    template: &str,
-    pids: &[u32],
-    (agents, in_nvml): (usize, usize),
-    every: Duration,
-    phases: &[(u32, u32)],
-) -> Vec<PerTick> {
-    let mut stand_ins = super::agents::StandIns::bind(agents);
-    let agent_pids = stand_ins.pids();
-    let mut filled = pids.to_vec();
-    let mut uuids = Vec::new();
-    for (i, &pid) in agent_pids.iter().enumerate().take(in_nvml) {
-        filled.insert(i * 8, pid);
-        uuids.push(format!("{i:08}-a100-4e00-8f00-c0ffee{i:06}"));
-    }
-    stand_ins.speak(every, uuids);
-    let file = super::common::fake_nvml::ScenarioFile::new(&super::common::fake_nvml::fill_pids(
-        template, &filled,
-    ));
-    std::env::set_var("TORCHTOP_AGENT_DIR", stand_ins.dir());
-    let all_heard = |snapshot: &Snapshot| {
-        agent_pids.iter().all(|pid| {
-            (snapshot.processes.iter())
-                .any(|p| p.pid == *pid && p.torch.as_ref().is_some_and(|t| t.age_seconds.is_some()))
-        })
-    };
-    let figures = measure_ticks(library, file.path(), phases, all_heard);
-    std::env::remove_var("TORCHTOP_AGENT_DIR");
-    figures
-}
-
 /// The figures of each phase, once `ready` holds for a snapshot (or 10 s have passed).
-fn measure_ticks(
+pub(crate) fn measure_ticks(
     library: &Path,
     scenario: &Path,
     phases: &[(u32, u32)],
