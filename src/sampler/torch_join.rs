@@ -299,6 +299,7 @@ mod tests {
         assert_eq!(physical_gpu(&d1, Some("2,3"), &gpus), Some(3));
         assert_eq!(physical_gpu(&d1, None, &gpus), Some(1));
         assert_eq!(physical_gpu(&d1, Some("GPU-0a0b,GPU-3a3b"), &gpus), Some(3));
+        assert_eq!(physical_gpu(&d1, Some("GPU-0A0B,GPU-3A3B"), &gpus), Some(3));
         assert_eq!(physical_gpu(&d1, Some("0"), &gpus), None, "no 2nd entry");
         assert_eq!(physical_gpu(&d1, Some("0,MIG-abc"), &gpus), None);
         let by_uuid = DeviceAllocatorStats {
@@ -376,5 +377,44 @@ mod tests {
             Some(200.0),
             "the same report again keeps the rate"
         );
+    }
+
+    #[test]
+    fn joined_figures_are_refilled_in_place_once_no_snapshot_holds_them() {
+        let mut gpus: Vec<GpuSample> = (0..2).map(gpu).collect();
+        let info = TorchInfo {
+            devices: vec![device(1, 10 * GIB)],
+            ..Default::default()
+        };
+        let mut figures = heard(info);
+        figures.stats_at = Some(Instant::now());
+        let torch = HashMap::from([(7, figures)]);
+        let mut state = TorchJoin::default();
+        let mut tick = |gpus: &[GpuSample]| {
+            let mut rows = vec![GpuProcess::new(7, 1, crate::model::ProcessKind::Compute)];
+            rows[0].gpu_memory_bytes = Some(11 * GIB);
+            assert!(join(&mut rows, &torch, gpus, &mut state).is_empty());
+            rows[0].torch.take().unwrap()
+        };
+        let first = tick(&gpus);
+        assert_eq!(first.devices[0].headroom_bytes, Some(29 * GIB));
+        assert_eq!(first.devices[0].non_pytorch_bytes, Some(GIB));
+        let first_age = first.age_seconds.unwrap();
+        let at = Arc::as_ptr(&first);
+        drop(first);
+        gpus[1].memory_used_bytes = Some(60 * GIB);
+        let second = tick(&gpus);
+        assert_eq!(Arc::as_ptr(&second), at, "refilled in place");
+        assert_eq!(second.devices[0].headroom_bytes, Some(20 * GIB), "fresh");
+        assert!(second.age_seconds.unwrap() >= first_age);
+        let third = tick(&gpus);
+        assert!(!Arc::ptr_eq(&second, &third), "the held one is left alone");
+        assert_eq!(
+            second.devices[0].headroom_bytes,
+            third.devices[0].headroom_bytes
+        );
+        let held: Vec<_> = (0..KEPT_PER_PID * 2).map(|_| tick(&gpus)).collect();
+        assert!(held.iter().all(|t| t.devices[0].gpu == Some(1)));
+        assert!(state.kept[&7].len() <= KEPT_PER_PID, "bounded");
     }
 }

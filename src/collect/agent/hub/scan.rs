@@ -93,17 +93,108 @@ impl ScanClock {
 
     /// Notes a listing made after [`ScanClock::due`]; `complete`: it saw every entry it may.
     pub(crate) fn done(&mut self, now: Instant, complete: bool) {
+        self.done_as_of(now, SystemTime::now(), complete);
+    }
+
+    /// [`ScanClock::done`] with the wall clock's reading `wall` (tests pass a later one).
+    fn done_as_of(&mut self, now: Instant, wall: SystemTime, complete: bool) {
         self.listed = self.pending.take();
         self.listed_at = Some(now);
         self.incomplete = !complete;
-        self.racy = self
-            .listed
-            .is_none_or(|stamp| stamp.changed_lately(SystemTime::now()));
+        self.racy = (self.listed).is_none_or(|stamp| stamp.changed_lately(wall));
     }
 
     /// Forgets the last listing: the directory is gone or refused, and is listed in full once
     /// it is back.
     pub(crate) fn forget(&mut self) {
         *self = ScanClock::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clock that has just listed `dir` completely, as if the listing came long after the
+    /// directory's latest change (so it is not racy).
+    fn listed(dir: &Path, now: Instant) -> ScanClock {
+        let mut clock = ScanClock::default();
+        assert!(clock.due(dir, now, &HashMap::new()), "never listed");
+        clock.done_as_of(now, SystemTime::now() + RACY_WITHIN * 2, true);
+        clock
+    }
+
+    #[test]
+    fn an_unchanged_directory_is_listed_again_only_after_the_safety_rescan() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut clock = listed(dir.path(), now);
+        let none = HashMap::new();
+        assert!(!clock.due(dir.path(), now + Duration::from_secs(1), &none));
+        assert!(clock.due(dir.path(), now + SAFETY_RESCAN, &none));
+    }
+
+    #[test]
+    fn a_new_entry_a_due_retry_a_short_listing_or_a_recent_change_make_it_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let soon = now + Duration::from_millis(100);
+        let none = HashMap::new();
+        let mut clock = listed(dir.path(), now);
+        let retry = HashMap::from([(7, soon)]);
+        assert!(clock.due(dir.path(), soon, &retry), "a retry is due");
+        assert!(!clock.due(dir.path(), now, &retry), "not yet");
+        std::fs::write(dir.path().join("1.sock"), b"").unwrap();
+        assert!(clock.due(dir.path(), soon, &none), "a new entry");
+        clock.done_as_of(soon, SystemTime::now(), true);
+        assert!(
+            clock.due(dir.path(), soon, &none),
+            "listed right after a change"
+        );
+        let mut clock = listed(dir.path(), now);
+        clock.pending = Stamp::of(dir.path());
+        clock.done_as_of(now, SystemTime::now() + RACY_WITHIN * 2, false);
+        assert!(
+            clock.due(dir.path(), soon, &none),
+            "the last listing stopped short"
+        );
+    }
+
+    /// The attack: the directory's owner adds a socket and sets the directory's mtime back, to
+    /// hide the change. The change time moves anyway, and no user can set it.
+    #[test]
+    fn setting_the_mtime_back_does_not_hide_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut clock = listed(dir.path(), now);
+        let before = std::fs::symlink_metadata(dir.path())
+            .unwrap()
+            .modified()
+            .unwrap();
+        // A change time one tick of the coarse clock later than the listing's stamp.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(dir.path().join("1.sock"), b"").unwrap();
+        std::fs::File::open(dir.path())
+            .unwrap()
+            .set_modified(before)
+            .unwrap();
+        let after = std::fs::symlink_metadata(dir.path())
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(after, before, "the mtime was set back");
+        assert!(clock.due(dir.path(), now, &HashMap::new()));
+    }
+
+    #[test]
+    fn a_directory_replaced_by_another_is_due() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("d");
+        std::fs::create_dir(&dir).unwrap();
+        let now = Instant::now();
+        let mut clock = listed(&dir, now);
+        std::fs::rename(&dir, base.path().join("old")).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        assert!(clock.due(&dir, now, &HashMap::new()));
     }
 }
