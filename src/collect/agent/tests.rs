@@ -256,6 +256,23 @@ fn line_parsing_rules() {
         parse_line(br#"{"v":1,"type":"later","x":[1,{"y":2}]}"#),
         Ok(Incoming::Ignored)
     ));
+    for odd_type in [
+        r#"5"#,
+        r#"null"#,
+        r#"["stats"]"#,
+        r#"{"a":"stats"}"#,
+        r#""Stats""#,
+    ] {
+        let line = format!(r#"{{"v":1,"type":{odd_type},"devices":[]}}"#);
+        assert!(
+            matches!(parse_line(line.as_bytes()), Ok(Incoming::Ignored)),
+            "{line}"
+        );
+    }
+    assert!(matches!(
+        parse_line(br#"{"type":"stats","type":"hello","v":1}"#),
+        Ok(Incoming::Hello(_))
+    ));
     let reply = parse_line(br#"{"ok":true,"v":1,"type":"reply","id":4,"path":"/p","new":1}"#);
     assert!(matches!(
         reply,
