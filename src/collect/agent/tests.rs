@@ -257,8 +257,8 @@ fn line_parsing_rules() {
         Ok(Incoming::Ignored)
     ));
     for odd_type in [
-        r#"5"#,
-        r#"null"#,
+        "5",
+        "null",
         r#"["stats"]"#,
         r#"{"a":"stats"}"#,
         r#""Stats""#,
