@@ -1,7 +1,9 @@
 //! Joins what the agents said onto the processes NVML lists: which physical GPU each torch
 //! device is (by the UUID the agent reports, else through `CUDA_VISIBLE_DEVICES`), the memory
 //! outside PyTorch and the headroom on that GPU, and the allocation churn between an agent's two
-//! latest reports. Processes with an agent and no NVML entry come back as agent-only rows.
+//! latest reports. Processes with an agent and no NVML entry come back as agent-only rows. The
+//! joined figures are kept per pid and refilled in place once no snapshot holds them: a tick
+//! with agents connected allocates nothing here.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,8 +1,10 @@
 //! [`AgentHub`]: all agent connections of one socket directory, as the sampler sees them. Each
 //! [`AgentHub::poll`] reaps ended connections, collects answers to commands and times out the
-//! unanswered ones, connects to new sockets (at most [`Limits::max_connections`] open, the one
-//! idle longest dropped to make room), and returns the latest figures per pid. Reading happens on
-//! the one reader thread; nothing here waits on an agent.
+//! unanswered ones, checks the directory (owner, mode, not a symlink: every poll), connects to new
+//! sockets (at most [`Limits::max_connections`] open, the one idle longest dropped to make room;
+//! the directory is listed only when [`scan`] says it may have changed), and returns the latest
+//! figures per pid, shared with the hub and rebuilt only when an agent says something new.
+//! Reading happens on the one reader thread; nothing here waits on an agent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Write};
