@@ -221,7 +221,7 @@ mod tests {
         });
         let mut on_gpu = GpuProcess::new(41, 0, crate::model::ProcessKind::Compute);
         on_gpu.command = Some("python train.py".into());
-        let mut cpu_only = GpuProcess::agent_only(42, crate::model::TorchInfo::default());
+        let mut cpu_only = GpuProcess::agent_only(42, crate::model::TorchInfo::default().into());
         cpu_only.command = Some("python preprocess.py\x1b[2J".into());
         snapshot.processes = vec![on_gpu, cpu_only];
         let text = text(&snapshot);

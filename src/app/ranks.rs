@@ -165,7 +165,7 @@ mod tests {
             let r = r as u32;
             let mut p = GpuProcess::new(100 + r, r, ProcessKind::Compute);
             p.ppid = Some(1);
-            p.torch = Some(TorchInfo {
+            p.torch = Some(std::sync::Arc::new(TorchInfo {
                 step_time_seconds: Some(t),
                 devices: vec![DeviceAllocatorStats {
                     index: 0,
@@ -175,7 +175,7 @@ mod tests {
                     ..Default::default()
                 }],
                 ..Default::default()
-            });
+            }));
             snapshot.processes.push(p);
             ranks.push(JobRank {
                 pid: 100 + r,

@@ -439,7 +439,7 @@ mod tests {
         );
         assert_eq!(first(&snap(&p)).0.as_deref(), Some("3/8"));
         p.env = None;
-        p.torch = Some(crate::model::TorchInfo::default());
+        p.torch = Some(std::sync::Arc::new(crate::model::TorchInfo::default()));
         assert_eq!(first(&snap(&p)).0.as_deref(), Some("torch"));
         p.command = Some(format!("/usr/bin/python3 t{}.py", '\u{1b}').into());
         assert_eq!(first(&snap(&p)).1.as_deref(), Some("python3 t\\e.py"));

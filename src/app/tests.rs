@@ -687,7 +687,7 @@ fn an_action_report_becomes_the_status_sentence() {
 #[test]
 fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
     let mut with_agent = snapshot();
-    with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
+    with_agent.processes[0].torch = Some(std::sync::Arc::new(crate::model::TorchInfo::default()));
     let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent));
     select(&mut app, 100);
@@ -736,7 +736,7 @@ fn a_sampler_notice_shows_in_the_status_line() {
 #[test]
 fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
     let mut with_agent = snapshot();
-    with_agent.processes[0].torch = Some(crate::model::TorchInfo::default());
+    with_agent.processes[0].torch = Some(std::sync::Arc::new(crate::model::TorchInfo::default()));
     let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(with_agent.clone()));
     select(&mut app, 100);

@@ -5,11 +5,13 @@
 //!
 //! The parts, and why they are apart:
 //! - `hub`: [`AgentHub`], which the sampler polls: finds sockets, connects, caps connections,
-//!   sends commands and times them out. It never blocks on an agent;
+//!   sends commands and times them out. It never blocks on an agent, and lists the directory
+//!   only when it may have changed (`hub/scan`);
 //! - `reader`: the one thread that reads every connection, with epoll (mio), under a budget of
 //!   bytes pending across all connections;
 //! - `lines` and `parse`: a linear line splitter and a parser that keeps only what the hub uses;
-//! - `state`: what the reader has learned of each connection, shared with the hub.
+//! - `state`: what the reader has learned of each connection, shared with the hub, and each
+//!   agent's figures as [`Heard`], built again only when it says something new.
 //!
 //! Every input an agent controls has a bound ([`MAX_LINE_BYTES`], [`MAX_CONNECTIONS`],
 //! [`MAX_DEVICES_PER_AGENT`], [`PENDING_BYTES_BUDGET`]): a hostile local user can open
@@ -32,6 +34,7 @@ use crate::protocol::{MAX_LINE_BYTES, PROTOCOL_VERSION};
 pub use hub::AgentHub;
 pub(crate) use hub::CommandOutcome;
 pub(crate) use parse::AgentEvent;
+pub(crate) use state::Heard;
 
 /// Most agent connections open at once; past it the one idle longest is dropped.
 pub(crate) const MAX_CONNECTIONS: usize = 256;

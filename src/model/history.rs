@@ -383,10 +383,10 @@ mod tests {
                     allocated_bytes: Some(u64::from(tick)),
                     ..Default::default()
                 };
-                process.torch = Some(TorchInfo {
+                process.torch = Some(std::sync::Arc::new(TorchInfo {
                     devices: vec![device(0), device(1 + tick / 10)],
                     ..Default::default()
-                });
+                }));
                 snap.processes.push(process);
             }
             history.record(&snap);

@@ -71,8 +71,9 @@ pub struct GpuProcess {
     pub children_cpu_percent: Option<f64>,
     /// Launcher variables (rank, CUDA_VISIBLE_DEVICES, ...); `None` where environ is unreadable.
     pub env: Option<Arc<LaunchEnv>>,
-    /// Allocator figures published by an agent inside the process; `None` without one.
-    pub torch: Option<TorchInfo>,
+    /// Allocator figures published by an agent inside the process; `None` without one. Shared
+    /// by the process's rows and kept by the sampler between ticks: a tick copies no text.
+    pub torch: Option<Arc<TorchInfo>>,
     /// Listed for its agent only: it holds no GPU memory NVML knows of, and `gpu` is
     /// [`NO_GPU`]. JSON says so with `"gpu": null`.
     #[serde(skip)]
@@ -132,7 +133,7 @@ impl GpuProcess {
     }
 
     /// The row of a process whose agent spoke but which NVML does not list.
-    pub fn agent_only(pid: u32, torch: TorchInfo) -> Self {
+    pub fn agent_only(pid: u32, torch: Arc<TorchInfo>) -> Self {
         GpuProcess {
             no_gpu: true,
             torch: Some(torch),

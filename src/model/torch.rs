@@ -64,6 +64,15 @@ pub struct DeviceAllocatorStats {
 }
 
 impl DeviceAllocatorStats {
+    /// Becomes a copy of `source`, reusing this one's text buffer: no allocation once it has
+    /// room.
+    pub(crate) fn refill_from(&mut self, source: &DeviceAllocatorStats) {
+        let mut uuid = self.uuid.take();
+        refill_text(&mut uuid, source.uuid.as_deref());
+        // Every other field is `Copy`.
+        *self = DeviceAllocatorStats { uuid, ..*source };
+    }
+
     /// Reserved minus allocated: memory the allocator holds and can reuse without cudaMalloc.
     pub fn cached_bytes(&self) -> Option<u64> {
         Some(self.reserved_bytes?.saturating_sub(self.allocated_bytes?))
@@ -90,4 +99,54 @@ pub struct TorchInfo {
     /// The agent's clock when it took its latest stats, seconds since the epoch.
     #[serde(default)]
     pub stats_unix_seconds: Option<f64>,
+}
+
+impl TorchInfo {
+    /// Becomes a copy of `source`, reusing this one's text and device buffers: no allocation
+    /// once they have room.
+    pub(crate) fn refill_from(&mut self, source: &TorchInfo) {
+        let mut python = self.python.take();
+        refill_text(&mut python, source.python.as_deref());
+        let mut torch = self.torch.take();
+        refill_text(&mut torch, source.torch.as_deref());
+        let mut alloc_conf = self.alloc_conf.take();
+        refill_text(&mut alloc_conf, source.alloc_conf.as_deref());
+        let mut visible = self.cuda_visible_devices.take();
+        refill_text(&mut visible, source.cuda_visible_devices.as_deref());
+        let mut devices = std::mem::take(&mut self.devices);
+        refill_devices(&mut devices, &source.devices);
+        // Every other field is `Copy`.
+        *self = TorchInfo {
+            python,
+            torch,
+            alloc_conf,
+            devices,
+            cuda_visible_devices: visible,
+            ..*source
+        };
+    }
+}
+
+/// `into` becomes a copy of `source`, element by element, reusing the elements' buffers.
+pub(crate) fn refill_devices(
+    into: &mut Vec<DeviceAllocatorStats>,
+    source: &[DeviceAllocatorStats],
+) {
+    into.truncate(source.len());
+    for (kept, device) in into.iter_mut().zip(source) {
+        kept.refill_from(device);
+    }
+    let kept = into.len();
+    into.extend(source[kept..].iter().cloned());
+}
+
+/// `into` becomes `source`, reusing its buffer.
+pub(crate) fn refill_text(into: &mut Option<String>, source: Option<&str>) {
+    match (into.as_mut(), source) {
+        (Some(kept), Some(text)) => {
+            kept.clear();
+            kept.push_str(text);
+        }
+        _ => *into = source.map(str::to_string),
+    }
 }

@@ -192,14 +192,14 @@ mod tests {
 
     fn with_ooms(pid: u32, ooms: u64) -> Snapshot {
         let mut p = GpuProcess::new(pid, 0, ProcessKind::Compute);
-        p.torch = Some(TorchInfo {
+        p.torch = Some(std::sync::Arc::new(TorchInfo {
             devices: vec![DeviceAllocatorStats {
                 index: 0,
                 ooms: Some(ooms),
                 ..Default::default()
             }],
             ..Default::default()
-        });
+        }));
         Snapshot {
             processes: vec![p],
             ..Default::default()

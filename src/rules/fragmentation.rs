@@ -171,7 +171,7 @@ mod tests {
         let mut p = process(9, 0, 40 * GIB);
         let mut torch = torch_on(vec![stats]);
         torch.alloc_conf = conf.map(str::to_string);
-        p.torch = Some(torch);
+        p.torch = Some(std::sync::Arc::new(torch));
         snap.processes = vec![p];
         snap
     }

@@ -161,11 +161,11 @@ mod tests {
         let hello = |pid: u32, rank: u32, ppid: u32| {
             let mut p = process(pid, rank, 1 << 30);
             p.ppid = Some(ppid);
-            p.torch = Some(TorchInfo {
+            p.torch = Some(std::sync::Arc::new(TorchInfo {
                 rank: Some(rank),
                 world_size: Some(2),
                 ..Default::default()
-            });
+            }));
             p
         };
         let processes = vec![hello(31, 1, 30), hello(32, 0, 30), hello(41, 0, 40)];

@@ -247,7 +247,11 @@ mod tests {
             let mut snap = at(step);
             snap.gpus = vec![gpu(0, 40 * GIB, 80 * GIB, 90)];
             let mut p = process(77, 0, 40 * GIB);
-            p.torch = Some(torch_on(vec![device(0, bytes(step), 30 * GIB)]));
+            p.torch = Some(std::sync::Arc::new(torch_on(vec![device(
+                0,
+                bytes(step),
+                30 * GIB,
+            )])));
             snap.processes = vec![p];
             snap
         }

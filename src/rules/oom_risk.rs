@@ -244,7 +244,11 @@ mod tests {
     fn reserved_near_total_warns_on_the_process_instead_of_the_gpu() {
         let warnings = replay_default(0, |_| {
             let mut snap = one_gpu(97);
-            snap.processes[0].torch = Some(torch_on(vec![device(0, 60 * GIB, 77 * GIB)]));
+            snap.processes[0].torch = Some(std::sync::Arc::new(torch_on(vec![device(
+                0,
+                60 * GIB,
+                77 * GIB,
+            )])));
             snap
         });
         let found = with_id(&warnings, "oom-risk");
@@ -266,7 +270,11 @@ mod tests {
                 }
                 .into(),
             );
-            p.torch = Some(torch_on(vec![device(0, 70 * GIB, 77 * GIB)]));
+            p.torch = Some(std::sync::Arc::new(torch_on(vec![device(
+                0,
+                70 * GIB,
+                77 * GIB,
+            )])));
             snap.processes = vec![p];
             snap
         });
@@ -282,10 +290,10 @@ mod tests {
                 let mut snap = one_gpu(50);
                 snap.unix_seconds = T0 + f64::from(step);
                 snap.time = rfc3339(snap.unix_seconds);
-                snap.processes[0].torch = Some(torch_on(vec![with_ooms(
+                snap.processes[0].torch = Some(std::sync::Arc::new(torch_on(vec![with_ooms(
                     device(0, 30 * GIB, 39 * GIB),
                     ooms_at(step),
-                )]));
+                )])));
                 snap
             }
         };
@@ -306,10 +314,10 @@ mod tests {
         let warnings = replay(config, 10, |step| {
             let mut snap = one_gpu(50);
             snap.unix_seconds = T0 + f64::from(step);
-            snap.processes[0].torch = Some(torch_on(vec![with_ooms(
+            snap.processes[0].torch = Some(std::sync::Arc::new(torch_on(vec![with_ooms(
                 device(0, GIB, GIB),
                 u64::from(step >= 1),
-            )]));
+            )])));
             snap
         });
         assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");

@@ -64,10 +64,10 @@ fn torch_devices_map_through_cuda_visible_devices() {
         },
     ];
     let mut process = process(10, 3, 1 << 30);
-    process.torch = Some(TorchInfo {
+    process.torch = Some(std::sync::Arc::new(TorchInfo {
         devices: vec![device(0, 1, 2), device(1, 3, 4)],
         ..Default::default()
-    });
+    }));
     process.env = Some(
         LaunchEnv {
             cuda_visible_devices: Some("2,3".into()),
@@ -99,12 +99,18 @@ fn warnings_come_most_severe_first_then_by_id_and_subject() {
     ];
     snap.gpus[0].throttle_reasons = Some(vec!["hw_thermal_slowdown".into()].into());
     let mut oom = process(7, 0, 10 * GIB);
-    oom.torch = Some(torch_on(vec![with_ooms(device(0, GIB, 2 * GIB), 1)]));
+    oom.torch = Some(std::sync::Arc::new(torch_on(vec![with_ooms(
+        device(0, GIB, 2 * GIB),
+        1,
+    )])));
     snap.processes.push(oom.clone());
     engine.evaluate(&snap);
     let mut later = snapshot(101.0);
     later.gpus = snap.gpus.clone();
-    oom.torch = Some(torch_on(vec![with_ooms(device(0, GIB, 2 * GIB), 2)]));
+    oom.torch = Some(std::sync::Arc::new(torch_on(vec![with_ooms(
+        device(0, GIB, 2 * GIB),
+        2,
+    )])));
     later.processes.push(oom);
     let warnings = engine.evaluate(&later);
     let order: Vec<(&str, Severity, Subject)> = warnings

@@ -71,7 +71,7 @@ mod tests {
         let mut p = process(7, 0, 1 << 30);
         p.command = Some(command.into());
         p.env = env.map(Into::into);
-        p.torch = torch;
+        p.torch = torch.map(Into::into);
         p
     }
 

@@ -191,12 +191,12 @@ mod tests {
             let mut snap = at(t);
             snap.gpus = vec![gpu(0, GIB, 80 * GIB, 100)];
             let mut p = process(4, 0, GIB);
-            p.torch = Some(TorchInfo {
+            p.torch = Some(std::sync::Arc::new(TorchInfo {
                 step: Some(u64::from(t.min(stop))),
                 step_time_seconds: Some(1.0),
                 age_seconds: Some(0.2),
                 ..Default::default()
-            });
+            }));
             snap.processes = vec![p];
             snap
         }
@@ -239,7 +239,8 @@ mod tests {
         let frozen = replay(quick(), 60, |t| {
             let mut snap = stepping(30)(t);
             if t > 30 {
-                snap.processes[0].torch.as_mut().unwrap().age_seconds = Some(f64::from(t - 30));
+                std::sync::Arc::make_mut(snap.processes[0].torch.as_mut().unwrap()).age_seconds =
+                    Some(f64::from(t - 30));
             }
             snap
         });

@@ -33,10 +33,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::collect::agent::AgentHub;
+use crate::collect::agent::{AgentHub, Heard};
 use crate::collect::host::HostCollector;
 pub use crate::collect::GpuLoader;
-use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot, TorchInfo};
+use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::rules::RulesConfig;
 use crate::rules::{group_jobs, Engine};
@@ -44,7 +44,7 @@ use gpus::GpuPool;
 use notices::{command_label, describe_event, describe_outcome};
 use publish::Recycler;
 pub(crate) use spawn::{spawn_loop, spawn_shared_loop};
-use torch_join::{join_torch, Churn};
+use torch_join::{join_torch, TorchJoin};
 
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
@@ -149,8 +149,12 @@ pub struct Sampler {
     memsnap_ready: Option<MemsnapReady>,
     /// The detail view's process, read each tick while the view is open.
     detail: detail::DetailReader,
-    /// Allocation counters from the agents' previous reports, for the churn rates.
-    churn: Churn,
+    /// The agents' figures as of the latest poll, shared with the hub; kept for their room.
+    heard: HashMap<u32, Heard>,
+    /// The joined figures kept between ticks, and the allocation churn.
+    torch_join: TorchJoin,
+    /// The rows of agents whose processes hold no GPU, kept for its room.
+    agent_only: Vec<GpuProcess>,
     /// Shared snapshots published lately, refilled once their receivers drop them.
     recycler: Recycler,
 }
@@ -194,7 +198,9 @@ impl Sampler {
             memory_views: HashMap::new(),
             memsnap_ready: None,
             detail: detail::DetailReader::default(),
-            churn: Churn::default(),
+            heard: HashMap::new(),
+            torch_join: TorchJoin::default(),
+            agent_only: Vec::new(),
             recycler: Recycler::default(),
         }
     }
@@ -269,11 +275,11 @@ impl Sampler {
         let on_screen = self.table_on_screen.as_deref();
         self.host
             .join_processes_on_screen(&mut processes, on_screen);
-        let torch = self.agents.poll();
-        let agent_only = self.assemble_into(snapshot, host, processes, &torch);
+        self.agents.poll_into(&mut self.heard);
+        self.assemble_into(snapshot, host, processes);
         snapshot.detail = self.detail.read(&self.config.proc_root);
         snapshot.warnings = self.rules.evaluate(snapshot);
-        snapshot.processes.extend(agent_only);
+        snapshot.processes.append(&mut self.agent_only);
         if self.want_process_table {
             let on_screen = self.table_on_screen.as_deref();
             snapshot.host_processes = self.host.tree_table(&snapshot.processes, on_screen);
@@ -281,22 +287,30 @@ impl Sampler {
     }
 
     /// The snapshot of this moment: the driver, the host and the GPUs as last read, with the
-    /// agents' figures joined onto the processes; and the rows of agents whose processes hold
-    /// no GPU, which the caller adds after the rules (which are about GPUs) have run.
+    /// agents' figures (as last polled) joined onto the processes; and in `self.agent_only` the
+    /// rows of agents whose processes hold no GPU, which the caller adds after the rules (which
+    /// are about GPUs) have run.
     fn assemble_into(
         &mut self,
         snapshot: &mut Snapshot,
         host: HostSnapshot,
         mut processes: Vec<GpuProcess>,
-        torch: &HashMap<u32, TorchInfo>,
-    ) -> Vec<GpuProcess> {
+    ) {
         snapshot.reuse_at(SystemTime::now());
         snapshot.driver.clone_from(&self.gpus.driver);
         snapshot.host = host;
         self.gpus
             .gpu_samples_into(Instant::now(), &mut snapshot.gpus);
-        let mut agent_only = join_torch(&mut processes, torch, &snapshot.gpus, &mut self.churn);
-        self.host.join_more_processes(&mut agent_only);
+        self.agent_only.clear();
+        let (heard, join) = (&self.heard, &mut self.torch_join);
+        join_torch(
+            &mut processes,
+            heard,
+            &snapshot.gpus,
+            join,
+            &mut self.agent_only,
+        );
+        self.host.join_more_processes(&mut self.agent_only);
         snapshot.jobs = group_jobs(&processes);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
@@ -305,7 +319,6 @@ impl Sampler {
         if self.gpus.driver_loaded_at.is_some() && !snapshot.driver.nvml_loaded {
             snapshot.nvidia_devices = nvidia_device_nodes(&self.config.dev_dir);
         }
-        agent_only
     }
 
     /// A single snapshot for `--once`: waits up to `timeout` for the library and the GPUs, and
@@ -327,7 +340,7 @@ impl Sampler {
         thread::sleep(until.saturating_duration_since(primed));
         let host = self.host.sample_host();
         self.host.join_processes(&mut processes);
-        let torch = self.poll_agents_until_heard(deadline);
+        self.poll_agents_until_heard(deadline);
         if self.gpus.driver_loaded_at.is_none() {
             self.gpus.driver.error = Some(format!(
                 "the GPU library {} did not finish loading within {:.1} s (the driver may be hung)",
@@ -336,19 +349,19 @@ impl Sampler {
             ));
         }
         let mut snapshot = Snapshot::default();
-        let agent_only = self.assemble_into(&mut snapshot, host, processes, &torch);
+        self.assemble_into(&mut snapshot, host, processes);
         snapshot.warnings = self.rules.evaluate(&snapshot);
-        snapshot.processes.extend(agent_only);
+        snapshot.processes.append(&mut self.agent_only);
         snapshot
     }
 
     /// Polls the agents until each connected one has sent stats, or the deadline passes.
-    fn poll_agents_until_heard(&mut self, deadline: Instant) -> HashMap<u32, TorchInfo> {
+    fn poll_agents_until_heard(&mut self, deadline: Instant) {
         loop {
-            let torch = self.agents.poll();
-            let all_heard = torch.values().all(|info| info.age_seconds.is_some());
+            self.agents.poll_into(&mut self.heard);
+            let all_heard = self.heard.values().all(|h| h.stats_at.is_some());
             if all_heard || Instant::now() >= deadline {
-                return torch;
+                return;
             }
             thread::sleep(Duration::from_millis(5));
         }

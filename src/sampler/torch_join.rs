@@ -1,10 +1,15 @@
 //! Joins what the agents said onto the processes NVML lists: which physical GPU each torch
 //! device is (by the UUID the agent reports, else through `CUDA_VISIBLE_DEVICES`), the memory
 //! outside PyTorch and the headroom on that GPU, and the allocation churn between an agent's two
-//! latest reports. Processes with an agent and no NVML entry come back as agent-only rows.
+//! latest reports. Processes with an agent and no NVML entry come back as agent-only rows. The
+//! joined figures are kept per pid and refilled in place once no snapshot holds them: a tick
+//! with agents connected allocates nothing here.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
+use crate::collect::agent::Heard;
 use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, TorchInfo};
 
 /// An allocation counter pair as last reported, with the agent's clock.
@@ -70,62 +75,107 @@ impl Churn {
     }
 
     /// Forgets processes whose agents are gone, so the maps stay bounded.
-    fn retain(&mut self, torch: &HashMap<u32, TorchInfo>) {
-        self.last.retain(|(pid, _), _| torch.contains_key(pid));
-        self.rates.retain(|(pid, _), _| torch.contains_key(pid));
+    fn retain(&mut self, heard: &HashMap<u32, Heard>) {
+        self.last.retain(|(pid, _), _| heard.contains_key(pid));
+        self.rates.retain(|(pid, _), _| heard.contains_key(pid));
     }
 }
 
-/// Puts each agent's figures on its process's rows, and returns a row for each agent whose
-/// process NVML does not list (CPU-only, or before its first CUDA call).
+/// Joined figures kept per pid beyond this many (each held by a snapshot still on screen or
+/// in the recycler) are not kept: the next tick makes a new one.
+const KEPT_PER_PID: usize = 4;
+
+/// What the join keeps between ticks: the churn, and per pid the joined figures handed out
+/// lately, refilled in place once no snapshot holds them, so a tick allocates nothing.
+#[derive(Debug, Default)]
+pub(crate) struct TorchJoin {
+    churn: Churn,
+    kept: HashMap<u32, Vec<Arc<TorchInfo>>>,
+    /// This tick's joined figures, by pid, sorted.
+    joined: Vec<(u32, Arc<TorchInfo>)>,
+}
+
+/// Puts each agent's figures on its process's rows, and adds to `agent_only` a row for each
+/// agent whose process NVML does not list (CPU-only, or before its first CUDA call), by pid.
 pub(crate) fn join_torch(
     processes: &mut [GpuProcess],
-    torch: &HashMap<u32, TorchInfo>,
+    heard: &HashMap<u32, Heard>,
     gpus: &[GpuSample],
-    churn: &mut Churn,
-) -> Vec<GpuProcess> {
-    churn.retain(torch);
+    join: &mut TorchJoin,
+    agent_only: &mut Vec<GpuProcess>,
+) {
+    join.churn.retain(heard);
+    join.kept.retain(|pid, _| heard.contains_key(pid));
     // Without agents there is nothing to join; the rows come from NVML with no torch figures.
-    if torch.is_empty() {
-        return Vec::new();
+    if heard.is_empty() {
+        return;
     }
-    let mut used: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
-    // Only the processes with an agent: a map for every GPU process would be built each tick.
-    for p in processes.iter().filter(|p| torch.contains_key(&p.pid)) {
-        if let Some(bytes) = p.gpu_memory_bytes {
-            used.entry(p.pid).or_default().insert(p.gpu, bytes);
-        }
+    let now = Instant::now();
+    join.joined.clear();
+    for (&pid, figures) in heard {
+        let kept = join.kept.entry(pid).or_default();
+        let slot = free_slot(kept);
+        // A slot is free only when nothing else holds it.
+        let Some(info) = Arc::get_mut(&mut kept[slot]) else {
+            continue;
+        };
+        info.refill_from(&figures.info);
+        info.age_seconds = figures.age_seconds(now);
+        join_devices(pid, info, processes, gpus);
+        join.churn.apply(pid, info);
+        join.joined.push((pid, Arc::clone(&kept[slot])));
     }
-    let mut joined: HashMap<u32, TorchInfo> = HashMap::new();
-    let mut pids: Vec<&u32> = torch.keys().collect();
-    pids.sort();
-    for &pid in pids {
-        let mut info = torch[&pid].clone();
-        let env_list = processes
-            .iter()
-            .find(|p| p.pid == pid)
-            .and_then(|p| p.env.as_ref())
-            .and_then(|e| e.cuda_visible_devices.clone());
-        let list = info.cuda_visible_devices.clone().or(env_list);
-        let empty = HashMap::new();
-        let nvml = used.get(&pid).unwrap_or(&empty);
-        for device in &mut info.devices {
-            device.gpu = physical_gpu(device, list.as_deref(), gpus);
-            fill_memory(device, nvml, gpus);
-        }
-        churn.apply(pid, &mut info);
-        joined.insert(pid, info);
-    }
+    join.joined.sort_unstable_by_key(|(pid, _)| *pid);
     for process in processes.iter_mut() {
-        process.torch = joined.get(&process.pid).cloned();
+        let found = join
+            .joined
+            .binary_search_by_key(&process.pid, |(pid, _)| *pid);
+        process.torch = found.ok().map(|i| Arc::clone(&join.joined[i].1));
     }
-    let mut agent_only: Vec<GpuProcess> = joined
-        .into_iter()
-        .filter(|(pid, _)| !processes.iter().any(|p| p.pid == *pid))
-        .map(|(pid, info)| GpuProcess::agent_only(pid, info))
-        .collect();
-    agent_only.sort_by_key(|p| p.pid);
-    agent_only
+    for (pid, info) in &join.joined {
+        if !processes.iter().any(|p| p.pid == *pid) {
+            agent_only.push(GpuProcess::agent_only(*pid, Arc::clone(info)));
+        }
+    }
+    // Dropped now, so that only the snapshot holds them and the next tick may refill them.
+    join.joined.clear();
+}
+
+/// The index in `kept` of figures nothing else holds, made (allocated) when none is free.
+fn free_slot(kept: &mut Vec<Arc<TorchInfo>>) -> usize {
+    if let Some(free) = kept.iter_mut().position(|a| Arc::get_mut(a).is_some()) {
+        return free;
+    }
+    if kept.len() == KEPT_PER_PID {
+        kept.remove(0);
+    }
+    kept.push(Arc::default());
+    kept.len() - 1
+}
+
+/// Each device's physical GPU, its memory outside PyTorch and its GPU's headroom.
+fn join_devices(pid: u32, info: &mut TorchInfo, processes: &[GpuProcess], gpus: &[GpuSample]) {
+    let env_list = processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .and_then(|p| p.env.as_ref())
+        .and_then(|e| e.cuda_visible_devices.as_deref());
+    let TorchInfo {
+        devices,
+        cuda_visible_devices,
+        ..
+    } = info;
+    let list = cuda_visible_devices.as_deref().or(env_list);
+    for device in devices.iter_mut() {
+        device.gpu = physical_gpu(device, list, gpus);
+        // The last row of the process on that GPU that has a figure, as NVML listed them.
+        let nvml = |gpu: u32| {
+            (processes.iter().rev())
+                .find(|p| p.pid == pid && p.gpu == gpu && p.gpu_memory_bytes.is_some())
+                .and_then(|p| p.gpu_memory_bytes)
+        };
+        fill_memory(device, nvml, gpus);
+    }
 }
 
 /// The NVML index of the GPU behind `cuda:N`: the GPU whose UUID the agent reported; else the
@@ -138,10 +188,9 @@ pub(crate) fn physical_gpu(
 ) -> Option<u32> {
     if let Some(uuid) = device.uuid.as_deref() {
         let wanted = bare_uuid(uuid);
-        if let Some(gpu) = gpus
-            .iter()
-            .find(|g| g.uuid.as_deref().is_some_and(|u| bare_uuid(u) == wanted))
-        {
+        if let Some(gpu) = gpus.iter().find(|g| {
+            (g.uuid.as_deref()).is_some_and(|u| bare_uuid(u).eq_ignore_ascii_case(wanted))
+        }) {
             return Some(gpu.index);
         }
     }
@@ -152,14 +201,12 @@ pub(crate) fn physical_gpu(
     if let Ok(index) = entry.parse::<u32>() {
         return Some(index);
     }
-    let prefix = entry.strip_prefix("GPU-")?.to_ascii_lowercase();
+    let prefix = entry.strip_prefix("GPU-")?;
     if prefix.is_empty() {
         return None;
     }
     let mut matching = gpus.iter().filter(|g| {
-        g.uuid
-            .as_deref()
-            .is_some_and(|u| bare_uuid(u).starts_with(&prefix))
+        (g.uuid.as_deref()).is_some_and(|u| starts_with_ignoring_case(bare_uuid(u), prefix))
     });
     // CUDA takes a unique prefix only.
     match (matching.next(), matching.next()) {
@@ -168,21 +215,28 @@ pub(crate) fn physical_gpu(
     }
 }
 
-/// A UUID without NVML's `GPU-` prefix, lower case: torch reports it bare.
-fn bare_uuid(uuid: &str) -> String {
+/// A UUID without NVML's `GPU-` prefix: torch reports it bare. Compared ignoring case.
+fn bare_uuid(uuid: &str) -> &str {
     let uuid = uuid.trim();
-    uuid.strip_prefix("GPU-")
-        .unwrap_or(uuid)
-        .to_ascii_lowercase()
+    uuid.strip_prefix("GPU-").unwrap_or(uuid)
+}
+
+fn starts_with_ignoring_case(text: &str, prefix: &str) -> bool {
+    (text.as_bytes().get(..prefix.len()))
+        .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// Non-PyTorch memory from this process's NVML figure on the device's GPU, and the device's
 /// total and headroom from the GPU's own figures.
-fn fill_memory(device: &mut DeviceAllocatorStats, nvml: &HashMap<u32, u64>, gpus: &[GpuSample]) {
+fn fill_memory(
+    device: &mut DeviceAllocatorStats,
+    nvml: impl Fn(u32) -> Option<u64>,
+    gpus: &[GpuSample],
+) {
     let Some(index) = device.gpu else {
         return;
     };
-    device.non_pytorch_bytes = match (nvml.get(&index), device.reserved_bytes) {
+    device.non_pytorch_bytes = match (nvml(index), device.reserved_bytes) {
         (Some(used), Some(reserved)) => Some(used.saturating_sub(reserved)),
         _ => None,
     };
@@ -201,6 +255,25 @@ mod tests {
     use crate::model::ProcessKind;
 
     const GIB: u64 = 1 << 30;
+
+    fn heard(info: TorchInfo) -> Heard {
+        Heard {
+            info: Arc::new(info),
+            stats_at: None,
+        }
+    }
+
+    /// [`join_torch`], returning the agent-only rows.
+    fn join(
+        rows: &mut [GpuProcess],
+        heard: &HashMap<u32, Heard>,
+        gpus: &[GpuSample],
+        state: &mut TorchJoin,
+    ) -> Vec<GpuProcess> {
+        let mut agent_only = Vec::new();
+        join_torch(rows, heard, gpus, state, &mut agent_only);
+        agent_only
+    }
 
     fn gpu(index: u32) -> GpuSample {
         GpuSample {
@@ -228,6 +301,7 @@ mod tests {
         assert_eq!(physical_gpu(&d1, Some("2,3"), &gpus), Some(3));
         assert_eq!(physical_gpu(&d1, None, &gpus), Some(1));
         assert_eq!(physical_gpu(&d1, Some("GPU-0a0b,GPU-3a3b"), &gpus), Some(3));
+        assert_eq!(physical_gpu(&d1, Some("GPU-0A0B,GPU-3A3B"), &gpus), Some(3));
         assert_eq!(physical_gpu(&d1, Some("0"), &gpus), None, "no 2nd entry");
         assert_eq!(physical_gpu(&d1, Some("0,MIG-abc"), &gpus), None);
         let by_uuid = DeviceAllocatorStats {
@@ -255,8 +329,8 @@ mod tests {
             devices: vec![device(0, 10 * GIB), device(1, 20 * GIB)],
             ..Default::default()
         };
-        let torch = HashMap::from([(7, info)]);
-        let extra = join_torch(&mut rows, &torch, &gpus, &mut Churn::default());
+        let torch = HashMap::from([(7, heard(info))]);
+        let extra = join(&mut rows, &torch, &gpus, &mut TorchJoin::default());
         assert!(extra.is_empty());
         for row in &rows {
             let devices = &row.torch.as_ref().unwrap().devices;
@@ -272,8 +346,8 @@ mod tests {
 
     #[test]
     fn an_agent_without_an_nvml_entry_becomes_an_agent_only_row() {
-        let torch = HashMap::from([(9, TorchInfo::default())]);
-        let extra = join_torch(&mut [], &torch, &[], &mut Churn::default());
+        let torch = HashMap::from([(9, heard(TorchInfo::default()))]);
+        let extra = join(&mut [], &torch, &[], &mut TorchJoin::default());
         assert_eq!(extra.len(), 1);
         assert!(extra[0].no_gpu && extra[0].torch.is_some());
         assert_eq!(extra[0].gpu_memory_bytes, None);
@@ -305,5 +379,44 @@ mod tests {
             Some(200.0),
             "the same report again keeps the rate"
         );
+    }
+
+    #[test]
+    fn joined_figures_are_refilled_in_place_once_no_snapshot_holds_them() {
+        let mut gpus: Vec<GpuSample> = (0..2).map(gpu).collect();
+        let info = TorchInfo {
+            devices: vec![device(1, 10 * GIB)],
+            ..Default::default()
+        };
+        let mut figures = heard(info);
+        figures.stats_at = Some(Instant::now());
+        let torch = HashMap::from([(7, figures)]);
+        let mut state = TorchJoin::default();
+        let mut tick = |gpus: &[GpuSample]| {
+            let mut rows = vec![GpuProcess::new(7, 1, crate::model::ProcessKind::Compute)];
+            rows[0].gpu_memory_bytes = Some(11 * GIB);
+            assert!(join(&mut rows, &torch, gpus, &mut state).is_empty());
+            rows[0].torch.take().unwrap()
+        };
+        let first = tick(&gpus);
+        assert_eq!(first.devices[0].headroom_bytes, Some(29 * GIB));
+        assert_eq!(first.devices[0].non_pytorch_bytes, Some(GIB));
+        let first_age = first.age_seconds.unwrap();
+        let at = Arc::as_ptr(&first);
+        drop(first);
+        gpus[1].memory_used_bytes = Some(60 * GIB);
+        let second = tick(&gpus);
+        assert_eq!(Arc::as_ptr(&second), at, "refilled in place");
+        assert_eq!(second.devices[0].headroom_bytes, Some(20 * GIB), "fresh");
+        assert!(second.age_seconds.unwrap() >= first_age);
+        let third = tick(&gpus);
+        assert!(!Arc::ptr_eq(&second, &third), "the held one is left alone");
+        assert_eq!(
+            second.devices[0].headroom_bytes,
+            third.devices[0].headroom_bytes
+        );
+        let held: Vec<_> = (0..KEPT_PER_PID * 2).map(|_| tick(&gpus)).collect();
+        assert!(held.iter().all(|t| t.devices[0].gpu == Some(1)));
+        assert!(state.kept[&7].len() <= KEPT_PER_PID, "bounded");
     }
 }

@@ -40,7 +40,7 @@ fn rank(rank: u32, gpu_index: u32, t: u32) -> GpuProcess {
         }
         .into(),
     );
-    p.torch = Some(TorchInfo {
+    p.torch = Some(std::sync::Arc::new(TorchInfo {
         python: Some("3.11.7".to_string()),
         torch: Some("2.5.1".to_string()),
         rank: Some(rank),
@@ -64,7 +64,7 @@ fn rank(rank: u32, gpu_index: u32, t: u32) -> GpuProcess {
         }],
         age_seconds: Some(0.3),
         ..Default::default()
-    });
+    }));
     p
 }
 
@@ -86,7 +86,11 @@ fn job_app() -> App {
         // GPU's total and what NVML says is left of it.
         for p in &mut processes {
             let gpu = gpus.iter().find(|g| g.index == p.gpu);
-            for device in p.torch.iter_mut().flat_map(|t| t.devices.iter_mut()) {
+            for device in p
+                .torch
+                .iter_mut()
+                .flat_map(|t| std::sync::Arc::make_mut(t).devices.iter_mut())
+            {
                 device.gpu = Some(p.gpu);
                 device.device_total_bytes = gpu.and_then(|g| g.memory_total_bytes);
                 device.headroom_bytes = gpu

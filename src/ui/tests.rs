@@ -208,7 +208,7 @@ fn torch_app() -> App {
     app_after(|t| {
         let mut snapshot = busy_snapshot(8, 1, t);
         for (rank, p) in snapshot.processes.iter_mut().enumerate() {
-            p.torch = Some(torch_info(rank as u32, t));
+            p.torch = Some(std::sync::Arc::new(torch_info(rank as u32, t)));
         }
         snapshot
     })
@@ -1062,7 +1062,7 @@ fn the_kill_confirmation_names_the_rank_and_job_of_a_torch_process() {
     use crossterm::event::KeyCode;
     let mut snapshot = busy_snapshot(2, 1, 0);
     for (rank, p) in snapshot.processes.iter_mut().enumerate() {
-        p.torch = Some(torch_info(rank as u32, 0));
+        p.torch = Some(std::sync::Arc::new(torch_info(rank as u32, 0)));
     }
     snapshot.jobs = vec![crate::model::Job {
         id: "job 127.0.0.1:29500".to_string(),

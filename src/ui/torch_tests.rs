@@ -57,13 +57,19 @@ fn job_snapshot(t: u32) -> Snapshot {
             }
             .into(),
         );
-        p.torch = Some(torch(0, vec![device(0, 2, t), device(1, 3, t)]));
+        p.torch = Some(std::sync::Arc::new(torch(
+            0,
+            vec![device(0, 2, t), device(1, 3, t)],
+        )));
         rows.push(p);
     }
     for (rank, gpu_index) in [(1, 0), (2, 1)] {
         let mut p = process(rank, gpu_index);
         p.pid = 30_000 + rank;
-        p.torch = Some(torch(rank, vec![device(0, gpu_index, t)]));
+        p.torch = Some(std::sync::Arc::new(torch(
+            rank,
+            vec![device(0, gpu_index, t)],
+        )));
         rows.push(p);
     }
     let mut plain = process(3, 0);
@@ -191,7 +197,8 @@ fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
             rank: Some(0),
             world_size: Some(2),
             ..Default::default()
-        },
+        }
+        .into(),
     );
     cpu.visible = true;
     cpu.user = Some("erin".to_string().into());

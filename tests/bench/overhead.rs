@@ -16,8 +16,11 @@
 //! window, 600 s, and reports RSS at 8 GPUs/64 and 16 GPUs/1,000 processes after it),
 //! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3),
 //! TORCHTOP_BENCH_ONLY (run only the scenarios whose name contains it, and only the sections
-//! named in it: `slope`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g. `16 GPUs|slope`).
+//! named in it: `slope`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g. `16 GPUs|slope`;
+//! `with agents` runs only the allocations with agents connected).
 
+#[path = "overhead/agents.rs"]
+mod agents;
 #[path = "overhead/alloc.rs"]
 mod alloc;
 #[path = "../common/mod.rs"]
@@ -232,6 +235,10 @@ fn main() {
     if wanted("allocs") {
         print_allocations(&tools.library);
     }
+    // Named apart so that `TORCHTOP_BENCH_ONLY='with agents'` runs it alone.
+    if wanted("allocs with agents") {
+        print_allocations_with_agents(&tools.library);
+    }
     if wanted("keys") {
         print_key_latencies(&tools);
     }
@@ -417,6 +424,32 @@ fn print_allocations(library: &Path) {
             (10 + 20 + filled) / 10
         );
     }
+}
+
+/// The sampler's allocations per tick at 8 GPUs/64 procs with stand-in agents connected, each
+/// sending stats every tick (100 ms here, as the ticks; 1 s and 1 s in the monitor by default):
+/// four agents are GPU processes, a fifth holds no GPU (an agent-only row).
+fn print_allocations_with_agents(library: &Path) {
+    let procs = Sleepers::spawn(60);
+    let template = common::fake_nvml::fixture_text("eight_gpus.toml");
+    let every = Duration::from_millis(100);
+    let phases = agents::per_tick_with_agents(
+        library,
+        &template,
+        &procs.pids(),
+        (5, 4),
+        every,
+        &[(30, 20)],
+    );
+    let figures = &phases[0];
+    println!(
+        "sampler allocations per tick, 8 GPUs, 64 procs, 5 agents sending stats every tick: \
+         {:.1} ({:.1} KiB), {:.1} of them on the sampler's thread (the rest: the agents' reader \
+         parsing their lines, the GPU worker)",
+        figures.calls,
+        figures.bytes / 1024.0,
+        figures.calls_here
+    );
 }
 
 /// Each key's latency, median / worst of 5 rounds, with two cores busy.

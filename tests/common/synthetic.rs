@@ -84,7 +84,7 @@ pub fn node_snapshot(hostname: &str, shape: &NodeShape) -> Snapshot {
                 } else {
                     shape.step_time
                 };
-                process.torch = Some(TorchInfo {
+                process.torch = Some(std::sync::Arc::new(TorchInfo {
                     rank: Some(rank),
                     local_rank: Some(gpu),
                     world_size: Some(shape.world_size),
@@ -103,7 +103,7 @@ pub fn node_snapshot(hostname: &str, shape: &NodeShape) -> Snapshot {
                         ..Default::default()
                     }],
                     ..Default::default()
-                });
+                }));
             }
             snapshot.processes.push(process);
         }

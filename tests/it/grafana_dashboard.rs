@@ -101,7 +101,7 @@ fn full_snapshot() -> Snapshot {
         }
         .into(),
     );
-    process.torch = Some(TorchInfo {
+    process.torch = Some(std::sync::Arc::new(TorchInfo {
         rank: Some(0),
         world_size: Some(2),
         step: Some(10),
@@ -119,7 +119,7 @@ fn full_snapshot() -> Snapshot {
             ..Default::default()
         }],
         ..Default::default()
-    });
+    }));
     snapshot.processes.push(process);
     snapshot.warnings.push(Warning {
         id: "oom-risk".into(),

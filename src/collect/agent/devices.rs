@@ -105,10 +105,12 @@ impl<'de> Visitor<'de> for DeviceVisitor {
                 0 => index = map.next_value::<Scalar>()?.as_u32(),
                 1 => device = map.next_value::<StatsMap>()?.0,
                 _ => {
-                    uuid = map
-                        .next_value::<Scalar>()?
-                        .text()
-                        .map(|t| cut(t, MAX_UUID_BYTES));
+                    // The text read is kept: no second copy for the cut.
+                    uuid = match map.next_value::<Scalar>()? {
+                        Scalar::Str(text) if text.len() <= MAX_UUID_BYTES => Some(text),
+                        Scalar::Str(text) => Some(cut(&text, MAX_UUID_BYTES)),
+                        _ => None,
+                    };
                 }
             }
             Ok(())

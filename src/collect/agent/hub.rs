@@ -1,10 +1,12 @@
 //! [`AgentHub`]: all agent connections of one socket directory, as the sampler sees them. Each
 //! [`AgentHub::poll`] reaps ended connections, collects answers to commands and times out the
-//! unanswered ones, connects to new sockets (at most [`Limits::max_connections`] open, the one
-//! idle longest dropped to make room), and returns the latest figures per pid. Reading happens on
-//! the one reader thread; nothing here waits on an agent.
+//! unanswered ones, checks the directory (owner, mode, not a symlink: every poll), connects to new
+//! sockets (at most [`Limits::max_connections`] open, the one idle longest dropped to make room;
+//! the directory is listed only when [`scan`] says it may have changed), and returns the latest
+//! figures per pid, shared with the hub and rebuilt only when an agent says something new.
+//! Reading happens on the one reader thread; nothing here waits on an agent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -13,13 +15,16 @@ use std::time::{Duration, Instant};
 
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
-use super::state::{lock, Awaiting, ConnId, ConnState, Shared, EVENT_CAPACITY};
+use super::state::{lock, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
 use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
 use crate::protocol::sockets::inspect_socket_dir;
 use crate::protocol::AgentCommand;
 
 mod discovery;
+mod scan;
+
+use scan::ScanClock;
 
 const RETRY_AFTER_END: Duration = Duration::from_secs(1);
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
@@ -93,6 +98,10 @@ pub struct AgentHub {
     events: VecDeque<(u32, AgentEvent)>,
     last_dir_problem: Option<String>,
     warned_crowded: bool,
+    /// When the directory must be listed again.
+    scan: ScanClock,
+    /// The file pids of the open connections, refilled at each listing.
+    connected: HashSet<u32>,
 }
 
 impl AgentHub {
@@ -116,32 +125,55 @@ impl AgentHub {
             events: VecDeque::new(),
             last_dir_problem: None,
             warned_crowded: false,
+            scan: ScanClock::default(),
+            connected: HashSet::new(),
         }
     }
 
     /// Connects to new agents, drops ended connections, and returns the latest figures per pid
     /// (the pid of the agent's process as this machine sees it). Never blocks on an agent.
     pub fn poll(&mut self) -> HashMap<u32, TorchInfo> {
+        let mut heard = HashMap::new();
+        self.poll_into(&mut heard);
+        let now = Instant::now();
+        (heard.into_iter())
+            .map(|(pid, heard)| {
+                let mut info = TorchInfo::clone(&heard.info);
+                info.age_seconds = heard.age_seconds(now);
+                (pid, info)
+            })
+            .collect()
+    }
+
+    /// [`AgentHub::poll`] into `heard` (cleared first; it keeps its room), the figures shared
+    /// with the hub: a poll with no new hello or stats allocates nothing.
+    pub(crate) fn poll_into(&mut self, heard: &mut HashMap<u32, Heard>) {
+        // Dropped first, so each connection's figures can be refilled in place.
+        heard.clear();
         let now = Instant::now();
         self.reap(now);
         match inspect_socket_dir(&self.dir) {
             Ok(Some(owner)) => {
                 self.last_dir_problem = None;
-                self.discover(owner, now);
+                if self.scan.due(&self.dir, now, &self.retry_at) {
+                    let complete = self.discover(owner, now);
+                    self.scan.done(now, complete);
+                }
             }
-            Ok(None) => {}
+            Ok(None) => self.scan.forget(),
             Err(problem) => {
+                self.scan.forget();
                 if self.last_dir_problem.as_deref() != Some(problem.as_str()) {
                     self.push_log(format!("not reading agents: {problem}"));
                     self.last_dir_problem = Some(problem);
                 }
             }
         }
-        lock(&self.shared)
-            .conns
-            .values()
-            .filter_map(|state| Some((state.pid, state.torch_info(now)?)))
-            .collect()
+        for state in lock(&self.shared).conns.values_mut() {
+            if let Some(figures) = state.heard() {
+                heard.insert(state.pid, figures);
+            }
+        }
     }
 
     /// Sends `cmd` to the agent of `pid`; returns the command id its reply will carry. The

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::devices::Devices;
-use super::json::{cut, drain_seq, scalars_are, visit_fields, Scalar};
+use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
 use super::PROTOCOL_VERSION;
 use crate::model::DeviceAllocatorStats;
 
@@ -88,7 +88,7 @@ pub(crate) enum Incoming {
 pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
     let text = std::str::from_utf8(line).map_err(|_| "a line is not UTF-8".to_string())?;
     let top: Top = serde_json::from_str(text).map_err(|e| format!("a line is not JSON ({e})"))?;
-    let Top::Object(fields) = top else {
+    let Top(Some(fields)) = top else {
         return Err("a line is not a JSON object".to_string());
     };
     match &fields.v {
@@ -98,29 +98,81 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
             return Err(format!("protocol version {v}, expected {PROTOCOL_VERSION}"));
         }
     }
-    Ok(match fields.kind.as_ref().and_then(Scalar::text) {
-        Some("hello") => Incoming::Hello(fields.hello()),
-        Some("stats") => Incoming::Stats(fields.stats()),
-        Some("reply") => match fields.reply() {
+    Ok(match fields.kind {
+        Some(Kind::Hello) => Incoming::Hello(fields.hello()),
+        Some(Kind::Stats) => Incoming::Stats(fields.stats()),
+        Some(Kind::Reply) => match fields.reply() {
             Some(reply) => Incoming::Reply(reply),
             None => return Err("a reply without an integer id or a boolean ok".to_string()),
         },
-        Some("event") => Incoming::Event(fields.event()),
-        _ => Incoming::Ignored,
+        Some(Kind::Event) => Incoming::Event(fields.event()),
+        Some(Kind::Other) | None => Incoming::Ignored,
     })
 }
 
-/// The whole line: an object's fields, or anything else.
-enum Top {
-    Object(Box<Fields>),
-    NotObject,
+/// The whole line: an object's fields, or `None` for anything else. Not boxed: a line is
+/// parsed with no allocation of its own beyond what it carries.
+struct Top(Option<Fields>);
+
+/// A message's `type`, read without keeping its text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Hello,
+    Stats,
+    Reply,
+    Event,
+    /// Another string, or not a string: the line is ignored.
+    Other,
+}
+
+impl<'de> de::Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KindVisitor;
+        impl<'de> Visitor<'de> for KindVisitor {
+            type Value = Kind;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message type")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Kind, E> {
+                Ok(match v {
+                    "hello" => Kind::Hello,
+                    "stats" => Kind::Stats,
+                    "reply" => Kind::Reply,
+                    "event" => Kind::Event,
+                    _ => Kind::Other,
+                })
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Kind, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Kind, A::Error> {
+                drain_seq(seq).map(|()| Kind::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Kind, A::Error> {
+                drain_map(map).map(|()| Kind::Other)
+            }
+        }
+        deserializer.deserialize_any(KindVisitor)
+    }
 }
 
 /// Every top-level field the hub reads, whatever the message type (the type may come last).
 #[derive(Default)]
 struct Fields {
     v: Option<Scalar>,
-    kind: Option<Scalar>,
+    kind: Option<Kind>,
     python: Option<Scalar>,
     torch: Option<Scalar>,
     rank: Option<Scalar>,
@@ -174,7 +226,6 @@ impl Fields {
     fn slot(&mut self, index: usize) -> Option<&mut Option<Scalar>> {
         Some(match TOP_FIELDS[index] {
             "v" => &mut self.v,
-            "type" => &mut self.kind,
             "python" => &mut self.python,
             "torch" => &mut self.torch,
             "rank" => &mut self.rank,
@@ -284,20 +335,23 @@ impl<'de> de::Deserialize<'de> for Top {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-                let mut fields = Box::<Fields>::default();
+                let mut fields = Fields::default();
                 visit_fields(map, TOP_FIELDS, |index, map| {
                     match fields.slot(index) {
                         Some(slot) => *slot = Some(map.next_value()?),
+                        None if TOP_FIELDS[index] == "type" => {
+                            fields.kind = Some(map.next_value()?);
+                        }
                         None => fields.devices = Some(map.next_value()?),
                     }
                     Ok(())
                 })?;
-                Ok(Top::Object(fields))
+                Ok(Top(Some(fields)))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
-                drain_seq(seq).map(|()| Top::NotObject)
+                drain_seq(seq).map(|()| Top(None))
             }
-            scalars_are!(Top::NotObject);
+            scalars_are!(Top(None));
         }
         deserializer.deserialize_any(TopVisitor)
     }

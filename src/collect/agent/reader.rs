@@ -372,11 +372,13 @@ impl Batch {
         }
         if let Some(hello) = self.hello {
             state.hello = Some(hello);
+            state.fresh = true;
         }
         if let Some(stats) = self.stats {
             warn_of_many_devices(state, log, stats.listed);
             state.stats = Some(stats);
             state.stats_at = Some(now);
+            state.fresh = true;
         }
         for reply in self.replies {
             accept_reply(state, log, reply);

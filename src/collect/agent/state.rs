@@ -4,11 +4,12 @@
 //! ring of log lines.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::parse::{AgentEvent, AgentReply, Hello, Stats};
-use crate::model::TorchInfo;
+use crate::model::torch::{refill_devices, refill_text};
+use crate::model::{DeviceAllocatorStats, TorchInfo};
 use crate::protocol::AgentCommand;
 
 /// Lines the log keeps; older ones are dropped.
@@ -54,6 +55,27 @@ pub(crate) struct ConnState {
     pub(crate) warned_devices: bool,
     /// Whether the log already said that this agent sent a reply nobody asked for.
     pub(crate) warned_unsolicited: bool,
+    /// A hello or stats came since `info` was built: the reader sets it, the hub's poll clears it.
+    pub(crate) fresh: bool,
+    /// What the agent has said, as of its latest hello and stats; built by the hub's poll.
+    info: Option<Arc<TorchInfo>>,
+}
+
+/// One agent's latest figures, as a poll hands them to the sampler.
+#[derive(Debug, Clone)]
+pub(crate) struct Heard {
+    /// Built again only when a hello or stats arrives; `age_seconds` is `None` (the age is
+    /// the join's, from `stats_at`).
+    pub(crate) info: Arc<TorchInfo>,
+    /// When the latest stats arrived; `None` before the first.
+    pub(crate) stats_at: Option<Instant>,
+}
+
+impl Heard {
+    /// Seconds since the stats arrived, as of `now`.
+    pub(crate) fn age_seconds(&self, now: Instant) -> Option<f64> {
+        (self.stats_at).map(|at| now.saturating_duration_since(at).as_secs_f64())
+    }
 }
 
 impl ConnState {
@@ -70,17 +92,29 @@ impl ConnState {
             ended: None,
             warned_devices: false,
             warned_unsolicited: false,
+            fresh: false,
+            info: None,
         }
     }
 
-    /// What this agent has said, as the snapshot shows it; `None` before its hello.
-    pub(crate) fn torch_info(&self, now: Instant) -> Option<TorchInfo> {
+    /// What this agent has said; `None` before its hello. The figures are built again only
+    /// after a hello or stats came, into the same allocation when no one else holds it (the
+    /// caller drops what the previous poll handed out first).
+    pub(crate) fn heard(&mut self) -> Option<Heard> {
         let hello = self.hello.as_ref()?;
-        let mut info = torch_info(hello, self.stats.as_ref());
-        info.age_seconds = self
-            .stats_at
-            .map(|at| now.saturating_duration_since(at).as_secs_f64());
-        Some(info)
+        match &mut self.info {
+            Some(_) if !self.fresh => {}
+            Some(info) => match Arc::get_mut(info) {
+                Some(kept) => refill_torch_info(kept, hello, self.stats.as_ref()),
+                None => *info = Arc::new(torch_info(hello, self.stats.as_ref())),
+            },
+            None => self.info = Some(Arc::new(torch_info(hello, self.stats.as_ref()))),
+        }
+        self.fresh = false;
+        Some(Heard {
+            info: Arc::clone(self.info.as_ref()?),
+            stats_at: self.stats_at,
+        })
     }
 }
 
@@ -140,6 +174,35 @@ fn uses_cuda_malloc_async(alloc_conf: Option<&str>) -> bool {
     alloc_conf.is_some_and(|conf| conf.contains("cudaMallocAsync"))
 }
 
+/// [`torch_info`] into `info`, reusing its text and device buffers.
+fn refill_torch_info(info: &mut TorchInfo, hello: &Hello, stats: Option<&Stats>) {
+    refill_text(&mut info.python, hello.python.as_deref());
+    refill_text(&mut info.torch, hello.torch.as_deref());
+    refill_text(&mut info.alloc_conf, hello.alloc_conf.as_deref());
+    let visible = hello.cuda_visible_devices.as_deref();
+    refill_text(&mut info.cuda_visible_devices, visible);
+    info.rank = hello.rank;
+    info.local_rank = hello.local_rank;
+    info.world_size = hello.world_size;
+    info.step = stats.and_then(|s| s.step);
+    info.step_time_seconds = stats.and_then(|s| s.step_time_seconds);
+    info.stats_unix_seconds = stats.and_then(|s| s.ts);
+    info.age_seconds = None;
+    refill_devices(&mut info.devices, stats.map_or(&[], |s| &s.devices[..]));
+    if uses_cuda_malloc_async(hello.alloc_conf.as_deref()) {
+        info.devices.iter_mut().for_each(forget_unfilled);
+    }
+}
+
+/// The counters cudaMallocAsync leaves at 0 without meaning it, made `None`.
+fn forget_unfilled(device: &mut DeviceAllocatorStats) {
+    device.inactive_split_bytes = None;
+    device.requested_bytes = None;
+    device.segments = None;
+    device.alloc_retries = None;
+    device.ooms = None;
+}
+
 /// Builds a [`TorchInfo`] from an agent's latest hello and stats (`None`: not received yet).
 /// Pure: `age_seconds` and `non_pytorch_bytes` stay `None`.
 pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
@@ -150,11 +213,7 @@ pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
         .into_iter()
         .map(|mut device| {
             if malloc_async {
-                device.inactive_split_bytes = None;
-                device.requested_bytes = None;
-                device.segments = None;
-                device.alloc_retries = None;
-                device.ooms = None;
+                forget_unfilled(&mut device);
             }
             device
         })

@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -254,6 +255,23 @@ fn line_parsing_rules() {
     assert!(matches!(
         parse_line(br#"{"v":1,"type":"later","x":[1,{"y":2}]}"#),
         Ok(Incoming::Ignored)
+    ));
+    for odd_type in [
+        "5",
+        "null",
+        r#"["stats"]"#,
+        r#"{"a":"stats"}"#,
+        r#""Stats""#,
+    ] {
+        let line = format!(r#"{{"v":1,"type":{odd_type},"devices":[]}}"#);
+        assert!(
+            matches!(parse_line(line.as_bytes()), Ok(Incoming::Ignored)),
+            "{line}"
+        );
+    }
+    assert!(matches!(
+        parse_line(br#"{"type":"stats","type":"hello","v":1}"#),
+        Ok(Incoming::Hello(_))
     ));
     let reply = parse_line(br#"{"ok":true,"v":1,"type":"reply","id":4,"path":"/p","new":1}"#);
     assert!(matches!(
@@ -956,4 +974,62 @@ fn the_whole_memory_stats_dict_and_the_keys_torchtop_reads_give_the_same_figures
         expected,
         "each key lands in its own field"
     );
+}
+
+/// Polls into `heard` until `done` holds or [`PATIENCE`] passes.
+fn poll_into_until(
+    hub: &mut AgentHub,
+    heard: &mut std::collections::HashMap<u32, Heard>,
+    done: impl Fn(&std::collections::HashMap<u32, Heard>) -> bool,
+) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        hub.poll_into(heard);
+        if done(heard) || Instant::now() > deadline {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_agents_figures_are_built_once_per_stats_and_refilled_in_place() {
+    let dir = TempDir::new();
+    let (next_tx, next_rx) = std::sync::mpsc::channel::<()>();
+    let server = serve(&dir, move |mut stream| {
+        writeln!(stream, "{}\n{}", hello(), stats(1, 100)).unwrap();
+        let _ = next_rx.recv();
+        writeln!(stream, "{}", stats(2, 200)).unwrap();
+        let _ = next_rx.recv();
+    });
+    let mut hub = AgentHub::new(dir.0.clone());
+    let mut heard = std::collections::HashMap::new();
+    let allocated = |h: &std::collections::HashMap<u32, Heard>| {
+        h.get(&my_pid())
+            .and_then(|h| h.info.devices.first())
+            .and_then(|d| d.allocated_bytes)
+    };
+    poll_into_until(&mut hub, &mut heard, |h| allocated(h) == Some(100));
+    let first = Arc::clone(&heard[&my_pid()].info);
+    assert_eq!(first.age_seconds, None, "the age is the join's");
+    assert!(heard[&my_pid()].stats_at.is_some());
+    hub.poll_into(&mut heard);
+    assert!(
+        Arc::ptr_eq(&first, &heard[&my_pid()].info),
+        "no stats came: the same figures"
+    );
+    drop(first);
+    next_tx.send(()).unwrap();
+    let kept = Arc::as_ptr(&heard[&my_pid()].info);
+    poll_into_until(&mut hub, &mut heard, |h| allocated(h) == Some(200));
+    assert_eq!(
+        Arc::as_ptr(&heard[&my_pid()].info),
+        kept,
+        "refilled in place, no one else holding them"
+    );
+    let held = Arc::clone(&heard[&my_pid()].info);
+    drop(next_tx);
+    server.join().unwrap();
+    // The connection ended: the figures held elsewhere stay as they were.
+    assert_eq!(held.devices[0].allocated_bytes, Some(200));
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use torchtop::model::Snapshot;
 use torchtop::sampler::{Sampler, SamplerConfig};
 
 /// The system allocator, counting calls and bytes.
@@ -29,7 +30,19 @@ static STACKS: Mutex<Vec<Backtrace>> = Mutex::new(Vec::new());
 
 thread_local! {
     /// Set while this thread captures a stack: the capture's own allocations are not captured.
+    /// Also set for good on the stand-in agents' thread ([`uncounted`]).
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations counted on this thread: the sampler's own share, told from its workers'.
+    static HERE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Stops counting this thread's allocations: for the benchmark's own helper threads.
+pub(crate) fn uncounted() {
+    CAPTURING.with(|capturing| capturing.set(true));
+}
+
+fn counted_here() -> u64 {
+    HERE.with(Cell::get)
 }
 
 /// Counts one allocation of `bytes`, and captures its stack while [`TRACING`] is on; the
@@ -39,6 +52,7 @@ fn count(bytes: usize) {
         return;
     }
     ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    let _ = HERE.try_with(|here| here.set(here.get() + 1));
     BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
     if !TRACING.load(Ordering::Relaxed) {
         return;
@@ -129,6 +143,28 @@ pub(crate) fn counters() -> (u64, u64) {
 /// later phase sees the rule windows fuller. Counts every thread of this process (the GPU
 /// worker included), so the benchmark's own threads must be idle meanwhile.
 pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -> Vec<(f64, f64)> {
+    measure_ticks(library, scenario, phases, |_| true)
+        .into_iter()
+        .map(|t| (t.calls, t.bytes))
+        .collect()
+}
+
+/// A phase's figures, per tick.
+pub(crate) struct PerTick {
+    pub(crate) calls: f64,
+    pub(crate) bytes: f64,
+    /// The calls made on the thread that ticks (the sampler's own); the rest were made on
+    /// other threads: the GPU worker, the agents' reader parsing their lines.
+    pub(crate) calls_here: f64,
+}
+
+/// The figures of each phase, once `ready` holds for a snapshot (or 10 s have passed).
+pub(crate) fn measure_ticks(
+    library: &Path,
+    scenario: &Path,
+    phases: &[(u32, u32)],
+    ready: impl Fn(&Snapshot) -> bool,
+) -> Vec<PerTick> {
     std::env::set_var("TORCHTOP_FAKE_NVML_SCENARIO", scenario);
     let config = SamplerConfig::for_interval(Duration::from_secs(1), "fake".into());
     let mut sampler = Sampler::start(
@@ -136,7 +172,11 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -
         torchtop::collect::nvml_loader(library.to_path_buf()),
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sampler.tick().gpus.is_empty() && Instant::now() < deadline {
+    loop {
+        let snapshot = sampler.tick();
+        if (!snapshot.gpus.is_empty() && ready(&snapshot)) || Instant::now() > deadline {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     // Ticks 100 ms apart: the per-tick work is the same as at 1 s, the run shorter. The rule
@@ -171,18 +211,24 @@ pub(crate) fn per_tick(library: &Path, scenario: &Path, phases: &[(u32, u32)]) -
             (0..before).for_each(|_| tick());
             let trace = std::env::var_os("TORCHTOP_BENCH_ALLOC_STACKS").is_some();
             let (calls0, bytes0) = counters();
+            let here0 = counted_here();
             if trace {
                 traced(|| (0..ticks).for_each(|_| tick()));
             } else {
                 (0..ticks).for_each(|_| tick());
             }
             let (calls1, bytes1) = counters();
+            let here1 = counted_here();
             if trace {
                 print_stacks(ticks);
                 println!("--- warnings up at the last tick: {}", warnings.borrow());
             }
             let n = f64::from(ticks);
-            ((calls1 - calls0) as f64 / n, (bytes1 - bytes0) as f64 / n)
+            PerTick {
+                calls: (calls1 - calls0) as f64 / n,
+                bytes: (bytes1 - bytes0) as f64 / n,
+                calls_here: (here1 - here0) as f64 / n,
+            }
         })
         .collect()
 }

@@ -18,17 +18,38 @@ use crate::sys::effective_uid;
 const MAX_ENTRIES_SCANNED: usize = 4096;
 
 impl AgentHub {
-    pub(super) fn discover(&mut self, owner: u32, now: Instant) {
+    /// Lists the directory and connects to the sockets not connected yet; false when the
+    /// listing stopped short (a bound, or an error), so that the next poll lists it again.
+    pub(super) fn discover(&mut self, owner: u32, now: Instant) -> bool {
         let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
+            return false;
         };
         self.retry_at.retain(|_, at| *at > now);
-        let connected: HashSet<u32> = self.conns.values().map(|c| c.file_pid).collect();
+        let mut connected = std::mem::take(&mut self.connected);
+        connected.clear();
+        connected.extend(self.conns.values().map(|c| c.file_pid));
+        let complete = self.connect_listed(entries, &connected, owner, now);
+        self.connected = connected;
+        complete
+    }
+
+    fn connect_listed(
+        &mut self,
+        entries: fs::ReadDir,
+        connected: &HashSet<u32>,
+        owner: u32,
+        now: Instant,
+    ) -> bool {
         let mut opened = 0;
-        for (scanned, entry) in entries.flatten().enumerate() {
+        let mut complete = true;
+        for (scanned, entry) in entries.enumerate() {
+            let Ok(entry) = entry else {
+                complete = false;
+                continue;
+            };
             if scanned == MAX_ENTRIES_SCANNED {
                 self.warn_crowded();
-                break;
+                return false;
             }
             let Some(file_pid) = socket_file_pid(&entry.file_name()) else {
                 continue;
@@ -48,11 +69,12 @@ impl AgentHub {
                 continue;
             }
             if opened == self.limits.max_new_per_poll {
-                break;
+                return false;
             }
             opened += 1;
             self.connect(&path, file_pid, owner, now);
         }
+        complete
     }
 
     fn warn_crowded(&mut self) {
