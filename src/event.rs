@@ -15,6 +15,7 @@
 //! replay, whose keys and time bar are its own; see [`crate::replay`]).
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
@@ -25,6 +26,7 @@ use crate::app::{App, Effect};
 use crate::memsnap::view::state::{Effect as ViewerEffect, Viewer};
 use crate::memsnap::{self, Links, LoadedSnapshot};
 use crate::sampler::{GpuLoader, SamplerConfig};
+use crate::sys::sched::Handover;
 use crate::terminal::input::{self, Input};
 use crate::terminal::signals::{self, Control};
 use crate::terminal::{self, TerminalGuard, Tui};
@@ -58,8 +60,14 @@ fn run(app: App, source: Source) -> io::Result<()> {
     signals::spawn(controls_tx)?;
     let mut guard = TerminalGuard::enter()?;
     let (inputs_tx, inputs) = mpsc::channel(INPUT_QUEUE);
-    input::spawn(tty, inputs_tx)?;
-    let wakers = Wakers { inputs, controls };
+    // Taken here, on the loop's thread: the sampler narrows it, the input thread frees it.
+    let handover = Handover::of_this_thread().map(Arc::new);
+    input::spawn(tty, inputs_tx, handover.clone())?;
+    let wakers = Wakers {
+        inputs,
+        controls,
+        handover,
+    };
     let end = runtime.block_on(event_loop(&mut guard.terminal, app, source, wakers));
     drop(guard);
     // Collector threads may be stuck in the driver; they are never joined.
@@ -70,10 +78,12 @@ fn run(app: App, source: Source) -> io::Result<()> {
     }
 }
 
-/// The channels from the input and signal threads.
+/// The channels from the input and signal threads, and the loop thread's hand-over to the
+/// sampler's core.
 struct Wakers {
     inputs: mpsc::Receiver<Input>,
     controls: mpsc::UnboundedReceiver<Control>,
+    handover: Option<Arc<Handover>>,
 }
 
 /// How the loop ended.
@@ -131,7 +141,7 @@ async fn event_loop(
     source: Source,
     mut wakers: Wakers,
 ) -> io::Result<End> {
-    let mut feed = Feed::start(source, &app);
+    let mut feed = Feed::start(source, &app, wakers.handover.take());
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
     let mut screen = Screen {

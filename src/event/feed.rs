@@ -29,8 +29,6 @@ pub(super) enum Feed {
         snapshots: LatestReceiver<Arc<Snapshot>>,
         requests: std::sync::mpsc::Sender<SamplerRequest>,
         recording: LiveRecording,
-        /// This (the loop's) thread, narrowed by the sampler before each wake.
-        handover: Option<Arc<Handover>>,
     },
     Replay(Session),
 }
@@ -43,14 +41,13 @@ pub(super) enum Arrival {
 }
 
 impl Feed {
-    pub(super) fn start(source: Source, app: &App) -> Feed {
+    /// Starts the source; the sampler wakes the loop's thread through `handover` when given.
+    pub(super) fn start(source: Source, app: &App, handover: Option<Arc<Handover>>) -> Feed {
         match source {
             Source::Live { config, loader } => {
                 let (snapshots_tx, snapshots) = latest::latest();
-                let handover = Handover::of_this_thread().map(Arc::new);
-                let waker_side = handover.clone();
                 let requests = sampler::spawn_shared_loop(*config, loader, move |snapshot| {
-                    if let Some(handover) = &waker_side {
+                    if let Some(handover) = &handover {
                         handover.before_wake();
                     }
                     snapshots_tx.send(snapshot)
@@ -60,7 +57,6 @@ impl Feed {
                     snapshots,
                     requests,
                     recording,
-                    handover,
                 }
             }
             Source::Replay(session) => Feed::Replay(session),
@@ -85,14 +81,10 @@ impl Feed {
                 Feed::Live {
                     recording,
                     requests,
-                    handover,
                     ..
                 },
                 Arrival::Snapshot(snapshot),
             ) => {
-                if let Some(handover) = handover {
-                    handover.release();
-                }
                 recording.on_snapshot(app, &snapshot, requests);
                 app.on_snapshot(snapshot);
             }

@@ -10,16 +10,16 @@
 //!
 //! Each tick the sampler thread wakes on its clock and then wakes the UI thread with the new
 //! snapshot. Left alone, the kernel wakes the UI thread on the core it last ran on whenever that
-//! core is idle: a second sleeping core woken a tick. On a virtual machine that wake-up is the
-//! dearest thing the monitor does at rest (here about 125 µs of CPU after a second asleep,
-//! against 1 to 2 µs for a switch between two threads on a core already awake). So the sampler
-//! narrows the UI thread to its own core just before the wake ([`Handover::before_wake`]), and
-//! the UI thread takes all its cores back as soon as it runs ([`Handover::release`]): it is
-//! narrowed only while asleep, between a snapshot and its handling, and a key that comes later
-//! is answered on any core.
+//! core is idle: a second sleeping core woken a tick. On a virtual machine that wake-up is dear
+//! (on this project's build machine an empty loop pays 80 to 125 µs of CPU a wake-up after a
+//! second asleep, against 1 to 2 µs for a switch between two threads on a core already awake).
+//! So the UI thread follows the sampler's core ([`Handover`]): the sampler narrows it to the
+//! core it runs on before the wake when it is not there already, and the input thread frees it
+//! before handing it a key, so that a key is answered on any core, never held to one that may be
+//! busy. Narrowing costs a system call only when the sampler's core changes or after a key.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustix::process::Pid;
 use rustix::thread::{self, CpuSet};
@@ -37,13 +37,17 @@ pub(crate) fn run_this_thread_as_batch() -> io::Result<()> {
     }
 }
 
-/// A thread whose wake-ups by another of torchtop's threads happen on the waker's core.
+/// A thread that wakes on its waker's core: narrowed to that core until freed.
 pub(crate) struct Handover {
     tid: Pid,
-    /// The cores the thread may run on, given back after each narrowing.
+    /// The cores the thread may run on, given back when it is freed.
     allowed: CpuSet,
-    narrowed: AtomicBool,
+    /// The core it is narrowed to, or [`FREE`].
+    narrowed_to: AtomicUsize,
 }
+
+/// [`Handover::narrowed_to`] when the thread may run on all its cores.
+const FREE: usize = usize::MAX;
 
 impl Handover {
     /// The calling thread; `None` when it may run on one core only (nothing to hand over) or its
@@ -53,7 +57,7 @@ impl Handover {
         (allowed.count() > 1).then(|| Handover {
             tid: thread::gettid(),
             allowed,
-            narrowed: AtomicBool::new(false),
+            narrowed_to: AtomicUsize::new(FREE),
         })
     }
 
@@ -61,20 +65,21 @@ impl Handover {
     /// waker's core. Best effort: a core the thread may not use, or a refusal, changes nothing.
     pub(crate) fn before_wake(&self) {
         let here = thread::sched_getcpu();
-        if !self.allowed.is_set(here) {
+        if self.narrowed_to.load(Ordering::Acquire) == here || !self.allowed.is_set(here) {
             return;
         }
         let mut core = CpuSet::new();
         core.set(here);
         if thread::sched_setaffinity(Some(self.tid), &core).is_ok() {
-            self.narrowed.store(true, Ordering::Release);
+            self.narrowed_to.store(here, Ordering::Release);
         }
     }
 
-    /// Called by the thread once woken: all its cores again, so that the next wake-up, by a key
-    /// say, is not held to a core that may be busy.
-    pub(crate) fn release(&self) {
-        if self.narrowed.swap(false, Ordering::AcqRel) {
+    /// All its cores again; called before the thread is woken for something that must not wait
+    /// on one core (a key). A narrowing racing with this leaves the thread on the waker's core
+    /// until the next key: the key is still handled, on that core.
+    pub(crate) fn free(&self) {
+        if self.narrowed_to.swap(FREE, Ordering::AcqRel) != FREE {
             // Best effort as well: refused, the thread stays on one core until the next try.
             let _ = thread::sched_setaffinity(Some(self.tid), &self.allowed);
         }
@@ -107,25 +112,33 @@ mod tests {
     }
 
     #[test]
-    fn a_woken_thread_runs_on_the_wakers_core_and_then_gets_its_cores_back() {
+    fn a_woken_thread_runs_on_the_wakers_core_until_freed() {
         let Some(handover) = Handover::of_this_thread() else {
             eprintln!("skipped: this test thread may run on one core only");
             return;
         };
         let all = cores_of(handover.tid);
-        std::thread::scope(|scope| scope.spawn(|| handover.before_wake()).join())
-            .expect("the waker thread");
+        let wake_from_another_thread = || {
+            std::thread::scope(|scope| scope.spawn(|| handover.before_wake()).join())
+                .expect("the waker thread");
+        };
+        wake_from_another_thread();
         let narrowed = cores_of(handover.tid);
         assert_eq!(narrowed.len(), 1, "narrowed to one core: {narrowed:?}");
         assert!(all.contains(&narrowed[0]), "one of its own: {narrowed:?}");
         assert_eq!(thread::sched_getcpu(), narrowed[0], "and woken there");
-        handover.release();
+        wake_from_another_thread();
+        assert_eq!(cores_of(handover.tid).len(), 1, "still one core");
+        std::thread::scope(|scope| scope.spawn(|| handover.free()).join()).expect("the freer");
         assert_eq!(cores_of(handover.tid), all, "all its cores again");
-        handover.release();
+        handover.free();
+        assert_eq!(cores_of(handover.tid), all, "freeing twice changes nothing");
+        wake_from_another_thread();
         assert_eq!(
-            cores_of(handover.tid),
-            all,
-            "a second release changes nothing"
+            cores_of(handover.tid).len(),
+            1,
+            "narrowed again after a free"
         );
+        handover.free();
     }
 }

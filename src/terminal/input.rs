@@ -7,6 +7,7 @@
 //! POLLHUP, POLLERR or POLLNVAL, so the watcher costs no wake-ups while the terminal lives.
 
 use std::io;
+use std::sync::Arc;
 use std::thread;
 
 use crossterm::event::{self, Event};
@@ -14,6 +15,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 use tokio::sync::mpsc::Sender;
 
 use super::Tty;
+use crate::sys::sched::Handover;
 
 /// What the input threads send to the loop.
 #[derive(Debug)]
@@ -24,11 +26,15 @@ pub(crate) enum Input {
 }
 
 /// Starts the reader and the hang-up watcher. Neither is ever joined: they end with the process.
-pub(crate) fn spawn(tty: &'static Tty, events: Sender<Input>) -> io::Result<()> {
+pub(crate) fn spawn(
+    tty: &'static Tty,
+    events: Sender<Input>,
+    handover: Option<Arc<Handover>>,
+) -> io::Result<()> {
     let watcher_events = events.clone();
     thread::Builder::new()
         .name("torchtop-input".into())
-        .spawn(move || read_events(events))?;
+        .spawn(move || read_events(events, handover.as_deref()))?;
     thread::Builder::new()
         .name("torchtop-hangup".into())
         .spawn(move || {
@@ -39,12 +45,17 @@ pub(crate) fn spawn(tty: &'static Tty, events: Sender<Input>) -> io::Result<()> 
     Ok(())
 }
 
-fn read_events(events: Sender<Input>) {
+/// Reads until the terminal is gone; the loop's thread is freed from the sampler's core (see
+/// [`Handover`]) before each input reaches it, so that a key never waits on a busy core.
+fn read_events(events: Sender<Input>, handover: Option<&Handover>) {
     loop {
         let input = match event::read() {
             Ok(event) => Input::Event(event),
             Err(_) => Input::Gone,
         };
+        if let Some(handover) = handover {
+            handover.free();
+        }
         let gone = matches!(input, Input::Gone);
         if events.blocking_send(input).is_err() || gone {
             return;
