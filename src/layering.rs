@@ -22,7 +22,8 @@ const BASE: &[(&str, &[&str])] = &[
     ("sys", &["model"]),
     ("protocol", &["sys"]),
     ("config", &["format"]),
-    ("terminal", &["model", "config"]),
+    // The input thread hands the UI thread's core back (sys::sched) before each key.
+    ("terminal", &["model", "config", "sys"]),
     // The tests' waiting and skipping rules (tests/common/ci.rs), for unit tests at any layer.
     ("test_ci", &[]),
 ];
