@@ -14,7 +14,7 @@ use std::fmt;
 use crate::model::{GpuProcess, ProcessKind, Severity, Snapshot};
 
 use super::cgroup_memory::{is_job_process, kind_of};
-use super::slots::{Slots, SubjectRef};
+use super::slots::{Na, Slots, SubjectRef};
 use super::Inputs;
 
 /// `cpu-oversubscribed`: more worker and OpenMP threads than the cgroup's CPUs.
@@ -183,18 +183,6 @@ impl fmt::Display for Cpus {
     }
 }
 
-/// The value, or N/A: [`fmt_opt`](super::fmt_opt) without a String.
-struct Na<T>(Option<T>);
-
-impl<T: fmt::Display> fmt::Display for Na<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(v) => v.fmt(f),
-            None => f.write_str(crate::format::NA),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::model::{Cgroup, CpuMax, LaunchEnv, Snapshot, Subject};
@@ -241,6 +229,77 @@ mod tests {
             w.message
         );
         assert!(w.remedy.contains("num_workers"));
+    }
+
+    #[test]
+    fn a_warning_that_goes_on_holding_is_rewritten_in_its_own_room() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let mut warnings = Vec::new();
+        engine.evaluate_into(&limited(None, 8)(0), &mut warnings);
+        let first = warnings.clone();
+        let (message, row) = (
+            warnings[0].message.as_ptr(),
+            warnings[0].evidence[0].1.as_ptr(),
+        );
+        engine.evaluate_into(&limited(None, 8)(1), &mut warnings);
+        assert_eq!(warnings, first, "the warning changed while it held");
+        assert_eq!(warnings[0].message.as_ptr(), message, "a new message");
+        assert_eq!(
+            warnings[0].evidence[0].1.as_ptr(),
+            row,
+            "a new evidence row"
+        );
+        let rows: Vec<(&str, &str)> = (warnings[0].evidence.iter())
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("cgroup", "/kubepods/x"),
+                ("cpu.max", "4"),
+                ("cpuset", "N/A"),
+                ("allowed cpus", "4"),
+                ("workers", "8"),
+                ("openmp threads", "64"),
+                ("host cpus", "64"),
+                ("gpu", "0"),
+            ]
+        );
+    }
+
+    #[test]
+    fn of_two_cgroups_warning_of_one_job_the_first_by_path_speaks() {
+        let two = |step| {
+            let mut snap = limited(Some(8), 8)(step);
+            let mut other = snap.processes[0].clone();
+            other.pid = 61;
+            other.gpu = 1;
+            let mut cgroup = Cgroup::clone(other.cgroup.as_ref().unwrap());
+            cgroup.path = "/kubepods/a".into();
+            other.cgroup = Some(std::sync::Arc::new(cgroup));
+            for (p, rank) in snap.processes.iter_mut().chain([&mut other]).zip(0..) {
+                let env = LaunchEnv {
+                    omp_num_threads: Some(8),
+                    rank: Some(rank),
+                    world_size: Some(2),
+                    master_port: Some("29500".into()),
+                    ..Default::default()
+                };
+                p.env = Some(env.into());
+            }
+            snap.processes.push(other);
+            snap
+        };
+        let warnings = replay_default(0, two);
+        let found = with_id(&warnings, "cpu-oversubscribed");
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            found[0].subject,
+            Subject::Job {
+                id: "job :29500".into()
+            }
+        );
+        assert_eq!(evidence(found[0], "cgroup"), "/kubepods/a");
     }
 
     #[test]

@@ -278,6 +278,38 @@ mod tests {
     }
 
     #[test]
+    fn a_key_is_its_text_and_no_other() {
+        let p = ranked(10, 0, torchrun(0, "abc", "29500"));
+        let key = job_key_of(&p).unwrap();
+        assert!(key.is("torchelastic run abc"));
+        for other in [
+            "torchelastic run ab",
+            "torchelastic run abcd",
+            "",
+            "job 127.0.0.1:29500",
+        ] {
+            assert!(!key.is(other), "{other:?}");
+        }
+        assert_eq!(job_key(&p).as_deref(), Some("torchelastic run abc"));
+    }
+
+    #[test]
+    fn jobs_are_regrouped_in_the_room_of_the_last_ones() {
+        let processes = vec![
+            ranked(10, 0, torchrun(0, "abc", "29500")),
+            ranked(11, 1, torchrun(1, "abc", "29500")),
+        ];
+        let mut jobs = Vec::new();
+        group_jobs_into(&processes, &mut jobs);
+        let (id, ranks) = (jobs[0].id.as_ptr(), jobs[0].ranks.as_ptr());
+        group_jobs_into(&processes, &mut jobs);
+        assert_eq!(jobs, group_jobs(&processes));
+        assert_eq!((jobs[0].id.as_ptr(), jobs[0].ranks.as_ptr()), (id, ranks));
+        group_jobs_into(&processes[..1], &mut jobs);
+        assert!(jobs.is_empty(), "a lone rank made a job: {jobs:#?}");
+    }
+
+    #[test]
     fn plain_processes_and_single_process_jobs_are_not_jobs() {
         let single = LaunchEnv {
             world_size: Some(1),

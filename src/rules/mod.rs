@@ -64,7 +64,7 @@ pub(crate) use window::{
 };
 pub(crate) use wording::{
     fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, held_on_gpu_evidence,
-    holds_on_gpu, or_na, warning, BYTES_PER_MIB,
+    holds_on_gpu, warning, BYTES_PER_MIB,
 };
 
 /// Rule ids by the harm they announce, most first: within one severity, warnings come in this
@@ -144,6 +144,8 @@ pub(crate) struct Engine {
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     host: Window<HostPoint>,
     steps: BTreeMap<u32, StepTrack>,
+    /// Room for the pids `steps` met in a sample.
+    step_pids: Vec<u32>,
     /// When each warning held now was first seen, by its id's place in [`IMPACT`] and its
     /// subject; kept from tick to tick, so a warning that goes on holding costs no new key.
     first_seen: HashMap<SeenKey, FirstSeen>,
@@ -165,6 +167,7 @@ impl Engine {
             allocators: BTreeMap::new(),
             host: Window::default(),
             steps: BTreeMap::new(),
+            step_pids: Vec::new(),
             first_seen: HashMap::new(),
             seen_key: SeenKey::default(),
             slots: Slots::default(),
@@ -255,7 +258,7 @@ impl Engine {
             memory_total_bytes: host.memory.total_bytes,
         };
         self.host.push(t, point, keep.host);
-        training_stalled::record(&mut self.steps, snapshot);
+        training_stalled::record(&mut self.steps, &mut self.step_pids, snapshot);
     }
 
     fn finish(&mut self, snapshot: &Snapshot) {
@@ -376,7 +379,7 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots) {
         found.extend(swap::check(inputs, &config.swap));
     }
     if config.throttle.enabled {
-        found.extend(throttle::check(inputs, &config.throttle));
+        throttle::check(inputs, &config.throttle, found);
     }
     if config.zombie_memory.enabled {
         found.extend(zombie_memory::check(inputs, &config.zombie_memory));

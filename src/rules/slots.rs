@@ -99,6 +99,7 @@ impl Slots {
 /// A [`Subject`] borrowed: compared and written in place without a String of its own.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum SubjectRef<'a> {
+    Gpu(u32),
     Job(&'a str),
     Process(u32),
 }
@@ -108,6 +109,7 @@ impl SubjectRef<'_> {
         match (self, subject) {
             (SubjectRef::Job(id), Subject::Job { id: other }) => id == other,
             (SubjectRef::Process(pid), Subject::Process { pid: other }) => pid == *other,
+            (SubjectRef::Gpu(index), Subject::Gpu { index: other }) => index == *other,
             _ => false,
         }
     }
@@ -118,6 +120,28 @@ impl SubjectRef<'_> {
             (SubjectRef::Job(id), Subject::Job { id: to }) => set(to, id),
             (SubjectRef::Job(id), subject) => *subject = Subject::Job { id: id.to_string() },
             (SubjectRef::Process(pid), subject) => *subject = Subject::Process { pid },
+            (SubjectRef::Gpu(index), subject) => *subject = Subject::Gpu { index },
+        }
+    }
+}
+
+/// A text written by a closure: a figure's words put straight into a warning's room.
+pub(crate) struct Show<F>(pub(crate) F);
+
+impl<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result> fmt::Display for Show<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.0)(f)
+    }
+}
+
+/// The value, or N/A: [`fmt_opt`](super::fmt_opt) without a String of its own.
+pub(crate) struct Na<T>(pub(crate) Option<T>);
+
+impl<T: fmt::Display> fmt::Display for Na<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str(crate::format::NA),
         }
     }
 }
