@@ -28,23 +28,22 @@ pub(crate) fn group_jobs_into(processes: &[GpuProcess], jobs: &mut Vec<Job>) {
         let Some(key) = job_key_of(process) else {
             continue;
         };
-        let at = match jobs[..used].iter().position(|j| key.is(&j.id)) {
-            Some(at) => at,
-            None => {
-                if used == jobs.len() {
-                    jobs.push(Job {
-                        id: String::new(),
-                        ranks: Vec::new(),
-                    });
-                }
-                let job = &mut jobs[used];
-                job.id.clear();
-                // Writing into a String cannot fail.
-                let _ = write!(job.id, "{key}");
-                job.ranks.clear();
-                used += 1;
-                used - 1
+        let at = if let Some(at) = jobs[..used].iter().position(|j| key.is(&j.id)) {
+            at
+        } else {
+            if used == jobs.len() {
+                jobs.push(Job {
+                    id: String::new(),
+                    ranks: Vec::new(),
+                });
             }
+            let job = &mut jobs[used];
+            job.id.clear();
+            // Writing into a String cannot fail.
+            let _ = write!(job.id, "{key}");
+            job.ranks.clear();
+            used += 1;
+            used - 1
         };
         let ranks = &mut jobs[at].ranks;
         if !(ranks.iter()).any(|r| r.pid == process.pid && r.gpu == process.gpu) {
@@ -137,15 +136,11 @@ struct Matcher<'a>(Option<&'a str>);
 
 impl fmt::Write for Matcher<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        match self.0.and_then(|rest| rest.strip_prefix(s)) {
-            Some(rest) => {
-                self.0 = Some(rest);
-                Ok(())
-            }
-            None => {
-                self.0 = None;
-                Err(fmt::Error)
-            }
+        self.0 = self.0.and_then(|rest| rest.strip_prefix(s));
+        if self.0.is_some() {
+            Ok(())
+        } else {
+            Err(fmt::Error)
         }
     }
 }
@@ -162,21 +157,23 @@ pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
     }
     let env = process.env.as_ref();
     let run_id = env
-        .and_then(|e| non_empty(&e.torchelastic_run_id))
+        .and_then(|e| non_empty(e.torchelastic_run_id.as_ref()))
         .filter(|id| *id != "none");
     if let Some(run_id) = run_id {
         return Some(JobKey::Torchelastic(run_id));
     }
-    if let Some(port) = env.and_then(|e| non_empty(&e.master_port)) {
-        let addr = env.and_then(|e| non_empty(&e.master_addr)).unwrap_or("");
+    if let Some(port) = env.and_then(|e| non_empty(e.master_port.as_ref())) {
+        let addr = env
+            .and_then(|e| non_empty(e.master_addr.as_ref()))
+            .unwrap_or("");
         return Some(JobKey::Master { addr, port });
     }
     process.ppid.map(JobKey::Parent)
 }
 
 /// The variable's value trimmed, unless that leaves nothing.
-fn non_empty(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim).filter(|s| !s.is_empty())
+fn non_empty(value: Option<&String>) -> Option<&str> {
+    value.map(|v| v.trim()).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
