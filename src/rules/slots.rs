@@ -70,6 +70,12 @@ impl Slots {
         if self.used == self.warnings.len() {
             self.warnings.push(empty_warning());
         }
+        // The room this warning had last tick, when another rule's warnings did not take it.
+        let spare = self.warnings[self.used..].iter();
+        let own = (spare.clone()).position(|w| w.id == id && subject.is(&w.subject));
+        if let Some(at) = own.or_else(|| spare.clone().position(|w| w.id == id)) {
+            self.warnings.swap(self.used, self.used + at);
+        }
         let warning = &mut self.warnings[self.used];
         self.used += 1;
         set(&mut warning.id, id);
