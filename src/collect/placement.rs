@@ -45,6 +45,10 @@ pub(crate) struct Placement {
     refresh: u64,
     /// The first row of each pid in the join under way, by pid (kept for its capacity).
     done: PidMap<u32, usize>,
+    /// (pid, start ticks, RSS) of the rows the joins after a refresh's first added (agents
+    /// whose process holds no GPU): seen again by the next refresh's first join before it
+    /// forgets what it did not see, so their comm is not made again every refresh.
+    later_rows: Vec<(u32, u64, Option<u64>)>,
 }
 
 impl Placement {
@@ -61,6 +65,7 @@ impl Placement {
             named_pods: Vec::new(),
             refresh: 0,
             done: PidMap::default(),
+            later_rows: Vec::new(),
         }
     }
 
@@ -130,12 +135,30 @@ impl Placement {
             self.done.insert(rows[i].pid, i);
             self.join_row(&mut rows[i], now);
         }
-        if refresh == Refresh::New {
-            let refresh = self.refresh;
-            self.known.retain(|_, known| known.seen_in == refresh);
-            self.named_pods.retain(|named| named.used_in == refresh);
-            self.oom.end();
+        match refresh {
+            Refresh::New => self.end_refresh(),
+            Refresh::Same => {
+                let later = rows.iter().filter(|r| r.visible);
+                let later = later.filter_map(|r| Some((r.pid, r.start_ticks?, r.rss_bytes)));
+                self.later_rows.extend(later);
+            }
         }
+    }
+
+    /// Forgets what neither this refresh's first join nor the last refresh's later joins
+    /// named: the rows those joins add come after this one, and are named again by them.
+    fn end_refresh(&mut self) {
+        let refresh = self.refresh;
+        for (pid, start_ticks, rss_bytes) in self.later_rows.drain(..) {
+            if let Some(known) = self.known.get_mut(&(pid, start_ticks)) {
+                known.seen_in = refresh;
+            }
+            // Seen at the last refresh, so the watch has its comm already.
+            self.oom.see(pid, start_ticks, rss_bytes, String::new);
+        }
+        self.known.retain(|_, known| known.seen_in == refresh);
+        self.named_pods.retain(|named| named.used_in + 1 >= refresh);
+        self.oom.end();
     }
 
     fn join_row(&mut self, row: &mut GpuProcess, now: std::time::Instant) {

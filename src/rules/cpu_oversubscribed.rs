@@ -9,10 +9,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::NonNegative;
-use crate::model::{GpuProcess, Severity, Warning};
+use std::fmt;
 
-use super::cgroup_memory::{job_processes_by_cgroup, kind_of, subject_of};
-use super::{fmt_opt, warning, Inputs};
+use crate::model::{GpuProcess, ProcessKind, Severity, Snapshot};
+
+use super::cgroup_memory::{is_job_process, kind_of};
+use super::slots::{Na, Slots, SubjectRef};
+use super::Inputs;
 
 /// `cpu-oversubscribed`: more worker and OpenMP threads than the cgroup's CPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,26 +44,89 @@ that ranks x (threads + workers) stays within them (torch counts the host's core
 or ask for more CPUs (docker run --cpus/--cpuset-cpus, Kubernetes resources.limits.cpu, Slurm \
 --cpus-per-task).";
 
-pub(crate) fn check(inputs: &Inputs, config: &CpuOversubscribedConfig) -> Vec<Warning> {
-    job_processes_by_cgroup(inputs.snapshot)
-        .into_values()
-        .filter_map(|members| oversubscribed(inputs, &members, config))
-        .collect()
+/// Adds a warning for each cgroup whose training processes oversubscribe it, written in place
+/// (see [`Slots`]): the cgroups in path order, without a map of them, so a tick whose warning
+/// reads as the last one's allocates nothing.
+pub(crate) fn check(inputs: &Inputs, config: &CpuOversubscribedConfig, found: &mut Slots) {
+    let mut path = next_cgroup(inputs.snapshot, None);
+    while let Some(p) = path {
+        let members = || members_of(inputs.snapshot, p);
+        let subject = subject_of_members(inputs, members());
+        // Of warnings about one subject the engine keeps the first; later ones need no words.
+        if !found.holds(ID, subject) {
+            oversubscribed(inputs, members, subject, config, found);
+        }
+        path = next_cgroup(inputs.snapshot, Some(p));
+    }
 }
 
-fn oversubscribed(
+/// The processes counted (each pid once, in its first row's cgroup), as
+/// [`job_processes_by_cgroup`](super::cgroup_memory::job_processes_by_cgroup) has them.
+fn counted(snapshot: &Snapshot) -> impl Iterator<Item = &GpuProcess> + Clone {
+    let processes = &snapshot.processes;
+    (processes.iter().enumerate())
+        .filter(|(_, p)| p.cgroup.is_some() && wanted(p))
+        .filter(move |(i, p)| {
+            !(processes[..*i].iter()).any(|q| q.pid == p.pid && q.cgroup.is_some() && wanted(q))
+        })
+        .map(|(_, p)| p)
+}
+
+/// The counted processes of the cgroup at `path`.
+fn members_of<'a>(
+    snapshot: &'a Snapshot,
+    path: &'a str,
+) -> impl Iterator<Item = &'a GpuProcess> + Clone {
+    counted(snapshot).filter(move |p| p.cgroup.as_ref().is_some_and(|c| c.path == path))
+}
+
+/// The first cgroup path after `after` with a counted process.
+fn next_cgroup<'a>(snapshot: &'a Snapshot, after: Option<&str>) -> Option<&'a str> {
+    (counted(snapshot).filter_map(|p| p.cgroup.as_ref()))
+        .map(|c| c.path.as_str())
+        .filter(|path| after.is_none_or(|a| *path > a))
+        .min()
+}
+
+fn wanted(process: &GpuProcess) -> bool {
+    process.visible && process.kind != ProcessKind::Graphics && is_job_process(process)
+}
+
+/// [`subject_of`](super::cgroup_memory::subject_of) over an iterator: the job all members are
+/// ranks of, else the lowest pid.
+fn subject_of_members<'a>(
+    inputs: &Inputs<'a>,
+    members: impl Iterator<Item = &'a GpuProcess> + Clone,
+) -> SubjectRef<'a> {
+    let jobs = &inputs.snapshot.jobs;
+    let job_of = |pid: u32| jobs.iter().find(|j| j.ranks.iter().any(|r| r.pid == pid));
+    let first_job = members.clone().next().and_then(|p| job_of(p.pid));
+    if let Some(job) = first_job {
+        if members.clone().all(|p| job_of(p.pid) == Some(job)) {
+            return SubjectRef::Job(&job.id);
+        }
+    }
+    let pid = members.map(|p| p.pid).min().unwrap_or_default();
+    SubjectRef::Process(pid)
+}
+
+fn oversubscribed<'a, I: Iterator<Item = &'a GpuProcess> + Clone>(
     inputs: &Inputs,
-    processes: &[&GpuProcess],
+    members: impl Fn() -> I,
+    subject: SubjectRef,
     config: &CpuOversubscribedConfig,
-) -> Option<Warning> {
-    let cgroup = processes.first()?.cgroup.as_ref()?;
+    found: &mut Slots,
+) -> Option<()> {
+    let cgroup = members().next()?.cgroup.as_ref()?;
     let allowed = cgroup.allowed_cpus()?;
     let host_cpus = inputs.snapshot.host.cpu_count;
     let default_threads = cgroup.cpuset_count.or(host_cpus)?;
     let mut workers = 0u64;
     let mut threads = 0u64;
     let mut assumed = false;
-    for process in processes {
+    let mut count = 0usize;
+    for process in members() {
+        count += 1;
         workers += u64::from(process.children_count.unwrap_or(0));
         if let Some(n) = process.env.as_ref().and_then(|e| e.omp_num_threads) {
             threads += u64::from(n);
@@ -74,49 +140,46 @@ fn oversubscribed(
         return None;
     }
     let threads_said = if assumed {
-        format!("{threads} OpenMP threads (torch's default where OMP_NUM_THREADS is unset)")
+        " (torch's default where OMP_NUM_THREADS is unset)"
     } else {
-        format!("{threads} OpenMP threads")
+        ""
     };
-    let message = format!(
-        "The {} of {} allows {} CPUs, but its {} training process{} run {workers} DataLoader \
-         workers and {threads_said}",
+    let mut warning = found.write(ID, Severity::Warn, subject, REMEDY);
+    warning.message(format_args!(
+        "The {} of {} allows {} CPUs, but its {count} training process{} run {workers} DataLoader \
+         workers and {threads} OpenMP threads{threads_said}",
         kind_of(cgroup),
         cgroup.label(),
-        fmt_cpus(allowed),
-        processes.len(),
-        if processes.len() == 1 { "" } else { "es" },
+        Cpus(allowed),
+        if count == 1 { "" } else { "es" },
+    ));
+    warning.row("cgroup", format_args!("{}", cgroup.path));
+    match cgroup.cpu_max.map(|c| c.cpus()) {
+        None => warning.row("cpu.max", format_args!("N/A")),
+        Some(None) => warning.row("cpu.max", format_args!("max")),
+        Some(Some(cpus)) => warning.row("cpu.max", format_args!("{}", Cpus(cpus))),
+    }
+    warning.row(
+        "cpuset",
+        format_args!("{}", Na(cgroup.cpuset_cpus.as_deref())),
     );
-    let evidence = vec![
-        ("cgroup", cgroup.path.clone()),
-        (
-            "cpu.max",
-            cgroup.cpu_max.map_or("N/A".to_string(), |c| {
-                c.cpus().map_or("max".to_string(), fmt_cpus)
-            }),
-        ),
-        ("cpuset", fmt_opt(cgroup.cpuset_cpus.clone())),
-        ("allowed cpus", fmt_cpus(allowed)),
-        ("workers", workers.to_string()),
-        ("openmp threads", threads.to_string()),
-        ("host cpus", fmt_opt(host_cpus)),
-    ];
-    Some(warning(
-        ID,
-        Severity::Warn,
-        subject_of(inputs, processes),
-        message,
-        evidence,
-        REMEDY,
-    ))
+    warning.row("allowed cpus", format_args!("{}", Cpus(allowed)));
+    warning.row("workers", format_args!("{workers}"));
+    warning.row("openmp threads", format_args!("{threads}"));
+    warning.row("host cpus", format_args!("{}", Na(host_cpus)));
+    Some(())
 }
 
 /// "4", "1.5".
-fn fmt_cpus(cpus: f64) -> String {
-    if cpus.fract() == 0.0 {
-        format!("{cpus:.0}")
-    } else {
-        format!("{cpus:.1}")
+struct Cpus(f64);
+
+impl fmt::Display for Cpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.fract() == 0.0 {
+            write!(f, "{:.0}", self.0)
+        } else {
+            write!(f, "{:.1}", self.0)
+        }
     }
 }
 
@@ -166,6 +229,77 @@ mod tests {
             w.message
         );
         assert!(w.remedy.contains("num_workers"));
+    }
+
+    #[test]
+    fn a_warning_that_goes_on_holding_is_rewritten_in_its_own_room() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let mut warnings = Vec::new();
+        engine.evaluate_into(&limited(None, 8)(0), &mut warnings);
+        let first = warnings.clone();
+        let (message, row) = (
+            warnings[0].message.as_ptr(),
+            warnings[0].evidence[0].1.as_ptr(),
+        );
+        engine.evaluate_into(&limited(None, 8)(1), &mut warnings);
+        assert_eq!(warnings, first, "the warning changed while it held");
+        assert_eq!(warnings[0].message.as_ptr(), message, "a new message");
+        assert_eq!(
+            warnings[0].evidence[0].1.as_ptr(),
+            row,
+            "a new evidence row"
+        );
+        let rows: Vec<(&str, &str)> = (warnings[0].evidence.iter())
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("cgroup", "/kubepods/x"),
+                ("cpu.max", "4"),
+                ("cpuset", "N/A"),
+                ("allowed cpus", "4"),
+                ("workers", "8"),
+                ("openmp threads", "64"),
+                ("host cpus", "64"),
+                ("gpu", "0"),
+            ]
+        );
+    }
+
+    #[test]
+    fn of_two_cgroups_warning_of_one_job_the_first_by_path_speaks() {
+        let two = |step| {
+            let mut snap = limited(Some(8), 8)(step);
+            let mut other = snap.processes[0].clone();
+            other.pid = 61;
+            other.gpu = 1;
+            let mut cgroup = Cgroup::clone(other.cgroup.as_ref().unwrap());
+            cgroup.path = "/kubepods/a".into();
+            other.cgroup = Some(std::sync::Arc::new(cgroup));
+            for (p, rank) in snap.processes.iter_mut().chain([&mut other]).zip(0..) {
+                let env = LaunchEnv {
+                    omp_num_threads: Some(8),
+                    rank: Some(rank),
+                    world_size: Some(2),
+                    master_port: Some("29500".into()),
+                    ..Default::default()
+                };
+                p.env = Some(env.into());
+            }
+            snap.processes.push(other);
+            snap
+        };
+        let warnings = replay_default(0, two);
+        let found = with_id(&warnings, "cpu-oversubscribed");
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            found[0].subject,
+            Subject::Job {
+                id: "job :29500".into()
+            }
+        );
+        assert_eq!(evidence(found[0], "cgroup"), "/kubepods/a");
     }
 
     #[test]

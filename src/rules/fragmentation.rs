@@ -67,15 +67,16 @@ pub(crate) fn check(inputs: &Inputs, config: &FragmentationConfig) -> Vec<Warnin
         .filter_map(|(&(pid, index), tracked)| {
             let alloc_conf = inputs.process(pid).and_then(alloc_conf);
             let points = tracked.window.recent(config.retries_window_seconds.get());
-            fragmented(pid, index, points, alloc_conf.as_deref(), config)
+            fragmented(pid, index, points, alloc_conf, config)
         })
         .collect()
 }
 
 /// The allocator settings the process runs with: from its agent, else from its environment.
-fn alloc_conf(process: &crate::model::GpuProcess) -> Option<String> {
-    let from_agent = process.torch.as_ref().and_then(|t| t.alloc_conf.clone());
-    from_agent.or_else(|| process.env.as_ref()?.pytorch_cuda_alloc_conf.clone())
+/// Borrowed: read for every allocator every tick, copied only into a warning.
+fn alloc_conf(process: &crate::model::GpuProcess) -> Option<&str> {
+    let from_agent = process.torch.as_ref().and_then(|t| t.alloc_conf.as_deref());
+    from_agent.or_else(|| process.env.as_ref()?.pytorch_cuda_alloc_conf.as_deref())
 }
 
 fn fragmented(

@@ -11,12 +11,11 @@
 //! a saturated host, or none of these (I/O, synchronization, another rank, or idle).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 use crate::config::{NonNegative, Percent, Seconds};
 use crate::model::{GpuProcess, ProcessKind, Severity, Subject, Warning};
 
-use super::jobs::job_key;
+use super::jobs::job_key_of;
 use super::training::is_training;
 use super::{fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, BYTES_PER_MIB};
 
@@ -78,32 +77,68 @@ struct CpuSide {
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig) -> Vec<Warning> {
-    let mut groups: BTreeMap<GroupKey, Vec<&GpuProcess>> = BTreeMap::new();
-    for process in inputs
-        .snapshot
-        .processes
-        .iter()
-        .filter(|p| candidate(p, config))
-    {
-        // A lone rank (one of a job spread over machines) is judged by its GPU.
-        let job = job_key(process).filter(|id| inputs.snapshot.jobs.iter().any(|j| &j.id == id));
-        let key = match job {
-            Some(id) => GroupKey::Job(id),
-            None => GroupKey::Gpu(process.gpu),
+    // Grouped without a map: a group is judged at its first member, its members found again
+    // by key (a few training processes a host), so a tick that warns of nothing allocates nothing.
+    let candidates = || (inputs.snapshot.processes.iter()).filter(|p| candidate(p, config));
+    let key_of = |process: &GpuProcess| group_key(inputs, process);
+    let mut found = Vec::new();
+    for (i, process) in candidates().enumerate() {
+        let key = key_of(process);
+        if candidates().take(i).any(|earlier| key_of(earlier) == key) {
+            continue;
+        }
+        let members = || candidates().filter(|p| key_of(p) == key);
+        let Some(utilization) = group_utilization(inputs, members(), config) else {
+            continue;
         };
-        groups.entry(key).or_default().push(process);
+        let members: Vec<&GpuProcess> = members().collect();
+        found.extend(starved(inputs, key, &members, utilization, config));
     }
-    groups
-        .into_iter()
-        .filter_map(|(key, members)| starved(inputs, key, &members, config))
-        .collect()
+    found
+}
+
+/// The process's group: its job's (a lone rank, one of a job spread over machines, is judged
+/// by its GPU), else its GPU's.
+fn group_key<'a>(inputs: &Inputs<'a>, process: &GpuProcess) -> GroupKey<'a> {
+    let job =
+        job_key_of(process).and_then(|key| (inputs.snapshot.jobs.iter()).find(|j| key.is(&j.id)));
+    match job {
+        Some(job) => GroupKey::Job(&job.id),
+        None => GroupKey::Gpu(process.gpu),
+    }
+}
+
+/// The mean over the group's GPUs (each once, in index order) of their utilization over the
+/// window; `None` when it is not low, or not known over a full window for every GPU.
+fn group_utilization<'a>(
+    inputs: &Inputs,
+    members: impl Iterator<Item = &'a GpuProcess> + Clone,
+    config: &GpuStarvedConfig,
+) -> Option<f64> {
+    let next_gpu = |after: Option<u32>| {
+        (members.clone().map(|p| p.gpu))
+            .filter(|g| after.is_none_or(|a| *g > a))
+            .min()
+    };
+    let (mut sum, mut count) = (0.0, 0usize);
+    let mut gpu = next_gpu(None);
+    while let Some(g) = gpu {
+        let u = gpu_utilization(inputs, g, config.window_seconds.get())?;
+        if u.is_finite() {
+            sum += u;
+            count += 1;
+        }
+        gpu = next_gpu(Some(g));
+    }
+    let utilization = (count > 0).then(|| sum / count as f64)?;
+    (utilization < config.max_utilization_percent.get()).then_some(utilization)
 }
 
 /// Jobs sort after GPUs; each is one warning.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum GroupKey {
+enum GroupKey<'a> {
     Gpu(u32),
-    Job(String),
+    Job(&'a str),
 }
 
 fn candidate(process: &GpuProcess, config: &GpuStarvedConfig) -> bool {
@@ -119,19 +154,12 @@ fn starved(
     inputs: &Inputs,
     key: GroupKey,
     members: &[&GpuProcess],
+    utilization: f64,
     config: &GpuStarvedConfig,
 ) -> Option<Warning> {
     let mut gpus: Vec<u32> = members.iter().map(|p| p.gpu).collect();
     gpus.sort_unstable();
     gpus.dedup();
-    let per_gpu: Vec<f64> = gpus
-        .iter()
-        .map(|g| gpu_utilization(inputs, *g, config.window_seconds.get()))
-        .collect::<Option<_>>()?;
-    let utilization = mean(per_gpu.iter().copied())?;
-    if utilization >= config.max_utilization_percent.get() {
-        return None;
-    }
     let cpu = cpu_side(inputs, members, config.window_seconds.get());
     let (verdict, remedy) = verdict(&cpu, config);
     let memory: u64 = members.iter().filter_map(|p| p.gpu_memory_bytes).sum();
@@ -142,7 +170,7 @@ fn starved(
     // The subject names the job or GPU; the message does not repeat it.
     let (subject, who) = match key {
         GroupKey::Job(id) => (
-            Subject::Job { id },
+            Subject::Job { id: id.to_string() },
             format!(
                 "{} rank{} on GPU{} {gpu_list} hold{}",
                 pids.len(),
@@ -201,14 +229,11 @@ fn join(values: &[u32]) -> String {
 /// or when fewer than half its samples know the figure.
 fn gpu_utilization(inputs: &Inputs, gpu: u32, seconds: f64) -> Option<f64> {
     let points = inputs.gpus.get(&gpu)?.covering(seconds)?;
-    let known: Vec<f64> = points
-        .iter()
-        .filter_map(|p| p.v.utilization_percent.map(f64::from))
-        .collect();
-    if known.len() * 2 < points.len() {
+    let known = || (points.iter()).filter_map(|p| p.v.utilization_percent.map(f64::from));
+    if known().count() * 2 < points.len() {
         return None;
     }
-    mean(known)
+    mean(known())
 }
 
 /// The CPU side of the group: its processes' busiest main CPU, its workers' CPU each (all

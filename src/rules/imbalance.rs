@@ -69,18 +69,48 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
         .iter()
         .filter(|job| !serving(inputs, job))
         .filter_map(|job| {
-            let loads: Vec<RankLoad> = job
-                .ranks
-                .iter()
-                .filter_map(|rank| {
+            let loads = || {
+                job.ranks.iter().filter_map(|rank| {
                     let tracked = inputs.processes.get(&(rank.pid, rank.gpu))?;
                     let points = tracked.window.covering(config.window_seconds.get())?;
                     Some(rank_load(rank, points))
                 })
-                .collect();
+            };
+            // Judged before anything is worded: a job in balance costs no allocation.
+            if !out_of_balance(loads(), config) {
+                return None;
+            }
+            let loads: Vec<RankLoad> = loads().collect();
             imbalanced(job, &loads, config)
         })
         .collect()
+}
+
+/// Whether [`imbalanced`] finds anything, on the same figures, without a list of them.
+fn out_of_balance<'a>(
+    loads: impl Iterator<Item = RankLoad<'a>> + Clone,
+    config: &ImbalanceConfig,
+) -> bool {
+    let span = |value: fn(&RankLoad) -> Option<f64>| {
+        let known = loads.clone().filter_map(move |l| value(&l));
+        if known.clone().count() < 2 {
+            return None;
+        }
+        let low = known.clone().min_by(f64::total_cmp)?;
+        let high = known.max_by(f64::total_cmp)?;
+        Some((low, high))
+    };
+    let memory = span(|l| l.memory).is_some_and(|(low, high)| {
+        let spread = high - low;
+        spread >= config.memory_spread_fraction.get() * high
+            && spread >= config.min_memory_spread_mib.get() * BYTES_PER_MIB
+            && spread > 0.0
+    });
+    let utilization = span(|l| l.utilization).is_some_and(|(low, high)| {
+        let spread = high - low;
+        spread >= config.utilization_spread_percent.get() && spread > 0.0
+    });
+    memory || utilization
 }
 
 /// Whether any rank of the job is a known server or notebook.

@@ -9,41 +9,67 @@
 //! launcher, SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS stand in for the rank, local rank and
 //! world size. A job needs at least two processes.
 
-use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
 
 use crate::model::{GpuProcess, Job, JobRank};
 
 /// The jobs among `processes`, ordered by id.
 pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
-    let mut groups: BTreeMap<String, Vec<JobRank>> = BTreeMap::new();
-    for process in processes {
-        let Some(key) = job_key(process) else {
-            continue;
-        };
-        let ranks = groups.entry(key).or_default();
-        if ranks
-            .iter()
-            .any(|r| r.pid == process.pid && r.gpu == process.gpu)
-        {
-            continue;
-        }
-        ranks.push(job_rank(process));
-    }
-    groups
-        .into_iter()
-        .filter(|(_, ranks)| distinct_pids(ranks) >= 2)
-        .map(|(id, mut ranks)| {
-            ranks.sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
-            Job { id, ranks }
-        })
-        .collect()
+    let mut jobs = Vec::new();
+    group_jobs_into(processes, &mut jobs);
+    jobs
 }
 
+/// [`group_jobs`] into `jobs`, whose jobs (their ids and rank lists) are rewritten in place: a
+/// tick whose jobs are those of the last one allocates nothing.
+pub(crate) fn group_jobs_into(processes: &[GpuProcess], jobs: &mut Vec<Job>) {
+    let mut used = 0;
+    for process in processes {
+        let Some(key) = job_key_of(process) else {
+            continue;
+        };
+        let at = if let Some(at) = jobs[..used].iter().position(|j| key.is(&j.id)) {
+            at
+        } else {
+            if used == jobs.len() {
+                jobs.push(Job {
+                    id: String::new(),
+                    ranks: Vec::new(),
+                });
+            }
+            let job = &mut jobs[used];
+            job.id.clear();
+            // Writing into a String cannot fail.
+            let _ = write!(job.id, "{key}");
+            job.ranks.clear();
+            used += 1;
+            used - 1
+        };
+        let ranks = &mut jobs[at].ranks;
+        if !(ranks.iter()).any(|r| r.pid == process.pid && r.gpu == process.gpu) {
+            ranks.push(job_rank(process));
+        }
+    }
+    // A job needs two processes; whatever the last tick left past `used` goes too.
+    let mut kept = 0;
+    for i in 0..used {
+        if distinct_pids(&jobs[i].ranks) >= 2 {
+            jobs.swap(kept, i);
+            kept += 1;
+        }
+    }
+    jobs.truncate(kept);
+    jobs.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    for job in jobs.iter_mut() {
+        (job.ranks).sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
+    }
+}
+
+/// How many different processes the ranks are, without a list of them.
 fn distinct_pids(ranks: &[JobRank]) -> usize {
-    let mut pids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.len()
+    (ranks.iter().enumerate())
+        .filter(|(i, r)| !ranks[..*i].iter().any(|earlier| earlier.pid == r.pid))
+        .count()
 }
 
 /// The process's rank, local rank and world size, from its agent's hello, else its environment.
@@ -72,34 +98,82 @@ pub(crate) fn job_rank(process: &GpuProcess) -> JobRank {
 /// The job a process belongs to, as its human-readable id; `None` when it is not distributed.
 /// Also names the job of a lone rank (one of a job spread over many machines).
 pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
+    job_key_of(process).map(|key| key.to_string())
+}
+
+/// A job's id as the parts it is written from, borrowed from the process: compared with
+/// [`JobKey::is`] or written with `Display` (the text of [`job_key`]), never kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum JobKey<'a> {
+    Slurm(&'a str),
+    Torchelastic(&'a str),
+    Master { addr: &'a str, port: &'a str },
+    Parent(u32),
+}
+
+impl fmt::Display for JobKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobKey::Slurm(id) => write!(f, "slurm job {id}"),
+            JobKey::Torchelastic(id) => write!(f, "torchelastic run {id}"),
+            JobKey::Master { addr, port } => write!(f, "job {addr}:{port}"),
+            JobKey::Parent(ppid) => write!(f, "job under pid {ppid}"),
+        }
+    }
+}
+
+impl JobKey<'_> {
+    /// Whether `id` is this key's text, without writing it out.
+    pub(crate) fn is(&self, id: &str) -> bool {
+        let mut rest = Matcher(Some(id));
+        // A mismatch stops the writing with an error; the text matched when nothing is left.
+        write!(rest, "{self}").is_ok() && rest.0 == Some("")
+    }
+}
+
+/// The text still to match; `None` once it did not.
+struct Matcher<'a>(Option<&'a str>);
+
+impl fmt::Write for Matcher<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 = self.0.and_then(|rest| rest.strip_prefix(s));
+        if self.0.is_some() {
+            Ok(())
+        } else {
+            Err(fmt::Error)
+        }
+    }
+}
+
+/// [`job_key`] borrowed: the parts its text is written from.
+pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
     let identity = job_rank(process);
     let distributed = identity.rank.is_some() || identity.world_size.is_some_and(|w| w > 1);
     if !distributed {
         return None;
     }
     if let Some(slurm) = &process.slurm {
-        return Some(format!("slurm job {}", slurm.job_id));
+        return Some(JobKey::Slurm(&slurm.job_id));
     }
     let env = process.env.as_ref();
-    let non_empty = |v: &Option<String>| {
-        v.as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
     let run_id = env
-        .and_then(|e| non_empty(&e.torchelastic_run_id))
-        .filter(|id| id != "none");
+        .and_then(|e| non_empty(e.torchelastic_run_id.as_ref()))
+        .filter(|id| *id != "none");
     if let Some(run_id) = run_id {
-        return Some(format!("torchelastic run {run_id}"));
+        return Some(JobKey::Torchelastic(run_id));
     }
-    if let Some(port) = env.and_then(|e| non_empty(&e.master_port)) {
+    if let Some(port) = env.and_then(|e| non_empty(e.master_port.as_ref())) {
         let addr = env
-            .and_then(|e| non_empty(&e.master_addr))
-            .unwrap_or_default();
-        return Some(format!("job {addr}:{port}"));
+            .and_then(|e| non_empty(e.master_addr.as_ref()))
+            .unwrap_or("");
+        return Some(JobKey::Master { addr, port });
     }
-    process.ppid.map(|ppid| format!("job under pid {ppid}"))
+    process.ppid.map(JobKey::Parent)
+}
+
+/// The variable's value trimmed, unless that leaves nothing.
+fn non_empty(value: Option<&String>) -> Option<&str> {
+    value.map(|v| v.trim()).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
@@ -198,6 +272,38 @@ mod tests {
             jobs[0].ranks.iter().map(|r| (r.pid, r.rank)).collect();
         assert_eq!(ranks, [(50, Some(0)), (51, Some(1))]);
         assert_eq!(jobs[0].ranks[0].world_size, Some(2));
+    }
+
+    #[test]
+    fn a_key_is_its_text_and_no_other() {
+        let p = ranked(10, 0, torchrun(0, "abc", "29500"));
+        let key = job_key_of(&p).unwrap();
+        assert!(key.is("torchelastic run abc"));
+        for other in [
+            "torchelastic run ab",
+            "torchelastic run abcd",
+            "",
+            "job 127.0.0.1:29500",
+        ] {
+            assert!(!key.is(other), "{other:?}");
+        }
+        assert_eq!(job_key(&p).as_deref(), Some("torchelastic run abc"));
+    }
+
+    #[test]
+    fn jobs_are_regrouped_in_the_room_of_the_last_ones() {
+        let processes = vec![
+            ranked(10, 0, torchrun(0, "abc", "29500")),
+            ranked(11, 1, torchrun(1, "abc", "29500")),
+        ];
+        let mut jobs = Vec::new();
+        group_jobs_into(&processes, &mut jobs);
+        let (id, ranks) = (jobs[0].id.as_ptr(), jobs[0].ranks.as_ptr());
+        group_jobs_into(&processes, &mut jobs);
+        assert_eq!(jobs, group_jobs(&processes));
+        assert_eq!((jobs[0].id.as_ptr(), jobs[0].ranks.as_ptr()), (id, ranks));
+        group_jobs_into(&processes[..1], &mut jobs);
+        assert!(jobs.is_empty(), "a lone rank made a job: {jobs:#?}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod oom;
 mod oom_killed;
 mod oom_risk;
 mod shm_small;
+mod slots;
 mod swap;
 mod thresholds;
 mod throttle;
@@ -54,6 +55,7 @@ use crate::model::{
     GPU_EVIDENCE, JOB_EVIDENCE,
 };
 pub(crate) use jobs::group_jobs;
+use slots::Slots;
 pub use thresholds::RulesConfig;
 use training_stalled::StepTrack;
 pub(crate) use window::{
@@ -62,7 +64,7 @@ pub(crate) use window::{
 };
 pub(crate) use wording::{
     fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, held_on_gpu_evidence,
-    holds_on_gpu, or_na, warning, BYTES_PER_MIB,
+    holds_on_gpu, warning, BYTES_PER_MIB,
 };
 
 /// Rule ids by the harm they announce, most first: within one severity, warnings come in this
@@ -142,9 +144,15 @@ pub(crate) struct Engine {
     allocators: BTreeMap<(u32, u32), Tracked<AllocPoint>>,
     host: Window<HostPoint>,
     steps: BTreeMap<u32, StepTrack>,
+    /// Room for the pids `steps` met in a sample.
+    step_pids: Vec<u32>,
     /// When each warning held now was first seen, by its id's place in [`IMPACT`] and its
     /// subject; kept from tick to tick, so a warning that goes on holding costs no new key.
-    first_seen: HashMap<(usize, SubjectKey), FirstSeen>,
+    first_seen: HashMap<SeenKey, FirstSeen>,
+    /// The key looked up in `first_seen`, rewritten for each warning.
+    seen_key: SeenKey,
+    /// This tick's warnings, in the room of the last ones.
+    slots: Slots,
     /// How many samples were recorded: the stamp of the keys each one saw.
     samples: u64,
 }
@@ -159,7 +167,10 @@ impl Engine {
             allocators: BTreeMap::new(),
             host: Window::default(),
             steps: BTreeMap::new(),
+            step_pids: Vec::new(),
             first_seen: HashMap::new(),
+            seen_key: SeenKey::default(),
+            slots: Slots::default(),
             samples: 0,
         }
     }
@@ -168,6 +179,14 @@ impl Engine {
     /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
     /// without a break.
     pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
+        let mut warnings = Vec::new();
+        self.evaluate_into(snapshot, &mut warnings);
+        warnings
+    }
+
+    /// [`Engine::evaluate`] into `warnings`, rewritten in the room of the warnings it held: a
+    /// tick whose warnings read as those `warnings` held allocates nothing for them.
+    pub(crate) fn evaluate_into(&mut self, snapshot: &Snapshot, warnings: &mut Vec<Warning>) {
         self.record(snapshot);
         let inputs = Inputs {
             snapshot,
@@ -177,9 +196,11 @@ impl Engine {
             host: &self.host,
             steps: &self.steps,
         };
-        let mut found = run_rules(&inputs, &self.config);
-        name_jobs(&mut found, snapshot);
-        self.finish(found, snapshot)
+        self.slots.start();
+        run_rules(&inputs, &self.config, &mut self.slots);
+        name_jobs(&mut self.slots, snapshot);
+        self.finish(snapshot);
+        slots::refill_all(warnings, self.slots.found());
     }
 
     fn record(&mut self, snapshot: &Snapshot) {
@@ -237,16 +258,17 @@ impl Engine {
             memory_total_bytes: host.memory.total_bytes,
         };
         self.host.push(t, point, keep.host);
-        training_stalled::record(&mut self.steps, snapshot);
+        training_stalled::record(&mut self.steps, &mut self.step_pids, snapshot);
     }
 
-    fn finish(&mut self, mut found: Vec<Warning>, snapshot: &Snapshot) -> Vec<Warning> {
+    fn finish(&mut self, snapshot: &Snapshot) {
+        let found = self.slots.found_mut();
         found.sort_by(|a, b| {
             b.severity
                 .cmp(&a.severity)
                 .then_with(|| impact_rank(&a.id).cmp(&impact_rank(&b.id)))
                 .then_with(|| a.id.cmp(&b.id))
-                .then_with(|| SubjectKey::of(&a.subject).cmp(&SubjectKey::of(&b.subject)))
+                .then_with(|| subject_order(&a.subject).cmp(&subject_order(&b.subject)))
         });
         // The first of each (id, subject), in place.
         let mut kept = 0;
@@ -258,16 +280,23 @@ impl Engine {
                 kept += 1;
             }
         }
-        found.truncate(kept);
+        self.slots.truncate(kept);
         let stamp = self.samples;
         let mut now = None;
-        for warning in &mut found {
-            let key = (impact_rank(&warning.id), SubjectKey::of(&warning.subject));
-            let seen = self.first_seen.entry(key).or_insert_with(|| FirstSeen {
-                id: String::new(),
-                since: String::new(),
-                stamp,
-            });
+        for warning in self.slots.found_mut() {
+            self.seen_key
+                .set(impact_rank(&warning.id), &warning.subject);
+            if !self.first_seen.contains_key(&self.seen_key) {
+                let seen = FirstSeen {
+                    id: String::new(),
+                    since: String::new(),
+                    stamp,
+                };
+                self.first_seen.insert(self.seen_key.clone(), seen);
+            }
+            let Some(seen) = self.first_seen.get_mut(&self.seen_key) else {
+                continue;
+            };
             // An id outside IMPACT shares its place with the other such ids: checked here.
             if seen.stamp + 1 < stamp || seen.id != warning.id {
                 seen.id.clone_from(&warning.id);
@@ -278,7 +307,6 @@ impl Engine {
             warning.since.clone_from(&seen.since);
         }
         self.first_seen.retain(|_, seen| seen.stamp == stamp);
-        found
     }
 }
 
@@ -292,12 +320,13 @@ struct FirstSeen {
 
 /// Names the cause of each process warning in its evidence, for [`Warning::group`]: a `job` row
 /// when the process is a rank of a job, else a `gpu` row (its lowest GPU) unless it has one.
-fn name_jobs(found: &mut [Warning], snapshot: &Snapshot) {
-    for warning in found.iter_mut() {
+fn name_jobs(slots: &mut Slots, snapshot: &Snapshot) {
+    for at in 0..slots.found().len() {
+        let warning = &slots.found()[at];
         let Subject::Process { pid } = warning.subject else {
             continue;
         };
-        let has = |w: &Warning, name: &str| w.evidence.iter().any(|(n, _)| n == name);
+        let has = |name: &str| warning.evidence.iter().any(|(n, _)| n == name);
         let job = snapshot
             .jobs
             .iter()
@@ -309,19 +338,19 @@ fn name_jobs(found: &mut [Warning], snapshot: &Snapshot) {
             .map(|p| p.gpu)
             .min();
         match (job, gpu) {
-            (Some(job), _) if !has(warning, JOB_EVIDENCE) => warning
-                .evidence
-                .push((JOB_EVIDENCE.to_string(), job.id.clone())),
-            (None, Some(gpu)) if !has(warning, GPU_EVIDENCE) => warning
-                .evidence
-                .push((GPU_EVIDENCE.to_string(), gpu.to_string())),
+            (Some(job), _) if !has(JOB_EVIDENCE) => {
+                slots.add_row(at, JOB_EVIDENCE, format_args!("{}", job.id));
+            }
+            (None, Some(gpu)) if !has(GPU_EVIDENCE) => {
+                slots.add_row(at, GPU_EVIDENCE, format_args!("{gpu}"));
+            }
             _ => {}
         }
     }
 }
 
-fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
-    let mut found = oom::check(inputs);
+fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots) {
+    found.extend(oom::check(inputs));
     if config.health.enabled {
         found.extend(health::check(inputs, &config.health));
     }
@@ -350,7 +379,7 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
         found.extend(swap::check(inputs, &config.swap));
     }
     if config.throttle.enabled {
-        found.extend(throttle::check(inputs, &config.throttle));
+        throttle::check(inputs, &config.throttle, found);
     }
     if config.zombie_memory.enabled {
         found.extend(zombie_memory::check(inputs, &config.zombie_memory));
@@ -368,12 +397,8 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig) -> Vec<Warning> {
         found.extend(shm_small::check(inputs, &config.shm_small));
     }
     if config.cpu_oversubscribed.enabled {
-        found.extend(cpu_oversubscribed::check(
-            inputs,
-            &config.cpu_oversubscribed,
-        ));
+        cpu_oversubscribed::check(inputs, &config.cpu_oversubscribed, found);
     }
-    found
 }
 
 fn proc_point(process: &GpuProcess, snapshot: &Snapshot) -> ProcPoint {
@@ -415,17 +440,35 @@ fn snapshot_time(snapshot: &Snapshot) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-/// Orders subjects GPU, process, job, host, each by number or name; also the first-seen key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct SubjectKey(u8, u32, String);
+/// Orders subjects GPU, process, job, host, each by number or name.
+fn subject_order(subject: &Subject) -> (u8, u32, &str) {
+    match subject {
+        Subject::Gpu { index } => (0, *index, ""),
+        Subject::Process { pid } => (1, *pid, ""),
+        Subject::Job { id } => (2, 0, id),
+        Subject::Host => (3, 0, ""),
+    }
+}
 
-impl SubjectKey {
-    fn of(subject: &Subject) -> Self {
-        match subject {
-            Subject::Gpu { index } => SubjectKey(0, *index, String::new()),
-            Subject::Process { pid } => SubjectKey(1, *pid, String::new()),
-            Subject::Job { id } => SubjectKey(2, 0, id.clone()),
-            Subject::Host => SubjectKey(3, 0, String::new()),
+/// The first-seen key: an id's place in [`IMPACT`] and the subject as [`subject_order`] has it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct SeenKey {
+    rank: usize,
+    kind: u8,
+    number: u32,
+    name: String,
+}
+
+impl SeenKey {
+    /// Rewrites the key in place, in its name's room.
+    fn set(&mut self, rank: usize, subject: &Subject) {
+        let (kind, number, name) = subject_order(subject);
+        self.rank = rank;
+        self.kind = kind;
+        self.number = number;
+        if self.name != name {
+            self.name.clear();
+            self.name.push_str(name);
         }
     }
 }

@@ -10,9 +10,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Percent;
-use crate::model::{GpuSample, Severity, Subject, Warning};
+use std::fmt;
 
-use super::{or_na, warning, Inputs};
+use crate::model::{GpuSample, Severity};
+
+use super::slots::{Na, Show, Slots, SubjectRef};
+use super::Inputs;
 
 /// The throttle-reason names the NVML collector produces.
 pub(crate) const THROTTLE_REASON_NAMES: [&str; 5] = [
@@ -56,16 +59,15 @@ the board is at its power limit; check nvidia-smi -q -d POWER and, if the power 
 raise the limit within the board's maximum (nvidia-smi -pl), or accept the clocks. \
 hw_power_brake_slowdown means the system's power brake fired: check the power supply.";
 
-pub(crate) fn check(inputs: &Inputs, config: &ThrottleConfig) -> Vec<Warning> {
-    inputs
-        .snapshot
-        .gpus
-        .iter()
-        .filter_map(|gpu| throttled(gpu, config))
-        .collect()
+/// Adds a warning for each GPU under load held down by a counted reason, written in place
+/// (see [`Slots`]): its figures change from tick to tick, its room does not.
+pub(crate) fn check(inputs: &Inputs, config: &ThrottleConfig, found: &mut Slots) {
+    for gpu in &inputs.snapshot.gpus {
+        throttled(gpu, config, found);
+    }
 }
 
-fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
+fn throttled(gpu: &GpuSample, config: &ThrottleConfig, found: &mut Slots) -> Option<()> {
     let utilization = gpu.utilization_percent?;
     if f64::from(utilization) < config.min_utilization_percent.get() {
         return None;
@@ -81,47 +83,63 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig) -> Option<Warning> {
     } else {
         Severity::Warn
     };
-    let mut active_text = String::new();
-    for (i, reason) in active().enumerate() {
-        if i > 0 {
-            active_text.push_str(", ");
+    let active_text = Show(|f: &mut fmt::Formatter| {
+        for (i, reason) in active().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(reason)?;
         }
-        active_text.push_str(reason);
-    }
-    let temperature = gpu.temperature_c.map(|t| format!("{t} °C"));
+        Ok(())
+    });
+    let temperature = gpu
+        .temperature_c
+        .map(|t| Show(move |f: &mut fmt::Formatter| write!(f, "{t} °C")));
     let power = match (gpu.power_w, gpu.power_limit_w) {
-        (Some(p), Some(l)) => Some(format!("{p:.0}/{l:.0} W")),
-        (Some(p), None) => Some(format!("{p:.0} W")),
+        (Some(p), Some(l)) => Some(Power(p, Some(l))),
+        (Some(p), None) => Some(Power(p, None)),
         _ => None,
     };
-    let mut message = format!(
-        "GPU {}'s clocks are held down by {active_text} ({utilization}% utilization",
+    let details = Show(|f: &mut fmt::Formatter| {
+        if let Some(t) = &temperature {
+            write!(f, ", {t}")?;
+        }
+        if let Some(p) = &power {
+            write!(f, ", {p}")?;
+        }
+        Ok(())
+    });
+    let subject = SubjectRef::Gpu(gpu.index);
+    let mut warning = found.write(ID, severity, subject, REMEDY);
+    warning.message(format_args!(
+        "GPU {}'s clocks are held down by {active_text} ({utilization}% utilization{details})",
         gpu.index
-    );
-    for detail in [&temperature, &power].into_iter().flatten() {
-        message.push_str(", ");
-        message.push_str(detail);
+    ));
+    warning.row("reasons", format_args!("{active_text}"));
+    warning.row("utilization", format_args!("{utilization}%"));
+    warning.row("temperature", format_args!("{}", Na(temperature)));
+    warning.row("power", format_args!("{}", Na(power)));
+    let sm_clock = gpu
+        .sm_clock_mhz
+        .map(|c| Show(move |f: &mut fmt::Formatter| write!(f, "{c} MHz")));
+    warning.row("sm clock", format_args!("{}", Na(sm_clock)));
+    let fan = gpu
+        .fan_percent
+        .map(|p| Show(move |f: &mut fmt::Formatter| write!(f, "{p}%")));
+    warning.row("fan", format_args!("{}", Na(fan)));
+    Some(())
+}
+
+/// "300/300 W", or "300 W" without a limit.
+struct Power(f64, Option<f64>);
+
+impl fmt::Display for Power {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(limit) => write!(f, "{:.0}/{limit:.0} W", self.0),
+            None => write!(f, "{:.0} W", self.0),
+        }
     }
-    message.push(')');
-    let evidence = vec![
-        ("reasons", active_text),
-        ("utilization", format!("{utilization}%")),
-        ("temperature", or_na(temperature)),
-        ("power", or_na(power)),
-        (
-            "sm clock",
-            or_na(gpu.sm_clock_mhz.map(|c| format!("{c} MHz"))),
-        ),
-        ("fan", or_na(gpu.fan_percent.map(|f| format!("{f}%")))),
-    ];
-    Some(warning(
-        ID,
-        severity,
-        Subject::Gpu { index: gpu.index },
-        message,
-        evidence,
-        REMEDY,
-    ))
 }
 
 #[cfg(test)]

@@ -68,9 +68,14 @@ pub(crate) struct StepTrack {
 }
 
 /// Records the steps of this snapshot's agents; forgets processes that are gone.
-pub(crate) fn record(tracks: &mut BTreeMap<u32, StepTrack>, snapshot: &Snapshot) {
+/// `seen` is room kept by the caller for the pids met, so a tick allocates no list of them.
+pub(crate) fn record(
+    tracks: &mut BTreeMap<u32, StepTrack>,
+    seen: &mut Vec<u32>,
+    snapshot: &Snapshot,
+) {
     let t = snapshot.unix_seconds;
-    let mut seen = Vec::new();
+    seen.clear();
     for process in &snapshot.processes {
         let Some(torch) = &process.torch else {
             continue;

@@ -15,11 +15,6 @@ pub(crate) fn fmt_opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| crate::format::NA.to_string(), |v| v.to_string())
 }
 
-/// A text made for a warning, or N/A: as [`fmt_opt`], without copying the text.
-pub(crate) fn or_na(value: Option<String>) -> String {
-    value.unwrap_or_else(|| crate::format::NA.to_string())
-}
-
 /// The opening of a per-(process, GPU) message: "pid 5 holds 20.0GiB on GPU 0".
 pub(crate) fn holds_on_gpu(pid: u32, gpu: u32, memory: Option<u64>) -> String {
     format!("pid {pid} holds {} on GPU {gpu}", fmt_opt_bytes(memory))

@@ -1,0 +1,244 @@
+//! Warnings written into kept storage, so a warning that goes on holding costs no allocation.
+//!
+//! The engine keeps one [`Slots`] from tick to tick. A rule that fires often (while a job runs)
+//! rewrites the next slot's texts in place ([`Slots::write`]: `clear()` then `write!`, into the
+//! room the last tick left); the others hand over a built [`Warning`] ([`Slots::push`]), which
+//! allocates only while they fire. Evidence rows cut from one warning wait in a spare list for
+//! the next that needs a row. [`refill`] copies a warning into another's room the same way.
+
+use std::fmt::{self, Write as _};
+
+use crate::model::{Severity, Subject, Warning};
+
+/// The warnings found this tick (the first `used`), and room kept from earlier ticks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Slots {
+    warnings: Vec<Warning>,
+    used: usize,
+    spare_rows: Vec<(String, String)>,
+}
+
+impl Slots {
+    /// Empties the list for a new tick, keeping every warning's room.
+    pub(crate) fn start(&mut self) {
+        self.used = 0;
+    }
+
+    /// Adds a warning built elsewhere (its slot's room is given up for the warning's own).
+    pub(crate) fn push(&mut self, warning: Warning) {
+        match self.warnings.get_mut(self.used) {
+            Some(slot) => *slot = warning,
+            None => self.warnings.push(warning),
+        }
+        self.used += 1;
+    }
+
+    pub(crate) fn extend(&mut self, warnings: Vec<Warning>) {
+        for warning in warnings {
+            self.push(warning);
+        }
+    }
+
+    /// The warnings found so far this tick.
+    pub(crate) fn found(&self) -> &[Warning] {
+        &self.warnings[..self.used]
+    }
+
+    pub(crate) fn found_mut(&mut self) -> &mut [Warning] {
+        &mut self.warnings[..self.used]
+    }
+
+    /// Keeps the first `kept` found warnings; the others stay as room.
+    pub(crate) fn truncate(&mut self, kept: usize) {
+        self.used = self.used.min(kept);
+    }
+
+    /// Whether a warning `id` about `subject` was found already this tick.
+    pub(crate) fn holds(&self, id: &str, subject: SubjectRef) -> bool {
+        (self.found().iter()).any(|w| w.id == id && subject.is(&w.subject))
+    }
+
+    /// The next warning, to be written in place: its id, severity, subject and remedy set now,
+    /// its message and evidence by the [`Writer`].
+    pub(crate) fn write(
+        &mut self,
+        id: &str,
+        severity: Severity,
+        subject: SubjectRef,
+        remedy: &str,
+    ) -> Writer<'_> {
+        if self.used == self.warnings.len() {
+            self.warnings.push(empty_warning());
+        }
+        // The room this warning had last tick, when another rule's warnings did not take it.
+        let spare = self.warnings[self.used..].iter();
+        let own = (spare.clone()).position(|w| w.id == id && subject.is(&w.subject));
+        if let Some(at) = own.or_else(|| spare.clone().position(|w| w.id == id)) {
+            self.warnings.swap(self.used, self.used + at);
+        }
+        let warning = &mut self.warnings[self.used];
+        self.used += 1;
+        set(&mut warning.id, id);
+        warning.severity = severity;
+        subject.write(&mut warning.subject);
+        set(&mut warning.remedy, remedy);
+        warning.message.clear();
+        warning.since.clear();
+        Writer {
+            warning,
+            rows: 0,
+            spare_rows: &mut self.spare_rows,
+        }
+    }
+
+    /// Appends an evidence row to found warning `at`, in a spare row's room where one is left.
+    pub(crate) fn add_row(&mut self, at: usize, name: &str, value: fmt::Arguments) {
+        let mut row = self.spare_rows.pop().unwrap_or_default();
+        set(&mut row.0, name);
+        row.1.clear();
+        // Writing into a String cannot fail.
+        let _ = row.1.write_fmt(value);
+        self.warnings[at].evidence.push(row);
+    }
+}
+
+/// A [`Subject`] borrowed: compared and written in place without a String of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SubjectRef<'a> {
+    Gpu(u32),
+    Job(&'a str),
+    Process(u32),
+}
+
+impl SubjectRef<'_> {
+    pub(crate) fn is(self, subject: &Subject) -> bool {
+        match (self, subject) {
+            (SubjectRef::Job(id), Subject::Job { id: other }) => id == other,
+            (SubjectRef::Process(pid), Subject::Process { pid: other }) => pid == *other,
+            (SubjectRef::Gpu(index), Subject::Gpu { index: other }) => index == *other,
+            _ => false,
+        }
+    }
+
+    /// `subject` made this one, in its id's room where it is a job already.
+    fn write(self, subject: &mut Subject) {
+        match (self, subject) {
+            (SubjectRef::Job(id), Subject::Job { id: to }) => set(to, id),
+            (SubjectRef::Job(id), subject) => *subject = Subject::Job { id: id.to_string() },
+            (SubjectRef::Process(pid), subject) => *subject = Subject::Process { pid },
+            (SubjectRef::Gpu(index), subject) => *subject = Subject::Gpu { index },
+        }
+    }
+}
+
+/// A text written by a closure: a figure's words put straight into a warning's room.
+pub(crate) struct Show<F>(pub(crate) F);
+
+impl<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result> fmt::Display for Show<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.0)(f)
+    }
+}
+
+/// The value, or N/A: [`fmt_opt`](super::fmt_opt) without a String of its own.
+pub(crate) struct Na<T>(pub(crate) Option<T>);
+
+impl<T: fmt::Display> fmt::Display for Na<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str(crate::format::NA),
+        }
+    }
+}
+
+/// Writes one warning's message and evidence rows in place; rows past the last one written
+/// go to the spare list when it is dropped.
+pub(crate) struct Writer<'a> {
+    warning: &'a mut Warning,
+    rows: usize,
+    spare_rows: &'a mut Vec<(String, String)>,
+}
+
+impl Writer<'_> {
+    pub(crate) fn message(&mut self, text: fmt::Arguments) {
+        self.warning.message.clear();
+        // Writing into a String cannot fail.
+        let _ = self.warning.message.write_fmt(text);
+    }
+
+    /// The next evidence row.
+    pub(crate) fn row(&mut self, name: &str, value: fmt::Arguments) {
+        let evidence = &mut self.warning.evidence;
+        if self.rows == evidence.len() {
+            evidence.push(self.spare_rows.pop().unwrap_or_default());
+        }
+        let (n, v) = &mut evidence[self.rows];
+        set(n, name);
+        v.clear();
+        // Writing into a String cannot fail.
+        let _ = v.write_fmt(value);
+        self.rows += 1;
+    }
+}
+
+impl Drop for Writer<'_> {
+    fn drop(&mut self) {
+        let evidence = &mut self.warning.evidence;
+        while evidence.len() > self.rows {
+            if let Some(row) = evidence.pop() {
+                self.spare_rows.push(row);
+            }
+        }
+    }
+}
+
+/// `text` as `to`, in `to`'s room.
+fn set(to: &mut String, text: &str) {
+    if to != text {
+        to.clear();
+        to.push_str(text);
+    }
+}
+
+fn empty_warning() -> Warning {
+    Warning {
+        id: String::new(),
+        severity: Severity::Info,
+        subject: Subject::Host,
+        message: String::new(),
+        evidence: Vec::new(),
+        remedy: String::new(),
+        since: String::new(),
+    }
+}
+
+/// Makes `warnings` a copy of `from`, in the room of the warnings it held: a tick whose
+/// warnings read as the last one's allocates nothing.
+pub(crate) fn refill_all(warnings: &mut Vec<Warning>, from: &[Warning]) {
+    warnings.truncate(from.len());
+    for (to, from) in warnings.iter_mut().zip(from) {
+        refill(to, from);
+    }
+    let have = warnings.len();
+    warnings.extend(from[have..].iter().cloned());
+}
+
+/// `to` as a copy of `from`, each text in `to`'s room.
+fn refill(to: &mut Warning, from: &Warning) {
+    set(&mut to.id, &from.id);
+    to.severity = from.severity;
+    if to.subject != from.subject {
+        to.subject.clone_from(&from.subject);
+    }
+    set(&mut to.message, &from.message);
+    to.evidence.truncate(from.evidence.len());
+    for ((name, value), (from_name, from_value)) in to.evidence.iter_mut().zip(&from.evidence) {
+        set(name, from_name);
+        set(value, from_value);
+    }
+    let have = to.evidence.len();
+    (to.evidence).extend(from.evidence[have..].iter().cloned());
+    set(&mut to.remedy, &from.remedy);
+    set(&mut to.since, &from.since);
+}
