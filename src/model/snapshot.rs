@@ -64,6 +64,9 @@ impl Snapshot {
         let mut text = std::mem::take(&mut self.time);
         let mut gpus = std::mem::take(&mut self.gpus);
         let mut processes = std::mem::take(&mut self.processes);
+        // Refilled in place by the rules: their room kept.
+        let warnings = std::mem::take(&mut self.warnings);
+        let jobs = std::mem::take(&mut self.jobs);
         text.clear();
         gpus.clear();
         processes.clear();
@@ -77,6 +80,8 @@ impl Snapshot {
                 .map_or(0.0, |d| d.as_secs_f64()),
             gpus,
             processes,
+            warnings,
+            jobs,
             ..Default::default()
         };
     }

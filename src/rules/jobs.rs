@@ -14,6 +14,7 @@ use std::fmt::{self, Write as _};
 use crate::model::{GpuProcess, Job, JobRank};
 
 /// The jobs among `processes`, ordered by id.
+#[cfg(test)]
 pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
     let mut jobs = Vec::new();
     group_jobs_into(processes, &mut jobs);

@@ -54,7 +54,9 @@ use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, GpuVendor, Snapshot, Subject, Warning,
     GPU_EVIDENCE, JOB_EVIDENCE,
 };
+#[cfg(test)]
 pub(crate) use jobs::group_jobs;
+pub(crate) use jobs::group_jobs_into;
 use slots::Slots;
 pub use thresholds::RulesConfig;
 use training_stalled::StepTrack;

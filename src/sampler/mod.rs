@@ -39,7 +39,7 @@ pub use crate::collect::GpuLoader;
 use crate::model::{GpuProcess, HostSnapshot, MemsnapReady, OomReport, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::rules::RulesConfig;
-use crate::rules::{group_jobs, Engine};
+use crate::rules::{group_jobs_into, Engine};
 use gpus::GpuPool;
 use notices::{command_label, describe_event, describe_outcome};
 use publish::Recycler;
@@ -278,7 +278,9 @@ impl Sampler {
         self.agents.poll_into(&mut self.heard);
         self.assemble_into(snapshot, host, processes);
         snapshot.detail = self.detail.read(&self.config.proc_root);
-        snapshot.warnings = self.rules.evaluate(snapshot);
+        let mut warnings = std::mem::take(&mut snapshot.warnings);
+        self.rules.evaluate_into(snapshot, &mut warnings);
+        snapshot.warnings = warnings;
         snapshot.processes.append(&mut self.agent_only);
         if self.want_process_table {
             let on_screen = self.table_on_screen.as_deref();
@@ -311,7 +313,7 @@ impl Sampler {
             &mut self.agent_only,
         );
         self.host.join_more_processes(&mut self.agent_only);
-        snapshot.jobs = group_jobs(&processes);
+        group_jobs_into(&processes, &mut snapshot.jobs);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
         snapshot.ooms = self.ooms.iter().cloned().collect();
