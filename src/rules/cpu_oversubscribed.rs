@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::NonNegative;
 use std::fmt;
 
-use crate::model::{GpuProcess, ProcessKind, Severity, Snapshot};
+use crate::model::{GpuProcess, ProcessKind, Severity};
 
 use super::cgroup_memory::{is_job_process, kind_of};
+use super::order::Rows;
 use super::slots::{Na, Slots, SubjectRef};
 use super::Inputs;
 
@@ -45,47 +46,30 @@ or ask for more CPUs (docker run --cpus/--cpuset-cpus, Kubernetes resources.limi
 --cpus-per-task).";
 
 /// Adds a warning for each cgroup whose training processes oversubscribe it, written in place
-/// (see [`Slots`]): the cgroups in path order, without a map of them, so a tick whose warning
-/// reads as the last one's allocates nothing.
-pub(crate) fn check(inputs: &Inputs, config: &CpuOversubscribedConfig, found: &mut Slots) {
-    let mut path = next_cgroup(inputs.snapshot, None);
-    while let Some(p) = path {
-        let members = || members_of(inputs.snapshot, p);
+/// (see [`Slots`]): the cgroups in path order, grouped in kept room ([`Rows`]), so a tick whose
+/// warning reads as the last one's allocates nothing.
+pub(crate) fn check(
+    inputs: &Inputs,
+    config: &CpuOversubscribedConfig,
+    found: &mut Slots,
+    rows: &mut Rows,
+) {
+    let processes = &inputs.snapshot.processes;
+    let path = |i: usize| processes[i].cgroup.as_ref().map(|c| c.path.as_str());
+    // Each pid counted once, in its first row's cgroup, as
+    // [`job_processes_by_cgroup`](super::cgroup_memory::job_processes_by_cgroup) has them.
+    let counted = |p: &GpuProcess| p.cgroup.is_some() && wanted(p);
+    let ours = found.found().len();
+    for group in rows.group(processes, counted, true, path) {
+        let members = || group.iter().map(|&i| &processes[i]);
         let subject = subject_of_members(inputs, members());
         // Of warnings about one subject the engine keeps the first; later ones need no words.
-        if !found.holds(ID, subject) {
+        // Only a job can be the subject of two cgroups (a process is counted in one).
+        let job = matches!(subject, SubjectRef::Job(_));
+        if !(job && found.holds_after(ours, ID, subject)) {
             oversubscribed(inputs, members, subject, config, found);
         }
-        path = next_cgroup(inputs.snapshot, Some(p));
     }
-}
-
-/// The processes counted (each pid once, in its first row's cgroup), as
-/// [`job_processes_by_cgroup`](super::cgroup_memory::job_processes_by_cgroup) has them.
-fn counted(snapshot: &Snapshot) -> impl Iterator<Item = &GpuProcess> + Clone {
-    let processes = &snapshot.processes;
-    (processes.iter().enumerate())
-        .filter(|(_, p)| p.cgroup.is_some() && wanted(p))
-        .filter(move |(i, p)| {
-            !(processes[..*i].iter()).any(|q| q.pid == p.pid && q.cgroup.is_some() && wanted(q))
-        })
-        .map(|(_, p)| p)
-}
-
-/// The counted processes of the cgroup at `path`.
-fn members_of<'a>(
-    snapshot: &'a Snapshot,
-    path: &'a str,
-) -> impl Iterator<Item = &'a GpuProcess> + Clone {
-    counted(snapshot).filter(move |p| p.cgroup.as_ref().is_some_and(|c| c.path == path))
-}
-
-/// The first cgroup path after `after` with a counted process.
-fn next_cgroup<'a>(snapshot: &'a Snapshot, after: Option<&str>) -> Option<&'a str> {
-    (counted(snapshot).filter_map(|p| p.cgroup.as_ref()))
-        .map(|c| c.path.as_str())
-        .filter(|path| after.is_none_or(|a| *path > a))
-        .min()
 }
 
 fn wanted(process: &GpuProcess) -> bool {
@@ -98,8 +82,7 @@ fn subject_of_members<'a>(
     inputs: &Inputs<'a>,
     members: impl Iterator<Item = &'a GpuProcess> + Clone,
 ) -> SubjectRef<'a> {
-    let jobs = &inputs.snapshot.jobs;
-    let job_of = |pid: u32| jobs.iter().find(|j| j.ranks.iter().any(|r| r.pid == pid));
+    let job_of = |pid: u32| inputs.job_of(pid);
     let first_job = members.clone().next().and_then(|p| job_of(p.pid));
     if let Some(job) = first_job {
         if members.clone().all(|p| job_of(p.pid) == Some(job)) {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{NonNegative, Percent, Seconds};
 use crate::model::{GpuProcess, ProcessKind, Severity, Subject, Warning};
 
-use super::jobs::job_key_of;
+use super::order::Rows;
 use super::training::is_training;
 use super::{fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, BYTES_PER_MIB};
 
@@ -76,23 +76,25 @@ struct CpuSide {
     host_cpu: Option<f64>,
 }
 
-pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig) -> Vec<Warning> {
-    // Grouped without a map: a group is judged at its first member, its members found again
-    // by key (a few training processes a host), so a tick that warns of nothing allocates nothing.
-    let candidates = || (inputs.snapshot.processes.iter()).filter(|p| candidate(p, config));
-    let key_of = |process: &GpuProcess| group_key(inputs, process);
+pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig, rows: &mut Rows) -> Vec<Warning> {
+    // Grouped in kept room (a few training processes a host, or a thousand), so a tick that
+    // warns of nothing allocates nothing.
+    let processes = &inputs.snapshot.processes;
+    let key_of = |i: usize| group_key(inputs, &processes[i]);
     let mut found = Vec::new();
-    for (i, process) in candidates().enumerate() {
-        let key = key_of(process);
-        if candidates().take(i).any(|earlier| key_of(earlier) == key) {
-            continue;
-        }
-        let members = || candidates().filter(|p| key_of(p) == key);
+    for group in rows.group(processes, |p| candidate(p, config), false, key_of) {
+        let members = || group.iter().map(|&i| &processes[i]);
         let Some(utilization) = group_utilization(inputs, members(), config) else {
             continue;
         };
         let members: Vec<&GpuProcess> = members().collect();
-        found.extend(starved(inputs, key, &members, utilization, config));
+        found.extend(starved(
+            inputs,
+            key_of(group[0]),
+            &members,
+            utilization,
+            config,
+        ));
     }
     found
 }
@@ -100,9 +102,7 @@ pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig) -> Vec<Warning> 
 /// The process's group: its job's (a lone rank, one of a job spread over machines, is judged
 /// by its GPU), else its GPU's.
 fn group_key<'a>(inputs: &Inputs<'a>, process: &GpuProcess) -> GroupKey<'a> {
-    let job =
-        job_key_of(process).and_then(|key| (inputs.snapshot.jobs.iter()).find(|j| key.is(&j.id)));
-    match job {
+    match inputs.job_of(process.pid) {
         Some(job) => GroupKey::Job(&job.id),
         None => GroupKey::Gpu(process.gpu),
     }

@@ -87,41 +87,60 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
 }
 
 /// Whether [`imbalanced`] finds anything, on the same figures, without a list of them.
-fn out_of_balance<'a>(
-    loads: impl Iterator<Item = RankLoad<'a>> + Clone,
-    config: &ImbalanceConfig,
-) -> bool {
-    let span = |value: fn(&RankLoad) -> Option<f64>| {
-        let known = loads.clone().filter_map(move |l| value(&l));
-        if known.clone().count() < 2 {
-            return None;
-        }
-        let low = known.clone().min_by(f64::total_cmp)?;
-        let high = known.max_by(f64::total_cmp)?;
-        Some((low, high))
-    };
-    let memory = span(|l| l.memory).is_some_and(|(low, high)| {
+fn out_of_balance<'a>(loads: impl Iterator<Item = RankLoad<'a>>, config: &ImbalanceConfig) -> bool {
+    // One pass over the ranks (each load is a few means over the window): a thousand ranks
+    // are read once, not once for each figure.
+    let (mut memory, mut utilization) = (Span::default(), Span::default());
+    for load in loads {
+        memory.add(load.memory);
+        utilization.add(load.utilization);
+    }
+    let span = |span: Span| (span.count >= 2).then_some((span.low, span.high));
+    let memory = span(memory).is_some_and(|(low, high)| {
         let spread = high - low;
         spread >= config.memory_spread_fraction.get() * high
             && spread >= config.min_memory_spread_mib.get() * BYTES_PER_MIB
             && spread > 0.0
     });
-    let utilization = span(|l| l.utilization).is_some_and(|(low, high)| {
+    let utilization = span(utilization).is_some_and(|(low, high)| {
         let spread = high - low;
         spread >= config.utilization_spread_percent.get() && spread > 0.0
     });
     memory || utilization
 }
 
+/// The lowest and highest of the known values.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    count: usize,
+    low: f64,
+    high: f64,
+}
+
+impl Default for Span {
+    fn default() -> Self {
+        Span {
+            count: 0,
+            low: f64::INFINITY,
+            high: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl Span {
+    fn add(&mut self, value: Option<f64>) {
+        if let Some(v) = value {
+            self.count += 1;
+            self.low = self.low.min(v);
+            self.high = self.high.max(v);
+        }
+    }
+}
+
 /// Whether any rank of the job is a known server or notebook.
 fn serving(inputs: &Inputs, job: &Job) -> bool {
-    job.ranks.iter().any(|rank| {
-        inputs
-            .snapshot
-            .processes
-            .iter()
-            .any(|p| p.pid == rank.pid && super::training::looks_like_serving(p))
-    })
+    (job.ranks.iter())
+        .any(|rank| (inputs.rows_of(rank.pid)).any(super::training::looks_like_serving))
 }
 
 fn rank_load<'a>(rank: &'a JobRank, points: &[Point<ProcPoint>]) -> RankLoad<'a> {

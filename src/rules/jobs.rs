@@ -9,6 +9,7 @@
 //! launcher, SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS stand in for the rank, local rank and
 //! world size. A job needs at least two processes.
 
+use std::cmp::Ordering;
 use std::fmt::{self, Write as _};
 
 use crate::model::{GpuProcess, Job, JobRank};
@@ -22,55 +23,52 @@ pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
 }
 
 /// [`group_jobs`] into `jobs`, whose jobs (their ids and rank lists) are rewritten in place: a
-/// tick whose jobs are those of the last one allocates nothing.
+/// tick whose jobs are those of the last one allocates nothing. The jobs are kept in id order
+/// as they are found, so each process finds its job by binary search: a host with hundreds of
+/// jobs costs n log n, not n times the jobs.
 pub(crate) fn group_jobs_into(processes: &[GpuProcess], jobs: &mut Vec<Job>) {
     let mut used = 0;
     for process in processes {
         let Some(key) = job_key_of(process) else {
             continue;
         };
-        let at = if let Some(at) = jobs[..used].iter().position(|j| key.is(&j.id)) {
-            at
-        } else {
-            if used == jobs.len() {
-                jobs.push(Job {
-                    id: String::new(),
-                    ranks: Vec::new(),
-                });
+        let at = match jobs[..used].binary_search_by(|j| key.cmp_text(&j.id).reverse()) {
+            Ok(at) => at,
+            Err(at) => {
+                if used == jobs.len() {
+                    jobs.push(Job {
+                        id: String::new(),
+                        ranks: Vec::new(),
+                    });
+                }
+                // The room past the jobs found (the last tick's, or new) moves into its place.
+                jobs[at..=used].rotate_right(1);
+                let job = &mut jobs[at];
+                job.id.clear();
+                // Writing into a String cannot fail.
+                let _ = write!(job.id, "{key}");
+                job.ranks.clear();
+                used += 1;
+                at
             }
-            let job = &mut jobs[used];
-            job.id.clear();
-            // Writing into a String cannot fail.
-            let _ = write!(job.id, "{key}");
-            job.ranks.clear();
-            used += 1;
-            used - 1
         };
-        let ranks = &mut jobs[at].ranks;
-        if !(ranks.iter()).any(|r| r.pid == process.pid && r.gpu == process.gpu) {
-            ranks.push(job_rank(process));
-        }
+        jobs[at].ranks.push(job_rank(process));
+    }
+    for job in &mut jobs[..used] {
+        (job.ranks).sort_unstable_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
+        // A process listed twice on one GPU is one rank.
+        (job.ranks).dedup_by_key(|r| (r.pid, r.gpu));
     }
     // A job needs two processes; whatever the last tick left past `used` goes too.
     let mut kept = 0;
     for i in 0..used {
-        if distinct_pids(&jobs[i].ranks) >= 2 {
+        let ranks = &jobs[i].ranks;
+        if ranks.iter().any(|r| r.pid != ranks[0].pid) {
             jobs.swap(kept, i);
             kept += 1;
         }
     }
     jobs.truncate(kept);
-    jobs.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-    for job in jobs.iter_mut() {
-        (job.ranks).sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
-    }
-}
-
-/// How many different processes the ranks are, without a list of them.
-fn distinct_pids(ranks: &[JobRank]) -> usize {
-    (ranks.iter().enumerate())
-        .filter(|(i, r)| !ranks[..*i].iter().any(|earlier| earlier.pid == r.pid))
-        .count()
 }
 
 /// The process's rank, local rank and world size, from its agent's hello, else its environment.
@@ -103,7 +101,7 @@ pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
 }
 
 /// A job's id as the parts it is written from, borrowed from the process: compared with
-/// [`JobKey::is`] or written with `Display` (the text of [`job_key`]), never kept.
+/// [`JobKey::cmp_text`] or written with `Display` (the text of [`job_key`]), never kept.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum JobKey<'a> {
     Slurm(&'a str),
@@ -124,25 +122,40 @@ impl fmt::Display for JobKey<'_> {
 }
 
 impl JobKey<'_> {
-    /// Whether `id` is this key's text, without writing it out.
-    pub(crate) fn is(&self, id: &str) -> bool {
-        let mut rest = Matcher(Some(id));
-        // A mismatch stops the writing with an error; the text matched when nothing is left.
-        write!(rest, "{self}").is_ok() && rest.0 == Some("")
+    /// This key's text compared with `id`, without writing it out.
+    pub(crate) fn cmp_text(&self, id: &str) -> Ordering {
+        let mut against = Comparer {
+            rest: id.as_bytes(),
+            order: Ordering::Equal,
+        };
+        // A difference stops the writing with an error, and leaves the order.
+        let _ = write!(against, "{self}");
+        match against.order {
+            Ordering::Equal if !against.rest.is_empty() => Ordering::Less,
+            order => order,
+        }
     }
 }
 
-/// The text still to match; `None` once it did not.
-struct Matcher<'a>(Option<&'a str>);
+/// The text still to compare with, and how what was written compared with it.
+struct Comparer<'a> {
+    rest: &'a [u8],
+    order: Ordering,
+}
 
-impl fmt::Write for Matcher<'_> {
+impl fmt::Write for Comparer<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0 = self.0.and_then(|rest| rest.strip_prefix(s));
-        if self.0.is_some() {
-            Ok(())
-        } else {
-            Err(fmt::Error)
-        }
+        let s = s.as_bytes();
+        let n = s.len().min(self.rest.len());
+        self.order = match s[..n].cmp(&self.rest[..n]) {
+            Ordering::Equal if s.len() > n => Ordering::Greater,
+            Ordering::Equal => {
+                self.rest = &self.rest[n..];
+                return Ok(());
+            }
+            order => order,
+        };
+        Err(fmt::Error)
     }
 }
 
@@ -199,6 +212,40 @@ mod tests {
             master_port: Some(port.into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn many_jobs_found_in_any_order_come_out_by_id_and_a_lone_pid_is_no_job() {
+        let mut processes = Vec::new();
+        for job in [7u32, 3, 9, 1, 5] {
+            let id = format!("run{job}");
+            processes.push(ranked(100 + job, 0, torchrun(1, &id, "1")));
+            processes.push(ranked(200 + job, 1, torchrun(0, &id, "1")));
+        }
+        // One process on two GPUs, listed twice on one of them: one rank per GPU, no job.
+        for gpu in [0, 1, 0] {
+            processes.push(ranked(300, gpu, torchrun(0, "lone", "1")));
+        }
+        let mut jobs = Vec::new();
+        group_jobs_into(&processes, &mut jobs);
+        let found: Vec<(&str, Vec<u32>)> = (jobs.iter())
+            .map(|j| (j.id.as_str(), j.ranks.iter().map(|r| r.pid).collect()))
+            .collect();
+        let want: Vec<(String, Vec<u32>)> = [1, 3, 5, 7, 9]
+            .map(|n| (format!("torchelastic run run{n}"), vec![200 + n, 100 + n]))
+            .to_vec();
+        let want: Vec<(&str, Vec<u32>)> = (want.iter())
+            .map(|(id, p)| (id.as_str(), p.clone()))
+            .collect();
+        assert_eq!(found, want);
+        processes.push(ranked(301, 2, torchrun(1, "lone", "1")));
+        group_jobs_into(&processes, &mut jobs);
+        let lone = jobs
+            .iter()
+            .find(|j| j.id == "torchelastic run lone")
+            .unwrap();
+        let rows: Vec<(u32, u32)> = lone.ranks.iter().map(|r| (r.pid, r.gpu)).collect();
+        assert_eq!(rows, [(300, 0), (300, 1), (301, 2)]);
     }
 
     #[test]
@@ -276,19 +323,27 @@ mod tests {
     }
 
     #[test]
-    fn a_key_is_its_text_and_no_other() {
+    fn a_key_compares_with_a_text_as_its_own_text_would() {
         let p = ranked(10, 0, torchrun(0, "abc", "29500"));
         let key = job_key_of(&p).unwrap();
-        assert!(key.is("torchelastic run abc"));
+        let text = "torchelastic run abc";
+        assert_eq!(job_key(&p).as_deref(), Some(text));
         for other in [
+            text,
             "torchelastic run ab",
             "torchelastic run abcd",
+            "torchelastic run abd",
+            "torchelastic run abb",
+            "torchelastic",
+            "torchelastic ",
+            "torchelastic runs",
             "",
             "job 127.0.0.1:29500",
+            "zz",
+            "torchelastic run \u{e9}",
         ] {
-            assert!(!key.is(other), "{other:?}");
+            assert_eq!(key.cmp_text(other), text.cmp(other), "{other:?}");
         }
-        assert_eq!(job_key(&p).as_deref(), Some("torchelastic run abc"));
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod leak;
 mod oom;
 mod oom_killed;
 mod oom_risk;
+mod order;
 mod shm_small;
 mod slots;
 mod swap;
@@ -57,6 +58,7 @@ use crate::model::{
 #[cfg(test)]
 pub(crate) use jobs::group_jobs;
 pub(crate) use jobs::group_jobs_into;
+use order::{JobIndex, PidIndex, Rows};
 use slots::Slots;
 pub use thresholds::RulesConfig;
 use training_stalled::StepTrack;
@@ -155,6 +157,10 @@ pub(crate) struct Engine {
     seen_key: SeenKey,
     /// This tick's warnings, in the room of the last ones.
     slots: Slots,
+    /// The snapshot's jobs by pid, and room for grouping processes, refilled each tick.
+    job_index: JobIndex,
+    pid_index: PidIndex,
+    rows: Rows,
     /// How many samples were recorded: the stamp of the keys each one saw.
     samples: u64,
 }
@@ -173,6 +179,9 @@ impl Engine {
             first_seen: HashMap::new(),
             seen_key: SeenKey::default(),
             slots: Slots::default(),
+            job_index: JobIndex::default(),
+            pid_index: PidIndex::default(),
+            rows: Rows::default(),
             samples: 0,
         }
     }
@@ -190,6 +199,8 @@ impl Engine {
     /// tick whose warnings read as those `warnings` held allocates nothing for them.
     pub(crate) fn evaluate_into(&mut self, snapshot: &Snapshot, warnings: &mut Vec<Warning>) {
         self.record(snapshot);
+        self.job_index.fill(&snapshot.jobs);
+        self.pid_index.fill(&snapshot.processes);
         let inputs = Inputs {
             snapshot,
             gpus: &self.gpus,
@@ -197,9 +208,11 @@ impl Engine {
             allocators: &self.allocators,
             host: &self.host,
             steps: &self.steps,
+            job_index: &self.job_index,
+            pid_index: &self.pid_index,
         };
         self.slots.start();
-        run_rules(&inputs, &self.config, &mut self.slots);
+        run_rules(&inputs, &self.config, &mut self.slots, &mut self.rows);
         name_jobs(&mut self.slots, snapshot);
         self.finish(snapshot);
         slots::refill_all(warnings, self.slots.found());
@@ -265,23 +278,33 @@ impl Engine {
 
     fn finish(&mut self, snapshot: &Snapshot) {
         let found = self.slots.found_mut();
+        // Of each (id, subject) the most severe, the first found of equals: grouped by a
+        // stable sort, not each compared with every other (a thousand cgroups can warn).
         found.sort_by(|a, b| {
+            (a.id.cmp(&b.id))
+                .then_with(|| subject_order(&a.subject).cmp(&subject_order(&b.subject)))
+                .then_with(|| b.severity.cmp(&a.severity))
+        });
+        let mut kept = 0;
+        for i in 0..found.len() {
+            let w = &found[i];
+            let duplicate = kept > 0 && {
+                let k = &found[kept - 1];
+                k.id == w.id && k.subject == w.subject
+            };
+            if !duplicate {
+                found.swap(kept, i);
+                kept += 1;
+            }
+        }
+        // Distinct now, so the order is total.
+        found[..kept].sort_unstable_by(|a, b| {
             b.severity
                 .cmp(&a.severity)
                 .then_with(|| impact_rank(&a.id).cmp(&impact_rank(&b.id)))
                 .then_with(|| a.id.cmp(&b.id))
                 .then_with(|| subject_order(&a.subject).cmp(&subject_order(&b.subject)))
         });
-        // The first of each (id, subject), in place.
-        let mut kept = 0;
-        for i in 0..found.len() {
-            let w = &found[i];
-            let duplicate = (found[..kept].iter()).any(|k| k.id == w.id && k.subject == w.subject);
-            if !duplicate {
-                found.swap(kept, i);
-                kept += 1;
-            }
-        }
         self.slots.truncate(kept);
         let stamp = self.samples;
         let mut now = None;
@@ -351,7 +374,7 @@ fn name_jobs(slots: &mut Slots, snapshot: &Snapshot) {
     }
 }
 
-fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots) {
+fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots, rows: &mut Rows) {
     found.extend(oom::check(inputs));
     if config.health.enabled {
         found.extend(health::check(inputs, &config.health));
@@ -372,7 +395,7 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots) {
         found.extend(leak::check(inputs, &config.leak));
     }
     if config.gpu_starved.enabled {
-        found.extend(gpu_starved::check(inputs, &config.gpu_starved));
+        found.extend(gpu_starved::check(inputs, &config.gpu_starved, rows));
     }
     if config.imbalance.enabled {
         found.extend(imbalance::check(inputs, &config.imbalance));
@@ -399,7 +422,7 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots) {
         found.extend(shm_small::check(inputs, &config.shm_small));
     }
     if config.cpu_oversubscribed.enabled {
-        cpu_oversubscribed::check(inputs, &config.cpu_oversubscribed, found);
+        cpu_oversubscribed::check(inputs, &config.cpu_oversubscribed, found, rows);
     }
 }
 

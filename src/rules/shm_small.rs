@@ -42,13 +42,17 @@ less of it.";
 pub(crate) fn check(inputs: &Inputs, config: &ShmSmallConfig) -> Vec<Warning> {
     let processes = &inputs.snapshot.processes;
     let mut found = Vec::new();
-    for (i, process) in processes.iter().enumerate() {
-        // The first row of each pid; looked back for only where it could warn (few rows).
+    for process in processes {
+        // The first row of each pid.
         let could = process.visible
             && process.kind != ProcessKind::Graphics
             && process.children_count.is_some_and(|n| n > 0)
             && process.shm.is_some();
-        if !could || processes[..i].iter().any(|p| p.pid == process.pid) {
+        if !could
+            || !inputs
+                .process(process.pid)
+                .is_some_and(|p| std::ptr::eq(p, process))
+        {
             continue;
         }
         found.extend(short_of_shm(process, config));

@@ -53,9 +53,9 @@ impl Slots {
         self.used = self.used.min(kept);
     }
 
-    /// Whether a warning `id` about `subject` was found already this tick.
-    pub(crate) fn holds(&self, id: &str, subject: SubjectRef) -> bool {
-        (self.found().iter()).any(|w| w.id == id && subject.is(&w.subject))
+    /// Whether a warning `id` about `subject` was found this tick after the first `from`.
+    pub(crate) fn holds_after(&self, from: usize, id: &str, subject: SubjectRef) -> bool {
+        (self.found()[from..].iter()).any(|w| w.id == id && subject.is(&w.subject))
     }
 
     /// The next warning, to be written in place: its id, severity, subject and remedy set now,

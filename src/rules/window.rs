@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use super::order::{JobIndex, PidIndex};
 use super::training_stalled::StepTrack;
-use crate::model::{GpuProcess, Snapshot};
+use crate::model::{GpuProcess, Job, Snapshot};
 
 /// The most points one window keeps; past it the older half is thinned to every second point,
 /// so a long window at a fast refresh keeps its time span at a coarser grain.
@@ -219,12 +220,29 @@ pub(crate) struct Inputs<'a> {
     pub(crate) host: &'a Window<HostPoint>,
     /// Keyed by pid: the step counters of the processes with an agent.
     pub(crate) steps: &'a BTreeMap<u32, StepTrack>,
+    /// The snapshot's jobs by their ranks' pids.
+    pub(crate) job_index: &'a JobIndex,
+    /// The snapshot's process rows by pid.
+    pub(crate) pid_index: &'a PidIndex,
+}
+
+impl<'a> Inputs<'a> {
+    /// The job `pid` is a rank of.
+    pub(crate) fn job_of(&self, pid: u32) -> Option<&'a Job> {
+        (self.job_index.of(pid)).and_then(|at| self.snapshot.jobs.get(at))
+    }
+
+    /// The rows of `pid` in the current snapshot, first row first.
+    pub(crate) fn rows_of(&self, pid: u32) -> impl Iterator<Item = &'a GpuProcess> + 'a {
+        let processes = &self.snapshot.processes;
+        (self.pid_index.rows(pid)).filter_map(move |row| processes.get(row))
+    }
 }
 
 impl Inputs<'_> {
     /// The first process row of a pid in the current snapshot.
     pub(crate) fn process(&self, pid: u32) -> Option<&GpuProcess> {
-        self.snapshot.processes.iter().find(|p| p.pid == pid)
+        self.rows_of(pid).next()
     }
 }
 
