@@ -829,7 +829,7 @@ mod tests {
             (cgroup.memory_max, cgroup.cpu_max, cgroup.oom_kills),
             (None, None, None)
         );
-        assert_eq!(cgroup.label(), "x.scope");
+        assert_eq!(cgroup.label().to_string(), "x.scope");
         assert!(reader(dir.path()).of_process(10).is_none());
     }
 }

@@ -102,7 +102,7 @@ impl OomWatch {
         let counter = Counter {
             file: KeptFile::new(file.to_path_buf()),
             path: cgroup.path.clone(),
-            label: cgroup.label(),
+            label: cgroup.label().to_string(),
             kills,
             watched_in: refresh,
             fresh: None,

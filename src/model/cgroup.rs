@@ -2,6 +2,8 @@
 //! or Kubernetes pod it belongs to, its Slurm job, its `/dev/shm`, and the OOM kills seen in
 //! its group. The collectors in `crate::collect` fill these in; the rules read them.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 /// A cgroup limit: a number, or `max` (no limit). JSON: the number, or the string `"max"`.
@@ -143,29 +145,49 @@ impl Cgroup {
     }
 
     /// What the cgroup is, shortly: "docker 3f2a1b9c0d4e", "pod 7c1e... (burstable)",
-    /// "slurm job 4242", else the path's last component.
-    pub fn label(&self) -> String {
-        if let Some(pod) = &self.pod {
-            let name = pod.name.clone().unwrap_or_else(|| short_id(&pod.uid));
+    /// "slurm job 4242", else the path's last component. Written where it is shown, without
+    /// a String of its own (a warning that holds rewrites it every tick).
+    pub fn label(&self) -> CgroupLabel<'_> {
+        CgroupLabel(self)
+    }
+}
+
+/// [`Cgroup::label`]'s words.
+#[derive(Debug, Clone, Copy)]
+pub struct CgroupLabel<'a>(&'a Cgroup);
+
+impl fmt::Display for CgroupLabel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cgroup = self.0;
+        if let Some(pod) = &cgroup.pod {
+            match &pod.name {
+                Some(name) => write!(f, "pod {name}")?,
+                None => write!(f, "pod {}", ShortId(&pod.uid))?,
+            }
             return match &pod.qos {
-                Some(qos) => format!("pod {name} ({qos})"),
-                None => format!("pod {name}"),
+                Some(qos) => write!(f, " ({qos})"),
+                None => Ok(()),
             };
         }
-        if let Some(container) = &self.container {
-            return format!("{} {}", container.runtime, short_id(&container.id));
+        if let Some(container) = &cgroup.container {
+            return write!(f, "{} {}", container.runtime, ShortId(&container.id));
         }
-        if let Some(job) = &self.slurm_job {
-            return format!("slurm job {job}");
+        if let Some(job) = &cgroup.slurm_job {
+            return write!(f, "slurm job {job}");
         }
-        let last = self.path.rsplit('/').find(|c| !c.is_empty());
-        last.unwrap_or("/").to_string()
+        let last = cgroup.path.rsplit('/').find(|c| !c.is_empty());
+        f.write_str(last.unwrap_or("/"))
     }
 }
 
 /// The first 12 characters of an id, as `docker ps` shows it.
-fn short_id(id: &str) -> String {
-    id.chars().take(12).collect()
+struct ShortId<'a>(&'a str);
+
+impl fmt::Display for ShortId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let end = (self.0.char_indices().nth(12)).map_or(self.0.len(), |(at, _)| at);
+        f.write_str(&self.0[..end])
+    }
 }
 
 /// The process's `/dev/shm`, as seen through /proc/PID/root.
@@ -212,4 +234,56 @@ pub struct OomKillEvent {
     pub kills: u64,
     /// The GPU processes and their children that vanished at that sample, biggest first.
     pub vanished: Vec<VanishedProcess>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_names_the_pod_the_container_the_job_or_the_last_component() {
+        let at = |path: &str| Cgroup {
+            path: path.into(),
+            ..Default::default()
+        };
+        let pod = |name: Option<&str>, qos: Option<&str>| Cgroup {
+            pod: Some(PodRef {
+                uid: "7c1e2d3f-4a5b-6c7d-8e9f".into(),
+                qos: qos.map(Into::into),
+                name: name.map(Into::into),
+            }),
+            ..at("/kubepods/x")
+        };
+        let container = Cgroup {
+            container: Some(ContainerRef {
+                runtime: "docker".into(),
+                id: "3f2a1b9c0d4e5f60718293a4b5c6d7e8".into(),
+            }),
+            ..at("/system.slice/docker-3f.scope")
+        };
+        let job = Cgroup {
+            slurm_job: Some("4242".into()),
+            ..at("/slurm/uid_1/job_4242")
+        };
+        let labels = [
+            pod(Some("trainer-0"), Some("burstable")),
+            pod(None, None),
+            container,
+            job,
+            at("/user.slice/x.scope/"),
+            at("/"),
+        ]
+        .map(|c| c.label().to_string());
+        assert_eq!(
+            labels,
+            [
+                "pod trainer-0 (burstable)",
+                "pod 7c1e2d3f-4a5",
+                "docker 3f2a1b9c0d4e",
+                "slurm job 4242",
+                "x.scope",
+                "/",
+            ]
+        );
+    }
 }

@@ -295,7 +295,7 @@ fn row_text(
         Column::Container => opt(
             out,
             row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |out, c| push_truncated(out, &format::escape(&c.label()), 18),
+            |out, c| push_truncated(out, &format::escape(&c.label().to_string()), 18),
         ),
         Column::Command => command_text(row, app.view.command_scroll, out),
     }
