@@ -178,10 +178,15 @@ fn fmt_step(seconds: f64) -> String {
     }
 }
 
+/// The median of the kept step times (at most [`STEP_TIMES_KEPT`]), sorted on the stack: it is
+/// asked of every agent each tick.
 fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied()
+    let mut sorted = [0.0; STEP_TIMES_KEPT];
+    let n = values.len().min(STEP_TIMES_KEPT);
+    sorted[..n].copy_from_slice(&values[..n]);
+    let sorted = &mut sorted[..n];
+    sorted.sort_unstable_by(f64::total_cmp);
+    sorted.get(n / 2).copied()
 }
 
 #[cfg(test)]

@@ -439,17 +439,21 @@ fn print_allocations_with_agents(library: &Path) {
         &procs.pids(),
         (5, 4),
         every,
-        &[(30, 20)],
+        &[(30, 20), (1_300, 20)],
     );
-    let figures = &phases[0];
-    println!(
-        "sampler allocations per tick, 8 GPUs, 64 procs, 5 agents sending stats every tick: \
-         {:.1} ({:.1} KiB), {:.1} of them on the sampler's thread (the rest: the agents' reader \
-         parsing their lines, the GPU worker)",
-        figures.calls,
-        figures.bytes / 1024.0,
-        figures.calls_here
-    );
+    for (figures, when) in phases
+        .iter()
+        .zip(["after 30 ticks", "after 135 s, the windows full"])
+    {
+        println!(
+            "sampler allocations per tick, 8 GPUs, 64 procs, 5 agents sending stats every tick, \
+             {when}: {:.1} ({:.1} KiB), {:.1} of them on the sampler's thread (the rest: the \
+             agents' reader parsing their lines, the GPU worker)",
+            figures.calls,
+            figures.bytes / 1024.0,
+            figures.calls_here
+        );
+    }
 }
 
 /// Each key's latency, median / worst of 5 rounds, with two cores busy.
