@@ -1,6 +1,6 @@
 //! The operating system below torchtop: /proc ([`proc`]) and the few system calls several
 //! layers share (who we are, who is on the other end of a socket, units of /proc figures, user
-//! names). Nothing here knows about GPUs, rules or the screen.
+//! names, which core a thread runs on). Nothing here knows about GPUs, rules or the screen.
 
 pub(crate) mod alarm;
 pub(crate) mod cgroup;
