@@ -83,6 +83,13 @@ mod tests {
     use crate::model::JobRank;
     use crate::rules::testkit::process;
 
+    /// Process rows of (pid, GPU).
+    fn table(rows: &[(u32, u32)]) -> Vec<GpuProcess> {
+        (rows.iter())
+            .map(|&(pid, gpu)| process(pid, gpu, 1))
+            .collect()
+    }
+
     fn rank(pid: u32) -> JobRank {
         JobRank {
             pid,
@@ -95,10 +102,7 @@ mod tests {
 
     #[test]
     fn groups_come_in_key_order_with_their_rows_in_table_order() {
-        let processes: Vec<GpuProcess> = [(5, 1), (3, 0), (9, 1), (4, 2), (7, 0)]
-            .into_iter()
-            .map(|(pid, gpu)| process(pid, gpu, 1))
-            .collect();
+        let processes = table(&[(5, 1), (3, 0), (9, 1), (4, 2), (7, 0)]);
         let mut rows = Rows::default();
         let key = |i: usize| processes[i].gpu;
         let groups: Vec<Vec<usize>> = (rows.group(&processes, |p| p.pid != 4, false, key))
@@ -109,10 +113,7 @@ mod tests {
 
     #[test]
     fn once_per_pid_keeps_a_pids_first_row() {
-        let processes: Vec<GpuProcess> = [(5, 1), (3, 0), (5, 0), (3, 1)]
-            .into_iter()
-            .map(|(pid, gpu)| process(pid, gpu, 1))
-            .collect();
+        let processes = table(&[(5, 1), (3, 0), (5, 0), (3, 1)]);
         let mut rows = Rows::default();
         let key = |i: usize| processes[i].gpu;
         let groups: Vec<Vec<usize>> = (rows.group(&processes, |_| true, true, key))
@@ -123,10 +124,7 @@ mod tests {
 
     #[test]
     fn a_pid_finds_its_rows_in_table_order() {
-        let processes: Vec<GpuProcess> = [(5, 1), (3, 0), (5, 0), (9, 1)]
-            .into_iter()
-            .map(|(pid, gpu)| process(pid, gpu, 1))
-            .collect();
+        let processes = table(&[(5, 1), (3, 0), (5, 0), (9, 1)]);
         let mut index = PidIndex::default();
         index.fill(&processes);
         let rows = |pid| index.rows(pid).collect::<Vec<_>>();
