@@ -38,6 +38,7 @@ mod slots;
 mod swap;
 mod thresholds;
 mod throttle;
+mod torch_device;
 pub(crate) mod training;
 mod training_stalled;
 mod window;
@@ -52,8 +53,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::config::Seconds;
 use crate::model::{
-    DeviceAllocatorStats, GpuProcess, GpuSample, GpuVendor, Snapshot, Subject, Warning,
-    GPU_EVIDENCE, JOB_EVIDENCE,
+    DeviceAllocatorStats, GpuProcess, Snapshot, Subject, Warning, GPU_EVIDENCE, JOB_EVIDENCE,
 };
 #[cfg(test)]
 pub(crate) use jobs::group_jobs;
@@ -61,6 +61,7 @@ pub(crate) use jobs::group_jobs_into;
 use order::{JobIndex, PidIndex, Rows};
 use slots::Slots;
 pub use thresholds::RulesConfig;
+pub(crate) use torch_device::torch_device_on;
 use training_stalled::StepTrack;
 pub(crate) use window::{
     counter_rise, covering, mean, AllocPoint, GpuPoint, HostPoint, Inputs, Point, ProcPoint,
@@ -496,54 +497,6 @@ impl SeenKey {
             self.name.push_str(name);
         }
     }
-}
-
-/// The allocator stats of `process` that belong to the NVML GPU its row is for.
-///
-/// Torch numbers devices after `CUDA_VISIBLE_DEVICES` (indices or `GPU-` UUIDs, possibly
-/// abbreviated); without that variable torch ordinal N is taken to be NVML GPU N. Where the
-/// environment is unreadable and the process uses one device, that device is the one.
-pub(crate) fn torch_device_on<'a>(
-    process: &'a GpuProcess,
-    gpus: &[GpuSample],
-) -> Option<&'a DeviceAllocatorStats> {
-    let devices = &process.torch.as_ref()?.devices;
-    // The sampler has mapped each device to its GPU where it could (UUID or the agent's list).
-    if let Some(device) = devices.iter().find(|d| d.gpu == Some(process.gpu)) {
-        return Some(device);
-    }
-    if let Some(amd) = (gpus.iter()).find(|g| g.index == process.gpu && g.vendor == GpuVendor::Amd)
-    {
-        let ordinal = match &process.env {
-            Some(env) => crate::model::rocm_visible::rocm_ordinal(env, amd, gpus)?,
-            None if devices.len() == 1 => return devices.first(),
-            None => amd.vendor_index?,
-        };
-        return devices.iter().find(|d| d.index == ordinal);
-    }
-    let ordinal = match &process.env {
-        Some(env) => match &env.cuda_visible_devices {
-            Some(list) => visible_position(list, process.gpu, gpus)?,
-            None => process.gpu,
-        },
-        None if devices.len() == 1 => return devices.first(),
-        None => process.gpu,
-    };
-    devices.iter().find(|d| d.index == ordinal)
-}
-
-fn visible_position(list: &str, gpu_index: u32, gpus: &[GpuSample]) -> Option<u32> {
-    let uuid = gpus
-        .iter()
-        .find(|g| g.index == gpu_index)
-        .and_then(|g| g.uuid.as_deref());
-    let position = list.split(',').map(str::trim).position(|entry| {
-        entry.parse::<u32>().ok() == Some(gpu_index)
-            || uuid.is_some_and(|u| {
-                entry.len() >= 5 && entry.starts_with("GPU-") && u.starts_with(entry)
-            })
-    })?;
-    u32::try_from(position).ok()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use super::testkit::*;
 use super::window::MAX_POINTS;
 use super::*;
-use crate::model::{LaunchEnv, Severity, TorchInfo};
+use crate::model::{GpuSample, LaunchEnv, Severity, TorchInfo};
 
 #[test]
 fn a_window_covers_only_after_it_has_been_watched_long_enough() {
