@@ -4,56 +4,62 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
+use super::json::{drain_map, drain_seq, scalars_are, visit_fields, Scalar, TextInto};
 use super::MAX_DEVICES_PER_AGENT;
 use crate::model::DeviceAllocatorStats;
 use crate::protocol::STAT_KEYS;
 
-/// The `devices` list: the first [`MAX_DEVICES_PER_AGENT`] entries read, the rest only counted.
-#[derive(Default)]
-pub(crate) struct Devices {
-    pub(crate) kept: Vec<DeviceAllocatorStats>,
-    pub(crate) listed: usize,
-}
+/// The `devices` list read into `kept`, the room of the devices the last stats line left (a
+/// device's UUID rewritten in its String's room): the first [`MAX_DEVICES_PER_AGENT`] entries
+/// read, the rest only counted. Its value is how many entries the list had, `None` when the
+/// value is no list (which `kept` is left to the caller to empty).
+pub(crate) struct DevicesInto<'a>(pub(crate) &'a mut Vec<DeviceAllocatorStats>);
 
-impl<'de> de::Deserialize<'de> for Devices {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DevicesVisitor;
-        impl<'de> Visitor<'de> for DevicesVisitor {
-            type Value = Devices;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of devices")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Devices, A::Error> {
-                let mut devices = Devices::default();
-                loop {
-                    if devices.listed < MAX_DEVICES_PER_AGENT {
-                        match seq.next_element::<DeviceEntry>()? {
-                            Some(DeviceEntry(Some(device))) => devices.kept.push(device),
-                            Some(DeviceEntry(None)) => {}
-                            None => break,
-                        }
-                    } else if seq.next_element::<IgnoredAny>()?.is_none() {
-                        break;
-                    }
-                    devices.listed += 1;
-                }
-                Ok(devices)
-            }
-            // Anything else is no list: no devices.
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Devices, A::Error> {
-                drain_map(map).map(|()| Devices::default())
-            }
-            scalars_are!(Devices::default());
-        }
-        deserializer.deserialize_any(DevicesVisitor)
+impl<'de> DeserializeSeed<'de> for DevicesInto<'_> {
+    type Value = Option<usize>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-/// One entry of `devices`; `None` when it is not an object with a valid `index`.
-struct DeviceEntry(Option<DeviceAllocatorStats>);
+impl<'de> Visitor<'de> for DevicesInto<'_> {
+    type Value = Option<usize>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of devices")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let kept = self.0;
+        let (mut used, mut listed) = (0, 0);
+        loop {
+            if listed < MAX_DEVICES_PER_AGENT {
+                if used == kept.len() {
+                    kept.push(DeviceAllocatorStats::default());
+                }
+                match seq.next_element_seed(DeviceEntry(&mut kept[used]))? {
+                    Some(true) => used += 1,
+                    Some(false) => {}
+                    None => break,
+                }
+            } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                break;
+            }
+            listed += 1;
+        }
+        kept.truncate(used);
+        Ok(Some(listed))
+    }
+    // Anything else is no list: no devices.
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        drain_map(map).map(|()| None)
+    }
+    scalars_are!(None);
+}
+
+/// One entry of `devices`, read into a device's room; `false` when it is not an object with a
+/// valid `index` (the room is then written again by the next entry, or cut off).
+struct DeviceEntry<'a>(&'a mut DeviceAllocatorStats);
 
 /// Above this a `max_split_size` is PyTorch's "no limit" (SIZE_MAX).
 const UNLIMITED_SPLIT: u64 = 1 << 60;
@@ -82,49 +88,48 @@ fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64
     }
 }
 
-impl<'de> de::Deserialize<'de> for DeviceEntry {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let scalar_or_stats = deserializer.deserialize_any(DeviceVisitor)?;
-        Ok(DeviceEntry(scalar_or_stats))
+impl<'de> DeserializeSeed<'de> for DeviceEntry<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct DeviceVisitor;
-
-impl<'de> Visitor<'de> for DeviceVisitor {
-    type Value = Option<DeviceAllocatorStats>;
+impl<'de> Visitor<'de> for DeviceEntry<'_> {
+    type Value = bool;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a device object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        let room = self.0;
+        // The last UUID's String, to be written over.
+        let mut uuid = room.uuid.take().unwrap_or_default();
+        let mut has_uuid = false;
         let mut index = None;
-        let mut uuid = None;
         let mut device = DeviceAllocatorStats::default();
         visit_fields(map, &["index", "stats", "uuid"], |key, map| {
             match key {
                 0 => index = map.next_value::<Scalar>()?.as_u32(),
                 1 => device = map.next_value::<StatsMap>()?.0,
-                _ => {
-                    // The text read is kept: no second copy for the cut.
-                    uuid = match map.next_value::<Scalar>()? {
-                        Scalar::Str(text) if text.len() <= MAX_UUID_BYTES => Some(text),
-                        Scalar::Str(text) => Some(cut(&text, MAX_UUID_BYTES)),
-                        _ => None,
-                    };
-                }
+                _ => has_uuid = map.next_value_seed(TextInto(&mut uuid, MAX_UUID_BYTES))?,
             }
             Ok(())
         })?;
-        Ok(index.map(|index| DeviceAllocatorStats {
+        let Some(index) = index else {
+            room.uuid = Some(uuid);
+            return Ok(false);
+        };
+        *room = DeviceAllocatorStats {
             index,
-            uuid,
+            uuid: has_uuid.then_some(uuid),
             ..device
-        }))
+        };
+        Ok(true)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        drain_seq(seq).map(|()| None)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
+        drain_seq(seq).map(|()| false)
     }
-    scalars_are!(None);
+    scalars_are!(false);
 }
 
 /// A device's `stats` object, reduced to the keys in [`STAT_KEYS`]; anything else is empty.
@@ -159,4 +164,81 @@ impl<'de> Visitor<'de> for StatsVisitor {
         drain_seq(seq).map(|()| DeviceAllocatorStats::default())
     }
     scalars_are!(DeviceAllocatorStats::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse::{parse_line, parse_line_into, Incoming, Stats};
+    use crate::model::DeviceAllocatorStats;
+
+    fn stats_into(line: &str, room: &mut Vec<DeviceAllocatorStats>) -> Stats {
+        match parse_line_into(line.as_bytes(), room) {
+            Ok(Incoming::Stats(stats)) => stats,
+            other => panic!("not stats: {:?}", other.err()),
+        }
+    }
+
+    const TWO: &str = r#"{"v":1,"type":"stats","devices":[{"index":1,"uuid":"GPU-bbbb","stats":{"allocated_bytes.all.current":7}},{"uuid":"GPU-none"},{"index":0,"uuid":"GPU-aaaa","stats":{"reserved_bytes.all.current":9}}]}"#;
+
+    #[test]
+    fn devices_read_into_room_are_those_read_afresh_and_keep_the_uuids_buffers() {
+        let Ok(Incoming::Stats(fresh)) = parse_line(TWO.as_bytes()) else {
+            panic!("not stats");
+        };
+        let mut room = Vec::new();
+        let first = stats_into(TWO, &mut room);
+        assert_eq!(first.devices, fresh.devices);
+        assert_eq!(first.listed, 3);
+        let uuids: Vec<&str> = (first.devices.iter())
+            .filter_map(|d| d.uuid.as_deref())
+            .collect();
+        assert_eq!(uuids, ["GPU-aaaa", "GPU-bbbb"]);
+        // The hub gives the devices back as room: the next line writes into the same Strings.
+        let buffers: Vec<*const u8> = (first.devices.iter())
+            .map(|d| d.uuid.as_ref().unwrap().as_ptr())
+            .collect();
+        room = first.devices;
+        let second = stats_into(TWO, &mut room);
+        assert_eq!(second.devices, fresh.devices);
+        let again: Vec<*const u8> = (second.devices.iter())
+            .map(|d| d.uuid.as_ref().unwrap().as_ptr())
+            .collect();
+        let mut sorted = (buffers.clone(), again.clone());
+        sorted.0.sort();
+        sorted.1.sort();
+        assert_eq!(
+            sorted.0, sorted.1,
+            "the UUIDs were not written in their room"
+        );
+    }
+
+    #[test]
+    fn room_left_by_an_earlier_line_never_shows_in_a_later_one() {
+        let mut room = Vec::new();
+        room = stats_into(TWO, &mut room).devices;
+        let none = stats_into(r#"{"v":1,"type":"stats","step":3}"#, &mut room);
+        assert!(none.devices.is_empty() && none.listed == 0, "{none:?}");
+        room = stats_into(TWO, &mut room).devices;
+        let not_a_list = stats_into(r#"{"v":1,"type":"stats","devices":{"a":1}}"#, &mut room);
+        assert!(not_a_list.devices.is_empty(), "{not_a_list:?}");
+        room = stats_into(TWO, &mut room).devices;
+        let one = stats_into(
+            r#"{"v":1,"type":"stats","devices":[{"index":2,"stats":{}}]}"#,
+            &mut room,
+        );
+        let indices: Vec<(u32, Option<&str>)> = (one.devices.iter())
+            .map(|d| (d.index, d.uuid.as_deref()))
+            .collect();
+        assert_eq!(indices, [(2, None)]);
+        assert_eq!(one.devices[0].allocated_bytes, None);
+        // A hello that names devices leaves them as room only.
+        room = stats_into(TWO, &mut room).devices;
+        let hello = r#"{"v":1,"type":"hello","devices":[{"index":5}]}"#;
+        assert!(matches!(
+            parse_line_into(hello.as_bytes(), &mut room),
+            Ok(Incoming::Hello(_))
+        ));
+        let after = stats_into(r#"{"v":1,"type":"stats"}"#, &mut room);
+        assert!(after.devices.is_empty(), "{after:?}");
+    }
 }

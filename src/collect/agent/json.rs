@@ -92,6 +92,60 @@ impl Scalar {
     }
 }
 
+/// A string written into kept room, cut at `max` bytes as [`cut`] cuts; `true` when the value
+/// was a string (the room is left as it was otherwise).
+pub(crate) struct TextInto<'a>(pub(crate) &'a mut String, pub(crate) usize);
+
+impl<'de> DeserializeSeed<'de> for TextInto<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextInto<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E>(self, text: &str) -> Result<bool, E> {
+        let (room, max) = (self.0, self.1);
+        room.clear();
+        if text.len() <= max {
+            room.push_str(text);
+        } else {
+            let mut end = max;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            room.push_str(&text[..end]);
+            room.push('…');
+        }
+        Ok(true)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
+        drain_seq(seq).map(|()| false)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        drain_map(map).map(|()| false)
+    }
+}
+
 pub(crate) fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();

@@ -8,9 +8,9 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::devices::Devices;
+use super::devices::DevicesInto;
 use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
 use super::PROTOCOL_VERSION;
 use crate::model::DeviceAllocatorStats;
@@ -85,9 +85,23 @@ pub(crate) enum Incoming {
 }
 
 /// Parses one line (newline excluded). An `Err` is a reason to drop the connection.
+#[cfg(test)]
 pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
+    parse_line_into(line, &mut Vec::new())
+}
+
+/// [`parse_line`], a stats line's devices read into the room of `devices` (the devices of an
+/// earlier line, given back by the hub), which a stats message then takes; other messages
+/// leave it as room.
+pub(crate) fn parse_line_into(
+    line: &[u8],
+    devices: &mut Vec<DeviceAllocatorStats>,
+) -> Result<Incoming, String> {
     let text = std::str::from_utf8(line).map_err(|_| "a line is not UTF-8".to_string())?;
-    let top: Top = serde_json::from_str(text).map_err(|e| format!("a line is not JSON ({e})"))?;
+    let mut json = serde_json::Deserializer::from_str(text);
+    let top = (TopSeed(devices).deserialize(&mut json))
+        .and_then(|top| json.end().map(|()| top))
+        .map_err(|e| format!("a line is not JSON ({e})"))?;
     let Top(Some(fields)) = top else {
         return Err("a line is not a JSON object".to_string());
     };
@@ -100,7 +114,7 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
     }
     Ok(match fields.kind {
         Some(Kind::Hello) => Incoming::Hello(fields.hello()),
-        Some(Kind::Stats) => Incoming::Stats(fields.stats()),
+        Some(Kind::Stats) => Incoming::Stats(fields.stats(devices)),
         Some(Kind::Reply) => match fields.reply() {
             Some(reply) => Incoming::Reply(reply),
             None => return Err("a reply without an integer id or a boolean ok".to_string()),
@@ -182,7 +196,8 @@ struct Fields {
     cuda_visible_devices: Option<Scalar>,
     step: Option<Scalar>,
     step_time_s: Option<Scalar>,
-    devices: Option<Devices>,
+    /// How many entries the `devices` list had; `None` without a list.
+    listed: Option<usize>,
     id: Option<Scalar>,
     ok: Option<Scalar>,
     cmd: Option<Scalar>,
@@ -268,8 +283,12 @@ impl Fields {
         }
     }
 
-    fn stats(self) -> Stats {
-        let Devices { mut kept, listed } = self.devices.unwrap_or_default();
+    fn stats(self, devices: &mut Vec<DeviceAllocatorStats>) -> Stats {
+        if self.listed.is_none() {
+            devices.clear();
+        }
+        let listed = self.listed.unwrap_or(0);
+        let mut kept = std::mem::take(devices);
         kept.sort_by_key(|d| d.index);
         kept.dedup_by_key(|d| d.index);
         Stats {
@@ -326,35 +345,40 @@ impl Fields {
     }
 }
 
-impl<'de> de::Deserialize<'de> for Top {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TopVisitor;
-        impl<'de> Visitor<'de> for TopVisitor {
-            type Value = Top;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-                let mut fields = Fields::default();
-                visit_fields(map, TOP_FIELDS, |index, map| {
-                    match fields.slot(index) {
-                        Some(slot) => *slot = Some(map.next_value()?),
-                        None if TOP_FIELDS[index] == "type" => {
-                            fields.kind = Some(map.next_value()?);
-                        }
-                        None => fields.devices = Some(map.next_value()?),
-                    }
-                    Ok(())
-                })?;
-                Ok(Top(Some(fields)))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
-                drain_seq(seq).map(|()| Top(None))
-            }
-            scalars_are!(Top(None));
-        }
-        deserializer.deserialize_any(TopVisitor)
+/// Reads a [`Top`], a `devices` list into the room given.
+struct TopSeed<'a>(&'a mut Vec<DeviceAllocatorStats>);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = Top;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Top, D::Error> {
+        deserializer.deserialize_any(self)
     }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = Top;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        let devices = self.0;
+        let mut fields = Fields::default();
+        visit_fields(map, TOP_FIELDS, |index, map| {
+            match fields.slot(index) {
+                Some(slot) => *slot = Some(map.next_value()?),
+                None if TOP_FIELDS[index] == "type" => {
+                    fields.kind = Some(map.next_value()?);
+                }
+                None => fields.listed = map.next_value_seed(DevicesInto(&mut *devices))?,
+            }
+            Ok(())
+        })?;
+        Ok(Top(Some(fields)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
+        drain_seq(seq).map(|()| Top(None))
+    }
+    scalars_are!(Top(None));
 }
 
 #[cfg(test)]

@@ -17,9 +17,10 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::lines::{LineSplitter, SplitError};
-use super::parse::{parse_line, AgentEvent, AgentReply, Hello, Incoming, Stats};
+use super::parse::{parse_line_into, AgentEvent, AgentReply, Hello, Incoming, Stats};
 use super::state::{lock, ConnId, ConnState, Ending, Log, Shared, EVENT_CAPACITY};
 use super::MAX_DEVICES_PER_AGENT;
+use crate::model::DeviceAllocatorStats;
 
 const WAKE: Token = Token(usize::MAX);
 const READ_CHUNK: usize = 64 * 1024;
@@ -58,6 +59,7 @@ impl Reader {
             ready: VecDeque::new(),
             held: 0,
             scratch: Vec::new(),
+            devices: Vec::new(),
         };
         thread::Builder::new()
             .name("torchtop-agents".into())
@@ -120,6 +122,9 @@ struct Worker {
     /// Where a line that spans reads is put together: one buffer for all connections, of at
     /// most [`MAX_LINE_BYTES`](super::MAX_LINE_BYTES).
     scratch: Vec<u8>,
+    /// The room a stats line's devices are read into: the devices the state held before the
+    /// last stats line replaced them, so that a steady agent's lines allocate nothing.
+    devices: Vec<DeviceAllocatorStats>,
 }
 
 impl Worker {
@@ -245,7 +250,10 @@ impl Worker {
             return Turn::Drained;
         };
         let held_before = conn.splitter.held_bytes();
-        let mut batch = Batch::default();
+        let mut batch = Batch {
+            devices: std::mem::take(&mut self.devices),
+            ..Batch::default()
+        };
         let mut read = 0;
         let turn = loop {
             if read >= READ_TURN {
@@ -281,6 +289,7 @@ impl Worker {
         self.held = self.held - held_before + conn.splitter.held_bytes();
         // Nothing complete arrived: no need to take the lock (a trickling agent wakes us often).
         let known = batch.lines == 0 || batch.apply(&mut lock(&self.shared), id);
+        self.devices = batch.devices;
         match turn {
             // The hub closed it meanwhile: stop reading it.
             Turn::Drained | Turn::More if !known => {
@@ -343,14 +352,21 @@ struct Batch {
     stats: Option<Stats>,
     replies: Vec<AgentReply>,
     events: VecDeque<AgentEvent>,
+    /// Room for the next stats line's devices; after `apply`, the devices it replaced.
+    devices: Vec<DeviceAllocatorStats>,
 }
 
 impl Batch {
     fn absorb(&mut self, line: &[u8]) -> Result<(), String> {
         self.lines += 1;
-        match parse_line(line)? {
+        match parse_line_into(line, &mut self.devices)? {
             Incoming::Hello(hello) => self.hello = Some(hello),
-            Incoming::Stats(stats) => self.stats = Some(stats),
+            Incoming::Stats(stats) => {
+                // Two stats lines in one turn: the first one's devices are room again.
+                if let Some(earlier) = self.stats.replace(stats) {
+                    self.devices = earlier.devices;
+                }
+            }
             Incoming::Reply(reply) if self.replies.len() < REPLIES_PER_TURN => {
                 self.replies.push(reply);
             }
@@ -361,7 +377,8 @@ impl Batch {
     }
 
     /// Applies the batch to the connection's state; false when the hub no longer knows it.
-    fn apply(self, shared: &mut Shared, id: ConnId) -> bool {
+    /// The devices the state held before are left in `self.devices`, as room.
+    fn apply(&mut self, shared: &mut Shared, id: ConnId) -> bool {
         let Shared { conns, log } = shared;
         let Some(state) = conns.get_mut(&id) else {
             return false;
@@ -370,20 +387,22 @@ impl Batch {
         if self.lines > 0 {
             state.last_line_at = now;
         }
-        if let Some(hello) = self.hello {
+        if let Some(hello) = self.hello.take() {
             state.hello = Some(hello);
             state.fresh = true;
         }
-        if let Some(stats) = self.stats {
+        if let Some(stats) = self.stats.take() {
             warn_of_many_devices(state, log, stats.listed);
-            state.stats = Some(stats);
+            if let Some(replaced) = state.stats.replace(stats) {
+                self.devices = replaced.devices;
+            }
             state.stats_at = Some(now);
             state.fresh = true;
         }
-        for reply in self.replies {
+        for reply in self.replies.drain(..) {
             accept_reply(state, log, reply);
         }
-        for event in self.events {
+        for event in self.events.drain(..) {
             push_bounded(&mut state.events, event);
         }
         true
