@@ -5,9 +5,11 @@
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::json::{drain_map, drain_seq, scalars_are, visit_fields, Scalar, TextInto};
+use super::json::{
+    drain_map, drain_seq, scalars_are, seed_is_visitor, visit_fields, Scalar, TextInto,
+};
 use super::MAX_DEVICES_PER_AGENT;
 use crate::model::DeviceAllocatorStats;
 use crate::protocol::STAT_KEYS;
@@ -18,12 +20,7 @@ use crate::protocol::STAT_KEYS;
 /// value is no list (which `kept` is left to the caller to empty).
 pub(crate) struct DevicesInto<'a>(pub(crate) &'a mut Vec<DeviceAllocatorStats>);
 
-impl<'de> DeserializeSeed<'de> for DevicesInto<'_> {
-    type Value = Option<usize>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
+seed_is_visitor!(DevicesInto);
 
 impl<'de> Visitor<'de> for DevicesInto<'_> {
     type Value = Option<usize>;
@@ -89,12 +86,7 @@ fn stat_slot(device: &mut DeviceAllocatorStats, index: usize) -> &mut Option<u64
     }
 }
 
-impl<'de> DeserializeSeed<'de> for DeviceEntry<'_> {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
+seed_is_visitor!(DeviceEntry);
 
 impl<'de> Visitor<'de> for DeviceEntry<'_> {
     type Value = bool;

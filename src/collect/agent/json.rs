@@ -12,6 +12,16 @@ pub(crate) const MAX_TEXT_BYTES: usize = 4096;
 /// Visitor methods that answer every JSON scalar (number, bool, string, null) with `$value`.
 macro_rules! scalars_are {
     ($value:expr) => {
+        $crate::collect::agent::json::scalars_but_text_are!($value);
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
+}
+
+/// [`scalars_are`] without `visit_str`, for a visitor that reads text.
+macro_rules! scalars_but_text_are {
+    ($value:expr) => {
         fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
             Ok($value)
         }
@@ -24,9 +34,6 @@ macro_rules! scalars_are {
         fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
             Ok($value)
         }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($value)
-        }
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
             Ok($value)
         }
@@ -34,6 +41,24 @@ macro_rules! scalars_are {
 }
 
 pub(crate) use scalars_are;
+pub(crate) use scalars_but_text_are;
+
+/// A visitor that writes into room it holds is its own seed: it reads whatever value comes.
+macro_rules! seed_is_visitor {
+    ($seed:ident) => {
+        impl<'de> serde::de::DeserializeSeed<'de> for $seed<'_> {
+            type Value = <Self as serde::de::Visitor<'de>>::Value;
+            fn deserialize<D: serde::de::Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<Self::Value, D::Error> {
+                deserializer.deserialize_any(self)
+            }
+        }
+    };
+}
+
+pub(crate) use seed_is_visitor;
 
 /// A JSON value the hub reads as one field; arrays and objects are skipped, text is cut.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,12 +121,7 @@ impl Scalar {
 /// was a string (the room is left as it was otherwise).
 pub(crate) struct TextInto<'a>(pub(crate) &'a mut String, pub(crate) usize);
 
-impl<'de> DeserializeSeed<'de> for TextInto<'_> {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
+seed_is_visitor!(TextInto);
 
 impl<'de> Visitor<'de> for TextInto<'_> {
     type Value = bool;
@@ -123,21 +143,7 @@ impl<'de> Visitor<'de> for TextInto<'_> {
         }
         Ok(true)
     }
-    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
-        Ok(false)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
-        Ok(false)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
-        Ok(false)
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
-        Ok(false)
-    }
-    fn visit_unit<E>(self) -> Result<bool, E> {
-        Ok(false)
-    }
+    scalars_but_text_are!(false);
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<bool, A::Error> {
         drain_seq(seq).map(|()| false)
     }

@@ -11,7 +11,10 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::devices::DevicesInto;
-use super::json::{cut, drain_map, drain_seq, scalars_are, visit_fields, Scalar};
+use super::json::{
+    cut, drain_map, drain_seq, scalars_are, scalars_but_text_are, seed_is_visitor, visit_fields,
+    Scalar,
+};
 use super::PROTOCOL_VERSION;
 use crate::model::DeviceAllocatorStats;
 
@@ -156,21 +159,7 @@ impl<'de> de::Deserialize<'de> for Kind {
                     _ => Kind::Other,
                 })
             }
-            fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
-            fn visit_unit<E>(self) -> Result<Kind, E> {
-                Ok(Kind::Other)
-            }
+            scalars_but_text_are!(Kind::Other);
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Kind, A::Error> {
                 drain_seq(seq).map(|()| Kind::Other)
             }
@@ -348,12 +337,7 @@ impl Fields {
 /// Reads a [`Top`], a `devices` list into the room given.
 struct TopSeed<'a>(&'a mut Vec<DeviceAllocatorStats>);
 
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = Top;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Top, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
+seed_is_visitor!(TopSeed);
 
 impl<'de> Visitor<'de> for TopSeed<'_> {
     type Value = Top;
