@@ -206,6 +206,33 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_agents_long_uuids_cost_the_room_no_more_than_the_cut() {
+        let long = "G".repeat(1 << 20);
+        let line = format!(
+            r#"{{"v":1,"type":"stats","devices":[{{"index":0,"uuid":"{long}"}},{{"index":1,"uuid":"é{long}"}}]}}"#
+        );
+        let mut room = Vec::new();
+        for _ in 0..3 {
+            let stats = stats_into(&line, &mut room);
+            for device in &stats.devices {
+                let uuid = device.uuid.as_ref().unwrap();
+                assert!(
+                    uuid.len() <= super::MAX_UUID_BYTES + '…'.len_utf8(),
+                    "{}",
+                    uuid.len()
+                );
+                assert!(
+                    uuid.capacity() <= 2 * (super::MAX_UUID_BYTES + 3),
+                    "{}",
+                    uuid.capacity()
+                );
+                assert!(uuid.ends_with('…'));
+            }
+            room = stats.devices;
+        }
+    }
+
+    #[test]
     fn room_left_by_an_earlier_line_never_shows_in_a_later_one() {
         let mut room = Vec::new();
         room = stats_into(TWO, &mut room).devices;
