@@ -129,16 +129,11 @@ impl<'de> Visitor<'de> for TextInto<'_> {
         f.write_str("a string")
     }
     fn visit_str<E>(self, text: &str) -> Result<bool, E> {
-        let (room, max) = (self.0, self.1);
+        let room = self.0;
         room.clear();
-        if text.len() <= max {
-            room.push_str(text);
-        } else {
-            let mut end = max;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            room.push_str(&text[..end]);
+        let (kept, was_cut) = cut_at(text, self.1);
+        room.push_str(kept);
+        if was_cut {
             room.push('…');
         }
         Ok(true)
@@ -153,14 +148,22 @@ impl<'de> Visitor<'de> for TextInto<'_> {
 }
 
 pub(crate) fn cut(text: &str, max: usize) -> String {
+    match cut_at(text, max) {
+        (kept, true) => format!("{kept}…"),
+        (kept, false) => kept.to_string(),
+    }
+}
+
+/// The first `max` bytes of `text` (fewer, to end on a character), and whether that cut any.
+fn cut_at(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
-        return text.to_string();
+        return (text, false);
     }
     let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    (&text[..end], true)
 }
 
 impl<'de> de::Deserialize<'de> for Scalar {
