@@ -26,10 +26,16 @@ use rustix::thread::{self, CpuSet};
 
 /// Puts the calling thread in the `SCHED_BATCH` class (any user may; no priority changes).
 pub(crate) fn run_this_thread_as_batch() -> io::Result<()> {
+    set_policy(0, libc::SCHED_BATCH)
+}
+
+/// Puts thread `tid` (0: the calling thread) of this process in `policy`, `SCHED_BATCH` or
+/// `SCHED_OTHER`: classes any user may move its own threads between, at priority 0.
+fn set_policy(tid: libc::pid_t, policy: libc::c_int) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 names the calling thread; `param` is a valid, initialized sched_param
-    // that outlives the call, which only reads it.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &raw const param) };
+    // SAFETY: `tid` names a thread of this process or the calling one; `param` is a valid,
+    // initialized sched_param that outlives the call, which only reads it.
+    let rc = unsafe { libc::sched_setscheduler(tid, policy, &raw const param) };
     if rc == 0 {
         Ok(())
     } else {
@@ -37,7 +43,8 @@ pub(crate) fn run_this_thread_as_batch() -> io::Result<()> {
     }
 }
 
-/// A thread that wakes on its waker's core: narrowed to that core until freed.
+/// A thread that wakes on its waker's core, without preempting it: narrowed to that core, and
+/// `SCHED_BATCH`, until freed.
 pub(crate) struct Handover {
     tid: Pid,
     /// The cores the thread may run on, given back when it is freed.
@@ -65,12 +72,17 @@ impl Handover {
     /// waker's core. Best effort: a core the thread may not use, or a refusal, changes nothing.
     pub(crate) fn before_wake(&self) {
         let here = thread::sched_getcpu();
-        if self.narrowed_to.load(Ordering::Acquire) == here || !self.allowed.is_set(here) {
+        let was = self.narrowed_to.load(Ordering::Acquire);
+        if was == here || !self.allowed.is_set(here) {
             return;
         }
         let mut core = CpuSet::new();
         core.set(here);
         if thread::sched_setaffinity(Some(self.tid), &core).is_ok() {
+            if was == FREE {
+                // Best effort: left normal, the thread only preempts its waker once a tick.
+                let _ = set_policy(self.tid.as_raw_nonzero().get(), libc::SCHED_BATCH);
+            }
             self.narrowed_to.store(here, Ordering::Release);
         }
     }
@@ -80,7 +92,9 @@ impl Handover {
     /// until the next key: the key is still handled, on that core.
     pub(crate) fn free(&self) {
         if self.narrowed_to.swap(FREE, Ordering::AcqRel) != FREE {
-            // Best effort as well: refused, the thread stays on one core until the next try.
+            // Best effort as well: refused, the thread stays on one core (or batch) until the
+            // next try.
+            let _ = set_policy(self.tid.as_raw_nonzero().get(), libc::SCHED_OTHER);
             let _ = thread::sched_setaffinity(Some(self.tid), &self.allowed);
         }
     }
@@ -111,6 +125,12 @@ mod tests {
         (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
     }
 
+    /// The scheduling class of `tid`.
+    fn policy_of(tid: Pid) -> libc::c_int {
+        // SAFETY: the call takes no pointers; `tid` is a live thread of this process.
+        unsafe { libc::sched_getscheduler(tid.as_raw_nonzero().get()) }
+    }
+
     #[test]
     fn a_woken_thread_runs_on_the_wakers_core_until_freed() {
         let Some(handover) = Handover::of_this_thread() else {
@@ -127,10 +147,20 @@ mod tests {
         assert_eq!(narrowed.len(), 1, "narrowed to one core: {narrowed:?}");
         assert!(all.contains(&narrowed[0]), "one of its own: {narrowed:?}");
         assert_eq!(thread::sched_getcpu(), narrowed[0], "and woken there");
+        assert_eq!(
+            policy_of(handover.tid),
+            libc::SCHED_BATCH,
+            "woken without preempting its waker"
+        );
         wake_from_another_thread();
         assert_eq!(cores_of(handover.tid).len(), 1, "still one core");
         std::thread::scope(|scope| scope.spawn(|| handover.free()).join()).expect("the freer");
         assert_eq!(cores_of(handover.tid), all, "all its cores again");
+        assert_eq!(
+            policy_of(handover.tid),
+            libc::SCHED_OTHER,
+            "a normal thread again, that a key may preempt with"
+        );
         handover.free();
         assert_eq!(cores_of(handover.tid), all, "freeing twice changes nothing");
         wake_from_another_thread();

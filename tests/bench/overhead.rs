@@ -2,22 +2,24 @@
 //! pseudo-terminal against fake-NVML scenarios, measured from /proc as an outside observer.
 //!
 //! For each scenario it reports CPU milliseconds per second of wall time, RSS (now and peak),
-//! wake-ups per second (context switches of all threads), time from spawn to the first frame,
-//! and `--once --json` latency. When nvtop or nvitop is on PATH it runs them on the same
-//! scenario at the same time and prints torchtop's CPU ratio to each: the figure that counts on
-//! a noisy machine. Not part of `cargo test`: it is a measurement, not a pass/fail test.
+//! wake-ups per second (context switches of all threads), the pages a tick touches (see
+//! `footprint`), time from spawn to the first frame, and `--once --json` latency. When nvtop
+//! or nvitop is on PATH it runs them on the same scenario at the same time and prints
+//! torchtop's CPU ratio to each: the figure that counts on a noisy machine. Not part of
+//! `cargo test`: it is a measurement, not a pass/fail test.
 //!
-//! Then: the slope of CPU per GPU process at 16 GPUs, wake-ups per thread with nothing
-//! changing, the sampler's allocations per tick (a counting allocator, in this process), each
-//! key's latency with two busy cores, and the agent's cost per interval (a Python script).
+//! Then: the slope of CPU per GPU process at 16 GPUs, what a wake-up and a page cost on this
+//! machine, wake-ups per thread with nothing changing, the sampler's allocations per tick (a
+//! counting allocator, in this process), each key's latency with two busy cores, and the
+//! agent's cost per interval (a Python script).
 //!
 //! Environment: TORCHTOP_BENCH_SECONDS (measured window, default 20), TORCHTOP_BENCH_WARMUP
 //! (default 3), TORCHTOP_BENCH_FILL_SECONDS (default 0: skipped; 610 fills the longest rule
 //! window, 600 s, and reports RSS at 8 GPUs/64 and 16 GPUs/1,000 processes after it),
 //! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3),
 //! TORCHTOP_BENCH_ONLY (run only the scenarios whose name contains it, and only the sections
-//! named in it: `slope`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g. `16 GPUs|slope`;
-//! `with agents` runs only the allocations with agents connected).
+//! named in it: `slope`, `machine`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g.
+//! `16 GPUs|slope`; `with agents` runs only the allocations with agents connected).
 
 #[path = "overhead/agents.rs"]
 mod agents;
@@ -25,6 +27,8 @@ mod agents;
 mod alloc;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "overhead/footprint.rs"]
+mod footprint;
 #[path = "overhead/keys.rs"]
 mod keys;
 #[path = "overhead/measure.rs"]
@@ -211,8 +215,8 @@ fn main() {
             .map_or("not installed".into(), |p| p.display().to_string())
     );
     println!();
-    println!("| scenario | tool | CPU ms/s | RSS MiB (peak) | wake-ups/s | first frame ms | --once --json ms | CPU ratio |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| scenario | tool | CPU ms/s | RSS MiB (peak) | wake-ups/s | pages a tick (code) | first frame ms | --once --json ms | CPU ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let tools = Tools {
         binary,
         library,
@@ -228,6 +232,9 @@ fn main() {
     }
     if wanted("slope") {
         print_slope(&sixteen);
+    }
+    if wanted("machine") {
+        print_machine_costs();
     }
     if wanted("wakeups") {
         print_thread_wakeups(&tools, window);
@@ -334,32 +341,48 @@ fn run_scenario(scenario: &Scenario, tools: &Tools, window: Duration, warmup: Du
     let mut pids = vec![torchtop.pid().unwrap()];
     pids.extend(others.iter().map(|(_, s)| s.pid().unwrap()));
     let usage = measure(&pids, window);
+    let pages = footprint::pages_touched(&pids, PAGES_WINDOW);
     let once_ms = once_latency_ms(&tools.binary, &env);
     let ours = usage[0];
     println!(
-        "| {} | torchtop | {:.2} | {:.1} ({:.1}) | {:.1} | {} | {:.1} | |",
+        "| {} | torchtop | {:.2} | {:.1} ({:.1}) | {:.1} | {} | {} | {:.1} | |",
         scenario.name,
         ours.cpu_ms_per_s,
         ours.rss_mib,
         ours.peak_rss_mib,
         ours.wakeups_per_s,
+        shown_pages(pages[0]),
         first_frame.map_or("no frame".into(), |ms| format!("{ms:.0}")),
         once_ms
     );
-    for ((name, _), theirs) in others.iter().zip(&usage[1..]) {
-        print_other(scenario.name, name, theirs, &ours);
+    for (((name, _), theirs), pages) in others.iter().zip(&usage[1..]).zip(&pages[1..]) {
+        print_other(scenario.name, name, (theirs, *pages), &ours);
     }
     ours.cpu_ms_per_s
 }
 
-fn print_other(scenario: &str, name: &str, theirs: &Usage, ours: &Usage) {
+/// How long the pages each program touches are counted: three ticks.
+const PAGES_WINDOW: Duration = Duration::from_secs(3);
+
+fn shown_pages(pages: Option<footprint::Pages>) -> String {
+    pages.map_or("N/A".into(), |p| format!("{} ({})", p.all, p.code))
+}
+
+fn print_other(
+    scenario: &str,
+    name: &str,
+    theirs: (&Usage, Option<footprint::Pages>),
+    ours: &Usage,
+) {
+    let (usage, pages) = theirs;
     println!(
-        "| {scenario} | {name} | {:.2} | {:.1} ({:.1}) | {:.1} | | | torchtop/{name} = {:.2} |",
-        theirs.cpu_ms_per_s,
-        theirs.rss_mib,
-        theirs.peak_rss_mib,
-        theirs.wakeups_per_s,
-        ours.cpu_ms_per_s / theirs.cpu_ms_per_s
+        "| {scenario} | {name} | {:.2} | {:.1} ({:.1}) | {:.1} | {} | | | torchtop/{name} = {:.2} |",
+        usage.cpu_ms_per_s,
+        usage.rss_mib,
+        usage.peak_rss_mib,
+        usage.wakeups_per_s,
+        shown_pages(pages),
+        ours.cpu_ms_per_s / usage.cpu_ms_per_s
     );
 }
 
@@ -374,6 +397,23 @@ fn print_slope(runs: &[(f64, f64)]) {
         let slope_us = (cpu_many - cpu_few) * 1000.0 / (many - few);
         println!(
             "slope at 16 GPUs, {few} to {many} GPU processes: {slope_us:.1} µs of CPU per second per process"
+        );
+    }
+}
+
+/// What a wake-up and a page touched after it cost on this machine, after the sleeps of a
+/// 1 Hz monitor and of a 100 Hz one: what the CPU figures above are made of.
+fn print_machine_costs() {
+    println!();
+    for (sleep, wakes) in [
+        (Duration::from_secs(1), 10),
+        (Duration::from_millis(10), 300),
+    ] {
+        let (wake_us, page_us) = footprint::wake_and_page_cost(sleep, wakes, 1024);
+        println!(
+            "this machine, after {} ms of sleep: a wake-up costs {wake_us:.0} µs of CPU, \
+             and each page touched after it {page_us:.2} µs more",
+            sleep.as_millis()
         );
     }
 }
