@@ -88,7 +88,8 @@ pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
         found.extend(leaking(pid, Source::Allocator { device }, &series, config));
     }
     for ((pid, gpu), points) in covering(inputs.processes, config.window_seconds.get()) {
-        let has_agent = inputs.allocators.keys().any(|&(p, _)| p == pid);
+        // A range of the ordered map, not a scan of it: this runs once per GPU process.
+        let has_agent = (inputs.allocators.range((pid, 0)..=(pid, u32::MAX)).next()).is_some();
         if has_agent {
             continue;
         }
@@ -284,6 +285,23 @@ mod tests {
         let warnings = replay_default(120, nvml_history(|s| 10 * GIB + u64::from(s) * 8 * MIB));
         let w = find(&warnings, "leak", &Subject::Process { pid: 78 });
         assert_eq!(evidence(w, "source"), "NVML process memory (no agent)");
+    }
+
+    #[test]
+    fn a_process_with_an_agent_is_judged_by_its_allocator_alone() {
+        // NVML's figure rises (the caching allocator reserves more), the allocated bytes hold:
+        // no leak for pid 77. Pid 78 beside it has no agent, and its NVML rise still counts.
+        let rising = |s: u32| 10 * GIB + u64::from(s) * 8 * MIB;
+        let both = |step: u32| {
+            let mut snap = agent_history(|_| 10 * GIB)(step);
+            snap.processes[0].gpu_memory_bytes = Some(rising(step));
+            snap.processes.push(process(78, 0, rising(step)));
+            snap
+        };
+        let warnings = replay_default(120, both);
+        let leaks = with_id(&warnings, "leak");
+        assert_eq!(leaks.len(), 1, "{leaks:#?}");
+        assert_eq!(leaks[0].subject, Subject::Process { pid: 78 });
     }
 
     #[test]
