@@ -47,7 +47,8 @@
 //!   ├─▶ torchtop-agents: the agents' Unix sockets (poll); stats lines back, commands out
 //!   └─  /proc is read on the sampler thread itself (GPU rows off screen every 5 s)
 //!   (the sampler and the threads it starts run as SCHED_BATCH: waking one another preempts
-//!   nobody; the UI thread stays a normal thread for the keys)
+//!   nobody; the UI thread is SCHED_BATCH too while it follows the sampler's core, and a normal
+//!   thread again whenever a key is handed to it)
 //! ```
 //!
 //! A hung driver call stalls at most the thread inside it: the sampler publishes what it has, and the
