@@ -106,21 +106,30 @@ pub(crate) fn check(inputs: &Inputs, config: &LeakConfig) -> Vec<Warning> {
 /// Whether the known values of `points` rise from the first to the last by at least the
 /// configured rise, over enough samples: [`rising_trend`]'s first tests, taken without
 /// copying the series, so that the processes whose memory holds steady (nearly all, each
-/// tick) cost no allocation.
+/// tick) cost no allocation. The rise is read from the two ends first and the known values
+/// counted only when it is enough, so that a steady process's window is read at its ends, not
+/// through all its pages.
 fn rises_enough<T>(
     points: &[Point<T>],
     value: impl Fn(&T) -> Option<u64>,
     config: &LeakConfig,
 ) -> bool {
-    let mut known = points.iter().filter_map(|p| value(&p.v));
-    let Some(first) = known.next() else {
+    let first = points.iter().find_map(|p| value(&p.v));
+    let last = points.iter().rev().find_map(|p| value(&p.v));
+    let (Some(first), Some(last)) = (first, last) else {
         return false;
     };
-    let (count, last) = known.fold((1_usize, first), |(n, _), v| (n + 1, v));
     let rise = last as f64 - first as f64;
-    count >= (config.min_samples as usize).max(2)
-        && rise > 0.0
-        && rise >= config.min_rise_mib.get() * BYTES_PER_MIB
+    if rise <= 0.0 || rise < config.min_rise_mib.get() * BYTES_PER_MIB {
+        return false;
+    }
+    let needed = (config.min_samples as usize).max(2);
+    points
+        .iter()
+        .filter_map(|p| value(&p.v))
+        .take(needed)
+        .count()
+        >= needed
 }
 
 /// The (time, bytes) pairs where the value is known; gaps are skipped, not read as zero.

@@ -63,7 +63,7 @@ impl<T> Window<T> {
         }
         self.points.push(Point { t, v });
         let cutoff = t - keep_seconds;
-        let older = self.live().partition_point(|p| p.t <= cutoff);
+        let older = count_before(self.live(), cutoff, Edge::Inclusive);
         self.start += older.saturating_sub(1);
         if self.start >= DROP_BATCH {
             self.drop_old();
@@ -115,7 +115,7 @@ impl<T> Window<T> {
     pub(crate) fn covering(&self, seconds: f64) -> Option<&[Point<T>]> {
         let points = self.live();
         let newest = points.last()?.t;
-        let at_or_before = points.partition_point(|p| p.t <= newest - seconds);
+        let at_or_before = count_before(points, newest - seconds, Edge::Inclusive);
         (at_or_before > 0).then(|| &points[at_or_before - 1..])
     }
 
@@ -125,8 +125,73 @@ impl<T> Window<T> {
         let Some(newest) = points.last().map(|p| p.t) else {
             return &[];
         };
-        let start = points.partition_point(|p| p.t < newest - seconds);
+        let start = count_before(points, newest - seconds, Edge::Exclusive);
         &points[start..]
+    }
+}
+
+/// Whether a point exactly at the edge counts as before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    Inclusive,
+    Exclusive,
+}
+
+/// How many of `points` (time-ordered) lie before `edge`: `partition_point` on their time,
+/// found by galloping from the end nearer to `edge` in time rather than by halving from the
+/// middle. Why: a process's window spans several pages (120 points of about 100 bytes), and
+/// each tick asks every window for an edge near one of its ends (where to drop old points, the
+/// newest 2 s); halving reads a point on most of its pages, and after a second asleep each page
+/// first touched is dear. At 1,000 GPU processes the halving in `push` was the hottest spot of
+/// the rules, stalled on those reads.
+fn count_before<T>(points: &[Point<T>], edge: f64, at_edge: Edge) -> usize {
+    let before = |p: &Point<T>| match at_edge {
+        Edge::Inclusive => p.t <= edge,
+        Edge::Exclusive => p.t < edge,
+    };
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return 0;
+    };
+    if edge - first.t <= last.t - edge {
+        gallop_from_front(points, before)
+    } else {
+        gallop_from_back(points, before)
+    }
+}
+
+/// `partition_point(before)`, probing 1, 2, 4... points from the front before halving.
+fn gallop_from_front<T>(points: &[Point<T>], before: impl Fn(&Point<T>) -> bool) -> usize {
+    // Every point before `low` is before the edge.
+    let mut low = 0;
+    let mut step = 1;
+    loop {
+        let probe = low + step;
+        if probe > points.len() {
+            return low + points[low..].partition_point(&before);
+        }
+        if !before(&points[probe - 1]) {
+            return low + points[low..probe - 1].partition_point(&before);
+        }
+        low = probe;
+        step *= 2;
+    }
+}
+
+/// `partition_point(before)`, probing 1, 2, 4... points from the back before halving.
+fn gallop_from_back<T>(points: &[Point<T>], before: impl Fn(&Point<T>) -> bool) -> usize {
+    // No point from `high` on is before the edge.
+    let mut high = points.len();
+    let mut step = 1;
+    loop {
+        if step > high {
+            return points[..high].partition_point(&before);
+        }
+        let probe = high - step;
+        if before(&points[probe]) {
+            return probe + 1 + points[probe + 1..high].partition_point(&before);
+        }
+        high = probe;
+        step *= 2;
     }
 }
 
@@ -281,4 +346,64 @@ pub(crate) fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
         .filter(|v| v.is_finite())
         .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     (count > 0).then(|| sum / count as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(times: &[f64]) -> Vec<Point<()>> {
+        times.iter().map(|&t| Point { t, v: () }).collect()
+    }
+
+    #[test]
+    fn galloping_finds_what_halving_finds_for_every_edge_and_length() {
+        for len in 0..70 {
+            // Times with repeats and gaps, as a window holds after a clock step or a pause.
+            let times: Vec<f64> = (0..len).map(|i| f64::from(i / 3 * 2 + i % 3)).collect();
+            let points = series(&times);
+            let mut edges: Vec<f64> = times
+                .iter()
+                .flat_map(|t| [*t - 0.5, *t, *t + 0.5])
+                .collect();
+            edges.extend([-1e9, 1e9, f64::NAN]);
+            for edge in edges {
+                for at_edge in [Edge::Inclusive, Edge::Exclusive] {
+                    let expected = points.partition_point(|p| match at_edge {
+                        Edge::Inclusive => p.t <= edge,
+                        Edge::Exclusive => p.t < edge,
+                    });
+                    let found = count_before(&points, edge, at_edge);
+                    assert_eq!(found, expected, "{len} points, edge {edge}, {at_edge:?}");
+                }
+                let before = |p: &Point<()>| p.t <= edge;
+                let halving = points.partition_point(before);
+                assert_eq!(gallop_from_front(&points, before), halving, "{len}, {edge}");
+                assert_eq!(gallop_from_back(&points, before), halving, "{len}, {edge}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_edge_near_one_end_is_found_by_reading_near_that_end() {
+        let points = series(&(0..120).map(f64::from).collect::<Vec<_>>());
+        let oldest_read = std::cell::Cell::new(usize::MAX);
+        let found = gallop_from_back(&points, |p| {
+            oldest_read.set(oldest_read.get().min(p.t as usize));
+            p.t < 117.0
+        });
+        assert_eq!(found, 117);
+        assert!(
+            oldest_read.get() >= 110,
+            "read back to {}",
+            oldest_read.get()
+        );
+        let newest_read = std::cell::Cell::new(0);
+        let found = gallop_from_front(&points, |p| {
+            newest_read.set(newest_read.get().max(p.t as usize));
+            p.t <= 3.0
+        });
+        assert_eq!(found, 4);
+        assert!(newest_read.get() <= 8, "read up to {}", newest_read.get());
+    }
 }
