@@ -87,9 +87,10 @@ impl Handover {
         }
     }
 
-    /// All its cores again; called before the thread is woken for something that must not wait
-    /// on one core (a key). A narrowing racing with this leaves the thread on the waker's core
-    /// until the next key: the key is still handled, on that core.
+    /// All its cores again, as a normal thread; called before the thread is woken for something
+    /// that must not wait on one core or for a busy core's time slice to end (a key). A narrowing
+    /// racing with this may leave the thread on the waker's core, or `SCHED_BATCH`, until the
+    /// next key: the key is still handled, at worst after the slice of whatever runs there.
     pub(crate) fn free(&self) {
         if self.narrowed_to.swap(FREE, Ordering::AcqRel) != FREE {
             // Best effort as well: refused, the thread stays on one core (or batch) until the
