@@ -295,7 +295,11 @@ fn row_text(
         Column::Container => opt(
             out,
             row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |out, c| push_truncated(out, &format::escape(&c.label().to_string()), 18),
+            |out, c| {
+                let start = out.len();
+                let _ = write!(out, "{}", c.label());
+                fit_written(out, start, 18);
+            },
         ),
         Column::Command => command_text(row, app.view.command_scroll, out),
     }
@@ -331,6 +335,26 @@ fn push_truncated(out: &mut String, text: &str, width: usize) {
         out.push_str(text);
     } else if width > 0 {
         out.extend(text.chars().take(width - 1));
+        out.push('…');
+    }
+}
+
+/// What `out` holds from `start` on, escaped and cut to `width` characters as
+/// [`push_truncated`] cuts: in place, so that a plain, short text (nearly every cgroup label)
+/// costs no copy a row a frame.
+fn fit_written(out: &mut String, start: usize, width: usize) {
+    if let std::borrow::Cow::Owned(escaped) = format::escape(&out[start..]) {
+        out.truncate(start);
+        push_truncated(out, &escaped, width);
+        return;
+    }
+    let written = &out[start..];
+    if written.chars().nth(width).is_none() {
+        return;
+    }
+    let keep = written.char_indices().nth(width.saturating_sub(1));
+    out.truncate(keep.map_or(out.len(), |(at, _)| start + at));
+    if width > 0 {
         out.push('…');
     }
 }
@@ -411,6 +435,28 @@ mod tests {
                     put(&mut ours, area, text, column);
                     assert_eq!(ours, theirs, "{text:?} {column:?} {width}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_text_fitted_in_place_is_the_text_escaped_and_cut() {
+        let texts = [
+            "",
+            "job-42",
+            "slurm/uid_1000/job_123456789",
+            "a\x1b[31mred",
+            "数据数据数据数据数据数据数据数据数据数据",
+            "tab\there",
+        ];
+        for text in texts {
+            for width in [0, 1, 5, 18, 40] {
+                let mut expected = String::from("before ");
+                push_truncated(&mut expected, &format::escape(text), width);
+                let mut ours = String::from("before ");
+                ours.push_str(text);
+                fit_written(&mut ours, "before ".len(), width);
+                assert_eq!(ours, expected, "{text:?} at {width}");
             }
         }
     }
