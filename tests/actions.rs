@@ -49,13 +49,30 @@ impl Drop for Reaped {
     }
 }
 
+/// A `sleep 60` with the default action for every signal the tests send, whatever the test
+/// runner was started under: `nohup` ignores SIGHUP and a shell's background job SIGINT, and an
+/// ignored disposition survives exec, so the child would outlive the signal a test sends it.
 fn spawn_sleep() -> Reaped {
-    Reaped(
-        Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .expect("spawn sleep"),
-    )
+    let mut cmd = Command::new("sleep");
+    cmd.arg("60");
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signal in [
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+                libc::SIGTERM,
+            ] {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Reaped(cmd.spawn().expect("spawn sleep"))
 }
 
 fn proc_root() -> &'static Path {
