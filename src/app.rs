@@ -98,7 +98,8 @@ pub(crate) enum Mode {
         /// The nice value shown on the row, when there is one target.
         current: Option<i32>,
     },
-    /// F6: choosing the sort column; `selected` indexes [`SortKey::ALL`].
+    /// F6: choosing the sort column; `selected` indexes
+    /// [`SortKey::ALL`](crate::model::filter::SortKey::ALL).
     SortMenu { selected: usize },
     /// `u`: choosing whose processes to show; `selected` 0 is everyone, then `users`.
     UserMenu { selected: usize, users: Vec<String> },

@@ -39,7 +39,7 @@ use state::{ClusterApp, Effect, Stale};
 #[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
     /// The Prometheus that scrapes `torchtop serve` on every node (also `prometheus` in the
-    /// config's [cluster] table).
+    /// config's `[cluster]` table).
     #[arg(long, value_name = "URL", env = "TORCHTOP_PROMETHEUS")]
     pub(crate) prometheus: Option<String>,
 
@@ -52,7 +52,7 @@ pub struct ClusterArgs {
     pub(crate) json: bool,
 
     /// A rank is a straggler when its step time is more than this percent above its job's
-    /// median (default 20, or the config's [cluster] straggler_percent).
+    /// median (default 20, or the config's `[cluster]` straggler_percent).
     #[arg(long, value_name = "PERCENT", value_parser = parse_positive)]
     pub(crate) straggler_percent: Option<f64>,
 

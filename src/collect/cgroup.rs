@@ -208,9 +208,10 @@ impl CgroupReader {
         Some((cgroup.clone(), oom_file.map(Path::to_path_buf)))
     }
 
-    /// As [`CgroupReader::of_process`] for the process (`pid`, `start_ticks`), whose
-    /// /proc/PID/cgroup is read again only every [`CGROUP_RESCAN`] (the first time again
-    /// sooner by up to that, by pid, so that processes seen together are read apart).
+    /// The cgroup of the process (`pid`, `start_ticks`) with its limits, and the file that
+    /// counts its OOM kills; `None` where /proc/PID/cgroup is unreadable or names no usable
+    /// path. Its /proc/PID/cgroup is read again only every [`CGROUP_RESCAN`] (the first time
+    /// again sooner by up to that, by pid, so that processes seen together are read apart).
     /// `oom` gives the counters of an OOM file already read in this refresh
     /// ([`OomWatch::fresh`](super::oom_watch::OomWatch::fresh)), which are not read again.
     pub(crate) fn of_known_process(

@@ -35,9 +35,9 @@ pub(crate) fn slurm_task(env: Option<&LaunchEnv>, cgroup: Option<&Cgroup>) -> Op
     TaskView::of(env, cgroup).map(|view| view.to_task())
 }
 
-/// As [`slurm_task`], shared: `kept` (the process's task as last joined) again when the
-/// environment and the cgroup still give the same task, so that an unchanged task is not
-/// copied each refresh.
+/// The process's Slurm task (the environment's, else the job its cgroup names), shared: `kept`
+/// (the process's task as last joined) again when the environment and the cgroup still give
+/// the same task, so that an unchanged task is not copied each refresh.
 pub(crate) fn shared_slurm_task(
     env: Option<&LaunchEnv>,
     cgroup: Option<&Cgroup>,

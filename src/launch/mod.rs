@@ -1,11 +1,11 @@
 //! `torchtop run` and `torchtop attach`: putting the agent into Python programs.
 //!
-//! - [`run`] writes the embedded agent (assets/python/torchtop_agent.py) and its sitecustomize
+//! - [`fn@run`] writes the embedded agent (assets/python/torchtop_agent.py) and its sitecustomize
 //!   into a private site directory, `<socket dir>/site-<content hash>` (0700, ours, reached from
 //!   `/` through directories only root or we can change; see [`trusted`]), puts it first on
 //!   `PYTHONPATH` and execs the command. When that directory cannot be made safely, the command
 //!   runs without the agent and stderr says why.
-//! - [`attach`] makes a running interpreter start the agent from source carried in memory (the
+//! - [`fn@attach`] makes a running interpreter start the agent from source carried in memory (the
 //!   ptrace injector, gdb, or `sys.remote_exec` on 3.14+); it writes no file where the target
 //!   or its environment points.
 

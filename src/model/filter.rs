@@ -177,9 +177,12 @@ pub(crate) fn sorted_positions(
     positions
 }
 
-/// [`sorted_positions`] into `positions` (emptied first), kept by the caller between
-/// refreshes: no allocation once it has grown. Rows equal in key, pid and GPU keep their
-/// snapshot order, as a stable sort would, without a stable sort's scratch buffer.
+/// The positions in `processes` sorted ascending by `key`, or descending with `reverse`, into
+/// `positions` (emptied first), kept by the caller between refreshes: no allocation once it has
+/// grown, and no process copied. Rows whose value is missing (N/A) go last in both directions;
+/// ties are broken by pid then GPU, always ascending, so the order is stable between refreshes.
+/// Rows equal in key, pid and GPU keep their snapshot order, as a stable sort would, without a
+/// stable sort's scratch buffer.
 pub(crate) fn sort_positions_into(
     processes: &[GpuProcess],
     key: SortKey,

@@ -1,8 +1,9 @@
 //! Where agent sockets live and who may use them, for both ends of protocol v1: the torchtop
 //! client (the hub in [`crate::collect::agent`], `torchtop run`/`attach`) and the tch agent
-//! server ([`crate::tch_agent`]). One set of rules, so both ends always agree on the directory and its
-//! checks: `$TORCHTOP_AGENT_DIR`, else `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`;
-//! a real directory (not a symlink) of mode 0700 or stricter; peers identified by `SO_PEERCRED`.
+//! server (`crate::tch_agent`, built with the `torch` feature). One set of rules, so both ends
+//! always agree on the directory and its checks: `$TORCHTOP_AGENT_DIR`, else
+//! `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`; a real directory (not a symlink) of
+//! mode 0700 or stricter; peers identified by `SO_PEERCRED`.
 
 use std::ffi::OsStr;
 use std::fs;

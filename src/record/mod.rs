@@ -6,7 +6,7 @@
 //!   snapshots back from tokens.
 //! - [`delta`]: frames as changes since the previous frame, or whole (key frames), read back;
 //!   [`encoder`] writes them straight from a snapshot's token bytes.
-//! - [`format`]: the file header, block header and trailer, frame records.
+//! - [`mod@format`]: the file header, block header and trailer, frame records.
 //! - [`marks`]: what happened at a frame (new warning, OOM, GPU state, processes).
 //! - [`writer`]: zstd blocks, flushing and rotation; [`writer::Recorder`] runs it on a thread.
 //! - [`reader`]: reading back, block by block, reporting what is cut off or damaged.

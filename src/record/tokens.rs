@@ -79,7 +79,7 @@ pub(crate) enum Tok {
     Splice(u32),
 }
 
-/// One entity's token bytes (each token as [`super::codec::put_tok`] writes it) and where each
+/// One entity's token bytes (each token as [`super::codec::get_tok`] reads it) and where each
 /// token starts: `starts[i] - base` is the offset of token `i` in `bytes`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct View<'a> {

@@ -1,8 +1,8 @@
 //! `imbalance`: the ranks of one distributed job differ in GPU memory or utilization.
 //!
-//! For each job from [`group_jobs`](super::jobs::group_jobs), each rank's GPU memory (NVML's
-//! figure for the process) and utilization (the process's SM figure, else its GPU's) are
-//! averaged over a full window. The job is imbalanced when the memory spread reaches both the
+//! For each job from [`group_jobs_into`](super::jobs::group_jobs_into), each rank's GPU memory
+//! (NVML's figure for the process) and utilization (the process's SM figure, else its GPU's)
+//! are averaged over a full window. The job is imbalanced when the memory spread reaches both the
 //! share of the largest rank and the absolute minimum, or the utilization spread reaches its
 //! threshold. Ranks without a full window are left out; at least two must remain. Jobs of
 //! servers (sharded inference launchers set RANK too) are left alone: the remedy is about

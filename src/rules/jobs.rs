@@ -22,10 +22,10 @@ pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
     jobs
 }
 
-/// [`group_jobs`] into `jobs`, whose jobs (their ids and rank lists) are rewritten in place: a
-/// tick whose jobs are those of the last one allocates nothing. The jobs are kept in id order
-/// as they are found, so each process finds its job by binary search: a host with hundreds of
-/// jobs costs n log n, not n times the jobs.
+/// The jobs among `processes`, ordered by id, into `jobs`, whose jobs (their ids and rank lists)
+/// are rewritten in place: a tick whose jobs are those of the last one allocates nothing. The
+/// jobs are kept in id order as they are found, so each process finds its job by binary search:
+/// a host with hundreds of jobs costs n log n, not n times the jobs.
 pub(crate) fn group_jobs_into(processes: &[GpuProcess], jobs: &mut Vec<Job>) {
     let mut used = 0;
     for process in processes {

@@ -88,7 +88,8 @@ struct Metric<'a> {
     /// Converts a sample into the sparkline's integer units.
     unit: f64,
     max: Option<u64>,
-    /// Which metric, for its current value as text ([`current`]): only the stacked rows show it.
+    /// Which metric, for its current value as text ([`write_current`]): only the stacked rows
+    /// show it.
     which: HistoryMetric,
     style: Style,
 }

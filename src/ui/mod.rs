@@ -1,5 +1,5 @@
 //! Drawing. Each panel is one pure `render` function in its own file; drawing only reads the
-//! [`App`](crate::app::App). [`layout_needs`] tells the layout ([`crate::app::layout`]) what the
+//! [`App`]. [`layout_needs`] tells the layout ([`crate::app::layout`]) what the
 //! panels need; the event loop plans once per frame and hands the [`Plan`] to [`draw`].
 //! [`crate::terminal::theme`] says how panels are coloured (or not, under NO_COLOR),
 //! [`crate::format`] how figures read.

@@ -41,7 +41,8 @@ pub(crate) struct Stats {
     pub(crate) step_time_seconds: Option<f64>,
     /// The agent's clock when it took the stats, seconds since the epoch.
     pub(crate) ts: Option<f64>,
-    /// The first [`MAX_DEVICES_PER_AGENT`] entries with a valid index, sorted, one per index.
+    /// The first [`MAX_DEVICES_PER_AGENT`](super::MAX_DEVICES_PER_AGENT) entries with a valid
+    /// index, sorted, one per index.
     pub(crate) devices: Vec<DeviceAllocatorStats>,
     /// How many entries `devices` had in the message, read or not.
     pub(crate) listed: usize,
@@ -93,9 +94,9 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Incoming, String> {
     parse_line_into(line, &mut Vec::new())
 }
 
-/// [`parse_line`], a stats line's devices read into the room of `devices` (the devices of an
-/// earlier line, given back by the hub), which a stats message then takes; other messages
-/// leave it as room.
+/// Parses one line (newline excluded), a stats line's devices read into the room of `devices`
+/// (the devices of an earlier line, given back by the hub), which a stats message then takes;
+/// other messages leave it as room. An `Err` is a reason to drop the connection.
 pub(crate) fn parse_line_into(
     line: &[u8],
     devices: &mut Vec<DeviceAllocatorStats>,

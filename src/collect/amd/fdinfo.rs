@@ -76,7 +76,7 @@ fn keystr(value: &str) -> Option<String> {
         .then(|| value.to_string())
 }
 
-/// "<uint> [KiB|MiB|GiB]", no unit meaning bytes.
+/// `<uint> [KiB|MiB|GiB]`, no unit meaning bytes.
 fn memory_bytes(value: &str) -> Option<u64> {
     let mut words = value.split_whitespace();
     let number: u64 = words.next()?.parse().ok()?;
@@ -93,7 +93,7 @@ fn memory_bytes(value: &str) -> Option<u64> {
     number.checked_mul(scale)
 }
 
-/// "<uint> ns".
+/// `<uint> ns`.
 fn nanoseconds(value: &str) -> Option<u64> {
     value.strip_suffix("ns")?.trim().parse().ok()
 }

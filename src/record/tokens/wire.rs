@@ -1,4 +1,4 @@
-//! A snapshot as token bytes (each token as [`crate::record::codec::put_tok`] writes it): the
+//! A snapshot as token bytes (each token as [`crate::record::codec::get_tok`] reads it): the
 //! head, and the entities of the split-off lists one after the other, each with where its
 //! tokens start. No token is built and no string copied into one: the writer compares and
 //! patches these bytes, and the buffers are reused from frame to frame.

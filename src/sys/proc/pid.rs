@@ -253,7 +253,9 @@ impl OpenStatFiles {
         Ok(stat)
     }
 
-    /// [`OpenStatFiles::read`] into `stat`, whose name's buffer is reused.
+    /// [`read_pid_stat`] into `stat`, through the file kept open for `pid` (opened now if it is
+    /// not yet), whose name's buffer is then reused; beyond the files that may be kept open (or
+    /// out of descriptors), by path.
     pub(crate) fn read_into(
         &mut self,
         root: &Path,
