@@ -42,6 +42,11 @@ pub(crate) const ALLOCATOR_WIDE_WIDTH: u16 = 66;
 pub(crate) const BALANCE_GROUP_WIDTH: u16 = 4;
 /// Balance bars on the left, host figures on the right, under one title line.
 const MIDDLE_HEIGHT: u16 = 5;
+/// Rows under the GPU title for the message shown without GPUs: at least two, so that the
+/// panels below do not move when a short message gives way to a longer one, and at most six,
+/// so that a runaway message cannot take the process table's room.
+const MIN_GPU_MESSAGE_LINES: u16 = 2;
+const MAX_GPU_MESSAGE_LINES: u16 = 6;
 /// The process table's header and this many rows are always kept.
 const MIN_PROCESS_HEIGHT: u16 = 3;
 /// The fewest rows worth giving the allocator panel below the table: its title and one line.
@@ -54,6 +59,9 @@ const COMFORTABLE_PROCESS_ROWS: u16 = 6;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LayoutNeeds {
     pub(crate) gpu_count: u16,
+    /// Lines the message shown instead of the GPU table wraps to (no driver, no GPUs); 0 with
+    /// GPUs.
+    pub(crate) gpu_message_lines: u16,
     /// Detail lines the busiest GPU needs under its main line at this width.
     pub(crate) gpu_detail_lines: u16,
     /// Lines the warnings panel wants below its title: one per group of warnings.
@@ -182,7 +190,13 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let wide = area.width >= WIDE_WIDTH;
     let warnings = warnings_height(needs.warnings, area.height);
     let jobs = needs.jobs;
-    let gpu_base = if gpu_count == 0 { 3 } else { 1 + gpu_count };
+    let gpu_base = if gpu_count == 0 {
+        1 + needs
+            .gpu_message_lines
+            .clamp(MIN_GPU_MESSAGE_LINES, MAX_GPU_MESSAGE_LINES)
+    } else {
+        1 + gpu_count
+    };
     let fixed = 2 + needs.middle_height() + warnings + jobs;
     let available = area.height.saturating_sub(fixed);
     let mut h = Heights {

@@ -44,10 +44,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         ..area
     };
     if let Some(message) = unavailable_message(&app.snapshot) {
-        let text = Paragraph::new(message)
-            .style(theme.warn())
-            .wrap(Wrap { trim: true });
-        frame.render_widget(text, body);
+        frame.render_widget(message_paragraph(message).style(theme.warn()), body);
         return;
     }
     let marked = match &app.view.mark {
@@ -65,6 +62,20 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         marked,
     );
     frame.render_widget(&*lines, body);
+}
+
+/// The lines the message shown instead of the table wraps to at `width`; 0 when the table is
+/// shown. The layout gives the message that many rows, so a driver's error is read whole.
+pub(crate) fn message_line_count(snapshot: &Snapshot, width: u16) -> u16 {
+    unavailable_message(snapshot).map_or(0, |message| {
+        u16::try_from(message_paragraph(message).line_count(width)).unwrap_or(u16::MAX)
+    })
+}
+
+/// The message as drawn: wrapped at word boundaries, so that counting its lines and drawing
+/// it agree.
+fn message_paragraph(message: String) -> Paragraph<'static> {
+    Paragraph::new(message).wrap(Wrap { trim: true })
 }
 
 /// What to say instead of the table, when there is no GPU to show.

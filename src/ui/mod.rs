@@ -73,6 +73,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     let panels = app.ui.panels;
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
+        gpu_message_lines: gpus::message_line_count(&app.snapshot, width),
         gpu_detail_lines: if panels.gpu_details {
             gpu_details::detail_line_count(&app.snapshot.gpus, width)
         } else {

@@ -370,6 +370,30 @@ fn balance_bars_show_the_lagging_gpu() {
 }
 
 #[test]
+fn a_long_driver_error_is_given_the_rows_it_wraps_to() {
+    let error = "NVML from /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 failed to start: the \
+        driver and the NVML library versions do not match (RM has detected an NVML/RM version \
+        mismatch.)";
+    let mut snapshot = snapshot_with(Vec::new(), Vec::new());
+    snapshot.driver = DriverInfo {
+        nvml_loaded: false,
+        error: Some(error.to_string()),
+        library: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1".into(),
+        ..Default::default()
+    };
+    let app = app_with(snapshot);
+    for width in [80, 100, 200] {
+        let s = screen(&app, width, 24);
+        let shown = s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            shown.contains(error),
+            "the whole error at {width} columns:\n{s}"
+        );
+        assert!(s.contains("used 512.0GiB"), "host still drawn:\n{s}");
+    }
+}
+
+#[test]
 fn no_driver() {
     let mut snapshot = snapshot_with(Vec::new(), Vec::new());
     snapshot.driver = DriverInfo {
