@@ -96,7 +96,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         }
         for (p, column) in placed.iter().zip(lefts.clone()) {
             text.clear();
-            row_text(p.column, &row, tagged, app, &zone, text);
+            row_text(p, &row, tagged, app, &zone, text);
             put(buf, Rect { y, ..column }, text, p.column);
         }
     }
@@ -231,16 +231,17 @@ fn row_summary(app: &App, shown: usize, out: &mut String) {
     }
 }
 
-/// The text of one cell of `row`, written to `out`; START's times in `zone` (the clock's,
-/// looked up on first use).
+/// The text of one cell of `row` in the column `placed`, written to `out`; START's times in
+/// `zone` (the clock's, looked up on first use).
 fn row_text(
-    column: Column,
+    placed: &Placed,
     row: &ProcessRow<'_>,
     tagged: bool,
     app: &App,
     zone: &OnceCell<TimeZone>,
     out: &mut String,
 ) {
+    let column = placed.column;
     // A GPU column of a row without a GPU (in the tree) shows NO_GPU instead.
     if is_gpu_column(column) && !row.is_gpu() {
         out.push_str(NO_GPU);
@@ -258,12 +259,7 @@ fn row_text(
             let mut text = [0; 4];
             out.push_str(&format::escape(c.encode_utf8(&mut text)));
         }),
-        Column::Gpu => {
-            for (i, g) in row.gpus.iter().enumerate() {
-                let comma = if i > 0 { "," } else { "" };
-                let _ = write!(out, "{comma}{}", g.gpu);
-            }
-        }
+        Column::Gpu => push_gpu_list(out, row.gpus.iter().map(|g| g.gpu), placed.width.into()),
         Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
         Column::GpuMemory => shown(out, format::shown::opt_bytes_short(row.gpu_memory_bytes())),
         Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
@@ -302,6 +298,31 @@ fn row_text(
             },
         ),
         Column::Command => command_text(row, app.view.command_scroll, out),
+    }
+}
+
+/// A row's GPUs, "0,2,4": as many as fit `width` and a `+` for the rest where they do not
+/// (a tree row of a process on eight GPUs), so that the cut never leaves a leading comma or
+/// half an index.
+fn push_gpu_list(out: &mut String, gpus: impl Iterator<Item = u32>, width: usize) {
+    let start = out.len();
+    let mut gpus = gpus.peekable();
+    while let Some(gpu) = gpus.next() {
+        let before = out.len();
+        if before > start {
+            out.push(',');
+        }
+        let _ = write!(out, "{gpu}");
+        let room = if gpus.peek().is_some() {
+            width.saturating_sub(1)
+        } else {
+            width
+        };
+        if out.len() - start > room {
+            out.truncate(before);
+            out.push('+');
+            return;
+        }
     }
 }
 
@@ -405,6 +426,38 @@ mod tests {
     use ratatui::widgets::{Cell, Row, Table};
 
     use super::*;
+
+    #[test]
+    fn a_gpu_list_longer_than_its_column_ends_in_a_plus_after_whole_indices() {
+        let list = |gpus: &[u32], width| {
+            let mut out = String::from("kept");
+            push_gpu_list(&mut out, gpus.iter().copied(), width);
+            out.split_off(4)
+        };
+        assert_eq!(list(&[3], 4), "3");
+        assert_eq!(list(&[0, 2], 4), "0,2");
+        assert_eq!(list(&[0, 2, 4], 5), "0,2,4");
+        assert_eq!(list(&[0, 2, 4, 6], 4), "0,2+");
+        assert_eq!(list(&[0, 2, 4], 4), "0,2+");
+        assert_eq!(list(&[10, 11], 4), "10+");
+        assert_eq!(list(&[12, 3], 4), "12,3");
+        assert_eq!(list(&[123, 4], 4), "123+");
+        assert_eq!(list(&[1234, 5], 4), "+");
+        assert_eq!(list(&[0, 1], 0), "+");
+        for gpus in [
+            &[0, 1, 2, 3, 4, 5, 6, 7][..],
+            &[8, 9, 10, 11, 12, 13, 14, 15],
+        ] {
+            for width in 2..20 {
+                let shown = list(gpus, width);
+                assert!(shown.len() <= width, "{shown} in {width}");
+                let whole: Vec<_> = gpus.iter().map(u32::to_string).collect();
+                let listed = shown.trim_end_matches('+');
+                assert!(whole.join(",").starts_with(listed), "{shown}");
+                assert!(!listed.ends_with(','), "{shown}");
+            }
+        }
+    }
 
     /// A cell drawn by `put` is the cell ratatui's `Table` draws from the same text.
     #[test]
