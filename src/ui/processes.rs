@@ -96,7 +96,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         }
         for (p, column) in placed.iter().zip(lefts.clone()) {
             text.clear();
-            row_text(p, &row, tagged, app, &zone, text);
+            row_text(*p, &row, tagged, app, &zone, text);
             put(buf, Rect { y, ..column }, text, p.column);
         }
     }
@@ -234,7 +234,7 @@ fn row_summary(app: &App, shown: usize, out: &mut String) {
 /// The text of one cell of `row` in the column `placed`, written to `out`; START's times in
 /// `zone` (the clock's, looked up on first use).
 fn row_text(
-    placed: &Placed,
+    placed: Placed,
     row: &ProcessRow<'_>,
     tagged: bool,
     app: &App,
