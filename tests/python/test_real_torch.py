@@ -6,7 +6,8 @@ no GPU here, only the C++ binding under torch's Python is stood in for.
 
 The interpreter with torch comes from $TORCHTOP_TEST_TORCH_PYTHON, else the virtual environment
 that .ci/torch-cpu-libtorch.sh makes (target/torch-ci/venv/bin/python). Without one that can
-`import torch`, the test is skipped and says so.
+`import torch`, the test is skipped and says so; under CI (`CI` set, as .ci/run sets it) it fails
+instead, as the Rust tests do (tests/common/ci.rs), so that CI never passes a test it did not run.
 """
 
 import json
@@ -211,7 +212,9 @@ class RealTorchTests(TempDirMixin, unittest.TestCase):
     def setUp(self):
         self.python, why = torch_python()
         if self.python is None:
-            print("\nskipped: the real-torch DataLoader test: %s" % why, file=sys.stderr)
+            if os.environ.get("CI"):
+                self.fail("CI is set, so the real-torch tests may not skip: %s" % why)
+            print("\nskipped: the real-torch tests: %s" % why, file=sys.stderr)
             self.skipTest(why)
         self.make_tmp()
 
