@@ -285,6 +285,27 @@ class RealTorchTests(TempDirMixin, unittest.TestCase):
         print("\nreal torch: record_history is pending until CUDA is initialized (%s); the "
               "program's own torch.cuda.init() gave %s" % (reply, result["init"]), file=sys.stderr)
 
+    def test_the_step_cost_benchmark_trains_with_and_without_the_agent(self):
+        """tests/bench/agent_step_cost.py, the GPU figure's script, runs on the CPU: both arms
+        train, and the monitor reads the agent's stats lines in the arm with it."""
+        script = os.path.join(ROOT, "tests", "bench", "agent_step_cost.py")
+        out = subprocess.run([self.python, script, "--seconds", "0.5", "--rounds", "1", "--device", "cpu",
+                              "--interval-ms", "50"],
+                             env=clean_env(), capture_output=True, text=True, timeout=900, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        without = [l for l in lines if l.startswith("round 1 without the agent:")]
+        with_agent = [l for l in lines if l.startswith("round 1 with the agent:")]
+        self.assertEqual((len(without), len(with_agent)), (1, 1), out.stdout)
+        for line in without + with_agent:
+            steps = int(line.split("(")[1].split()[0])
+            self.assertGreater(steps, 0, line)
+        read = int(with_agent[0].split("), ")[1].split()[0])
+        self.assertGreater(read, 0, "the monitor read no stats line: %s" % with_agent[0])
+        self.assertIn("agent thread", with_agent[0])
+        self.assertNotIn("N/A", with_agent[0], "the agent's thread was not found")
+        self.assertTrue(any(l.startswith("median steps/s:") for l in lines), out.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
