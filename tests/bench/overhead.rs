@@ -16,7 +16,8 @@
 //! Environment: TORCHTOP_BENCH_SECONDS (measured window, default 20), TORCHTOP_BENCH_WARMUP
 //! (default 3), TORCHTOP_BENCH_FILL_SECONDS (default 0: skipped; 610 fills the longest rule
 //! window, 600 s, and reports RSS at 8 GPUs/64 and 16 GPUs/1,000 processes after it),
-//! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3),
+//! TORCHTOP_BENCH_PYTHON (a Python with torch for the agent's cost; default python3; with
+//! torch it also trains with and without the agent, TORCHTOP_BENCH_STEP_SECONDS an arm, default 10),
 //! TORCHTOP_BENCH_ONLY (run only the scenarios whose name contains it, and only the sections
 //! named in it: `slope`, `machine`, `wakeups`, `allocs`, `keys`, `agent`, `fill`; e.g.
 //! `16 GPUs|slope`; `with agents` runs only the allocations with agents connected).
@@ -523,6 +524,39 @@ fn print_agent_cost() {
     match Command::new(&python).arg(&script).output() {
         Ok(out) => print!("{}", String::from_utf8_lossy(&out.stdout)),
         Err(e) => println!("agent cost: cannot run {python}: {e}"),
+    }
+    print_agent_step_cost(&python);
+}
+
+/// Steps/s of a real training loop with and without the agent, and the agent thread's CPU
+/// (`tests/bench/agent_step_cost.py`): on CUDA when this Python's torch sees a GPU, else on the
+/// CPU; only with a Python that has torch.
+fn print_agent_step_cost(python: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bench/agent_step_cost.py");
+    let seconds = seconds_from_env("TORCHTOP_BENCH_STEP_SECONDS", 10);
+    println!();
+    let has_torch = Command::new(python)
+        .args(["-W", "ignore", "-c", "import torch"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_torch {
+        println!("agent in a training loop: skipped ({python} cannot import torch; TORCHTOP_BENCH_PYTHON names one that can)");
+        return;
+    }
+    let out = Command::new(python)
+        .args(["-W", "ignore::UserWarning"])
+        .arg(&script)
+        .args(["--seconds", &seconds.as_secs().to_string(), "--rounds", "3"])
+        .env("TORCHTOP_BIN", support::torchtop_binary())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Ok(out) => println!(
+            "agent in a training loop: the script failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => println!("agent in a training loop: cannot run {python}: {e}"),
     }
 }
 
