@@ -394,6 +394,40 @@ fn a_long_driver_error_is_given_the_rows_it_wraps_to() {
 }
 
 #[test]
+fn a_runaway_driver_error_takes_six_rows_at_most_and_reaches_the_screen_escaped() {
+    // A library's error text is not torchtop's: it may be long and hold terminal escapes.
+    let error = format!(
+        "NVML failed: \x1b[2J\x1b]0;owned\x07 {}",
+        "word ".repeat(400)
+    );
+    let mut snapshot = snapshot_with(Vec::new(), Vec::new());
+    snapshot.driver = DriverInfo {
+        nvml_loaded: false,
+        error: Some(error),
+        library: "libnvidia-ml.so.1".into(),
+        ..Default::default()
+    };
+    let app = app_with(snapshot);
+    let buffer = render(&app, 80, 24);
+    let text = screen(&app, 80, 24);
+    let rows: Vec<&str> = text.lines().collect();
+    let message_rows = rows.iter().filter(|r| r.contains("word")).count();
+    assert_eq!(message_rows, 6, "{text}");
+    assert!(
+        text.contains("PID"),
+        "the process table keeps its place:\n{text}"
+    );
+    assert!(text.contains("used 512.0GiB"), "host still drawn:\n{text}");
+    assert!(
+        buffer
+            .content
+            .iter()
+            .all(|c| !c.symbol().contains('\x1b') && !c.symbol().contains('\x07')),
+        "a control character reached the screen:\n{text}"
+    );
+}
+
+#[test]
 fn no_driver() {
     let mut snapshot = snapshot_with(Vec::new(), Vec::new());
     snapshot.driver = DriverInfo {
