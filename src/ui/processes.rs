@@ -352,23 +352,24 @@ fn opt<T>(out: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T)
 /// `text` cut to at most `width` characters, the cut marked with "…", as
 /// [`format::truncate`] cuts it.
 fn push_truncated(out: &mut String, text: &str, width: usize) {
-    if text.chars().count() <= width {
-        out.push_str(text);
-    } else if width > 0 {
-        out.extend(text.chars().take(width - 1));
-        out.push('…');
-    }
+    let start = out.len();
+    out.push_str(text);
+    cut_written(out, start, width);
 }
 
-/// What `out` holds from `start` on, escaped and cut to `width` characters as
-/// [`push_truncated`] cuts: in place, so that a plain, short text (nearly every cgroup label)
-/// costs no copy a row a frame.
+/// What `out` holds from `start` on, escaped and cut to `width` characters: in place, so that a
+/// plain, short text (nearly every cgroup label) costs no copy a row a frame.
 fn fit_written(out: &mut String, start: usize, width: usize) {
     if let std::borrow::Cow::Owned(escaped) = format::escape(&out[start..]) {
         out.truncate(start);
-        push_truncated(out, &escaped, width);
-        return;
+        out.push_str(&escaped);
     }
+    cut_written(out, start, width);
+}
+
+/// Cuts what `out` holds from `start` on to at most `width` characters, the cut marked with
+/// "…" (nothing is left at width 0), as [`format::truncate`] cuts.
+fn cut_written(out: &mut String, start: usize, width: usize) {
     let written = &out[start..];
     if written.chars().nth(width).is_none() {
         return;
@@ -504,8 +505,7 @@ mod tests {
         ];
         for text in texts {
             for width in [0, 1, 5, 18, 40] {
-                let mut expected = String::from("before ");
-                push_truncated(&mut expected, &format::escape(text), width);
+                let expected = format!("before {}", format::truncate(&format::escape(text), width));
                 let mut ours = String::from("before ");
                 ours.push_str(text);
                 fit_written(&mut ours, "before ".len(), width);
