@@ -320,6 +320,19 @@ impl App {
     // ---- input -----------------------------------------------------------------------------
 
     pub(crate) fn on_key(&mut self, key: KeyEvent) -> Effect {
+        // The hint answers one Esc. It goes with the next key, which may be an Esc that closes
+        // an overlay opened since: left up, it would contradict what that key did.
+        let hint_up = self.status.as_deref() == Some(ESC_HAS_NOTHING_TO_CLOSE);
+        if hint_up {
+            self.status = None;
+        }
+        match self.dispatch_key(key) {
+            Effect::None if hint_up => Effect::Redraw,
+            effect => effect,
+        }
+    }
+
+    fn dispatch_key(&mut self, key: KeyEvent) -> Effect {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return Effect::Quit;
         }

@@ -150,6 +150,29 @@ fn esc_in_the_prompt_clears_the_filter_and_esc_after_enter_too() {
         "a second Esc never quits"
     );
     assert_eq!(app.status.as_deref(), Some(ESC_HAS_NOTHING_TO_CLOSE));
+    assert_eq!(
+        press(&mut app, KeyCode::Char('?')),
+        Effect::Redraw,
+        "the help opens"
+    );
+    assert_eq!(app.status, None, "the hint answered one Esc only");
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(app.status, None, "this Esc closed the help");
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(
+        press(&mut app, KeyCode::Char('~')),
+        Effect::Redraw,
+        "a key that does nothing still takes the hint off the screen"
+    );
+    assert_eq!(app.status, None);
+    app.status = Some("sent SIGTERM to 300".to_string());
+    press(&mut app, KeyCode::Char('?'));
+    press(&mut app, KeyCode::Esc);
+    assert_eq!(
+        app.status.as_deref(),
+        Some("sent SIGTERM to 300"),
+        "an action's outcome stays"
+    );
 }
 
 #[test]
