@@ -328,12 +328,14 @@ fn severely_throttled(gpu: &GpuSample) -> bool {
     })
 }
 
-/// A left-to-right bar of `width` cells in eighths, written at the end of `out`; "N/A" text
-/// when the value is missing.
+/// A left-to-right bar of `width` cells in eighths, written at the end of `out`. A missing
+/// value is a dotted track, as in the history's plots: the figure beside the bar already says
+/// N/A, and an empty bar would read as 0%.
 fn push_horizontal_bar(out: &mut String, fraction: Option<f64>, width: usize) {
     const PARTS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
     let Some(fraction) = fraction else {
-        return push_left_aligned(out, NA, width);
+        out.extend(std::iter::repeat_n('·', width));
+        return;
     };
     let eighths = (fraction.clamp(0.0, 1.0) * (width * 8) as f64).round() as usize;
     out.extend(std::iter::repeat_n('█', eighths / 8));
