@@ -24,8 +24,6 @@ use crate::protocol::{
 
 /// A client that does not read is dropped once this much output waits for it.
 const MAX_QUEUED_BYTES: usize = 8 << 20;
-/// The loop wakes at least this often, so a stop request is seen even without the waker.
-const MAX_POLL_MS: u64 = 200;
 
 /// A running agent server. Dropping it ends the thread, closes every
 /// connection and removes the socket file.
@@ -101,6 +99,17 @@ fn clamp_interval(interval: Duration) -> u64 {
     ms.clamp(MIN_INTERVAL_MS, MAX_INTERVAL_MS)
 }
 
+/// poll(2)'s timeout: until the next tick while a monitor listens; with none connected there is
+/// nothing to send, so -1: the thread sleeps until one connects or `Agent`'s drop wakes it, and
+/// costs a training process no wake-up.
+pub(super) fn poll_timeout_ms(listened: bool, next_tick: Instant, now: Instant) -> libc::c_int {
+    if !listened {
+        return -1;
+    }
+    let wait = next_tick.saturating_duration_since(now);
+    libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX)
+}
+
 struct Client {
     stream: UnixStream,
     inbuf: Vec<u8>,
@@ -127,7 +136,7 @@ struct Server {
 impl Server {
     fn run(&mut self) {
         while !self.stopping.load(Ordering::SeqCst) {
-            let wait = self.next_tick.saturating_duration_since(Instant::now());
+            let wait = poll_timeout_ms(!self.clients.is_empty(), self.next_tick, Instant::now());
             if let Err(error) = self.poll_once(wait) {
                 self.log(&format!("the agent stopped: poll failed: {error}"));
                 return;
@@ -143,7 +152,8 @@ impl Server {
         }
     }
 
-    fn poll_once(&mut self, wait: Duration) -> io::Result<()> {
+    /// Waits up to `timeout_ms` (-1: until an event) and serves what is ready.
+    fn poll_once(&mut self, timeout_ms: libc::c_int) -> io::Result<()> {
         let mut fds = vec![
             pollfd(self.listener.as_raw_fd(), libc::POLLIN),
             pollfd(self.wake_read.as_raw_fd(), libc::POLLIN),
@@ -155,7 +165,6 @@ impl Server {
             }
             fds.push(pollfd(client.stream.as_raw_fd(), events));
         }
-        let timeout_ms = wait.as_millis().min(u128::from(MAX_POLL_MS)) as libc::c_int;
         // SAFETY: `fds` is a live, correctly sized array of pollfd for the whole call.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if ready < 0 {
@@ -205,6 +214,10 @@ impl Server {
             }
             if stream.set_nonblocking(true).is_err() {
                 continue;
+            }
+            if self.clients.is_empty() {
+                // Asleep with no monitor until now: the next stats are an interval away.
+                self.next_tick = Instant::now() + Duration::from_millis(self.interval_ms);
             }
             self.clients.push(Client {
                 stream,

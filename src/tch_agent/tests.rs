@@ -413,3 +413,19 @@ fn steps_count_and_time() {
     assert_eq!(count, Some(2));
     assert!(mean.unwrap() >= 0.015, "{mean:?}");
 }
+
+#[test]
+fn the_thread_sleeps_until_an_event_while_no_monitor_listens() {
+    let now = Instant::now();
+    let tick = now + Duration::from_millis(250);
+    // It used to wake every 200 ms at most, monitor or not.
+    assert_eq!(server::poll_timeout_ms(false, tick, now), -1);
+    assert_eq!(server::poll_timeout_ms(true, tick, now), 250);
+    assert_eq!(
+        server::poll_timeout_ms(true, now, tick),
+        0,
+        "a tick that is due"
+    );
+    let far = now + Duration::from_secs(3_600);
+    assert_eq!(server::poll_timeout_ms(true, far, now), 3_600_000);
+}
