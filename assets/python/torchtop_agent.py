@@ -12,6 +12,11 @@ The agent is a daemon thread serving protocol v1 (see agent-protocol.md) on a Un
 ``sys.modules``), and never initializes CUDA: statistics are read only once the program itself
 has initialized CUDA.
 
+Wake-ups: with no monitor connected the thread sleeps until one connects. While one is, stats go
+out every interval; a program that calls ``step()`` has them read and sent from ``step()``, on the
+training thread, and the agent's thread sleeps on until the steps stop
+(``STEP_TICK_GRACE_INTERVALS``). ``step()`` never waits for the agent's thread.
+
 Devices reported: once CUDA is initialized, every device index below
 ``torch.cuda.device_count()`` whose allocator has ever held memory in this process (reserved
 bytes current or peak, or a cumulative segment/allocation count above zero). Reading a device's
@@ -76,6 +81,16 @@ MAX_INTERVAL_MS = 3_600_000
 MAX_QUEUED_BYTES = 8 << 20
 # How long a fork waits for the agent's thread to stop; past it the fork goes ahead anyway.
 PARK_TIMEOUT_S = 1.0
+# While step() keeps the time (it ticks on the training thread, awake anyway), the agent's thread
+# sleeps until this many intervals after the last such tick: where a thread's wake-up costs more
+# than the tick itself (virtual machines), that spares most of them, and the thread still takes
+# over within this when the steps stop (evaluation, a checkpoint, a hang). At the default 1 s,
+# stats are never older than torchtop's "agent silent" mark of 5 s.
+STEP_TICK_GRACE_INTERVALS = 3
+# A tick builds the hello again only when torch was imported since, or every this many ticks (a
+# rank known once torch.distributed is initialized, the environment): built cold after a training
+# step, the hello is a quarter of a tick's cost.
+HELLO_RECHECK_TICKS = 10
 
 _lock = threading.Lock()
 _agent = None
@@ -361,6 +376,8 @@ class _Agent:
         self.last_oom = None
         self.history = _History(self)
         self.hello_facts = None
+        self.hello_torch = None  # sys.modules["torch"] (or None) when hello_facts were built
+        self.ticks_since_hello = 0
         self.log = deque(maxlen=50)
         self.clients = {}
         self.stopping = False
@@ -378,6 +395,11 @@ class _Agent:
         # for a fork keeps the loop, and the one started after the fork then leaves.
         self.loop_lock = threading.Lock()
         self.next_tick = time.monotonic()
+        # Held while the clients and the selector change: by the thread outside its select(),
+        # and by a tick from step(), which never waits for it.
+        self.io_lock = threading.Lock()
+        self.step_ticked_at = None  # when step() last ticked (time.monotonic())
+        self.step_tick_ns = 0  # the training thread's CPU time in those ticks (for benchmarks)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def bind(self):
@@ -469,8 +491,15 @@ class _Agent:
         self.close_all(unlink)
 
     def close_all(self, unlink):
-        for client in list(self.clients.values()):
-            self._close_client(client, None)
+        # A tick from step() on another thread may be sending: let it end, but never let an exit
+        # wait on it for long.
+        locked = self.io_lock.acquire(timeout=1.0)
+        try:
+            for client in list(self.clients.values()):
+                self._close_client(client, None)
+        finally:
+            if locked:
+                self.io_lock.release()
         for s in (self.listener, self.wake_r, self.wake_w):
             try:
                 if s is not None:
@@ -499,22 +528,61 @@ class _Agent:
 
     def _loop(self):
         while not (self.stopping or self.parked):
-            timeout = max(0.0, self.next_tick - time.monotonic())
             try:
-                events = self.selector.select(timeout)
+                events = self.selector.select(self._sleep_seconds(time.monotonic()))
             except (OSError, ValueError) as e:
                 self.failed = True
                 self._note("select failed: %r" % (e,))
                 return
-            for key, mask in events:
-                self._guarded(self._dispatch, key, mask)
+            with self.io_lock:
+                for key, mask in events:
+                    self._guarded(self._dispatch, key, mask)
+                if self.pending_events:
+                    self._guarded(self._flush_events)
+                now = time.monotonic()
+                if now >= self.next_tick and not self._steps_keep_time(now):
+                    self.next_tick = now + self.interval_ms / 1000.0
+                    if self.clients:
+                        self._guarded(self._tick)
+
+    def _sleep_seconds(self, now):
+        """How long the thread may sleep: until the next tick, or past it while step() keeps
+        the time; with no monitor connected, until something happens (a connection, a wake)."""
+        if not self.clients:
+            return None
+        deadline = self.next_tick
+        if self._steps_keep_time(now):
+            deadline = max(deadline, self.step_ticked_at + self._grace_seconds())
+        return max(0.0, deadline - now)
+
+    def _grace_seconds(self):
+        return STEP_TICK_GRACE_INTERVALS * self.interval_ms / 1000.0
+
+    def _steps_keep_time(self, now):
+        ticked_at = self.step_ticked_at
+        return ticked_at is not None and now - ticked_at < self._grace_seconds()
+
+    def tick_from_step(self, now):
+        """The tick, on the calling (training) thread, when one is due and a monitor listens.
+        Never waits: while the thread holds the clients (a command, a snapshot being written),
+        the tick is left to it."""
+        if (now < self.next_tick or not self.clients or self.stopping or self.parked or self.failed
+                or os.getpid() != self.pid or not self.io_lock.acquire(False)):
+            return
+        try:
+            if now < self.next_tick:
+                return  # the thread ticked in between
+            started = time.thread_time_ns()
+            self.next_tick = now + self.interval_ms / 1000.0
+            self.step_ticked_at = now
+            self._guarded(self._tick)
             if self.pending_events:
                 self._guarded(self._flush_events)
-            now = time.monotonic()
-            if now >= self.next_tick:
-                self.next_tick = now + self.interval_ms / 1000.0
-                if self.clients:
-                    self._guarded(self._tick)
+            if any(client.outbuf for client in self.clients.values()):
+                self.wake()  # a monitor's socket is full: the thread waits until it can write
+            self.step_tick_ns += time.thread_time_ns() - started
+        finally:
+            self.io_lock.release()
 
     def _guarded(self, fn, *args):
         try:
@@ -565,7 +633,10 @@ class _Agent:
             self._guarded(self._greet, client)
 
     def _greet(self, client):
-        self.hello_facts = self._hello()
+        if len(self.clients) == 1:
+            # The thread slept with no monitor connected; the next stats are an interval away.
+            self.next_tick = time.monotonic() + self.interval_ms / 1000.0
+        self.hello_facts = self._remember_hello()
         self._send(client, self.hello_facts)
         # Before the stats: a monitor that waits for stats has then read the OOM too.
         last_oom = self.last_oom
@@ -811,12 +882,18 @@ class _Agent:
         return message
 
     def _tick(self):
-        hello = self._hello()
-        if hello != self.hello_facts:
-            # Facts changed since connect (torch imported, rank known): say hello again.
-            self.hello_facts = hello
-            self._broadcast(hello)
+        self.ticks_since_hello += 1
+        if _torch() is not self.hello_torch or self.ticks_since_hello >= HELLO_RECHECK_TICKS:
+            hello = self._remember_hello()
+            if hello != self.hello_facts:
+                # Facts changed since connect (torch imported, rank known): say hello again.
+                self.hello_facts = hello
+                self._broadcast(hello)
         self._broadcast(self._stats())
+
+    def _remember_hello(self):
+        self.hello_torch, self.ticks_since_hello = _torch(), 0
+        return self._hello()
 
     def _note_oom_counters(self, devices):
         for device in devices:
@@ -1530,7 +1607,9 @@ def _record_history_from_env(agent):
 
 
 def step():
-    """Mark the end of a training step: feeds the step number and step time in stats."""
+    """Mark the end of a training step: feeds the step number and step time in stats. When
+    stats are due and a monitor listens, they are read and sent here, on the training thread
+    (well under a millisecond, once an interval), and the agent's thread sleeps on."""
     agent = _agent
     if agent is None:
         return
@@ -1541,6 +1620,7 @@ def step():
                 agent.step_times.append(now - agent.last_step_at)
             agent.last_step_at = now
             agent.step_count = (agent.step_count or 0) + 1
+        agent.tick_from_step(now)
     except Exception:
         pass
 

@@ -11,9 +11,9 @@ interval, `torchtop_agent.step()` after each step, and a monitor in another proc
 every stats line, so that the agent does all its work each interval). Each arm runs a fixed
 time between two synchronizations, so that queued GPU work is counted in the arm that queued it.
 
-Printed: each arm's steps/s; the medians and their difference; the agent thread's own CPU time
-(from /proc/self/task/TID/schedstat), which is the agent's cost without the noise of step
-rates; on CUDA, one `torch.cuda.memory_stats()` call's time; and, after training, the figures of
+Printed: each arm's steps/s; the medians and their difference; the agent's own CPU time, which
+is its cost without the noise of step rates: its thread's (from /proc/self/task/TID/schedstat),
+with that thread's wake-ups, and that of the ticks step() made on the training thread; on CUDA, one `torch.cuda.memory_stats()` call's time; and, after training, the figures of
 the agent's last stats line next to `torch.cuda.memory_stats()` read at the same quiet moment
 (and next to `torchtop --once --json` when TORCHTOP_BIN names the binary).
 
@@ -134,16 +134,33 @@ class Trainer:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def thread_cpu_ns(name):
-    """CPU time of this process's thread called `name`, from its schedstat; None if none."""
+def thread_cpu_and_wakeups(name):
+    """CPU time (ns, from its schedstat) and voluntary context switches (its wake-ups) of this
+    process's thread called `name`; None if there is none."""
     for thread in threading.enumerate():
         if thread.name == name and thread.native_id is not None:
+            task = "/proc/self/task/%d/" % thread.native_id
             try:
-                with open("/proc/self/task/%d/schedstat" % thread.native_id) as f:
-                    return int(f.read().split()[0])
-            except OSError:
+                with open(task + "schedstat") as f:
+                    cpu = int(f.read().split()[0])
+                with open(task + "status") as f:
+                    switches = [int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:")]
+                return cpu, switches[0]
+            except (OSError, IndexError, ValueError):
                 return None
     return None
+
+
+class AgentCost:
+    """What the agent spent in one arm: its thread's CPU and wake-ups, and the CPU of the ticks
+    that step() made on the training thread (its thread sleeps while they come)."""
+
+    def __init__(self, thread_ns, wakeups, step_ns):
+        self.thread_ns, self.wakeups, self.step_ns = thread_ns, wakeups, step_ns
+
+    def describe(self, seconds):
+        return ("agent thread %.3f ms/s (%.1f wake-ups/s), ticks in step() %.3f ms/s"
+                % (self.thread_ns / 1e6 / seconds, self.wakeups / seconds, self.step_ns / 1e6 / seconds))
 
 
 class AgentArm:
@@ -154,21 +171,29 @@ class AgentArm:
         if self.path is None:
             raise SystemExit("the agent did not start (torchtop_agent.start returned None)")
         self.last_stats = last_stats
+        try:
+            os.unlink(last_stats)  # the last arm's monitor counted from 0 too
+        except FileNotFoundError:
+            pass
         self.monitor = subprocess.Popen([sys.executable, "-c", MONITOR, self.path, last_stats])
         deadline = time.monotonic() + 60
         while not torchtop_agent._agent.clients:
             if time.monotonic() > deadline or self.monitor.poll() is not None:
                 raise SystemExit("the monitor did not connect to the agent")
             time.sleep(0.01)
-        self.cpu_before = thread_cpu_ns("torchtop-agent")
+        self.thread_before = thread_cpu_and_wakeups("torchtop-agent")
+        self.step_ns_before = torchtop_agent._agent.step_tick_ns
 
     def stop(self):
-        cpu_after = thread_cpu_ns("torchtop-agent")
+        """The agent's cost over the arm, or None when its thread was not found."""
+        thread_after = thread_cpu_and_wakeups("torchtop-agent")
+        step_ns = torchtop_agent._agent.step_tick_ns - self.step_ns_before
         torchtop_agent.stop()
         self.monitor.wait(timeout=60)
-        if self.cpu_before is None or cpu_after is None:
+        if self.thread_before is None or thread_after is None:
             return None
-        return cpu_after - self.cpu_before
+        return AgentCost(thread_after[0] - self.thread_before[0], thread_after[1] - self.thread_before[1],
+                         step_ns)
 
 
 def stats_lines_read(last_stats):
@@ -255,7 +280,7 @@ def main():
         os.chmod(socket_dir, 0o700)
         last_stats = os.path.join(socket_dir, "last-stats.json")
         rates = {"without": [], "with": []}
-        agent_cpu, agent_seconds, lines = 0, 0.0, 0
+        spent_in_all, agent_seconds, lines = AgentCost(0, 0, 0), 0.0, 0
         for round_number in range(1, args.rounds + 1):
             steps, took = trainer.run(args.seconds)
             rates["without"].append(steps / took)
@@ -270,16 +295,19 @@ def main():
             agent_seconds += took
             lines += read
             if spent is not None:
-                agent_cpu += spent
-            print("round %d with the agent:    %8.3f steps/s (%d steps in %.2f s), %d stats lines read, agent thread %s"
+                spent_in_all = AgentCost(spent_in_all.thread_ns + spent.thread_ns,
+                                         spent_in_all.wakeups + spent.wakeups, spent_in_all.step_ns + spent.step_ns)
+            print("round %d with the agent:    %8.3f steps/s (%d steps in %.2f s), %d stats lines read, %s"
                   % (round_number, steps / took, steps, took, read,
-                     "%.3f ms/s" % (spent / 1e6 / took) if spent is not None else "N/A"))
+                     spent.describe(took) if spent is not None else "agent thread N/A"))
         without, with_agent = statistics.median(rates["without"]), statistics.median(rates["with"])
         spread = max(rates["without"] + rates["with"]) / min(rates["without"] + rates["with"]) - 1
         print("median steps/s: without %.3f, with %.3f: %+.2f%% (all arms within %.2f%% of each other)"
               % (without, with_agent, (with_agent / without - 1) * 100, spread * 100))
-        print("agent thread: %.3f ms of CPU a second (%.4f%% of a second), %d stats lines in %.1f s"
-              % (agent_cpu / 1e6 / agent_seconds, agent_cpu / 1e7 / agent_seconds, lines, agent_seconds))
+        total_ns = spent_in_all.thread_ns + spent_in_all.step_ns
+        print("agent: %s; in all %.3f ms of CPU a second (%.4f%% of a second), %d stats lines in %.1f s"
+              % (spent_in_all.describe(agent_seconds), total_ns / 1e6 / agent_seconds,
+                 total_ns / 1e7 / agent_seconds, lines, agent_seconds))
         if device.type == "cuda":
             print("torch.cuda.memory_stats(%s): %.1f us a call" % (device, time_memory_stats(device) * 1e6))
             compare_after_training(trainer, socket_dir, args.interval_ms, last_stats)

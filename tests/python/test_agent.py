@@ -15,6 +15,7 @@ import stat
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 from agent_testlib import AGENT_DIR, FAKE_TORCH_DIR, Client, reset_fake_torch, run_python
@@ -194,6 +195,34 @@ class MessageTests(AgentCase):
             sys.modules["torch"] = saved
         hello = c.read_until(lambda m: m["type"] == "hello")
         self.assertEqual(hello["torch"], "2.11.0+fake")
+
+    def test_a_rank_known_later_is_said_again(self):
+        """Once the program initializes torch.distributed, the rank reaches the monitor in a new
+        hello, within HELLO_RECHECK_TICKS ticks."""
+        env = {name: os.environ.pop(name, None) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+        initialized = []
+        torch.distributed = types.SimpleNamespace(
+            is_available=lambda: True, is_initialized=lambda: bool(initialized),
+            get_rank=lambda: 5, get_world_size=lambda: 8)
+        try:
+            c = self.connect(self.start(interval_ms=20))
+            self.assertIsNone(c.read()["rank"])
+            initialized.append(True)
+            hello = c.read_until(lambda m: m["type"] == "hello")
+            self.assertEqual((hello["rank"], hello["world_size"]), (5, 8))
+        finally:
+            del torch.distributed
+            os.environ.update({k: v for k, v in env.items() if v is not None})
+
+    def test_the_hello_is_not_built_at_every_tick(self):
+        """Built cold after a training step, the hello is a good part of a tick's cost."""
+        c = self.connect(self.start(interval_ms=10))
+        agent = torchtop_agent._agent
+        built, hello = [], agent._hello
+        agent._hello = lambda: built.append(1) or hello()
+        first = c.read_until(lambda m: m["type"] == "stats")["seq"]
+        c.read_until(lambda m: m["type"] == "stats" and m["seq"] >= first + 3 * torchtop_agent.HELLO_RECHECK_TICKS)
+        self.assertLessEqual(len(built), 4, "the hello was built %d times in 30 ticks" % len(built))
 
     def test_oom_observer_event_without_duplicate(self):
         torch.cuda._fake_init([0])

@@ -303,6 +303,7 @@ class RealTorchTests(TempDirMixin, unittest.TestCase):
         read = int(with_agent[0].split("), ")[1].split()[0])
         self.assertGreater(read, 0, "the monitor read no stats line: %s" % with_agent[0])
         self.assertIn("agent thread", with_agent[0])
+        self.assertIn("ticks in step()", with_agent[0])
         self.assertNotIn("N/A", with_agent[0], "the agent's thread was not found")
         self.assertTrue(any(l.startswith("median steps/s:") for l in lines), out.stdout)
 
