@@ -216,7 +216,7 @@ impl Engine {
         run_rules(&inputs, &self.config, &mut self.slots, &mut self.rows);
         name_jobs(&mut self.slots, snapshot);
         self.finish(snapshot);
-        slots::refill_all(warnings, self.slots.found());
+        self.slots.copy_found_into(warnings);
     }
 
     fn record(&mut self, snapshot: &Snapshot) {

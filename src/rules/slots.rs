@@ -4,7 +4,9 @@
 //! rewrites the next slot's texts in place ([`Slots::write`]: `clear()` then `write!`, into the
 //! room the last tick left); the others hand over a built [`Warning`] ([`Slots::push`]), which
 //! allocates only while they fire. Evidence rows cut from one warning wait in a spare list for
-//! the next that needs a row. [`refill`] copies a warning into another's room the same way.
+//! the next that needs a row. [`Slots::copy_found_into`] copies the warnings into a snapshot's
+//! list the same way, and keeps the warnings that list no longer needs (fewer warnings this
+//! tick) as room for the tick that has more again.
 
 use std::fmt::{self, Write as _};
 
@@ -16,6 +18,8 @@ pub(crate) struct Slots {
     warnings: Vec<Warning>,
     used: usize,
     spare_rows: Vec<(String, String)>,
+    /// Warnings cut from a snapshot's list when it held more than a tick found.
+    spare_warnings: Vec<Warning>,
 }
 
 impl Slots {
@@ -213,32 +217,112 @@ fn empty_warning() -> Warning {
     }
 }
 
-/// Makes `warnings` a copy of `from`, in the room of the warnings it held: a tick whose
-/// warnings read as the last one's allocates nothing.
-pub(crate) fn refill_all(warnings: &mut Vec<Warning>, from: &[Warning]) {
-    warnings.truncate(from.len());
-    for (to, from) in warnings.iter_mut().zip(from) {
-        refill(to, from);
+impl Slots {
+    /// Makes `warnings` a copy of the warnings found this tick, in the room of those it held
+    /// and of the spare ones: once the room has grown to the most warnings and rows seen, a
+    /// tick allocates nothing for them, even when warnings come and go from tick to tick.
+    pub(crate) fn copy_found_into(&mut self, warnings: &mut Vec<Warning>) {
+        let found = &self.warnings[..self.used];
+        let spare = &mut self.spare_rows;
+        if warnings.len() > found.len() {
+            self.spare_warnings.extend(warnings.drain(found.len()..));
+        }
+        for (to, from) in warnings.iter_mut().zip(found) {
+            refill(to, from, spare);
+        }
+        for from in &found[warnings.len()..] {
+            let mut to = self.spare_warnings.pop().unwrap_or_else(empty_warning);
+            refill(&mut to, from, spare);
+            warnings.push(to);
+        }
     }
-    let have = warnings.len();
-    warnings.extend(from[have..].iter().cloned());
 }
 
-/// `to` as a copy of `from`, each text in `to`'s room.
-fn refill(to: &mut Warning, from: &Warning) {
+/// `to` as a copy of `from`, each text in `to`'s room; evidence rows come from and go to
+/// `spare`.
+fn refill(to: &mut Warning, from: &Warning, spare: &mut Vec<(String, String)>) {
     set(&mut to.id, &from.id);
     to.severity = from.severity;
     if to.subject != from.subject {
         to.subject.clone_from(&from.subject);
     }
     set(&mut to.message, &from.message);
-    to.evidence.truncate(from.evidence.len());
+    if to.evidence.len() > from.evidence.len() {
+        spare.extend(to.evidence.drain(from.evidence.len()..));
+    }
+    while to.evidence.len() < from.evidence.len() {
+        to.evidence.push(spare.pop().unwrap_or_default());
+    }
     for ((name, value), (from_name, from_value)) in to.evidence.iter_mut().zip(&from.evidence) {
         set(name, from_name);
         set(value, from_value);
     }
-    let have = to.evidence.len();
-    (to.evidence).extend(from.evidence[have..].iter().cloned());
     set(&mut to.remedy, &from.remedy);
     set(&mut to.since, &from.since);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn warning(id: &str, message: &str, rows: usize) -> Warning {
+        Warning {
+            id: id.to_string(),
+            message: message.to_string(),
+            evidence: (0..rows)
+                .map(|i| (format!("row {i}"), "1".into()))
+                .collect(),
+            ..empty_warning()
+        }
+    }
+
+    /// A tick's warnings as the rules would leave them in `slots`.
+    fn found(slots: &mut Slots, warnings: &[Warning]) {
+        slots.start();
+        for w in warnings {
+            slots.push(w.clone());
+        }
+    }
+
+    #[test]
+    fn the_copy_is_the_warnings_found_whatever_the_list_held() {
+        let mut slots = Slots::default();
+        let mut list = Vec::new();
+        for tick in [
+            vec![warning("a", "one", 2), warning("b", "two", 0)],
+            vec![warning("c", "three", 5)],
+            vec![],
+            vec![
+                warning("b", "two", 1),
+                warning("a", "x", 3),
+                warning("d", "y", 0),
+            ],
+        ] {
+            found(&mut slots, &tick);
+            slots.copy_found_into(&mut list);
+            assert_eq!(list, tick);
+        }
+    }
+
+    #[test]
+    fn warnings_that_come_back_reuse_the_room_of_those_that_went() {
+        let long = "a long message from a warning that fired a while ago ".repeat(20);
+        let mut slots = Slots::default();
+        let mut list = Vec::new();
+        found(&mut slots, &[warning("a", "1", 1), warning("b", &long, 8)]);
+        slots.copy_found_into(&mut list);
+        // The second warning goes, then a short one comes in its place.
+        found(&mut slots, &[warning("a", "1", 1)]);
+        slots.copy_found_into(&mut list);
+        found(
+            &mut slots,
+            &[warning("a", "1", 1), warning("c", "short", 2)],
+        );
+        slots.copy_found_into(&mut list);
+        assert_eq!(list[1], warning("c", "short", 2));
+        assert!(
+            list[1].message.capacity() >= long.len() && list[1].evidence.capacity() >= 8,
+            "the room of the warning that went was dropped: a fresh copy each time one comes back"
+        );
+    }
 }
