@@ -636,8 +636,13 @@ class _Agent:
         if len(self.clients) == 1:
             # The thread slept with no monitor connected; the next stats are an interval away.
             self.next_tick = time.monotonic() + self.interval_ms / 1000.0
-        self.hello_facts = self._remember_hello()
-        self._send(client, self.hello_facts)
+        hello = self._remember_hello()
+        if hello != self.hello_facts:
+            # The monitors connected earlier learn the new facts too (torch imported since).
+            self.hello_facts = hello
+            self._broadcast(hello)
+        else:
+            self._send(client, hello)
         # Before the stats: a monitor that waits for stats has then read the OOM too.
         last_oom = self.last_oom
         if last_oom is not None:
@@ -1609,7 +1614,7 @@ def _record_history_from_env(agent):
 def step():
     """Mark the end of a training step: feeds the step number and step time in stats. When
     stats are due and a monitor listens, they are read and sent here, on the training thread
-    (well under a millisecond, once an interval), and the agent's thread sleeps on."""
+    (once an interval: tens of µs while memory is warm), and the agent's thread sleeps on."""
     agent = _agent
     if agent is None:
         return

@@ -196,6 +196,19 @@ class MessageTests(AgentCase):
         hello = c.read_until(lambda m: m["type"] == "hello")
         self.assertEqual(hello["torch"], "2.11.0+fake")
 
+    def test_a_monitor_connected_earlier_hears_facts_that_a_later_one_is_greeted_with(self):
+        saved = sys.modules.pop("torch")
+        try:
+            path = self.start(interval_ms=3_600_000)  # no tick: only the greetings speak
+            first = self.connect(path)
+            self.assertIsNone(first.read()["torch"])
+        finally:
+            sys.modules["torch"] = saved
+        second = self.connect(path)
+        self.assertEqual(second.read()["torch"], "2.11.0+fake")
+        hello = first.read_until(lambda m: m["type"] == "hello")
+        self.assertEqual(hello["torch"], "2.11.0+fake")
+
     def test_a_rank_known_later_is_said_again(self):
         """Once the program initializes torch.distributed, the rank reaches the monitor in a new
         hello, within HELLO_RECHECK_TICKS ticks."""
