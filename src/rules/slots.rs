@@ -226,6 +226,8 @@ impl Slots {
         let spare = &mut self.spare_rows;
         if warnings.len() > found.len() {
             self.spare_warnings.extend(warnings.drain(found.len()..));
+            // No list needs more room than the most warnings a tick has found.
+            self.spare_warnings.truncate(self.warnings.len());
         }
         for (to, from) in warnings.iter_mut().zip(found) {
             refill(to, from, spare);
