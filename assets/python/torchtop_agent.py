@@ -13,9 +13,9 @@ The agent is a daemon thread serving protocol v1 (see agent-protocol.md) on a Un
 has initialized CUDA.
 
 Wake-ups: with no monitor connected the thread sleeps until one connects. While one is, stats go
-out every interval; a program that calls ``step()`` has them read and sent from ``step()``, on the
-training thread, and the agent's thread sleeps on until the steps stop
-(``STEP_TICK_GRACE_INTERVALS``). ``step()`` never waits for the agent's thread.
+out every interval; a program that calls ``step()`` has them read and sent by the first
+``step()`` after each interval, on the training thread, and the agent's thread sleeps on until
+the steps stop (``STEP_TICK_GRACE_INTERVALS``). ``step()`` never waits for the agent's thread.
 
 Devices reported: once CUDA is initialized, every device index below
 ``torch.cuda.device_count()`` whose allocator has ever held memory in this process (reserved
@@ -81,11 +81,12 @@ MAX_INTERVAL_MS = 3_600_000
 MAX_QUEUED_BYTES = 8 << 20
 # How long a fork waits for the agent's thread to stop; past it the fork goes ahead anyway.
 PARK_TIMEOUT_S = 1.0
-# While step() keeps the time (it ticks on the training thread, awake anyway), the agent's thread
-# sleeps until this many intervals after the last such tick: where a thread's wake-up costs more
-# than the tick itself (virtual machines), that spares most of them, and the thread still takes
-# over within this when the steps stop (evaluation, a checkpoint, a hang). At the default 1 s,
-# stats are never older than torchtop's "agent silent" mark of 5 s.
+# While step() is called at least this many intervals apart, it keeps the time: the first call
+# after each interval ticks on the training thread, awake anyway, and the agent's thread sleeps
+# until this long after the last call. Where a thread's wake-up costs more than the tick itself
+# (virtual machines) that spares most of them, and the thread still takes over within this when
+# the steps stop (evaluation, a checkpoint, a hang). At the default 1 s, stats are never older
+# than torchtop's "agent silent" mark of 5 s.
 STEP_TICK_GRACE_INTERVALS = 3
 # A tick builds the hello again only when torch was imported since, or every this many ticks (a
 # rank known once torch.distributed is initialized, the environment): built cold after a training
@@ -398,7 +399,6 @@ class _Agent:
         # Held while the clients and the selector change: by the thread outside its select(),
         # and by a tick from step(), which never waits for it.
         self.io_lock = threading.Lock()
-        self.step_ticked_at = None  # when step() last ticked (time.monotonic())
         self.step_tick_ns = 0  # the training thread's CPU time in those ticks (for benchmarks)
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -540,7 +540,9 @@ class _Agent:
                 if self.pending_events:
                     self._guarded(self._flush_events)
                 now = time.monotonic()
-                if now >= self.next_tick and not self._steps_keep_time(now):
+                # Overdue: step() is called but could not tick (this thread held the clients).
+                overdue = now >= self.next_tick + self.interval_ms / 1000.0
+                if now >= self.next_tick and (overdue or not self._steps_keep_time(now)):
                     self.next_tick = now + self.interval_ms / 1000.0
                     if self.clients:
                         self._guarded(self._tick)
@@ -552,15 +554,18 @@ class _Agent:
             return None
         deadline = self.next_tick
         if self._steps_keep_time(now):
-            deadline = max(deadline, self.step_ticked_at + self._grace_seconds())
+            deadline = max(deadline, self.last_step_at + self._grace_seconds())
         return max(0.0, deadline - now)
 
     def _grace_seconds(self):
         return STEP_TICK_GRACE_INTERVALS * self.interval_ms / 1000.0
 
     def _steps_keep_time(self, now):
-        ticked_at = self.step_ticked_at
-        return ticked_at is not None and now - ticked_at < self._grace_seconds()
+        """Whether step() was called within the grace: then its next call ticks, and this
+        thread leaves the ticks to it (were it to tick at each deadline itself, it would win the
+        race with a step that comes a moment later every time)."""
+        last = self.last_step_at
+        return last is not None and now - last < self._grace_seconds()
 
     def tick_from_step(self, now):
         """The tick, on the calling (training) thread, when one is due and a monitor listens.
@@ -574,7 +579,6 @@ class _Agent:
                 return  # the thread ticked in between
             started = time.thread_time_ns()
             self.next_tick = now + self.interval_ms / 1000.0
-            self.step_ticked_at = now
             self._guarded(self._tick)
             if self.pending_events:
                 self._guarded(self._flush_events)

@@ -63,7 +63,9 @@ class WakeupTests(AgentCase):
         end = time.monotonic() + 1.0  # 20 intervals of steps
         while time.monotonic() < end:
             torchtop_agent.step()
-            time.sleep(0.005)
+            # Steps a fraction of an interval apart, and asleep between them: a thread that woke
+            # at each deadline itself would tick before the step that comes a moment later.
+            time.sleep(0.02)
         steps = torchtop_agent._agent.step_count
         from_steps = ticks.count(me)
         # Not a speed: a loaded machine may let the thread take over a few times.
@@ -76,6 +78,31 @@ class WakeupTests(AgentCase):
         self.assertNotIn(me, ticks[ticked_before:])
         stats = c.read_until(lambda m: m["type"] == "stats" and m["step"] == steps)
         self.assertEqual(stats["devices"][0]["index"], 0)
+
+    def test_a_step_a_moment_after_the_deadline_still_ticks(self):
+        """Steps timed to come 5 ms after each deadline: a thread that ticked at its deadline
+        whenever step() had not ticked yet would win that race at every interval."""
+        c = self.connect(self.start(interval_ms=50))
+        c.read_until(lambda m: m["type"] == "stats")
+        agent = torchtop_agent._agent
+        times, tick = [], agent._tick
+
+        def counted():
+            times.append((time.monotonic(), threading.get_ident()))
+            tick()
+
+        agent._tick = counted
+        wait_for(lambda: times, "a first tick")
+        me = threading.get_ident()
+        for _ in range(12):
+            last = times[-1][0]
+            for at in (0.010, 0.030, 0.055):  # the deadline is at 0.050
+                time.sleep(max(0.0, last + at - time.monotonic()))
+                torchtop_agent.step()
+            wait_for(lambda: times[-1][0] > last, "the next tick")
+        from_steps = sum(1 for _, ident in times[1:] if ident == me)
+        self.assertGreater(from_steps, (len(times) - 1) // 2,
+                           "%d of %d ticks came from step()" % (from_steps, len(times) - 1))
 
     def test_the_thread_sleeps_past_its_interval_while_steps_tick(self):
         c = self.connect(self.start(interval_ms=50))
