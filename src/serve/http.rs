@@ -2,9 +2,10 @@
 //! auth, and answers `/metrics` from the newest snapshot. Nothing here calls the driver: a
 //! scrape reads an `Arc<Snapshot>` out of a watch channel and encodes it.
 //!
-//! Bounds, since any local user can connect: at most [`MAX_CONNECTIONS`] at once, request
-//! heads of at most 16 KiB read within 10 s, a TLS handshake within 10 s, and a connection
-//! closed after [`CONNECTION_LIFETIME`] (Prometheus reconnects at its next scrape).
+//! Bounds, since any local user can connect: at most [`MAX_CONNECTIONS`] at once (a new one
+//! closes the one that matters least, [`super::connections`]), request heads of at most 16 KiB
+//! read within 10 s, a TLS handshake within 10 s, and a connection closed after
+//! [`CONNECTION_LIFETIME`] (Prometheus reconnects at its next scrape).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,19 +14,19 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
+use super::connections::{Activity, Registry, MAX_CONNECTIONS};
 use super::exposition::Format;
 use super::torchtop::OwnFigures;
 use super::webconfig::{BasicAuth, WebConfig};
 use crate::model::Snapshot;
 
-const MAX_CONNECTIONS: usize = 256;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
@@ -43,11 +44,8 @@ type Reply = Response<Full<Bytes>>;
 
 /// Accepts connections until the listener fails for good; each runs on a task of its own.
 pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, web: WebConfig) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let registry = Registry::new(MAX_CONNECTIONS);
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
         let Ok((stream, _)) = listener.accept().await else {
             // Out of file descriptors and the like: wait a little rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -55,30 +53,40 @@ pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, web:
         };
         let shared = shared.clone();
         let tls = web.tls.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = stream.set_nodelay(true);
-            match tls {
-                Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-                    if let Ok(Ok(stream)) = handshake {
-                        serve_connection(TokioIo::new(stream), shared).await;
+        // When every connection is answering a request, the new one is dropped (closed).
+        registry.admit(move |slot| {
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let activity = slot.activity.clone();
+                match tls {
+                    Some(acceptor) => {
+                        let handshake =
+                            tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                        if let Ok(Ok(stream)) = handshake {
+                            serve_connection(TokioIo::new(stream), shared, activity).await;
+                        }
                     }
+                    None => serve_connection(TokioIo::new(stream), shared, activity).await,
                 }
-                None => serve_connection(TokioIo::new(stream), shared).await,
-            }
+                drop(slot);
+            })
+            .abort_handle()
         });
     }
 }
 
-async fn serve_connection<I>(io: I, shared: Arc<Shared>)
+async fn serve_connection<I>(io: I, shared: Arc<Shared>, activity: Arc<Activity>)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let service = service_fn(move |request| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(request, &shared).await) }
+        let busy = activity.request();
+        async move {
+            let reply = handle(request, &shared).await;
+            drop(busy);
+            Ok::<_, Infallible>(reply)
+        }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -114,10 +122,14 @@ async fn handle(request: Request<Incoming>, shared: &Shared) -> Reply {
         }
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return plain(
+        let mut reply = plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "Only GET and HEAD are served here.",
         );
+        reply
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return reply;
     }
     match request.uri().path() {
         "/metrics" => metrics(&request, shared, started),

@@ -11,6 +11,7 @@
 //!
 //! `torchtop --once --format prometheus` prints the same exposition through [`exposition_text`].
 
+mod connections;
 mod dcgm;
 pub mod exposition;
 mod http;

@@ -242,6 +242,51 @@ fn a_hung_gpu_leaves_scrapes_answering_and_is_exported_as_stale() {
     }
 }
 
+/// Any local user can open connections. Before, connections that held every slot (silent ones
+/// for the 10 s header timeout, idle keep-alive ones for their 5-minute lifetime) left a scrape
+/// on a new connection waiting in the kernel's queue until one of them ended. Now the new
+/// connection closes the one idle the longest, and is answered.
+#[test]
+fn idle_connections_holding_every_slot_do_not_starve_a_scrape() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let scenario = ScenarioFile::from_fixture("hung_gpu.toml", &[]);
+    let serve = Serve::start(&["-d", "0.2"], &[], &scenario.env());
+    serve.wait_for_metrics(PATIENCE, |m| m.contains("DCGM_FI_DEV_GPU_UTIL{"));
+    let idle: Vec<TcpStream> = (0..256)
+        .map(|_| {
+            let mut stream = TcpStream::connect(serve.addr).expect("connect");
+            stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+            stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: flood\r\n\r\n")
+                .expect("send");
+            let mut answer = Vec::new();
+            let mut buffer = [0u8; 512];
+            while !String::from_utf8_lossy(&answer).contains("/metrics.\n") {
+                let read = stream.read(&mut buffer).expect("the answer to /");
+                assert!(read > 0, "closed before answering: {}", serve.stderr());
+                answer.extend_from_slice(&buffer[..read]);
+            }
+            stream
+        })
+        .collect();
+    let (status, _, body) = http_get(serve.addr, "/metrics", &[], PATIENCE)
+        .unwrap_or_else(|e| panic!("the scrape failed: {e}\n{}", serve.stderr()));
+    assert_eq!(status, 200);
+    assert!(body.contains("DCGM_FI_DEV_GPU_UTIL{"), "{body}");
+    let closed = idle
+        .iter()
+        .filter(|stream| {
+            stream.set_nonblocking(true).expect("nonblocking");
+            !matches!((&mut &**stream).read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        })
+        .count();
+    assert!(
+        closed <= 2,
+        "the scrape closed {closed} idle connections, not one"
+    );
+}
+
 #[test]
 fn the_web_config_gives_tls_and_basic_auth() {
     if !require_program("openssl") || !require_program("curl") {
