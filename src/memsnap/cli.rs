@@ -2,7 +2,6 @@
 //! arguments and what each combination prints. Without an output flag, a terminal gets the
 //! interactive viewer and a pipe gets the text summary.
 
-use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -124,13 +123,28 @@ fn execute(args: &SnapshotArgs) -> Result<(), Failure> {
     Ok(out.flush()?)
 }
 
+/// Writes the SVG into a new file beside `svg`, then renames it over `svg`: a symbolic or hard
+/// link another user planted at that name is replaced, never written through (root writing a
+/// flamegraph to /tmp overwrote the file such a link named).
 fn write_flamegraph(loaded: &LoadedSnapshot, svg: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
     let shown = svg.display().to_string();
-    let file =
-        File::create(svg).map_err(|e| fail(format!("could not create {}: {e}", escape(&shown))))?;
+    let dir = match svg.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let file = tempfile::Builder::new()
+        .prefix(".torchtop-flamegraph-")
+        // As File::create would: 0666 less the umask.
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(|e| fail(format!("could not create {}: {e}", escape(&shown))))?;
     let mut writer = BufWriter::new(file);
     output::flamegraph(loaded, &mut writer).map_err(|e| fail(format!("{} {e}", loaded.name())))?;
-    writer
-        .flush()
-        .map_err(|e| fail(format!("could not write {}: {e}", escape(&shown))))
+    let file = writer
+        .into_inner()
+        .map_err(|e| fail(format!("could not write {}: {}", escape(&shown), e.error())))?;
+    file.persist(svg)
+        .map_err(|e| fail(format!("could not create {}: {}", escape(&shown), e.error)))?;
+    Ok(())
 }

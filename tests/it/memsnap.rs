@@ -224,6 +224,41 @@ fn the_flame_graph_root_weighs_the_allocated_bytes() {
     println!("flame graph root {root} bytes = folded sum {sum} = total allocated {allocated}");
 }
 
+/// Another user can plant a link where root will write a flame graph (/tmp is the usual
+/// place). Before, the SVG went through the link into the file it named.
+#[test]
+fn the_flame_graph_replaces_a_planted_link_instead_of_writing_through_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let svg = dir.path().join("flame.svg");
+    std::os::unix::fs::symlink(&victim, &svg).unwrap();
+    let out = torchtop(&[
+        fixture("oom.pickle").to_str().unwrap(),
+        "--flamegraph",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(&victim).unwrap() == "precious\n",
+        "the flame graph was written through the link into the file it named"
+    );
+    let written = std::fs::symlink_metadata(&svg).unwrap();
+    assert!(written.file_type().is_file(), "{written:?}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "a temporary file was left: {names:?}");
+}
+
 #[test]
 fn compare_finds_the_one_stack_that_grew() {
     let (a, b) = (
