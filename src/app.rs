@@ -340,6 +340,9 @@ impl App {
         if key.code == KeyCode::F(10) {
             return Effect::Quit;
         }
+        if self.view.plan.screen_hidden() && !self.key_works_unseen(key) {
+            return Effect::None;
+        }
         if self.setup.is_some() {
             return self.on_setup_key(key);
         }
@@ -358,6 +361,18 @@ impl App {
             Mode::NiceInput { .. } => self.on_nice_key(key),
             Mode::SortMenu { selected } => self.on_sort_menu_key(key, selected),
             Mode::UserMenu { selected, users } => self.on_user_menu_key(key, selected, users),
+        }
+    }
+
+    /// Whether a key still acts while the terminal is too small to draw the screen. Only what
+    /// quits or closes does: a key that moved the unseen selection, or answered a
+    /// confirmation the user could not read, could signal the wrong process.
+    fn key_works_unseen(&self, key: KeyEvent) -> bool {
+        match key.code {
+            KeyCode::Esc => true,
+            KeyCode::Char('q') => matches!(self.mode, Mode::Normal),
+            KeyCode::Char('n' | 'N') => matches!(self.mode, Mode::Confirm { .. }),
+            _ => false,
         }
     }
 

@@ -49,7 +49,7 @@ pub fn stream_json(
         let line = if compact {
             compactor.line(&snapshot)
         } else {
-            serde_json::to_string(&snapshot).unwrap_or_default()
+            crate::format::json::line(&snapshot).unwrap_or_default()
         };
         let mut out = std::io::stdout().lock();
         if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
@@ -68,7 +68,7 @@ pub fn stream_json(
 
 /// The JSON document, as documented in README.md.
 pub fn json(snapshot: &Snapshot) -> String {
-    serde_json::to_string_pretty(snapshot).unwrap_or_else(|e| {
+    crate::format::json::pretty(snapshot).unwrap_or_else(|e| {
         format!("{{\"schema\":1,\"error\":\"could not serialize the snapshot: {e}\"}}")
     })
 }

@@ -117,6 +117,14 @@ impl Default for Plan {
     }
 }
 
+impl Plan {
+    /// Whether the last frame drawn said the terminal was too small, rather than the screen
+    /// (before the first frame, [`Plan::default`], nothing was drawn at all).
+    pub(crate) fn screen_hidden(&self) -> bool {
+        matches!(self, Plan::TooSmall { width, height } if (*width, *height) != (0, 0))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Areas {
     pub(crate) header: Rect,

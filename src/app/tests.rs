@@ -919,3 +919,40 @@ fn the_tree_tells_the_sampler_which_rows_are_on_screen() {
         "told again after a recording"
     );
 }
+
+/// Below the smallest size only the "too small" message is drawn. Before, keys still moved the
+/// unseen selection and a confirmation cut to the width (pid hidden) still sent its signal.
+#[test]
+fn keys_that_act_on_processes_wait_while_the_screen_is_too_small() {
+    let mut app = app();
+    lay_out(&mut app, Rect::new(0, 0, 120, 40));
+    press(&mut app, KeyCode::Char('K'));
+    assert!(matches!(app.mode, Mode::Confirm { .. }), "{:?}", app.mode);
+    lay_out(&mut app, Rect::new(0, 0, 20, 5));
+    assert!(app.view.plan.screen_hidden());
+    for code in [KeyCode::Char('y'), KeyCode::Enter] {
+        assert_eq!(press(&mut app, code), Effect::None, "{code:?}");
+    }
+    assert!(matches!(app.mode, Mode::Confirm { .. }), "{:?}", app.mode);
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(app.mode, Mode::Normal);
+    let selected = app.view.selected;
+    for code in [
+        KeyCode::Down,
+        KeyCode::Char('j'),
+        KeyCode::Char('K'),
+        KeyCode::Char('T'),
+        KeyCode::F(9),
+        KeyCode::F(7),
+        KeyCode::F(8),
+    ] {
+        assert_eq!(press(&mut app, code), Effect::None, "{code:?}");
+        assert_eq!(app.mode, Mode::Normal, "{code:?}");
+    }
+    assert_eq!(app.view.selected, selected);
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
+    // Back at a size that fits, keys act again.
+    lay_out(&mut app, Rect::new(0, 0, 120, 40));
+    press(&mut app, KeyCode::Char('K'));
+    assert!(matches!(app.mode, Mode::Confirm { .. }), "{:?}", app.mode);
+}

@@ -142,7 +142,7 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
             fetch_ms: app.took_ms,
             view: &app.view,
         };
-        match serde_json::to_string_pretty(&document) {
+        match crate::format::json::pretty(&document) {
             Ok(text) => println!("{text}"),
             Err(e) => eprintln!("torchtop cluster: cannot write JSON: {e}"),
         }

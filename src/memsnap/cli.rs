@@ -107,7 +107,11 @@ fn execute(args: &SnapshotArgs) -> Result<(), Failure> {
         write_flamegraph(&loaded, svg)?;
     }
     if args.json {
-        writeln!(out, "{:#}", output::json(&loaded))?;
+        writeln!(
+            out,
+            "{}",
+            crate::format::json::pretty(&output::json(&loaded)).unwrap_or_default()
+        )?;
     } else if args.folded {
         output::folded(&loaded, &mut out)?;
     } else if args.flamegraph.is_none() {

@@ -171,11 +171,11 @@ fn publisher(
 /// only the tree view asks for.
 fn print_json(snapshot: &Snapshot) -> std::io::Result<()> {
     let line = if snapshot.host_processes.is_empty() {
-        serde_json::to_string(snapshot)
+        crate::format::json::line(snapshot)
     } else {
         let mut plain = snapshot.clone();
         plain.host_processes.clear();
-        serde_json::to_string(&plain)
+        crate::format::json::line(&plain)
     }
     .unwrap_or_default();
     let mut out = std::io::stdout().lock();

@@ -42,7 +42,7 @@ pub(crate) fn json_lines(
             }
         };
         snapshot.host_processes.clear();
-        let line = serde_json::to_string(&snapshot)
+        let line = crate::format::json::line(&snapshot)
             .map_err(|e| RecordError(format!("a frame could not be written as JSON: {e}")))?;
         if let Err(error) = writeln!(out, "{line}") {
             if error.kind() == std::io::ErrorKind::BrokenPipe {

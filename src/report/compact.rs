@@ -55,7 +55,7 @@ impl Compactor {
         self.gpus = changes(&mut doc, "gpus", &["index"], &self.gpus);
         self.processes = changes(&mut doc, "processes", &["pid", "gpu"], &self.processes);
         self.warnings(&mut doc);
-        serde_json::to_string(&doc).unwrap_or_default()
+        crate::format::json::line(&doc).unwrap_or_default()
     }
 
     fn warnings(&mut self, doc: &mut Value) {

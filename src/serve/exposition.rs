@@ -1,10 +1,14 @@
 //! Turns metric families into Prometheus' text format (0.0.4) or OpenMetrics text, through the
 //! `prometheus-client` crate's encoders, and picks the format from a scrape's `Accept` header.
 
+use std::borrow::Cow;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+
+use crate::format;
 
 /// Label pairs of one sample, in the order they are written.
 pub(crate) type Labels = Vec<(&'static str, String)>;
@@ -44,10 +48,20 @@ impl Family {
     }
 
     /// Adds a sample when the value is known: a missing figure is left out, never written as 0.
-    pub(crate) fn push(&mut self, labels: Labels, value: Option<Value>) {
-        if let Some(value) = value {
-            self.samples.push((labels, value));
+    /// Label values come from other users' environments and command lines, and the exposition
+    /// is read in terminals too (`curl`, `--once --format prometheus`), so characters a
+    /// terminal would act on are written as [`format::escape`] shows them; the format itself
+    /// escapes only `\`, `"` and line breaks.
+    pub(crate) fn push(&mut self, mut labels: Labels, value: Option<Value>) {
+        let Some(value) = value else {
+            return;
+        };
+        for (_, text) in &mut labels {
+            if let Cow::Owned(shown) = format::escape(text) {
+                *text = shown;
+            }
         }
+        self.samples.push((labels, value));
     }
 }
 
@@ -191,11 +205,27 @@ mod tests {
             vec![("subject", "job \"x\"\n} evil 1\\".into())],
             Some(Value::Int(1)),
         );
+        f.push(
+            vec![(
+                "subject",
+                "job\u{1b}]0;title\u{7} \u{9b}31m \u{202e}".into(),
+            )],
+            Some(Value::Int(2)),
+        );
         let text = encode(vec![f], Format::Prometheus);
+        // The line break is shown as the two characters \n, written with its backslash escaped.
         assert!(
-            text.contains(r#"subject="job \"x\"\n} evil 1\\""#),
+            text.contains(r#"subject="job \"x\"\\n} evil 1\\""#),
             "{text}"
         );
-        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            text.contains(r#"subject="job\\e]0;title\\x07 \\u{009b}31m \\u{202e}""#),
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c != '\n' && c.is_control()),
+            "{text:?}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
     }
 }

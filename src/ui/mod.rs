@@ -45,16 +45,18 @@ use crate::terminal::theme::Theme;
 /// made for (the whole terminal, but for a replay's last row, which holds its time bar).
 pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
     let theme = app.theme();
-    match plan {
-        Plan::TooSmall { width, height } => draw_too_small(frame, screen, *width, *height),
-        Plan::Screen(areas) => draw_panels(frame, app, theme, areas),
-    }
-    if let Plan::Screen(areas) = plan {
-        if app.warnings_view.is_open() {
-            warnings_view::render(frame, areas.warnings_view, app, theme);
+    let areas = match plan {
+        // Nothing else: a dialog cut to this size could hide the pid it asks about.
+        Plan::TooSmall { width, height } => {
+            return draw_too_small(frame, screen, *width, *height);
         }
+        Plan::Screen(areas) => areas,
+    };
+    draw_panels(frame, app, theme, areas);
+    if app.warnings_view.is_open() {
+        warnings_view::render(frame, areas.warnings_view, app, theme);
     }
-    if let (Some(view), Plan::Screen(areas)) = (&app.detail, plan) {
+    if let Some(view) = &app.detail {
         detail::render(frame, detail::area(screen, areas), app, view, theme);
     }
     if app.view.show_help {
@@ -133,7 +135,7 @@ fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
 
 fn draw_too_small(frame: &mut Frame, screen: Rect, width: u16, height: u16) {
     let message = format!(
-        "torchtop needs at least {}x{}\n(now {width}x{height})",
+        "torchtop needs at least {}x{}\n(now {width}x{height})\nq quits; other keys wait for a larger window",
         layout::MIN_WIDTH,
         layout::MIN_HEIGHT
     );

@@ -379,6 +379,51 @@ fn text_escapes_control_characters_from_command_lines() {
     assert_eq!(row["command"], format!("{HOSTILE_ARGV0} 600"));
 }
 
+/// serde_json escapes only C0 controls, and the exposition format only `\\`, `"` and line
+/// breaks: another user's C1 CSI (U+009B, which xterm obeys), bidirectional override or, in
+/// a label value, ESC and BEL went out raw to whoever ran `--once --json` or
+/// `--once --format prometheus` in a terminal.
+#[test]
+fn json_and_prometheus_output_carry_no_terminal_controls() {
+    use std::os::unix::process::CommandExt;
+    let hostile = "evil\u{9b}31m\u{202e}txt.exe\u{1b}]0;pwned\u{7}";
+    let mut child = Command::new("sleep")
+        .arg0(hostile)
+        .arg("600")
+        .env("SLURM_JOB_ID", hostile)
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .spawn()
+        .expect("sleep");
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[child.id()]);
+    let raw = |c: char| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c));
+    for args in [&["--json"][..], &["--format", "prometheus"][..]] {
+        let (output, _) = run_once(&scenario, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let text = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            text.contains("evil"),
+            "{args:?}: the process is missing:\n{text}"
+        );
+        let found: Vec<char> = text.chars().filter(|c| raw(*c)).collect();
+        assert!(
+            found.is_empty(),
+            "{args:?}: {found:?} went out raw:\n{text}"
+        );
+    }
+    // JSON's escapes keep the exact text.
+    let (doc, _) = once_json(&scenario, &[]);
+    let row = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == child.id())
+        .expect("the hostile process is listed");
+    assert_eq!(row["command"], format!("{hostile} 600"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn implausible_driver_values_are_null_and_counted() {
     let sleepers = Sleepers::spawn(2);
