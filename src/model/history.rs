@@ -75,6 +75,8 @@ pub(crate) struct GpuHistory {
     pub(crate) pcie_tx_kib_s: Series,
     pub(crate) encoder_percent: Series,
     pub(crate) decoder_percent: Series,
+    /// The GPU these samples are of: a GPU at the same index with another UUID starts afresh.
+    uuid: Option<std::sync::Arc<str>>,
 }
 
 impl GpuHistory {
@@ -91,6 +93,7 @@ impl GpuHistory {
             pcie_tx_kib_s: new_series(),
             encoder_percent: new_series(),
             decoder_percent: new_series(),
+            uuid: None,
         }
     }
 
@@ -110,6 +113,21 @@ impl GpuHistory {
     }
 
     fn push(&mut self, gpu: &super::GpuSample) {
+        if gpu.uuid.is_some() && gpu.uuid != self.uuid {
+            if self.uuid.is_some() {
+                for series in self.series_mut() {
+                    series.values.clear();
+                }
+            }
+            self.uuid.clone_from(&gpu.uuid);
+        }
+        // A stale or lost GPU's figures are its last reading again: a gap, not a flat line.
+        if gpu.state != super::GpuState::Ok {
+            for series in self.series_mut() {
+                series.push(None);
+            }
+            return;
+        }
         let float = |v: Option<u32>| v.map(f64::from);
         self.utilization_percent
             .push(float(gpu.utilization_percent));

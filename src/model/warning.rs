@@ -111,9 +111,17 @@ impl Fact {
         let (digits, rest) = trimmed.split_at(split);
         let number = digits.parse::<f64>().ok().filter(|n| n.is_finite());
         let unit = rest.trim();
-        // One figure: a number, then at most one short word with no spaces ("GiB", "%").
-        let one_figure =
-            number.is_some() && !unit.contains(char::is_whitespace) && unit.len() <= 12;
+        // One figure: a number, then at most one short word with no spaces ("GiB", "%",
+        // "°C"). A word that starts with punctuation makes it something else: a bus id
+        // ("00000000:02:00.0"), a clock ("12:34"), a range ("0-3").
+        let unit_like = unit
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_alphabetic() || matches!(c, '%' | '°' | 'µ'));
+        let one_figure = number.is_some()
+            && unit_like
+            && !unit.contains(char::is_whitespace)
+            && unit.len() <= 12;
         Fact {
             name: name.to_string(),
             number: number.filter(|_| one_figure),
@@ -205,6 +213,9 @@ mod tests {
                 ("rate", "484.0MiB/min"),
                 ("verdict", "3 of 4 ranks"),
                 ("reasons", "sw_power_cap"),
+                ("bus id", "00000000:02:00.0"),
+                ("at", "12:34"),
+                ("temperature", "91°C"),
             ],
         );
         let facts = w.facts();
@@ -216,6 +227,9 @@ mod tests {
         assert_eq!(pick(4), (None, None));
         assert_eq!(pick(5), (None, None));
         assert_eq!(facts[4].text, "3 of 4 ranks");
+        assert_eq!(pick(6), (None, None), "a bus id is not a figure");
+        assert_eq!(pick(7), (None, None), "a time of day is not a figure");
+        assert_eq!(pick(8), (Some(91.0), Some("°C")));
     }
 
     #[test]

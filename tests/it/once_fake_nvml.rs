@@ -276,6 +276,45 @@ fn a_lost_gpu_is_reported_lost_and_the_rest_keeps_working() {
     assert_eq!(doc["gpus"][1]["state"], "lost");
 }
 
+/// The fixture's second GPU leaves at 4 s and a third came at 2 s, so the count reads 2 at
+/// the start and at the next count (every 10 s) alike, while index 1 names another GPU. Before,
+/// index 1 stayed "lost" with the departed GPU's last figures for good, and the GPU there was
+/// never read. A lost GPU is now opened again at each count.
+#[test]
+fn the_gpu_that_takes_a_lost_gpus_index_is_read_and_a_lost_gpu_shows_no_figures() {
+    let scenario = ScenarioFile::from_fixture("count_change.toml", &[]);
+    let uuid_at = |doc: &Value, i: usize| doc["gpus"][i]["uuid"].as_str().map(str::to_string);
+    let docs = json_stream_until(
+        Command::new(common::torchtop_binary())
+            .args(["--json", "-d", "0.5"])
+            .envs(scenario.env()),
+        |docs| {
+            docs.last().is_some_and(|d| {
+                uuid_at(d, 1).as_deref() == Some("GPU-22222222-2222-4222-8222-222222222222")
+                    && d["gpus"][1]["state"] == "ok"
+            })
+        },
+    );
+    let lost: Vec<&Value> = docs
+        .iter()
+        .map(|d| &d["gpus"][1])
+        .filter(|g| g["state"] == "lost")
+        .collect();
+    assert!(!lost.is_empty(), "GPU 1 was never seen lost");
+    for gpu in lost {
+        assert_eq!(
+            gpu["uuid"], "GPU-11111111-1111-4111-8111-111111111111",
+            "the lost GPU is named: {gpu}"
+        );
+        for figure in ["utilization_percent", "memory_used_bytes", "temperature_c"] {
+            assert!(gpu[figure].is_null(), "a lost GPU's {figure}: {gpu}");
+        }
+    }
+    let last = docs.last().unwrap();
+    assert_eq!(last["gpus"][1]["utilization_percent"], 30, "{last}");
+    assert_eq!(last["gpus"].as_array().unwrap().len(), 2, "{last}");
+}
+
 #[test]
 fn a_process_that_vanished_stays_listed_as_not_visible() {
     let mut sleepers = Sleepers::spawn(2);

@@ -1,6 +1,7 @@
 //! The driver thread: loads the GPU library (nvmlInit can take seconds) and answers GPU-count
 //! requests, so that neither blocks the sampler; and how the pool takes its answers.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -60,11 +61,22 @@ impl GpuPool {
             }
         };
         self.driver.error = None;
+        // An index is a position among the GPUs present: when the count changes, any index
+        // may now name another GPU, so every GPU is opened afresh. A lost GPU is opened again
+        // at each count: the GPU now at its index (after a GPU left and another came within
+        // one count, say) is read, or the GPU is found lost again.
+        let count_changed = self.driver.gpu_count.is_some_and(|before| before != count);
         self.driver.gpu_count = Some(count);
+        let mut lost_before = BTreeMap::new();
         self.slots.retain(|index, slot| {
-            let keep = *index < count;
+            let keep = *index < count && !count_changed && !slot.is_lost();
             if !keep {
                 slot.cell.disown();
+                if !count_changed {
+                    if let Some(lost) = slot.take_lost() {
+                        lost_before.insert(*index, lost);
+                    }
+                }
             }
             keep
         });
@@ -80,7 +92,12 @@ impl GpuPool {
             if let Some(home) = self.home() {
                 self.hand_over(&cell, home);
             }
-            self.slots.insert(index, Slot::new(cell));
+            // Shown lost until the new reader's first answer says otherwise.
+            let mut slot = Slot::new(cell);
+            if let Some(lost) = lost_before.remove(&index) {
+                slot.still_lost(lost);
+            }
+            self.slots.insert(index, slot);
         }
     }
 

@@ -27,17 +27,23 @@ impl GpuPool {
     }
 
     fn gpu_sample(&self, index: u32, worker: &Slot, now: Instant) -> GpuSample {
-        let mut sample = worker
-            .last_reading
-            .as_ref()
-            .map(|r| r.sample.clone())
-            .unwrap_or_default();
-        sample.index = index;
+        let last = worker.last_reading.as_ref().map(|r| &r.sample);
         let since_ok = now.duration_since(worker.last_ok.unwrap_or(worker.created));
         if let Some(why) = &worker.lost {
-            sample.state = GpuState::Lost;
-            sample.error = Some(why.clone());
-        } else if worker.last_ok.is_none() || since_ok > self.stale_after {
+            // Which GPU it was, and no figure: a lost GPU's last readings are not its state.
+            return GpuSample {
+                index,
+                name: last.and_then(|s| s.name.clone()),
+                uuid: last.and_then(|s| s.uuid.clone()),
+                bus_id: last.and_then(|s| s.bus_id.clone()),
+                state: GpuState::Lost,
+                error: Some(why.clone()),
+                ..GpuSample::default()
+            };
+        }
+        let mut sample = last.cloned().unwrap_or_default();
+        sample.index = index;
+        if worker.last_ok.is_none() || since_ok > self.stale_after {
             sample.state = GpuState::Stale;
             sample.stale_seconds = Some(round_tenths(since_ok.as_secs_f64()));
             sample.error = worker
@@ -84,6 +90,24 @@ impl Slot {
         }
     }
 
+    pub(super) fn is_lost(&self) -> bool {
+        self.lost.is_some()
+    }
+
+    /// Why the GPU was lost and its last reading, taken out of a lost slot about to be opened
+    /// again; `None` if it is not lost.
+    pub(super) fn take_lost(&mut self) -> Option<(String, Option<DeviceReading>)> {
+        let why = self.lost.take()?;
+        Some((why, self.last_reading.take()))
+    }
+
+    /// A slot opened again for a GPU that was lost: it stays lost, with its identity, until
+    /// its new reader answers.
+    pub(super) fn still_lost(&mut self, (why, last_reading): (String, Option<DeviceReading>)) {
+        self.lost = Some(why);
+        self.last_reading = last_reading;
+    }
+
     /// Takes a reading taken at `at`.
     pub(super) fn apply(&mut self, reading: Result<DeviceReading, DeviceError>, at: Instant) {
         match reading {
@@ -93,6 +117,7 @@ impl Slot {
                 }
                 self.last_ok = Some(at);
                 self.last_error = None;
+                self.lost = None;
             }
             Err(DeviceError::Lost(why)) => {
                 self.lost = Some(why);
