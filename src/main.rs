@@ -18,18 +18,12 @@ fn main() -> ExitCode {
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
     }
-    let monitor = match torchtop::settings::MonitorConfig::load(cli.config.as_deref()) {
+    let monitor = match load_config(&cli) {
         Ok(monitor) => monitor,
-        Err(error) => {
-            complain("torchtop", &error);
-            return ExitCode::from(2);
-        }
-    };
-    let delay = monitor.delay(cli.delay_given.then_some(cli.delay), cli.delay);
-    let config = match sampler_config(&cli, delay) {
-        Ok(config) => config,
         Err(code) => return code,
     };
+    let delay = monitor.delay(cli.delay_given.then_some(cli.delay), cli.delay);
+    let config = sampler_config(&cli, delay, &monitor.config);
     let loader = nvml_loader(cli.nvml_lib.clone());
     if cli.once {
         return print_once(&cli, config, loader);
@@ -61,21 +55,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// The sampler's settings from the command line: the interval, the library, the rules.
-fn sampler_config(cli: &Cli, delay: f64) -> Result<SamplerConfig, ExitCode> {
-    let rules = match torchtop::settings::MonitorConfig::load(cli.config.as_deref()) {
-        Ok(monitor) => monitor.config.rules,
-        Err(error) => {
-            complain("torchtop", &error);
-            return Err(ExitCode::from(2));
-        }
-    };
+/// The config file (`--config`, else the default one), read once: a pipe (`--config <(...)`)
+/// can be read only once. Exit status 2 with a sentence when it cannot be used.
+fn load_config(cli: &Cli) -> Result<torchtop::settings::MonitorConfig, ExitCode> {
+    torchtop::settings::MonitorConfig::load(cli.config.as_deref()).map_err(|error| {
+        complain("torchtop", &error);
+        ExitCode::from(2)
+    })
+}
+
+/// The sampler's settings: the interval and the library from the command line, the rules
+/// from the config file.
+fn sampler_config(cli: &Cli, delay: f64, file: &torchtop::settings::Config) -> SamplerConfig {
     let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(delay),
         cli.nvml_lib.display().to_string(),
     );
-    config.rules = rules;
-    Ok(config)
+    config.rules = file.rules.clone();
+    config
 }
 
 /// `torchtop record`: headless, until the duration is over or a signal.
@@ -91,8 +88,8 @@ fn record(cli: &Cli, command: &Command) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let delay = delay.unwrap_or(cli.delay);
-    let config = match sampler_config(cli, delay) {
-        Ok(config) => config,
+    let config = match load_config(cli) {
+        Ok(monitor) => sampler_config(cli, delay, &monitor.config),
         Err(code) => return code,
     };
     let options = torchtop::record::headless::HeadlessOptions {

@@ -35,19 +35,76 @@ pub(crate) fn load<T: DeserializeOwned>(path: &Path, check: Check<T>) -> Result<
 /// with a sentence that says what such a file should hold (`hint`).
 pub(crate) fn read_text(path: &Path, what: &str, hint: &str) -> Result<String, String> {
     use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
     let shown = shown(path);
     let cannot_read = |e: std::io::Error| format!("cannot read {what} {shown}: {e}");
-    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    let file = open_without_waiting(path).map_err(cannot_read)?;
     let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot_read)?;
+    if file.metadata().map_err(cannot_read)?.file_type().is_fifo() {
+        read_pipe(&file, &mut bytes).map_err(|why| format!("{what} {shown} is a pipe: {why}"))?;
+    } else {
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(cannot_read)?;
+    }
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(format!(
             "{what} {shown} is larger than 1 MiB, the most torchtop reads; {hint}"
         ));
     }
     String::from_utf8(bytes).map_err(|_| format!("{what} {shown} is not UTF-8 text"))
+}
+
+/// Opens `path` for reading without waiting in open() for a FIFO's writer; the file is then
+/// made blocking again, as a terminal or /dev/stdin expects.
+fn open_without_waiting(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let flags = rustix::fs::fcntl_getfl(&file)?;
+    rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
+    Ok(file)
+}
+
+/// How long a config named as a pipe (`--config <(...)`, a FIFO) may take to arrive.
+const PIPE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads a pipe to its end, at most [`MAX_CONFIG_BYTES`] and one byte, waiting at most
+/// [`PIPE_PATIENCE`] for each piece: a FIFO nobody writes to must not hang torchtop.
+fn read_pipe(file: &std::fs::File, bytes: &mut Vec<u8>) -> Result<(), String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use std::io::Read;
+    let patience = Timespec::try_from(PIPE_PATIENCE).unwrap_or(Timespec {
+        tv_sec: 5,
+        tv_nsec: 0,
+    });
+    let mut chunk = [0u8; 8192];
+    loop {
+        let mut fds = [PollFd::new(file, PollFlags::IN)];
+        match poll(&mut fds, Some(&patience)) {
+            Ok(0) => {
+                return Err(format!(
+                    "nothing came from it for {} s; is anything writing to it?",
+                    PIPE_PATIENCE.as_secs()
+                ))
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+        match (&*file).read(&mut chunk) {
+            Ok(0) if bytes.is_empty() => return Err("it ended without a byte".into()),
+            Ok(0) => return Ok(()),
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Ok(());
+        }
+    }
 }
 
 /// A path as an error message may show it: escaped, since a file name can hold anything.

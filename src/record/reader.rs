@@ -18,7 +18,6 @@ mod scan;
 mod source;
 
 use std::borrow::Cow;
-use std::fs::File;
 use std::path::Path;
 
 use self::issues::{header_error, undecodable};
@@ -68,18 +67,37 @@ pub struct Recording {
 pub struct Cursor {
     decoder: Decoder,
     at: Option<usize>,
+    /// A frame that could not be decoded, with why: the frames after it up to the next key
+    /// frame build on it, so each fails at once instead of decoding its block again from the
+    /// key frame (a crafted file made that work grow with the square of its frames).
+    broken: Option<(usize, String)>,
 }
 
 impl Recording {
     pub fn open(path: &Path) -> Result<Recording, RecordError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let name = escape(&path.display().to_string()).into_owned();
-        let file =
-            File::open(path).map_err(|e| RecordError(format!("could not open {name}: {e}")))?;
-        let len = file
+        // Not blocking in open(): a FIFO given by mistake would wait for a writer for ever.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| RecordError(format!("could not open {name}: {e}")))?;
+        let metadata = file
             .metadata()
-            .map_err(|e| RecordError(format!("could not read {name}: {e}")))?
-            .len();
-        Self::load(Source::File { file, len }, name)
+            .map_err(|e| RecordError(format!("could not read {name}: {e}")))?;
+        if !metadata.is_file() {
+            return Err(RecordError(format!(
+                "{name} is not a regular file: give the path of a recording (torchtop record)"
+            )));
+        }
+        Self::load(
+            Source::File {
+                file,
+                len: metadata.len(),
+            },
+            name,
+        )
     }
 
     pub(crate) fn from_bytes(name: &str, bytes: &'static [u8]) -> Result<Recording, RecordError> {
@@ -156,17 +174,25 @@ impl Recording {
             ),
         };
         if let Some(from) = from {
+            if let Some((bad, why)) = &cursor.broken {
+                let chain = self.frames[*bad..=i.max(*bad)].iter();
+                if (from..=i).contains(bad) && !chain.skip(1).any(|f| f.key) {
+                    return Err(undecodable(&target, why));
+                }
+            }
             cursor.at = None;
-            let frames: Vec<FrameInfo> = self.frames[from..=i].to_vec();
+            let frames: Vec<(usize, FrameInfo)> = (from..=i)
+                .zip(self.frames[from..=i].iter().copied())
+                .collect();
             let bytes = self.block_bytes(target.block)?;
-            for frame in frames {
+            for (k, frame) in frames {
                 let body = bytes
                     .get(frame.body_start as usize..frame.body_end as usize)
                     .unwrap_or_default();
-                cursor
-                    .decoder
-                    .decode(frame.key, body)
-                    .map_err(|e| undecodable(&frame, &e.0))?;
+                if let Err(e) = cursor.decoder.decode(frame.key, body) {
+                    cursor.broken = Some((k, e.0.clone()));
+                    return Err(undecodable(&frame, &e.0));
+                }
             }
             cursor.at = Some(i);
         }

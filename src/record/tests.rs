@@ -252,3 +252,81 @@ fn the_demo_written_again_reads_back_frame_for_frame() {
         "{bytes} bytes against the demo's {demo_bytes}"
     );
 }
+
+/// A block of a hundred thousand identical empty frames compresses to a few hundred bytes of
+/// zstd. Before, every one went into the index (and a replay decoded the block again from its
+/// key frame for each of them): a 17 KB file held 600 MB and ran for minutes.
+#[test]
+fn a_block_with_more_frames_than_any_writer_puts_there_is_cut_with_a_sentence() {
+    use super::format::{self, FrameHead, Meta, Trailer};
+    let mut file = Vec::new();
+    format::put_header(
+        &mut file,
+        &Meta {
+            torchtop: "0.1.0".into(),
+            interval_seconds: 1.0,
+            started: "2026-01-01T00:00:00Z".into(),
+            snapshot_schema: 1,
+            key_every: 300,
+            ..Meta::default()
+        },
+    );
+    let mut raw = Vec::new();
+    for k in 0..100_000 {
+        let head = FrameHead {
+            key: k == 0,
+            time: 1.0e9,
+            marks: 0,
+        };
+        format::put_frame(&mut raw, head, b"");
+    }
+    let compressed = zstd::bulk::compress(&raw, 19).unwrap();
+    file.extend_from_slice(&format::block_header(0, 1.0e9));
+    file.extend_from_slice(&compressed);
+    file.extend_from_slice(&format::trailer(Trailer {
+        frames: 100_000,
+        compressed_len: compressed.len() as u64,
+        compressed_crc: crc32fast::hash(&compressed),
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.ttrec");
+    std::fs::write(&path, &file).unwrap();
+    let recording = Recording::open(&path).unwrap();
+    let kept = recording.frames().len();
+    assert!(
+        kept <= file.len() / 2,
+        "{kept} frames from {} bytes",
+        file.len()
+    );
+    assert!(
+        recording
+            .issues
+            .iter()
+            .any(|i| i.contains("torchtop never writes")
+                || i.contains("more frames than a file of this size")),
+        "{:?}",
+        recording.issues
+    );
+}
+
+/// A FIFO given as a recording: open() used to wait for a writer for ever.
+#[test]
+fn a_fifo_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rec.ttrec");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    let (done, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(Recording::open(&fifo).map(|_| ()));
+    });
+    let error = answer
+        .recv_timeout(crate::test_ci::PATIENCE)
+        .expect("opening a FIFO returned")
+        .unwrap_err();
+    assert!(error.0.contains("is not a regular file"), "{}", error.0);
+}

@@ -134,3 +134,37 @@ fn windows_are_bounded() {
     );
     assert!(parse("[rules.ecc]\nwindow_seconds = 86400\n").is_ok());
 }
+
+/// A FIFO nobody writes to: open() used to wait for a writer for ever, silently.
+#[test]
+fn a_pipe_nobody_writes_to_gets_a_sentence_and_a_written_one_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    let (done, answer) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(load(&path).map(|_| ()));
+    });
+    let error = answer
+        .recv_timeout(crate::test_ci::PATIENCE)
+        .expect("reading a FIFO nobody writes to returned")
+        .unwrap_err();
+    assert!(
+        error.contains("is a pipe") && error.contains("nothing came"),
+        "{error}"
+    );
+
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        std::fs::write(&path, "[rules.swap]\navailable_fraction = 0.25\n").unwrap();
+    });
+    let config = load(&fifo).unwrap();
+    writer.join().unwrap();
+    assert_eq!(config.rules.swap.available_fraction.get(), 0.25);
+}

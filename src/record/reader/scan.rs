@@ -4,7 +4,11 @@
 use super::blocks::Ended;
 use super::{BlockInfo, FrameInfo, Recording};
 use crate::record::format::{self, Next, BLOCK_HEADER_LEN, TRAILER_LEN};
+use crate::record::writer::BLOCK_FRAMES;
 use crate::record::RecordError;
+
+/// The most frames read from one block: four times what the writer puts in one.
+const MAX_BLOCK_FRAMES: usize = 4 * BLOCK_FRAMES as usize;
 
 impl Recording {
     /// Reads every block from `pos` on, building the index and the list of issues.
@@ -118,9 +122,23 @@ impl Recording {
     }
 
     /// Adds the frames of one decompressed block to the index; says why it stopped early.
+    /// A crafted block can hold millions of tiny frames in a few kilobytes of zstd, so the
+    /// index is bounded twice: a block holds at most [`MAX_BLOCK_FRAMES`], and the file at
+    /// most a frame for every two of its bytes (each frame carries a checksum of its own that
+    /// does not compress, so a recording torchtop wrote needs at least four bytes a frame).
     fn index_frames(&mut self, block: u32, bytes: &[u8]) -> Option<String> {
         let mut at = 0;
+        let first = self.frames.len();
+        let most = usize::try_from(self.source.len() / 2).unwrap_or(usize::MAX);
         loop {
+            if self.frames.len() - first >= MAX_BLOCK_FRAMES {
+                return Some(format!(
+                    "it holds more than {MAX_BLOCK_FRAMES} frames, which torchtop never writes"
+                ));
+            }
+            if self.frames.len() >= most {
+                return Some("it holds more frames than a file of this size can".into());
+            }
             match format::next_frame(bytes, at) {
                 Next::End => return None,
                 Next::Cut => return Some("its last frame is incomplete".into()),
