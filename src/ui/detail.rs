@@ -163,6 +163,8 @@ fn environment_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDeta
 
 fn gpu_lines(lines: &mut Vec<Line<'static>>, app: &App, rows: &[&GpuProcess], theme: Theme) {
     section(lines, "GPUs", theme);
+    // A row listed for its agent alone holds no GPU NVML knows of (its index is a placeholder).
+    let rows: Vec<&GpuProcess> = rows.iter().copied().filter(|r| !r.no_gpu).collect();
     if rows.is_empty() {
         lines.push(Line::styled("  holds no GPU", theme.dim()));
     }

@@ -138,3 +138,20 @@ fn a_long_status_sentence_leaves_the_key_hints_on_the_line() {
         );
     }
 }
+
+/// A process listed for its agent alone (CPU-only ranks, before their first CUDA call) has the
+/// placeholder GPU index u32::MAX: the detail view printed "GPU 4294967295".
+#[test]
+fn a_process_without_a_gpu_holds_no_gpu_in_the_detail_view() {
+    let mut snapshot = busy_snapshot(1, 1, 0);
+    let pid = snapshot.processes[0].pid;
+    snapshot.processes[0].gpu = crate::model::NO_GPU;
+    snapshot.processes[0].no_gpu = true;
+    snapshot.processes[0].gpu_memory_bytes = None;
+    let mut app = app_with(snapshot);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.detail.as_ref().map(|d| d.pid), Some(pid));
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("holds no GPU"), "{s}");
+    assert!(!s.contains("4294967295"), "{s}");
+}

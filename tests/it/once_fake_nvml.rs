@@ -315,6 +315,28 @@ fn the_gpu_that_takes_a_lost_gpus_index_is_read_and_a_lost_gpu_shows_no_figures(
     assert_eq!(last["gpus"].as_array().unwrap().len(), 2, "{last}");
 }
 
+/// `--once` measures CPU% over its 40 ms window; the collector gave none for windows under
+/// 50 ms, so every process's `cpu_percent` was null.
+#[test]
+fn once_gives_a_cpu_percentage_for_a_busy_process() {
+    let mut busy = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .expect("sh");
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[busy.id(), busy.id()]);
+    let (doc, _) = once_json(&scenario, &[]);
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let row = doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == busy.id())
+        .expect("the busy process is listed")
+        .clone();
+    assert!(row["cpu_percent"].is_number(), "{row}");
+}
+
 #[test]
 fn a_process_that_vanished_stays_listed_as_not_visible() {
     let mut sleepers = Sleepers::spawn(2);
