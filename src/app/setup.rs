@@ -133,6 +133,30 @@ pub(crate) fn items() -> Vec<Item> {
     items
 }
 
+/// Whether the setup screen can hide `column`: PID (and COMMAND, not in the list) always show,
+/// as a row must say which process it is.
+fn hideable(column: Column) -> bool {
+    column != Column::Pid
+}
+
+/// A sentence for the names in `hidden_columns` that are not a column that can be hidden (a
+/// typo, or "pid"); they stay in the file and change nothing.
+fn unknown_hidden_columns(hidden: &[String]) -> Option<String> {
+    let known = |h: &String| columns::ORDER.into_iter().any(|c| hideable(c) && is_key_of(h, c));
+    let unknown: Vec<String> = hidden
+        .iter()
+        .filter(|h| !known(h))
+        .map(|h| format!("\"{}\"", crate::format::escape(h)))
+        .collect();
+    (!unknown.is_empty()).then(|| {
+        format!(
+            "the [ui] table's hidden_columns names {}, which is not a column F2 can hide; \
+             PID and COMMAND always show",
+            unknown.join(", ")
+        )
+    })
+}
+
 /// The config file's name for a column: its title in lower case.
 pub(crate) fn column_key(column: Column) -> String {
     column.title().to_lowercase()
@@ -252,6 +276,7 @@ impl App {
     /// Uses `ui` (the `[ui]` table, with `--theme` applied) and saves changes to `path`;
     /// `notice` is why the table could not be used, for the status line.
     pub fn with_ui(mut self, ui: UiConfig, path: Option<PathBuf>, notice: Option<String>) -> Self {
+        let notice = notice.or_else(|| unknown_hidden_columns(&ui.hidden_columns));
         self.ui = ui;
         self.config_path = path;
         if notice.is_some() {
@@ -273,7 +298,7 @@ impl App {
     /// Whether the user hid `column` in the setup screen: [`App::hidden_columns`] without the
     /// vector, as a frame asks.
     pub(crate) fn is_column_hidden(&self, column: Column) -> bool {
-        self.ui.hidden_columns.iter().any(|h| is_key_of(h, column))
+        hideable(column) && self.ui.hidden_columns.iter().any(|h| is_key_of(h, column))
     }
 
     /// The process columns the user hid in the setup screen.
@@ -281,7 +306,7 @@ impl App {
         // Asked each frame: compared with each column's key without making it.
         columns::ORDER
             .into_iter()
-            .filter(|c| self.ui.hidden_columns.iter().any(|h| is_key_of(h, *c)))
+            .filter(|c| self.is_column_hidden(*c))
             .collect()
     }
 }
@@ -316,6 +341,23 @@ mod tests {
             assert!(!is_key_of(column.title(), column) || column.title() == column_key(column));
             assert!(!is_key_of("", column));
         }
+    }
+
+    /// `hidden_columns = ["pid"]` hid the PID column, which F2 does not list and so could not
+    /// bring back; a name that is no column was taken without a word.
+    #[test]
+    fn pid_cannot_be_hidden_and_an_unknown_name_gets_a_sentence() {
+        let ui = UiConfig {
+            hidden_columns: vec!["pid".into(), "gpu".into(), "zzz".into()],
+            ..UiConfig::default()
+        };
+        let app = App::new(1.0, true, false).with_ui(ui, None, None);
+        assert!(!app.is_column_hidden(Column::Pid));
+        assert!(!app.hidden_columns().contains(&Column::Pid));
+        assert!(app.hidden_columns().contains(&Column::Gpu));
+        let status = app.status.clone().unwrap_or_default();
+        assert!(status.contains("\"pid\", \"zzz\""), "{status}");
+        assert_eq!(app.ui.hidden_columns.len(), 3, "the names stay in the file");
     }
 
     fn press(app: &mut App, code: KeyCode) -> Effect {
