@@ -15,6 +15,8 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 #[command(
     name = "torchtop",
     version = LONG_VERSION,
+    // "-d -1" is a bad value, worth its range sentence, not an unknown option.
+    allow_negative_numbers = true,
     about = "GPU, process, host and PyTorch-allocator monitor for training machines"
 )]
 pub struct Cli {
@@ -37,7 +39,8 @@ pub struct Cli {
     pub json: bool,
 
     /// With --json (and no --once): stop after this many documents.
-    #[arg(long, value_name = "N", requires = "json", conflicts_with = "once")]
+    #[arg(long, value_name = "N", requires = "json", conflicts_with = "once",
+          value_parser = parse_samples)]
     pub samples: Option<u64>,
 
     /// How long --once waits for a GPU (or the driver) before reporting it as stale
@@ -165,6 +168,7 @@ pub enum Command {
     },
     /// Record what the monitor sees to a file, without a terminal (systemd, tmux, nohup).
     /// Options of the monitor (--config, --nvml-lib) go before `record`.
+    #[command(allow_negative_numbers = true)]
     Record {
         /// The file to write (default: torchtop-DATE-TIME.ttrec here). An earlier recording of
         /// that name is moved to FILE.1.
@@ -174,7 +178,8 @@ pub enum Command {
         #[arg(short = 'd', long = "delay", value_name = "SECONDS", value_parser = parse_delay)]
         delay: Option<f64>,
         /// Stop after this long: 90s, 10m, 8h, 2d (default: until SIGINT, SIGTERM or SIGHUP).
-        #[arg(long, value_name = "D", value_parser = crate::record::headless::parse_duration)]
+        #[arg(long, value_name = "D", allow_hyphen_values = true,
+              value_parser = crate::record::headless::parse_duration)]
         duration: Option<std::time::Duration>,
         /// Keep the recording's files under this size in all (500M, 2G): it is split into 4
         /// files, and the oldest is deleted when a new one starts.
@@ -279,6 +284,17 @@ fn parse_gpu_list(text: &str) -> Result<GpuList, String> {
         }
     }
     Ok(GpuList(gpus))
+}
+
+/// `--samples`: a whole number of documents, at least one.
+fn parse_samples(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "expected a whole number of documents, at least 1, not {}",
+            crate::format::escape(text)
+        )),
+    }
 }
 
 fn parse_timeout(text: &str) -> Result<f64, String> {
@@ -448,6 +464,22 @@ mod tests {
         let stream = Cli::try_parse_from(["torchtop", "--json", "--samples", "3"]).unwrap();
         assert_eq!(stream.samples, Some(3));
         assert!(Cli::try_parse_from(["torchtop", "--samples", "3"]).is_err());
+        for bad in ["0", "-1", "1.5"] {
+            let error = Cli::try_parse_from(["torchtop", "--json", "--samples", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("at least 1"), "{bad}: {error}");
+        }
+        for args in [&["-d", "-1"][..], &["--timeout", "-3"][..]] {
+            let error = Cli::try_parse_from(["torchtop"].iter().chain(args))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("must be between"), "{args:?}: {error}");
+        }
+        let error = Cli::try_parse_from(["torchtop", "record", "--duration", "-5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("unexpected argument"), "{error}");
         assert!(Cli::try_parse_from(["torchtop", "--once", "--json", "--samples", "3"]).is_err());
     }
 
