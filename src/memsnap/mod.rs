@@ -68,6 +68,9 @@ pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadErro
     };
     let file = open_regular(path, links).map_err(fail)?;
     let file_bytes = file.metadata().map(|m| m.len()).ok();
+    if let Some(problem) = file_bytes.and_then(too_big_for_memory) {
+        return Err(fail(problem));
+    }
     let reader = BufReader::with_capacity(READ_BUFFER, file);
     let pickle = pickle::Pickle::read(reader, file_bytes).map_err(|e| fail(e.to_string()))?;
     let snapshot = model::from_pickle(&pickle).map_err(fail)?;
@@ -79,6 +82,31 @@ pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadErro
         file_bytes: file_bytes.unwrap_or(input_len),
         snapshot,
         analysis,
+    })
+}
+
+/// How many times its size a snapshot takes in memory once read, about (2.3 measured), with
+/// room to spare.
+const MEMORY_PER_FILE_BYTE: u64 = 3;
+
+/// A sentence when reading a file of `bytes` would take more memory than the machine has
+/// available: the file may come from another user's process (an agent's snapshot, opened by
+/// root's monitor), and running the monitor out of memory is no way to say it is too big.
+/// `None` when it fits, or when /proc/meminfo cannot tell.
+fn too_big_for_memory(bytes: u64) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let available = crate::sys::proc::parse_meminfo(&text)
+        .ok()?
+        .available_bytes?;
+    let needs = bytes.saturating_mul(MEMORY_PER_FILE_BYTE);
+    (needs > available).then(|| {
+        format!(
+            "is {}, and reading it would take about {}, more than the {} of memory available; \
+             open it on a machine with more memory",
+            crate::format::bytes(bytes),
+            crate::format::bytes(needs),
+            crate::format::bytes(available)
+        )
     })
 }
 

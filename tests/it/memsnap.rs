@@ -425,3 +425,20 @@ fn the_viewer_in_a_terminal_switches_views_and_quits_on_q() {
     }
     assert!(!session.on_alternate_screen(), "the terminal is restored");
 }
+
+/// A snapshot another user's agent wrote can be any size, and reading one takes about 2.3 times
+/// its size in memory: one larger than the memory available gets a sentence before a byte is
+/// read, rather than running the reader (root's monitor, after `S`) out of memory. The file
+/// here is sparse, so it takes no disk.
+#[test]
+fn a_snapshot_too_big_for_the_memory_available_is_refused_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.pickle");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(1 << 42).unwrap();
+    drop(file);
+    let out = torchtop(&[path.to_str().unwrap(), "--json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("memory available"), "{stderr}");
+}
