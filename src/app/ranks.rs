@@ -66,12 +66,14 @@ pub(crate) fn job_of(snapshot: &Snapshot, pid: u32) -> Option<&Job> {
 pub(crate) fn rank_rows(snapshot: &Snapshot, job: &Job) -> Vec<RankRow> {
     let mut rows: Vec<RankRow> = Vec::new();
     for rank in &job.ranks {
+        // A rank that holds no GPU yet lists none.
+        let gpu = (rank.gpu != crate::model::NO_GPU).then_some(rank.gpu);
         match rows.iter_mut().find(|r| r.pid == rank.pid) {
-            Some(row) => row.gpus.push(rank.gpu),
+            Some(row) => row.gpus.extend(gpu),
             None => rows.push(RankRow {
                 rank: rank.rank,
                 pid: rank.pid,
-                gpus: vec![rank.gpu],
+                gpus: gpu.into_iter().collect(),
                 ..RankRow::default()
             }),
         }

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRank {
     pub pid: u32,
-    /// The NVML GPU index.
+    /// The NVML GPU index; [`super::NO_GPU`] for a rank that holds none (JSON: null).
+    #[serde(with = "gpu_or_null")]
     pub gpu: u32,
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
@@ -22,4 +23,25 @@ pub struct Job {
     pub id: String,
     /// Ordered by rank, then pid and GPU.
     pub ranks: Vec<JobRank>,
+}
+
+/// [`JobRank::gpu`] in JSON: null for [`super::NO_GPU`], as a process row says it.
+mod gpu_or_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::super::NO_GPU;
+
+    // serde's `with` passes the field by reference.
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    pub(super) fn serialize<S: Serializer>(gpu: &u32, serializer: S) -> Result<S::Ok, S::Error> {
+        if *gpu == NO_GPU {
+            serializer.serialize_none()
+        } else {
+            serializer.serialize_some(gpu)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+        Ok(Option::<u32>::deserialize(deserializer)?.unwrap_or(NO_GPU))
+    }
 }

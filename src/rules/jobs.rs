@@ -1,4 +1,5 @@
-//! Grouping GPU processes into distributed jobs (torchrun, DDP, FSDP).
+//! Grouping GPU processes, and the processes an agent lists that hold no GPU yet (ranks before
+//! their first CUDA call, CPU ranks), into distributed jobs (torchrun, DDP, FSDP).
 //!
 //! A process belongs to a job when it knows its rank or a world size above one (from its
 //! agent's hello, else from RANK / WORLD_SIZE in its environment). Processes share a job when
@@ -26,7 +27,10 @@ pub(crate) fn group_jobs(processes: &[GpuProcess]) -> Vec<Job> {
 /// are rewritten in place: a tick whose jobs are those of the last one allocates nothing. The
 /// jobs are kept in id order as they are found, so each process finds its job by binary search:
 /// a host with hundreds of jobs costs n log n, not n times the jobs.
-pub(crate) fn group_jobs_into(processes: &[GpuProcess], jobs: &mut Vec<Job>) {
+pub(crate) fn group_jobs_into<'a>(
+    processes: impl IntoIterator<Item = &'a GpuProcess>,
+    jobs: &mut Vec<Job>,
+) {
     let mut used = 0;
     for process in processes {
         let Some(key) = job_key_of(process) else {

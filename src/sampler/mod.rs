@@ -313,7 +313,8 @@ impl Sampler {
             &mut self.agent_only,
         );
         self.host.join_more_processes(&mut self.agent_only);
-        group_jobs_into(&processes, &mut snapshot.jobs);
+        // A rank that holds no GPU yet is still a rank of its job.
+        group_jobs_into(processes.iter().chain(&self.agent_only), &mut snapshot.jobs);
         snapshot.notices = self.take_notices(&processes);
         snapshot.processes = processes;
         snapshot.ooms = self.ooms.iter().cloned().collect();

@@ -110,8 +110,14 @@ fn rank_line(row: &RankRow, theme: Theme) -> Line<'static> {
         .rank
         .map_or_else(|| format::NA.to_string(), |r| r.to_string());
     let gpus: Vec<String> = row.gpus.iter().map(u32::to_string).collect();
+    // A rank that holds no GPU yet (before its first CUDA call, or on the CPU).
+    let gpus = if gpus.is_empty() {
+        "-".to_string()
+    } else {
+        gpus.join(",")
+    };
     let mut spans = vec![Span::styled(
-        format!("{marker}{rank:>4}{:>4}", gpus.join(",")),
+        format!("{marker}{rank:>4}{gpus:>4}"),
         if row.outlier.is_empty() {
             theme.plain()
         } else {

@@ -40,6 +40,16 @@ fn agent_dir() -> (TempDir, PathBuf) {
 /// A "training script" under `torchtop run` with the stand-in torch: it initializes CUDA on
 /// `devices` (a Python tuple; `None` stays on the CPU) and idles while its agent reports.
 fn script(agents: &Path, devices: Option<&str>, visible: Option<&str>) -> KillOnDrop {
+    script_with_env(agents, devices, visible, &[])
+}
+
+/// [`script`] with more environment (a rank's launcher variables, say).
+fn script_with_env(
+    agents: &Path,
+    devices: Option<&str>,
+    visible: Option<&str>,
+    env: &[(&str, &str)],
+) -> KillOnDrop {
     let init = devices.map_or(String::new(), |d| format!("torch.cuda._fake_init({d})\n"));
     let code = format!(
         "import time, torch, torchtop_agent\n{init}while True:\n    torchtop_agent.step()\n    time.sleep(0.05)\n"
@@ -51,6 +61,7 @@ fn script(agents: &Path, devices: Option<&str>, visible: Option<&str>) -> KillOn
         .env("TORCHTOP_AGENT_DIR", agents)
         .env("TORCHTOP_AGENT_INTERVAL_MS", "100")
         .env_remove("CUDA_VISIBLE_DEVICES")
+        .envs(env.iter().copied())
         .stdin(Stdio::null());
     if let Some(list) = visible {
         command.env("CUDA_VISIBLE_DEVICES", list);
@@ -183,4 +194,66 @@ fn once_json_lists_a_process_whose_agent_spoke_but_which_holds_no_gpu() {
             .is_some_and(|c| c.contains("python3")),
         "{row}"
     );
+}
+
+/// Two ranks of one job that hold no GPU (CPU ranks with gloo, or ranks before their first
+/// CUDA call) are listed for their agents; before, the grouping into jobs saw only the
+/// processes NVML lists, so `jobs` stayed empty and the JOB line and rank table never came.
+#[test]
+fn ranks_that_hold_no_gpu_yet_form_their_job() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let ranks: Vec<KillOnDrop> = (0..2)
+        .map(|rank| {
+            let rank = rank.to_string();
+            script_with_env(
+                &agents,
+                None,
+                None,
+                &[
+                    ("RANK", &rank),
+                    ("LOCAL_RANK", &rank),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", "29533"),
+                ],
+            )
+        })
+        .collect();
+    let pids: Vec<u32> = ranks.iter().map(|r| r.0.id()).collect();
+    let scenario = ScenarioFile::new(
+        "[[gpu]]\nname = \"Idle GPU\"\nmemory_total_mib = 81920\nmemory_used_mib = 512\n",
+    );
+    let mut job: Option<Value> = None;
+    wait_until(
+        "--once --json to group the two CPU ranks into a job",
+        || {
+            let output = output_within_patience(
+                Command::new(common::torchtop_binary())
+                    .args(["--once", "--json"])
+                    .envs(scenario.env())
+                    .env("TORCHTOP_AGENT_DIR", &agents),
+            );
+            let doc: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+            job = doc["jobs"].as_array().and_then(|jobs| {
+                jobs.iter()
+                    .find(|j| j["id"].as_str().is_some_and(|id| id.contains("29533")))
+                    .cloned()
+            });
+            job.is_some()
+        },
+    );
+    let job = job.expect("found");
+    let ranks = job["ranks"].as_array().expect("ranks");
+    let listed: Vec<u64> = ranks.iter().filter_map(|r| r["pid"].as_u64()).collect();
+    assert_eq!(
+        listed,
+        pids.iter().map(|p| u64::from(*p)).collect::<Vec<_>>(),
+        "{job}"
+    );
+    for rank in ranks {
+        assert!(rank["gpu"].is_null(), "a rank without a GPU: {rank}");
+    }
 }
