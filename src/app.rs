@@ -9,6 +9,7 @@
 mod action_keys;
 pub(crate) mod columns;
 pub(crate) mod detail;
+pub(crate) mod help;
 pub(crate) mod layout;
 pub(crate) mod ranks;
 pub(crate) mod rows;
@@ -128,6 +129,9 @@ pub struct App {
     selected_key: Option<RowKey>,
     /// A short text at the right of the header: the recording indicator, or REPLAY.
     pub(crate) badge: Option<String>,
+    /// Whether this app shows a recording (`torchtop replay`): its help lists the replay's
+    /// keys first.
+    pub(crate) replay: bool,
     /// The last snapshot file handed to the viewer, by request number.
     memsnap_taken: Option<u64>,
     /// The detail view (`Enter`), when open.
@@ -166,6 +170,7 @@ impl App {
             row_scratch: rows::RowScratch::default(),
             selected_key: None,
             badge: None,
+            replay: false,
             memsnap_taken: None,
             detail: None,
             utc: false,
@@ -387,9 +392,11 @@ impl App {
             KeyCode::Char('q') => Effect::Quit,
             KeyCode::Esc | KeyCode::Char('?' | 'h') => {
                 self.view.show_help = false;
+                // The next help opens at its top, as a new one.
+                self.view.help_scroll = 0;
                 Effect::Redraw
             }
-            _ => Effect::None,
+            code => self.scroll_help(code),
         }
     }
 

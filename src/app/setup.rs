@@ -142,7 +142,11 @@ fn hideable(column: Column) -> bool {
 /// A sentence for the names in `hidden_columns` that are not a column that can be hidden (a
 /// typo, or "pid"); they stay in the file and change nothing.
 fn unknown_hidden_columns(hidden: &[String]) -> Option<String> {
-    let known = |h: &String| columns::ORDER.into_iter().any(|c| hideable(c) && is_key_of(h, c));
+    let known = |h: &String| {
+        columns::ORDER
+            .into_iter()
+            .any(|c| hideable(c) && is_key_of(h, c))
+    };
     let unknown: Vec<String> = hidden
         .iter()
         .filter(|h| !known(h))

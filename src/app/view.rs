@@ -44,6 +44,8 @@ pub(crate) struct ViewState {
     /// Page keys move by this much. 0 means "not known yet" and counts as 1.
     pub(crate) page_rows: usize,
     pub(crate) show_help: bool,
+    /// Lines of the help scrolled past at the top (j k PgDn End in the help).
+    pub(crate) help_scroll: usize,
     /// The GPU or job that `g` in the warnings view went to, highlighted until Esc.
     pub(crate) mark: Option<Mark>,
     /// Where the last frame put the panels, to map mouse clicks to rows.

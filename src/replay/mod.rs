@@ -142,6 +142,7 @@ fn tui(
         .unwrap_or(if options.demo { DEMO_SPEED } else { 1.0 });
     let interval = recording.meta.interval_seconds;
     let mut app = App::new(interval, options.colors, true);
+    app.replay = true;
     app.badge = Some(if options.demo {
         "REPLAY demo".to_string()
     } else {

@@ -744,6 +744,129 @@ fn help_overlay_lists_the_keys() {
     }
 }
 
+/// The rows inside the help's borders on `screen`, and its top and bottom borders.
+fn help_box(screen: &str) -> (Vec<String>, String, String) {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let top = row_of(screen, "torchtop keys");
+    let left = lines[top].iter().position(|&c| c == '┌').expect("top left");
+    let right = lines[top]
+        .iter()
+        .rposition(|&c| c == '┐')
+        .expect("top right");
+    let bottom = (top + 1..lines.len())
+        .find(|&y| lines[y].get(left) == Some(&'└'))
+        .expect("bottom border");
+    let inside = |y: usize| -> String { lines[y][left + 1..right].iter().collect() };
+    let border = |y: usize| -> String { lines[y][left..=right].iter().collect() };
+    let body = (top + 1..bottom).map(inside).collect();
+    (body, border(top), border(bottom))
+}
+
+/// Every line of the help, read by scrolling it one line at a time with `j` from its top.
+fn whole_help(app: &mut App, width: u16, height: u16) -> Vec<String> {
+    key(app, crossterm::event::KeyCode::Home);
+    let mut read = Vec::new();
+    for _ in 0..200 {
+        let (body, _, bottom) = help_box(&screen(app, width, height));
+        if !bottom.contains("↓ more") {
+            read.extend(body);
+            return read;
+        }
+        read.push(body[0].clone());
+        key(app, crossterm::event::KeyCode::Char('j'));
+    }
+    panic!("the help never reached its end");
+}
+
+/// The help's text with its wrapped lines joined: one space between words.
+fn joined(lines: &[String]) -> String {
+    lines
+        .iter()
+        .flat_map(|l| l.split_whitespace())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn help_at_the_minimum_size_scrolls_and_wraps_between_words() {
+    let mut app = sized(eight_gpu_app(), 60, 16);
+    key(&mut app, crossterm::event::KeyCode::Char('?'));
+    let top = screen(&app, 60, 16);
+    insta::assert_snapshot!("help_60x16_top", top);
+    let (_, upper, lower) = help_box(&top);
+    assert!(
+        lower.contains("↓ more") && !upper.contains("↑ more"),
+        "{top}"
+    );
+    let all = whole_help(&mut app, 60, 16);
+    let text = joined(&all);
+    for meaning in [
+        "signal menu: type a number (9, 15) or move; asks first",
+        "sort menu, prev/next column, reverse; or click a title",
+        "nice -1 or +1, as in htop; n: type a value (-20..19)",
+        // The last entry: reached by scrolling, not cut off.
+        "R start or stop recording to a file (torchtop replay)",
+    ] {
+        assert!(
+            text.contains(meaning),
+            "{meaning:?} missing from\n{}",
+            all.join("\n")
+        );
+    }
+    key(&mut app, crossterm::event::KeyCode::End);
+    let end = screen(&app, 60, 16);
+    insta::assert_snapshot!("help_60x16_end", end);
+    let (_, upper, lower) = help_box(&end);
+    assert!(
+        upper.contains("↑ more") && !lower.contains("↓ more"),
+        "{end}"
+    );
+    key(&mut app, crossterm::event::KeyCode::PageUp);
+    let (_, upper, lower) = help_box(&screen(&app, 60, 16));
+    assert!(upper.contains("↑ more") && lower.contains("↓ more"));
+}
+
+#[test]
+fn help_in_a_replay_lists_the_replay_keys_first_and_the_action_keys_as_off() {
+    let mut app = eight_gpu_app();
+    app.readonly = true;
+    app.replay = true;
+    app.badge = Some("REPLAY demo".to_string());
+    let mut app = sized(app, 80, 24);
+    key(&mut app, crossterm::event::KeyCode::Char('?'));
+    insta::assert_snapshot!("help_replay_80x24", screen(&app, 80, 24));
+    let all = whole_help(&mut app, 80, 24);
+    let text = joined(&all);
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing from\n{}", all.join("\n")))
+    };
+    for entry in [
+        "Space pause or play",
+        "← → one frame back or on (and pause)",
+        "+ - faster or slower",
+        "g go to a time",
+        "[ ] the previous or next event",
+    ] {
+        assert!(at(entry) < at("General"), "{entry} comes first");
+    }
+    for gone in ["scroll the command sideways", "next GPU", "tag or untag"] {
+        assert!(
+            !text.contains(gone),
+            "{gone:?} does something else in a replay"
+        );
+    }
+    let off = at("Off in a replay");
+    for keys in [
+        "T K I F9 signals",
+        "F7 F8 n nice",
+        "s P S the agent",
+        "R recording",
+    ] {
+        assert!(at(keys) > off, "{keys} listed as off");
+    }
+}
+
 #[test]
 fn status_line_shows_the_last_outcome_and_readonly() {
     let mut app = eight_gpu_app();
