@@ -85,7 +85,13 @@ pub(crate) struct WarningsView {
     selected_key: Option<EntryKey>,
     /// What regrouping keeps between snapshots.
     grouper: warning_groups::Grouper,
+    /// The most groups the panel has had rows for lately, and when (snapshot time).
+    held: (usize, f64),
 }
+
+/// How long the warnings panel keeps rows for warnings that went: throttle warnings that come
+/// and go every few seconds moved the process table under the user's mouse at each change.
+const HOLD_ROWS_SECONDS: f64 = 30.0;
 
 impl WarningsView {
     pub(crate) fn is_open(&self) -> bool {
@@ -100,6 +106,7 @@ impl WarningsView {
             self.opened.retain(|k| groups.iter().any(|g| &g.key == k));
             self.rebuild_entries(snapshot);
         }
+        self.hold_rows(snapshot.unix_seconds);
         if let Level::Detail(detail) = &mut self.level {
             let now = snapshot
                 .warnings
@@ -112,6 +119,21 @@ impl WarningsView {
                 }
                 None => detail.cleared = true,
             }
+        }
+    }
+
+    /// Lines the panel keeps room for: the groups now, or more if there were more within
+    /// [`HOLD_ROWS_SECONDS`], so that the table below does not jump as warnings come and go.
+    pub(crate) fn panel_rows(&self) -> usize {
+        self.groups.len().max(self.held.0)
+    }
+
+    fn hold_rows(&mut self, now: f64) {
+        let (rows, since) = self.held;
+        // Time going back (a replay's jump) starts the hold afresh.
+        let expired = !(since..since + HOLD_ROWS_SECONDS).contains(&now);
+        if self.groups.len() >= rows || expired {
+            self.held = (self.groups.len(), now);
         }
     }
 

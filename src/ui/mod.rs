@@ -81,7 +81,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
         } else {
             0
         },
-        warnings: u16::try_from(app.warnings_view.groups.len()).unwrap_or(u16::MAX),
+        warnings: u16::try_from(app.warnings_view.panel_rows()).unwrap_or(u16::MAX),
         warning_detail_lines: warnings_view::detail_line_count(&app.warnings_view, width),
         jobs: if panels.jobs {
             jobs::wanted_height(&app.snapshot)

@@ -194,3 +194,38 @@ fn g_highlights_the_gpu_and_selects_its_first_process() {
     let last = s.lines().last().unwrap();
     assert!(last.contains("GPU 3: its first process"), "{last}");
 }
+
+/// Throttle warnings that come and go every few seconds moved the process table (and what a
+/// click lands on) at each change. The panel keeps the rows of warnings that went for 30 s.
+#[test]
+fn the_table_stays_put_while_warnings_come_and_go() {
+    let with = |count: u32, t: u32| {
+        let mut snapshot = busy_snapshot(2, 3, t);
+        snapshot.unix_seconds = 1_800_000_000.0 + f64::from(t);
+        snapshot.warnings = (0..count)
+            .map(|index| {
+                warning(
+                    "throttle",
+                    Severity::Info,
+                    Subject::Gpu { index },
+                    "power cap",
+                )
+            })
+            .collect();
+        Arc::new(snapshot)
+    };
+    let header_row = |app: &App| {
+        let s = screen(app, 100, 40);
+        s.lines()
+            .position(|l| l.contains("PID USER"))
+            .expect("the table")
+    };
+    let mut app = app_with((*with(2, 0)).clone());
+    let two = header_row(&app);
+    app.on_snapshot(with(0, 5));
+    assert_eq!(header_row(&app), two, "5 s after the warnings went");
+    app.on_snapshot(with(1, 20));
+    assert_eq!(header_row(&app), two, "one came back");
+    app.on_snapshot(with(0, 60));
+    assert!(header_row(&app) < two, "held past 30 s");
+}
