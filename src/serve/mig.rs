@@ -65,6 +65,12 @@ pub(crate) fn families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
             used.push(labels.clone(), mig.memory_used_bytes.map(Value::Int));
             total.push(labels, mig.memory_total_bytes.map(Value::Int));
             for &pid in &mig.pids {
+                // The row holds the process's memory on the whole GPU: on one MIG device that
+                // is its memory there; split over several, the share of each is not known.
+                let devices = gpu.mig_devices.iter().filter(|m| m.pids.contains(&pid));
+                if devices.count() > 1 {
+                    continue;
+                }
                 let Some(row) = snapshot
                     .processes
                     .iter()
@@ -142,6 +148,20 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("pid=\"11\""), "{out}");
+    }
+
+    /// A process on two MIG devices of one GPU: its row's figure (the whole GPU) was exported
+    /// as its memory on each, more than one instance holds.
+    #[test]
+    fn a_process_on_two_mig_devices_gets_no_made_up_share() {
+        let mut both = snapshot(GpuState::Ok);
+        both.gpus[0].mig_devices[1].pids = vec![10];
+        let out = text(families(&both, "node1"));
+        assert!(
+            !out.contains("torchtop_mig_process_gpu_memory_bytes{"),
+            "{out}"
+        );
+        assert!(out.contains("torchtop_mig_memory_used_bytes{"), "{out}");
     }
 
     #[test]
