@@ -52,8 +52,9 @@ pub struct ClusterArgs {
     pub(crate) json: bool,
 
     /// A rank is a straggler when its step time is more than this percent above its job's
-    /// median (default 20, or the config's `[cluster]` straggler_percent).
-    #[arg(long, value_name = "PERCENT", value_parser = parse_positive)]
+    /// median: a percentage from 0 (any rank slower than the median) to 10000. Default 20, or
+    /// the config's `[cluster]` straggler_percent.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     pub(crate) straggler_percent: Option<f64>,
 
     /// Seconds between refreshes.
@@ -63,6 +64,25 @@ pub struct ClusterArgs {
     /// How long one query may take before the panel is marked stale.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = parse_positive)]
     pub(crate) query_timeout: f64,
+}
+
+/// The largest `--straggler-percent`: a rank at a hundred times its job's median step time.
+/// Any bar above that marks no rank of a job that still steps at all.
+const MAX_STRAGGLER_PERCENT: f64 = 10_000.0;
+
+/// A straggler bar in percent; 0 is allowed (a rank is a straggler when it is slower than
+/// the median at all, since the comparison is "more than").
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if valid_percent(v) => Ok(v),
+        _ => Err(format!(
+            "expected a percentage from 0 to {MAX_STRAGGLER_PERCENT:.0}, not {text:?}"
+        )),
+    }
+}
+
+fn valid_percent(value: f64) -> bool {
+    (0.0..=MAX_STRAGGLER_PERCENT).contains(&value)
 }
 
 fn parse_positive(text: &str) -> Result<f64, String> {
@@ -79,6 +99,9 @@ fn parse_positive(text: &str) -> Result<f64, String> {
 pub(crate) struct OnceDocument<'a> {
     pub(crate) prometheus: &'a str,
     pub(crate) stale: Stale,
+    /// Panels never read: their lists are empty because they are unknown, not because there is
+    /// nothing.
+    pub(crate) unread: Stale,
     pub(crate) problems: &'a [String],
     /// How long the panels' queries took together, in milliseconds.
     pub(crate) fetch_ms: Option<u128>,
@@ -112,6 +135,12 @@ fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
                 .to_string()
         })?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
+    if !valid_percent(straggler) {
+        return Err(format!(
+            "straggler_percent in the [cluster] table of --config is {straggler}; give a \
+             percentage from 0 to {MAX_STRAGGLER_PERCENT:.0}"
+        ));
+    }
     let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
     let mut app = ClusterApp::new(client.base().to_string(), straggler, globals.colors);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -138,6 +167,7 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
         let document = OnceDocument {
             prometheus: &app.url,
             stale: app.stale,
+            unread: app.unread,
             problems: &app.problems,
             fetch_ms: app.took_ms,
             view: &app.view,
@@ -147,13 +177,7 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
             Err(e) => eprintln!("torchtop cluster: cannot write JSON: {e}"),
         }
     } else {
-        let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 40))
-            .unwrap_or_else(|never| match never {});
-        let _ = terminal.draw(|frame| render::draw(frame, app));
-        println!(
-            "{}",
-            tests_support::buffer_text(terminal.backend().buffer())
-        );
+        println!("{}", render::once_text(app));
     }
     for problem in &app.problems {
         eprintln!("torchtop cluster: {}", model::printable(problem));
@@ -227,7 +251,27 @@ fn draw(terminal: &mut crate::terminal::Tui, app: &ClusterApp) -> io::Result<()>
     Ok(())
 }
 
-/// Text of a drawn buffer, for `--once` without `--json` and for the render tests.
+#[cfg(test)]
+mod percent_tests {
+    use super::parse_percent;
+
+    #[test]
+    fn the_straggler_bar_is_a_percentage_from_0_to_10000() {
+        assert_eq!(parse_percent("0"), Ok(0.0));
+        assert_eq!(parse_percent("20"), Ok(20.0));
+        assert_eq!(parse_percent("10000"), Ok(10_000.0));
+        for bad in ["-1", "10000.5", "100000", "nan", "inf", "twenty"] {
+            let error = parse_percent(bad).unwrap_err();
+            assert_eq!(
+                error,
+                format!("expected a percentage from 0 to 10000, not {bad:?}")
+            );
+        }
+    }
+}
+
+/// Text of a drawn buffer, for the render tests.
+#[cfg(test)]
 pub(crate) mod tests_support {
     pub(crate) fn buffer_text(buffer: &ratatui::buffer::Buffer) -> String {
         let width = buffer.area.width as usize;

@@ -1,5 +1,6 @@
 //! The cluster as the view shows it, built from Prometheus' answers without I/O: nodes with
-//! their GPUs, jobs across nodes with their ranks and straggler, and every node's warnings.
+//! their GPUs (and those whose exporter is down), jobs across nodes with their ranks,
+//! straggler and missing ranks, and every node's warnings.
 //!
 //! Everything Prometheus returns is text other people chose (host names, job ids from
 //! environments): it goes through [`printable`] before it is kept.
@@ -8,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::fetch::{NODE_DOWN, RANK_LOST};
 use super::promql::{Range, Sample};
 use crate::serve::torchtop::JOB_LABEL;
 
@@ -41,6 +43,13 @@ pub(crate) struct Node {
     pub(crate) warnings: usize,
     /// Mean utilization over the last minutes, oldest first, for the sparkline.
     pub(crate) utilization_history: Vec<f64>,
+    /// Whether the node stopped reporting: Prometheus cannot scrape its exporter now, though
+    /// it did a few minutes ago. Such a node has no GPUs and no figures.
+    pub(crate) down: bool,
+    /// For a node that is down: how long ago its exporter last answered a scrape.
+    pub(crate) last_seen_seconds_ago: Option<f64>,
+    /// For a node that is down: the exporter's address, as Prometheus' `instance`.
+    pub(crate) instance: Option<String>,
 }
 
 /// One rank of a job: a process on a node.
@@ -59,13 +68,26 @@ pub(crate) struct Rank {
     pub(crate) straggler: bool,
 }
 
+/// A rank of a job that no node reports now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub(crate) struct MissingRank {
+    pub(crate) rank: Option<u32>,
+    /// The node it last ran on, whose exporter is down; `None` for a rank number below the
+    /// job's highest that no node reports (its node is gone for longer, or never reported).
+    pub(crate) hostname: Option<String>,
+    pub(crate) pid: Option<u32>,
+}
+
 /// Ranks that share a job label, across nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub(crate) struct Job {
     pub(crate) id: String,
+    /// How many nodes report ranks of the job now.
     pub(crate) nodes: usize,
     pub(crate) median_step_time_seconds: Option<f64>,
     pub(crate) ranks: Vec<Rank>,
+    /// Ranks that no node reports now, by rank number.
+    pub(crate) missing_ranks: Vec<MissingRank>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -80,6 +102,8 @@ pub(crate) struct ClusterWarning {
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub(crate) struct ClusterView {
     pub(crate) gpu_count: usize,
+    /// How many of `nodes` are down.
+    pub(crate) nodes_down: usize,
     pub(crate) nodes: Vec<Node>,
     pub(crate) jobs: Vec<Job>,
     pub(crate) warnings: Vec<ClusterWarning>,
@@ -103,10 +127,51 @@ fn finite(value: f64) -> Option<f64> {
     value.is_finite().then_some(value)
 }
 
-/// Nodes from the GPU panel's answer, with warning counts and sparklines joined in.
+/// Nodes from the GPU panel's answer, with warning counts and sparklines joined in, and the
+/// nodes that are down in their place among them (by host name).
 pub(crate) fn nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Range]) -> Vec<Node> {
+    let mut nodes: BTreeMap<String, Node> = reporting_nodes(gpus, warnings, history)
+        .into_iter()
+        .map(|node| (node.hostname.clone(), node))
+        .collect();
+    for node in down_nodes(gpus) {
+        // A host another exporter still reports (dcgm-exporter beside a dead `torchtop
+        // serve`, say) is not down.
+        nodes.entry(node.hostname.clone()).or_insert(node);
+    }
+    nodes.into_values().collect()
+}
+
+/// The nodes Prometheus marked down in the nodes query, one per host (the most recently seen
+/// exporter where a host had two).
+fn down_nodes(samples: &[Sample]) -> Vec<Node> {
+    let mut by_host: BTreeMap<String, Node> = BTreeMap::new();
+    for sample in samples.iter().filter(|s| s.name() == NODE_DOWN) {
+        let Some(host) = label(sample, "Hostname") else {
+            continue;
+        };
+        let ago = finite(sample.value).map(|v| v.max(0.0));
+        let node = by_host.entry(host.clone()).or_insert_with(|| Node {
+            hostname: host,
+            down: true,
+            ..Default::default()
+        });
+        let newer = match (ago, node.last_seen_seconds_ago) {
+            (Some(ago), Some(kept)) => ago < kept,
+            (Some(_), None) => true,
+            (None, _) => node.instance.is_none(),
+        };
+        if newer {
+            node.last_seen_seconds_ago = ago;
+            node.instance = label(sample, "instance");
+        }
+    }
+    by_host.into_values().collect()
+}
+
+fn reporting_nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Range]) -> Vec<Node> {
     let mut by_host: BTreeMap<String, BTreeMap<u32, NodeGpu>> = BTreeMap::new();
-    for sample in gpus {
+    for sample in gpus.iter().filter(|s| s.name() != NODE_DOWN) {
         let (Some(host), Some(index)) = (label(sample, "Hostname"), number::<u32>(sample, "gpu"))
         else {
             continue;
@@ -206,8 +271,113 @@ pub(crate) fn warnings(samples: &[Sample]) -> Vec<ClusterWarning> {
 /// Jobs from the jobs panel's answer, with each rank's headroom from the nodes' GPUs and the
 /// stragglers marked: ranks whose step time is more than `straggler_percent` above the median.
 pub(crate) fn jobs(samples: &[Sample], nodes: &[Node], straggler_percent: f64) -> Vec<Job> {
+    let mut lost = lost_ranks(samples);
+    let mut jobs: Vec<Job> = reporting_ranks(samples)
+        .into_iter()
+        .map(|(id, ranks)| job(id, ranks, nodes, straggler_percent))
+        .collect();
+    for job in &mut jobs {
+        let lost_here = lost.remove(&job.id).unwrap_or_default();
+        job.missing_ranks = missing_ranks(&job.ranks, lost_here);
+    }
+    // A job whose every rank was on nodes that are down now.
+    for (id, lost_here) in lost {
+        jobs.push(Job {
+            missing_ranks: missing_ranks(&[], lost_here),
+            ..job(id, BTreeMap::new(), nodes, straggler_percent)
+        });
+    }
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    jobs
+}
+
+/// The ranks the jobs query marked lost (last seen on a node that is down), by job.
+fn lost_ranks(samples: &[Sample]) -> BTreeMap<String, Vec<MissingRank>> {
+    let mut by_job: BTreeMap<String, Vec<MissingRank>> = BTreeMap::new();
+    for sample in samples.iter().filter(|s| s.name() == RANK_LOST) {
+        let Some(job) = label(sample, JOB_LABEL) else {
+            continue;
+        };
+        by_job.entry(job).or_default().push(MissingRank {
+            rank: number(sample, "rank"),
+            hostname: label(sample, "Hostname"),
+            pid: number(sample, "pid"),
+        });
+    }
+    by_job
+}
+
+/// Highest rank number for which the numbers below it are checked for gaps: ranks count from
+/// 0 in steps of 1, and a label far above any real world size is not one to fill in.
+const MAX_RANK_FOR_GAPS: u32 = 65_536;
+
+/// The ranks of a job that no node reports: the lost ones (unless the same process reports
+/// again), then every number below the highest known rank that neither reports nor is lost.
+fn missing_ranks(ranks: &[Rank], lost: Vec<MissingRank>) -> Vec<MissingRank> {
+    let reporting: std::collections::BTreeSet<u32> = ranks.iter().filter_map(|r| r.rank).collect();
+    let mut missing: Vec<MissingRank> = lost
+        .into_iter()
+        .filter(|m| {
+            !ranks
+                .iter()
+                .any(|r| Some(&r.hostname) == m.hostname.as_ref() && Some(r.pid) == m.pid)
+        })
+        .filter(|m| m.rank.is_none_or(|n| !reporting.contains(&n)))
+        .collect();
+    let known: std::collections::BTreeSet<u32> = reporting
+        .iter()
+        .copied()
+        .chain(missing.iter().filter_map(|m| m.rank))
+        .collect();
+    if let Some(&highest) = known.last().filter(|h| **h < MAX_RANK_FOR_GAPS) {
+        missing.extend(
+            (0..highest)
+                .filter(|n| !known.contains(n))
+                .map(|n| MissingRank {
+                    rank: Some(n),
+                    ..Default::default()
+                }),
+        );
+    }
+    missing.sort_by(|a, b| {
+        (a.rank.unwrap_or(u32::MAX), &a.hostname, a.pid).cmp(&(
+            b.rank.unwrap_or(u32::MAX),
+            &b.hostname,
+            b.pid,
+        ))
+    });
+    missing.dedup();
+    missing
+}
+
+fn job(
+    id: String,
+    ranks: BTreeMap<(String, u32), Rank>,
+    nodes: &[Node],
+    straggler_percent: f64,
+) -> Job {
+    let mut ranks: Vec<Rank> = ranks.into_values().collect();
+    for rank in &mut ranks {
+        rank.headroom_bytes = headroom(nodes, &rank.hostname, rank.gpu);
+    }
+    ranks.sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.hostname.clone(), r.pid));
+    let mut nodes_of_job: Vec<&str> = ranks.iter().map(|r| r.hostname.as_str()).collect();
+    nodes_of_job.sort_unstable();
+    nodes_of_job.dedup();
+    let mut job = Job {
+        id,
+        nodes: nodes_of_job.len(),
+        ranks,
+        ..Default::default()
+    };
+    mark_stragglers(&mut job, straggler_percent);
+    job
+}
+
+/// The ranks the jobs query reports now, by job and then by (host, pid).
+fn reporting_ranks(samples: &[Sample]) -> BTreeMap<String, BTreeMap<(String, u32), Rank>> {
     let mut by_job: BTreeMap<String, BTreeMap<(String, u32), Rank>> = BTreeMap::new();
-    for sample in samples {
+    for sample in samples.iter().filter(|s| s.name() != RANK_LOST) {
         let (Some(job), Some(host), Some(pid)) = (
             label(sample, JOB_LABEL),
             label(sample, "Hostname"),
@@ -234,26 +404,6 @@ pub(crate) fn jobs(samples: &[Sample], nodes: &[Node], straggler_percent: f64) -
         }
     }
     by_job
-        .into_iter()
-        .map(|(id, ranks)| {
-            let mut ranks: Vec<Rank> = ranks.into_values().collect();
-            for rank in &mut ranks {
-                rank.headroom_bytes = headroom(nodes, &rank.hostname, rank.gpu);
-            }
-            ranks.sort_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.hostname.clone(), r.pid));
-            let mut nodes_of_job: Vec<&str> = ranks.iter().map(|r| r.hostname.as_str()).collect();
-            nodes_of_job.sort_unstable();
-            nodes_of_job.dedup();
-            let mut job = Job {
-                id,
-                nodes: nodes_of_job.len(),
-                median_step_time_seconds: None,
-                ranks,
-            };
-            mark_stragglers(&mut job, straggler_percent);
-            job
-        })
-        .collect()
 }
 
 fn headroom(nodes: &[Node], hostname: &str, gpu: Option<u32>) -> Option<f64> {
@@ -394,6 +544,95 @@ mod tests {
             job.ranks[0].headroom_bytes, None,
             "node a's GPUs are unknown"
         );
+    }
+
+    fn down(host: &str, instance: &str, ago: f64) -> Sample {
+        sample(
+            NODE_DOWN,
+            &[
+                ("Hostname", host),
+                ("instance", instance),
+                ("job", "torchtop"),
+            ],
+            ago,
+        )
+    }
+
+    #[test]
+    fn a_node_whose_exporter_is_down_is_listed_down_in_its_place() {
+        let mut answer = gpu_samples("a", "0", 90.0, 1000.0, 3000.0, 60.0);
+        answer.extend(gpu_samples("c", "0", 90.0, 1000.0, 3000.0, 60.0));
+        answer.push(down("b", "10.0.0.2:9400", 42.5));
+        // Another exporter of host "a" died, but "a" still reports through the first.
+        answer.push(down("a", "10.0.0.1:9401", 10.0));
+        let nodes = nodes(&answer, &[], &[]);
+        let hosts: Vec<(&str, bool)> = nodes
+            .iter()
+            .map(|n| (n.hostname.as_str(), n.down))
+            .collect();
+        assert_eq!(hosts, [("a", false), ("b", true), ("c", false)]);
+        let b = &nodes[1];
+        assert_eq!(b.last_seen_seconds_ago, Some(42.5));
+        assert_eq!(b.instance.as_deref(), Some("10.0.0.2:9400"));
+        assert!(b.gpus.is_empty(), "a node that is down has no figures");
+    }
+
+    fn rank_samples(host: &str, pid: &str, rank: &str) -> Vec<Sample> {
+        let l = [
+            ("Hostname", host),
+            ("pid", pid),
+            ("rank", rank),
+            ("gpu", "0"),
+            (JOB_LABEL, "j"),
+        ];
+        vec![sample("torchtop_process_gpu_memory_bytes", &l, 1e9)]
+    }
+
+    fn lost(job: &str, host: &str, pid: &str, rank: &str) -> Sample {
+        let l = [
+            ("Hostname", host),
+            ("pid", pid),
+            ("rank", rank),
+            (JOB_LABEL, job),
+        ];
+        sample(RANK_LOST, &l, 1.0)
+    }
+
+    #[test]
+    fn a_job_that_lost_a_node_lists_the_ranks_no_node_reports() {
+        let mut answer = rank_samples("a", "10", "0");
+        answer.extend(rank_samples("a", "11", "1"));
+        answer.extend(rank_samples("c", "30", "5"));
+        answer.push(lost("j", "b", "20", "2"));
+        answer.push(lost("j", "b", "21", "3"));
+        // A job whose only node is down is still listed, with nothing reporting.
+        answer.push(lost("k", "d", "40", "0"));
+        let jobs = jobs(&answer, &[], 20.0);
+        assert_eq!(jobs.len(), 2);
+        let j = &jobs[0];
+        assert_eq!((j.id.as_str(), j.ranks.len(), j.nodes), ("j", 3, 2));
+        let missing: Vec<(Option<u32>, Option<&str>)> = j
+            .missing_ranks
+            .iter()
+            .map(|m| (m.rank, m.hostname.as_deref()))
+            .collect();
+        assert_eq!(
+            missing,
+            [(Some(2), Some("b")), (Some(3), Some("b")), (Some(4), None)],
+            "ranks 2 and 3 were on b, which is down; no node reports rank 4"
+        );
+        assert_eq!(j.ranks.len(), 3, "lost ranks are not reporting ranks");
+        let k = &jobs[1];
+        assert_eq!((k.id.as_str(), k.ranks.len(), k.nodes), ("k", 0, 0));
+        assert_eq!(k.missing_ranks.len(), 1);
+    }
+
+    #[test]
+    fn a_rank_label_far_above_any_world_size_fills_no_gaps() {
+        let mut answer = rank_samples("a", "10", "0");
+        answer.extend(rank_samples("a", "11", "4000000000"));
+        let jobs = jobs(&answer, &[], 20.0);
+        assert!(jobs[0].missing_ranks.is_empty(), "{:?}", jobs[0]);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! and expanded. No I/O: keys and fetch results go in, effects come out.
 //!
 //! Each panel keeps its last good answer. When its query fails, the panel keeps drawing that
-//! answer, marked stale, and the status line says why in a sentence.
+//! answer, marked stale, and the status line says why in a sentence. A panel that has no
+//! answer yet (the first fetch failed, as in a `--once` run) says it could not be read: an
+//! empty list would claim there is nothing.
 
 use std::collections::BTreeSet;
 
@@ -31,6 +33,14 @@ pub(crate) enum Focus {
     Jobs,
 }
 
+/// The panels that list things, each of which can be unread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listed {
+    Nodes,
+    Jobs,
+    Warnings,
+}
+
 /// Which panels show their last good answer instead of a current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub(crate) struct Stale {
@@ -46,12 +56,64 @@ impl Stale {
     }
 }
 
+/// One panel's last good answer, when it came, and why the latest fetch brought none.
+#[derive(Debug, Clone)]
+pub(crate) struct Panel<T> {
+    data: Option<Vec<T>>,
+    read_at: Option<String>,
+    pub(crate) error: Option<String>,
+}
+
+impl<T> Default for Panel<T> {
+    fn default() -> Self {
+        Panel {
+            data: None,
+            read_at: None,
+            error: None,
+        }
+    }
+}
+
+impl<T> Panel<T> {
+    fn data(&self) -> &[T] {
+        self.data.as_deref().unwrap_or_default()
+    }
+
+    /// Takes a fetch's answer: a good one replaces the kept one; a failure keeps it and notes
+    /// why in a sentence that says what is shown instead.
+    fn take(
+        &mut self,
+        answer: Result<Vec<T>, String>,
+        name: &str,
+        now_text: &str,
+    ) -> Option<String> {
+        match answer {
+            Ok(fresh) => {
+                self.data = Some(fresh);
+                self.read_at = Some(now_text.to_string());
+                self.error = None;
+                None
+            }
+            Err(why) => {
+                let problem = match &self.read_at {
+                    Some(at) => format!(
+                        "the {name} could not be read: {why}; showing those of {at}, marked stale"
+                    ),
+                    None => format!("the {name} could not be read: {why}"),
+                };
+                self.error = Some(why);
+                Some(problem)
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Kept {
-    nodes: Vec<Sample>,
-    jobs: Vec<Sample>,
-    warnings: Vec<Sample>,
-    history: Vec<Range>,
+    nodes: Panel<Sample>,
+    jobs: Panel<Sample>,
+    warnings: Panel<Sample>,
+    history: Panel<Range>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,6 +123,8 @@ pub(crate) struct ClusterApp {
     pub(crate) colors: bool,
     pub(crate) view: ClusterView,
     pub(crate) stale: Stale,
+    /// Which panels have never been read: they show why, not an empty list.
+    pub(crate) unread: Stale,
     /// Sentences about the last fetch's failures and absent metrics.
     pub(crate) problems: Vec<String>,
     /// Whether any fetch has come back yet.
@@ -83,6 +147,7 @@ impl ClusterApp {
             colors,
             view: ClusterView::default(),
             stale: Stale::default(),
+            unread: Stale::default(),
             problems: Vec::new(),
             fetched: false,
             updated: None,
@@ -97,22 +162,29 @@ impl ClusterApp {
 
     /// Takes a fetch's answers: good ones replace what was kept, failed ones mark it stale.
     pub(crate) fn on_fetch(&mut self, fetched: Fetched, now_text: String) {
-        let mut problems = Vec::new();
-        self.stale.nodes = keep(&mut self.kept.nodes, fetched.nodes, "nodes", &mut problems);
-        self.stale.jobs = keep(&mut self.kept.jobs, fetched.jobs, "jobs", &mut problems);
-        self.stale.warnings = keep(
-            &mut self.kept.warnings,
-            fetched.warnings,
-            "warnings",
-            &mut problems,
-        );
-        self.stale.history = keep(
-            &mut self.kept.history,
-            fetched.history,
-            "sparklines",
-            &mut problems,
-        );
-        if !self.stale.nodes && self.kept.nodes.is_empty() {
+        let kept = &mut self.kept;
+        let mut problems: Vec<String> = [
+            kept.nodes.take(fetched.nodes, "nodes", &now_text),
+            kept.jobs.take(fetched.jobs, "jobs", &now_text),
+            kept.warnings.take(fetched.warnings, "warnings", &now_text),
+            kept.history.take(fetched.history, "sparklines", &now_text),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.stale = Stale {
+            nodes: kept.nodes.error.is_some(),
+            jobs: kept.jobs.error.is_some(),
+            warnings: kept.warnings.error.is_some(),
+            history: kept.history.error.is_some(),
+        };
+        self.unread = Stale {
+            nodes: kept.nodes.data.is_none(),
+            jobs: kept.jobs.data.is_none(),
+            warnings: kept.warnings.data.is_none(),
+            history: kept.history.data.is_none(),
+        };
+        if !self.stale.nodes && kept.nodes.data().is_empty() {
             problems.push(
                 "Prometheus has no DCGM_FI_DEV_GPU_UTIL or torchtop_gpu_state series: check \
                  that it scrapes `torchtop serve` (or dcgm-exporter) on every node"
@@ -126,12 +198,38 @@ impl ClusterApp {
         self.rebuild();
     }
 
+    /// The panels that show an earlier answer, marked stale: those whose fetch failed and
+    /// that have one. A panel never read says so instead.
+    pub(crate) fn stale_shown(&self) -> Stale {
+        Stale {
+            nodes: self.stale.nodes && !self.unread.nodes,
+            jobs: self.stale.jobs && !self.unread.jobs,
+            warnings: self.stale.warnings && !self.unread.warnings,
+            history: self.stale.history && !self.unread.history,
+        }
+    }
+
+    /// Why a panel could not be read, when it has never been: what it shows instead of data.
+    pub(crate) fn unread_reason(&self, panel: Listed) -> Option<&str> {
+        let kept = match panel {
+            Listed::Nodes => &self.kept.nodes,
+            Listed::Jobs => &self.kept.jobs,
+            Listed::Warnings => &self.kept.warnings,
+        };
+        kept.data.is_none().then(|| {
+            kept.error
+                .as_deref()
+                .unwrap_or("Prometheus has not answered yet")
+        })
+    }
+
     fn rebuild(&mut self) {
-        let warnings = model::warnings(&self.kept.warnings);
-        let nodes = model::nodes(&self.kept.nodes, &warnings, &self.kept.history);
-        let jobs = model::jobs(&self.kept.jobs, &nodes, self.straggler_percent);
+        let warnings = model::warnings(self.kept.warnings.data());
+        let nodes = model::nodes(self.kept.nodes.data(), &warnings, self.kept.history.data());
+        let jobs = model::jobs(self.kept.jobs.data(), &nodes, self.straggler_percent);
         self.view = ClusterView {
             gpu_count: nodes.iter().map(|n| n.gpus.len()).sum(),
+            nodes_down: nodes.iter().filter(|n| n.down).count(),
             nodes,
             jobs,
             warnings,
@@ -205,27 +303,6 @@ impl ClusterApp {
     }
 }
 
-/// Keeps a good answer; on failure keeps the old one and notes why. Returns whether stale.
-fn keep<T>(
-    kept: &mut Vec<T>,
-    answer: Result<Vec<T>, String>,
-    panel: &str,
-    problems: &mut Vec<String>,
-) -> bool {
-    match answer {
-        Ok(fresh) => {
-            *kept = fresh;
-            false
-        }
-        Err(why) => {
-            problems.push(format!(
-                "{panel}: {why}; showing the last data, marked stale"
-            ));
-            true
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +362,31 @@ mod tests {
             "{}",
             app.status()
         );
+    }
+
+    #[test]
+    fn a_panel_never_read_says_so_and_claims_no_earlier_data() {
+        let mut app = ClusterApp::new("http://p:9090".into(), 20.0, true);
+        let refused = || Err("cannot reach Prometheus at http://p:9090".to_string());
+        app.on_fetch(fetched(refused()), "12:00:00".into());
+        assert_eq!(
+            app.problems,
+            ["the nodes could not be read: cannot reach Prometheus at http://p:9090"]
+        );
+        assert!(app.unread.nodes && !app.unread.jobs);
+        assert!(!app.stale_shown().any(), "there is no earlier data to show");
+        assert_eq!(
+            app.unread_reason(Listed::Nodes),
+            Some("cannot reach Prometheus at http://p:9090")
+        );
+        app.on_fetch(fetched(Ok(vec![gpu("a", "0", 1.0)])), "12:00:05".into());
+        app.on_fetch(fetched(refused()), "12:00:10".into());
+        assert!(
+            app.problems[0].ends_with("showing those of 12:00:05, marked stale"),
+            "{:?}",
+            app.problems
+        );
+        assert!(app.stale_shown().nodes && app.unread_reason(Listed::Nodes).is_none());
     }
 
     #[test]

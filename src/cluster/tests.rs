@@ -1,12 +1,13 @@
 //! Render tests of the cluster view: hand-built Prometheus answers drawn on ratatui's
-//! TestBackend at 80x24 and 120x40, with insta snapshots of the text.
+//! TestBackend at 80x24 and 120x40, with insta snapshots of the text, and the plain text of
+//! `--once`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ratatui::{backend::TestBackend, Terminal};
 
-use super::fetch::Fetched;
+use super::fetch::{Fetched, NODE_DOWN, RANK_LOST};
 use super::promql::{Range, Sample};
 use super::render;
 use super::state::ClusterApp;
@@ -173,8 +174,112 @@ fn a_failed_refresh_keeps_the_data_and_says_why() {
     for text in [&small, &large] {
         assert!(text.contains("STALE"), "{text}");
         assert!(text.contains("node-b"), "the last data stays: {text}");
-        assert!(text.contains("nodes: cannot reach Prometheus"), "{text}");
+        assert!(
+            text.contains("the nodes could not be read: cannot reach Prometheus"),
+            "{text}"
+        );
     }
     insta::assert_snapshot!("cluster_stale_80x24", small);
     insta::assert_snapshot!("cluster_stale_120x40", large);
+}
+
+/// The answers of [`fetched`] after node-c, which ran ranks 4 and 5 of the job, stopped
+/// answering Prometheus' scrapes 42 s ago.
+fn fetched_with_node_c_down() -> Fetched {
+    let mut fetched = fetched();
+    let down = sample(
+        NODE_DOWN,
+        &[
+            ("Hostname", "node-c"),
+            ("instance", "10.0.0.3:9400"),
+            ("job", "torchtop"),
+        ],
+        42.0,
+    );
+    fetched.nodes.as_mut().unwrap().push(down);
+    for (rank, pid) in [("4", "6300"), ("5", "6301")] {
+        let labels = [
+            ("Hostname", "node-c"),
+            ("pid", pid),
+            ("rank", rank),
+            ("training_job", "torchelastic run llama-7b"),
+        ];
+        fetched
+            .jobs
+            .as_mut()
+            .unwrap()
+            .push(sample(RANK_LOST, &labels, 1.0));
+    }
+    fetched
+}
+
+#[test]
+fn a_node_that_stopped_reporting_is_down_and_its_job_says_what_is_missing() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched_with_node_c_down(), "12:00:01 UTC".into());
+    let large = screen(&app, 120, 40);
+    assert!(large.contains("3 nodes, 1 down  4 GPUs"), "{large}");
+    let down = large.lines().find(|l| l.contains("node-c")).unwrap();
+    assert!(
+        down.contains(
+            "DOWN  last seen 42 s ago; Prometheus cannot scrape its exporter at 10.0.0.3:9400"
+        ),
+        "{large}"
+    );
+    assert!(large.contains("4 ranks on 2 nodes, 2 missing"), "{large}");
+    assert_eq!(
+        large.matches("NOT REPORTING: its node is down").count(),
+        2,
+        "{large}"
+    );
+    insta::assert_snapshot!("cluster_down_120x40", large);
+}
+
+#[test]
+fn once_text_is_plain_and_sized_to_its_content() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched_with_node_c_down(), "12:00:01 UTC".into());
+    let text = render::once_text(&app);
+    // Header; nodes: 2 + 3 nodes; jobs: 2 + title + 4 ranks + 2 missing; warnings: 2 + 2.
+    assert_eq!(text.lines().count(), 1 + 5 + 9 + 4, "{text}");
+    assert!(
+        text.lines().all(|l| !l.is_empty() && l == l.trim_end()),
+        "{text}"
+    );
+    assert!(!text.contains("q quit") && !text.contains('▸'), "{text}");
+    assert!(text.contains("node-c") && text.contains("DOWN"), "{text}");
+}
+
+#[test]
+fn once_text_says_which_panels_could_not_be_read() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    let refused = "cannot reach Prometheus at http://prometheus:9090: Connection refused; check \
+                   the URL and that it runs";
+    app.on_fetch(
+        Fetched {
+            nodes: Err(refused.into()),
+            jobs: Err(refused.into()),
+            warnings: Err(refused.into()),
+            history: Err(refused.into()),
+            took: Duration::from_millis(1),
+        },
+        "12:00:01 UTC".into(),
+    );
+    let text = render::once_text(&app);
+    assert_eq!(
+        text.matches(&format!("could not be read: {refused}"))
+            .count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        !text.contains("no job") && !text.contains("  none"),
+        "{text}"
+    );
+    assert!(!text.contains("stale") && !text.contains("STALE"), "{text}");
+    assert!(
+        text.contains("? nodes  ? GPUs  ? jobs  ? warnings"),
+        "{text}"
+    );
+    assert!(!text.contains("q quit"), "{text}");
 }

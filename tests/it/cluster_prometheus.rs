@@ -2,7 +2,9 @@
 //! scenarios stand for two nodes, each holding two ranks of one job (real Python processes with
 //! the agent and the stand-in torch, marking steps; rank 3 is slow). Prometheus scrapes both
 //! every second; `torchtop cluster` must then show both nodes, four GPUs and one job of four
-//! ranks with rank 3 as its straggler, in `--once --json` and in the TUI.
+//! ranks with rank 3 as its straggler, in `--once --json` and in the TUI. Then node-b's
+//! exporter dies: node-b must be listed DOWN (not vanish) and the job must say that ranks 2
+//! and 3 are missing, in the TUI, in `--once --json` and in `--once`'s plain text.
 
 use crate::common;
 
@@ -121,14 +123,37 @@ fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
     }
 }
 
-fn cluster_json(url: &str) -> Option<Value> {
+/// `torchtop cluster --once` with `extra` arguments: (exit status, stdout, stderr).
+fn cluster_once(url: &str, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
     let output = Command::new(common::torchtop_binary())
-        .args(["cluster", "--prometheus", url, "--once", "--json"])
-        .args(["--straggler-percent", STRAGGLER_PERCENT])
+        .args(["cluster", "--prometheus", url, "--once"])
+        .args(extra)
         .stdin(Stdio::null())
         .output()
         .expect("run torchtop cluster");
-    serde_json::from_slice(&output.stdout).ok()
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status, text(&output.stdout), text(&output.stderr))
+}
+
+fn cluster_json(url: &str) -> Option<Value> {
+    let (_, stdout, _) = cluster_once(url, &["--json", "--straggler-percent", STRAGGLER_PERCENT]);
+    serde_json::from_str(&stdout).ok()
+}
+
+/// Polls `--once --json` until `condition` holds on the document, for at most 90 s.
+fn wait_for_json(prometheus: &Prometheus, what: &str, condition: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(doc) = cluster_json(&prometheus.url).filter(&condition) {
+            return doc;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster view never showed {what}; Prometheus log:\n{}",
+            prometheus.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Whether the document shows everything the test waits for: 2 nodes, 4 GPUs, one job whose
@@ -160,20 +185,11 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     }
     let prometheus = Prometheus::start(&[a.serve.addr, b.serve.addr]);
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let doc = loop {
-        let doc = cluster_json(&prometheus.url);
-        if let Some(doc) = doc.filter(complete) {
-            break doc;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster view never showed 2 nodes, 4 GPUs and a job of 4 ranks; Prometheus \
-             log:\n{}",
-            prometheus.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let doc = wait_for_json(
+        &prometheus,
+        "2 nodes, 4 GPUs and a job of 4 ranks",
+        complete,
+    );
     let hosts: Vec<&str> = doc["nodes"]
         .as_array()
         .unwrap()
@@ -223,6 +239,70 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         "the TUI never showed both nodes and the job:\n{}",
         session.screen()
     );
+    assert!(!session.screen().contains("down"), "{}", session.screen());
+
+    // node-b's exporter dies; its ranks' processes go on (as they would on a node that lost
+    // its network).
+    let b_exporter = b.serve.addr.to_string();
+    drop(b.serve);
+    let shown = session.wait_for(PATIENCE, |s| {
+        s.contains("2 nodes, 1 down")
+            && s.contains("JOB job 10.0.0.1:29500  2 ranks on 1 nodes, 2 missing")
+    });
+    assert!(
+        shown,
+        "the TUI never showed node-b down and the job's missing ranks:\n{}",
+        session.screen()
+    );
+    a_dead_exporter_is_a_node_down(&prometheus, &b_exporter);
+}
+
+/// After node-b's exporter died: `--once --json` and `--once`'s text list node-b as down with
+/// when it was last seen, and the job's ranks 2 and 3 as missing, on node-b.
+fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
+    let doc = wait_for_json(prometheus, "node-b down", |doc| {
+        doc["nodes_down"] == 1
+            && doc["jobs"][0]["ranks"]
+                .as_array()
+                .is_some_and(|r| r.len() == 2)
+    });
+    let b = &doc["nodes"][1];
+    assert_eq!(
+        (&b["hostname"], &b["down"]),
+        (&"node-b".into(), &true.into()),
+        "{doc:#}"
+    );
+    assert_eq!(b["instance"], b_exporter, "{doc:#}");
+    let ago = b["last_seen_seconds_ago"]
+        .as_f64()
+        .expect("when node-b was last seen");
+    assert!((0.0..120.0).contains(&ago), "{doc:#}");
+    let missing: Vec<(u64, &str)> = doc["jobs"][0]["missing_ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["rank"].as_u64().unwrap(), m["hostname"].as_str().unwrap()))
+        .collect();
+    assert_eq!(missing, [(2, "node-b"), (3, "node-b")], "{doc:#}");
+
+    let (status, text, stderr) = cluster_once(&prometheus.url, &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(text.contains("  2 nodes, 1 down  2 GPUs  1 jobs"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("node-b") && l.contains("DOWN"));
+    assert!(
+        line.is_some_and(|l| l.contains(&format!("exporter at {b_exporter}"))),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("NOT REPORTING: its node is down").count(),
+        2,
+        "{text}"
+    );
+    // Plain text sized to its content: no padding to a screen, no key help.
+    assert!(text.lines().all(|l| !l.trim().is_empty()), "{text:?}");
+    assert!(!text.contains("q quit"), "{text}");
 }
 
 #[test]
@@ -241,4 +321,57 @@ fn an_unreachable_prometheus_is_a_sentence_and_a_failure_status() {
     assert!(stderr.contains("cannot reach Prometheus at"), "{stderr}");
     let doc: Value = serde_json::from_slice(&output.stdout).expect("JSON even on failure");
     assert_eq!(doc["stale"]["nodes"], true);
+    assert_eq!(doc["unread"]["nodes"], true);
+}
+
+#[test]
+fn once_text_without_prometheus_says_what_could_not_be_read() {
+    let (status, text, stderr) = cluster_once("http://127.0.0.1:1", &["--query-timeout", "5"]);
+    assert!(!status.success());
+    // Each panel says it could not be read, and why, in full; none claims to be empty.
+    assert_eq!(
+        text.matches("could not be read: cannot reach Prometheus at")
+            .count(),
+        3,
+        "{text}"
+    );
+    assert!(text.contains("check the URL and that it runs"), "{text}");
+    assert!(
+        !text.contains("no job") && !text.contains("  none"),
+        "{text}"
+    );
+    assert!(text.contains("? nodes"), "{text}");
+    assert!(text.lines().count() < 15, "sized to its content:\n{text}");
+    assert!(!text.contains("q quit"), "{text}");
+    // No earlier data exists in a one-shot run, so no problem claims to show it.
+    assert!(
+        stderr.contains("the nodes could not be read: cannot reach"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("stale") && !text.contains("stale"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_straggler_bar_is_a_percentage_with_its_own_range() {
+    for bad in ["100000", "-1"] {
+        let (status, _, stderr) = cluster_once(
+            "http://127.0.0.1:1",
+            &[&format!("--straggler-percent={bad}")],
+        );
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("expected a percentage from 0 to 10000"),
+            "{stderr}"
+        );
+    }
+    // 0 is a bar: a rank slower than the median at all. Only Prometheus is missing here.
+    let (status, _, stderr) = cluster_once(
+        "http://127.0.0.1:1",
+        &["--straggler-percent", "0", "--json"],
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach Prometheus"), "{stderr}");
 }

@@ -1,6 +1,10 @@
 //! Drawing the cluster view: pure functions of [`ClusterApp`], in the monitor's look (its
-//! theme, title bars and status line). Nodes first (each expandable to its GPUs), then the
-//! jobs across nodes with their stragglers, then every node's warnings, then the status line.
+//! theme, title bars and status line). Nodes first (each expandable to its GPUs, a node that
+//! stopped reporting marked DOWN), then the jobs across nodes with their stragglers and
+//! missing ranks, then every node's warnings, then the status line.
+//!
+//! [`once_text`] writes the same sections as plain text for `--once`: every line, sized to
+//! its content, with no selection, no key help and no padding to a screen.
 
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -8,10 +12,15 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::model::{Job, Node, NodeGpu};
-use super::state::{ClusterApp, Focus};
-use crate::format::{bytes_short, pad_left_aligned, pad_right_aligned, NA};
+use super::fetch::DOWN_WINDOW;
+use super::model::{Node, NodeGpu};
+use super::state::{ClusterApp, Focus, Listed};
+use crate::format::{bytes_short, pad_left_aligned, pad_right_aligned, span, NA};
 use crate::terminal::theme::Theme;
+
+mod jobs;
+
+use jobs::{job_focus_line, job_lines};
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
@@ -22,14 +31,33 @@ pub(crate) fn draw(frame: &mut Frame, app: &ClusterApp) {
     frame.render_widget(Paragraph::new(lines), area);
 }
 
+/// The view as plain text for `--once`: the header and every line of every section, laid
+/// out for 120 columns but not padded to them.
+pub(crate) fn once_text(app: &ClusterApp) -> String {
+    let theme = Theme::new(false);
+    let width = 120;
+    let mut lines = vec![header(app, theme, usize::MAX)];
+    lines.extend(node_lines(app, theme, width, false));
+    lines.extend(job_lines(app, theme, width, false));
+    lines.extend(warning_lines(app, theme, width));
+    lines
+        .iter()
+        .map(|line| {
+            let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
+            text.trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn screen_lines(app: &ClusterApp, area: Rect) -> Vec<Line<'static>> {
     let theme = Theme::new(app.colors);
     let width = area.width as usize;
     let height = area.height as usize;
     let mut lines = vec![header(app, theme, width)];
     let body = height.saturating_sub(2);
-    let nodes = node_lines(app, theme, width);
-    let jobs = job_lines(app, theme, width);
+    let nodes = node_lines(app, theme, width, true);
+    let jobs = job_lines(app, theme, width, true);
     let warnings = warning_lines(app, theme, width);
     let [n, j, w] = allocate(body, [nodes.len(), jobs.len(), warnings.len()]);
     lines.extend(window(nodes, n, node_focus_line(app)));
@@ -86,17 +114,30 @@ fn header(app: &ClusterApp, theme: Theme, width: usize) -> Line<'static> {
     let view = &app.view;
     let mut spans = vec![Span::styled("torchtop cluster", theme.brand())];
     // First, so that a narrow terminal still shows it.
-    if app.stale.any() {
+    if app.stale_shown().any() {
         spans.push(Span::raw("  "));
         spans.push(Span::styled(" STALE ", theme.critical()));
     }
+    // A panel that was never read has no count to give; 0 would claim there is nothing.
+    let count = |panel: Listed, n: usize| {
+        if app.unread_reason(panel).is_some() {
+            "?".to_string()
+        } else {
+            n.to_string()
+        }
+    };
+    let down = if view.nodes_down > 0 {
+        format!(", {} down", view.nodes_down)
+    } else {
+        String::new()
+    };
     spans.push(Span::raw(format!(
-        "  {}  {} nodes  {} GPUs  {} jobs  {} warnings",
+        "  {}  {} nodes{down}  {} GPUs  {} jobs  {} warnings",
         app.url,
-        view.nodes.len(),
-        view.gpu_count,
-        view.jobs.len(),
-        view.warnings.len()
+        count(Listed::Nodes, view.nodes.len()),
+        count(Listed::Nodes, view.gpu_count),
+        count(Listed::Jobs, view.jobs.len()),
+        count(Listed::Warnings, view.warnings.len())
     )));
     if let Some(updated) = &app.updated {
         let took = app
@@ -162,10 +203,20 @@ fn host_width(width: usize) -> usize {
     }
 }
 
-fn node_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>> {
+/// The line a never-read panel shows instead of its rows, when it is one.
+fn unread_line(app: &ClusterApp, panel: Listed, theme: Theme) -> Option<Line<'static>> {
+    let why = app.unread_reason(panel)?;
+    Some(Line::styled(
+        format!("  could not be read: {why}"),
+        theme.warn(),
+    ))
+}
+
+/// The node rows; `cursor` marks the selected one (the TUI's, not `--once`'s).
+fn node_lines(app: &ClusterApp, theme: Theme, width: usize, cursor: bool) -> Vec<Line<'static>> {
     let hw = host_width(width);
     let mut lines = vec![
-        title("NODES".into(), app.stale.nodes, theme, width),
+        title("NODES".into(), app.stale_shown().nodes, theme, width),
         Line::styled(
             format!(
                 "  {} GPUS  UTIL   MIN        MEMORY  TEMP WARN  util, last 5 min",
@@ -174,10 +225,15 @@ fn node_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>
             theme.label(),
         ),
     ];
+    lines.extend(unread_line(app, Listed::Nodes, theme));
     let spark_width = width.saturating_sub(hw + 48).max(1);
     for (i, node) in app.view.nodes.iter().enumerate() {
-        let selected = i == app.selected_node && app.focus == Focus::Nodes;
+        let selected = cursor && i == app.selected_node && app.focus == Focus::Nodes;
         let expanded = app.expanded.contains(&node.hostname);
+        if node.down {
+            lines.push(down_line(node, selected, hw, theme));
+            continue;
+        }
         lines.push(node_line(node, selected, expanded, hw, spark_width, theme));
         if expanded {
             let model_width = if width >= 110 { 22 } else { 12 };
@@ -233,6 +289,33 @@ fn node_line(
     ])
 }
 
+/// A node that stopped reporting: when it was last seen, and the exporter to look at.
+fn down_line(node: &Node, selected: bool, hw: usize, theme: Theme) -> Line<'static> {
+    let marker = if selected { "▸ " } else { "  " };
+    let seen = node.last_seen_seconds_ago.map_or_else(
+        || format!("not seen in the last {DOWN_WINDOW}"),
+        |s| format!("last seen {} ago", span(s)),
+    );
+    let exporter = node
+        .instance
+        .as_deref()
+        .map(|i| format!("; Prometheus cannot scrape its exporter at {i}"))
+        .unwrap_or_default();
+    let style = if selected {
+        theme.selected()
+    } else {
+        theme.critical()
+    };
+    Line::styled(
+        format!(
+            "{marker}{} {:>4}  DOWN  {seen}{exporter}",
+            pad_left_aligned(&node.hostname, hw),
+            NA
+        ),
+        style,
+    )
+}
+
 fn gpu_line(gpu: &NodeGpu, model_width: usize, theme: Theme) -> Line<'static> {
     let total = match (gpu.memory_used_bytes, gpu.memory_free_bytes) {
         (Some(u), Some(f)) => Some(u + f),
@@ -272,95 +355,11 @@ fn node_focus_line(app: &ClusterApp) -> Option<usize> {
     None
 }
 
-fn job_focus_line(app: &ClusterApp) -> Option<usize> {
-    if app.focus != Focus::Jobs {
-        return None;
-    }
-    let before: usize = app.view.jobs[..app.selected_job.min(app.view.jobs.len())]
-        .iter()
-        .map(|j| j.ranks.len() + 1)
-        .sum();
-    Some(2 + before)
-}
-
-fn job_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>> {
-    let mut lines = vec![
-        title(
-            format!(
-                "JOBS ACROSS NODES  straggler: step time over {:.0}% above the job's median",
-                app.straggler_percent
-            ),
-            app.stale.jobs,
-            theme,
-            width,
-        ),
-        Line::styled(
-            format!(
-                "  RANK {}     PID  GPU   MEMORY HEADROOM      STEP",
-                pad_left_aligned("NODE", host_width(width))
-            ),
-            theme.label(),
-        ),
-    ];
-    if app.view.jobs.is_empty() {
-        lines.push(Line::styled(
-            "  no job: no process exports a training_job label",
-            theme.dim(),
-        ));
-    }
-    for (i, job) in app.view.jobs.iter().enumerate() {
-        let selected = app.focus == Focus::Jobs && i == app.selected_job;
-        lines.push(job_title(job, selected, theme));
-        for rank in &job.ranks {
-            let mut text = format!(
-                "  {:>4} {} {:>7} {:>4} {:>8} {:>8} {:>9}",
-                rank.rank.map_or_else(|| NA.to_string(), |r| r.to_string()),
-                pad_left_aligned(&rank.hostname, host_width(width)),
-                rank.pid,
-                rank.gpu.map_or_else(|| NA.to_string(), |g| g.to_string()),
-                bytes(rank.memory_bytes),
-                bytes(rank.headroom_bytes),
-                rank.step_time_seconds
-                    .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s")),
-            );
-            let style = if rank.straggler {
-                let above = rank.above_median_percent.unwrap_or(0.0);
-                text.push_str(&format!("  STRAGGLER +{above:.0}%"));
-                theme.critical()
-            } else {
-                theme.plain()
-            };
-            lines.push(Line::styled(text, style));
-        }
-    }
-    lines
-}
-
-fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
-    let median = job
-        .median_step_time_seconds
-        .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s"));
-    let text = format!(
-        "JOB {}  {} ranks on {} nodes  median step {median}",
-        job.id,
-        job.ranks.len(),
-        job.nodes
-    );
-    Line::styled(
-        text,
-        if selected {
-            theme.selected()
-        } else {
-            theme.brand()
-        },
-    )
-}
-
 fn warning_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>> {
     let mut lines = vec![
         title(
             "WARNINGS FROM EVERY NODE".into(),
-            app.stale.warnings,
+            app.stale_shown().warnings,
             theme,
             width,
         ),
@@ -372,9 +371,11 @@ fn warning_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'stat
             theme.label(),
         ),
     ];
-    if app.view.warnings.is_empty() {
+    let unread = unread_line(app, Listed::Warnings, theme);
+    if app.view.warnings.is_empty() && unread.is_none() {
         lines.push(Line::styled("  none", theme.dim()));
     }
+    lines.extend(unread);
     for warning in &app.view.warnings {
         let (label, style) = match warning.severity.as_str() {
             "critical" => ("CRIT", theme.critical()),

@@ -1,0 +1,175 @@
+//! The jobs panel of the cluster view: each job's title, its ranks (stragglers marked), and
+//! the ranks no node reports (on a node that is down, or missing from the numbering).
+
+use ratatui::text::Line;
+
+use super::{bytes, host_width, title, unread_line};
+use crate::cluster::model::{Job, MissingRank};
+use crate::cluster::state::{ClusterApp, Focus, Listed};
+use crate::format::{pad_left_aligned, NA};
+use crate::terminal::theme::Theme;
+
+pub(super) fn job_focus_line(app: &ClusterApp) -> Option<usize> {
+    if app.focus != Focus::Jobs {
+        return None;
+    }
+    let before: usize = app.view.jobs[..app.selected_job.min(app.view.jobs.len())]
+        .iter()
+        .map(|j| 1 + j.ranks.len() + missing_line_count(&j.missing_ranks))
+        .sum();
+    Some(2 + before)
+}
+
+/// The jobs with their ranks; `cursor` marks the selected job (the TUI's, not `--once`'s).
+pub(super) fn job_lines(
+    app: &ClusterApp,
+    theme: Theme,
+    width: usize,
+    cursor: bool,
+) -> Vec<Line<'static>> {
+    let mut lines = vec![
+        title(
+            format!(
+                "JOBS ACROSS NODES  straggler: step time over {:.0}% above the job's median",
+                app.straggler_percent
+            ),
+            app.stale_shown().jobs,
+            theme,
+            width,
+        ),
+        Line::styled(
+            format!(
+                "  RANK {}     PID  GPU   MEMORY HEADROOM      STEP",
+                pad_left_aligned("NODE", host_width(width))
+            ),
+            theme.label(),
+        ),
+    ];
+    let unread = unread_line(app, Listed::Jobs, theme);
+    if app.view.jobs.is_empty() && unread.is_none() {
+        lines.push(Line::styled(
+            "  no job: no process exports a training_job label",
+            theme.dim(),
+        ));
+    }
+    lines.extend(unread);
+    for (i, job) in app.view.jobs.iter().enumerate() {
+        let selected = cursor && app.focus == Focus::Jobs && i == app.selected_job;
+        lines.push(job_title(job, selected, theme));
+        for rank in &job.ranks {
+            let mut text = format!(
+                "  {:>4} {} {:>7} {:>4} {:>8} {:>8} {:>9}",
+                rank.rank.map_or_else(|| NA.to_string(), |r| r.to_string()),
+                pad_left_aligned(&rank.hostname, host_width(width)),
+                rank.pid,
+                rank.gpu.map_or_else(|| NA.to_string(), |g| g.to_string()),
+                bytes(rank.memory_bytes),
+                bytes(rank.headroom_bytes),
+                rank.step_time_seconds
+                    .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s")),
+            );
+            let style = if rank.straggler {
+                let above = rank.above_median_percent.unwrap_or(0.0);
+                text.push_str(&format!("  STRAGGLER +{above:.0}%"));
+                theme.critical()
+            } else {
+                theme.plain()
+            };
+            lines.push(Line::styled(text, style));
+        }
+        lines.extend(missing_lines(&job.missing_ranks, width, theme));
+    }
+    lines
+}
+
+/// A row for each missing rank last seen on a node that is down, then one line for the rank
+/// numbers no node reports.
+fn missing_lines(missing: &[MissingRank], width: usize, theme: Theme) -> Vec<Line<'static>> {
+    let mut lines: Vec<Line<'static>> = missing
+        .iter()
+        .filter_map(|m| {
+            let host = m.hostname.as_deref()?;
+            Some(Line::styled(
+                format!(
+                    "  {:>4} {} {:>7}  NOT REPORTING: its node is down",
+                    m.rank.map_or_else(|| NA.to_string(), |r| r.to_string()),
+                    pad_left_aligned(host, host_width(width)),
+                    m.pid.map_or_else(|| NA.to_string(), |p| p.to_string()),
+                ),
+                theme.critical(),
+            ))
+        })
+        .collect();
+    let numbers: Vec<u32> = missing
+        .iter()
+        .filter(|m| m.hostname.is_none())
+        .filter_map(|m| m.rank)
+        .collect();
+    if !numbers.is_empty() {
+        lines.push(Line::styled(
+            format!(
+                "  NOT REPORTING: rank {} (below the highest rank; no node reports it)",
+                ranges(&numbers)
+            ),
+            theme.critical(),
+        ));
+    }
+    lines
+}
+
+/// How many lines [`missing_lines`] writes.
+fn missing_line_count(missing: &[MissingRank]) -> usize {
+    let rows = missing.iter().filter(|m| m.hostname.is_some()).count();
+    let numbers = missing
+        .iter()
+        .any(|m| m.hostname.is_none() && m.rank.is_some());
+    rows + usize::from(numbers)
+}
+
+/// Sorted numbers as ranges: "1, 4-7, 9", the first 20 ranges at most.
+fn ranges(numbers: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < numbers.len() {
+        let start = numbers[i];
+        while i + 1 < numbers.len() && numbers[i + 1] == numbers[i] + 1 {
+            i += 1;
+        }
+        parts.push(if numbers[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", numbers[i])
+        });
+        i += 1;
+    }
+    if parts.len() > 20 {
+        let more = parts.len() - 20;
+        parts.truncate(20);
+        parts.push(format!("and {more} more ranges"));
+    }
+    parts.join(", ")
+}
+
+fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
+    let median = job
+        .median_step_time_seconds
+        .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s"));
+    let missing = match job.missing_ranks.len() {
+        0 => String::new(),
+        n => format!(", {n} missing"),
+    };
+    let text = format!(
+        "JOB {}  {} ranks on {} nodes{missing}  median step {median}",
+        job.id,
+        job.ranks.len(),
+        job.nodes
+    );
+    let style = if selected {
+        theme.selected()
+    } else if job.missing_ranks.is_empty() {
+        theme.brand()
+    } else {
+        theme.critical()
+    };
+    Line::styled(text, style)
+}
