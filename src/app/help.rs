@@ -367,6 +367,28 @@ mod tests {
     }
 
     #[test]
+    fn the_wheel_scrolls_the_help_and_never_the_table_behind_it() {
+        use crossterm::event::{KeyModifiers, MouseEvent, MouseEventKind};
+        let mut app = help_at(60, 16);
+        let wheel = |kind| MouseEvent {
+            kind,
+            column: 10,
+            row: 5,
+            modifiers: KeyModifiers::NONE,
+        };
+        let selected = app.view.selected;
+        assert_eq!(
+            app.on_mouse(wheel(MouseEventKind::ScrollDown)),
+            Effect::Redraw
+        );
+        app.on_mouse(wheel(MouseEventKind::ScrollDown));
+        assert_eq!(app.view.help_scroll, 2);
+        app.on_mouse(wheel(MouseEventKind::ScrollUp));
+        assert_eq!(app.view.help_scroll, 1);
+        assert_eq!(app.view.selected, selected);
+    }
+
+    #[test]
     fn closing_the_help_brings_the_next_one_back_to_its_top() {
         let mut app = help_at(60, 16);
         press(&mut app, KeyCode::End);

@@ -15,6 +15,14 @@ impl App {
     /// A click selects the row under it (or sorts by the title under it); the wheel moves the
     /// selection. Only the main screen takes the mouse.
     pub(crate) fn on_mouse(&mut self, mouse: MouseEvent) -> Effect {
+        // The wheel scrolls the help, as its keys do; nothing else reaches the table behind it.
+        if self.mode == Mode::Normal && self.view.show_help && self.setup.is_none() {
+            return match mouse.kind {
+                MouseEventKind::ScrollDown => self.scroll_help(KeyCode::Down),
+                MouseEventKind::ScrollUp => self.scroll_help(KeyCode::Up),
+                _ => Effect::None,
+            };
+        }
         if self.mode != Mode::Normal
             || self.view.show_help
             || self.detail.is_some()
