@@ -28,7 +28,10 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let text = &mut scratch.runs;
     text.clear();
     text.push_with(Style::new(), |t| {
-        let _ = if groups.len() < count {
+        // Rows held for warnings that went ([`WarningsView::panel_rows`]) say why they are empty.
+        let _ = if count == 0 {
+            write!(t, " WARNINGS (0): the ones shown have cleared")
+        } else if groups.len() < count {
             write!(
                 t,
                 " WARNINGS ({count} in {} lines)  w: walk the list",

@@ -224,6 +224,13 @@ fn the_table_stays_put_while_warnings_come_and_go() {
     let two = header_row(&app);
     app.on_snapshot(with(0, 5));
     assert_eq!(header_row(&app), two, "5 s after the warnings went");
+    let s = screen(&app, 100, 40);
+    let title = panel(&s)[0];
+    assert!(
+        title.contains("WARNINGS (0): the ones shown have cleared"),
+        "{s}"
+    );
+    assert!(!title.contains("walk the list"), "nothing to walk:\n{s}");
     app.on_snapshot(with(1, 20));
     assert_eq!(header_row(&app), two, "one came back");
     app.on_snapshot(with(0, 60));
