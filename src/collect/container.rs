@@ -95,7 +95,8 @@ fn container_id(name: &str) -> Option<(&'static str, String)> {
 
 /// The container torchtop runs in, if any: `/.dockerenv` (Docker), `/run/.containerenv`
 /// (Podman), `container=` in pid 1's environment (systemd-nspawn, LXC, Podman), or a container
-/// or pod in its own cgroup path (cgroup v1, or v2 without a cgroup namespace).
+/// or pod in its own cgroup path (cgroup v1, or v2 without a cgroup namespace); "unknown" for
+/// a PID namespace below the host's with none of those.
 pub(crate) fn detect_own_container(fs_root: &Path, proc_root: &Path) -> Option<String> {
     if fs_root.join(".dockerenv").exists() {
         return Some("docker".to_string());
@@ -114,19 +115,24 @@ pub(crate) fn detect_own_container(fs_root: &Path, proc_root: &Path) -> Option<S
             return Some(value);
         }
     }
-    let own = cg::read_small(&proc_root.join("self/cgroup"))?;
-    let groups = cg::parse_proc_cgroup(&own)?;
-    let paths = groups
-        .unified
-        .iter()
-        .chain(groups.v1.iter().map(|(_, p)| p));
-    paths
-        .map(|p| classify_path(p))
-        .find_map(|(container, pod)| match (container, pod) {
-            (_, Some(_)) => Some("kubernetes".to_string()),
-            (Some(c), None) => Some(c.runtime),
-            _ => None,
-        })
+    let named = cg::read_small(&proc_root.join("self/cgroup"))
+        .and_then(|own| cg::parse_proc_cgroup(&own))
+        .and_then(|groups| {
+            let paths = groups
+                .unified
+                .iter()
+                .chain(groups.v1.iter().map(|(_, p)| p));
+            paths
+                .map(|p| classify_path(p))
+                .find_map(|(container, pod)| match (container, pod) {
+                    (_, Some(_)) => Some("kubernetes".to_string()),
+                    (Some(c), None) => Some(c.runtime),
+                    _ => None,
+                })
+        });
+    // A PID namespace of its own without a runtime's mark (unshare, a sandbox) hides the
+    // driver's pids all the same.
+    named.or_else(|| procfs::in_nested_pid_namespace(proc_root).then(|| "unknown".to_string()))
 }
 
 /// How long a size read from mountinfo is kept: a Kubernetes node's mountinfo can be a MiB,

@@ -71,6 +71,9 @@ pub struct HostCollector {
     readings: readings::Readings,
     /// The buffers of the walks of the GPU processes' children ([`children`]).
     child_walker: children::ChildWalker,
+    /// This /proc is a PID namespace's below the host's: a driver's pid names another process
+    /// here, or none, so driver rows are left unjoined (not visible, never offered a signal).
+    driver_pids_foreign: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -120,6 +123,7 @@ impl HostCollector {
 
     fn with_units(root: PathBuf, fs_root: PathBuf, clock_ticks: u64, page_size: u64) -> Self {
         HostCollector {
+            driver_pids_foreign: procfs::in_nested_pid_namespace(&root),
             readings: readings::Readings::new(&root),
             child_walker: children::ChildWalker::default(),
             placement: Placement::new(root.clone(), fs_root, page_size),
@@ -176,6 +180,10 @@ impl HostCollector {
         let mut joined = std::mem::take(&mut self.joined);
         joined.clear();
         for row in processes.iter_mut() {
+            if self.is_foreign(row) {
+                apply_join(row, None, None);
+                continue;
+            }
             let found = *joined
                 .entry(row.pid)
                 .or_insert_with(|| self.join_or_reuse(row.pid, on_screen, uptime, now));
@@ -224,10 +232,15 @@ impl HostCollector {
         let now = Instant::now();
         let mut done = std::collections::HashSet::new();
         for row in processes {
-            if done.insert(row.pid) {
+            if !self.is_foreign(row) && done.insert(row.pid) {
                 let _ = self.join_one(row.pid, None, now);
             }
         }
+    }
+
+    /// Whether `row`'s pid is the host's while this /proc is a nested namespace's.
+    fn is_foreign(&self, row: &GpuProcess) -> bool {
+        row.driver_pid && self.driver_pids_foreign
     }
 
     /// [`HostCollector::join_one_into`] with the kept scratch stat, whose name's buffer is

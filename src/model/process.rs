@@ -78,6 +78,10 @@ pub struct GpuProcess {
     /// [`NO_GPU`]. JSON says so with `"gpu": null`.
     #[serde(skip)]
     pub no_gpu: bool,
+    /// Its pid came from the driver (NVML, amd-smi), which reports the host's pids whatever
+    /// namespace torchtop runs in; a pid from this /proc (an agent, fdinfo) is not.
+    #[serde(skip)]
+    pub driver_pid: bool,
     /// Its control group and limits; `None` where /proc/PID/cgroup is unreadable. Shared with
     /// the cgroup reader and the other rows in the cgroup: a tick does not copy it per row.
     #[serde(default)]
@@ -98,7 +102,7 @@ pub struct GpuProcess {
 }
 
 impl GpuProcess {
-    /// A row for a pid NVML reported, before /proc has been joined in.
+    /// A row for a pid of this /proc (fdinfo, an agent), before /proc has been joined in.
     pub fn new(pid: u32, gpu: u32, kind: ProcessKind) -> Self {
         GpuProcess {
             pid,
@@ -125,10 +129,19 @@ impl GpuProcess {
             env: None,
             torch: None,
             no_gpu: false,
+            driver_pid: false,
             cgroup: None,
             shm: None,
             slurm: None,
             ns_pids: None,
+        }
+    }
+
+    /// A row for a pid the driver reported (see [`GpuProcess::driver_pid`]).
+    pub fn from_driver(pid: u32, gpu: u32, kind: ProcessKind) -> Self {
+        GpuProcess {
+            driver_pid: true,
+            ..GpuProcess::new(pid, gpu, kind)
         }
     }
 

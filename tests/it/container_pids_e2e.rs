@@ -91,6 +91,13 @@ fn container(pid: u32, nspid: &[u32]) -> tempfile::TempDir {
     dir
 }
 
+/// `proc/self/ns/pid` of the fixture: the link the kernel gives torchtop's PID namespace.
+fn pid_namespace(root: &Path, link: &str) {
+    let path = root.join("proc/self/ns/pid");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(link, path).unwrap();
+}
+
 fn scenario() -> ScenarioFile {
     let mut text = String::from(
         "[system]\ndriver_version = \"550.54.15\"\n\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
@@ -176,4 +183,38 @@ fn host_procfs_finds_the_process_and_its_pid_inside_the_container() {
     assert_eq!(trainer["ns_pids"], serde_json::json!([HOST_PID, INNER_PID]));
     assert_eq!(trainer["cgroup"]["container"]["runtime"], "docker");
     assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
+}
+
+/// Inside a container with its own PID namespace, NVML's host pid can be the pid of an
+/// unrelated process of the container (the same number, another namespace). That process's
+/// details went on the GPU row, and `K` killed it. In a nested PID namespace no driver pid is
+/// looked up in /proc.
+#[test]
+fn a_host_pid_is_never_taken_for_the_containers_process_of_that_number() {
+    let root = container(HOST_PID, &[HOST_PID]);
+    let doc_host = {
+        pid_namespace(root.path(), "pid:[4026531836]");
+        once(root.path(), &scenario())
+    };
+    assert_eq!(
+        common::process_row(&doc_host, HOST_PID)["visible"],
+        true,
+        "the host's namespace: the pid is this /proc's"
+    );
+    std::fs::remove_file(root.path().join("proc/self/ns/pid")).unwrap();
+    pid_namespace(root.path(), "pid:[4026532871]");
+    let doc = once(root.path(), &scenario());
+    assert_without_host_details(common::process_row(&doc, HOST_PID));
+    assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
+}
+
+/// A PID namespace of its own with no container runtime's mark (`unshare --pid`) still says
+/// why the GPU processes have no details.
+#[test]
+fn a_pid_namespace_without_a_runtimes_mark_counts_as_a_container() {
+    let root = container(INNER_PID, &[INNER_PID]);
+    std::fs::remove_file(root.path().join(".dockerenv")).unwrap();
+    pid_namespace(root.path(), "pid:[4026532871]");
+    let doc = once(root.path(), &scenario());
+    assert_eq!(doc["host"]["container"], "unknown", "{:#}", doc["host"]);
 }

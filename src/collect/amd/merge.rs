@@ -61,7 +61,11 @@ fn fill_row(rows: &mut Vec<GpuProcess>, process: &SmiProcess, share: Option<u32>
         .iter()
         .position(|r| r.pid == process.pid)
         .unwrap_or_else(|| {
-            rows.push(GpuProcess::new(process.pid, gpu, ProcessKind::Compute));
+            rows.push(GpuProcess::from_driver(
+                process.pid,
+                gpu,
+                ProcessKind::Compute,
+            ));
             rows.len() - 1
         });
     let row = &mut rows[i];

@@ -116,7 +116,7 @@ pub(super) fn merge_mig_processes(
         if let Some(row) = rows.iter_mut().find(|r| r.pid == *pid) {
             row.gpu_memory_bytes = row.gpu_memory_bytes.or(*bytes);
         } else {
-            let mut row = GpuProcess::new(*pid, gpu, ProcessKind::Compute);
+            let mut row = GpuProcess::from_driver(*pid, gpu, ProcessKind::Compute);
             row.gpu_memory_bytes = *bytes;
             rows.push(row);
         }

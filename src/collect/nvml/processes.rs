@@ -31,7 +31,7 @@ pub(super) fn merge_process_lists(
                 row.gpu_memory_bytes = row.gpu_memory_bytes.max(memory);
                 continue;
             }
-            let mut row = GpuProcess::new(info.pid, gpu, kind);
+            let mut row = GpuProcess::from_driver(info.pid, gpu, kind);
             row.gpu_memory_bytes = memory;
             rows.push(row);
         }

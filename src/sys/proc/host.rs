@@ -210,6 +210,19 @@ pub(crate) fn read_hostname(root: &Path) -> Result<Option<String>, ProcError> {
     })
 }
 
+/// The inode the kernel gives the initial PID namespace (`PROC_PID_INIT_INO`, fixed since
+/// Linux 3.8).
+const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+
+/// Whether the reader of `root` (its `self`) is in a PID namespace below the host's: inside a
+/// container without `--pid=host`. Pids from the driver (NVML, amd-smi) are the host's, and
+/// the same number in this /proc is another process. `false` where the link cannot be read
+/// (no `CONFIG_PID_NS`, or a fixture tree without it).
+pub(crate) fn in_nested_pid_namespace(root: &Path) -> bool {
+    std::fs::read_link(root.join("self/ns/pid"))
+        .is_ok_and(|link| link.as_os_str() != INITIAL_PID_NAMESPACE)
+}
+
 /// kernel.yama.ptrace_scope, or `None` without Yama.
 pub(crate) fn read_yama_ptrace_scope(root: &Path) -> Option<u32> {
     read_parsed(root.join("sys/kernel/yama/ptrace_scope"), |text| {
