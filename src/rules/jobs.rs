@@ -110,8 +110,34 @@ pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
 pub(crate) enum JobKey<'a> {
     Slurm(&'a str),
     Torchelastic(&'a str),
-    Master { addr: &'a str, port: &'a str },
+    /// `scope`: the pod or container of a loopback (or missing) address, which names a
+    /// network namespace's own rendezvous: two containers' `torchrun`s both use 127.0.0.1:29500.
+    Master {
+        addr: &'a str,
+        port: &'a str,
+        scope: Option<Scope<'a>>,
+    },
     Parent(u32),
+}
+
+/// Where a loopback rendezvous address is local to: a pod (its containers share one network
+/// namespace) or a container, by the first 12 characters of its id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    Pod(&'a str),
+    Container { runtime: &'a str, id: &'a str },
+}
+
+impl fmt::Display for Scope<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn short(id: &str) -> &str {
+            id.get(..12).unwrap_or(id)
+        }
+        match self {
+            Scope::Pod(uid) => write!(f, " in pod {}", short(uid)),
+            Scope::Container { runtime, id } => write!(f, " in {runtime} {}", short(id)),
+        }
+    }
 }
 
 impl fmt::Display for JobKey<'_> {
@@ -119,7 +145,10 @@ impl fmt::Display for JobKey<'_> {
         match self {
             JobKey::Slurm(id) => write!(f, "slurm job {id}"),
             JobKey::Torchelastic(id) => write!(f, "torchelastic run {id}"),
-            JobKey::Master { addr, port } => write!(f, "job {addr}:{port}"),
+            JobKey::Master { addr, port, scope } => {
+                write!(f, "job {addr}:{port}")?;
+                scope.map_or(Ok(()), |scope| write!(f, "{scope}"))
+            }
             JobKey::Parent(ppid) => write!(f, "job under pid {ppid}"),
         }
     }
@@ -166,7 +195,11 @@ impl fmt::Write for Comparer<'_> {
 /// [`job_key`] borrowed: the parts its text is written from.
 pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
     let identity = job_rank(process);
-    let distributed = identity.rank.is_some() || identity.world_size.is_some_and(|w| w > 1);
+    // RANK=0 WORLD_SIZE=1 is a job of one: left on, it made one "job" of every such process.
+    let distributed = match identity.world_size {
+        Some(world) => world > 1,
+        None => identity.rank.is_some(),
+    };
     if !distributed {
         return None;
     }
@@ -184,9 +217,32 @@ pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
         let addr = env
             .and_then(|e| non_empty(e.master_addr.as_ref()))
             .unwrap_or("");
-        return Some(JobKey::Master { addr, port });
+        let scope = is_loopback(addr).then(|| scope_of(process)).flatten();
+        return Some(JobKey::Master { addr, port, scope });
     }
-    process.ppid.map(JobKey::Parent)
+    // Pid 1 (and a subreaper at pid 1 of a container) adopts every orphan: not a launcher.
+    process.ppid.filter(|&ppid| ppid > 1).map(JobKey::Parent)
+}
+
+/// A rendezvous address that means "this network namespace": loopback, or none given.
+fn is_loopback(addr: &str) -> bool {
+    addr.is_empty()
+        || addr == "localhost"
+        || addr
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn scope_of(process: &GpuProcess) -> Option<Scope<'_>> {
+    let cgroup = process.cgroup.as_deref()?;
+    if let Some(pod) = &cgroup.pod {
+        return Some(Scope::Pod(&pod.uid));
+    }
+    let container = cgroup.container.as_ref()?;
+    Some(Scope::Container {
+        runtime: &container.runtime,
+        id: &container.id,
+    })
 }
 
 /// The variable's value trimmed, unless that leaves nothing.
@@ -280,6 +336,74 @@ mod tests {
         ];
         let ids: Vec<String> = group_jobs(&processes).into_iter().map(|j| j.id).collect();
         assert_eq!(ids, ["job 127.0.0.1:29500", "job 127.0.0.1:29600"]);
+    }
+
+    /// Two containers each run `torchrun --nproc_per_node=2` with its defaults: both
+    /// rendezvous at 127.0.0.1:29500, each in its own network namespace. They were one job of
+    /// four ranks "r0 r0 r1 r1".
+    #[test]
+    fn loopback_rendezvous_in_two_containers_are_two_jobs() {
+        let in_container = |pid: u32, rank: u32, id: char| {
+            let mut p = ranked(pid, rank, torchrun(rank, "none", "29500"));
+            p.cgroup = Some(std::sync::Arc::new(crate::model::Cgroup {
+                container: Some(crate::model::ContainerRef {
+                    runtime: "docker".into(),
+                    id: id.to_string().repeat(64),
+                }),
+                ..Default::default()
+            }));
+            p
+        };
+        let processes = vec![
+            in_container(10, 0, 'a'),
+            in_container(11, 1, 'a'),
+            in_container(20, 0, 'b'),
+            in_container(21, 1, 'b'),
+        ];
+        let jobs = group_jobs(&processes);
+        let found: Vec<(&str, Vec<u32>)> = (jobs.iter())
+            .map(|j| (j.id.as_str(), j.ranks.iter().map(|r| r.pid).collect()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("job 127.0.0.1:29500 in docker aaaaaaaaaaaa", vec![10, 11]),
+                ("job 127.0.0.1:29500 in docker bbbbbbbbbbbb", vec![20, 21]),
+            ]
+        );
+        // A routable address is one rendezvous whatever the containers.
+        let mut routable = processes.clone();
+        for p in &mut routable {
+            let mut env = (**p.env.as_ref().unwrap()).clone();
+            env.master_addr = Some("10.0.0.5".into());
+            p.env = Some(env.into());
+        }
+        let jobs = group_jobs(&routable);
+        assert_eq!(jobs.len(), 1, "{jobs:#?}");
+        assert_eq!(jobs[0].id, "job 10.0.0.5:29500");
+    }
+
+    /// Processes with RANK=0 WORLD_SIZE=1, or orphans adopted by pid 1, were one job "under
+    /// pid 1".
+    #[test]
+    fn a_world_of_one_and_the_orphans_of_pid_1_are_no_job() {
+        let alone = |pid: u32, ppid: u32, world: Option<u32>| {
+            let mut p = process(pid, 0, 1 << 30);
+            p.ppid = Some(ppid);
+            p.torch = Some(std::sync::Arc::new(TorchInfo {
+                rank: Some(0),
+                world_size: world,
+                ..Default::default()
+            }));
+            p
+        };
+        let processes: Vec<GpuProcess> = (0..10)
+            .map(|k| alone(100 + k, 1, Some(1)))
+            .chain((0..2).map(|k| alone(200 + k, 1, None)))
+            .chain((0..2).map(|k| alone(300 + k, 77, Some(1))))
+            .collect();
+        let jobs = group_jobs(&processes);
+        assert!(jobs.is_empty(), "{jobs:#?}");
     }
 
     #[test]
