@@ -122,7 +122,11 @@ impl Horizons {
     fn of(config: &RulesConfig) -> Self {
         let longest = |spans: &[Seconds]| spans.iter().map(|s| s.get()).fold(0.0, f64::max);
         Horizons {
-            gpus: longest(&[config.ecc.window_seconds, config.gpu_starved.window_seconds]),
+            gpus: longest(&[
+                config.ecc.window_seconds,
+                config.gpu_starved.window_seconds,
+                config.throttle.window_seconds,
+            ]),
             processes: longest(&[
                 config.gpu_starved.window_seconds,
                 config.imbalance.window_seconds,
@@ -228,6 +232,10 @@ impl Engine {
                 memory_used_bytes: gpu.memory_used_bytes,
                 ecc_corrected: gpu.ecc_volatile_corrected,
                 ecc_uncorrected: gpu.ecc_volatile_uncorrected,
+                throttle: gpu
+                    .throttle_reasons
+                    .as_ref()
+                    .map_or(0, |reasons| throttle::reason_bits(reasons.iter())),
             };
             self.gpus
                 .entry(gpu.index)

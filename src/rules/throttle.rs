@@ -4,17 +4,22 @@
 //! `sw_power_cap` (the board reached its power limit), `hw_slowdown` (hardware slowdown, heat or
 //! power), `hw_thermal_slowdown`, `hw_power_brake_slowdown` (an external power brake) and
 //! `sw_thermal_slowdown` (the driver cooling the GPU). Only the configured reasons count, and
-//! only while utilization reaches the load threshold. A power cap alone is `info` (common and
-//! often intended); any slowdown is `warn`.
+//! only in samples whose utilization reaches the load threshold. A power-capped GPU at full
+//! load goes in and out of its cap every second or two, and a GPU near the load threshold in
+//! and out of load: judged on each sample alone, the warning came and went every tick, its
+//! "since" with it. So it is judged on a window: the GPU was under load in at least half of
+//! it, and held down in `min_share_percent` (a quarter) of those samples. A power cap alone is `info`
+//! (common and often intended); any slowdown in the window is `warn`.
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Percent;
+use crate::config::{Percent, Seconds};
 use std::fmt;
 
 use crate::model::{GpuSample, Severity};
 
 use super::slots::{Na, Show, Slots, SubjectRef};
+use super::window::{GpuPoint, Point};
 use super::Inputs;
 
 /// The throttle-reason names the NVML collector produces.
@@ -36,7 +41,22 @@ pub(crate) struct ThrottleConfig {
     pub(crate) min_utilization_percent: Percent,
     /// The reasons that raise the warning. Default: all of [`THROTTLE_REASON_NAMES`].
     pub(crate) reasons: Vec<String>,
+    /// The window judged. Default 30.
+    pub(crate) window_seconds: Seconds,
+    /// The share of the window's samples under load that a counted reason held down. Default 25.
+    pub(crate) min_share_percent: Percent,
 }
+
+/// The bit of each of [`THROTTLE_REASON_NAMES`] in [`GpuPoint::throttle`]; unknown names none.
+pub(crate) fn reason_bits<'a>(reasons: impl IntoIterator<Item = &'a String>) -> u8 {
+    reasons
+        .into_iter()
+        .filter_map(|r| THROTTLE_REASON_NAMES.iter().position(|n| n == r))
+        .fold(0, |bits, at| bits | 1 << at)
+}
+
+/// The bit of `sw_power_cap`, the one reason that is only `info`.
+const POWER_CAP_BIT: u8 = 1;
 
 impl Default for ThrottleConfig {
     fn default() -> Self {
@@ -47,6 +67,8 @@ impl Default for ThrottleConfig {
                 .iter()
                 .map(std::string::ToString::to_string)
                 .collect(),
+            window_seconds: Seconds::new(30.0),
+            min_share_percent: Percent::new(25.0),
         }
     }
 }
@@ -59,39 +81,67 @@ the board is at its power limit; check nvidia-smi -q -d POWER and, if the power 
 raise the limit within the board's maximum (nvidia-smi -pl), or accept the clocks. \
 hw_power_brake_slowdown means the system's power brake fired: check the power supply.";
 
-/// Adds a warning for each GPU under load held down by a counted reason, written in place
-/// (see [`Slots`]): its figures change from tick to tick, its room does not.
+/// Adds a warning for each GPU held down under load over the window, written in place (see
+/// [`Slots`]): its figures change from tick to tick, its room does not.
 pub(crate) fn check(inputs: &Inputs, config: &ThrottleConfig, found: &mut Slots) {
+    let counted = reason_bits(&config.reasons);
     for gpu in &inputs.snapshot.gpus {
-        throttled(gpu, config, found);
+        let Some(window) = inputs.gpus.get(&gpu.index) else {
+            continue;
+        };
+        let recent = window.recent(config.window_seconds.get());
+        if let Some(held) = held_down(recent, config, counted) {
+            warn(gpu, &held, config, found);
+        }
     }
 }
 
-fn throttled(gpu: &GpuSample, config: &ThrottleConfig, found: &mut Slots) -> Option<()> {
-    let utilization = gpu.utilization_percent?;
-    if f64::from(utilization) < config.min_utilization_percent.get() {
-        return None;
-    }
-    let reasons = gpu.throttle_reasons.as_ref()?;
-    // Iterated, not collected: a GPU under load without a counted reason costs no allocation.
-    let active =
-        || (reasons.iter().map(String::as_str)).filter(|r| config.reasons.iter().any(|c| c == r));
-    // No counted reason: no warning.
-    active().next()?;
-    let severity = if active().all(|r| r == "sw_power_cap") {
+/// What a window says of a GPU's clocks: samples under load, those held down by a counted
+/// reason, and which reasons held them.
+struct HeldDown {
+    loaded: usize,
+    held: usize,
+    reasons: u8,
+}
+
+fn held_down(recent: &[Point<GpuPoint>], config: &ThrottleConfig, counted: u8) -> Option<HeldDown> {
+    let threshold = config.min_utilization_percent.get();
+    let loaded = || {
+        recent.iter().filter(|p| {
+            p.v.utilization_percent
+                .is_some_and(|u| f64::from(u) >= threshold)
+        })
+    };
+    let held = || loaded().filter(|p| p.v.throttle & counted != 0);
+    let summary = HeldDown {
+        loaded: loaded().count(),
+        held: held().count(),
+        reasons: held().fold(0, |bits, p| bits | (p.v.throttle & counted)),
+    };
+    let share = config.min_share_percent.get() / 100.0;
+    let enough = summary.held > 0
+        && 2 * summary.loaded >= recent.len()
+        && summary.held as f64 >= share * summary.loaded as f64;
+    enough.then_some(summary)
+}
+
+fn warn(gpu: &GpuSample, held: &HeldDown, config: &ThrottleConfig, found: &mut Slots) {
+    let severity = if held.reasons == POWER_CAP_BIT {
         Severity::Info
     } else {
         Severity::Warn
     };
-    let active_text = Show(|f: &mut fmt::Formatter| {
-        for (i, reason) in active().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(reason)?;
+    let reasons = Show(|f: &mut fmt::Formatter| {
+        let named = THROTTLE_REASON_NAMES.iter().enumerate();
+        let mut held_by = named.filter(|(at, _)| held.reasons & 1 << at != 0);
+        if let Some((_, first)) = held_by.next() {
+            f.write_str(first)?;
         }
-        Ok(())
+        held_by.try_for_each(|(_, name)| write!(f, ", {name}"))
     });
+    let utilization = Na(gpu
+        .utilization_percent
+        .map(|u| Show(move |f: &mut fmt::Formatter| write!(f, "{u}%"))));
     let temperature = gpu
         .temperature_c
         .map(|t| Show(move |f: &mut fmt::Formatter| write!(f, "{t} °C")));
@@ -109,14 +159,23 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig, found: &mut Slots) -> Opt
         }
         Ok(())
     });
+    let window = config.window_seconds.get();
     let subject = SubjectRef::Gpu(gpu.index);
     let mut warning = found.write(ID, severity, subject, REMEDY);
     warning.message(format_args!(
-        "GPU {}'s clocks are held down by {active_text} ({utilization}% utilization{details})",
-        gpu.index
+        "GPU {}'s clocks are held down by {reasons} in {} of {} samples under load in the last \
+         {window:.0} s ({utilization} utilization now{details})",
+        gpu.index, held.held, held.loaded
     ));
-    warning.row("reasons", format_args!("{active_text}"));
-    warning.row("utilization", format_args!("{utilization}%"));
+    warning.row("reasons", format_args!("{reasons}"));
+    warning.row(
+        "held down",
+        format_args!(
+            "{} of {} samples under load in {window:.0} s",
+            held.held, held.loaded
+        ),
+    );
+    warning.row("utilization", format_args!("{utilization}"));
     warning.row("temperature", format_args!("{}", Na(temperature)));
     warning.row("power", format_args!("{}", Na(power)));
     let sm_clock = gpu
@@ -127,7 +186,6 @@ fn throttled(gpu: &GpuSample, config: &ThrottleConfig, found: &mut Slots) -> Opt
         .fan_percent
         .map(|p| Show(move |f: &mut fmt::Formatter| write!(f, "{p}%")));
     warning.row("fan", format_args!("{}", Na(fan)));
-    Some(())
 }
 
 /// "300/300 W", or "300 W" without a limit.
@@ -164,12 +222,19 @@ mod tests {
         snap
     }
 
+    /// `hot` at second `t`.
+    fn hot_at(t: u32, reasons: &[&str], utilization: u32) -> Snapshot {
+        let mut snapshot = hot(reasons, utilization);
+        snapshot.unix_seconds = at(t).unix_seconds;
+        snapshot
+    }
+
     #[test]
     fn thermal_slowdown_under_load_warns_with_temperature_and_power() {
         let warnings = replay_default(0, |_| hot(&["hw_thermal_slowdown", "sw_power_cap"], 98));
         let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
         assert_eq!(w.severity, Severity::Warn);
-        assert_eq!(evidence(w, "reasons"), "hw_thermal_slowdown, sw_power_cap");
+        assert_eq!(evidence(w, "reasons"), "sw_power_cap, hw_thermal_slowdown");
         assert_eq!(evidence(w, "temperature"), "89 °C");
         assert_eq!(evidence(w, "power"), "300/300 W");
         assert!(w.remedy.contains("cooling"));
@@ -203,6 +268,56 @@ mod tests {
         config.throttle.reasons = vec!["hw_thermal_slowdown".into()];
         let warnings = replay(config, 0, |_| hot(&["sw_power_cap"], 98));
         assert!(with_id(&warnings, "throttle").is_empty(), "{warnings:#?}");
+    }
+
+    /// A power-capped GPU at full load goes in and out of its cap: the warning came and went
+    /// with every sample, and its "since" was new each time.
+    #[test]
+    fn a_gpu_in_and_out_of_its_cap_has_one_steady_warning() {
+        let flapping = |t: u32| {
+            if t % 2 == 0 {
+                hot_at(t, &["sw_power_cap"], 97)
+            } else {
+                hot_at(t, &[], 97)
+            }
+        };
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        let mut since = Vec::new();
+        for t in 0..60 {
+            let warnings = engine.evaluate(&flapping(t));
+            let throttle = with_id(&warnings, "throttle");
+            assert_eq!(throttle.len(), 1, "second {t}: {warnings:#?}");
+            since.push(throttle[0].since.clone());
+        }
+        since.dedup();
+        assert_eq!(since.len(), 1, "the warning started again: {since:?}");
+    }
+
+    /// A GPU held down now and then (a few samples of a window) is not held down.
+    #[test]
+    fn a_reason_in_a_few_samples_of_the_window_stays_silent() {
+        let now_and_then = |t: u32| {
+            if t % 5 == 4 {
+                hot_at(t, &["hw_slowdown"], 97)
+            } else {
+                hot_at(t, &[], 97)
+            }
+        };
+        assert!(with_id(&replay_default(40, now_and_then), "throttle").is_empty());
+    }
+
+    /// Thermal slowdown held while utilization wanders around the load threshold: samples
+    /// below it do not count, and the warning stays.
+    #[test]
+    fn thermal_slowdown_near_the_load_threshold_stays_up() {
+        let wandering =
+            |t: u32| hot_at(t, &["sw_thermal_slowdown"], [60, 40, 65][(t % 3) as usize]);
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        for t in 0..40 {
+            let warnings = engine.evaluate(&wandering(t));
+            let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
+            assert_eq!(w.severity, Severity::Warn, "second {t}");
+        }
     }
 
     #[test]

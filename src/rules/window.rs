@@ -240,6 +240,8 @@ pub(crate) struct GpuPoint {
     pub(crate) memory_used_bytes: Option<u64>,
     pub(crate) ecc_corrected: Option<u64>,
     pub(crate) ecc_uncorrected: Option<u64>,
+    /// The clock-throttle reasons, a bit each ([`super::throttle::reason_bits`]).
+    pub(crate) throttle: u8,
 }
 
 /// What the rules read of one (process, GPU) pair at one sample.
