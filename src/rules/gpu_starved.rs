@@ -60,6 +60,12 @@ room, set pin_memory=True and copy batches with .to(device, non_blocking=True), 
 torch.backends.cudnn.benchmark = True when input shapes are fixed. Profile one step \
 (torch.profiler) to see where the time goes.";
 
+/// For a host whose CPUs are all busy: more workers would only compete for them.
+const HOST_REMEDY: &str = "The host's CPUs are all busy, so more DataLoader workers would only \
+compete for them: see what else runs (htop sorted by CPU%) and move it off this machine, keep \
+num_workers within the cores this job is given (its cgroup's cpu.max and cpuset), and move \
+per-sample work off the CPU (decode or augment on the GPU, or preprocess the dataset once).";
+
 /// For GPUs that wait while the data pipeline does not look saturated: no DataLoader advice.
 const WAIT_REMEDY: &str = "The data pipeline does not look saturated, so find what the GPUs wait \
 on: profile one step (torch.profiler) or look at the stacks (py-spy dump --pid PID); check disk \
@@ -87,6 +93,9 @@ pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig, rows: &mut Rows)
         let Some(utilization) = group_utilization(inputs, members(), config) else {
             continue;
         };
+        if steps_stood_still(inputs, members(), config.window_seconds.get()) {
+            continue;
+        }
         let members: Vec<&GpuProcess> = members().collect();
         found.extend(starved(
             inputs,
@@ -97,6 +106,21 @@ pub(crate) fn check(inputs: &Inputs, config: &GpuStarvedConfig, rows: &mut Rows)
         ));
     }
     found
+}
+
+/// Whether the group's step counters (those that have moved) all stood still over the whole
+/// window: a checkpoint or an evaluation, not slow steps. A pause that lasts is
+/// `training-stalled`'s to report; blaming the data pipeline for it was wrong.
+fn steps_stood_still<'a>(
+    inputs: &Inputs,
+    members: impl Iterator<Item = &'a GpuProcess>,
+    window: f64,
+) -> bool {
+    let since = inputs.snapshot.unix_seconds - window;
+    let mut counted = members
+        .filter_map(|p| inputs.steps.get(&p.pid)?.still_since())
+        .peekable();
+    counted.peek().is_some() && counted.all(|still| still <= since)
 }
 
 /// The process's group: its job's (a lone rank, one of a job spread over machines, is judged
@@ -305,7 +329,7 @@ fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
                     "the host CPU is saturated ({}): the data pipeline is starved of CPU",
                     fmt_percent(c)
                 ),
-                REMEDY,
+                HOST_REMEDY,
             ),
             None if cpu.workers.is_none() && cpu.host_cpu.is_none() => (
                 "its DataLoader workers and the host CPU could not be read, so the cause is \
@@ -401,6 +425,29 @@ mod tests {
         assert!(w.remedy.contains("pin_memory=True"));
     }
 
+    /// A checkpoint: the agent's step counter stands still while the GPU idles. That is a
+    /// pause (`training-stalled` reports one that lasts), not a starved data pipeline. Slow
+    /// steps that still move are starvation.
+    #[test]
+    fn steps_that_stood_still_over_the_window_are_a_pause_not_starvation() {
+        let with_steps = |moving_until: u32| {
+            history(
+                move |step| if step < 20 { 95 } else { 5 },
+                move |s, p| {
+                    let t = s.unix_seconds as u64;
+                    p.torch = Some(std::sync::Arc::new(crate::model::TorchInfo {
+                        step: Some(t.min(T0 as u64 + u64::from(moving_until))),
+                        ..Default::default()
+                    }));
+                },
+            )
+        };
+        let paused = replay_default(100, with_steps(20));
+        assert!(with_id(&paused, "gpu-starved").is_empty(), "{paused:#?}");
+        let slow = replay_default(100, with_steps(100));
+        find(&slow, "gpu-starved", &Subject::Gpu { index: 0 });
+    }
+
     #[test]
     fn no_workers_and_a_busy_main_process_blames_num_workers_zero() {
         let warnings = replay_default(
@@ -429,6 +476,9 @@ mod tests {
             "{}",
             w.message
         );
+        // Not "raise num_workers while the CPU has room": it has none.
+        assert!(!w.remedy.contains("has room"), "{}", w.remedy);
+        assert!(w.remedy.contains("what else runs"), "{}", w.remedy);
         let idle = replay_default(60, history(low, |_, _| {}));
         let w = find(&idle, "gpu-starved", &Subject::Gpu { index: 0 });
         assert!(

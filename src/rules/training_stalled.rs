@@ -67,6 +67,14 @@ pub(crate) struct StepTrack {
     step_times: Vec<f64>,
 }
 
+impl StepTrack {
+    /// Since when the step counter has stood still, for a counter seen to move at least once
+    /// (a process that never calls `step()` has no pauses to tell).
+    pub(crate) fn still_since(&self) -> Option<f64> {
+        (self.moves > 0).then_some(self.changed_at)
+    }
+}
+
 /// Records the steps of this snapshot's agents; forgets processes that are gone.
 /// `seen` is room kept by the caller for the pids met, so a tick allocates no list of them.
 pub(crate) fn record(
