@@ -40,7 +40,7 @@ def _torchtop_bootstrap():
         sys.stderr.write("Error in the sitecustomize that torchtop chains to:\n")
         traceback.print_exc()
 
-    if os.environ.get("TORCHTOP_AGENT_DISABLE"):
+    if os.environ.get("TORCHTOP_AGENT_DISABLE", "").strip().lower() not in ("", "0", "false", "no"):
         return
     try:
         import torchtop_agent

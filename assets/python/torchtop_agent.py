@@ -210,6 +210,17 @@ def started_by_multiprocessing(argv=None):
         return False
 
 
+def _importing_main_for_multiprocessing():
+    """True while a spawn or forkserver child imports the main module again: multiprocessing
+    marks that phase with `_inheriting` on the current process (Python 3.4 and later)."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    try:
+        current = mp_process.current_process() if mp_process is not None else None
+        return bool(getattr(current, "_inheriting", False))
+    except Exception:
+        return False
+
+
 def _torch():
     return sys.modules.get("torch")
 
@@ -1550,8 +1561,15 @@ def _at_exit():
 
 
 def start(interval_ms=1000, socket_dir=None):
-    """Start the agent thread (idempotent). Returns the socket path, or None if it cannot start."""
+    """Start the agent thread (idempotent). Returns the socket path, or None if it cannot start.
+
+    While multiprocessing imports the main module again in a worker it started (spawn and
+    forkserver DataLoader or Pool workers run the top of train.py again) it starts nothing and
+    returns None: each worker inherits RANK and would show as one more rank of the job. A call
+    from the function such a process runs (a `torch.multiprocessing.spawn` rank) starts one."""
     try:
+        if _importing_main_for_multiprocessing():
+            return None
         return _start(interval_ms, socket_dir)
     except Exception as e:
         _warn("not started: %r" % (e,))
@@ -1640,6 +1658,10 @@ def stop():
     try:
         with _lock:
             agent = _agent
+            if agent is not None:
+                # Before the agent is forgotten: a SIGTERM from here on finds no agent to
+                # unlink (a Pool terminating its workers sends one as they stop).
+                agent.unlink_socket()
             _agent = None
         if agent is not None and agent.pid == os.getpid():
             agent.shutdown(unlink=True)

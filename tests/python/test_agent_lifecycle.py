@@ -451,6 +451,59 @@ class MultiprocessingTests(TempDirMixin, unittest.TestCase):
         self.assertEqual(sockets_in(self.dir), [], "sockets left behind")
         self.assertNotIn("torchtop", out.stderr)
 
+    def test_disable_means_a_true_value_not_any_value(self):
+        """Issue: TORCHTOP_AGENT_DISABLE=0 (or false) left the agent out as =1 does."""
+        code = "import torchtop_agent; print(torchtop_agent.socket_path())"
+        for value, started in (("0", True), ("false", True), ("", True), ("1", False), ("yes", False)):
+            out = run_python(code, env_extra=dict(self.site_env(), TORCHTOP_AGENT_DISABLE=value))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout.strip().endswith(".sock"), started, (value, out.stdout))
+
+    def test_start_in_the_programs_own_code_starts_nothing_in_its_workers(self):
+        """Issue: the README's `torchtop_agent.start()` at the top of train.py ran again in each
+        spawn worker (spawn imports the main module again); every worker inherited RANK and
+        showed as one more rank of the job."""
+        program = os.path.join(self.tmp, "mp_program.py")
+        with open(program, "w") as f:
+            f.write(MP_PROGRAM.replace(
+                "\nimport multiprocessing as mp\n",
+                "\nimport multiprocessing as mp\nimport torchtop_agent\ntorchtop_agent.start()\n", 1)
+                .replace('\nif __name__ == "__main__":\n', RANK_FUNCTION, 1)
+                .replace('    print(json.dumps(out))', RANK_STARTED + '    print(json.dumps(out))', 1))
+        env = dict(self.site_env(), TORCHTOP_AGENT_DISABLE="1", RANK="0", WORLD_SIZE="2")
+        out = subprocess.run([sys.executable, program], env=clean_env(env),
+                             capture_output=True, text=True, timeout=180)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        main_pid, main_path = result["main"]
+        self.assertEqual(main_path, os.path.join(self.dir, "%d.sock" % main_pid))
+        for pid, path in result["workers"]:
+            self.assertIsNone(path, "worker %d started an agent" % pid)
+        self.assertEqual(result["sockets_at_end"], ["%d.sock" % main_pid])
+        self.assertEqual(sockets_in(self.dir), [], "sockets left behind")
+        rank_pid, rank_path = result["spawned_rank"]
+        self.assertEqual(rank_path, os.path.join(self.dir, "%d.sock" % rank_pid),
+                         "a rank function's own start() starts its agent")
+
+
+# A `torch.multiprocessing.spawn`-style rank: start() called by the function the child runs.
+RANK_FUNCTION = '''
+def rank_main(queue):
+    torchtop_agent.start()
+    queue.put(report())
+
+
+if __name__ == "__main__":
+'''
+
+RANK_STARTED = '''    queue = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=rank_main, args=(queue,))
+    p.start()
+    out["spawned_rank"] = queue.get(timeout=60)
+    p.join()
+    out["sockets_at_end"] = sorted(n for n in os.listdir(directory) if n.endswith(".sock"))
+'''
+
 
 FORK_PROGRAM = r'''
 import json, multiprocessing, os, sys, threading
