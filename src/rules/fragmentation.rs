@@ -1,9 +1,10 @@
 //! `fragmentation`: cached memory the allocator cannot hand out or give back.
 //!
-//! Fires for one process's allocator on one device when its inactive-split memory (split
-//! blocks that can be neither reused for larger requests nor released) is both a large share of
-//! reserved memory and large in absolute terms, or when `num_alloc_retries` (cache flushed and
-//! cudaMalloc retried after a failure) rose within the window. Skipped under the
+//! Fires for one process's allocator on one device when its inactive-split memory (free pieces
+//! of partly used segments: reused only for requests that fit a piece, never released by
+//! `empty_cache()`) is both a large share of reserved memory and large in absolute terms
+//! (`info`: memory held idle), or when `num_alloc_retries` (cache flushed and cudaMalloc retried
+//! after a failure) rose within the window (`warn`: steps stalled on it). Skipped under the
 //! `cudaMallocAsync` backend, whose counters are zero by construction.
 
 use serde::{Deserialize, Serialize};
@@ -98,7 +99,8 @@ fn fragmented(
     let mut reasons = Vec::new();
     if let Some(share) = split {
         reasons.push(format!(
-            "{} of its {} reserved is split blocks it can neither reuse nor release ({})",
+            "{} of its {} reserved is free space inside partly used segments ({}): it serves \
+             only requests that fit a piece, and empty_cache() cannot release it",
             fmt_opt_bytes(latest.inactive_split_bytes),
             fmt_opt_bytes(latest.reserved_bytes),
             fmt_percent(share * 100.0),
@@ -134,9 +136,15 @@ fn fragmented(
         ),
         ("PYTORCH_CUDA_ALLOC_CONF", fmt_opt(alloc_conf)),
     ];
+    // Memory held idle is worth knowing; a cudaMalloc that failed is a step that stalled.
+    let severity = if retries.is_some() {
+        Severity::Warn
+    } else {
+        Severity::Info
+    };
     let mut found = warning(
         ID,
-        Severity::Warn,
+        severity,
         Subject::Process { pid },
         message,
         evidence,
@@ -162,7 +170,7 @@ fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> 
 
 #[cfg(test)]
 mod tests {
-    use crate::model::{DeviceAllocatorStats, Snapshot, Subject};
+    use crate::model::{DeviceAllocatorStats, Severity, Snapshot, Subject};
     use crate::rules::testkit::*;
     use crate::rules::RulesConfig;
 
@@ -192,6 +200,14 @@ mod tests {
         assert!(w
             .remedy
             .contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+        // Split pieces are reused for requests that fit; only empty_cache() cannot free them.
+        assert!(!w.message.contains("neither reuse"), "{}", w.message);
+        assert!(
+            w.message.contains("empty_cache() cannot release it"),
+            "{}",
+            w.message
+        );
+        assert_eq!(w.severity, Severity::Info, "no cudaMalloc failed");
     }
 
     #[test]
@@ -217,6 +233,11 @@ mod tests {
         let w = find(&rising, "fragmentation", &Subject::Process { pid: 9 });
         assert!(w.message.contains("retried"), "{}", w.message);
         assert_eq!(evidence(w, "num_alloc_retries"), "2");
+        assert_eq!(
+            w.severity,
+            Severity::Warn,
+            "steps stalled on a failed cudaMalloc"
+        );
         let steady = replay_default(4, |s| with_stats(s, retries(5), None));
         assert!(with_id(&steady, "fragmentation").is_empty(), "{steady:#?}");
     }

@@ -59,6 +59,15 @@ key, or torch.cuda.memory._dump_snapshot) and look at the stacks whose allocatio
 Usual causes: tensors kept across steps with their graphs (total_loss += loss instead of \
 loss.item()), lists of outputs or metrics that only grow, caches keyed by input.";
 
+/// Without an agent the series is NVML's figure, the caching allocator's reserved memory,
+/// which never falls: a cache still growing to fit new shapes rises the same way.
+const NVML_REMEDY: &str = "Without an agent this is NVML's figure, which includes PyTorch's \
+cache: reserved memory that is never given back, so a cache still growing to fit new batch \
+shapes looks the same as a leak. Attach the agent (torchtop attach PID) to see allocated \
+memory apart from the cache; if allocated memory keeps rising too, record the allocator's \
+history (torch.cuda.memory._record_memory_history(max_entries=100000)) and take a snapshot \
+(the `s` key) to see which stacks keep allocating.";
+
 /// What the trend tests measured on a series.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Trend {
@@ -180,13 +189,17 @@ fn leaking(
             fmt_percent(trend.non_falling_steps * 100.0),
         ),
     ];
+    let remedy = match source {
+        Source::Allocator { .. } => REMEDY,
+        Source::Nvml { .. } => NVML_REMEDY,
+    };
     Some(warning(
         ID,
         Severity::Warn,
         Subject::Process { pid },
         message,
         evidence,
-        REMEDY,
+        remedy,
     ))
 }
 
@@ -294,6 +307,10 @@ mod tests {
         let warnings = replay_default(120, nvml_history(|s| 10 * GIB + u64::from(s) * 8 * MIB));
         let w = find(&warnings, "leak", &Subject::Process { pid: 78 });
         assert_eq!(evidence(w, "source"), "NVML process memory (no agent)");
+        // NVML's figure holds the allocator's cache: the remedy says so and names the agent,
+        // where it sent the user to the `s` key, which needs one.
+        assert!(w.remedy.contains("torchtop attach"), "{}", w.remedy);
+        assert!(w.remedy.contains("cache"), "{}", w.remedy);
     }
 
     #[test]
