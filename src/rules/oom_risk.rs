@@ -70,10 +70,30 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
         found.extend(by_process);
     }
     for (&(pid, index), tracked) in inputs.allocators {
+        if reported_by_its_agent(snapshot, pid, index, config) {
+            continue;
+        }
         let points = tracked.window.recent(config.oom_window_seconds.get());
         found.extend(ooms_rising(pid, index, points, config));
     }
     found
+}
+
+/// Whether the agent reported an OOM of this process on this device within the window: the
+/// `oom` warning tells of it with the size asked for and the snapshot, and one OOM was two
+/// critical warnings with two remedies.
+fn reported_by_its_agent(
+    snapshot: &crate::model::Snapshot,
+    pid: u32,
+    index: u32,
+    config: &OomRiskConfig,
+) -> bool {
+    let since = snapshot.unix_seconds - config.oom_window_seconds.get();
+    snapshot.ooms.iter().any(|report| {
+        report.pid == pid
+            && report.device.is_none_or(|device| device == index)
+            && report.unix_seconds >= since
+    })
 }
 
 /// A process's reserved memory at or above the fraction of its GPU's total.
@@ -305,6 +325,22 @@ mod tests {
 
         let steady = replay_default(3, make(|_| 2));
         assert!(with_id(&steady, "oom-risk").is_empty(), "{steady:#?}");
+
+        // The agent reported that OOM itself: `oom` tells of it, once.
+        let reported = replay_default(3, move |step| {
+            let mut snap = make(|step| if step >= 2 { 3 } else { 2 })(step);
+            if step >= 2 {
+                snap.ooms = vec![crate::model::OomReport {
+                    pid: 42,
+                    device: Some(0),
+                    unix_seconds: T0 + 2.0,
+                    ..Default::default()
+                }];
+            }
+            snap
+        });
+        assert!(with_id(&reported, "oom-risk").is_empty(), "{reported:#?}");
+        find(&reported, "oom", &Subject::Process { pid: 42 });
     }
 
     #[test]
