@@ -13,7 +13,19 @@ use crate::model::{Cgroup, LaunchEnv, SlurmTask};
 /// The Slurm job and step a cgroup path names.
 pub(crate) fn slurm_from_path(path: &str) -> Option<(String, Option<String>)> {
     let mut components = path.split('/').filter(|c| !c.is_empty());
-    components.find(|c| c.starts_with("slurm"))?;
+    // Only where slurmd makes them: a user's delegated subtree (user@1000.service/...) may
+    // hold a directory named slurm/job_4242 of its own making.
+    let slurm_root = match components.next()? {
+        "slurm" => true,
+        first if first.starts_with("slurm_") => true,
+        "system.slice" => components
+            .next()
+            .is_some_and(|c| c.ends_with("slurmstepd.scope")),
+        _ => false,
+    };
+    if !slurm_root {
+        return None;
+    }
     let mut job = None;
     let mut step = None;
     for component in components {
@@ -63,7 +75,14 @@ struct TaskView<'a> {
 impl<'a> TaskView<'a> {
     fn of(env: Option<&'a LaunchEnv>, cgroup: Option<&'a Cgroup>) -> Option<Self> {
         let cgroup_step = || cgroup.and_then(|c| c.slurm_step.as_deref());
-        if let Some(env) = env.filter(|e| e.slurm_job_id.is_some()) {
+        let cgroup_job = cgroup.and_then(|c| c.slurm_job.as_deref());
+        // slurmd makes the cgroup; the environment is the process's own (or left over from a
+        // job that ended): where both name a job and differ, the cgroup's is the job.
+        let env = env.filter(|e| {
+            e.slurm_job_id.is_some()
+                && cgroup_job.is_none_or(|job| e.slurm_job_id.as_deref() == Some(job))
+        });
+        if let Some(env) = env {
             return Some(TaskView {
                 job_id: env.slurm_job_id.as_deref()?,
                 step: env.slurm_step_id.as_deref().or_else(cgroup_step),
@@ -127,6 +146,17 @@ mod tests {
             Some(("77".to_string(), Some("batch".to_string())))
         );
         assert_eq!(slurm_from_path("/user.slice/job_5"), None);
+        assert_eq!(
+            slurm_from_path("/slurm_node7/uid_0/job_8/step_0"),
+            Some(("8".to_string(), Some("0".to_string())))
+        );
+        // A user's own subtree with a directory named like Slurm's is no Slurm job.
+        assert_eq!(
+            slurm_from_path(
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/slurm/job_4242/step_0"
+            ),
+            None
+        );
         assert_eq!(slurm_from_path("/slurm/uid_0/job_a b"), None);
     }
 
@@ -150,6 +180,26 @@ mod tests {
         assert_eq!(from_path.job_id, "9");
         assert_eq!(from_path.proc_id, None);
         assert_eq!(slurm_task(Some(&LaunchEnv::default()), None), None);
+    }
+
+    /// SLURM_JOB_ID=999 in a process that slurmd put in job 4242's cgroup: the environment
+    /// was the process's own word, and won.
+    #[test]
+    fn the_cgroup_slurmd_made_names_the_job_over_the_environment() {
+        let env = LaunchEnv {
+            slurm_job_id: Some("999".into()),
+            slurm_procid: Some(3),
+            slurm_job_user: Some("mallory".into()),
+            ..Default::default()
+        };
+        let cgroup = Cgroup {
+            slurm_job: Some("4242".into()),
+            slurm_step: Some("0".into()),
+            ..Default::default()
+        };
+        let task = slurm_task(Some(&env), Some(&cgroup)).unwrap();
+        assert_eq!(task.job_id, "4242");
+        assert_eq!((task.proc_id, task.user.as_deref()), (None, None));
     }
 
     #[test]
