@@ -52,7 +52,12 @@ pub(crate) fn read_cgroup(root: &Path, pid: u32) -> Result<String, ProcError> {
 }
 
 pub(crate) fn parse_cgroup(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // A hybrid host lists the v1 hierarchies beside a v2 line that is mostly an empty "/":
+    // the process's place is in the v1 lines then.
+    if lines.len() > 1 {
+        lines.retain(|l| *l != "0::/");
+    }
     if let Some(path) = lines.iter().find_map(|l| l.strip_prefix("0::")) {
         return path.chars().take(MAX_DETAIL_VALUE_CHARS).collect();
     }
@@ -104,6 +109,11 @@ NCCL_DEBUG=INFO\0PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\0noequals\0"
         assert_eq!(
             parse_cgroup("12:memory:/docker/abc\n11:cpu:/docker/abc\n"),
             "12:memory:/docker/abc; 11:cpu:/docker/abc"
+        );
+        // Hybrid: the empty unified line said "/" where the process sits in a Slurm step.
+        assert_eq!(
+            parse_cgroup("4:memory:/slurm/uid_1000/job_4242/step_0\n0::/\n"),
+            "4:memory:/slurm/uid_1000/job_4242/step_0"
         );
     }
 
