@@ -53,6 +53,9 @@ pub(crate) fn parse_proc_cgroup(text: &str) -> Option<ProcCgroups> {
         if !path.starts_with('/') {
             continue;
         }
+        // The kernel's mark on a cgroup removed under its process: the container is still
+        // the one the path names.
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
         if id == "0" && controllers.is_empty() {
             if found.unified.is_some() {
                 return None;
@@ -253,6 +256,11 @@ mod tests {
         assert_eq!(v1.unified.as_deref(), Some("/"));
         // A cgroup named "x\n0::/victim" would add a second unified line.
         assert_eq!(parse_proc_cgroup("0::/user.slice/x\n0::/victim\n"), None);
+        let removed = parse_proc_cgroup("0::/system.slice/docker-abc.scope (deleted)\n").unwrap();
+        assert_eq!(
+            removed.unified.as_deref(),
+            Some("/system.slice/docker-abc.scope")
+        );
         assert_eq!(parse_proc_cgroup("garbage"), None);
         assert_eq!(parse_proc_cgroup(""), None);
     }
