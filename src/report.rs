@@ -112,6 +112,14 @@ pub fn text(snapshot: &Snapshot) -> String {
         }
     }
     let _ = writeln!(out, "{}", host_line(snapshot));
+    if let Some(n) = snapshot.hidden_host_pids() {
+        let _ = writeln!(
+            out,
+            "inside a container: no details for {n} GPU process{} (host pids; run on the host \
+             or with --pid=host to see them)",
+            if n == 1 { "" } else { "es" }
+        );
+    }
     for warning in &snapshot.warnings {
         let _ = writeln!(
             out,

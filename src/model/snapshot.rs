@@ -52,6 +52,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// How many GPU processes the driver listed that this /proc does not show, inside a
+    /// container (host pids); `None` outside one, or when every one is found.
+    pub fn hidden_host_pids(&self) -> Option<usize> {
+        self.host.container.as_ref()?;
+        let mut hidden: Vec<u32> = (self.processes.iter())
+            .filter(|p| !p.visible && !p.no_gpu)
+            .map(|p| p.pid)
+            .collect();
+        hidden.sort_unstable();
+        hidden.dedup();
+        Some(hidden.len()).filter(|&n| n > 0)
+    }
+
     pub fn at(time: std::time::SystemTime) -> Self {
         let mut snapshot = Snapshot::default();
         snapshot.reuse_at(time);

@@ -45,7 +45,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 used += 2 + n;
             }
             fits
-        });
+        })
     };
     let driver = &snapshot.driver;
     field(&|t| t.push_str(&escape(snapshot.host.hostname.as_deref().unwrap_or(NA))));
@@ -68,8 +68,11 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         let every = if area.width >= 100 { "every " } else { "" };
         let _ = write!(t, "{every}{:.1}s", app.delay_seconds);
     });
-    if let Some(note) = container_note(snapshot) {
-        field(&|t| t.push_str(&note));
+    if let Some(hidden) = snapshot.hidden_host_pids() {
+        // The note says why rows have no details: a shorter form before none at all.
+        let _ = [Note::Long, Note::Short, Note::Shortest]
+            .into_iter()
+            .any(|form| field(&|t| t.push_str(&container_note(hidden, form))));
     }
     line.end_line(Style::new());
     frame.render_widget(&*line, area);
@@ -96,22 +99,24 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     line.render_aligned(clock_area, buf, theme.label(), Alignment::Right);
 }
 
-fn container_note(snapshot: &Snapshot) -> Option<String> {
-    snapshot.host.container.as_ref()?;
-    let hidden: std::collections::BTreeSet<u32> = snapshot
-        .processes
-        .iter()
-        .filter(|p| !p.visible)
-        .map(|p| p.pid)
-        .collect();
-    let n = hidden.len();
-    (n > 0).then(|| {
-        format!(
-            "inside a container: no details for {n} GPU process{} (host pids; --pid=host \
-             shows them)",
-            if n == 1 { "" } else { "es" }
-        )
-    })
+/// The forms of the container note, longest first.
+#[derive(Clone, Copy)]
+enum Note {
+    Long,
+    Short,
+    Shortest,
+}
+
+fn container_note(n: usize, form: Note) -> String {
+    let es = if n == 1 { "" } else { "es" };
+    match form {
+        Note::Long => format!(
+            "inside a container: no details for {n} GPU process{es} (host pids; --pid=host \
+             shows them)"
+        ),
+        Note::Short => format!("in a container: {n} GPU process{es} without details"),
+        Note::Shortest => format!("{n} host pid{}", if n == 1 { "" } else { "s" }),
+    }
 }
 
 /// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
@@ -163,18 +168,20 @@ mod tests {
             processes: vec![process(10, false), process(10, false), process(11, true)],
             ..Snapshot::default()
         };
-        assert_eq!(container_note(&snapshot), None, "not in a container");
+        assert_eq!(snapshot.hidden_host_pids(), None, "not in a container");
         snapshot.host.container = Some("docker".into());
+        assert_eq!(snapshot.hidden_host_pids(), Some(1));
         assert_eq!(
-            container_note(&snapshot).as_deref(),
-            Some("inside a container: no details for 1 GPU process (host pids; --pid=host shows them)")
+            container_note(1, Note::Long),
+            "inside a container: no details for 1 GPU process (host pids; --pid=host shows them)"
         );
         snapshot.processes[2].visible = false;
-        assert!(container_note(&snapshot)
-            .unwrap()
-            .contains(" 2 GPU processes "));
+        assert!(
+            container_note(snapshot.hidden_host_pids().unwrap(), Note::Long)
+                .contains(" 2 GPU processes ")
+        );
         snapshot.processes.iter_mut().for_each(|p| p.visible = true);
-        assert_eq!(container_note(&snapshot), None, "every GPU process found");
+        assert_eq!(snapshot.hidden_host_pids(), None, "every GPU process found");
     }
 
     #[test]

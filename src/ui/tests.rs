@@ -1349,3 +1349,20 @@ fn the_gpu_share_columns_show_when_chosen() {
     assert!(under.trim_start().starts_with("35"), "{row}");
     assert!(row.contains("N/A"), "{row}");
 }
+
+/// Inside a container the header says why rows have no details; at 120 columns the long note
+/// did not fit and nothing was said.
+#[test]
+fn the_container_note_shortens_before_it_goes() {
+    let mut snapshot = busy_snapshot(2, 2, 0);
+    snapshot.host.container = Some("docker".into());
+    snapshot.processes[0].visible = false;
+    let app = app_with(snapshot);
+    let header = |width: u16| screen(&app, width, 30).lines().next().unwrap().to_string();
+    assert!(header(200).contains("inside a container: no details for 1 GPU process"));
+    let at_120 = header(120);
+    assert!(
+        at_120.contains("1 GPU process without details") || at_120.contains("1 host pid"),
+        "{at_120}"
+    );
+}

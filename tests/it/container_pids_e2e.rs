@@ -218,3 +218,20 @@ fn a_pid_namespace_without_a_runtimes_mark_counts_as_a_container() {
     let doc = once(root.path(), &scenario());
     assert_eq!(doc["host"]["container"], "unknown", "{:#}", doc["host"]);
 }
+
+/// `--once` text said nothing of why two GPU processes had no details.
+#[test]
+fn once_text_says_why_host_pids_have_no_details() {
+    let root = container(INNER_PID, &[INNER_PID]);
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .arg("--once")
+            .envs(scenario().env())
+            .env("TORCHTOP_FS_ROOT", root.path()),
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("inside a container: no details for 2 GPU processes (host pids"),
+        "{text}"
+    );
+}
