@@ -52,7 +52,10 @@ pub fn run_replay(replay: crate::replay::Tui) -> io::Result<()> {
 }
 
 fn run(app: App, source: Source) -> io::Result<()> {
-    let tty = terminal::tty()?;
+    let tty = match source {
+        Source::Replay(_) => terminal::tty_or(crate::replay::NO_TERMINAL),
+        Source::Live { .. } => terminal::tty(),
+    }?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -2,6 +2,7 @@
 //! Also [`escape`], the one function every piece of outside text goes through before it reaches
 //! a terminal: the TUI, `--once` text, the status line and error messages.
 
+pub(crate) mod clock;
 pub(crate) mod json;
 
 use std::borrow::Cow;

@@ -139,6 +139,7 @@ fn replay(cli: &Cli, command: &Command) -> ExitCode {
         to: to.clone(),
         speed: *speed,
         colors: !cli.colors_disabled(),
+        utc: cli.utc,
     };
     let tui = match torchtop::replay::run(options) {
         Ok(Some(tui)) => tui,

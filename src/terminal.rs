@@ -62,16 +62,32 @@ impl AsFd for Tty {
     }
 }
 
-/// The terminal, or why there is none: a sentence that says what to do instead.
+/// Why there is no terminal to use.
+#[derive(Debug, Clone, Copy)]
+enum NoTty {
+    /// Standard output is not a terminal (a pipe, a file).
+    NotStdout,
+    /// Standard input is not one and there is no controlling terminal.
+    NoKeys,
+}
+
+/// What the monitor offers instead of a terminal, for the sentence that says there is none.
+pub(crate) const MONITOR_INSTEAD: &str =
+    "use --once for one summary, or --json for a stream of JSON lines";
+
+/// The terminal, or why there is none: a sentence that says what to do instead (the
+/// monitor's options; see [`tty_or`]).
 pub(crate) fn tty() -> io::Result<&'static Tty> {
-    static TTY: OnceLock<Result<Tty, String>> = OnceLock::new();
+    tty_or(MONITOR_INSTEAD)
+}
+
+/// The terminal, or why there is none, ending in `instead`: what the command run offers in
+/// its place (a replay has `--summary` and `--json`, not `--once`).
+pub(crate) fn tty_or(instead: &str) -> io::Result<&'static Tty> {
+    static TTY: OnceLock<Result<Tty, NoTty>> = OnceLock::new();
     let tty = TTY.get_or_init(|| {
         if !rustix::termios::isatty(rustix::stdio::stdout()) {
-            return Err(
-                "the monitor needs a terminal to draw on, and standard output is not \
-                 one; use --once for one summary, or --json for a stream of JSON lines"
-                    .to_string(),
-            );
+            return Err(NoTty::NotStdout);
         }
         if rustix::termios::isatty(rustix::stdio::stdin()) {
             return Ok(Tty::Stdin);
@@ -81,15 +97,21 @@ pub(crate) fn tty() -> io::Result<&'static Tty> {
             .write(true)
             .open("/dev/tty")
             .map(Tty::Controlling)
-            .map_err(|_| {
-                "the monitor needs a terminal to read keys from, and there is none here (no \
-                 controlling terminal); run it in one, or use --once for one summary, or \
-                 --json for a stream of JSON lines"
-                    .to_string()
-            })
+            .map_err(|_| NoTty::NoKeys)
     });
-    tty.as_ref()
-        .map_err(|why| io::Error::new(io::ErrorKind::NotFound, why.clone()))
+    tty.as_ref().map_err(|why| {
+        let sentence = match why {
+            NoTty::NotStdout => format!(
+                "the monitor needs a terminal to draw on, and standard output is not one; \
+                 {instead}"
+            ),
+            NoTty::NoKeys => format!(
+                "the monitor needs a terminal to read keys from, and there is none here (no \
+                 controlling terminal); run it in one, or {instead}"
+            ),
+        };
+        io::Error::new(io::ErrorKind::NotFound, sentence)
+    })
 }
 
 pub(crate) struct TerminalGuard {

@@ -39,12 +39,21 @@ impl App {
             key,
             scroll: 0,
         });
-        Effect::AskSampler(SamplerRequest::Detail { pid: Some(pid) })
+        self.ask_for_detail(Some(pid))
     }
 
     pub(super) fn close_detail(&mut self) -> Effect {
         self.detail = None;
-        Effect::AskSampler(SamplerRequest::Detail { pid: None })
+        self.ask_for_detail(None)
+    }
+
+    /// Asks the sampler to read (or stop reading) a process's files; a replay has no sampler,
+    /// and its process is not this machine's, so it shows what the recording holds instead.
+    fn ask_for_detail(&self, pid: Option<u32>) -> Effect {
+        if self.replay {
+            return Effect::Redraw;
+        }
+        Effect::AskSampler(SamplerRequest::Detail { pid })
     }
 
     /// Whether the selected row is still the process the view was opened on.

@@ -183,15 +183,20 @@ fn print_json(snapshot: &Snapshot) -> std::io::Result<()> {
     out.flush()
 }
 
-/// A file name for a recording started now: `torchtop-20260130-031500.ttrec`.
+/// A file name for a recording started now, in UTC: `torchtop-20260130-031500Z.ttrec`. The
+/// `Z` says so, as in RFC 3339, so the name is read the same wherever the file is copied to.
 pub fn default_file_name() -> PathBuf {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    file_name_at(std::time::SystemTime::now())
+}
+
+fn file_name_at(time: std::time::SystemTime) -> PathBuf {
+    let now = humantime::format_rfc3339_seconds(time).to_string();
     let compact: String = now
         .chars()
         .filter(|c| c.is_ascii_digit() || *c == 'T')
         .collect::<String>()
         .replace('T', "-");
-    PathBuf::from(format!("torchtop-{compact}.ttrec"))
+    PathBuf::from(format!("torchtop-{compact}Z.ttrec"))
 }
 
 /// `--duration`: "90s", "10m", "8h", "2d", or plain seconds; at most a year.
@@ -268,8 +273,13 @@ mod tests {
             .contains("not a duration"));
         let name = default_file_name().display().to_string();
         assert!(
-            name.starts_with("torchtop-2") && name.ends_with(".ttrec"),
+            name.starts_with("torchtop-2") && name.ends_with("Z.ttrec"),
             "{name}"
+        );
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(1_769_742_900);
+        assert_eq!(
+            file_name_at(at),
+            PathBuf::from("torchtop-20260130-031500Z.ttrec")
         );
     }
 }

@@ -29,8 +29,6 @@ use crate::format::escape;
 use crate::model::snapshot::SCHEMA_VERSION;
 use crate::model::Snapshot;
 
-pub(crate) use self::issues::{clock, rfc3339};
-
 /// One frame of the recording, as the index knows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FrameInfo {
@@ -42,6 +40,21 @@ pub struct FrameInfo {
     block: u32,
     body_start: u32,
     body_end: u32,
+}
+
+impl FrameInfo {
+    /// A frame at `time` with nothing behind it, for tests of what picks frames by time.
+    #[cfg(test)]
+    pub(crate) fn at(time: f64) -> FrameInfo {
+        FrameInfo {
+            time,
+            marks: 0,
+            key: true,
+            block: 0,
+            body_start: 0,
+            body_end: 0,
+        }
+    }
 }
 
 struct BlockInfo {

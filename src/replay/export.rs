@@ -4,36 +4,23 @@
 
 use std::io::Write;
 
-use crate::record::reader::{clock, Cursor};
+use jiff::tz::TimeZone;
+
+use crate::record::reader::Cursor;
 use crate::record::{RecordError, Recording};
 
-/// The frames from `from` to the end of the second `to` (times are written to the second, so
-/// `--to 02:15:30` includes the frames taken during that second).
-pub(crate) fn frames_between(
-    recording: &Recording,
-    from: Option<f64>,
-    to: Option<f64>,
-) -> std::ops::Range<usize> {
-    let frames = recording.frames();
-    let first = from.map_or(0, |t| frames.partition_point(|f| f.time < t));
-    let end = to.map_or(frames.len(), |t| {
-        frames.partition_point(|f| f.time < t + 1.0)
-    });
-    first..end.max(first)
-}
-
-/// Writes one JSON line per frame; frames that cannot be decoded are reported on `errors` and
+/// Writes one JSON line for each frame of `range`; frames that cannot be decoded are reported on `errors` and
 /// left out. Returns how many lines were written.
 pub(crate) fn json_lines(
     recording: &mut Recording,
-    from: Option<f64>,
-    to: Option<f64>,
+    range: std::ops::Range<usize>,
+    zone: &TimeZone,
     out: &mut dyn Write,
     errors: &mut dyn Write,
 ) -> Result<u64, RecordError> {
     let mut cursor = Cursor::default();
     let mut written = 0;
-    for i in frames_between(recording, from, to) {
+    for i in range {
         let mut snapshot = match recording.snapshot(&mut cursor, i) {
             Ok(snapshot) => snapshot,
             Err(error) => {
@@ -55,10 +42,7 @@ pub(crate) fn json_lines(
         written += 1;
     }
     if written == 0 {
-        let span = match (recording.frames().first(), recording.frames().last()) {
-            (Some(a), Some(b)) => format!("it runs from {} to {}", clock(a.time), clock(b.time)),
-            _ => "it holds no frame".to_string(),
-        };
+        let span = super::summary::span_sentence(recording, zone);
         let _ = writeln!(errors, "torchtop replay: no frame in that range; {span}");
     }
     out.flush()

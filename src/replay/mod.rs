@@ -17,16 +17,21 @@ pub(crate) mod transport;
 
 use std::path::PathBuf;
 
+use jiff::tz::TimeZone;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use crate::app::App;
 use crate::record::{RecordError, Recording};
 use player::Update;
+use time::Moment;
 use transport::Transport;
 
 /// The demo recording: an 8-GPU DDP job that fragments, leaks, straggles and runs out of
 /// memory (built by `tests/fixtures/demo/make_demo.sh`).
 pub(crate) const DEMO: &[u8] = include_bytes!("../../assets/demo.ttrec");
+/// What a replay offers where there is no terminal to draw on.
+pub(crate) const NO_TERMINAL: &str =
+    "use --summary for what happened, or --json for its frames as JSON lines";
 /// The demo plays at this speed unless `--speed` says otherwise.
 pub(crate) const DEMO_SPEED: f64 = 16.0;
 
@@ -40,6 +45,8 @@ pub struct ReplayOptions {
     pub to: Option<String>,
     pub speed: Option<f64>,
     pub colors: bool,
+    /// Times shown and typed in UTC (`--utc`) instead of the local zone.
+    pub utc: bool,
 }
 
 /// A replay in the TUI: the transport and the frames from the player.
@@ -75,19 +82,20 @@ fn open(options: &ReplayOptions) -> Result<Recording, RecordError> {
     }
 }
 
-/// The range `--from`/`--to` ask for, as Unix times.
+/// The range `--from`/`--to` ask for, read in `zone`.
 fn range(
     options: &ReplayOptions,
     recording: &Recording,
-) -> Result<(Option<f64>, Option<f64>), RecordError> {
+    zone: &TimeZone,
+) -> Result<(Option<Moment>, Option<Moment>), RecordError> {
     let frames = recording.frames();
     let (start, end) = match (frames.first(), frames.last()) {
         (Some(a), Some(b)) => (a.time, b.time),
         _ => (0.0, 0.0),
     };
-    let read = |text: &Option<String>| -> Result<Option<f64>, RecordError> {
+    let read = |text: &Option<String>| -> Result<Option<Moment>, RecordError> {
         text.as_deref()
-            .map(|t| time::parse_time(t, start, end).map_err(RecordError))
+            .map(|t| time::parse_time(t, start, end, zone).map_err(RecordError))
             .transpose()
     };
     Ok((read(&options.from)?, read(&options.to)?))
@@ -105,7 +113,8 @@ pub struct Tui {
 /// the TUI, the app and the playing session are returned.
 pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
     let mut recording = open(&options)?;
-    let (from, to) = range(&options, &recording)?;
+    let zone = crate::format::clock::zone(options.utc);
+    let (from, to) = range(&options, &recording, &zone)?;
     let stderr = &mut std::io::stderr();
     if options.json || options.summary {
         for issue in &recording.issues {
@@ -114,11 +123,13 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
     }
     if options.json {
         let stdout = &mut std::io::stdout().lock();
-        export::json_lines(&mut recording, from, to, stdout, stderr)?;
+        let range = time::frames_between(recording.frames(), from, to);
+        export::json_lines(&mut recording, range, &zone, stdout, stderr)?;
         return Ok(None);
     }
     if options.summary {
-        print!("{}", summary::summary(&mut recording, from, to)?);
+        let range = time::frames_between(recording.frames(), from, to);
+        print!("{}", summary::summary(&mut recording, range, &zone)?);
         return Ok(None);
     }
     if recording.frames().is_empty() {
@@ -128,20 +139,21 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
         }
         return Err(RecordError(sentence));
     }
-    tui(recording, &options, from).map(Some)
+    tui(recording, &options, from, zone).map(Some)
 }
 
 fn tui(
     recording: Recording,
     options: &ReplayOptions,
-    from: Option<f64>,
+    from: Option<Moment>,
+    zone: TimeZone,
 ) -> Result<Tui, RecordError> {
-    let start = from.map_or(0, |t| recording.frames().partition_point(|f| f.time < t));
+    let start = from.map_or(0, |m| recording.frames().partition_point(|f| f.time < m.at));
     let speed = options
         .speed
         .unwrap_or(if options.demo { DEMO_SPEED } else { 1.0 });
     let interval = recording.meta.interval_seconds;
-    let mut app = App::new(interval, options.colors, true);
+    let mut app = App::new(interval, options.colors, true).with_utc(options.utc);
     app.replay = true;
     app.badge = Some(if options.demo {
         "REPLAY demo".to_string()
@@ -152,10 +164,10 @@ fn tui(
         app.status = Some(first.clone());
     }
     let (updates_tx, updates) = mpsc::unbounded_channel();
-    let commands = player::spawn(recording, start, speed, updates_tx)
+    let commands = player::spawn(recording, start, speed, zone.clone(), updates_tx)
         .map_err(|e| RecordError(format!("could not start the player: {e}")))?;
     let session = Session {
-        transport: Transport::new(commands),
+        transport: Transport::new(commands, zone),
         updates,
     };
     Ok(Tui { app, session })

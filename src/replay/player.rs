@@ -7,11 +7,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jiff::tz::TimeZone;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::time::{self, Moment};
+use crate::format::clock::clock;
 use crate::model::{History, HostProcess, Snapshot};
 use crate::record::marks;
-use crate::record::reader::{clock, Cursor};
+use crate::record::reader::Cursor;
 use crate::record::Recording;
 
 /// The speeds `+` and `-` step through.
@@ -25,8 +28,9 @@ pub(crate) enum Command {
     Step(i64),
     Faster,
     Slower,
-    /// Go to the frame at or after this Unix time.
-    Seek(f64),
+    /// Go to the frame within this moment, else the nearest (the first or last frame for a
+    /// moment outside the recording).
+    Seek(Moment),
     /// Pause at the next (`true`) or previous marked frame.
     Jump(bool),
 }
@@ -68,6 +72,8 @@ struct Player {
     paused: bool,
     speed: usize,
     events: Arc<Vec<f64>>,
+    /// The zone of the times in its sentences, the screen's.
+    zone: TimeZone,
     updates: UnboundedSender<Update>,
 }
 
@@ -76,6 +82,7 @@ pub(crate) fn spawn(
     recording: Recording,
     start: usize,
     speed: f64,
+    zone: TimeZone,
     updates: UnboundedSender<Update>,
 ) -> std::io::Result<Sender<Command>> {
     let (commands_tx, commands) = std::sync::mpsc::channel();
@@ -100,6 +107,7 @@ pub(crate) fn spawn(
         paused: false,
         speed,
         events: Arc::new(events),
+        zone,
         updates,
     };
     std::thread::Builder::new()
@@ -154,7 +162,10 @@ impl Player {
             self.paused = true;
             let note = format!(
                 "end of the recording ({}): Left steps back, g seeks, [ jumps to the last event",
-                clock(self.recording.frames()[next.min(self.count() - 1)].time)
+                clock(
+                    self.recording.frames()[next.min(self.count() - 1)].time,
+                    &self.zone
+                )
             );
             return self.show(next.min(self.count() - 1), false, Some(note));
         }
@@ -182,15 +193,31 @@ impl Player {
                 let target = (self.index as i64 + by).clamp(0, self.count() as i64 - 1) as usize;
                 self.show(target, target != self.index + 1, None)
             }
-            Command::Seek(time) => {
-                let frames = self.recording.frames();
-                let target = frames
-                    .partition_point(|f| f.time < time)
-                    .min(self.count() - 1);
-                let note = format!("at {}", clock(frames[target].time));
-                self.show(target, true, Some(note))
+            Command::Seek(moment) => {
+                let note = self.seek_note(moment);
+                self.show(
+                    time::nearest(self.recording.frames(), moment),
+                    true,
+                    Some(note),
+                )
             }
             Command::Jump(forward) => self.jump(forward),
+        }
+    }
+
+    /// Where a seek lands; a moment outside the recording goes to its nearer end, as atop's
+    /// `b` does, and says so.
+    fn seek_note(&self, moment: Moment) -> String {
+        let frames = self.recording.frames();
+        let target = time::nearest(frames, moment);
+        let at = clock(frames[target].time, &self.zone);
+        let (first, last) = (frames[0].time, frames[frames.len() - 1].time);
+        if !moment.reaches(first) {
+            format!("that is before the recording starts: at its first frame, {at}")
+        } else if moment.at > last {
+            format!("that is after the recording ends: at its last frame, {at}")
+        } else {
+            format!("at {at}")
         }
     }
 
@@ -237,7 +264,10 @@ impl Player {
             .filter(|_| self.recording.frames()[index].marks & marks::EVENTS != 0)
             .map(|before| marks::describe(&before, &snapshot))
             .filter(|sentences| !sentences.is_empty())
-            .map(|sentences| format!("{}  {}", clock(snapshot.unix_seconds), sentences.join("; ")));
+            .map(|sentences| {
+                let at = clock(snapshot.unix_seconds, &self.zone);
+                format!("{at}  {}", sentences.join("; "))
+            });
         let note = problem.or(event).or(note);
         let snapshot = Arc::new(snapshot);
         self.last = Some((index, snapshot.clone()));
@@ -376,7 +406,7 @@ mod tests {
     fn the_history_is_that_of_the_moment_shown_after_every_move() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
-        let commands = spawn(recording(dir.path(), 400), 350, 1.0, tx).unwrap();
+        let commands = spawn(recording(dir.path(), 400), 350, 1.0, TimeZone::UTC, tx).unwrap();
         let mut next = || updates.blocking_recv().expect("an update");
         let first = next();
         // The history holds the 300 frames before the one shown (which the UI adds itself).
@@ -399,9 +429,11 @@ mod tests {
             (0..at as u32).collect::<Vec<_>>()
         );
         let target = at + 12;
-        commands
-            .send(Command::Seek(1_800_000_000.0 + target as f64))
-            .unwrap();
+        let moment = Moment {
+            at: 1_800_000_000.0 + target as f64,
+            width: 1.0,
+        };
+        commands.send(Command::Seek(moment)).unwrap();
         let ahead = next();
         assert_eq!(ahead.position.index, target);
         let expected: Vec<u32> = (0..target as u32).collect();

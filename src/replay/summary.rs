@@ -5,10 +5,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use jiff::tz::TimeZone;
+
+use crate::format::clock::{clock, rfc3339, zone_name};
 use crate::format::{bytes, escape};
 use crate::model::{Severity, Snapshot, Subject};
 use crate::record::marks;
-use crate::record::reader::{clock, rfc3339, Cursor};
+use crate::record::reader::Cursor;
 use crate::record::{RecordError, Recording};
 
 /// The most lines one section prints; the rest is counted.
@@ -52,6 +55,8 @@ struct ProcessSeen {
     rank: Option<u32>,
     first: f64,
     last: f64,
+    /// The first frame it was missing from after it was last seen, as the TUI's event says.
+    went: Option<f64>,
     memory: Peak,
     reserved: Peak,
     allocated: Peak,
@@ -74,7 +79,8 @@ struct Tally {
     gpus: BTreeMap<u32, GpuPeaks>,
     processes: BTreeMap<u32, ProcessSeen>,
     warnings: BTreeMap<(String, String, Severity), WarningSeen>,
-    events: Vec<String>,
+    /// OOMs and state changes: when, and what.
+    events: Vec<(f64, String)>,
 }
 
 fn subject(subject: &Subject) -> String {
@@ -117,6 +123,7 @@ impl Tally {
                     rank: None,
                     first: t,
                     last: t,
+                    went: None,
                     memory: Peak::default(),
                     reserved: Peak::default(),
                     allocated: Peak::default(),
@@ -135,6 +142,11 @@ impl Tally {
                     seen.allocated
                         .offer(device.allocated_bytes.map(|b| b as f64), t);
                 }
+            }
+        }
+        for seen in self.processes.values_mut() {
+            if seen.last < t && seen.went.is_none_or(|went| went < seen.last) {
+                seen.went = Some(t);
             }
         }
         for warning in &now.warnings {
@@ -158,7 +170,7 @@ impl Tally {
             if marks::marks(Some(before), now) & mask != 0 {
                 for sentence in marks::describe(before, now) {
                     if sentence.starts_with("out of memory") || sentence.starts_with("GPU ") {
-                        self.events.push(format!("  {}  {sentence}", clock(t)));
+                        self.events.push((t, sentence));
                     }
                 }
             }
@@ -166,16 +178,16 @@ impl Tally {
     }
 }
 
-/// Reads the frames in `[from, to]` and writes the summary.
+/// Reads the frames of `range` and writes the summary, its times in `zone`.
 pub(crate) fn summary(
     recording: &mut Recording,
-    from: Option<f64>,
-    to: Option<f64>,
+    range: std::ops::Range<usize>,
+    zone: &TimeZone,
 ) -> Result<String, RecordError> {
     let mut tally = Tally::default();
     let mut cursor = Cursor::default();
     let mut before: Option<Snapshot> = None;
-    for i in super::export::frames_between(recording, from, to) {
+    for i in range {
         match recording.snapshot(&mut cursor, i) {
             Ok(now) => {
                 tally.add(before.as_ref(), &now);
@@ -187,10 +199,23 @@ pub(crate) fn summary(
             }
         }
     }
-    Ok(render(recording, &tally))
+    Ok(render(recording, &tally, zone))
 }
 
-fn render(recording: &Recording, tally: &Tally) -> String {
+/// "it runs from 17:58:06 to 18:02:07 UTC", for a range that holds no frame.
+pub(crate) fn span_sentence(recording: &Recording, zone: &TimeZone) -> String {
+    match (recording.frames().first(), recording.frames().last()) {
+        (Some(a), Some(b)) => format!(
+            "it runs from {} to {} {}",
+            clock(a.time, zone),
+            clock(b.time, zone),
+            zone_name(b.time, zone)
+        ),
+        _ => "it holds no frame".to_string(),
+    }
+}
+
+fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
     let mut out = String::new();
     let meta = &recording.meta;
     let _ = writeln!(
@@ -202,36 +227,47 @@ fn render(recording: &Recording, tally: &Tally) -> String {
         meta.interval_seconds
     );
     let Some(first) = tally.first else {
-        let _ = writeln!(out, "no frame in that range");
+        let _ = writeln!(
+            out,
+            "no frame in that range; {}",
+            span_sentence(recording, zone)
+        );
         return out;
     };
+    // Frames are taken a little under or over a second apart: the length is rounded, not cut.
     let _ = writeln!(
         out,
-        "from {} to {} ({}, {} frames)",
-        rfc3339(first),
-        rfc3339(tally.last),
-        crate::format::duration(tally.last - first),
-        tally.frames
+        "from {} to {} ({}, {} frames); times below are {}",
+        rfc3339(first, zone),
+        rfc3339(tally.last, zone),
+        crate::format::duration((tally.last - first).round()),
+        tally.frames,
+        zone_name(first, zone)
     );
     for issue in recording.issues.iter().chain(&tally.skipped) {
         let _ = writeln!(out, "note: {issue}");
     }
-    render_peaks(&mut out, tally);
-    render_warnings(&mut out, tally);
-    section(&mut out, "OOMs and GPU state changes", &tally.events);
-    render_came_and_went(&mut out, tally);
+    render_peaks(&mut out, tally, zone);
+    render_warnings(&mut out, tally, zone);
+    let events: Vec<String> = tally
+        .events
+        .iter()
+        .map(|(t, sentence)| format!("  {}  {sentence}", clock(*t, zone)))
+        .collect();
+    section(&mut out, "OOMs and GPU state changes", &events);
+    render_came_and_went(&mut out, tally, zone);
     out
 }
 
-fn at(peak: &Peak, show: impl Fn(f64) -> String) -> String {
+fn at(peak: &Peak, zone: &TimeZone, show: impl Fn(f64) -> String) -> String {
     if peak.seen {
-        format!("{} at {}", show(peak.value), clock(peak.at))
+        format!("{} at {}", show(peak.value), clock(peak.at, zone))
     } else {
         "N/A".into()
     }
 }
 
-fn render_peaks(out: &mut String, tally: &Tally) {
+fn render_peaks(out: &mut String, tally: &Tally, zone: &TimeZone) {
     let mut lines = Vec::new();
     for (index, gpu) in &tally.gpus {
         let total = gpu
@@ -241,10 +277,10 @@ fn render_peaks(out: &mut String, tally: &Tally) {
         lines.push(format!(
             "  GPU {index} {}: utilization {}, memory {}, temperature {}, power {}",
             gpu.name,
-            at(&gpu.utilization, |v| format!("{v:.0}%")),
-            at(&gpu.memory, |v| format!("{}{total}", bytes(v as u64))),
-            at(&gpu.temperature, |v| format!("{v:.0}C")),
-            at(&gpu.power, |v| format!("{v:.0}W")),
+            at(&gpu.utilization, zone, |v| format!("{v:.0}%")),
+            at(&gpu.memory, zone, |v| format!("{}{total}", bytes(v as u64))),
+            at(&gpu.temperature, zone, |v| format!("{v:.0}C")),
+            at(&gpu.power, zone, |v| format!("{v:.0}W")),
         ));
     }
     for (pid, p) in &tally.processes {
@@ -253,14 +289,14 @@ fn render_peaks(out: &mut String, tally: &Tally) {
             "  pid {pid} {} (GPU {}{rank}): GPU memory {}",
             p.command,
             join(&p.gpus),
-            at(&p.memory, |v| bytes(v as u64))
+            at(&p.memory, zone, |v| bytes(v as u64))
         );
         if p.reserved.seen {
             let _ = write!(
                 line,
                 "; allocator reserved {}, allocated {}",
-                at(&p.reserved, |v| bytes(v as u64)),
-                at(&p.allocated, |v| bytes(v as u64))
+                at(&p.reserved, zone, |v| bytes(v as u64)),
+                at(&p.allocated, zone, |v| bytes(v as u64))
             );
         }
         lines.push(line);
@@ -268,7 +304,7 @@ fn render_peaks(out: &mut String, tally: &Tally) {
     section(out, "Peaks", &lines);
 }
 
-fn render_warnings(out: &mut String, tally: &Tally) {
+fn render_warnings(out: &mut String, tally: &Tally, zone: &TimeZone) {
     let mut rows: Vec<(&(String, String, Severity), &WarningSeen)> =
         tally.warnings.iter().collect();
     rows.sort_by(|a, b| {
@@ -282,8 +318,8 @@ fn render_warnings(out: &mut String, tally: &Tally) {
             format!(
                 "  {:<8} {id} ({subject}): first {}, last {} ({} frames): {}",
                 format!("{:?}", w.severity).to_lowercase(),
-                clock(w.first),
-                clock(w.last),
+                clock(w.first, zone),
+                clock(w.last, zone),
                 w.frames,
                 w.message
             )
@@ -292,16 +328,18 @@ fn render_warnings(out: &mut String, tally: &Tally) {
     section(out, "Warnings", &lines);
 }
 
-fn render_came_and_went(out: &mut String, tally: &Tally) {
-    let (first, last) = (tally.first.unwrap_or_default(), tally.last);
+/// Came: the first frame a process was in; went: the first frame it was missing from after
+/// it was last seen, the frame whose event the TUI shows.
+fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
+    let first = tally.first.unwrap_or_default();
     let mut lines = Vec::new();
     for (pid, p) in &tally.processes {
         let what = format!("pid {pid} {} (GPU {})", p.command, join(&p.gpus));
         if p.first > first {
-            lines.push((p.first, format!("  came {}  {what}", clock(p.first))));
+            lines.push((p.first, format!("  came {}  {what}", clock(p.first, zone))));
         }
-        if p.last < last {
-            lines.push((p.last, format!("  went {}  {what}", clock(p.last))));
+        if let Some(went) = p.went.filter(|&went| went > p.last) {
+            lines.push((went, format!("  went {}  {what}", clock(went, zone))));
         }
     }
     lines.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -1,87 +1,210 @@
 //! Times typed by the user (`--from`, `--to`, and `g` in the replay), read against the
-//! recording's span.
+//! recording's span in the zone the screen shows, and the frames such a time picks.
 
-/// Reads `text` as a moment of a recording that runs from `start` to `end` (Unix seconds):
-/// - `02:15` or `02:15:30`: that UTC clock time, the first one at or after the start;
-/// - `+10m`, `+90s`: that long after the start; `-5m`: that long before the end;
-/// - an RFC 3339 time such as `2026-01-30T02:15:00Z`.
-pub(crate) fn parse_time(text: &str, start: f64, end: f64) -> Result<f64, String> {
-    let text = text.trim();
-    let shown = crate::format::escape(text);
-    let offset = |rest: &str| -> Result<f64, String> {
-        let rest = rest.trim();
-        if let Ok(seconds) = rest.parse::<f64>() {
-            if seconds.is_finite() && seconds >= 0.0 {
-                return Ok(seconds);
-            }
+use jiff::civil::{Date, DateTime};
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+use crate::record::reader::FrameInfo;
+
+/// A time the user typed: the moment `at` (Unix seconds), covering `width` seconds after it.
+/// A time written to the second (`03:15`, `03:15:30`, RFC 3339 without a fraction) covers that
+/// second; one counted from the start or the end is an instant (width 0), since the frames do
+/// not fall on whole seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Moment {
+    pub(crate) at: f64,
+    pub(crate) width: f64,
+}
+
+impl Moment {
+    fn instant(at: f64) -> Moment {
+        Moment { at, width: 0.0 }
+    }
+
+    fn second(at: f64) -> Moment {
+        Moment { at, width: 1.0 }
+    }
+
+    /// Whether a frame at `t` is not after this moment (an instant includes itself).
+    pub(crate) fn reaches(&self, t: f64) -> bool {
+        t <= self.at || t < self.at + self.width
+    }
+
+    /// How far `t` lies outside this moment; 0 inside it.
+    fn distance(&self, t: f64) -> f64 {
+        if t < self.at {
+            self.at - t
+        } else if self.reaches(t) {
+            0.0
+        } else {
+            t - (self.at + self.width)
         }
-        humantime::parse_duration(rest)
-            .map(|d| d.as_secs_f64())
-            .map_err(|_| format!("'{shown}' is not a time: {HOW}"))
-    };
+    }
+
+    /// How far this moment lies outside `[start, end]`; 0 when they meet.
+    fn distance_to_span(&self, start: f64, end: f64) -> f64 {
+        if self.at > end {
+            self.at - end
+        } else if !self.reaches(start) {
+            start - (self.at + self.width)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Reads `text` as a moment of a recording that runs from `start` to `end` (Unix seconds),
+/// clock times in `zone`:
+/// - `02:15` or `02:15:30`: that time of day on the day that puts it within the recording, or
+///   nearest to it;
+/// - `+10m`, `+90s`: that long after the start; `-5m`: that long before the end;
+/// - an RFC 3339 time such as `2026-01-30T02:15:00Z` or `2026-01-30T03:15:00+01:00`; without an
+///   offset (`2026-01-30T02:15:00`) it is read in `zone`.
+pub(crate) fn parse_time(
+    text: &str,
+    start: f64,
+    end: f64,
+    zone: &TimeZone,
+) -> Result<Moment, String> {
+    let text = text.trim();
+    let not_a_time = || format!("'{}' is not a time: {HOW}", crate::format::escape(text));
     if let Some(rest) = text.strip_prefix('+') {
-        return Ok(start + offset(rest)?);
+        return offset(rest)
+            .map(|s| Moment::instant(start + s))
+            .ok_or_else(not_a_time);
     }
     if let Some(rest) = text.strip_prefix('-') {
-        return Ok(end - offset(rest)?);
+        return offset(rest)
+            .map(|s| Moment::instant(end - s))
+            .ok_or_else(not_a_time);
     }
-    if let Some(seconds) = clock_seconds(text) {
-        let day = (start / 86_400.0).floor() * 86_400.0;
-        let mut at = day + seconds;
-        if at + 1.0 < start {
-            at += 86_400.0;
-        }
-        return Ok(at);
+    if let Some((h, m, s)) = clock_fields(text) {
+        return clock_moment(h, m, s, start, end, zone).ok_or_else(not_a_time);
     }
-    humantime::parse_rfc3339_weak(text)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs_f64())
-        .ok_or_else(|| format!("'{shown}' is not a time: {HOW}"))
+    rfc3339(text, zone).ok_or_else(not_a_time)
 }
 
 /// How times may be written, for error sentences and prompts.
-pub(crate) const HOW: &str =
-    "write HH:MM or HH:MM:SS (UTC), +10m from the start, -5m from the end, or an RFC 3339 time";
+pub(crate) const HOW: &str = "write HH:MM or HH:MM:SS (in the zone shown), +10m from the start, \
+                              -5m from the end, or an RFC 3339 time";
 
-/// Seconds since midnight of "HH:MM" or "HH:MM:SS".
-fn clock_seconds(text: &str) -> Option<f64> {
+/// Seconds of `+90`, `+90s`, `+10m`, `-1h 5m`.
+fn offset(rest: &str) -> Option<f64> {
+    let rest = rest.trim();
+    if let Ok(seconds) = rest.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then_some(seconds);
+    }
+    humantime::parse_duration(rest)
+        .ok()
+        .map(|d| d.as_secs_f64())
+}
+
+/// Hours, minutes and seconds of "HH:MM" or "HH:MM:SS".
+fn clock_fields(text: &str) -> Option<(i8, i8, i8)> {
     let parts: Vec<&str> = text.split(':').collect();
     if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty() || p.len() > 2) {
         return None;
     }
-    let numbers: Vec<u32> = parts
+    let numbers: Vec<i8> = parts
         .iter()
         .map(|p| p.parse().ok())
         .collect::<Option<_>>()?;
     let (h, m, s) = (numbers[0], numbers[1], numbers.get(2).copied().unwrap_or(0));
-    (h < 24 && m < 60 && s < 60).then(|| f64::from(h * 3600 + m * 60 + s))
+    ((0..24).contains(&h) && (0..60).contains(&m) && (0..60).contains(&s)).then_some((h, m, s))
+}
+
+/// The second `h:m:s` in `zone` on the day, from the day before the recording's first to the
+/// day after, that meets the recording or lies nearest to it (the earliest of equals). A
+/// recording runs for days at most, so a clock time that falls within it on a later day is
+/// found by walking its days.
+fn clock_moment(h: i8, m: i8, s: i8, start: f64, end: f64, zone: &TimeZone) -> Option<Moment> {
+    let first = day_of(start, zone)?.yesterday().ok()?;
+    let last = day_of(end, zone)?.tomorrow().ok()?;
+    let mut best: Option<(f64, Moment)> = None;
+    let mut day = first;
+    while day <= last {
+        if let Ok(zoned) = day.at(h, m, s, 0).to_zoned(zone.clone()) {
+            let moment = Moment::second(zoned.timestamp().as_second() as f64);
+            let distance = moment.distance_to_span(start, end);
+            if best.is_none_or(|(d, _)| distance < d) {
+                best = Some((distance, moment));
+            }
+        }
+        day = day.tomorrow().ok()?;
+    }
+    best.map(|(_, moment)| moment)
+}
+
+fn day_of(t: f64, zone: &TimeZone) -> Option<Date> {
+    let instant = Timestamp::from_second(t.floor() as i64).ok()?;
+    Some(instant.to_zoned(zone.clone()).date())
+}
+
+/// An RFC 3339 time with an offset (`Z`, `+01:00`), or without one in `zone`; a time written to
+/// the second covers that second.
+fn rfc3339(text: &str, zone: &TimeZone) -> Option<Moment> {
+    let instant = match text.parse::<Timestamp>() {
+        Ok(instant) => instant,
+        Err(_) => text
+            .parse::<DateTime>()
+            .ok()?
+            .to_zoned(zone.clone())
+            .ok()?
+            .timestamp(),
+    };
+    let at = instant.as_second() as f64;
+    if instant.subsec_nanosecond() == 0 {
+        Some(Moment::second(at))
+    } else {
+        Some(Moment::instant(
+            at + f64::from(instant.subsec_nanosecond()) / 1e9,
+        ))
+    }
+}
+
+/// The frames `--from` and `--to` pick: those from `from` to the end of `to`. When both name
+/// the same moment, a point in time, and no frame falls in it, the frame nearest to it, if it
+/// lies within the recording.
+pub(crate) fn frames_between(
+    frames: &[FrameInfo],
+    from: Option<Moment>,
+    to: Option<Moment>,
+) -> std::ops::Range<usize> {
+    let first = from.map_or(0, |m| frames.partition_point(|f| f.time < m.at));
+    let end = to.map_or(frames.len(), |m| {
+        frames.partition_point(|f| m.reaches(f.time))
+    });
+    if first < end {
+        return first..end;
+    }
+    let (Some(from), Some(to), Some(a), Some(b)) = (from, to, frames.first(), frames.last()) else {
+        return first..first;
+    };
+    if from == to && (a.time..=b.time).contains(&from.at) {
+        let i = nearest(frames, from);
+        return i..i + 1;
+    }
+    first..first
+}
+
+/// The frame `g` goes to: the first within the moment, else the one nearest to it (the first
+/// frame for a moment before the recording, the last for one after it).
+pub(crate) fn nearest(frames: &[FrameInfo], moment: Moment) -> usize {
+    let after = frames.partition_point(|f| f.time < moment.at);
+    let candidates = [after.checked_sub(1), Some(after)];
+    candidates
+        .into_iter()
+        .flatten()
+        .filter(|&i| i < frames.len())
+        .min_by(|&a, &b| {
+            let da = moment.distance(frames[a].time);
+            let db = moment.distance(frames[b].time);
+            da.total_cmp(&db).then(a.cmp(&b))
+        })
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clock_times_offsets_and_rfc3339_are_read_against_the_span() {
-        // 2026-01-30T23:50:00Z to the next day 00:20:00Z.
-        let start = 1_769_817_000.0;
-        let end = start + 1800.0;
-        assert_eq!(parse_time("+10m", start, end), Ok(start + 600.0));
-        assert_eq!(parse_time("+90", start, end), Ok(start + 90.0));
-        assert_eq!(parse_time("-5m", start, end), Ok(end - 300.0));
-        assert_eq!(parse_time("23:55", start, end), Ok(start + 300.0));
-        assert_eq!(parse_time("00:10:30", start, end), Ok(start + 1230.0));
-        assert_eq!(
-            parse_time("2026-01-31T00:00:00Z", start, end),
-            Ok(start + 600.0)
-        );
-        for bad in ["soon", "25:00", "+x", "12:3:", "\u{1b}[2J"] {
-            let error = parse_time(bad, start, end).unwrap_err();
-            assert!(
-                error.contains("is not a time") && !error.contains('\u{1b}'),
-                "{error}"
-            );
-        }
-    }
-}
+#[path = "time_tests.rs"]
+mod tests;

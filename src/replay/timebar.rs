@@ -2,6 +2,7 @@
 //! frame to the last with the events marked, and the keys; or the `g` prompt while a time is
 //! typed.
 
+use jiff::tz::TimeZone;
 use ratatui::{
     layout::Rect,
     text::{Line, Span},
@@ -11,8 +12,8 @@ use ratatui::{
 
 use super::player::Position;
 use super::transport::{input_hint, Transport};
+use crate::format::clock::{clock, zone_name};
 use crate::format::escape;
-use crate::record::reader::clock;
 use crate::terminal::theme::Theme;
 
 const KEYS: &str = "Space play/pause  Left/Right step  +/- speed  g go to  [ ] events";
@@ -20,7 +21,7 @@ const KEYS: &str = "Space play/pause  Left/Right step  +/- speed  g go to  [ ] e
 pub(crate) fn render(frame: &mut Frame, area: Rect, transport: &Transport, theme: Theme) {
     let line = match (&transport.input, &transport.position) {
         (Some(text), _) => prompt(text, transport, theme),
-        (None, Some(position)) => bar(position, area.width, theme),
+        (None, Some(position)) => bar(position, &transport.zone, area.width, theme),
         (None, None) => Line::from(Span::styled(" reading the recording...", theme.dim())),
     };
     frame.render_widget(Paragraph::new(line), area);
@@ -34,16 +35,21 @@ fn prompt(text: &str, transport: &Transport, theme: Theme) -> Line<'static> {
     ])
 }
 
-fn bar(position: &Position, width: u16, theme: Theme) -> Line<'static> {
+/// The end time carries the zone's name: the one place the bar says which clock it reads.
+fn bar(position: &Position, zone: &TimeZone, width: u16, theme: Theme) -> Line<'static> {
     let state = if position.paused { " ||" } else { " |>" };
     let speed = if position.speed < 1.0 {
         format!(" {}x ", position.speed)
     } else {
         format!(" {:.0}x ", position.speed)
     };
-    let now = clock(position.time);
+    let now = clock(position.time, zone);
     let counter = format!(" {}/{} ", position.index + 1, position.count);
-    let end = clock(position.end);
+    let end = format!(
+        "{} {}",
+        clock(position.end, zone),
+        zone_name(position.end, zone)
+    );
     let fixed = state.len() + speed.len() + now.len() + end.len() + counter.len() + 4;
     let keys = if usize::from(width) >= fixed + 24 + KEYS.len() + 2 {
         format!("  {KEYS}")
@@ -113,9 +119,15 @@ mod tests {
         let spans = track(&position, 11, Theme::new(false));
         let text: String = spans.iter().map(|s| s.content.as_ref()).collect();
         assert_eq!(text, "!====@----!");
-        let line = bar(&position, 160, Theme::new(false));
+        let line = bar(&position, &TimeZone::UTC, 160, Theme::new(false));
         let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
         assert!(text.starts_with(" || 8x 00:17:30 !"), "{text}");
+        assert!(text.contains("! 00:18:20 UTC "), "{text}");
+        let new_york = TimeZone::get("America/New_York").unwrap();
+        let line = bar(&position, &new_york, 160, Theme::new(false));
+        let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
+        assert!(text.starts_with(" || 8x 19:17:30 !"), "{text}");
+        assert!(text.contains("! 19:18:20 EST "), "{text}");
         assert!(text.contains(" 51/101 "), "{text}");
         assert!(text.contains("[ ] events"), "{text}");
     }

@@ -5,11 +5,12 @@
 use std::sync::mpsc::Sender;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use jiff::tz::TimeZone;
 
 use super::player::{Command, Position};
 use super::time::{parse_time, HOW};
 use crate::app::{App, Effect, Mode};
-use crate::record::reader::clock;
+use crate::format::clock::clock;
 
 /// The longest time that may be typed after `g`.
 const MAX_INPUT: usize = 40;
@@ -21,15 +22,18 @@ pub(crate) struct Transport {
     /// The time being typed after `g`, and why the last Enter was refused.
     pub(crate) input: Option<String>,
     pub(crate) input_error: Option<String>,
+    /// The screen's zone: the times typed after `g` are read in it, and shown in it.
+    pub(crate) zone: TimeZone,
 }
 
 impl Transport {
-    pub(crate) fn new(commands: Sender<Command>) -> Self {
+    pub(crate) fn new(commands: Sender<Command>, zone: TimeZone) -> Self {
         Transport {
             commands,
             position: None,
             input: None,
             input_error: None,
+            zone,
         }
     }
 
@@ -52,7 +56,7 @@ impl Transport {
         if app.mode != Mode::Normal || app.warnings_view.is_open() {
             return None;
         }
-        if let Some(sentence) = refusal(app, key.code) {
+        if let Some(sentence) = refusal(app, key.code, &self.zone) {
             app.status = Some(sentence);
             return Some(Effect::Redraw);
         }
@@ -99,17 +103,11 @@ impl Transport {
                     .position
                     .as_ref()
                     .map_or((0.0, 0.0), |p| (p.start, p.end));
-                match parse_time(text, start, end) {
-                    Ok(t) if t < start - 1.0 || t > end + 1.0 => {
-                        self.input_error = Some(format!(
-                            "the recording runs from {} to {}",
-                            clock(start),
-                            clock(end)
-                        ));
-                    }
-                    Ok(t) => {
+                // A time outside the recording goes to its nearer end, and the player says so.
+                match parse_time(text, start, end, &self.zone) {
+                    Ok(moment) => {
                         self.input = None;
-                        return self.send(Command::Seek(t));
+                        return self.send(Command::Seek(moment));
                     }
                     Err(error) => self.input_error = Some(error),
                 }
@@ -121,7 +119,7 @@ impl Transport {
 }
 
 /// The sentence for an action key in a replay; `None` for other keys.
-fn refusal(app: &App, code: KeyCode) -> Option<String> {
+fn refusal(app: &App, code: KeyCode, zone: &TimeZone) -> Option<String> {
     let what = match code {
         KeyCode::Char('T' | 'K' | 'I') | KeyCode::F(9) => "cannot be signalled",
         KeyCode::F(7 | 8) | KeyCode::Char('n') => "cannot be reniced",
@@ -145,7 +143,7 @@ fn refusal(app: &App, code: KeyCode) -> Option<String> {
         .as_deref()
         .map(|h| format!(" on {}", crate::format::escape(h)))
         .unwrap_or_default();
-    let at = clock(app.snapshot.unix_seconds);
+    let at = clock(app.snapshot.unix_seconds, zone);
     Some(match app.selected_row() {
         Some(row) => format!(
             "this is a recording: process {} {what}; it ran{host} at {at}",

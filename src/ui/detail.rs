@@ -1,6 +1,10 @@
 //! The detail view (`Enter`) over the panels: one process's full command line, cwd, cgroup,
 //! launcher and CUDA environment, the GPUs it holds, history lines of its GPU memory, SM%,
 //! CPU%, RSS and allocator figures, and its children. Every text from /proc is escaped.
+//!
+//! In a replay it shows what the recording holds (the command line, user, state, GPUs and
+//! history of that moment) and says which parts a recording does not keep: /proc is read for
+//! a live process only, since a local process may have the recorded pid.
 
 use ratatui::{
     layout::Rect,
@@ -44,7 +48,12 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, view: &DetailView
         .iter()
         .filter(|p| p.pid == view.pid)
         .collect();
-    let detail = app.snapshot.detail.as_ref().filter(|d| d.pid == view.pid);
+    // A replay's snapshots carry no detail read; none must come from this machine's /proc.
+    let detail = app
+        .snapshot
+        .detail
+        .as_ref()
+        .filter(|d| d.pid == view.pid && !app.replay);
     let inner_width = usize::from(area.width - 2);
     let mut lines = Vec::new();
     if !app.detail_process_listed() {
@@ -53,15 +62,26 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, view: &DetailView
             theme.warn(),
         ));
     }
-    identity_lines(&mut lines, app, view.pid, &rows, detail, theme);
-    environment_lines(&mut lines, detail, theme);
+    if app.replay {
+        recorded_identity_lines(&mut lines, &rows, theme);
+    } else {
+        identity_lines(&mut lines, app, view.pid, &rows, detail, theme);
+        environment_lines(&mut lines, detail, theme);
+    }
     gpu_lines(&mut lines, app, &rows, theme);
     history_lines(&mut lines, app, view.pid, inner_width, theme);
-    children_lines(&mut lines, detail, theme);
+    if !app.replay {
+        children_lines(&mut lines, detail, theme);
+    }
+    let keys = if app.replay {
+        " Esc close  j k scroll "
+    } else {
+        " Esc close  j k scroll  T K I F9 n F7 F8 act on it "
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .title(format!(" Process {} ", view.pid))
-        .title_bottom(" Esc close  j k scroll  T K I F9 n F7 F8 act on it ");
+        .title_bottom(keys);
     frame.render_widget(Clear, area);
     frame.render_widget(
         Paragraph::new(lines)
@@ -140,6 +160,35 @@ fn identity_lines(
     lines.push(labelled("cwd", cwd, theme));
     let (cgroup, _) = read_or_reason(detail, |d| &d.cgroup, |c| escape(c).into_owned());
     lines.push(labelled("cgroup", cgroup, theme));
+}
+
+/// A replay's identity lines: the figures the frame recorded for the process's row (a state
+/// it did not record is N/A, not the state of a later process table), and a plain sentence on
+/// what a recording leaves out.
+fn recorded_identity_lines(lines: &mut Vec<Line<'static>>, rows: &[&GpuProcess], theme: Theme) {
+    let first = rows.first();
+    let na = || "N/A".to_string();
+    lines.push(labelled(
+        "user",
+        format!(
+            "{}   state {}   nice {}   running {}",
+            escape(&format::text(first.and_then(|p| p.user.as_deref()))),
+            first
+                .and_then(|p| p.state)
+                .map_or_else(na, |s| escape(&s.to_string()).into_owned()),
+            first
+                .and_then(|p| p.nice)
+                .map_or_else(na, |n| n.to_string()),
+            format::opt_duration(first.and_then(|p| p.running_seconds)),
+        ),
+        theme,
+    ));
+    let command = format::text(first.and_then(|p| p.command.as_deref()));
+    lines.push(labelled("command", escape(&command).into_owned(), theme));
+    lines.push(Line::styled(
+        "a recording does not keep a process's cwd, cgroup, environment or children",
+        theme.dim(),
+    ));
 }
 
 fn environment_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDetail>, theme: Theme) {

@@ -155,3 +155,35 @@ fn a_process_without_a_gpu_holds_no_gpu_in_the_detail_view() {
     assert!(s.contains("holds no GPU"), "{s}");
     assert!(!s.contains("4294967295"), "{s}");
 }
+
+/// In a replay the detail view showed "reading /proc..." for good (a recording holds no detail
+/// read), offered the action keys, and took the state from the process table, taken at
+/// another moment, where the frame recorded none.
+#[test]
+fn a_replay_shows_what_the_recording_holds_and_reads_no_proc() {
+    let mut snapshot = busy_snapshot(1, 1, 0);
+    let pid = snapshot.processes[0].pid;
+    snapshot.processes[0].state = None;
+    snapshot.processes[0].command = Some("python train.py --lr 3e-4".into());
+    snapshot.host_processes.push(crate::model::HostProcess {
+        pid,
+        state: 'S',
+        command: Some("python train.py --lr 3e-4".into()),
+        ..Default::default()
+    });
+    let mut app = App::new(1.0, true, true).with_utc(true);
+    app.replay = true;
+    app.on_snapshot(Arc::new(snapshot));
+    let effect = app.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+    assert!(
+        !matches!(effect, crate::app::Effect::AskSampler(_)),
+        "a replay asks no sampler to read /proc: {effect:?}"
+    );
+    assert_eq!(app.detail.as_ref().map(|d| d.pid), Some(pid));
+    let s = screen(&app, 120, 40);
+    assert!(!s.contains("reading /proc"), "{s}");
+    assert!(s.contains("command     python train.py --lr 3e-4"), "{s}");
+    assert!(s.contains("state N/A"), "{s}");
+    assert!(s.contains("does not keep a process's cwd"), "{s}");
+    assert!(!s.contains("act on it"), "{s}");
+}

@@ -122,11 +122,7 @@ fn container_note(n: usize, form: Note) -> String {
 /// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
 /// (`TZ`, or the system's).
 pub(crate) fn zone(utc: bool) -> jiff::tz::TimeZone {
-    if utc {
-        jiff::tz::TimeZone::UTC
-    } else {
-        jiff::tz::TimeZone::system()
-    }
+    crate::format::clock::zone(utc)
 }
 
 /// " 12:34:56 UTC" under `--utc`, else the local time and zone (" 14:34:56 CEST") as `TZ`

@@ -31,6 +31,7 @@ mod mig_fake_nvml;
 mod once_fake_nvml;
 mod oom_memsnap;
 mod record_replay;
+mod record_replay_times;
 mod run_launch;
 mod serve_exporter;
 mod serve_mig;

@@ -326,8 +326,11 @@ fn the_replay_tui_moves_in_time_and_refuses_actions() {
                 .unwrap()
         })
         .collect();
-    // `g+1s`: the first frame at least a second after the first.
-    let target = unix.iter().position(|&t| t >= unix[0] + 1.0).unwrap();
+    // `g+1s`: the frame nearest to a second after the first.
+    let distance = |i: usize| (unix[i] - (unix[0] + 1.0)).abs();
+    let target = (0..unix.len())
+        .min_by(|&a, &b| distance(a).total_cmp(&distance(b)))
+        .unwrap();
     let mut session = replay_session(&file, &["--speed", "0.25"]);
     let total = format!("/{} ", live.len());
     assert!(live.len() > target + 2, "{} frames", live.len());

@@ -6,23 +6,10 @@ use crate::format::escape;
 use crate::record::format::{self, HeaderError, BLOCK_HEADER_LEN};
 use crate::record::RecordError;
 
-/// "HH:MM:SS" (UTC) of a Unix time.
-pub(crate) fn clock(t: f64) -> String {
-    let full = rfc3339(t);
-    full.split_once('T')
-        .map(|(_, rest)| rest.chars().take(8).collect())
-        .unwrap_or(full)
-}
-
-/// The RFC 3339 time (UTC, whole seconds) of a Unix time.
-pub(crate) fn rfc3339(t: f64) -> String {
-    let t = if t.is_finite() {
-        t.clamp(0.0, 1e11)
-    } else {
-        0.0
-    };
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t);
-    humantime::format_rfc3339_seconds(time).to_string()
+/// "HH:MM:SS UTC" of a Unix time. These sentences are made while the file is read, before
+/// any screen's zone is known, so they name theirs.
+fn clock(t: f64) -> String {
+    crate::format::clock::clock_named(t, &jiff::tz::TimeZone::UTC)
 }
 
 impl Recording {
