@@ -8,9 +8,11 @@
 //! - [`output`]: text, JSON, folded stacks and the SVG flame graph.
 //! - [`view`]: the interactive viewer, also meant to be opened from the live monitor.
 //! - [`cli`]: the `torchtop snapshot` subcommand.
+//! - [`memory`]: the guard that refuses a file too big for the memory torchtop may use.
 
 pub(crate) mod analysis;
 pub mod cli;
+mod memory;
 pub(crate) mod model;
 pub(crate) mod output;
 pub(crate) mod pickle;
@@ -68,7 +70,7 @@ pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadErro
     };
     let file = open_regular(path, links).map_err(fail)?;
     let file_bytes = file.metadata().map(|m| m.len()).ok();
-    if let Some(problem) = file_bytes.and_then(too_big_for_memory) {
+    if let Some(problem) = file_bytes.and_then(memory::too_big_for_memory) {
         return Err(fail(problem));
     }
     let reader = BufReader::with_capacity(READ_BUFFER, file);
@@ -82,31 +84,6 @@ pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadErro
         file_bytes: file_bytes.unwrap_or(input_len),
         snapshot,
         analysis,
-    })
-}
-
-/// How many times its size a snapshot takes in memory once read, about (2.3 measured), with
-/// room to spare.
-const MEMORY_PER_FILE_BYTE: u64 = 3;
-
-/// A sentence when reading a file of `bytes` would take more memory than the machine has
-/// available: the file may come from another user's process (an agent's snapshot, opened by
-/// root's monitor), and running the monitor out of memory is no way to say it is too big.
-/// `None` when it fits, or when /proc/meminfo cannot tell.
-fn too_big_for_memory(bytes: u64) -> Option<String> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let available = crate::sys::proc::parse_meminfo(&text)
-        .ok()?
-        .available_bytes?;
-    let needs = bytes.saturating_mul(MEMORY_PER_FILE_BYTE);
-    (needs > available).then(|| {
-        format!(
-            "is {}, and reading it would take about {}, more than the {} of memory available; \
-             open it on a machine with more memory",
-            crate::format::bytes(bytes),
-            crate::format::bytes(needs),
-            crate::format::bytes(available)
-        )
     })
 }
 

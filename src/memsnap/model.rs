@@ -251,6 +251,18 @@ impl Snapshot {
         self.frames.stacks.len() > 1
     }
 
+    /// What the snapshot says of its stacks, for titles: a snapshot with no segment and no
+    /// trace event has no allocation that could have carried one.
+    pub(crate) fn stacks_note(&self) -> &'static str {
+        if self.has_stacks() {
+            "stacks recorded"
+        } else if self.segments.is_empty() && self.traces.iter().all(Vec::is_empty) {
+            "empty: no segments and no trace events"
+        } else {
+            "no stacks: history recording was off"
+        }
+    }
+
     pub(crate) fn compile_context(&self, device: usize, index: usize) -> Option<&str> {
         let key = (device as u32, index as u32);
         self.compile_contexts

@@ -17,15 +17,20 @@ use crate::format::bytes;
 /// Stacks listed by `--json` and the text summary.
 const TOP_STACKS: usize = 20;
 const TEXT_STACKS: usize = 10;
-/// Python frames shown for a stack on one line, innermost last.
+/// Frames shown for a stack on one line, innermost last.
 const SHORT_FRAMES: usize = 4;
 
-/// The live allocations by full stack (Python frames, then C++), largest first.
-pub(crate) fn top_stacks(loaded: &LoadedSnapshot, n: usize) -> Vec<(Vec<String>, u64, u64)> {
-    let mut stacks: Vec<(Vec<String>, u64, u64)> = paths::folded_stacks(&loaded.snapshot)
+/// One line of the top stacks: device then frames (outermost first), live bytes, blocks, and
+/// one stack that reads as the line.
+pub(crate) type TopStack = (Vec<String>, u64, u64, StackId);
+
+/// The live allocations by full stack (frames in the snapshot's order), largest first.
+pub(crate) fn top_stacks(loaded: &LoadedSnapshot, n: usize) -> Vec<TopStack> {
+    let mut stacks: Vec<TopStack> = paths::folded_stacks(&loaded.snapshot)
         .into_iter()
-        .map(|(path, (bytes, blocks))| {
-            (path.split(';').map(str::to_string).collect(), bytes, blocks)
+        .map(|(path, held)| {
+            let path = path.split(';').map(str::to_string).collect();
+            (path, held.bytes, held.blocks, held.stack)
         })
         .collect();
     stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -33,10 +38,23 @@ pub(crate) fn top_stacks(loaded: &LoadedSnapshot, n: usize) -> Vec<(Vec<String>,
     stacks
 }
 
-/// The innermost Python frames of a stack, outermost first: "train_step (train.py:52) › …".
+/// The innermost Python frames of a stack, outermost first, then `[C++ frames]` if it has
+/// any: "… › train_step (train.py:52) › …".
 pub(crate) fn short_stack(frames: &Frames, stack: StackId) -> String {
+    short_steps(frames, stack, true)
+}
+
+/// [`short_stack`], with `[C++ frames]` only when the stack has no Python frame; a `…` leads
+/// when outer frames are cut.
+fn short_steps(frames: &Frames, stack: StackId, with_cpp: bool) -> String {
     let mut steps = Vec::new();
     paths::path(frames, stack, true, &mut steps);
+    if steps.len() == 1 && steps[0] == Step::Cpp {
+        return "[C++ frames only]".to_string();
+    }
+    if !with_cpp && steps.last() == Some(&Step::Cpp) {
+        steps.pop();
+    }
     let cut = steps.len().saturating_sub(SHORT_FRAMES);
     let mut text: Vec<String> = steps[cut..]
         .iter()
@@ -44,9 +62,6 @@ pub(crate) fn short_stack(frames: &Frames, stack: StackId) -> String {
         .collect();
     if cut > 0 {
         text.insert(0, "…".to_string());
-    }
-    if steps.last() == Some(&Step::Cpp) && steps.len() == 1 {
-        return "[C++ frames only]".to_string();
     }
     text.join(" › ")
 }
@@ -61,11 +76,7 @@ pub(crate) fn text(loaded: &LoadedSnapshot, out: &mut impl Write) -> io::Result<
         loaded.name(),
         a.devices.len(),
         s.segments.len(),
-        if s.has_stacks() {
-            "stacks recorded"
-        } else {
-            "no stacks (history recording was off)"
-        }
+        s.stacks_note()
     )?;
     for device in &a.devices {
         device_text(loaded, device, out)?;
@@ -95,21 +106,14 @@ pub(crate) fn text(loaded: &LoadedSnapshot, out: &mut impl Write) -> io::Result<
     )?;
     let tree = Tree::build(s, &TreeOptions::default());
     writeln!(out, "who holds the memory ({} live):", bytes(tree.total()))?;
-    for (path, held, blocks) in top_stacks(loaded, TEXT_STACKS) {
+    for (path, held, blocks, stack) in top_stacks(loaded, TEXT_STACKS) {
         let share = 100.0 * held as f64 / tree.total().max(1) as f64;
-        let frames: Vec<&String> = path.iter().skip(1).filter(|f| f.contains(".py")).collect();
-        let cut = frames.len().saturating_sub(SHORT_FRAMES);
-        let shown: Vec<&str> = frames[cut..].iter().map(|f| f.as_str()).collect();
-        let where_ = if shown.is_empty() {
-            path.get(1).cloned().unwrap_or_default()
-        } else {
-            shown.join(" › ")
-        };
         writeln!(
             out,
-            "  {:>9} {share:5.1}% {blocks:>5} block(s)  {} {where_}",
+            "  {:>9} {share:5.1}% {blocks:>5} block(s)  {} {}",
             bytes(held),
-            path[0]
+            path[0],
+            short_steps(&s.frames, stack, false)
         )?;
     }
     Ok(())
@@ -179,7 +183,7 @@ pub(crate) fn json(loaded: &LoadedSnapshot) -> Json {
     let devices: Vec<Json> = a.devices.iter().map(|d| device_json(loaded, d)).collect();
     let stacks: Vec<Json> = top_stacks(loaded, TOP_STACKS)
         .into_iter()
-        .map(|(path, held, blocks)| json!({"bytes": held, "blocks": blocks, "device": path[0], "frames": path[1..]}))
+        .map(|(path, held, blocks, _)| json!({"bytes": held, "blocks": blocks, "device": path[0], "frames": path[1..]}))
         .collect();
     json!({
         "file": loaded.path.display().to_string(),
@@ -217,10 +221,10 @@ fn device_json(loaded: &LoadedSnapshot, d: &DeviceSummary) -> Json {
         json!({
             "events": t.len(),
             "peak_in_use_bytes": t.peak_bytes(),
-            "peak_event": t.peak,
+            "peak_event": t.peak + 1,
             "live_at_peak": live,
             "largest_at_peak": top.iter().map(|i| json!({
-                "bytes": i.size, "addr": i.addr, "allocated_at_event": i.start, "stack": stack_json(i.stack)
+                "bytes": i.size, "addr": i.addr, "allocated_at_event": i.start.map(|e| e + 1), "stack": stack_json(i.stack)
             })).collect::<Vec<_>>(),
         })
     });
@@ -240,7 +244,7 @@ fn device_json(loaded: &LoadedSnapshot, d: &DeviceSummary) -> Json {
         "oom": d.oom.as_ref().map(|o| json!({
             "requested_bytes": o.requested,
             "device_free_bytes": o.device_free,
-            "event": o.index,
+            "event": o.index + 1,
             "time_us": o.time_us,
             "count": o.count,
             "stack": stack_json(o.stack),

@@ -31,6 +31,8 @@ pub(crate) enum Error {
     Empty,
     #[error("is not a pickle: it does not start with a pickle protocol 2 to 5 header (torch writes snapshots with protocol 4)")]
     NotPickle,
+    #[error("looks like a pickle of protocol 0 or 1, which torchtop does not read: it reads protocols 2 to 5 (torch writes snapshots with protocol 4); write it again with pickle.dump(snapshot, file, protocol=4)")]
+    OldProtocol,
     #[error("uses pickle protocol {0}; torchtop reads protocols 2 to 5")]
     Protocol(u8),
     #[error(
@@ -353,12 +355,17 @@ impl<R: BufRead> Reader<R> {
             Err(Error::Truncated(0)) => return Err(Error::Empty),
             other => other?,
         };
+        // Protocols 0 and 1 have no header; a dict or a list of them starts with MARK,
+        // EMPTY_DICT or EMPTY_LIST.
+        if matches!(first, b'(' | b'}' | b']') {
+            return Err(Error::OldProtocol);
+        }
         if first != 0x80 {
             return Err(Error::NotPickle);
         }
         match self.input.byte()? {
             2..=5 => Ok(()),
-            version if version < 2 => Err(Error::NotPickle),
+            version if version < 2 => Err(Error::OldProtocol),
             version => Err(Error::Protocol(version)),
         }
     }

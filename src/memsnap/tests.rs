@@ -152,3 +152,140 @@ fn sizes_at_the_edge_of_u64_do_not_overflow() {
     );
     everything(&out.stdout);
 }
+
+/// The text summary of a loaded snapshot.
+fn text_of(loaded: &super::LoadedSnapshot) -> String {
+    let mut out = Vec::new();
+    crate::memsnap::output::text(loaded, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The number after `before` in `text`.
+fn number_after(text: &str, before: &str) -> u64 {
+    let at = text
+        .find(before)
+        .unwrap_or_else(|| panic!("no {before:?} in {text}"))
+        + before.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+#[test]
+fn json_numbers_events_as_the_text_does() {
+    let loaded = load(&fixture("oom.pickle"), Links::Follow).unwrap();
+    let text = text_of(&loaded);
+    let json = crate::memsnap::output::json(&loaded);
+    let device = &json["devices"][0];
+    assert_eq!(
+        device["oom"]["event"],
+        number_after(&text, "free on the device (event ")
+    );
+    assert_eq!(
+        device["trace"]["peak_event"],
+        number_after(&text, " in use at event ")
+    );
+}
+
+#[test]
+fn the_holders_list_keeps_generated_frames_and_marks_a_cut() {
+    let frame = |file: &str, line: u32, name: &str| {
+        format!("{{'filename': '{file}', 'line': {line}, 'name': '{name}'}}")
+    };
+    let frames = [
+        frame(
+            "/pytorch/aten/src/ATen/native/cuda/Blas.cpp",
+            391,
+            "at::native::addmm_out_cuda_impl",
+        ),
+        frame("<eval_with_key>.5", 14, "forward"),
+        frame("/p/model.py", 30, "block"),
+        frame("/p/model.py", 40, "layer"),
+        frame("/p/train.py", 50, "train_step"),
+        frame("/p/train.py", 90, "<module>"),
+    ];
+    let snapshot = crate::memsnap::model::tests::from_python_dict(&format!(
+        "{{'segments': [{{'device': 0, 'address': 0, 'total_size': 4096, 'blocks': [\
+            {{'size': 4096, 'requested_size': 4096, 'state': 'active_allocated', 'frames': [{}]}}]}}]}}",
+        frames.join(", ")
+    ))
+    .unwrap();
+    let analysis = crate::memsnap::analysis::Analysis::new(&snapshot);
+    let loaded = super::LoadedSnapshot {
+        path: "generated.pickle".into(),
+        file_bytes: 1,
+        snapshot,
+        analysis,
+    };
+    let text = text_of(&loaded);
+    let line = text.lines().last().unwrap();
+    assert!(
+        line.ends_with(
+            " cuda:0 … › train_step (train.py:50) › layer (model.py:40) › block (model.py:30) › \
+             forward (<eval_with_key>.5:14)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_empty_snapshot_is_not_said_to_lack_history() {
+    let snapshot = crate::memsnap::model::tests::from_python_dict(
+        "{'segments': [], 'device_traces': [[]], 'allocator_settings': {}}",
+    )
+    .unwrap();
+    assert_eq!(
+        snapshot.stacks_note(),
+        "empty: no segments and no trace events"
+    );
+    let off = crate::memsnap::model::tests::snapshot("state_only.pickle").unwrap();
+    assert_eq!(off.stacks_note(), "no stacks: history recording was off");
+}
+
+#[test]
+fn the_cgroup_limit_applies_when_it_leaves_less_than_memavailable() {
+    use super::memory::{refusal, room};
+    let scratch = scratch();
+    let mount = scratch.path();
+    std::fs::write(mount.join("cgroup.controllers"), "memory cpu\n").unwrap();
+    let job = mount.join("job_42");
+    let step = job.join("step_0");
+    std::fs::create_dir_all(&step).unwrap();
+    // The job's limit binds: its step has none of its own.
+    std::fs::write(job.join("memory.max"), "450000000\n").unwrap();
+    std::fs::write(job.join("memory.current"), "50000000\n").unwrap();
+    std::fs::write(step.join("memory.max"), "max\n").unwrap();
+    std::fs::write(step.join("memory.current"), "40000000\n").unwrap();
+    let meminfo = "MemTotal: 65536000 kB\nMemFree: 30000000 kB\nMemAvailable: 60000000 kB\n";
+    let found = room(Some(meminfo), Some("0::/job_42/step_0\n"), mount).unwrap();
+    assert_eq!(found.bytes, 400_000_000);
+    let sentence = refusal(100_000_000, &found).expect("refused");
+    assert!(
+        sentence.contains("torchtop's cgroup still allows"),
+        "{sentence}"
+    );
+    assert!(sentence.contains("job_42/memory.max"), "{sentence}");
+    // With more memory in the cgroup than on the machine, MemAvailable applies.
+    std::fs::write(job.join("memory.max"), "900000000000\n").unwrap();
+    let found = room(Some(meminfo), Some("0::/job_42/step_0\n"), mount).unwrap();
+    assert_eq!(found.bytes, 60_000_000 * 1024);
+    assert!(
+        found.source.contains("memory available"),
+        "{}",
+        found.source
+    );
+}
+
+#[test]
+fn a_v1_memory_limit_applies_too() {
+    use super::memory::room;
+    let scratch = scratch();
+    let dir = scratch.path().join("memory/slurm/uid_0/job_7");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("memory.limit_in_bytes"), "1000000\n").unwrap();
+    std::fs::write(dir.join("memory.usage_in_bytes"), "250000\n").unwrap();
+    let found = room(None, Some("4:memory:/slurm/uid_0/job_7\n"), scratch.path()).unwrap();
+    assert_eq!(found.bytes, 750_000);
+}

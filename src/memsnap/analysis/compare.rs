@@ -1,10 +1,10 @@
 //! What grew between two snapshots of the same program, by stack: the leak hunt. Stacks are
 //! matched by their text (frame ids differ between files), device included.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::super::model::Snapshot;
-use super::paths::folded_stacks;
+use super::paths::{folded_stacks, Held};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StackDiff {
@@ -27,12 +27,14 @@ pub(crate) fn compare(before: &Snapshot, after: &Snapshot) -> Vec<StackDiff> {
     let a = folded_stacks(before);
     let b = folded_stacks(after);
     let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    let zero = (0, 0);
+    let held = |side: &HashMap<String, Held>, key: &String| {
+        side.get(key).map_or((0, 0), |h| (h.bytes, h.blocks))
+    };
     let mut out: Vec<StackDiff> = keys
         .into_iter()
         .filter_map(|key| {
-            let (before, before_blocks) = *a.get(key).unwrap_or(&zero);
-            let (after, after_blocks) = *b.get(key).unwrap_or(&zero);
+            let (before, before_blocks) = held(&a, key);
+            let (after, after_blocks) = held(&b, key);
             (before != after).then(|| StackDiff {
                 path: key.split(';').map(str::to_string).collect(),
                 before,

@@ -1,6 +1,6 @@
-//! A stack as a path from the outermost call in: Python frames first, in call order, then the
-//! C++ frames (foldable into one step), without the interpreter and unwinder frames that
-//! `_memory_viz` leaves out too. Also the folded-stack lines of the live allocations, for
+//! A stack as a path from the outermost call in, in the snapshot's order (or, for the Holders
+//! tree, Python frames first and the C++ frames folded into one step), without the interpreter
+//! and unwinder frames that `_memory_viz` leaves out too. Also the folded-stack lines of the live allocations, for
 //! flame graphs and for comparing two snapshots.
 
 use std::collections::HashMap;
@@ -18,7 +18,10 @@ pub(crate) enum Step {
     NoStack,
 }
 
-/// Appends the path of `stack` to `out`.
+/// Appends the path of `stack` to `out`: its frames outermost first, in the snapshot's order
+/// (C++ frames can sit between Python ones, as in a checkpoint's recompute inside backward).
+/// With `fold_cpp` (the Holders tree), the Python frames come first and every C++ frame is
+/// folded into one step after them.
 pub(crate) fn path(frames: &Frames, stack: StackId, fold_cpp: bool, out: &mut Vec<Step>) {
     let start = out.len();
     let kept = || {
@@ -29,18 +32,17 @@ pub(crate) fn path(frames: &Frames, stack: StackId, fold_cpp: bool, out: &mut Ve
             .copied()
             .filter(|&id| !frames.frame(id).noise)
     };
-    out.extend(
-        kept()
-            .filter(|&id| frames.frame(id).python)
-            .map(Step::Frame),
-    );
-    let mut cpp = kept().filter(|&id| !frames.frame(id).python).peekable();
     if fold_cpp {
-        if cpp.peek().is_some() {
+        out.extend(
+            kept()
+                .filter(|&id| frames.frame(id).python)
+                .map(Step::Frame),
+        );
+        if kept().any(|id| !frames.frame(id).python) {
             out.push(Step::Cpp);
         }
     } else {
-        out.extend(cpp.map(Step::Frame));
+        out.extend(kept().map(Step::Frame));
     }
     if out.len() == start {
         out.push(Step::NoStack);
@@ -62,9 +64,19 @@ fn folded_label(frames: &Frames, step: Step) -> String {
     label(frames, step).replace(';', ":")
 }
 
+/// The live blocks of one folded stack.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) bytes: u64,
+    pub(crate) blocks: u64,
+    /// One of the stacks that read as this line (the lowest id): distinct stacks can read the
+    /// same once unwinder frames are left out.
+    pub(crate) stack: StackId,
+}
+
 /// Live bytes and block count by folded stack ("cuda:0;main (train.py:88);…"), over the
-/// allocated blocks of every device, C++ frames unfolded.
-pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> {
+/// allocated blocks of every device, frames in the snapshot's order.
+pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, Held> {
     let mut by_path: HashMap<(Option<i64>, StackId), (u64, u64)> = HashMap::new();
     for segment in &snapshot.segments {
         for block in &segment.blocks {
@@ -75,7 +87,7 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> 
             }
         }
     }
-    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut out: HashMap<String, Held> = HashMap::new();
     let mut steps = Vec::new();
     for ((device, stack), (bytes, blocks)) in by_path {
         steps.clear();
@@ -86,10 +98,13 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> 
             .map(|&s| folded_label(&snapshot.frames, s))
             .collect::<Vec<_>>()
             .join(";");
-        // Distinct stacks can read the same once unwinder frames are left out.
-        let entry = out.entry(line).or_default();
-        entry.0 = entry.0.saturating_add(bytes);
-        entry.1 += blocks;
+        let entry = out.entry(line).or_insert(Held {
+            stack,
+            ..Held::default()
+        });
+        entry.bytes = entry.bytes.saturating_add(bytes);
+        entry.blocks += blocks;
+        entry.stack = entry.stack.min(stack);
     }
     out
 }
@@ -99,7 +114,7 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, (u64, u64)> 
 pub(crate) fn folded_lines(snapshot: &Snapshot) -> Vec<String> {
     let mut lines: Vec<String> = folded_stacks(snapshot)
         .into_iter()
-        .map(|(path, (bytes, _))| format!("{path} {bytes}"))
+        .map(|(path, held)| format!("{path} {}", held.bytes))
         .collect();
     lines.sort();
     lines

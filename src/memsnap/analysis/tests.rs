@@ -263,3 +263,113 @@ fn compare_finds_the_one_stack_that_grew() {
     assert_eq!((grew[0].before, grew[0].after), (5_242_880, 12_058_112));
     assert!(compare(&after, &after).is_empty());
 }
+
+/// A snapshot of one live 1 KiB block on cuda:0 whose stack is `frames` (file, line, name),
+/// innermost first as torch lists them.
+fn one_block(frames: &[(&str, i64, &str)]) -> Snapshot {
+    let frames: Vec<String> = frames
+        .iter()
+        .map(|(file, line, name)| {
+            format!("{{'filename': {file:?}, 'line': {line}, 'name': {name:?}}}")
+        })
+        .collect();
+    crate::memsnap::model::tests::from_python_dict(&format!(
+        "{{'segments': [{{'device': 0, 'address': 4096, 'total_size': 1024, 'blocks': [\
+            {{'size': 1024, 'requested_size': 1024, 'state': 'active_allocated', \
+              'frames': [{}]}}]}}], 'device_traces': [[]]}}",
+        frames.join(", ")
+    ))
+    .unwrap()
+}
+
+/// The folded line torch's order gives: the frames reversed, outermost first.
+fn expected_line(s: &Snapshot, frames: &[(&str, i64, &str)]) -> String {
+    let labels: Vec<String> = frames
+        .iter()
+        .rev()
+        .map(|(file, line, name)| {
+            let short = file.rsplit('/').next().unwrap();
+            format!("{name} ({short}:{line})")
+        })
+        .collect();
+    let device = super::device_label(s.segments[0].device);
+    format!("{device};{} 1024", labels.join(";"))
+}
+
+#[test]
+fn an_entry_point_without_py_is_the_outermost_python_frame() {
+    // A console script: `tune run full_finetune`.
+    let frames = [
+        (
+            "/opt/venv/lib/python3.11/site-packages/torchtune/recipes/full_finetune.py",
+            700,
+            "train",
+        ),
+        (
+            "/opt/venv/lib/python3.11/site-packages/torchtune/_cli/run.py",
+            200,
+            "_run_cmd",
+        ),
+        ("/opt/venv/bin/tune", 8, "<module>"),
+    ];
+    let s = one_block(&frames);
+    assert_eq!(folded_lines(&s), [expected_line(&s, &frames)]);
+    let tree = Tree::build(
+        &s,
+        &TreeOptions {
+            fold_cpp: true,
+            ..TreeOptions::default()
+        },
+    );
+    assert!(
+        tree.nodes.iter().all(|n| n.step != Some(Step::Cpp)),
+        "a stack without C++ frames shows no [C++ frames]"
+    );
+}
+
+#[test]
+fn cpp_frames_between_python_frames_keep_their_place() {
+    // A checkpoint's recompute inside backward, recorded with stacks="all".
+    let v = "/opt/venv/lib/python3.11/site-packages/torch";
+    let (linear, checkpoint) = (
+        format!("{v}/nn/modules/linear.py"),
+        format!("{v}/utils/checkpoint.py"),
+    );
+    let (graph, tensor) = (format!("{v}/autograd/graph.py"), format!("{v}/_tensor.py"));
+    let frames = [
+        (
+            "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+            1159,
+            "c10::cuda::CUDACachingAllocator::malloc",
+        ),
+        (
+            "/pytorch/aten/src/ATen/native/cuda/Blas.cpp",
+            391,
+            "at::native::addmm_out_cuda_impl",
+        ),
+        (linear.as_str(), 125, "forward"),
+        (checkpoint.as_str(), 1129, "recompute_fn"),
+        (
+            "/pytorch/torch/csrc/autograd/python_saved_variable_hooks.cpp",
+            24,
+            "torch::autograd::PySavedVariableHooks::call_unpack_hook()",
+        ),
+        (
+            "/pytorch/torch/csrc/autograd/engine.cpp",
+            1250,
+            "torch::autograd::Engine::execute",
+        ),
+        (graph.as_str(), 829, "_engine_run_backward"),
+        (tensor.as_str(), 647, "backward"),
+        ("/p/train.py", 50, "train_step"),
+        ("/p/train.py", 90, "<module>"),
+    ];
+    let s = one_block(&frames);
+    assert_eq!(folded_lines(&s), [expected_line(&s, &frames)]);
+    let before = one_block(&frames[..0]);
+    let diffs = compare(&before, &s);
+    assert_eq!(
+        diffs[0].path.join(";") + " 1024",
+        expected_line(&s, &frames)
+    );
+}

@@ -271,3 +271,6 @@ impl<'p> Converter<'p> {
 }
 
 mod schema;
+
+#[cfg(test)]
+pub(super) use schema::is_python;

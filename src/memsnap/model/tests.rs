@@ -132,7 +132,7 @@ fn what_is_not_a_snapshot_is_named() {
     }
 }
 
-fn from_python_dict(body: &str) -> Result<Snapshot, String> {
+pub(crate) fn from_python_dict(body: &str) -> Result<Snapshot, String> {
     let script =
         format!("import pickle, sys\nsys.stdout.buffer.write(pickle.dumps({body}, protocol=4))");
     let out = std::process::Command::new("python3")
@@ -196,4 +196,39 @@ fn every_other_field_has_a_default() {
     assert_eq!(seg.blocks[1].address, 4096 + 512, "blocks are contiguous");
     assert_eq!(seg.blocks[0].requested_size, None);
     assert_eq!(s.traces[0][1].action, Action::Other);
+}
+
+#[test]
+fn python_frames_are_told_from_cpp_ones_by_file_and_name() {
+    use super::convert::is_python;
+    let python = [
+        ("/opt/venv/bin/tune", "<module>"),
+        ("/p/train", "main"),
+        ("/p/train.py", "train_step"),
+        ("<eval_with_key>.5", "forward"),
+        ("<frozen runpy>", "_run_code"),
+    ];
+    let cpp = [
+        ("??", "_start"),
+        (
+            "",
+            "pybind11::cpp_function::dispatcher(_object*, _object*, _object*)",
+        ),
+        (
+            "/pytorch/aten/src/ATen/native/cuda/Blas.cpp",
+            "at::native::addmm_out_cuda_impl",
+        ),
+        (
+            "/usr/include/c++/11/functional",
+            "std::function<void ()>::operator()() const",
+        ),
+        ("/usr/lib/x86_64-linux-gnu/libc.so.6", "__libc_start_main"),
+        ("Python-3.11.7/Objects/methodobject.c", "cfunction_call"),
+    ];
+    for (file, name) in python {
+        assert!(is_python(file, name), "{file} {name}");
+    }
+    for (file, name) in cpp {
+        assert!(!is_python(file, name), "{file} {name}");
+    }
 }

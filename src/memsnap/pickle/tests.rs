@@ -176,6 +176,15 @@ fn bad_input_gets_a_sentence() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (Vec::new(), "is empty"),
         (b"PK\x03\x04".to_vec(), "is not a pickle"),
+        // pickle.dumps({'segments': []}, protocol=0) and protocol=1.
+        (
+            b"(dp0\nVsegments\np1\n(lp2\ns.".to_vec(),
+            "a pickle of protocol 0 or 1",
+        ),
+        (
+            b"}q\x00X\x08\x00\x00\x00segmentsq\x01]q\x02s.".to_vec(),
+            "a pickle of protocol 0 or 1",
+        ),
         (b"\x80\x06N.".to_vec(), "protocol 6"),
         (cut[..cut.len() / 2].to_vec(), "ends early"),
         (b"\x80\x04N".to_vec(), "ends early"),

@@ -118,8 +118,11 @@ fn segment_line(
     Line::from(spans)
 }
 
-/// For each of `cells` cells, the block covering most of its bytes; one pass over the blocks.
-fn cell_owners(segment: &Segment, cells: usize) -> Vec<Option<usize>> {
+/// For each of `cells` cells, the block it shows: an allocated block if the cell holds any of
+/// its bytes (a 2 MiB tensor pinning a 1 GiB segment must show, as `_memory_viz` shows it),
+/// else one waiting to be freed, else the block covering most of the cell; one pass over the
+/// blocks.
+pub(super) fn cell_owners(segment: &Segment, cells: usize) -> Vec<Option<usize>> {
     let total = u128::from(segment.total_size.max(1));
     let starts: Vec<u64> = segment
         .blocks
@@ -145,12 +148,22 @@ fn cell_owners(segment: &Segment, cells: usize) -> Vec<Option<usize>> {
                 .max_by_key(|&i| {
                     let end = starts[i].saturating_add(segment.blocks[i].size);
                     (
+                        rank(segment.blocks[i].state),
                         end.min(hi).saturating_sub(starts[i].max(lo)),
                         std::cmp::Reverse(i),
                     )
                 })
         })
         .collect()
+}
+
+/// Which state a cell shared by blocks shows: live memory first.
+fn rank(state: BlockState) -> u8 {
+    match state {
+        BlockState::ActiveAllocated => 2,
+        BlockState::ActivePendingFree => 1,
+        BlockState::Inactive => 0,
+    }
 }
 
 fn detail(
@@ -214,6 +227,14 @@ fn detail(
             theme.dim(),
         ),
     ];
+    if block.state == BlockState::Inactive {
+        // A free block holds no allocation: its frames, if any, are an old one's.
+        lines.push(Line::styled(
+            "free: cached by the allocator, held by no tensor",
+            theme.dim(),
+        ));
+        return lines;
+    }
     let mut steps = Vec::new();
     paths::path(frames, block.stack, true, &mut steps);
     lines.push(Line::styled(

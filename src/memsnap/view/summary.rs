@@ -29,11 +29,7 @@ pub(crate) fn lines(viewer: &Viewer, area_width: u16, theme: Theme) -> Vec<Line<
         format!(
             " Summary  {} segment(s)  {}",
             s.segments.len(),
-            if s.has_stacks() {
-                "stacks recorded"
-            } else {
-                "no stacks: history recording was off"
-            }
+            s.stacks_note()
         ),
         area_width,
         theme,

@@ -273,3 +273,52 @@ fn the_summary_scrolls_no_further_than_its_end() {
     key(&mut v, KeyCode::Down);
     assert_eq!(v.summary_scroll, 0, "everything fits: nothing to scroll");
 }
+
+/// A loaded snapshot from a Python literal, pickled by python3.
+fn loaded_from_python(body: &str) -> crate::memsnap::LoadedSnapshot {
+    let snapshot = crate::memsnap::model::tests::from_python_dict(body).unwrap();
+    let analysis = crate::memsnap::analysis::Analysis::new(&snapshot);
+    crate::memsnap::LoadedSnapshot {
+        path: "test.pickle".into(),
+        file_bytes: 1,
+        snapshot,
+        analysis,
+    }
+}
+
+/// A 1 GiB segment that one 2 MiB tensor in the middle keeps from being released.
+const PINNED: &str =
+    "{'segments': [{'device': 0, 'address': 0, 'total_size': 1024 << 20, 'blocks': [\
+    {'size': 500 << 20, 'state': 'inactive', 'frames': []},\
+    {'size': 2 << 20, 'requested_size': 2 << 20, 'state': 'active_allocated',\
+     'frames': [{'filename': '/p/train.py', 'line': 5, 'name': 'keep'}]},\
+    {'size': 522 << 20, 'state': 'inactive', 'frames': []}]}], 'device_traces': [[]]}";
+
+#[test]
+fn a_small_live_block_in_a_large_segment_shows() {
+    let loaded = loaded_from_python(PINNED);
+    let segment = &loaded.snapshot.segments[0];
+    for cells in [10, 80, 100, 1000] {
+        let owners = super::segments::cell_owners(segment, cells);
+        assert!(owners.contains(&Some(1)), "{cells} cells: {owners:?}");
+    }
+    let mut v = Viewer::new(loaded, true);
+    press(&mut v, "3");
+    let screen = screen(&v, 120, 12);
+    assert!(screen.contains('█'), "{screen}");
+}
+
+#[test]
+fn a_free_block_is_not_said_to_be_allocated() {
+    let mut v = Viewer::new(loaded_from_python(PINNED), true);
+    press(&mut v, "3");
+    let free = screen(&v, 120, 24);
+    assert!(!free.contains("allocated at"), "{free}");
+    assert!(free.contains("free: cached by the allocator"), "{free}");
+    key(&mut v, KeyCode::Right);
+    let live = screen(&v, 120, 24);
+    assert!(
+        live.contains("allocated at") && live.contains("keep (train.py:5)"),
+        "{live}"
+    );
+}

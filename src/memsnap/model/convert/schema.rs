@@ -30,6 +30,32 @@ const NOISE_FILES: [&str; 10] = [
     "cpython/abstract.h",
 ];
 
+/// Files a native frame's symbolizer names: C and C++ sources and headers, CUDA, assembly,
+/// shared objects.
+const NATIVE_SUFFIXES: [&str; 18] = [
+    ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".h++", ".cu", ".cuh",
+    ".inl", ".ipp", ".tcc", ".S", ".s", ".so",
+];
+
+/// Whether a frame is Python's (or TorchScript's, or FX-generated code's) rather than C++'s.
+/// Torch's frames carry only a file, a line and a name, so this is read from them: a
+/// console-script entry point (`/opt/venv/bin/tune`) or a script without an extension is
+/// Python too. Native frames name a C-family source, a shared object, `??` or nothing as
+/// their file; C++ standard headers have no extension, but their names are qualified
+/// (`std::…`), where a Python name is an identifier or `<module>`-like.
+pub(crate) fn is_python(filename: &str, name: &str) -> bool {
+    if filename.starts_with('<') || filename.ends_with(".py") {
+        return true;
+    }
+    let native_file = filename.is_empty()
+        || filename == "??"
+        || filename.contains(".so.")
+        || NATIVE_SUFFIXES.iter().any(|s| filename.ends_with(s));
+    let python_name = (name.starts_with('<') && name.ends_with('>'))
+        || (!name.is_empty() && name.chars().all(|c| c == '_' || c.is_alphanumeric()));
+    !native_file && python_name
+}
+
 impl Converter<'_> {
     pub(super) fn segments(&mut self, value: Option<Value>) -> Result<Vec<Segment>, String> {
         let Some(value) = value else {
@@ -308,7 +334,7 @@ impl Converter<'_> {
                 filename: file_id,
                 name: name_id,
                 line,
-                python: filename.ends_with(".py") || filename.starts_with('<'),
+                python: is_python(filename, name),
                 noise: NOISE_NAMES.iter().any(|n| name.contains(n))
                     || NOISE_FILES.iter().any(|f| filename.contains(f)),
             });
