@@ -161,6 +161,38 @@ fn a_newer_format_or_a_foreign_file_is_refused_with_a_sentence() {
     assert!(Recording::open(&path).err().unwrap().0.contains("is empty"));
 }
 
+/// A recorder restarted in a loop (systemd, reboots), each run a few KB: with --max-size the
+/// earlier runs were deleted after three restarts, however small.
+#[test]
+fn restarts_under_a_size_budget_keep_their_small_files() {
+    let (dir, path) = temp("r.ttrec");
+    for _ in 0..6 {
+        let mut options = options(&path);
+        options.max_size = Some(1 << 20);
+        let mut writer = FileWriter::create(options).unwrap();
+        for t in 0..3 {
+            writer.write(&snapshot(t)).unwrap();
+        }
+        writer.finish().unwrap();
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "r.ttrec",
+            "r.ttrec.1",
+            "r.ttrec.2",
+            "r.ttrec.3",
+            "r.ttrec.4",
+            "r.ttrec.5"
+        ]
+    );
+}
+
 #[test]
 fn an_existing_recording_moves_aside_and_rotation_deletes_the_oldest() {
     let (dir, path) = temp("r.ttrec");
@@ -193,6 +225,11 @@ fn an_existing_recording_moves_aside_and_rotation_deletes_the_oldest() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(!names.contains(&"r.ttrec.4".to_string()), "{names:?}");
+    // At most SIZE in all: a file moved on at up to a flush past its share (11% over in all).
+    let total: u64 = (names.iter())
+        .map(|n| std::fs::metadata(dir.path().join(n)).unwrap().len())
+        .sum();
+    assert!(total <= 1 << 20, "{total} bytes in {names:?}");
     for name in &names {
         let recording = Recording::open(&dir.path().join(name)).unwrap();
         assert!(

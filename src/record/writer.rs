@@ -71,6 +71,8 @@ pub struct FileWriter {
     record: Vec<u8>,
     /// Bytes written in earlier files of this recording.
     earlier: u64,
+    /// The most bytes one write has added to a file: how close to its share a file may get.
+    largest_put: u64,
     /// The current file has its header (written with the first frame, which names the host).
     has_header: bool,
     zstd_level: i32,
@@ -86,7 +88,7 @@ impl FileWriter {
                 )));
             }
         }
-        rotate(&options.path, options.max_size.map(|_| SEGMENTS))?;
+        rotate(&options.path, options.max_size.map(numbered_budget))?;
         let file = create_file(&options.path)?;
         let writer = FileWriter {
             options,
@@ -100,6 +102,7 @@ impl FileWriter {
             body: Vec::new(),
             record: Vec::new(),
             earlier: 0,
+            largest_put: 0,
             has_header: false,
             zstd_level: ZSTD_LEVEL,
         };
@@ -142,6 +145,7 @@ impl FileWriter {
             .write_all(bytes)
             .map_err(|e| io_error(&self.options.path, "write to", &e))?;
         self.written += bytes.len() as u64;
+        self.largest_put = self.largest_put.max(bytes.len() as u64);
         Ok(())
     }
 
@@ -252,12 +256,14 @@ impl FileWriter {
         let Some(max) = self.options.max_size else {
             return Ok(());
         };
-        if self.written < max / SEGMENTS {
+        // A file grows by whole writes (a flush of two seconds of frames, a block's end): it
+        // moves on while the largest write so far still fits, so that no file passes its share.
+        if self.written.saturating_add(self.largest_put) < max / SEGMENTS {
             return Ok(());
         }
         self.close_block()?;
         self.earlier += self.written;
-        rotate(&self.options.path, Some(SEGMENTS))?;
+        rotate(&self.options.path, Some(numbered_budget(max)))?;
         self.file = create_file(&self.options.path)?;
         self.written = 0;
         self.has_header = false;
@@ -272,6 +278,12 @@ impl FileWriter {
         self.close_block()?;
         Ok(self.bytes())
     }
+}
+
+/// What the numbered files may take under `--max-size max`: the rest is the room of the file
+/// being written (a [`SEGMENTS`]th).
+fn numbered_budget(max: u64) -> u64 {
+    max - max / SEGMENTS
 }
 
 fn reuse(mut buffer: Vec<u8>) -> Vec<u8> {

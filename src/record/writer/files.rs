@@ -51,10 +51,16 @@ fn numbered(path: &Path, n: u64) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Moves `FILE` to `FILE.1`, `FILE.1` to `FILE.2` and so on; with `keep`, the files that would
-/// be numbered `keep` or more are deleted. Only recordings are moved or deleted: anything else
-/// in the way stops with a sentence.
-pub(super) fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> {
+/// The most numbered files kept under a size budget: restarts that each leave a small file
+/// keep their files, but not without end.
+const MAX_NUMBERED_FILES: u64 = 64;
+
+/// Moves `FILE` to `FILE.1`, `FILE.1` to `FILE.2` and so on; with `budget`, the oldest numbered
+/// files are then deleted until the rest take at most `budget` bytes (and number at most
+/// [`MAX_NUMBERED_FILES`]). A count of files kept instead made a restart loop, each run a few
+/// KB, delete the night's recording after three restarts. Only recordings are moved or
+/// deleted: anything else in the way stops with a sentence.
+pub(super) fn rotate(path: &Path, budget: Option<u64>) -> Result<(), RecordError> {
     match is_recording(path)? {
         None => return Ok(()),
         Some(false) => {
@@ -77,17 +83,30 @@ pub(super) fn rotate(path: &Path, keep: Option<u64>) -> Result<(), RecordError> 
                 crate::format::escape(&from.display().to_string())
             )));
         }
-        if keep.is_some_and(|k| n + 1 >= k) {
-            std::fs::remove_file(&from).map_err(|e| io_error(&from, "delete", &e))?;
-        } else {
-            let to = numbered(path, n + 1);
-            std::fs::rename(&from, &to).map_err(|e| io_error(&from, "rename", &e))?;
+        let to = numbered(path, n + 1);
+        std::fs::rename(&from, &to).map_err(|e| io_error(&from, "rename", &e))?;
+    }
+    std::fs::rename(path, numbered(path, 1)).map_err(|e| io_error(path, "rename", &e))?;
+    match budget {
+        Some(budget) => trim(path, highest + 1, budget),
+        None => Ok(()),
+    }
+}
+
+/// Deletes the oldest of `FILE.1` to `FILE.highest` past `budget` bytes in all.
+fn trim(path: &Path, highest: u64, budget: u64) -> Result<(), RecordError> {
+    let mut total = 0u64;
+    for n in 1..=highest {
+        let file = numbered(path, n);
+        let size = std::fs::symlink_metadata(&file).map_or(0, |m| m.len());
+        total = total.saturating_add(size);
+        if total > budget || n > MAX_NUMBERED_FILES {
+            for old in n..=highest {
+                let old = numbered(path, old);
+                std::fs::remove_file(&old).map_err(|e| io_error(&old, "delete", &e))?;
+            }
+            break;
         }
     }
-    let to = numbered(path, 1);
-    if keep == Some(1) {
-        std::fs::remove_file(path).map_err(|e| io_error(path, "delete", &e))
-    } else {
-        std::fs::rename(path, &to).map_err(|e| io_error(path, "rename", &e))
-    }
+    Ok(())
 }
