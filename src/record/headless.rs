@@ -36,7 +36,6 @@ pub struct HeadlessOptions {
 enum Stop {
     Duration,
     Signal(i32),
-    StdoutClosed,
     Failed(String),
 }
 
@@ -100,7 +99,6 @@ pub fn run(
     let why = match stops.recv() {
         Ok(Stop::Duration) => "the duration is over".to_string(),
         Ok(Stop::Signal(signal)) => format!("stopped by signal {signal}"),
-        Ok(Stop::StdoutClosed) => "stdout was closed".to_string(),
         Ok(Stop::Failed(why)) => return Err(RecordError(why)),
         Err(_) => "the sampler stopped".to_string(),
     };
@@ -140,7 +138,7 @@ fn publisher(
 ) -> impl FnMut(Arc<Snapshot>) -> bool + Send + 'static {
     let started = Instant::now();
     let duration = options.duration;
-    let json = options.json;
+    let mut json = options.json;
     let mut schedule = TableSchedule::default();
     move |snapshot| {
         let wanted = schedule.want(&snapshot);
@@ -150,9 +148,11 @@ fn publisher(
                 visible: None,
             });
         }
+        // The file is the recording; the lines are a view of it. A reader that goes away
+        // (`| head`) ends the lines, not the recording.
         if json && print_json(&snapshot).is_err() {
-            let _ = stops.send(Stop::StdoutClosed);
-            return false;
+            json = false;
+            eprintln!("torchtop record: stdout was closed; recording goes on without --json lines");
         }
         feeder.push(snapshot);
         if let Some(why) = feeder.status().failure() {

@@ -577,3 +577,27 @@ fn in_a_replay_the_warnings_list_keeps_its_keys() {
     session.send(b"q");
     assert!(session.wait_exit(PATIENCE).is_some(), "q did not quit");
 }
+
+/// `record --json | head -c 100`: the reader going away stopped the recording at once, and the
+/// frame already taken never reached the file ("recorded 0 frames").
+#[test]
+fn a_json_reader_that_goes_away_ends_the_lines_not_the_recording() {
+    let (_sleepers, scenario) = eight_gpus();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.ttrec");
+    let pipeline = format!(
+        "'{}' record -o '{}' -d 0.2 --duration 2s --json | head -c 100 >/dev/null",
+        common::torchtop_binary().display(),
+        path_str(&file)
+    );
+    let out = output_within_patience(
+        Command::new("sh")
+            .args(["-c", &pipeline])
+            .envs(scenario.env()),
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("the duration is over"), "{stderr}");
+    let (replayed, stderr, ok) = replay_json(&file, &[]);
+    assert!(ok, "{stderr}");
+    assert!(replayed.len() >= 3, "{} frames: {stderr}", replayed.len());
+}
