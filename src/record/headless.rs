@@ -248,6 +248,10 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     if !bytes.is_finite() || bytes > MAX_SIZE as f64 {
         return Err(format!("the size must be at most 1P, not {shown}"));
     }
+    // Refused here, as a usage error (status 2), not once the recorder starts.
+    if bytes < super::writer::MIN_MAX_SIZE as f64 {
+        return Err(format!("the size must be at least 1M (1 MiB), not {shown}"));
+    }
     Ok(bytes as u64)
 }
 
@@ -259,7 +263,9 @@ mod tests {
     fn sizes_and_durations_parse_and_are_bounded() {
         assert_eq!(parse_size("500M"), Ok(500 << 20));
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_size("2048"), Ok(2048));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        // Below the recorder's least: a usage error, where it exited 1 once recording began.
+        assert!(parse_size("1000000").unwrap_err().contains("at least 1M"));
         assert_eq!(parse_size("2 GiB"), Ok(2 << 30));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("1e30").is_err());
