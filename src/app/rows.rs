@@ -98,6 +98,9 @@ impl RowRef {
             || gpus()
                 .find_map(|g| g.env.as_ref())
                 .is_some_and(|e| e.rank.is_some())
+            || gpus()
+                .find_map(|g| g.slurm.as_ref())
+                .is_some_and(|s| s.proc_id.is_some())
     }
 }
 
@@ -322,6 +325,26 @@ mod tests {
             ],
             ..Snapshot::default()
         }
+    }
+
+    /// A plain `srun` task has SLURM_PROCID and SLURM_NTASKS, no RANK: the JOB line showed
+    /// "r0 r1" while the RANK column stayed hidden.
+    #[test]
+    fn a_slurm_tasks_number_is_its_rank() {
+        let mut snap = snapshot();
+        snap.processes[0].slurm = Some(Arc::new(crate::model::SlurmTask {
+            job_id: "77".into(),
+            proc_id: Some(1),
+            ntasks: Some(2),
+            ..Default::default()
+        }));
+        let rows = compute_rows(&snap, &RowSettings::default());
+        let row = rows
+            .iter()
+            .find(|r| materialize(&snap, r).pid == 300)
+            .unwrap();
+        assert!(row.has_rank(&snap));
+        assert_eq!(materialize(&snap, row).rank_text().as_deref(), Some("1/2"));
     }
 
     #[test]

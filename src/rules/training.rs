@@ -4,7 +4,8 @@
 //! A process trains when its agent reports a step counter, or it is not a known server or
 //! notebook and either has an agent or was started by a distributed launcher: RANK, LOCAL_RANK
 //! or WORLD_SIZE in its environment (torchrun, torch.distributed.launch, DeepSpeed, Accelerate
-//! and Lightning all set them), or a parent that is a launcher (`LaunchEnv::launcher`).
+//! and Lightning all set them), or a parent that is a launcher (`LaunchEnv::launcher`), or it
+//! is a task of a Slurm step of several (plain `srun`).
 
 use crate::model::GpuProcess;
 
@@ -38,7 +39,9 @@ pub(crate) fn is_training(process: &GpuProcess) -> bool {
     let launched = process.env.as_ref().is_some_and(|e| {
         e.rank.is_some() || e.local_rank.is_some() || e.world_size.is_some() || e.launcher.is_some()
     });
-    process.torch.is_some() || launched
+    // A task of a Slurm step of several (plain `srun`, no torchrun): one rank of a job.
+    let srun_task = (process.slurm.as_ref()).is_some_and(|s| s.ntasks.is_some_and(|n| n > 1));
+    process.torch.is_some() || launched || srun_task
 }
 
 /// Whether the command line names a server, a notebook kernel or media work.
@@ -98,6 +101,19 @@ mod tests {
             ..Default::default()
         });
         assert!(is_training(&with("python train.py", spawned, None)));
+        // Plain `srun -n 2 python train.py`: SLURM_* only, no RANK.
+        let task = |ntasks: u32| {
+            let mut p = with("python train.py", None, None);
+            p.slurm = Some(std::sync::Arc::new(crate::model::SlurmTask {
+                job_id: "77".into(),
+                proc_id: Some(1),
+                ntasks: Some(ntasks),
+                ..Default::default()
+            }));
+            p
+        };
+        assert!(is_training(&task(2)));
+        assert!(!is_training(&task(1)), "a step of one task is no job");
     }
 
     #[test]

@@ -154,7 +154,8 @@ impl<'a> ProcessRow<'a> {
         true
     }
 
-    /// "rank/world" of a torch process, from its agent or else its launcher's variables;
+    /// "rank/world" of a torch process, from its agent or else its launcher's variables (or
+    /// its Slurm task's);
     /// "torch" for an agent that reports no rank; `None` for any other process.
     pub(crate) fn rank_text(&self) -> Option<String> {
         let mut text = String::new();
@@ -166,10 +167,14 @@ impl<'a> ProcessRow<'a> {
         use std::fmt::Write as _;
         let torch = self.gpus.iter().find_map(|g| g.torch.as_ref());
         let env = self.gpus.iter().find_map(|g| g.env.as_ref());
-        let rank = torch.and_then(|t| t.rank).or(env.and_then(|e| e.rank));
-        let world = torch
-            .and_then(|t| t.world_size)
-            .or(env.and_then(|e| e.world_size));
+        // Slurm's task number stands in where no launcher set RANK, as the JOB line reads it.
+        let slurm = self.gpus.iter().find_map(|g| g.slurm.as_ref());
+        let rank = (torch.and_then(|t| t.rank))
+            .or(env.and_then(|e| e.rank))
+            .or(slurm.and_then(|s| s.proc_id));
+        let world = (torch.and_then(|t| t.world_size))
+            .or(env.and_then(|e| e.world_size))
+            .or(slurm.and_then(|s| s.ntasks));
         // Writing into a String does not fail.
         let _ = match (rank, world) {
             (Some(r), Some(w)) => write!(out, "{r}/{w}"),
