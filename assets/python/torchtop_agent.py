@@ -71,7 +71,7 @@ from collections import deque
 
 __all__ = ["start", "step", "stop", "socket_path", "resolve_socket_dir", "started_by_multiprocessing",
            "last_error", "PROTOCOL_VERSION"]
-__version__ = "1.0.0"
+__version__ = "0.1.0"
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 1 << 20

@@ -68,6 +68,14 @@ mod tests {
     use std::fs;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
+    /// The agent's `__version__` (sent in its hello) is the package's: it said 1.0.0 while
+    /// `pip show torchtop` and `torchtop --version` said 0.1.0.
+    #[test]
+    fn the_python_agent_carries_the_packages_version() {
+        let line = format!("__version__ = \"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(AGENT_SOURCE.lines().any(|l| l == line), "no line {line}");
+    }
+
     #[test]
     fn site_dir_holds_both_files_privately() {
         let base = tempfile::tempdir().unwrap();
