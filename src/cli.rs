@@ -210,8 +210,8 @@ pub enum Command {
         /// Stop at T (with --json or --summary), written as for --from.
         #[arg(long, value_name = "T", allow_hyphen_values = true)]
         to: Option<String>,
-        /// Playback speed, 0.25 to 128 (default 1; the demo plays at 16).
-        #[arg(long, value_name = "X", value_parser = parse_speed)]
+        /// Playback speed: 0.25, 0.5, 1, 2, 4 ... 128 (default 1; the demo plays at 16).
+        #[arg(long, value_name = "X", value_parser = crate::replay::player::parse_speed)]
         speed: Option<f64>,
     },
     /// Train a small MLP with tch (libtorch) and the agent started: the allocator panel
@@ -251,17 +251,6 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 
 fn parse_delay(text: &str) -> Result<f64, String> {
     parse_seconds(text, "delay", 0.1)
-}
-
-fn parse_speed(text: &str) -> Result<f64, String> {
-    let shown = crate::format::escape(text);
-    match text.trim().parse::<f64>() {
-        Ok(speed) if (0.25..=128.0).contains(&speed) => Ok(speed),
-        Ok(_) => Err(format!(
-            "the speed must be between 0.25 and 128, not {shown}"
-        )),
-        Err(_) => Err(format!("'{shown}' is not a speed")),
-    }
 }
 
 /// The GPU indices of `--gpus`.

@@ -57,7 +57,9 @@ const ABOVE: &[(&str, &[&str])] = &[
     ),
     (
         "cli",
-        &["serve", "cluster", "memsnap", "settings", "record"],
+        &[
+            "serve", "cluster", "memsnap", "settings", "record", "replay",
+        ],
     ),
 ];
 

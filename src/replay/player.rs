@@ -20,6 +20,19 @@ use crate::record::Recording;
 /// The speeds `+` and `-` step through.
 pub(crate) const SPEEDS: [f64; 10] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
+/// `--speed`: one of [`SPEEDS`]. Any number in the range was taken and then played at the next
+/// step up (3 at 4x, 100 at 128x) without a word.
+pub(crate) fn parse_speed(text: &str) -> Result<f64, String> {
+    let shown = crate::format::escape(text);
+    match text.trim().parse::<f64>() {
+        Ok(speed) if SPEEDS.contains(&speed) => Ok(speed),
+        Ok(_) => Err(format!(
+            "the speed is one of 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64 and 128, not {shown}"
+        )),
+        Err(_) => Err(format!("'{shown}' is not a speed")),
+    }
+}
+
 /// What the transport asks of the player.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Command {
@@ -369,6 +382,16 @@ mod tests {
     use super::*;
     use crate::model::GpuSample;
     use crate::record::writer::FileWriter;
+
+    #[test]
+    fn a_speed_is_one_of_the_steps_the_player_plays_at() {
+        assert_eq!(parse_speed("16"), Ok(16.0));
+        assert_eq!(parse_speed("0.25"), Ok(0.25));
+        // 3 played at 4x, unsaid.
+        assert!(parse_speed("3").unwrap_err().contains("one of 0.25"));
+        assert!(parse_speed("200").is_err());
+        assert!(parse_speed("fast").unwrap_err().contains("not a speed"));
+    }
     use crate::record::RecordOptions;
 
     /// A recording whose GPU 0 utilization at frame t is t.
