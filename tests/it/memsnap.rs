@@ -426,6 +426,34 @@ fn the_viewer_in_a_terminal_switches_views_and_quits_on_q() {
     assert!(!session.on_alternate_screen(), "the terminal is restored");
 }
 
+/// The viewer read keys with crossterm on its own thread: when its terminal hung up (an SSH
+/// session dropped), crossterm retried the dead terminal's EOF for good, at 60% of a core, and
+/// SIGTERM went unheard. Two such viewers ran for 1 h 50 min on the build machine.
+#[test]
+fn the_viewer_ends_when_its_terminal_hangs_up_or_on_sigterm() {
+    let file = fixture("oom.pickle");
+    let args = ["snapshot", file.to_str().unwrap()];
+    for hang_up in [true, false] {
+        let mut session = PtySession::spawn(&common::torchtop_binary(), &args, &[], 100, 30);
+        assert!(
+            session.wait_for(PATIENCE, |s| s.contains("OUT OF MEMORY")),
+            "{}",
+            session.screen()
+        );
+        let pid = session.pid().expect("the viewer's pid");
+        if hang_up {
+            session.close_terminal();
+        } else {
+            // SAFETY: kill(2) on the pid of the child this test started.
+            assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+        }
+        assert!(
+            session.wait_exit(PATIENCE).is_some(),
+            "the viewer still runs (hang-up: {hang_up})"
+        );
+    }
+}
+
 /// A snapshot another user's agent wrote can be any size, and reading one takes about 2.3 times
 /// its size in memory: one larger than the memory available gets a sentence before a byte is
 /// read, rather than running the reader (root's monitor, after `S`) out of memory. The file

@@ -13,27 +13,43 @@ mod summary;
 mod timeline;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::thread;
 
-use crossterm::event::{self, Event, KeyEventKind, MouseEventKind};
+use crossterm::event::{Event, KeyEventKind, MouseEventKind};
+use tokio::sync::mpsc::{self, Receiver};
 
 use super::LoadedSnapshot;
+use crate::terminal::input::{self, Input};
 use crate::terminal::{TerminalGuard, Tui};
 use state::{Effect, Viewer};
 
-/// How often the loop looks at the termination flag while no key comes.
-const POLL: Duration = Duration::from_millis(200);
+/// Inputs waiting for the viewer: keys come one at a time, so a few are plenty.
+const INPUT_QUEUE: usize = 64;
 
 /// `torchtop snapshot FILE` on a terminal: the viewer in its own terminal session, left on
-/// q, Esc, Ctrl-C, SIGTERM or SIGHUP with the terminal restored.
+/// q, Esc, Ctrl-C, SIGTERM or SIGHUP with the terminal restored, and when the terminal hangs up.
+///
+/// Keys come from the monitor's input thread, with its hang-up watcher: crossterm's reader
+/// retries a dead terminal's EOF in a tight loop and never returns, so a viewer that read keys
+/// itself spun at 60% of a core for good after its SSH session dropped, deaf to SIGTERM too.
 pub(crate) fn run_standalone(snapshot: LoadedSnapshot, colors: bool) -> io::Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    with_terminal(|terminal| run(Viewer::new(snapshot, colors), terminal, &stop))
+    let (inputs_tx, mut inputs) = mpsc::channel(INPUT_QUEUE);
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    let on_signal = inputs_tx.clone();
+    thread::Builder::new()
+        .name("torchtop-signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _ = on_signal.blocking_send(Input::Gone);
+            }
+        })?;
+    with_terminal(|terminal| {
+        input::spawn(crate::terminal::tty()?, inputs_tx, None)?;
+        run(Viewer::new(snapshot, colors), terminal, &mut inputs)
+    })
 }
 
 /// The one place the viewer enters and leaves the terminal's TUI mode.
@@ -57,18 +73,14 @@ pub(crate) fn draw(viewer: &mut Viewer, terminal: &mut Tui) -> io::Result<()> {
     Ok(())
 }
 
-fn run(mut viewer: Viewer, terminal: &mut Tui, stop: &AtomicBool) -> io::Result<()> {
+fn run(mut viewer: Viewer, terminal: &mut Tui, inputs: &mut Receiver<Input>) -> io::Result<()> {
     loop {
         draw(&mut viewer, terminal)?;
-        let effect = loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            if event::poll(POLL)? {
-                break handle(&mut viewer, event::read()?);
-            }
+        // A signal or a hang-up arrives as `Gone`, like the end of the keys.
+        let Some(Input::Event(event)) = inputs.blocking_recv() else {
+            return Ok(());
         };
-        if effect == Effect::Quit {
+        if handle(&mut viewer, event) == Effect::Quit {
             return Ok(());
         }
     }
