@@ -119,12 +119,6 @@ fn container_note(n: usize, form: Note) -> String {
     }
 }
 
-/// The zone every clock time on screen is shown in: UTC under `--utc`, else the local zone
-/// (`TZ`, or the system's).
-pub(crate) fn zone(utc: bool) -> jiff::tz::TimeZone {
-    crate::format::clock::zone(utc)
-}
-
 /// " 12:34:56 UTC" under `--utc`, else the local time and zone (" 14:34:56 CEST") as `TZ`
 /// or the system's zone says; nothing before the first sample. Written at the end of `out`.
 fn write_clock(out: &mut String, snapshot: &Snapshot, utc: bool) {
@@ -134,7 +128,7 @@ fn write_clock(out: &mut String, snapshot: &Snapshot, utc: bool) {
     let Ok(instant) = jiff::Timestamp::from_second(snapshot.unix_seconds.floor() as i64) else {
         return;
     };
-    let zoned = instant.to_zoned(zone(utc));
+    let zoned = instant.to_zoned(crate::format::clock::zone(utc));
     let info = zoned.time_zone().to_offset_info(instant);
     // As strftime's "%H:%M:%S" writes it, without parsing a format each frame.
     let (hour, minute, second) = (zoned.hour(), zoned.minute(), zoned.second());

@@ -277,7 +277,7 @@ fn row_text(
         }),
         Column::Rss => shown(out, format::shown::opt_bytes_short(row.rss_bytes())),
         Column::Start => opt(out, row.start_unix_seconds(&app.snapshot), |out, start| {
-            let zone = zone.get_or_init(|| super::header::zone(app.utc));
+            let zone = zone.get_or_init(|| crate::format::clock::zone(app.utc));
             start_text(start, app.snapshot.unix_seconds, zone, out);
         }),
         Column::Time => opt(out, row.running_seconds(), |out, seconds| {
