@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use launch_support::{
-    as_nobody, fake_torch_dir, first_line, interpreters, is_root, stats_for, Killed, NOBODY,
+    as_nobody, fake_torch_dir, first_line, interpreters, is_root, nobody_python, python_for_nobody,
+    stats_for, Killed, NOBODY,
 };
 
 const ROLE: &str = "TORCHTOP_TEST_ROLE";
@@ -81,30 +82,6 @@ fn listing(dir: &Path) -> Vec<(String, u32)> {
         .collect();
     entries.sort();
     entries
-}
-
-/// A python that `nobody` can run (pyenv's lives under /root, which nobody cannot enter).
-fn python_for_nobody() -> Option<PathBuf> {
-    interpreters().into_iter().find(|python| {
-        as_nobody(Command::new(python).args(["-c", "pass"]))
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-/// Starts `python -c code` as nobody with exactly `env`; waits for its first line.
-fn nobody_python(python: &Path, code: &str, env: &[(&str, &Path)]) -> Killed {
-    let mut cmd = Command::new(python);
-    cmd.args(["-c", code]).env_clear().stdout(Stdio::piped());
-    for (key, value) in env {
-        cmd.env(key, value);
-    }
-    let mut child = as_nobody(&mut cmd).spawn().unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let child = Killed(child);
-    assert_eq!(first_line(&mut out), "ready");
-    child
 }
 
 const LOOP: &str = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n";

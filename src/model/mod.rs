@@ -29,7 +29,7 @@ pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;
 pub use job::{Job, JobRank};
 pub use oom::{MemsnapReady, OomReport};
-pub use process::{GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU};
+pub use process::{AgentDirVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
 pub use warning::{Fact, Severity, Subject, Warning, GPU_EVIDENCE, JOB_EVIDENCE};

@@ -238,6 +238,19 @@ pub struct LaunchEnv {
     /// OMP_NUM_THREADS: torch's intra-op threads (its default is the host's cores).
     #[serde(default)]
     pub omp_num_threads: Option<u32>,
+    /// TORCHTOP_AGENT_DIR and XDG_RUNTIME_DIR, from which the process's agent picks its socket
+    /// directory: root's monitor reads another user's agents there. Not recorded: a replay
+    /// connects to no agent.
+    #[serde(skip)]
+    pub agent_dir_vars: AgentDirVars,
+}
+
+/// The two variables that, with its uid, name the directory a process's agent serves in
+/// (`crate::protocol::socket_dir_from`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentDirVars {
+    pub torchtop_agent_dir: Option<String>,
+    pub xdg_runtime_dir: Option<String>,
 }
 
 /// Any host process, as the tree view and the job grouping see it.

@@ -1,6 +1,6 @@
 //! The sampler's part in memory post-mortems: the OOMs agents report, kept (bounded) after
 //! their process exits so the `oom` rule can still name them, and the snapshot files written for
-//! the viewer (`S`), which are opened only from the agents' own directory.
+//! the viewer (`S`), which are opened only from the directory the agent's socket is in.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,8 @@ impl Sampler {
         let (true, Some(reported)) = (reply.ok, reply.path.as_deref()) else {
             return describe_outcome(outcome);
         };
-        match snapshot_file(&self.config.agent_dir, reported) {
+        let dir = self.agents.dir_of(*pid).unwrap_or(&self.config.agent_dir);
+        match snapshot_file(dir, reported) {
             Ok(path) => {
                 self.memsnap_ready = Some(MemsnapReady {
                     request: reply.id,
@@ -86,7 +87,7 @@ impl Sampler {
     }
 }
 
-/// The snapshot file an agent reported, in the directory this monitor reads agents from. Only
+/// The snapshot file an agent reported, in the directory the monitor reads that agent from. Only
 /// the file name is taken from the agent, and only one shaped as the agent names its files:
 /// torchtop (perhaps root) never opens a path another user's process chose.
 pub(crate) fn snapshot_file(agent_dir: &Path, reported: &str) -> Result<PathBuf, String> {

@@ -275,6 +275,7 @@ impl Sampler {
         let on_screen = self.table_on_screen.as_deref();
         self.host
             .join_processes_on_screen(&mut processes, on_screen);
+        self.watch_users_agents(&processes);
         self.agents.poll_into(&mut self.heard);
         self.assemble_into(snapshot, host, processes);
         snapshot.detail = self.detail.read(&self.config.proc_root);
@@ -343,6 +344,7 @@ impl Sampler {
         thread::sleep(until.saturating_duration_since(primed));
         let host = self.host.sample_host();
         self.host.join_processes(&mut processes);
+        self.watch_users_agents(&processes);
         self.poll_agents_until_heard(deadline);
         if self.gpus.driver_loaded_at.is_none() {
             self.gpus.driver.error = Some(format!(
@@ -358,12 +360,19 @@ impl Sampler {
         snapshot
     }
 
+    /// For root: the agents of other users' GPU processes, in the directories they name.
+    fn watch_users_agents(&mut self, processes: &[GpuProcess]) {
+        let named = processes
+            .iter()
+            .filter_map(|p| Some((p.uid?, &p.env.as_deref()?.agent_dir_vars)));
+        self.agents.watch_users(named, Instant::now());
+    }
+
     /// Polls the agents until each connected one has sent stats, or the deadline passes.
     fn poll_agents_until_heard(&mut self, deadline: Instant) {
         loop {
             self.agents.poll_into(&mut self.heard);
-            let all_heard = self.heard.values().all(|h| h.stats_at.is_some());
-            if all_heard || Instant::now() >= deadline {
+            if self.agents.all_heard() || Instant::now() >= deadline {
                 return;
             }
             thread::sleep(Duration::from_millis(5));

@@ -32,6 +32,7 @@ mod once_fake_nvml;
 mod oom_memsnap;
 mod record_replay;
 mod record_replay_times;
+mod root_reads_users_agents;
 mod run_launch;
 mod serve_exporter;
 mod serve_mig;

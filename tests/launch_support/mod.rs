@@ -133,3 +133,27 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A python that `nobody` can run (pyenv's lives under /root, which nobody cannot enter).
+pub fn python_for_nobody() -> Option<PathBuf> {
+    interpreters().into_iter().find(|python| {
+        as_nobody(Command::new(python).args(["-c", "pass"]))
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Starts `python -c code` as nobody with exactly `env`; waits for its first line.
+pub fn nobody_python(python: &Path, code: &str, env: &[(&str, &Path)]) -> Killed {
+    let mut cmd = Command::new(python);
+    cmd.args(["-c", code]).env_clear().stdout(Stdio::piped());
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let mut child = as_nobody(&mut cmd).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let child = Killed(child);
+    assert_eq!(first_line(&mut out), "ready");
+    child
+}

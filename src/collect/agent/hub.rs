@@ -1,8 +1,8 @@
-//! [`AgentHub`]: all agent connections of one socket directory, as the sampler sees them. Each
-//! [`AgentHub::poll`] reaps ended connections, collects answers to commands and times out the
-//! unanswered ones, checks the directory (owner, mode, not a symlink: every poll), connects to new
-//! sockets (at most [`Limits::max_connections`] open, the one idle longest dropped to make room;
-//! the directory is listed only when [`scan`] says it may have changed), and returns the latest
+//! [`AgentHub`]: all agent connections, as the sampler sees them, of the monitor's socket
+//! directory and, for root, of other users' (`dirs`). Each [`AgentHub::poll`] reaps ended
+//! connections, collects answers to commands and times out the unanswered ones, checks each
+//! directory (owner, mode, not a symlink: every poll), connects to new sockets (at most [`Limits::max_connections`] open, the one idle longest dropped to make room;
+//! a directory is listed only when [`scan`] says it may have changed), and returns the latest
 //! figures per pid, shared with the hub and rebuilt only when an agent says something new.
 //! Reading happens on the one reader thread; nothing here waits on an agent.
 
@@ -21,10 +21,11 @@ use crate::model::TorchInfo;
 use crate::protocol::sockets::inspect_socket_dir;
 use crate::protocol::AgentCommand;
 
+mod dirs;
 mod discovery;
 mod scan;
 
-use scan::ScanClock;
+use dirs::{DirId, Watched};
 
 const RETRY_AFTER_END: Duration = Duration::from_secs(1);
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
@@ -78,14 +79,22 @@ pub(crate) enum CommandOutcome {
 
 /// The hub's side of one connection: what it needs to send commands and to reconnect.
 struct HubConn {
+    dir: DirId,
     file_pid: u32,
     pid: u32,
     stream: Arc<UnixStream>,
 }
 
-/// All agent connections in one socket directory.
+/// All agent connections: those of the monitor's socket directory, and for root those of other
+/// users' directories.
 pub struct AgentHub {
-    dir: PathBuf,
+    /// The monitor's own directory first (id 0), then other users' (root only).
+    dirs: Vec<Watched>,
+    next_dir: DirId,
+    /// Root reads the directories other users' processes name ([`AgentHub::watch_users`]).
+    reads_other_users: bool,
+    own_uid: u32,
+    warned_many_users: bool,
     limits: Limits,
     shared: Arc<Mutex<Shared>>,
     /// Started with the first connection.
@@ -93,13 +102,10 @@ pub struct AgentHub {
     conns: HashMap<ConnId, HubConn>,
     next_conn: ConnId,
     next_command: u64,
-    retry_at: HashMap<u32, Instant>,
+    /// Sockets not to try again before the time: (directory, file pid).
+    retry_at: HashMap<(DirId, u32), Instant>,
     outcomes: Vec<CommandOutcome>,
     events: VecDeque<(u32, AgentEvent)>,
-    last_dir_problem: Option<String>,
-    warned_crowded: bool,
-    /// When the directory must be listed again.
-    scan: ScanClock,
     /// The file pids of the open connections, refilled at each listing.
     connected: HashSet<u32>,
 }
@@ -112,8 +118,13 @@ impl AgentHub {
     }
 
     pub(crate) fn with_limits(dir: PathBuf, limits: Limits) -> Self {
+        let own_uid = crate::sys::effective_uid();
         AgentHub {
-            dir,
+            dirs: vec![Watched::own(dir, Instant::now())],
+            next_dir: 0,
+            reads_other_users: own_uid == 0,
+            own_uid,
+            warned_many_users: false,
             limits,
             shared: Arc::default(),
             reader: None,
@@ -123,9 +134,6 @@ impl AgentHub {
             retry_at: HashMap::new(),
             outcomes: Vec::new(),
             events: VecDeque::new(),
-            last_dir_problem: None,
-            warned_crowded: false,
-            scan: ScanClock::default(),
             connected: HashSet::new(),
         }
     }
@@ -152,26 +160,47 @@ impl AgentHub {
         heard.clear();
         let now = Instant::now();
         self.reap(now);
-        match inspect_socket_dir(&self.dir) {
-            Ok(Some(owner)) => {
-                self.last_dir_problem = None;
-                if self.scan.due(&self.dir, now, &self.retry_at) {
-                    let complete = self.discover(owner, now);
-                    self.scan.done(now, complete);
-                }
-            }
-            Ok(None) => self.scan.forget(),
-            Err(problem) => {
-                self.scan.forget();
-                if self.last_dir_problem.as_deref() != Some(problem.as_str()) {
-                    self.push_log(format!("not reading agents: {problem}"));
-                    self.last_dir_problem = Some(problem);
-                }
+        for i in 0..self.dirs.len() {
+            if self.dirs[i].is_read() {
+                self.poll_dir(i, now);
             }
         }
         for state in lock(&self.shared).conns.values_mut() {
             if let Some(figures) = state.heard() {
                 heard.insert(state.pid, figures);
+            }
+        }
+    }
+
+    /// Checks directory `i` and lists it when it may have changed.
+    fn poll_dir(&mut self, i: usize, now: Instant) {
+        let dir = &mut self.dirs[i];
+        let inspected = inspect_socket_dir(&dir.path).and_then(|owner| match (owner, dir.user) {
+            (Some(owner), Some(user)) if owner != user => Err(format!(
+                "{} belongs to uid {owner}, but uid {user}'s processes name it as their agents' \
+                 directory",
+                dir.path.display()
+            )),
+            (owner, _) => Ok(owner),
+        });
+        match inspected {
+            Ok(Some(owner)) => {
+                dir.problem = None;
+                let id = dir.id;
+                let retry_due = (self.retry_at.iter()).any(|(&(d, _), at)| d == id && *at <= now);
+                let dir = &mut self.dirs[i];
+                if dir.scan.due(&dir.path, now, retry_due) {
+                    let complete = self.discover(i, owner, now);
+                    self.dirs[i].scan.done(now, complete);
+                }
+            }
+            Ok(None) => dir.scan.forget(),
+            Err(problem) => {
+                dir.scan.forget();
+                if dir.problem.as_deref() != Some(problem.as_str()) {
+                    dir.problem = Some(problem.clone());
+                    self.push_log(format!("not reading agents: {problem}"));
+                }
             }
         }
     }
@@ -275,6 +304,15 @@ impl AgentHub {
         (shared.log.since(seen), shared.log.total())
     }
 
+    /// Whether every open connection has sent stats: what `--once` waits for, up to its
+    /// deadline, so that an agent connected a moment ago is not left out.
+    pub(crate) fn all_heard(&self) -> bool {
+        lock(&self.shared)
+            .conns
+            .values()
+            .all(|s| s.stats_at.is_some())
+    }
+
     /// How many connections are open.
     #[cfg(test)]
     pub(crate) fn connections(&self) -> usize {
@@ -318,7 +356,7 @@ impl AgentHub {
                 } else {
                     RETRY_AFTER_END
                 };
-                self.retry_at.insert(conn.file_pid, now + wait);
+                self.retry_at.insert((conn.dir, conn.file_pid), now + wait);
             }
         }
     }
@@ -374,7 +412,7 @@ impl AgentHub {
             reader.remove(id);
         }
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-        self.retry_at.insert(conn.file_pid, Instant::now() + wait);
+        (self.retry_at).insert((conn.dir, conn.file_pid), Instant::now() + wait);
         self.push_log(format!("pid {}: closed the connection: {reason}", conn.pid));
     }
 }

@@ -207,6 +207,8 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
             "POD_NAME" => env.pod_name = text(),
             "HOSTNAME" => env.hostname = text(),
             "OMP_NUM_THREADS" => env.omp_num_threads = number(),
+            "TORCHTOP_AGENT_DIR" => env.agent_dir_vars.torchtop_agent_dir = text(),
+            "XDG_RUNTIME_DIR" => env.agent_dir_vars.xdg_runtime_dir = text(),
             _ => {}
         }
     }

@@ -1,4 +1,4 @@
-//! How the hub finds agents: scanning the socket directory (bounded per poll), opening a
+//! How the hub finds agents: scanning a socket directory (bounded per poll), opening a
 //! connection to each new socket, refusing or retrying the ones that fail, making room by
 //! dropping the connection idle longest, and removing stale sockets of our own.
 
@@ -11,35 +11,39 @@ use std::time::Instant;
 use super::super::connection::{self, socket_file_pid, Refusal};
 use super::super::reader::Reader;
 use super::super::state::{lock, ConnState};
-use super::{AgentHub, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
+use super::{AgentHub, DirId, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
 use crate::sys::effective_uid;
 
 /// Directory entries looked at per poll: a directory of a million files costs a bounded scan.
 const MAX_ENTRIES_SCANNED: usize = 4096;
 
 impl AgentHub {
-    /// Lists the directory and connects to the sockets not connected yet; false when the
+    /// Lists directory `i` and connects to the sockets not connected yet; false when the
     /// listing stopped short (a bound, or an error), so that the next poll lists it again.
-    pub(super) fn discover(&mut self, owner: u32, now: Instant) -> bool {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
+    pub(super) fn discover(&mut self, i: usize, owner: u32, now: Instant) -> bool {
+        let Ok(entries) = fs::read_dir(&self.dirs[i].path) else {
             return false;
         };
+        let dir = self.dirs[i].id;
         self.retry_at.retain(|_, at| *at > now);
         let mut connected = std::mem::take(&mut self.connected);
         connected.clear();
-        connected.extend(self.conns.values().map(|c| c.file_pid));
-        let complete = self.connect_listed(entries, &connected, owner, now);
+        let conns = self.conns.values().filter(|c| c.dir == dir);
+        connected.extend(conns.map(|c| c.file_pid));
+        let complete = self.connect_listed(i, entries, &connected, owner, now);
         self.connected = connected;
         complete
     }
 
     fn connect_listed(
         &mut self,
+        i: usize,
         entries: fs::ReadDir,
         connected: &HashSet<u32>,
         owner: u32,
         now: Instant,
     ) -> bool {
+        let dir = self.dirs[i].id;
         let mut opened = 0;
         let mut complete = true;
         for (scanned, entry) in entries.enumerate() {
@@ -48,7 +52,7 @@ impl AgentHub {
                 continue;
             };
             if scanned == MAX_ENTRIES_SCANNED {
-                self.warn_crowded();
+                self.warn_crowded(i);
                 return false;
             }
             let Some(file_pid) = socket_file_pid(&entry.file_name()) else {
@@ -59,39 +63,43 @@ impl AgentHub {
                 use std::os::unix::fs::FileTypeExt;
                 t.is_socket()
             });
-            if !is_socket || connected.contains(&file_pid) || self.retry_at.contains_key(&file_pid)
-            {
+            let waiting = self.retry_at.contains_key(&(dir, file_pid));
+            if !is_socket || connected.contains(&file_pid) || waiting {
                 continue;
             }
             let path = entry.path();
             if !Path::new(&format!("/proc/{file_pid}")).exists() {
-                self.stale(&path, file_pid, owner, now);
+                self.stale(&path, (dir, file_pid), owner, now);
                 continue;
             }
             if opened == self.limits.max_new_per_poll {
                 return false;
             }
             opened += 1;
-            self.connect(&path, file_pid, owner, now);
+            self.connect(&path, (dir, file_pid), owner, now);
         }
         complete
     }
 
-    fn warn_crowded(&mut self) {
-        if !self.warned_crowded {
-            self.warned_crowded = true;
-            self.push_log(format!(
+    fn warn_crowded(&mut self, i: usize) {
+        let dir = &mut self.dirs[i];
+        if !dir.warned_crowded {
+            dir.warned_crowded = true;
+            let line = format!(
                 "{} holds more than {MAX_ENTRIES_SCANNED} entries; only the first \
                  {MAX_ENTRIES_SCANNED} are looked at each time",
-                self.dir.display()
-            ));
+                dir.path.display()
+            );
+            self.push_log(line);
         }
     }
 
-    fn connect(&mut self, path: &Path, file_pid: u32, owner: u32, now: Instant) {
+    /// Connects to the socket `path`, whose name carries `key`'s file pid.
+    fn connect(&mut self, path: &Path, key: (DirId, u32), owner: u32, now: Instant) {
+        let (dir, file_pid) = key;
         let opened = match connection::open(path, file_pid, owner) {
             Ok(opened) => opened,
-            Err(refusal) => return self.refuse(file_pid, refusal, now),
+            Err(refusal) => return self.refuse(key, refusal, now),
         };
         let pid = opened.peer_pid;
         if self.conns.values().any(|c| c.pid == pid) {
@@ -102,13 +110,13 @@ impl AgentHub {
                 ),
                 bad_input: true,
             };
-            return self.refuse(file_pid, refusal, now);
+            return self.refuse(key, refusal, now);
         }
         if self.conns.len() >= self.limits.max_connections {
             self.evict_oldest_idle(file_pid, now);
         }
         if let Err(problem) = self.start_reader() {
-            return self.refuse(file_pid, problem, now);
+            return self.refuse(key, problem, now);
         }
         let id = self.next_conn;
         self.next_conn += 1;
@@ -119,6 +127,7 @@ impl AgentHub {
         self.conns.insert(
             id,
             HubConn {
+                dir,
                 file_pid,
                 pid,
                 stream: Arc::clone(&stream),
@@ -141,14 +150,14 @@ impl AgentHub {
         Ok(())
     }
 
-    fn refuse(&mut self, file_pid: u32, refusal: Refusal, now: Instant) {
+    fn refuse(&mut self, key: (DirId, u32), refusal: Refusal, now: Instant) {
         let (wait, verb) = if refusal.bad_input {
             (RETRY_AFTER_BAD_INPUT, "refused")
         } else {
             (RETRY_AFTER_FAILURE, "could not connect")
         };
-        self.retry_at.insert(file_pid, now + wait);
-        self.push_log(format!("pid {file_pid}: {verb}: {}", refusal.reason));
+        self.retry_at.insert(key, now + wait);
+        self.push_log(format!("pid {}: {verb}: {}", key.1, refusal.reason));
     }
 
     /// Makes room for the agent of `newcomer` by dropping the connection silent longest.
@@ -172,8 +181,9 @@ impl AgentHub {
 
     /// A socket whose process is gone: removed when the directory is ours. Root reading another
     /// user's directory leaves it alone, since it never writes where another user chose.
-    fn stale(&mut self, path: &Path, pid: u32, owner: u32, now: Instant) {
-        self.retry_at.insert(pid, now + RETRY_AFTER_FAILURE);
+    fn stale(&mut self, path: &Path, key: (DirId, u32), owner: u32, now: Instant) {
+        let pid = key.1;
+        self.retry_at.insert(key, now + RETRY_AFTER_FAILURE);
         if owner != effective_uid() {
             return;
         }

@@ -11,7 +11,6 @@
 //! The change time (`ctime`) cannot be set by the directory's owner, unlike `mtime`; both are
 //! compared.
 
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -72,15 +71,11 @@ pub(crate) struct ScanClock {
 }
 
 impl ScanClock {
-    /// Whether `dir` must be listed now. Reads its stamp (one `lstat`; no allocation for a
-    /// path of the usual length), before the listing that follows, so that a change made during
-    /// the listing shows as a change next time.
-    pub(crate) fn due(
-        &mut self,
-        dir: &Path,
-        now: Instant,
-        retry_at: &HashMap<u32, Instant>,
-    ) -> bool {
+    /// Whether `dir` must be listed now; `retry_due`: a socket's wait before a retry is over.
+    /// Reads its stamp (one `lstat`; no allocation for a path of the usual length), before the
+    /// listing that follows, so that a change made during the listing shows as a change next
+    /// time.
+    pub(crate) fn due(&mut self, dir: &Path, now: Instant, retry_due: bool) -> bool {
         let stamp = Stamp::of(dir);
         self.pending = stamp;
         let trusted = stamp.is_some()
@@ -88,7 +83,7 @@ impl ScanClock {
             && !self.incomplete
             && !self.racy
             && self.listed_at.is_some_and(|at| now < at + SAFETY_RESCAN);
-        !trusted || retry_at.values().any(|at| *at <= now)
+        !trusted || retry_due
     }
 
     /// Notes a listing made after [`ScanClock::due`]; `complete`: it saw every entry it may.
@@ -119,7 +114,7 @@ mod tests {
     /// directory's latest change (so it is not racy).
     fn listed(dir: &Path, now: Instant) -> ScanClock {
         let mut clock = ScanClock::default();
-        assert!(clock.due(dir, now, &HashMap::new()), "never listed");
+        assert!(clock.due(dir, now, false), "never listed");
         clock.done_as_of(now, SystemTime::now() + RACY_WITHIN * 2, true);
         clock
     }
@@ -129,9 +124,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
         let mut clock = listed(dir.path(), now);
-        let none = HashMap::new();
-        assert!(!clock.due(dir.path(), now + Duration::from_secs(1), &none));
-        assert!(clock.due(dir.path(), now + SAFETY_RESCAN, &none));
+        assert!(!clock.due(dir.path(), now + Duration::from_secs(1), false));
+        assert!(clock.due(dir.path(), now + SAFETY_RESCAN, false));
     }
 
     #[test]
@@ -139,23 +133,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = Instant::now();
         let soon = now + Duration::from_millis(100);
-        let none = HashMap::new();
         let mut clock = listed(dir.path(), now);
-        let retry = HashMap::from([(7, soon)]);
-        assert!(clock.due(dir.path(), soon, &retry), "a retry is due");
-        assert!(!clock.due(dir.path(), now, &retry), "not yet");
+        assert!(clock.due(dir.path(), soon, true), "a retry is due");
+        assert!(!clock.due(dir.path(), now, false), "nothing changed");
         std::fs::write(dir.path().join("1.sock"), b"").unwrap();
-        assert!(clock.due(dir.path(), soon, &none), "a new entry");
+        assert!(clock.due(dir.path(), soon, false), "a new entry");
         clock.done_as_of(soon, SystemTime::now(), true);
         assert!(
-            clock.due(dir.path(), soon, &none),
+            clock.due(dir.path(), soon, false),
             "listed right after a change"
         );
         let mut clock = listed(dir.path(), now);
         clock.pending = Stamp::of(dir.path());
         clock.done_as_of(now, SystemTime::now() + RACY_WITHIN * 2, false);
         assert!(
-            clock.due(dir.path(), soon, &none),
+            clock.due(dir.path(), soon, false),
             "the last listing stopped short"
         );
     }
@@ -183,7 +175,7 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(after, before, "the mtime was set back");
-        assert!(clock.due(dir.path(), now, &HashMap::new()));
+        assert!(clock.due(dir.path(), now, false));
     }
 
     #[test]
@@ -195,6 +187,6 @@ mod tests {
         let mut clock = listed(&dir, now);
         std::fs::rename(&dir, base.path().join("old")).unwrap();
         std::fs::create_dir(&dir).unwrap();
-        assert!(clock.due(&dir, now, &HashMap::new()));
+        assert!(clock.due(&dir, now, false));
     }
 }

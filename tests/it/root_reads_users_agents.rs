@@ -1,0 +1,193 @@
+//! `sudo torchtop` reads the agents of other users' training processes, in the directory each
+//! process's environment names (as its agent works it out), and only there where that user owns
+//! the directory: a user cannot point root's monitor at a directory that is not theirs, and root
+//! writes and removes nothing in theirs. The monitor runs as root, the users' processes as
+//! `nobody`; elsewhere these tests say so and pass.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::fake_nvml::ScenarioFile;
+use crate::common::{output_within_patience, wait_until};
+use crate::launch_support::{
+    fake_torch_dir, is_root, nobody_python, python_for_nobody, spawn_python, Killed, NOBODY,
+};
+
+fn agent_module_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/python")
+}
+
+/// A script that starts the agent (interval 100 ms) with the stand-in torch on GPU 0 and idles.
+fn agent_script() -> String {
+    format!(
+        "import sys, time, torch\nsys.path.insert(0, {:?})\nimport torchtop_agent\n\
+         torch.cuda._fake_init([0])\ntorchtop_agent.start(interval_ms=100)\n\
+         print('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n",
+        agent_module_dir().display().to_string()
+    )
+}
+
+/// A scratch directory that `nobody` can pass through.
+fn open_base() -> tempfile::TempDir {
+    let base = tempfile::Builder::new()
+        .prefix("tt-users-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    base
+}
+
+fn dir_of(path: &Path, uid: u32) -> PathBuf {
+    std::fs::create_dir(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    path.to_path_buf()
+}
+
+/// (name, owner uid) of each entry of `dir`, sorted.
+fn listing(dir: &Path) -> Vec<(String, u32)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let uid = std::fs::symlink_metadata(e.path()).unwrap().uid();
+            (e.file_name().to_string_lossy().into_owned(), uid)
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+fn gpu_with(pids: &[u32]) -> ScenarioFile {
+    let mut text = "[[gpu]]\nname = \"Shared GPU\"\nmemory_total_mib = 81920\n".to_string();
+    for pid in pids {
+        text += &format!("[[gpu.process]]\npid = {pid}\nused_memory_mib = 2048\n");
+    }
+    ScenarioFile::new(&text)
+}
+
+/// `torchtop --once --json` as root, reading its own agents from `own` (empty).
+fn once(scenario: &ScenarioFile, own: &Path) -> Value {
+    let output = output_within_patience(
+        Command::new(crate::common::torchtop_binary())
+            .args(["--once", "--json"])
+            .envs(scenario.env())
+            .env("TORCHTOP_AGENT_DIR", own)
+            .env_remove("XDG_RUNTIME_DIR"),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON document")
+}
+
+fn row(doc: &Value, pid: u32) -> Option<&Value> {
+    doc["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+}
+
+/// The python `nobody` can run, when this test can run at all.
+fn setting() -> Option<PathBuf> {
+    if !is_root() {
+        println!("skipped: root reading other users' agents needs root and uid {NOBODY}");
+        return None;
+    }
+    let python = python_for_nobody();
+    if python.is_none() {
+        crate::ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+    }
+    python
+}
+
+#[test]
+fn root_reads_another_users_agent_where_its_process_says_and_writes_nothing_there() {
+    let Some(python) = setting() else {
+        return;
+    };
+    let base = open_base();
+    let own = dir_of(&base.path().join("root-agents"), 0);
+    // A login session's runtime directory: the agent serves in `$XDG_RUNTIME_DIR/torchtop`.
+    let runtime = dir_of(&base.path().join("run-user"), NOBODY);
+    let fake_torch = fake_torch_dir();
+    let user = nobody_python(
+        &python,
+        &agent_script(),
+        &[("XDG_RUNTIME_DIR", &runtime), ("PYTHONPATH", &fake_torch)],
+    );
+    let pid = user.pid();
+    let theirs = runtime.join("torchtop");
+    let socket = theirs.join(format!("{pid}.sock"));
+    wait_until("the user's agent socket", || socket.exists());
+    let scenario = gpu_with(&[pid]);
+
+    wait_until("root's monitor to show the user's allocator", || {
+        let doc = once(&scenario, &own);
+        let torch = &row(&doc, pid).expect("the GPU row")["torch"];
+        torch["devices"][0]["allocated_bytes"].as_u64().is_some()
+    });
+    assert_eq!(listing(&theirs), [(format!("{pid}.sock"), NOBODY)]);
+
+    // The process is gone and its socket stale: root leaves it where it is.
+    drop(user);
+    let doc = once(&scenario, &own);
+    assert!(row(&doc, pid).is_none_or(|r| r["torch"].is_null()));
+    assert_eq!(listing(&theirs), [(format!("{pid}.sock"), NOBODY)]);
+    assert_eq!(listing(&own), []);
+}
+
+#[test]
+fn a_user_cannot_point_roots_monitor_at_a_directory_that_is_not_theirs() {
+    let Some(python) = setting() else {
+        return;
+    };
+    let base = open_base();
+    let own = dir_of(&base.path().join("root-agents"), 0);
+    // Root's other agents, which the monitor is not asked to read.
+    let decoy = dir_of(&base.path().join("root-elsewhere"), 0);
+    let (root_agent, _out) = start_root_agent(&python, &decoy);
+    let root_pid = root_agent.pid();
+    let fake_torch = fake_torch_dir();
+    let loop_code = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n";
+    let user = nobody_python(
+        &python,
+        loop_code,
+        &[("TORCHTOP_AGENT_DIR", &decoy), ("PYTHONPATH", &fake_torch)],
+    );
+    let scenario = gpu_with(&[user.pid()]);
+
+    let doc = once(&scenario, &own);
+
+    assert!(
+        row(&doc, root_pid).is_none(),
+        "root's agent elsewhere was read because a user named its directory: {doc}"
+    );
+    let user_row = row(&doc, user.pid()).expect("the user's GPU row");
+    assert!(user_row["torch"].is_null(), "{user_row}");
+}
+
+/// A root process serving an agent in `dir`, which holds no GPU.
+fn start_root_agent(
+    python: &Path,
+    dir: &Path,
+) -> (Killed, std::io::BufReader<std::process::ChildStdout>) {
+    let code = agent_script().replace(
+        "torchtop_agent.start(interval_ms=100)",
+        &format!(
+            "torchtop_agent.start(interval_ms=100, socket_dir={:?})",
+            dir.display().to_string()
+        ),
+    );
+    let (child, mut out) = spawn_python(python, &code);
+    assert_eq!(crate::launch_support::first_line(&mut out), "ready");
+    let socket = dir.join(format!("{}.sock", child.pid()));
+    wait_until("root's agent socket", || socket.exists());
+    (child, out)
+}
