@@ -13,12 +13,11 @@ mod ci;
 mod launch_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use launch_support::{
-    as_nobody, fake_torch_dir, first_line, interpreters, is_root, nobody_python, python_for_nobody,
-    stats_for, Killed, NOBODY,
+    as_nobody, dir_of, fake_torch_dir, first_line, interpreters, is_root, listing, nobody_python,
+    open_base, python_for_nobody, stats_for, Killed, NOBODY,
 };
 
 const ROLE: &str = "TORCHTOP_TEST_ROLE";
@@ -51,37 +50,6 @@ fn root_or_skip() -> bool {
         println!("skipped: these attacks need root and a second user (uid {NOBODY})");
     }
     is_root()
-}
-
-/// A scratch directory that `nobody` can pass through.
-fn open_base() -> tempfile::TempDir {
-    let base = tempfile::Builder::new()
-        .prefix("tt-root-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    base
-}
-
-fn dir_of(path: &Path, uid: u32, mode: u32) -> PathBuf {
-    std::fs::create_dir(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
-    path.to_path_buf()
-}
-
-/// (name, owner uid) of each entry of `dir`, sorted.
-fn listing(dir: &Path) -> Vec<(String, u32)> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let uid = std::fs::symlink_metadata(e.path()).unwrap().uid();
-            (e.file_name().to_string_lossy().into_owned(), uid)
-        })
-        .collect();
-    entries.sort();
-    entries
 }
 
 const LOOP: &str = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n";

@@ -4,7 +4,6 @@
 //! writes and removes nothing in theirs. The monitor runs as root, the users' processes as
 //! `nobody`; elsewhere these tests say so and pass.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,7 +12,8 @@ use serde_json::Value;
 use crate::common::fake_nvml::ScenarioFile;
 use crate::common::{output_within_patience, wait_until};
 use crate::launch_support::{
-    fake_torch_dir, is_root, nobody_python, python_for_nobody, spawn_python, Killed, NOBODY,
+    dir_of, fake_torch_dir, is_root, listing, nobody_python, open_base, python_for_nobody,
+    spawn_python, Killed, NOBODY,
 };
 
 fn agent_module_dir() -> PathBuf {
@@ -28,37 +28,6 @@ fn agent_script() -> String {
          print('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n",
         agent_module_dir().display().to_string()
     )
-}
-
-/// A scratch directory that `nobody` can pass through.
-fn open_base() -> tempfile::TempDir {
-    let base = tempfile::Builder::new()
-        .prefix("tt-users-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    base
-}
-
-fn dir_of(path: &Path, uid: u32) -> PathBuf {
-    std::fs::create_dir(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
-    path.to_path_buf()
-}
-
-/// (name, owner uid) of each entry of `dir`, sorted.
-fn listing(dir: &Path) -> Vec<(String, u32)> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let uid = std::fs::symlink_metadata(e.path()).unwrap().uid();
-            (e.file_name().to_string_lossy().into_owned(), uid)
-        })
-        .collect();
-    entries.sort();
-    entries
 }
 
 fn gpu_with(pids: &[u32]) -> ScenarioFile {
@@ -113,9 +82,9 @@ fn root_reads_another_users_agent_where_its_process_says_and_writes_nothing_ther
         return;
     };
     let base = open_base();
-    let own = dir_of(&base.path().join("root-agents"), 0);
+    let own = dir_of(&base.path().join("root-agents"), 0, 0o700);
     // A login session's runtime directory: the agent serves in `$XDG_RUNTIME_DIR/torchtop`.
-    let runtime = dir_of(&base.path().join("run-user"), NOBODY);
+    let runtime = dir_of(&base.path().join("run-user"), NOBODY, 0o700);
     let fake_torch = fake_torch_dir();
     let user = nobody_python(
         &python,
@@ -149,9 +118,9 @@ fn a_user_cannot_point_roots_monitor_at_a_directory_that_is_not_theirs() {
         return;
     };
     let base = open_base();
-    let own = dir_of(&base.path().join("root-agents"), 0);
+    let own = dir_of(&base.path().join("root-agents"), 0, 0o700);
     // Root's other agents, which the monitor is not asked to read.
-    let decoy = dir_of(&base.path().join("root-elsewhere"), 0);
+    let decoy = dir_of(&base.path().join("root-elsewhere"), 0, 0o700);
     let (root_agent, _out) = start_root_agent(&python, &decoy);
     let root_pid = root_agent.pid();
     let fake_torch = fake_torch_dir();

@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -156,4 +157,35 @@ pub fn nobody_python(python: &Path, code: &str, env: &[(&str, &Path)]) -> Killed
     let child = Killed(child);
     assert_eq!(first_line(&mut out), "ready");
     child
+}
+
+/// A scratch directory that `nobody` can pass through.
+pub fn open_base() -> tempfile::TempDir {
+    let base = tempfile::Builder::new()
+        .prefix("tt-root-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    base
+}
+
+pub fn dir_of(path: &Path, uid: u32, mode: u32) -> PathBuf {
+    std::fs::create_dir(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    path.to_path_buf()
+}
+
+/// (name, owner uid) of each entry of `dir`, sorted.
+pub fn listing(dir: &Path) -> Vec<(String, u32)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let uid = std::fs::symlink_metadata(e.path()).unwrap().uid();
+            (e.file_name().to_string_lossy().into_owned(), uid)
+        })
+        .collect();
+    entries.sort();
+    entries
 }
