@@ -245,12 +245,14 @@ pub struct LaunchEnv {
     pub agent_dir_vars: AgentDirVars,
 }
 
-/// The two variables that, with its uid, name the directory a process's agent serves in
-/// (`crate::protocol::socket_dir_from`).
+/// What, with its uid, names the directory a process's agent serves in
+/// (`crate::protocol::socket_dir_from`): two variables, and the filesystem the path is in.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AgentDirVars {
     pub torchtop_agent_dir: Option<String>,
     pub xdg_runtime_dir: Option<String>,
+    /// The process's mount namespace (a container's filesystem is another), where readable.
+    pub mount_ns: Option<u64>,
 }
 
 /// Any host process, as the tree view and the job grouping see it.

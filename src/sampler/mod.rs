@@ -364,7 +364,7 @@ impl Sampler {
     fn watch_users_agents(&mut self, processes: &[GpuProcess]) {
         let named = processes
             .iter()
-            .filter_map(|p| Some((p.uid?, &p.env.as_deref()?.agent_dir_vars)));
+            .filter_map(|p| Some((p.pid, p.uid?, &p.env.as_deref()?.agent_dir_vars)));
         self.agents.watch_users(named, Instant::now());
     }
 

@@ -160,3 +160,85 @@ fn start_root_agent(
     wait_until("root's agent socket", || socket.exists());
     (child, out)
 }
+
+/// Root's own training process in a container (here a mount namespace whose scratch directory
+/// is a tmpfs of its own, and a pid namespace where the process is pid 50001): its agent's
+/// directory is reached through `/proc/PID/root`, since the same path on the host is another
+/// directory, and its socket, named after the container's pid, is not taken for a stale one.
+#[test]
+fn a_containers_agent_is_read_through_the_containers_filesystem() {
+    let Some(python) = setting() else {
+        return;
+    };
+    let base = open_base();
+    let own = dir_of(&base.path().join("root-agents"), 0, 0o700);
+    let hidden = base.path().join("container-tmp");
+    std::fs::create_dir(&hidden).unwrap();
+    let agents = hidden.join("agents");
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--propagation",
+            "private",
+        ])
+        .args(["sh", "-c"])
+        .arg(
+            "mount -t tmpfs none \"$1\" && echo 50000 > /proc/sys/kernel/ns_last_pid && \
+             exec \"$2\" -c \"$3\"",
+        )
+        .arg("sh")
+        .arg(&hidden)
+        .arg(&python)
+        .arg(agent_script().replace(
+            "import sys, time",
+            "import os, sys, time\nos.fork() and os.wait() and sys.exit()\nimport sys, time",
+        ))
+        .env("TORCHTOP_AGENT_DIR", &agents)
+        .env("PYTHONPATH", fake_torch_dir())
+        .stdout(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("unshare");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _container = Killed(child);
+    assert_eq!(crate::launch_support::first_line(&mut out), "ready");
+    let (pid, inner_pid) = host_pid_of_agent(&agents);
+    assert_ne!(pid, inner_pid);
+    let inside = PathBuf::from(format!("/proc/{pid}/root")).join(agents.strip_prefix("/").unwrap());
+    wait_until("the agent socket inside the container", || {
+        inside.join(format!("{inner_pid}.sock")).exists()
+    });
+    assert!(!agents.exists(), "the host's path is another directory");
+    let scenario = gpu_with(&[pid]);
+
+    wait_until("root's monitor to show the container's allocator", || {
+        let doc = once(&scenario, &own);
+        let torch = &row(&doc, pid).expect("the GPU row")["torch"];
+        torch["devices"][0]["allocated_bytes"].as_u64().is_some()
+    });
+}
+
+/// The host pid and the container's pid of the process whose environment names `agents`.
+fn host_pid_of_agent(agents: &Path) -> (u32, u32) {
+    let wanted = format!("TORCHTOP_AGENT_DIR={}", agents.display());
+    let mut found = None;
+    wait_until("the container's agent process", || {
+        found = std::fs::read_dir("/proc").unwrap().find_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let named = environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes());
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+            let pids: Vec<u32> = nspid
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            (named && pids.len() == 2 && pids[1] > 50000).then(|| (pids[0], pids[1]))
+        });
+        found.is_some()
+    });
+    found.unwrap()
+}

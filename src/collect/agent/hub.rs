@@ -94,6 +94,8 @@ pub struct AgentHub {
     /// Root reads the directories other users' processes name ([`AgentHub::watch_users`]).
     reads_other_users: bool,
     own_uid: u32,
+    /// Our mount namespace: a process in another sees another filesystem.
+    own_mount_ns: Option<u64>,
     warned_many_users: bool,
     limits: Limits,
     shared: Arc<Mutex<Shared>>,
@@ -124,6 +126,7 @@ impl AgentHub {
             next_dir: 0,
             reads_other_users: own_uid == 0,
             own_uid,
+            own_mount_ns: crate::sys::proc::own_mount_namespace(),
             warned_many_users: false,
             limits,
             shared: Arc::default(),

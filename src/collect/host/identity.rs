@@ -73,6 +73,7 @@ impl HostCollector {
             if with_env && identity.env.is_none() {
                 let mut env = procfs::read_environ(&self.root, pid).ok();
                 if let Some(env) = env.as_mut() {
+                    env.agent_dir_vars.mount_ns = procfs::read_mount_namespace(&self.root, pid);
                     let parent = procfs::read_cmdline(&self.root, stat.ppid).ok().flatten();
                     env.launcher = parent.as_deref().and_then(launcher_in).map(str::to_string);
                 }

@@ -359,6 +359,23 @@ pub(crate) fn environ_lookup(environ: &[u8], name: &str) -> Option<OsString> {
     })
 }
 
+/// The mount namespace of `pid` (the number in its `ns/mnt` link, `mnt:[N]`): which
+/// filesystem its paths name. `None` where the link cannot be read.
+pub(crate) fn read_mount_namespace(root: &Path, pid: u32) -> Option<u64> {
+    mount_namespace_at(&pid_dir(root, pid))
+}
+
+/// This process's mount namespace, as [`read_mount_namespace`] reads another's.
+pub(crate) fn own_mount_namespace() -> Option<u64> {
+    mount_namespace_at(Path::new("/proc/self"))
+}
+
+fn mount_namespace_at(dir: &Path) -> Option<u64> {
+    let link = std::fs::read_link(dir.join("ns/mnt")).ok()?;
+    let text = link.to_str()?;
+    text.strip_prefix("mnt:[")?.strip_suffix(']')?.parse().ok()
+}
+
 pub(crate) fn read_environ(root: &Path, pid: u32) -> Result<LaunchEnv, ProcError> {
     read_parsed(pid_dir(root, pid).join("environ"), |text| {
         Ok(parse_environ(text))

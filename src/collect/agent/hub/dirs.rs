@@ -11,7 +11,7 @@
 //! it is ever written or removed. A directory no GPU process has named for [`FORGET_AFTER`] is
 //! dropped once no connection from it is open; at most [`MAX_USER_DIRS`] are read at once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::scan::ScanClock;
@@ -34,9 +34,13 @@ pub(super) struct Watched {
     /// The uid that must own the directory and serve its sockets; `None` for the monitor's own
     /// directory, which [`crate::protocol::sockets::inspect_socket_dir`] alone judges.
     pub(super) user: Option<u32>,
+    /// The directory as the process names it; `path` when the monitor sees the same.
+    inner: PathBuf,
     /// What a user's directory was worked out from, so a tick finds it again without building
     /// a path.
     vars: AgentDirVars,
+    /// The process the directory is reached through, when `path` goes through its `/proc` entry.
+    via: Option<Via>,
     /// Another entry already reads the same path: kept only to be found again, never listed.
     alias: bool,
     pub(super) scan: ScanClock,
@@ -45,19 +49,59 @@ pub(super) struct Watched {
     last_wanted: Instant,
 }
 
+/// The process whose `/proc/PID/root` (or `cwd`) a directory is reached through.
+struct Via {
+    pid: u32,
+    /// When a tick last listed that process.
+    seen_at: Instant,
+    /// Another process of this tick that names the same directory.
+    spare: Option<u32>,
+}
+
+impl Via {
+    fn note(&mut self, pid: u32, now: Instant) {
+        if pid == self.pid {
+            self.seen_at = now;
+        } else {
+            self.spare = Some(pid);
+        }
+    }
+}
+
+/// `inner` as process `pid` sees it: through its root, or its working directory for a relative
+/// path (where the agent resolved it).
+fn through(pid: u32, inner: &Path) -> PathBuf {
+    match inner.strip_prefix("/") {
+        Ok(rest) => PathBuf::from(format!("/proc/{pid}/root")).join(rest),
+        Err(_) => PathBuf::from(format!("/proc/{pid}/cwd")).join(inner),
+    }
+}
+
 impl Watched {
     pub(super) fn own(path: PathBuf, now: Instant) -> Self {
         Watched {
             id: 0,
+            inner: path.clone(),
             path,
             user: None,
             vars: AgentDirVars::default(),
+            via: None,
             alias: false,
             scan: ScanClock::default(),
             problem: None,
             warned_crowded: false,
             last_wanted: now,
         }
+    }
+
+    /// Whether the process a socket file is named after lives. The agent names it with the
+    /// pid its own namespace gives it: a container's is looked up in the container's /proc.
+    pub(super) fn file_pid_alive(&self, file_pid: u32) -> bool {
+        let proc = match &self.via {
+            Some(via) => format!("/proc/{}/root/proc/{file_pid}", via.pid),
+            None => format!("/proc/{file_pid}"),
+        };
+        Path::new(&proc).exists()
     }
 
     /// Whether polls read this directory.
@@ -67,19 +111,20 @@ impl Watched {
 }
 
 impl AgentHub {
-    /// Root only: reads the agents of other users' GPU processes, each `(uid, variables)` naming
-    /// the directory that process's agent serves in. Allocates only for a directory not seen
-    /// before.
+    /// Root only: reads the agents of other users' GPU processes, and of root's own in another
+    /// filesystem (a container's), each `(pid, uid, what names its directory)`. Allocates only
+    /// for a directory not seen before, or to follow another live process of a container.
     pub(crate) fn watch_users<'a>(
         &mut self,
-        processes: impl Iterator<Item = (u32, &'a AgentDirVars)>,
+        processes: impl Iterator<Item = (u32, u32, &'a AgentDirVars)>,
         now: Instant,
     ) {
         if !self.reads_other_users {
             return;
         }
-        for (uid, vars) in processes {
-            if uid == self.own_uid {
+        for (pid, uid, vars) in processes {
+            let elsewhere = self.other_filesystem(vars);
+            if uid == self.own_uid && !elsewhere {
                 continue;
             }
             let known = self
@@ -87,14 +132,32 @@ impl AgentHub {
                 .iter_mut()
                 .find(|d| d.user == Some(uid) && d.vars == *vars);
             match known {
-                Some(dir) => dir.last_wanted = now,
-                None => self.add_user_dir(uid, vars, now),
+                Some(dir) => {
+                    dir.last_wanted = now;
+                    if let Some(via) = &mut dir.via {
+                        via.note(pid, now);
+                    }
+                }
+                None => self.add_user_dir(pid, uid, vars, elsewhere, now),
             }
         }
+        self.follow_live_processes(now);
         self.forget_unwanted(now);
     }
 
-    fn add_user_dir(&mut self, uid: u32, vars: &AgentDirVars, now: Instant) {
+    /// Whether the process sees another filesystem than ours (another mount namespace).
+    fn other_filesystem(&self, vars: &AgentDirVars) -> bool {
+        matches!((vars.mount_ns, self.own_mount_ns), (Some(theirs), Some(ours)) if theirs != ours)
+    }
+
+    fn add_user_dir(
+        &mut self,
+        pid: u32,
+        uid: u32,
+        vars: &AgentDirVars,
+        elsewhere: bool,
+        now: Instant,
+    ) {
         let users = self.dirs.iter().filter(|d| d.user.is_some()).count();
         if users >= MAX_USER_DIRS {
             if !self.warned_many_users {
@@ -106,24 +169,57 @@ impl AgentHub {
             }
             return;
         }
-        let path = socket_dir_from(
+        let inner = socket_dir_from(
             vars.torchtop_agent_dir.as_deref().map(AsRef::as_ref),
             vars.xdg_runtime_dir.as_deref().map(AsRef::as_ref),
             uid,
         );
+        // A path in another filesystem, or relative to the process's working directory, is
+        // reached through the process's own view of it.
+        let via = (elsewhere || inner.is_relative()).then(|| Via {
+            pid,
+            seen_at: now,
+            spare: None,
+        });
+        let path = match &via {
+            Some(via) => through(via.pid, &inner),
+            None => inner.clone(),
+        };
         let alias = self.dirs.iter().any(|d| d.is_read() && d.path == path);
         self.next_dir += 1;
         self.dirs.push(Watched {
             id: self.next_dir,
             path,
+            inner,
             user: Some(uid),
             vars: vars.clone(),
+            via,
             alias,
             scan: ScanClock::default(),
             problem: None,
             warned_crowded: false,
             last_wanted: now,
         });
+    }
+
+    /// A directory reached through a process that is gone is reached through another live
+    /// process that names it (another rank in the same container).
+    fn follow_live_processes(&mut self, now: Instant) {
+        for dir in &mut self.dirs {
+            let Some(via) = &mut dir.via else {
+                continue;
+            };
+            let spare = via.spare.take();
+            if dir.last_wanted != now || via.seen_at == now {
+                continue;
+            }
+            if let Some(pid) = spare {
+                via.pid = pid;
+                via.seen_at = now;
+                dir.path = through(pid, &dir.inner);
+                dir.scan.forget();
+            }
+        }
     }
 
     /// Drops the users' directories no process named lately and no connection comes from. An
@@ -148,7 +244,7 @@ impl AgentHub {
     }
 
     /// The directory the agent of `pid` serves in, while it is connected.
-    pub(crate) fn dir_of(&self, pid: u32) -> Option<&std::path::Path> {
+    pub(crate) fn dir_of(&self, pid: u32) -> Option<&Path> {
         let conn = self.conns.values().find(|c| c.pid == pid)?;
         let dir = self.dirs.iter().find(|d| d.id == conn.dir)?;
         Some(&dir.path)
@@ -163,6 +259,7 @@ mod tests {
         AgentDirVars {
             torchtop_agent_dir: agent_dir.map(str::to_string),
             xdg_runtime_dir: runtime.map(str::to_string),
+            mount_ns: None,
         }
     }
 
@@ -170,6 +267,7 @@ mod tests {
         let mut hub = AgentHub::new(PathBuf::from("/nonexistent/torchtop-own"));
         hub.reads_other_users = true;
         hub.own_uid = 0;
+        hub.own_mount_ns = Some(1);
         hub
     }
 
@@ -185,7 +283,12 @@ mod tests {
         let now = Instant::now();
         let (plain, login) = (vars(None, None), vars(None, Some("/run/user/1000")));
         let named = vars(Some("/scratch/me/agents"), Some("/run/user/1001"));
-        let seen = [(1000, &plain), (1000, &login), (1001, &named), (0, &plain)];
+        let seen = [
+            (10, 1000, &plain),
+            (11, 1000, &login),
+            (12, 1001, &named),
+            (13, 0, &plain),
+        ];
         hub.watch_users(seen.into_iter().chain(seen), now);
         assert_eq!(
             paths(&hub),
@@ -204,7 +307,7 @@ mod tests {
         let mut hub = hub_for_root();
         let now = Instant::now();
         let shared = vars(Some("/scratch/agents"), None);
-        hub.watch_users([(1000, &shared), (1001, &shared)].into_iter(), now);
+        hub.watch_users([(10, 1000, &shared), (11, 1001, &shared)].into_iter(), now);
         let read: Vec<_> = paths(&hub)
             .into_iter()
             .map(|(_, u, read)| (u, read))
@@ -216,7 +319,7 @@ mod tests {
 
         // Only uid 1001 names it from now on: its entry is read once 1000's is dropped.
         let later = now + FORGET_AFTER;
-        hub.watch_users([(1001, &shared)].into_iter(), later);
+        hub.watch_users([(11, 1001, &shared)].into_iter(), later);
         let read: Vec<_> = paths(&hub)
             .into_iter()
             .map(|(_, u, read)| (u, read))
@@ -236,7 +339,7 @@ mod tests {
         let mut hub = hub_for_root();
         hub.reads_other_users = false;
         let plain = vars(None, None);
-        hub.watch_users([(1000, &plain)].into_iter(), Instant::now());
+        hub.watch_users([(10, 1000, &plain)].into_iter(), Instant::now());
         assert_eq!(hub.dirs.len(), 1);
     }
 
@@ -244,9 +347,44 @@ mod tests {
     fn at_most_the_bound_of_users_directories_are_read() {
         let mut hub = hub_for_root();
         let plain = vars(None, None);
-        let many = (1..=MAX_USER_DIRS as u32 + 5).map(|uid| (uid, &plain));
+        let many = (1..=MAX_USER_DIRS as u32 + 5).map(|uid| (uid, uid, &plain));
         hub.watch_users(many, Instant::now());
         assert_eq!(hub.dirs.len(), MAX_USER_DIRS + 1);
         assert_eq!(hub.log().len(), 1, "{:?}", hub.log());
+    }
+
+    #[test]
+    fn a_containers_directory_is_read_through_a_live_process_of_the_container() {
+        let mut hub = hub_for_root();
+        let now = Instant::now();
+        let container = AgentDirVars {
+            mount_ns: Some(2),
+            ..vars(None, None)
+        };
+        let relative = vars(Some("agents"), None);
+        let ours = AgentDirVars {
+            mount_ns: Some(1),
+            ..vars(None, None)
+        };
+        let seen = [
+            (20, 0, &container),
+            (21, 0, &container),
+            (30, 1000, &relative),
+            (40, 0, &ours),
+        ];
+        hub.watch_users(seen.into_iter(), now);
+        assert_eq!(
+            paths(&hub)[1..],
+            [
+                ("/proc/20/root/tmp/torchtop-0".to_string(), Some(0), true),
+                ("/proc/30/cwd/agents".to_string(), Some(1000), true),
+            ],
+            "root's own processes in our filesystem use the monitor's directory"
+        );
+
+        // Rank 20 is gone: the directory is reached through rank 21.
+        let later = now + Duration::from_secs(1);
+        hub.watch_users([(21, 0, &container)].into_iter(), later);
+        assert_eq!(paths(&hub)[1].0, "/proc/21/root/tmp/torchtop-0");
     }
 }

@@ -68,7 +68,7 @@ impl AgentHub {
                 continue;
             }
             let path = entry.path();
-            if !Path::new(&format!("/proc/{file_pid}")).exists() {
+            if !self.dirs[i].file_pid_alive(file_pid) {
                 self.stale(&path, (dir, file_pid), owner, now);
                 continue;
             }
@@ -179,12 +179,14 @@ impl AgentHub {
         self.close(id, &reason, RETRY_AFTER_BAD_INPUT);
     }
 
-    /// A socket whose process is gone: removed when the directory is ours. Root reading another
-    /// user's directory leaves it alone, since it never writes where another user chose.
+    /// A socket whose process is gone: removed when the directory is the monitor's own and
+    /// ours. Root reading a directory a process named (another user's, a container's) leaves
+    /// it alone, since it never writes where another user chose.
     fn stale(&mut self, path: &Path, key: (DirId, u32), owner: u32, now: Instant) {
         let pid = key.1;
         self.retry_at.insert(key, now + RETRY_AFTER_FAILURE);
-        if owner != effective_uid() {
+        let named_by_a_process = self.dirs.iter().any(|d| d.id == key.0 && d.user.is_some());
+        if owner != effective_uid() || named_by_a_process {
             return;
         }
         match fs::remove_file(path) {
