@@ -176,7 +176,7 @@ impl AgentHub {
         );
         // A path in another filesystem, or relative to the process's working directory, is
         // reached through the process's own view of it.
-        let via = (elsewhere || inner.is_relative()).then(|| Via {
+        let via = (elsewhere || inner.is_relative()).then_some(Via {
             pid,
             seen_at: now,
             spare: None,
