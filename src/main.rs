@@ -102,6 +102,7 @@ fn record(cli: &Cli, command: &Command) -> ExitCode {
         },
         duration: *duration,
         json: *json,
+        utc: cli.utc,
     };
     let loader = nvml_loader(cli.nvml_lib.clone());
     match torchtop::record::headless::run(options, config, loader) {

@@ -16,8 +16,12 @@
 //! cpu.max, the cpuset, pids.max) are read every [`SETTINGS_EVERY`], the usage and the
 //! counters each refresh.
 //!
-//! While memory is at [`MEMBER_SCAN_FRACTION`] of its limit or more, cgroup.procs and each
-//! member's stat are read too, to name the biggest members.
+//! The memory limit that binds may be an ancestor's (a Slurm job's above its step's cgroup, a
+//! pod's above its container's): the ancestors' limits are read with the settings, and the use
+//! of those with one each refresh ([`ancestors`]).
+//!
+//! While memory is at [`MEMBER_SCAN_FRACTION`] of the limit that binds or more, cgroup.procs
+//! and each member's stat are read too, to name the biggest members.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +39,7 @@ use super::container::classify_path;
 use super::oom_watch::OomCounts;
 use super::proc_path::ProcPath;
 use super::scheduler::slurm_from_path;
+use ancestors::Ancestors;
 use dirs::CgroupDirs;
 use dirs::FoundDirs;
 use figures::{list_members, set_cpuset, Figures};
@@ -56,6 +61,9 @@ pub(crate) const CGROUP_RESCAN: Duration = Duration::from_secs(5);
 /// refresh.
 pub(crate) const SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
+#[cfg(test)]
+mod ancestor_tests;
+mod ancestors;
 mod dirs;
 mod figures;
 
@@ -131,6 +139,8 @@ struct Group {
     read_in: Option<u64>,
     /// When the settings were last read ([`Group::read`]).
     settings_at: Option<Instant>,
+    /// The memory limits above the cgroup.
+    ancestors: Ancestors,
 }
 
 /// Which directory of [`CgroupDirs`] a file is in.
@@ -317,7 +327,8 @@ impl CgroupReader {
         let id = self.next_group_id;
         self.next_group_id += 1;
         let keep_open = self.groups.len() < MAX_KEPT_GROUPS;
-        self.groups.insert(id, Group::new(dirs, keep_open));
+        self.groups
+            .insert(id, Group::new(dirs, keep_open, &self.mount));
         self.group_ids.insert(dirs.clone(), id);
         Some(id)
     }
@@ -360,7 +371,7 @@ impl CgroupReader {
 }
 
 impl Group {
-    fn new(dirs: &CgroupDirs, keep_open: bool) -> Self {
+    fn new(dirs: &CgroupDirs, keep_open: bool, mount: &Path) -> Self {
         let names: &[(Dir, &str)] = if dirs.version == 2 {
             &V2_FILES
         } else {
@@ -396,6 +407,7 @@ impl Group {
             memory_dir: dirs.memory.clone(),
             read_in: None,
             settings_at: None,
+            ancestors: Ancestors::new(dirs, mount),
         }
     }
 
@@ -443,22 +455,36 @@ impl Group {
             let text = self.text(index, cpuset, now).map(str::trim);
             list = Some(text.filter(|t| !t.is_empty()));
         }
+        let own = (figures.memory_max, figures.memory_current_bytes);
+        let binding = self.ancestors.binding(own, settings_due, buffer, now);
         let kept = &*self.cgroup;
+        let binding_path = binding.map(|b| self.ancestors.path_of(&b, &kept.path));
         let same = Figures::of(kept) == figures
             && list.is_none_or(|list| kept.cpuset_cpus.as_deref() == list)
             && kept.member_count.is_none()
-            && kept.biggest_members.is_empty();
+            && kept.biggest_members.is_empty()
+            && kept.memory_limit_bytes == binding.map(|b| b.max)
+            && kept.memory_limit_used_bytes == binding.and_then(|b| b.used)
+            && kept.memory_limit_path.as_deref() == binding_path;
         if !same {
+            let new_path = (kept.memory_limit_path.as_deref() != binding_path)
+                .then(|| binding_path.map(str::to_string));
             let c = Arc::make_mut(&mut self.cgroup);
             figures.set(c);
             if let Some(list) = list {
                 set_cpuset(c, list);
+            }
+            c.memory_limit_bytes = binding.map(|b| b.max);
+            c.memory_limit_used_bytes = binding.and_then(|b| b.used);
+            if let Some(path) = new_path {
+                c.memory_limit_path = path;
             }
             c.member_count = None;
             c.biggest_members.clear();
         }
         if !self.keep_open {
             self.files.iter_mut().flatten().for_each(KeptFile::close);
+            self.ancestors.close();
         }
     }
 

@@ -104,6 +104,15 @@ pub struct Cgroup {
     pub version: u8,
     pub memory_max: Option<Limit>,
     pub memory_current_bytes: Option<u64>,
+    /// The memory limit that binds the cgroup's processes: of the cgroup's own memory.max and
+    /// its ancestors' (a Slurm job's above its step, a pod's above its container), the one with
+    /// the least room left. `None` where none of them sets a limit (or none is readable).
+    pub memory_limit_bytes: Option<u64>,
+    /// The memory.current of the cgroup that sets that limit: the use it applies to, that of the
+    /// cgroup's whole subtree (its other children included), not this cgroup's own.
+    pub memory_limit_used_bytes: Option<u64>,
+    /// The path of the cgroup that sets that limit: [`Cgroup::path`] itself, or an ancestor's.
+    pub memory_limit_path: Option<String>,
     pub memory_swap_max: Option<Limit>,
     /// `oom_kill` of memory.events (v2) or memory.oom_control (v1, kernel 4.13+).
     pub oom_kills: Option<u64>,
@@ -127,11 +136,48 @@ pub struct Cgroup {
     pub biggest_members: Vec<CgroupMember>,
 }
 
+/// The memory limit that binds a cgroup's processes ([`Cgroup::memory_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimit<'a> {
+    pub max_bytes: u64,
+    /// The use it applies to: the memory.current of the cgroup that sets it.
+    pub used_bytes: Option<u64>,
+    /// The cgroup that sets it.
+    pub path: &'a str,
+    /// Set by an ancestor, not by the cgroup itself.
+    pub inherited: bool,
+}
+
 impl Cgroup {
-    /// memory.current over memory.max, when both are known and there is a limit.
+    /// The use over the limit that binds ([`Cgroup::memory_limit`]), when both are known.
     pub fn memory_fraction(&self) -> Option<f64> {
-        let max = self.memory_max?.value().filter(|m| *m > 0)?;
-        Some(self.memory_current_bytes? as f64 / max as f64)
+        let limit = self.memory_limit()?;
+        Some(limit.used_bytes? as f64 / limit.max_bytes as f64)
+    }
+
+    /// The memory limit that binds: [`Cgroup::memory_limit_bytes`], the use it applies to and
+    /// the cgroup that sets it. A snapshot without these (recorded before torchtop read the
+    /// ancestors' limits, or built by a test) gives the cgroup's own memory.max and
+    /// memory.current. `None` without a limit, or with a limit of 0 bytes.
+    pub fn memory_limit(&self) -> Option<MemoryLimit<'_>> {
+        let limit = match self.memory_limit_bytes {
+            Some(max_bytes) => {
+                let path = self.memory_limit_path.as_deref().unwrap_or(&self.path);
+                MemoryLimit {
+                    max_bytes,
+                    used_bytes: self.memory_limit_used_bytes,
+                    path,
+                    inherited: path != self.path,
+                }
+            }
+            None => MemoryLimit {
+                max_bytes: self.memory_max?.value()?,
+                used_bytes: self.memory_current_bytes,
+                path: &self.path,
+                inherited: false,
+            },
+        };
+        (limit.max_bytes > 0).then_some(limit)
     }
 
     /// The CPUs the cgroup lets its processes use: the smaller of the quota and the cpuset.

@@ -1,7 +1,8 @@
 //! `torchtop record`: the sampler and the rules of the monitor, without a terminal, writing
 //! every snapshot to a recording until the duration is over or a signal (SIGINT, SIGTERM,
 //! SIGHUP) asks it to stop; the last block is then closed cleanly. Fit for systemd, tmux and
-//! nohup.
+//! nohup. A disk that refuses writes for a while (full, over quota) stops nothing: stderr says
+//! so once, and again when writing works, with the gap it left in the recording.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::signal::{SIGHUP, SIGINT, SIGTERM};
 
 use super::table::TableSchedule;
-use super::writer::{Feeder, Recorder};
+use super::writer::{Feeder, Recorder, RecorderStatus};
 use super::{RecordError, RecordOptions};
 use crate::format::escape;
 use crate::model::Snapshot;
@@ -30,6 +31,8 @@ pub struct HeadlessOptions {
     pub duration: Option<Duration>,
     /// Also print each snapshot as a `--json` line on stdout.
     pub json: bool,
+    /// Times in stderr's sentences in UTC (`--utc`), else in the local zone.
+    pub utc: bool,
 }
 
 /// Why the recording loop stopped.
@@ -47,6 +50,8 @@ pub struct Recorded {
     pub(crate) bytes: u64,
     pub(crate) seconds: f64,
     pub(crate) dropped: u64,
+    /// Snapshots that never reached the file because the disk refused writes.
+    pub(crate) lost: u64,
     pub(crate) why: String,
 }
 
@@ -66,6 +71,13 @@ impl std::fmt::Display for Recorded {
                 f,
                 "; {} snapshots were dropped because the disk did not keep up",
                 self.dropped
+            )?;
+        }
+        if self.lost > 0 {
+            write!(
+                f,
+                "; {} snapshots were not recorded because the disk refused writes",
+                self.lost
             )?;
         }
         Ok(())
@@ -103,15 +115,30 @@ pub fn run(
         Err(_) => "the sampler stopped".to_string(),
     };
     let status = recorder.status().clone();
-    let bytes = recorder.stop()?;
+    let stopped = recorder.stop();
+    tell_disk_events(&status, options.utc);
+    let bytes = stopped?;
     Ok(Recorded {
         path: status.path.clone(),
         frames: status.frames.load(Ordering::Relaxed),
         bytes,
         seconds: started.elapsed().as_secs_f64(),
         dropped: status.dropped.load(Ordering::Relaxed),
+        lost: status.lost.load(Ordering::Relaxed),
         why,
     })
+}
+
+/// Says on stderr what changed about the disk since the last time.
+fn tell_disk_events(status: &RecorderStatus, utc: bool) {
+    let events = status.take_events();
+    if events.is_empty() {
+        return;
+    }
+    let zone = crate::format::clock::zone(utc);
+    for event in events {
+        eprintln!("torchtop record: {}", event.sentence(&zone));
+    }
 }
 
 fn watch_signals(stops: mpsc::Sender<Stop>) -> Result<(), RecordError> {
@@ -139,6 +166,7 @@ fn publisher(
     let started = Instant::now();
     let duration = options.duration;
     let mut json = options.json;
+    let utc = options.utc;
     let mut schedule = TableSchedule::default();
     move |snapshot| {
         let wanted = schedule.want(&snapshot);
@@ -155,6 +183,7 @@ fn publisher(
             eprintln!("torchtop record: stdout was closed; recording goes on without --json lines");
         }
         feeder.push(snapshot);
+        tell_disk_events(feeder.status(), utc);
         if let Some(why) = feeder.status().failure() {
             let _ = stops.send(Stop::Failed(why));
             return false;

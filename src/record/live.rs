@@ -2,6 +2,10 @@
 //! indicator in the header. The writer runs on its own thread ([`Recorder`]); the UI task only
 //! hands it each `Arc<Snapshot>`.
 //!
+//! A disk that refuses writes pauses the recording, not the monitor: the status line says so
+//! and the indicator reads `○ REC PAUSED` until writing works again, which the status line
+//! says too, with the gap the recording has.
+//!
 //! The file goes to `$TORCHTOP_RECORD_DIR`, else the current directory when it belongs to the
 //! user running torchtop, else the home directory: root never writes where another user chose.
 
@@ -48,13 +52,21 @@ impl LiveRecording {
             let status = recorder.status().clone();
             let frames = status.frames.load(Ordering::Relaxed);
             app.badge = None;
-            app.status = Some(match recorder.stop() {
+            let stopped = recorder.stop();
+            let lost = status.lost.load(Ordering::Relaxed);
+            let lost = if lost > 0 {
+                format!("; {lost} snapshots were not recorded because the disk refused writes")
+            } else {
+                String::new()
+            };
+            app.status = Some(match stopped {
                 Ok(size) => format!(
-                    "recording saved: {} ({frames} frames, {}); replay it with torchtop replay FILE",
+                    "recording saved: {} ({frames} frames, {}){lost}; replay it with torchtop \
+                     replay FILE",
                     escape(&status.path.display().to_string()),
                     bytes(size)
                 ),
-                Err(error) => format!("the recording failed: {error}"),
+                Err(error) => format!("the recording failed: {error}{lost}"),
             });
             return;
         }
@@ -106,6 +118,11 @@ impl LiveRecording {
             return;
         };
         let status = recorder.status();
+        if let Some(event) = status.take_events().pop() {
+            // Only the latest: an outage that ended within a refresh needs no word of its start.
+            let zone = crate::format::clock::zone(app.utc);
+            app.status = Some(format!("recording: {}", event.sentence(&zone)));
+        }
         if let Some(why) = status.failure() {
             app.badge = Some("REC FAILED".into());
             if !self.told_failure {
@@ -114,8 +131,13 @@ impl LiveRecording {
             }
             return;
         }
+        let mark = if status.failing_since().is_some() {
+            "\u{25cb} REC PAUSED"
+        } else {
+            "\u{25cf} REC"
+        };
         app.badge = Some(format!(
-            "\u{25cf} REC {} {}",
+            "{mark} {} {}",
             duration(status.started.elapsed().as_secs_f64()),
             bytes(status.bytes.load(Ordering::Relaxed))
         ));

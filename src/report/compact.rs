@@ -7,9 +7,9 @@
 //!   became null is written as `null`). A missing field means "as before".
 //! - `running_seconds` of a process is written only the first time (add the time since).
 //! - A process's `cgroup` object, once written, likewise lists only the fields that changed
-//!   (its path and limits seldom do); its `memory_current_bytes`, which moves with the page
-//!   cache every refresh, is written again only once it has moved by 1% or more from the
-//!   figure last written.
+//!   (its path and limits seldom do); its `memory_current_bytes` and
+//!   `memory_limit_used_bytes`, which move with the page cache every refresh, are written again
+//!   only once they have moved by 1% or more from the figure last written.
 //! - Elsewhere (driver, host, jobs) `null` fields are left out.
 //! - A warning is written in full the first time it appears (a new id, subject, severity or
 //!   `since`); after that only `id`, `severity`, `subject`, `group` and `since`, with
@@ -125,26 +125,29 @@ fn changes(
     now
 }
 
-/// Leaves out a cgroup's memory use that moved by less than 1% since it was last written,
-/// and keeps the written figure as the baseline in `current`, so the error never accumulates.
+/// Leaves out a cgroup's memory use (its own, and that of the cgroup setting its limit) that
+/// moved by less than 1% since it was last written, and keeps the written figure as the
+/// baseline in `current`, so the error never accumulates.
 fn hold_small_moves(
     was: &Map<String, Value>,
     is: &mut Map<String, Value>,
     current: &mut Map<String, Value>,
     name: &str,
 ) {
-    const FIELD: &str = "memory_current_bytes";
-    let (Some(old), Some(new)) = (
-        was.get(FIELD).and_then(Value::as_u64),
-        is.get(FIELD).and_then(Value::as_u64),
-    ) else {
-        return;
-    };
-    if old.abs_diff(new) < old / 100 {
-        is.remove(FIELD);
-        let baseline = current.get_mut(name).and_then(Value::as_object_mut);
-        if let Some(baseline) = baseline {
-            baseline.insert(FIELD.into(), Value::from(old));
+    const FIELDS: [&str; 2] = ["memory_current_bytes", "memory_limit_used_bytes"];
+    for field in FIELDS {
+        let (Some(old), Some(new)) = (
+            was.get(field).and_then(Value::as_u64),
+            is.get(field).and_then(Value::as_u64),
+        ) else {
+            continue;
+        };
+        if old.abs_diff(new) < old / 100 {
+            is.remove(field);
+            let baseline = current.get_mut(name).and_then(Value::as_object_mut);
+            if let Some(baseline) = baseline {
+                baseline.insert(field.into(), Value::from(old));
+            }
         }
     }
 }
@@ -235,6 +238,8 @@ mod tests {
             snap.processes[0].cgroup = Some(std::sync::Arc::new(crate::model::Cgroup {
                 path: "/docker/x".into(),
                 memory_current_bytes: Some(bytes),
+                // The use of the cgroup above that sets the limit, which holds this one.
+                memory_limit_used_bytes: Some(bytes * 4),
                 ..Default::default()
             }));
             snap
@@ -243,17 +248,22 @@ mod tests {
         assert_eq!(first["processes"][0]["cgroup"]["path"], "/docker/x");
         let second: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
         let cgroup = second["processes"][0]["cgroup"].as_object().unwrap();
-        assert_eq!(cgroup.len(), 1, "{cgroup:?}");
+        assert_eq!(cgroup.len(), 2, "{cgroup:?}");
         assert_eq!(cgroup["memory_current_bytes"], 2);
+        assert_eq!(cgroup["memory_limit_used_bytes"], 8);
         let third: Value = serde_json::from_str(&compactor.line(&with_memory(2))).unwrap();
         assert!(third["processes"][0].get("cgroup").is_none());
         // Moves under 1% of the written figure wait until they add up to 1%.
         let mut written = Vec::new();
+        let mut written_above = Vec::new();
         for bytes in [1000, 1005, 1009, 1011, 1012] {
             let line: Value = serde_json::from_str(&compactor.line(&with_memory(bytes))).unwrap();
-            written.push(line["processes"][0]["cgroup"]["memory_current_bytes"].as_u64());
+            let cgroup = &line["processes"][0]["cgroup"];
+            written.push(cgroup["memory_current_bytes"].as_u64());
+            written_above.push(cgroup["memory_limit_used_bytes"].as_u64());
         }
         assert_eq!(written, [Some(1000), None, None, Some(1011), None]);
+        assert_eq!(written_above, [Some(4000), None, None, Some(4044), None]);
     }
 
     /// A reader that applies each line's changes to what it has gets every row as it is.

@@ -2,10 +2,15 @@
 //! its memory limit. Past memory.max the kernel's OOM killer picks a process in the cgroup,
 //! most often a DataLoader worker ("DataLoader worker (pid X) is killed by signal: Killed").
 //!
-//! The GPU processes are grouped by cgroup path, so a container of eight ranks gets one
-//! warning: about its job when all its ranks are one job's, else its lowest pid. The message
-//! names the biggest members (the collector lists them from this share of the limit on),
-//! marking the children of GPU processes as DataLoader workers.
+//! The limit is the one that binds ([`Cgroup::memory_limit`]): the cgroup's own, or an
+//! ancestor's (a Slurm job's above its tasks' cgroups, a pod's above its containers'), against
+//! the use of the cgroup that sets it.
+//!
+//! The GPU processes are grouped by the cgroup that sets the limit, so a container of eight
+//! ranks, or a Slurm job of eight tasks each in a cgroup of its own, gets one warning: about its
+//! job when all its ranks are one job's, else its lowest pid. The message names the biggest
+//! members (the collector lists them from this share of the limit on), marking the children of
+//! GPU processes as DataLoader workers.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,10 +59,27 @@ pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning
     if !inputs.snapshot.processes.iter().any(near) {
         return Vec::new();
     }
-    job_processes_by_cgroup(inputs.snapshot)
+    by_limit(job_processes_by_cgroup(inputs.snapshot))
         .into_values()
         .filter_map(|members| near_limit(inputs, &members, config))
         .collect()
+}
+
+/// The groups of processes by cgroup, merged where their cgroups share the limit that binds
+/// (an ancestor's): one warning per limit.
+fn by_limit<'a>(
+    groups: BTreeMap<&'a str, Vec<&'a GpuProcess>>,
+) -> BTreeMap<&'a str, Vec<&'a GpuProcess>> {
+    let mut merged: BTreeMap<&str, Vec<&GpuProcess>> = BTreeMap::new();
+    for (path, members) in groups {
+        let limit = members
+            .first()
+            .and_then(|p| p.cgroup.as_deref())
+            .and_then(Cgroup::memory_limit)
+            .map_or(path, |limit| limit.path);
+        merged.entry(limit).or_default().extend(members);
+    }
+    merged
 }
 
 /// The visible job processes of the snapshot, by cgroup path, each once (a process on two GPUs
@@ -97,34 +119,29 @@ fn near_limit(
     if share < config.memory_fraction.get() {
         return None;
     }
+    let limit = cgroup.memory_limit()?;
     let subject = subject_of(inputs, processes);
     let mut message = format!(
         "The {} of {} uses {} of its {} memory limit ({})",
         kind_of(cgroup),
         cgroup.label(),
-        fmt_opt_bytes(cgroup.memory_current_bytes),
-        fmt_opt_bytes(
-            cgroup
-                .memory_max
-                .and_then(super::super::model::cgroup::Limit::value)
-        ),
+        fmt_opt_bytes(limit.used_bytes),
+        fmt_opt_bytes(Some(limit.max_bytes)),
         fmt_percent(share * 100.0),
     );
+    if limit.inherited {
+        // The use is the ancestor's, siblings included: say whose limit and use these are.
+        message.push_str(&format!(", set on {}", limit.path));
+    }
     let biggest = biggest_members(cgroup, processes);
     if !biggest.is_empty() {
         message.push_str(&format!("; biggest: {biggest}"));
     }
     let evidence = vec![
         ("cgroup", cgroup.path.clone()),
-        ("memory.current", fmt_opt_bytes(cgroup.memory_current_bytes)),
-        (
-            "memory.max",
-            fmt_opt_bytes(
-                cgroup
-                    .memory_max
-                    .and_then(super::super::model::cgroup::Limit::value),
-            ),
-        ),
+        ("limit set on", limit.path.to_string()),
+        ("memory.current", fmt_opt_bytes(limit.used_bytes)),
+        ("memory.max", fmt_opt_bytes(Some(limit.max_bytes))),
         ("share", fmt_percent(share * 100.0)),
         (
             "memory.swap.max",
@@ -255,6 +272,52 @@ mod tests {
         );
         assert_eq!(evidence(w, "processes"), "9");
         assert!(w.remedy.contains("--memory"));
+    }
+
+    /// Two Slurm tasks, each in a cgroup of its own without a limit, under their job's 8 GiB,
+    /// of which the job's cgroup uses 7.6 GiB: one warning, on the job's limit and use.
+    #[test]
+    fn a_limit_set_above_the_cgroups_warns_once_naming_where_it_is_set() {
+        const JOB: &str = "/slurm/uid_1000/job_42";
+        let task = |pid: u32| {
+            let mut p = process(pid, 0, 10 * GIB);
+            p.children_count = Some(2);
+            p.cgroup = Some(
+                Cgroup {
+                    path: format!("{JOB}/step_0/task_{}", pid - 40),
+                    version: 2,
+                    memory_max: Some(Limit::Max),
+                    memory_current_bytes: Some(3 * GIB),
+                    memory_limit_bytes: Some(8 * GIB),
+                    memory_limit_used_bytes: Some(76 * GIB / 10),
+                    memory_limit_path: Some(JOB.into()),
+                    slurm_job: Some("42".into()),
+                    ..Default::default()
+                }
+                .into(),
+            );
+            p
+        };
+        let snapshot = |step| {
+            let mut snap = at(step);
+            snap.processes = vec![task(40), task(41)];
+            snap
+        };
+        let all = replay_default(0, snapshot);
+        let warnings = with_id(&all, "cgroup-memory");
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        let w = warnings[0];
+        assert!(
+            w.message.contains(
+                "Slurm job of slurm job 42 uses 7.6GiB of its 8.0GiB memory limit (95%), set on \
+                 /slurm/uid_1000/job_42"
+            ),
+            "{}",
+            w.message
+        );
+        assert_eq!(evidence(w, "limit set on"), JOB);
+        assert_eq!(evidence(w, "memory.current"), "7.6GiB");
+        assert_eq!(evidence(w, "cgroup"), format!("{JOB}/step_0/task_0"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The detail view (`Enter`) over the panels: one process's full command line, cwd, cgroup,
+//! The detail view (`Enter`) over the panels: one process's full command line, cwd, cgroup
+//! and the memory limit that binds it (with the cgroup that sets it, when an ancestor does),
 //! launcher and CUDA environment, the GPUs it holds, history lines of its GPU memory, SM%,
 //! CPU%, RSS and allocator figures, and its children. Every text from /proc is escaped.
 //!
@@ -18,7 +19,7 @@ use crate::app::layout::Areas;
 use crate::app::App;
 use crate::format::{self, escape};
 use crate::model::history::{ProcessHistory, Series};
-use crate::model::{GpuProcess, ProcessDetail};
+use crate::model::{Cgroup, GpuProcess, Limit, ProcessDetail};
 use crate::terminal::theme::Theme;
 use crate::ui::balance::LEVELS;
 use crate::ui::history::{bucket_size, newest_first_buckets};
@@ -160,6 +161,33 @@ fn identity_lines(
     lines.push(labelled("cwd", cwd, theme));
     let (cgroup, _) = read_or_reason(detail, |d| &d.cgroup, |c| escape(c).into_owned());
     lines.push(labelled("cgroup", cgroup, theme));
+    if let Some(cgroup) = first.and_then(|p| p.cgroup.as_deref()) {
+        lines.push(labelled("mem limit", memory_limit_text(cgroup), theme));
+    }
+}
+
+/// The memory limit that binds the process's cgroup, the use it applies to, and the cgroup
+/// that sets it when that is an ancestor: "8.0GiB, 7.6GiB in use (95%), set on
+/// /slurm/uid_1000/job_42".
+fn memory_limit_text(cgroup: &Cgroup) -> String {
+    let Some(limit) = cgroup.memory_limit() else {
+        return match cgroup.memory_max {
+            Some(Limit::Max) => "none: no cgroup up to the root sets one".to_string(),
+            _ => "N/A".to_string(),
+        };
+    };
+    let share = cgroup
+        .memory_fraction()
+        .map_or_else(|| "N/A".to_string(), |f| format::percent_whole(f * 100.0));
+    let mut text = format!(
+        "{}, {} in use ({share})",
+        format::bytes(limit.max_bytes),
+        format::opt_bytes(limit.used_bytes)
+    );
+    if limit.inherited {
+        text.push_str(&format!(", set on {}", escape(limit.path)));
+    }
+    text
 }
 
 /// A replay's identity lines: the figures the frame recorded for the process's row (a state

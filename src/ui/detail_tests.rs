@@ -82,6 +82,33 @@ fn detail_view_at_three_sizes() {
     }
 }
 
+/// A Slurm task's cgroup sets no limit; its job's does: the detail view names the job's
+/// limit, the job's use (not the task's own) and the cgroup that sets it.
+#[test]
+fn detail_view_names_the_limit_that_binds_and_where_it_is_set() {
+    let mut app = detail_app();
+    let pid = app.detail.as_ref().unwrap().pid;
+    let mut snapshot = (*app.snapshot).clone();
+    for row in snapshot.processes.iter_mut().filter(|p| p.pid == pid) {
+        row.cgroup = Some(Arc::new(crate::model::Cgroup {
+            path: "/slurm/uid_1000/job_42/step_0/task_0".into(),
+            version: 2,
+            memory_max: Some(crate::model::Limit::Max),
+            memory_current_bytes: Some(GIB),
+            memory_limit_bytes: Some(8 * GIB),
+            memory_limit_used_bytes: Some(76 * GIB / 10),
+            memory_limit_path: Some("/slurm/uid_1000/job_42".into()),
+            ..Default::default()
+        }));
+    }
+    app.on_snapshot(Arc::new(snapshot));
+    let s = screen(&app, 200, 50);
+    assert!(
+        s.contains("mem limit   8.0GiB, 7.6GiB in use (95%), set on /slurm/uid_1000/job_42"),
+        "{s}"
+    );
+}
+
 #[test]
 fn detail_view_scrolls_and_says_so_before_the_first_read() {
     let mut app = torch_app();

@@ -314,3 +314,73 @@ fn a_rising_oom_kill_names_the_worker_that_vanished() {
         .collect();
     assert_eq!(all.len(), 1, "{all:#?}");
 }
+
+/// A Slurm job's memory limit set on the job's cgroup, above its tasks' (slurmstepd's layout),
+/// whose own memory.max is "max": the tasks' rows carry the job's limit and the job's use, and
+/// `cgroup-memory` warns about the job, saying where the limit is set. Before, the tasks'
+/// cgroup had no limit as far as torchtop could tell, and nothing warned however near the job
+/// came to its limit.
+#[test]
+fn a_slurm_job_s_limit_above_its_tasks_binds_them() {
+    let fixture = Fixture::new();
+    let job = "/system.slice/slurmstepd.scope/job_4242";
+    let task = format!("{job}/step_0/user/task_0");
+    let levels = [
+        ("/system.slice".to_string(), "max\n".to_string(), 40 * GIB),
+        (
+            "/system.slice/slurmstepd.scope".to_string(),
+            "max\n".to_string(),
+            31 * GIB / 2,
+        ),
+        (job.to_string(), format!("{}\n", 16 * GIB), 31 * GIB / 2),
+        (format!("{job}/step_0"), "max\n".to_string(), 15 * GIB),
+        (format!("{job}/step_0/user"), "max\n".to_string(), 2 * GIB),
+        (task.clone(), "max\n".to_string(), 2 * GIB),
+    ];
+    for (path, max, current) in levels {
+        fixture.write(&format!("sys/fs/cgroup{path}/memory.max"), &max);
+        fixture.write(
+            &format!("sys/fs/cgroup{path}/memory.current"),
+            &format!("{current}\n"),
+        );
+    }
+    let scenario = scenario();
+    let output = output_within_patience(&mut torchtop(&fixture, &scenario, &["--once", "--json"]));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+
+    let about_the_job = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| {
+            w["id"] == "cgroup-memory"
+                && w["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("slurm job 4242"))
+        })
+        .unwrap_or_else(|| panic!("no cgroup-memory warning about the job: {doc:#}"));
+    let message = about_the_job["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "uses 15.5GiB of its 16.0GiB memory limit (97%), set on {job}"
+        )),
+        "{message}"
+    );
+
+    let cgroup = &common::process_row(&doc, SLURM_TASKS[0])["cgroup"];
+    assert_eq!(cgroup["path"], task.as_str());
+    assert_eq!(cgroup["memory_max"], "max", "the task's own");
+    assert_eq!(cgroup["memory_current_bytes"], 2 * GIB, "the task's own");
+    assert_eq!(cgroup["memory_limit_bytes"], 16 * GIB);
+    assert_eq!(cgroup["memory_limit_used_bytes"], 31 * GIB / 2);
+    assert_eq!(cgroup["memory_limit_path"], job);
+    // The container's limit is its own.
+    let docker = &common::process_row(&doc, TRAINER)["cgroup"];
+    assert_eq!(docker["memory_limit_bytes"], 8 * GIB);
+    assert_eq!(docker["memory_limit_path"], docker["path"]);
+}

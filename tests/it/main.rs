@@ -30,6 +30,7 @@ mod memsnap;
 mod mig_fake_nvml;
 mod once_fake_nvml;
 mod oom_memsnap;
+mod record_full_disk;
 mod record_replay;
 mod record_replay_times;
 mod root_reads_users_agents;
