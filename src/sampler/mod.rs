@@ -314,6 +314,10 @@ impl Sampler {
             &mut self.agent_only,
         );
         self.host.join_more_processes(&mut self.agent_only);
+        // The process /proc shows under an agent's pid may be a later one given that pid.
+        let heard = &self.heard;
+        (self.agent_only)
+            .retain(|row| heard.get(&row.pid).is_none_or(|h| h.is_of(row.start_ticks)));
         // A rank that holds no GPU yet is still a rank of its job.
         group_jobs_into(processes.iter().chain(&self.agent_only), &mut snapshot.jobs);
         snapshot.notices = self.take_notices(&processes);

@@ -91,8 +91,8 @@ const KEPT_PER_PID: usize = 4;
 pub(crate) struct TorchJoin {
     churn: Churn,
     kept: HashMap<u32, Vec<Arc<TorchInfo>>>,
-    /// This tick's joined figures, by pid, sorted.
-    joined: Vec<(u32, Arc<TorchInfo>)>,
+    /// This tick's joined figures, by pid, sorted, with the agent process's start time.
+    joined: Vec<(u32, Option<u64>, Arc<TorchInfo>)>,
 }
 
 /// Puts each agent's figures on its process's rows, and adds to `agent_only` a row for each
@@ -123,18 +123,27 @@ pub(crate) fn join_torch(
         info.age_seconds = figures.age_seconds(now);
         join_devices(pid, info, processes, gpus);
         join.churn.apply(pid, info);
-        join.joined.push((pid, Arc::clone(&kept[slot])));
+        join.joined
+            .push((pid, figures.start_ticks, Arc::clone(&kept[slot])));
     }
-    join.joined.sort_unstable_by_key(|(pid, _)| *pid);
+    join.joined.sort_unstable_by_key(|(pid, ..)| *pid);
     for process in processes.iter_mut() {
         let found = join
             .joined
-            .binary_search_by_key(&process.pid, |(pid, _)| *pid);
-        process.torch = found.ok().map(|i| Arc::clone(&join.joined[i].1));
+            .binary_search_by_key(&process.pid, |(pid, ..)| *pid);
+        // A process that started after the agent's is another one given the same pid.
+        let same =
+            |_: &usize| (heard.get(&process.pid)).is_some_and(|h| h.is_of(process.start_ticks));
+        process.torch = found
+            .ok()
+            .filter(same)
+            .map(|i| Arc::clone(&join.joined[i].2));
     }
-    for (pid, info) in &join.joined {
+    for (pid, start_ticks, info) in &join.joined {
         if !processes.iter().any(|p| p.pid == *pid) {
-            agent_only.push(GpuProcess::agent_only(*pid, Arc::clone(info)));
+            let mut row = GpuProcess::agent_only(*pid, Arc::clone(info));
+            row.start_ticks = *start_ticks;
+            agent_only.push(row);
         }
     }
     // Dropped now, so that only the snapshot holds them and the next tick may refill them.
@@ -260,7 +269,33 @@ mod tests {
         Heard {
             info: Arc::new(info),
             stats_at: None,
+            start_ticks: None,
         }
+    }
+
+    /// The agent's process started at tick 100; the rows' processes at tick 100 and 200.
+    #[test]
+    fn figures_go_only_on_the_process_that_started_when_the_agents_did() {
+        let gpus = vec![gpu(0)];
+        let info = TorchInfo {
+            devices: vec![device(0, 10 * GIB)],
+            ..Default::default()
+        };
+        let agent = Heard {
+            start_ticks: Some(100),
+            ..heard(info)
+        };
+        let heard = HashMap::from([(7, agent.clone()), (8, agent)]);
+        let mut rows = vec![
+            GpuProcess::new(7, 0, ProcessKind::Compute),
+            GpuProcess::new(8, 0, ProcessKind::Compute),
+        ];
+        rows[0].start_ticks = Some(100);
+        rows[1].start_ticks = Some(200);
+        let agent_only = join(&mut rows, &heard, &gpus, &mut TorchJoin::default());
+        assert!(rows[0].torch.is_some());
+        assert!(rows[1].torch.is_none(), "a later process of pid 8");
+        assert!(agent_only.is_empty(), "pid 8's row is another process's");
     }
 
     /// [`join_torch`], returning the agent-only rows.

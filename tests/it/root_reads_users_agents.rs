@@ -242,3 +242,107 @@ fn host_pid_of_agent(agents: &Path) -> (u32, u32) {
     });
     found.unwrap()
 }
+
+/// Run by `nobody`: listens on `<dir>/<its pid>.sock`, hands the socket to a child that relays
+/// every connection to the real agent socket `argv[2]`, prints its pid and ends. The kernel
+/// keeps naming the ended pid as the socket's server (`SO_PEERCRED`).
+const PID_TRAP: &str = r#"
+import os, socket, sys, threading, time
+d, real = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(d, "%d.sock" % os.getpid()))
+s.listen(8)
+if os.fork():
+    print(os.getpid(), flush=True)
+    os._exit(0)
+time.sleep(0.2)
+print(os.getpid(), flush=True)
+def pump(a, b):
+    while True:
+        data = a.recv(65536)
+        if not data:
+            break
+        b.sendall(data)
+while True:
+    c, _ = s.accept()
+    r = socket.socket(socket.AF_UNIX)
+    r.connect(real)
+    threading.Thread(target=pump, args=(c, r), daemon=True).start()
+    threading.Thread(target=pump, args=(r, c), daemon=True).start()
+"#;
+
+/// A process of root's (`sleep`) given exactly `pid`, by setting the kernel's last pid just
+/// below it; `None` when other processes keep taking it first.
+fn process_with_pid(pid: u32) -> Option<Killed> {
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).ok()?;
+        let child = Killed(Command::new("sleep").arg("300").spawn().unwrap());
+        if child.pid() == pid {
+            return Some(child);
+        }
+    }
+    None
+}
+
+/// A user's listener ends after handing its socket to a child; its pid is then reused by
+/// another user's process (root's here). The socket still names the ended pid as its server,
+/// so root's monitor once put the user's figures on the other user's process.
+#[test]
+fn a_users_socket_never_lends_its_figures_to_a_later_process_of_its_pid() {
+    let Some(python) = setting() else {
+        return;
+    };
+    let base = open_base();
+    let own = dir_of(&base.path().join("root-agents"), 0, 0o700);
+    let theirs = dir_of(&base.path().join("agents"), NOBODY, 0o700);
+    let fake_torch = fake_torch_dir();
+    let agent = nobody_python(
+        &python,
+        &agent_script(),
+        &[("TORCHTOP_AGENT_DIR", &theirs), ("PYTHONPATH", &fake_torch)],
+    );
+    let real = theirs.join(format!("{}.sock", agent.pid()));
+    wait_until("the user's agent socket", || real.exists());
+    let mut trap = Command::new(&python);
+    trap.args(["-c", PID_TRAP])
+        .arg(&theirs)
+        .arg(&real)
+        .env_clear()
+        .stdout(std::process::Stdio::piped());
+    let mut child = crate::launch_support::as_nobody(&mut trap).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let ended: u32 = crate::launch_support::first_line(&mut out).parse().unwrap();
+    let relay: u32 = crate::launch_support::first_line(&mut out).parse().unwrap();
+    let _relay = scopeguard_kill(relay);
+    let _ = child.wait();
+    let Some(victim) = process_with_pid(ended) else {
+        crate::ci::skip_or_fail(&format!("could not get pid {ended} again for a process"));
+        return;
+    };
+    let scenario = gpu_with(&[victim.pid(), agent.pid()]);
+
+    let mut doc = Value::Null;
+    wait_until("root's monitor to read the user's real agent", || {
+        doc = once(&scenario, &own);
+        row(&doc, agent.pid()).is_some_and(|r| r["torch"].is_object())
+    });
+
+    let victims = row(&doc, victim.pid()).expect("the reused pid's GPU row");
+    assert!(
+        victims["torch"].is_null(),
+        "the user's figures were put on root's `sleep`: {victims}"
+    );
+    assert_eq!(victims["user"], "root");
+}
+
+/// Kills `pid` with SIGKILL when dropped.
+fn scopeguard_kill(pid: u32) -> impl Drop {
+    struct KillOnDrop(i32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory effects; a pid already gone gives ESRCH.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    KillOnDrop(pid as i32)
+}

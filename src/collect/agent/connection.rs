@@ -1,5 +1,7 @@
 //! Opening one agent connection: which directory entries are agent sockets, a connect that never
-//! waits, and the peer check (`SO_PEERCRED`: the server must be the directory's owner).
+//! waits, and the peer check (`SO_PEERCRED`: the server must be the directory's owner, and the
+//! process of the pid it names must still be that user's: a listener can hand its socket to a
+//! child and end, leaving its pid to be reused by another user's process).
 
 use std::ffi::OsStr;
 use std::io;
@@ -11,6 +13,7 @@ use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::sys::peer_credentials;
+use crate::sys::proc::{read_pid_stat, read_pid_status};
 
 /// The pid in a socket file's name, `<decimal pid>.sock`; `None` for any other name.
 pub(crate) fn socket_file_pid(name: &OsStr) -> Option<u32> {
@@ -37,6 +40,9 @@ pub(crate) struct Refusal {
 pub(crate) struct Opened {
     pub(crate) stream: UnixStream,
     pub(crate) peer_pid: u32,
+    /// When that process started (`/proc/PID/stat`), so that its figures are never put on a
+    /// later process given the same pid; `None` when the peer's pid is not known here.
+    pub(crate) start_ticks: Option<u64>,
 }
 
 /// Connects to `path` without waiting and checks that `owner` serves it.
@@ -57,10 +63,43 @@ pub(crate) fn open(path: &Path, file_pid: u32, owner: u32) -> Result<Opened, Ref
             bad_input: true,
         });
     }
+    if peer_pid == 0 {
+        // The server is in a pid namespace this one cannot see: its own name is all there is.
+        return Ok(Opened {
+            stream,
+            peer_pid: file_pid,
+            start_ticks: None,
+        });
+    }
+    let start_ticks = check_peer_process(path, peer_pid, peer_uid)?;
     Ok(Opened {
         stream,
-        peer_pid: if peer_pid > 0 { peer_pid } else { file_pid },
+        peer_pid,
+        start_ticks: Some(start_ticks),
     })
+}
+
+/// The start time of `pid`, once its process is known to be `uid`'s (real or effective uid).
+fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
+    let proc = Path::new("/proc");
+    let gone = || Refusal {
+        reason: format!("pid {pid}, which serves {}, has ended", path.display()),
+        bad_input: false,
+    };
+    let stat = read_pid_stat(proc, pid).map_err(|_| gone())?;
+    let status = read_pid_status(proc, pid).map_err(|_| gone())?;
+    let [real, effective, ..] = status.uids.unwrap_or([status.uid; 4]);
+    if real != uid && effective != uid {
+        return Err(Refusal {
+            reason: format!(
+                "{} is served by uid {uid} as pid {pid}, but pid {pid} is now uid {real}'s \
+                 process: the process that listened has ended and its pid was reused",
+                path.display()
+            ),
+            bad_input: true,
+        });
+    }
+    Ok(stat.start_ticks)
 }
 
 /// A Unix-socket connect that fails instead of waiting when the agent's backlog is full. The

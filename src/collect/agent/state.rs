@@ -40,6 +40,8 @@ pub(crate) struct Ending {
 pub(crate) struct ConnState {
     /// The pid of the agent's process, from `SO_PEERCRED` (else the socket's name).
     pub(crate) pid: u32,
+    /// When that process started, as read when the connection opened; `None` where unknown.
+    pub(crate) start_ticks: Option<u64>,
     pub(crate) hello: Option<Hello>,
     pub(crate) stats: Option<Stats>,
     pub(crate) stats_at: Option<Instant>,
@@ -69,9 +71,19 @@ pub(crate) struct Heard {
     pub(crate) info: Arc<TorchInfo>,
     /// When the latest stats arrived; `None` before the first.
     pub(crate) stats_at: Option<Instant>,
+    /// When the agent's process started: the figures belong to no other process of that pid.
+    pub(crate) start_ticks: Option<u64>,
 }
 
 impl Heard {
+    /// Whether these figures may go on a process that started at `start_ticks`.
+    pub(crate) fn is_of(&self, start_ticks: Option<u64>) -> bool {
+        match (self.start_ticks, start_ticks) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            _ => true,
+        }
+    }
+
     /// Seconds since the stats arrived, as of `now`.
     pub(crate) fn age_seconds(&self, now: Instant) -> Option<f64> {
         (self.stats_at).map(|at| now.saturating_duration_since(at).as_secs_f64())
@@ -79,9 +91,10 @@ impl Heard {
 }
 
 impl ConnState {
-    pub(crate) fn new(pid: u32, now: Instant) -> Self {
+    pub(crate) fn new(pid: u32, start_ticks: Option<u64>, now: Instant) -> Self {
         ConnState {
             pid,
+            start_ticks,
             hello: None,
             stats: None,
             stats_at: None,
@@ -114,6 +127,7 @@ impl ConnState {
         Some(Heard {
             info: Arc::clone(self.info.as_ref()?),
             stats_at: self.stats_at,
+            start_ticks: self.start_ticks,
         })
     }
 }

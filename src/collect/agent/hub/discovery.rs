@@ -123,7 +123,7 @@ impl AgentHub {
         let stream = Arc::new(opened.stream);
         lock(&self.shared)
             .conns
-            .insert(id, ConnState::new(pid, now));
+            .insert(id, ConnState::new(pid, opened.start_ticks, now));
         self.conns.insert(
             id,
             HubConn {
