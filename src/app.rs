@@ -117,6 +117,9 @@ pub struct App {
     pub(crate) delay_seconds: f64,
     /// One sentence for the status line: the outcome of the last action.
     pub(crate) status: Option<String>,
+    /// The status is an action's outcome, kept over the sampler's notices until the next key
+    /// (as htop keeps its own): other users' agents coming and going must not hide it.
+    status_held: bool,
     pub(crate) mode: Mode,
     /// Filter, sort order and tree view.
     pub(crate) settings: RowSettings,
@@ -163,6 +166,7 @@ impl App {
             colors,
             delay_seconds,
             status: None,
+            status_held: false,
             mode: Mode::Normal,
             settings: RowSettings::default(),
             tags: Tags::new(),
@@ -242,7 +246,7 @@ impl App {
     }
 
     pub(crate) fn on_snapshot(&mut self, snapshot: Arc<Snapshot>) {
-        if let Some(notice) = snapshot.notices.last() {
+        if let Some(notice) = snapshot.notices.last().filter(|_| !self.status_held) {
             self.status = Some(notice.clone());
         }
         self.history.record(&snapshot);
@@ -327,6 +331,7 @@ impl App {
     pub(crate) fn on_key(&mut self, key: KeyEvent) -> Effect {
         // The hint answers one Esc. It goes with the next key, which may be an Esc that closes
         // an overlay opened since: left up, it would contradict what that key did.
+        self.status_held = false;
         let hint_up = self.status.as_deref() == Some(ESC_HAS_NOTHING_TO_CLOSE);
         if hint_up {
             self.status = None;
@@ -384,6 +389,7 @@ impl App {
     /// Puts the outcome of an action in the status line.
     pub(crate) fn on_action_done(&mut self, report: &ActionReport) {
         self.status = Some(report.sentence());
+        self.status_held = true;
         self.apply_nice_results(report);
     }
 

@@ -705,6 +705,22 @@ fn an_action_report_becomes_the_status_sentence() {
         app.status.as_deref(),
         Some("sent SIGTERM to 100 (python train.py)")
     );
+
+    // Notices (another user's agents coming and going) do not hide it before the next key.
+    let mut next = snapshot();
+    next.notices
+        .push("pid 7: connection ended: the agent closed it".into());
+    app.on_snapshot(Arc::new(next.clone()));
+    assert_eq!(
+        app.status.as_deref(),
+        Some("sent SIGTERM to 100 (python train.py)")
+    );
+    press(&mut app, KeyCode::Down);
+    app.on_snapshot(Arc::new(next));
+    assert_eq!(
+        app.status.as_deref(),
+        Some("pid 7: connection ended: the agent closed it")
+    );
 }
 
 #[test]

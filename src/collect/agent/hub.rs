@@ -96,7 +96,8 @@ pub struct AgentHub {
     own_uid: u32,
     /// Our mount namespace: a process in another sees another filesystem.
     own_mount_ns: Option<u64>,
-    warned_many_users: bool,
+    /// The uids already told of directories left unread.
+    warned_uids: Vec<u32>,
     limits: Limits,
     shared: Arc<Mutex<Shared>>,
     /// Started with the first connection.
@@ -127,7 +128,7 @@ impl AgentHub {
             reads_other_users: own_uid == 0,
             own_uid,
             own_mount_ns: crate::sys::proc::own_mount_namespace(),
-            warned_many_users: false,
+            warned_uids: Vec::new(),
             limits,
             shared: Arc::default(),
             reader: None,
@@ -345,15 +346,20 @@ impl AgentHub {
                 continue;
             };
             self.lose_awaiting(&state, &ending.reason);
-            let verb = if ending.bad_input {
-                "dropped the connection"
-            } else {
-                "connection ended"
-            };
-            shared
-                .log
-                .push(format!("pid {}: {verb}: {}", state.pid, ending.reason));
-            if let Some(conn) = self.conns.remove(&id) {
+            let conn = self.conns.remove(&id);
+            // Another user's process ending is their business: its connection ends unlogged.
+            let named = (conn.as_ref()).is_some_and(|c| self.is_named_by_a_process(c.dir));
+            if ending.bad_input || !named {
+                let verb = if ending.bad_input {
+                    "dropped the connection"
+                } else {
+                    "connection ended"
+                };
+                shared
+                    .log
+                    .push(format!("pid {}: {verb}: {}", state.pid, ending.reason));
+            }
+            if let Some(conn) = conn {
                 let wait = if ending.bad_input {
                     RETRY_AFTER_BAD_INPUT
                 } else {

@@ -14,6 +14,8 @@ use crate::protocol::AgentCommand;
 
 /// Lines the log keeps; older ones are dropped.
 const LOG_CAPACITY: usize = 64;
+/// The longest log line kept, in bytes (a status line is far shorter).
+const MAX_LOG_LINE: usize = 400;
 /// Events one connection keeps until the hub takes them; older ones are dropped.
 pub(crate) const EVENT_CAPACITY: usize = 64;
 
@@ -141,7 +143,16 @@ pub(crate) struct Log {
 }
 
 impl Log {
-    pub(crate) fn push(&mut self, line: String) {
+    /// Adds a line, cut to [`MAX_LOG_LINE`] bytes: a line can carry a path a user chose.
+    pub(crate) fn push(&mut self, mut line: String) {
+        if line.len() > MAX_LOG_LINE {
+            let mut end = MAX_LOG_LINE;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+            line.push('…');
+        }
         self.total += 1;
         if self.lines.len() == LOG_CAPACITY {
             self.lines.pop_front();
@@ -268,5 +279,22 @@ mod tests {
             LOG_CAPACITY,
             "older lines fell off the ring"
         );
+    }
+
+    /// A user's environment can name a path of 100 KB, which a line about it carries.
+    #[test]
+    fn a_line_is_cut_to_the_bound_on_a_character_boundary() {
+        let mut log = Log::default();
+        log.push(format!(
+            "not reading agents: cannot inspect /tmp/{}",
+            "é".repeat(50_000)
+        ));
+        let line = &log.lines()[0];
+        assert!(
+            line.len() <= MAX_LOG_LINE + '…'.len_utf8(),
+            "{}",
+            line.len()
+        );
+        assert!(line.ends_with('…'));
     }
 }

@@ -9,7 +9,9 @@
 //! user's own (owner, mode 0700, not a symlink: checked at every poll), and each socket in it
 //! only when that user serves it (`SO_PEERCRED`, as for the monitor's own directory). Nothing in
 //! it is ever written or removed. A directory no GPU process has named for [`FORGET_AFTER`] is
-//! dropped once no connection from it is open; at most [`MAX_USER_DIRS`] are read at once.
+//! dropped once no connection from it is open; at most [`MAX_USER_DIRS`] are read at once, at
+//! most [`MAX_DIRS_PER_USER`] for one uid (so one user cannot take every other user's room),
+//! and each is listed to at most [`MAX_NAMED_ENTRIES`] entries.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,6 +26,11 @@ pub(super) type DirId = u32;
 
 /// Other users' directories read at once: a bound on the `lstat`s a poll makes.
 pub(crate) const MAX_USER_DIRS: usize = 64;
+/// Directories kept for one uid: its processes may name a few (a login's, `/tmp`'s, a job's).
+pub(crate) const MAX_DIRS_PER_USER: usize = 4;
+/// Entries listed in a directory a process named (the monitor's own: 4,096): an agent's
+/// directory holds its sockets, site directories and snapshots, far fewer.
+pub(super) const MAX_NAMED_ENTRIES: usize = 1024;
 /// How long a user's directory is kept after the last GPU process that named it.
 const FORGET_AFTER: Duration = Duration::from_secs(30);
 
@@ -159,15 +166,9 @@ impl AgentHub {
         now: Instant,
     ) {
         let users = self.dirs.iter().filter(|d| d.user.is_some()).count();
-        if users >= MAX_USER_DIRS {
-            if !self.warned_many_users {
-                self.warned_many_users = true;
-                self.push_log(format!(
-                    "other users' processes name more than {MAX_USER_DIRS} agent directories; \
-                     only {MAX_USER_DIRS} are read"
-                ));
-            }
-            return;
+        let theirs = self.dirs.iter().filter(|d| d.user == Some(uid)).count();
+        if users >= MAX_USER_DIRS || theirs >= MAX_DIRS_PER_USER {
+            return self.warn_many_dirs(uid, theirs >= MAX_DIRS_PER_USER);
         }
         let inner = socket_dir_from(
             vars.torchtop_agent_dir.as_deref().map(AsRef::as_ref),
@@ -200,6 +201,31 @@ impl AgentHub {
             warned_crowded: false,
             last_wanted: now,
         });
+    }
+
+    /// Says once per uid (for the first [`MAX_USER_DIRS`] uids) that a directory goes unread.
+    fn warn_many_dirs(&mut self, uid: u32, own_bound: bool) {
+        if self.warned_uids.contains(&uid) || self.warned_uids.len() >= MAX_USER_DIRS {
+            return;
+        }
+        self.warned_uids.push(uid);
+        let line = if own_bound {
+            format!(
+                "uid {uid}'s processes name more than {MAX_DIRS_PER_USER} agent directories; \
+                 only the first {MAX_DIRS_PER_USER} are read"
+            )
+        } else {
+            format!(
+                "processes name more than {MAX_USER_DIRS} agent directories; those of uid \
+                 {uid} are not read"
+            )
+        };
+        self.push_log(line);
+    }
+
+    /// Whether directory `id` is one a process named (not the monitor's own).
+    pub(super) fn is_named_by_a_process(&self, id: DirId) -> bool {
+        self.dirs.iter().any(|d| d.id == id && d.user.is_some())
     }
 
     /// A directory reached through a process that is gone is reached through another live
@@ -350,7 +376,38 @@ mod tests {
         let many = (1..=MAX_USER_DIRS as u32 + 5).map(|uid| (uid, uid, &plain));
         hub.watch_users(many, Instant::now());
         assert_eq!(hub.dirs.len(), MAX_USER_DIRS + 1);
-        assert_eq!(hub.log().len(), 1, "{:?}", hub.log());
+        assert_eq!(
+            hub.log().len(),
+            5,
+            "a line per uid left out: {:?}",
+            hub.log()
+        );
+    }
+
+    /// The attack: one user's processes each name a directory of their own, to take the room
+    /// of every other user's.
+    #[test]
+    fn one_user_cannot_take_the_room_of_the_others() {
+        let mut hub = hub_for_root();
+        let named: Vec<AgentDirVars> = (0..MAX_USER_DIRS)
+            .map(|i| vars(Some(&format!("/tmp/mine-{i}")), None))
+            .collect();
+        let plain = vars(None, None);
+        let seen = (named.iter().enumerate()).map(|(i, v)| (100 + i as u32, 65534, v));
+        hub.watch_users(seen.chain([(7, 1000, &plain)]), Instant::now());
+        let users: Vec<_> = hub.dirs.iter().map(|d| d.user).collect();
+        assert_eq!(
+            users.iter().filter(|u| **u == Some(65534)).count(),
+            MAX_DIRS_PER_USER
+        );
+        assert!(users.contains(&Some(1000)), "another user still gets read");
+        assert_eq!(
+            hub.log(),
+            [format!(
+                "uid 65534's processes name more than {MAX_DIRS_PER_USER} agent directories; \
+                 only the first {MAX_DIRS_PER_USER} are read"
+            )]
+        );
     }
 
     #[test]

@@ -99,6 +99,12 @@ impl ScanClock {
         self.racy = (self.listed).is_none_or(|stamp| stamp.changed_lately(wall));
     }
 
+    /// Whether the last listing stopped short, so that the next poll lists again.
+    #[cfg(test)]
+    pub(crate) fn stopped_short(&self) -> bool {
+        self.incomplete
+    }
+
     /// Forgets the last listing: the directory is gone or refused, and is listed in full once
     /// it is back.
     pub(crate) fn forget(&mut self) {
