@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::codec::{self, Corrupt, Result};
 use super::tokens::{Text, Tok};
+#[cfg(test)]
 use crate::model::Snapshot;
 
 pub(crate) const FULL: u8 = 0;
@@ -62,7 +63,14 @@ impl State {
     }
 
     /// The snapshot, as `--json` would have read it.
+    #[cfg(test)]
     pub(crate) fn snapshot(&self) -> std::result::Result<Snapshot, Corrupt> {
+        self.read()
+    }
+
+    /// The frame read as a `T`: a [`crate::model::Snapshot`], or a type with only some of its
+    /// fields, whose other fields are skipped without being built.
+    pub(crate) fn read<T: serde::de::DeserializeOwned>(&self) -> std::result::Result<T, Corrupt> {
         let groups: Vec<&[Node]> = self.groups.iter().map(|g| g.nodes.as_slice()).collect();
         super::de::from_tokens(&self.head.toks, &groups)
             .map_err(|e| Corrupt(format!("a frame does not make a snapshot: {e}")))
@@ -93,6 +101,26 @@ impl Decoder {
     /// The last frame decoded.
     pub(crate) fn state(&self) -> Option<&State> {
         self.state.as_ref()
+    }
+
+    /// About how many bytes the state takes: every entity's tokens, and those of the frame
+    /// before that it keeps for predicting numbers. Tokens shared with other states are
+    /// counted in full, and texts (shared by every frame) not at all.
+    pub(crate) fn weight(&self) -> usize {
+        let node = |n: &Node| {
+            std::mem::size_of::<Node>()
+                + (n.toks.len() + n.prev.as_ref().map_or(0, |p| p.len()))
+                    * std::mem::size_of::<Tok>()
+        };
+        self.state.as_ref().map_or(0, |state| {
+            node(&state.head)
+                + state
+                    .groups
+                    .iter()
+                    .flat_map(|g| &g.nodes)
+                    .map(node)
+                    .sum::<usize>()
+        })
     }
 
     /// Decodes one frame's body; on error the state is gone.

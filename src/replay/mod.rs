@@ -2,18 +2,23 @@
 //! history, the warnings, the PyTorch panel, the tree), with a transport to move in time; or
 //! exported as `--json` lines, or summed up with `--summary`.
 //!
-//! - [`player`]: the thread that owns the recording and sends frames at the chosen speed.
+//! - [`player`]: the thread that owns the recording and sends frames at the chosen speed;
+//!   [`figures`]: what it keeps of recent frames to build the history again quickly.
 //! - [`transport`]: the replay's keys, and the sentences for the action keys.
 //! - [`timebar`]: the line under the panels that shows where the replay stands.
 //! - [`export`], [`summary`]: the outputs for scripts and people.
 //! - [`time`]: reading the times the user types.
 
 pub(crate) mod export;
+pub(crate) mod figures;
 pub(crate) mod player;
 pub(crate) mod summary;
 pub(crate) mod time;
 pub(crate) mod timebar;
 pub(crate) mod transport;
+
+#[cfg(test)]
+mod step_timing;
 
 use std::path::PathBuf;
 

@@ -1,8 +1,11 @@
 //! The player: a thread that owns the recording and moves through it as the transport asks
 //! (play at a speed, pause, step, seek, jump to the next event), sending each frame shown to
 //! the UI. After any move that is not one frame forward, the history (the sparklines) is built
-//! again from the frames before the one shown, so it is the history of that moment.
+//! again from the frames before the one shown, so it is the history of that moment: from the
+//! figures of those frames ([`super::figures`]), kept from one move to the next, so that a
+//! step back reads one frame more rather than the whole span again.
 
+use std::ops::Range;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,11 +13,13 @@ use std::time::{Duration, Instant};
 use jiff::tz::TimeZone;
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::figures::{Figures, FiguresCache};
 use super::time::{self, Moment};
 use crate::format::clock::clock;
 use crate::model::{History, HostProcess, Snapshot};
 use crate::record::marks;
 use crate::record::reader::Cursor;
+use crate::record::writer::KEY_EVERY;
 use crate::record::Recording;
 
 /// The speeds `+` and `-` step through.
@@ -81,6 +86,10 @@ struct Player {
     /// The frame shown last, and the history the UI has up to and with it.
     last: Option<(usize, Arc<Snapshot>)>,
     history: History,
+    /// The figures of the frames the history was last built from, and near them.
+    figures: FiguresCache,
+    /// Where [`Figures::record`] puts the figures of a frame for the history to read.
+    scratch: Snapshot,
     index: usize,
     paused: bool,
     speed: usize,
@@ -99,30 +108,7 @@ pub(crate) fn spawn(
     updates: UnboundedSender<Update>,
 ) -> std::io::Result<Sender<Command>> {
     let (commands_tx, commands) = std::sync::mpsc::channel();
-    let events = recording
-        .frames()
-        .iter()
-        .filter(|f| f.marks & marks::EVENTS != 0)
-        .map(|f| f.time)
-        .collect();
-    let speed = SPEEDS
-        .iter()
-        .position(|&s| s >= speed)
-        .unwrap_or(SPEEDS.len() - 1);
-    let history = History::for_interval(recording.meta.interval_seconds);
-    let player = Player {
-        index: start.min(recording.frames().len().saturating_sub(1)),
-        history,
-        recording,
-        cursor: Cursor::default(),
-        table: None,
-        last: None,
-        paused: false,
-        speed,
-        events: Arc::new(events),
-        zone,
-        updates,
-    };
+    let player = Player::new(recording, start, speed, zone, updates);
     std::thread::Builder::new()
         .name("torchtop-replay".into())
         .spawn(move || player.run(commands))?;
@@ -130,6 +116,41 @@ pub(crate) fn spawn(
 }
 
 impl Player {
+    fn new(
+        recording: Recording,
+        start: usize,
+        speed: f64,
+        zone: TimeZone,
+        updates: UnboundedSender<Update>,
+    ) -> Player {
+        let events = recording
+            .frames()
+            .iter()
+            .filter(|f| f.marks & marks::EVENTS != 0)
+            .map(|f| f.time)
+            .collect();
+        let speed = SPEEDS
+            .iter()
+            .position(|&s| s >= speed)
+            .unwrap_or(SPEEDS.len() - 1);
+        let history = History::for_interval(recording.meta.interval_seconds);
+        Player {
+            index: start.min(recording.frames().len().saturating_sub(1)),
+            figures: FiguresCache::new(history.capacity()),
+            scratch: Snapshot::default(),
+            history,
+            recording,
+            cursor: Cursor::default(),
+            table: None,
+            last: None,
+            paused: false,
+            speed,
+            events: Arc::new(events),
+            zone,
+            updates,
+        }
+    }
+
     fn count(&self) -> usize {
         self.recording.frames().len()
     }
@@ -296,12 +317,14 @@ impl Player {
     /// The snapshot at `index`, the history before it (when the UI's must be replaced), and
     /// the frame before it when known. The player keeps a copy of the UI's history: one frame
     /// on is one more sample; a jump forward within the history's span adds the frames in
-    /// between; anything else builds it again from the frames before `index`.
+    /// between; anything else builds it again from the frames before `index`. The frames in
+    /// between are recorded from their figures, kept or read, not from whole snapshots.
     fn decode(
         &mut self,
         index: usize,
         rebuild: bool,
     ) -> Result<(Snapshot, Option<History>, Option<Snapshot>), crate::record::RecordError> {
+        self.recording.aim(index);
         let capacity = self.history.capacity();
         let last = self.last.as_ref().map(|(i, s)| (*i, s.clone()));
         let (from, mut before) = match last {
@@ -312,17 +335,49 @@ impl Player {
                 (index.saturating_sub(capacity.saturating_sub(1)), None)
             }
         };
+        let span = index.saturating_sub(capacity.saturating_sub(1))..index;
         for i in from..index {
-            if let Ok(snapshot) = self.recording.snapshot(&mut self.cursor, i) {
-                self.history.record(&snapshot);
-                before = Some(snapshot);
+            if let Some(figures) = self.figures_of(i, &span) {
+                figures.record(&mut self.history, &mut self.scratch);
             }
+        }
+        // What happened at an event is told against the frame before it.
+        let marked = self.recording.frames()[index].marks & marks::EVENTS != 0;
+        if before.is_none() && marked && index > 0 {
+            before = self.recording.snapshot(&mut self.cursor, index - 1).ok();
         }
         let sent = (rebuild || from != index).then(|| self.history.clone());
         let mut snapshot = self.recording.snapshot(&mut self.cursor, index)?;
         self.fill_table(index, &mut snapshot);
         self.history.record(&snapshot);
         Ok((snapshot, sent, before))
+    }
+
+    /// The figures of frame `i`, kept or read; `None` when it cannot be read. Reading a frame
+    /// decodes from a kept decoder state or key frame before it, so the figures of the frames
+    /// on the way are read too, for a third more than decoding them: stepping back, they are
+    /// the ones the far end of the history needs next, and the decoder states kept are those
+    /// near the frame shown, not down there.
+    fn figures_of(&mut self, i: usize, span: &Range<usize>) -> Option<Arc<Figures>> {
+        if let Some(kept) = self.figures.get(i) {
+            return kept;
+        }
+        let starts = self.recording.decoding_starts(&self.cursor, i);
+        for on_the_way in starts.max(i.saturating_sub(KEY_EVERY as usize))..i {
+            if !self.figures.contains(on_the_way) {
+                let figures = self.read_figures(on_the_way);
+                self.figures.insert(on_the_way, figures, span);
+            }
+        }
+        let figures = self.read_figures(i);
+        self.figures.insert(i, figures.clone(), span);
+        figures
+    }
+
+    fn read_figures(&mut self, i: usize) -> Option<Arc<Figures>> {
+        let mut figures: Figures = self.recording.read(&mut self.cursor, i).ok()?;
+        figures.trim();
+        Some(Arc::new(figures))
     }
 
     /// Gives a frame without the host process table the last one recorded before it, so the
@@ -378,92 +433,5 @@ impl Player {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::GpuSample;
-    use crate::record::writer::FileWriter;
-
-    #[test]
-    fn a_speed_is_one_of_the_steps_the_player_plays_at() {
-        assert_eq!(parse_speed("16"), Ok(16.0));
-        assert_eq!(parse_speed("0.25"), Ok(0.25));
-        // 3 played at 4x, unsaid.
-        assert!(parse_speed("3").unwrap_err().contains("one of 0.25"));
-        assert!(parse_speed("200").is_err());
-        assert!(parse_speed("fast").unwrap_err().contains("not a speed"));
-    }
-    use crate::record::RecordOptions;
-
-    /// A recording whose GPU 0 utilization at frame t is t.
-    fn recording(dir: &std::path::Path, frames: u32) -> Recording {
-        let path = dir.join("h.ttrec");
-        let mut writer = FileWriter::create(RecordOptions {
-            path: path.clone(),
-            max_size: None,
-            interval_seconds: 1.0,
-        })
-        .unwrap();
-        for t in 0..frames {
-            let at = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + u64::from(t));
-            let mut s = Snapshot::at(at);
-            s.gpus.push(GpuSample {
-                index: 0,
-                utilization_percent: Some(t),
-                ..Default::default()
-            });
-            writer.write(&Arc::new(s)).unwrap();
-        }
-        writer.finish().unwrap();
-        Recording::open(&path).unwrap()
-    }
-
-    fn utilization(history: &History) -> Vec<u32> {
-        history.gpus[&0]
-            .utilization_percent
-            .iter()
-            .map(|v| v.unwrap() as u32)
-            .collect()
-    }
-
-    #[test]
-    fn the_history_is_that_of_the_moment_shown_after_every_move() {
-        let dir = tempfile::tempdir().unwrap();
-        let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
-        let commands = spawn(recording(dir.path(), 400), 350, 1.0, TimeZone::UTC, tx).unwrap();
-        let mut next = || updates.blocking_recv().expect("an update");
-        let first = next();
-        // The history holds the 300 frames before the one shown (which the UI adds itself).
-        assert_eq!(
-            utilization(first.history.as_ref().unwrap()),
-            (50..350).collect::<Vec<_>>()
-        );
-        // Playing may have moved on a frame or two before the step arrives.
-        commands.send(Command::Step(-100)).unwrap();
-        let back = loop {
-            let update = next();
-            if update.position.paused {
-                break update;
-            }
-        };
-        let at = back.position.index;
-        assert!((250..260).contains(&at), "{at}");
-        assert_eq!(
-            utilization(back.history.as_ref().unwrap()),
-            (0..at as u32).collect::<Vec<_>>()
-        );
-        let target = at + 12;
-        let moment = Moment {
-            at: 1_800_000_000.0 + target as f64,
-            width: 1.0,
-        };
-        commands.send(Command::Seek(moment)).unwrap();
-        let ahead = next();
-        assert_eq!(ahead.position.index, target);
-        let expected: Vec<u32> = (0..target as u32).collect();
-        assert_eq!(utilization(ahead.history.as_ref().unwrap()), expected);
-        commands.send(Command::Step(1)).unwrap();
-        let one_on = next();
-        assert_eq!(one_on.position.index, target + 1);
-        assert!(one_on.history.is_none(), "one frame on: the UI adds it");
-    }
-}
+#[path = "player_tests.rs"]
+mod tests;
