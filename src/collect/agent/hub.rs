@@ -1,8 +1,9 @@
 //! [`AgentHub`]: all agent connections, as the sampler sees them, of the monitor's socket
 //! directory and, for root, of other users' (`dirs`). Each [`AgentHub::poll`] reaps ended
 //! connections, collects answers to commands and times out the unanswered ones, checks each
-//! directory (owner, mode, not a symlink: every poll), connects to new sockets (at most [`Limits::max_connections`] open, the one idle longest dropped to make room;
-//! a directory is listed only when [`scan`] says it may have changed), and returns the latest
+//! directory (owner, mode, not a symlink: every poll), connects to new sockets (at most
+//! [`Limits::max_connections`] open, the one idle longest dropped to make room; a directory is
+//! listed only when [`scan`] says it may have changed), and returns the latest
 //! figures per pid, shared with the hub and rebuilt only when an agent says something new.
 //! Reading happens on the one reader thread; nothing here waits on an agent.
 
