@@ -7,7 +7,6 @@
 //! a file that replays whole, with a gap.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -17,9 +16,31 @@ use common::fake_nvml::{env_refs, ScenarioFile, Sleepers};
 use common::pty::PtySession;
 use common::{output_within_patience, PATIENCE};
 
-/// What the recorder may write before its writes fail: its header and first block, not much
-/// more (the 8-GPU scenario's key frame alone is a few KB once compressed).
+/// What the recorder in the monitor may write before its writes fail: its header and first
+/// block, not much more (the 8-GPU scenario's key frame alone is a few KB once compressed).
 const FILE_SIZE_LIMIT: libc::rlim_t = 12 << 10;
+
+/// More than a header and an empty block's header: the file holds compressed frames.
+const FRAMES_ON_DISK: u64 = 512;
+
+/// The file's size once the recorder's first flush (a key frame and the frames after it) is in
+/// it. The next flush comes 2 s later, so a limit set at once falls between the two.
+fn first_flush_size(file: &std::path::Path) -> Result<libc::rlim_t, String> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let size = std::fs::metadata(file).map_or(0, |m| m.len());
+        if size > FRAMES_ON_DISK {
+            return Ok(size);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} never held frames ({size} bytes)",
+                file.display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
 
 fn limit_file_size(pid: Option<libc::pid_t>, soft: libc::rlim_t) -> std::io::Result<()> {
     let mut now = libc::rlimit {
@@ -63,12 +84,16 @@ fn a_recording_on_a_disk_that_fills_up_goes_on_and_replays_with_a_gap() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: between fork and exec only prlimit(2), which is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| limit_file_size(None, FILE_SIZE_LIMIT));
-    }
     let mut child = command.spawn().expect("run torchtop record");
     let pid = child.id() as libc::pid_t;
+    // The disk fills up once the first frames are in the file, so that the replay has frames
+    // on both sides of the gap however large the key frame is on this machine.
+    let first_flush = first_flush_size(&file).unwrap_or_else(|why| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{why}")
+    });
+    limit_file_size(Some(pid), first_flush).expect("limit the file size");
     let (lines_tx, lines) = mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -129,7 +154,7 @@ fn a_recording_on_a_disk_that_fills_up_goes_on_and_replays_with_a_gap() {
         "{said}"
     );
 
-    eprintln!("torchtop record said:\n{said}");
+    eprintln!("the first flush left {first_flush} bytes; torchtop record said:\n{said}");
 
     // The file replays whole: no word of damage, every frame in order, with the gap.
     let replay = output_within_patience(Command::new(common::torchtop_binary()).args([
