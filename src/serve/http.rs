@@ -171,15 +171,12 @@ fn metrics(request: &Request<Incoming>, shared: &Shared, started: Instant) -> Re
 }
 
 /// Whether the request carries a user and password the web config allows. bcrypt runs on the
-/// blocking pool so that a slow login never holds up other scrapes.
+/// blocking pool, one at a time, so that a slow login never holds up other scrapes.
 async fn authorized(request: &Request<Incoming>, auth: &Arc<BasicAuth>) -> bool {
     let Some((user, password)) = credentials(request) else {
         return false;
     };
-    let auth = auth.clone();
-    tokio::task::spawn_blocking(move || auth.check(&user, &password))
-        .await
-        .unwrap_or(false)
+    auth.allows(user, password).await
 }
 
 fn credentials(request: &Request<Incoming>) -> Option<(String, String)> {

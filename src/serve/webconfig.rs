@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pki_types::pem::PemObject;
@@ -64,29 +65,68 @@ pub(crate) struct BasicAuth {
     /// Verified against when the user is unknown, so that unknown and known users take as long.
     dummy_hash: String,
     verified: Mutex<HashSet<(String, String)>>,
+    /// One bcrypt at a time. Each costs tens of ms of a core and a wrong password is never
+    /// remembered, so without a turn a flood of wrong passwords from the network took every
+    /// core of the training machine; now it takes one at most, and a scrape whose password
+    /// was verified once never waits for a turn.
+    bcrypt_turn: Arc<tokio::sync::Semaphore>,
+    verifying: AtomicUsize,
+    most_verifying: AtomicUsize,
 }
 
 impl BasicAuth {
-    /// Whether `user`/`password` is allowed. Blocks for bcrypt's cost on a first login: run it
-    /// off the async workers.
-    pub(crate) fn check(&self, user: &str, password: &str) -> bool {
-        let key = (user.to_string(), password.to_string());
-        if lock(&self.verified).contains(&key) {
+    /// Whether `user`/`password` is allowed: at once for a credential verified before, else
+    /// after bcrypt on the blocking pool, in its turn.
+    pub(crate) async fn allows(self: &Arc<Self>, user: String, password: String) -> bool {
+        if self.remembered(&user, &password) {
             return true;
         }
-        let (hash, known) = match self.users.get(user) {
-            Some(hash) => (hash.as_str(), true),
-            None => (self.dummy_hash.as_str(), false),
+        let Ok(turn) = self.bcrypt_turn.clone().acquire_owned().await else {
+            return false;
         };
-        let ok = bcrypt::verify(password, hash).unwrap_or(false) && known;
+        let auth = self.clone();
+        // The turn goes into the blocking task: a client that hangs up while bcrypt runs
+        // must not free the turn for a second bcrypt beside it.
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            auth.check(&user, &password)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    fn remembered(&self, user: &str, password: &str) -> bool {
+        lock(&self.verified).contains(&(user.to_string(), password.to_string()))
+    }
+
+    /// Whether `user`/`password` is allowed. Blocks for bcrypt's cost on a first login: call
+    /// it through [`BasicAuth::allows`], which runs it off the async workers and in turn.
+    pub(crate) fn check(&self, user: &str, password: &str) -> bool {
+        // Checked again: the same credential may have been verified while this one waited
+        // for its turn (a Prometheus scraping several paths at once after a restart).
+        if self.remembered(user, password) {
+            return true;
+        }
+        let now = self.verifying.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_verifying.fetch_max(now, Ordering::SeqCst);
+        let ok = self.verify(user, password);
+        self.verifying.fetch_sub(1, Ordering::SeqCst);
         if ok {
             let mut verified = lock(&self.verified);
             if verified.len() >= AUTH_CACHE_ENTRIES {
                 verified.clear();
             }
-            verified.insert(key);
+            verified.insert((user.to_string(), password.to_string()));
         }
         ok
+    }
+
+    fn verify(&self, user: &str, password: &str) -> bool {
+        let (hash, known) = match self.users.get(user) {
+            Some(hash) => (hash.as_str(), true),
+            None => (self.dummy_hash.as_str(), false),
+        };
+        bcrypt::verify(password, hash).unwrap_or(false) && known
     }
 }
 
@@ -147,6 +187,9 @@ fn auth_from(users: BTreeMap<String, String>, path: &Path) -> Result<BasicAuth, 
         users,
         dummy_hash,
         verified: Mutex::new(HashSet::new()),
+        bcrypt_turn: Arc::new(tokio::sync::Semaphore::new(1)),
+        verifying: AtomicUsize::new(0),
+        most_verifying: AtomicUsize::new(0),
     })
 }
 
@@ -220,6 +263,44 @@ mod tests {
         assert!(auth.check("prom", "s3cret"), "cached");
         assert!(!auth.check("prom", "wrong"));
         assert!(!auth.check("nobody", "s3cret"));
+    }
+
+    /// A flood of wrong passwords (and of unknown users) gets one bcrypt at a time, and a
+    /// password verified once is let in without waiting for a turn.
+    #[test]
+    fn wrong_passwords_take_bcrypt_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash = bcrypt::hash("s3cret", 6).unwrap();
+        let path = write(
+            dir.path(),
+            "web.yml",
+            &format!("basic_auth_users:\n  prom: '{hash}'\n"),
+        );
+        let auth = load(&path).unwrap().auth.unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .unwrap();
+        let allowed = runtime.block_on(async {
+            let floods: Vec<_> = (0..12)
+                .map(|i| {
+                    let auth = auth.clone();
+                    let user = if i % 3 == 0 { "mallory" } else { "prom" };
+                    tokio::spawn(async move { auth.allows(user.into(), format!("guess{i}")).await })
+                })
+                .collect();
+            let mut allowed = Vec::new();
+            for flood in floods {
+                allowed.push(flood.await.unwrap());
+            }
+            allowed
+        });
+        assert!(allowed.iter().all(|&ok| !ok), "{allowed:?}");
+        assert_eq!(auth.most_verifying.load(Ordering::SeqCst), 1);
+        assert!(runtime.block_on(auth.allows("prom".into(), "s3cret".into())));
+        // Remembered: let in even while another request holds the turn.
+        let _held = runtime.block_on(auth.bcrypt_turn.clone().acquire_owned());
+        assert!(runtime.block_on(auth.allows("prom".into(), "s3cret".into())));
     }
 
     #[test]
