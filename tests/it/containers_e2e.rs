@@ -177,6 +177,17 @@ fn torchtop(fixture: &Fixture, scenario: &ScenarioFile, args: &[&str]) -> Comman
     command
 }
 
+/// `torchtop --once --json` over the fixture, which must succeed.
+fn once_json(fixture: &Fixture, scenario: &ScenarioFile) -> Value {
+    let output = output_within_patience(&mut torchtop(fixture, scenario, &["--once", "--json"]));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 fn warning<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
     doc["warnings"].as_array()?.iter().find(|w| w["id"] == id)
 }
@@ -185,13 +196,7 @@ fn warning<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
 fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
     let fixture = Fixture::new();
     let scenario = scenario();
-    let output = output_within_patience(&mut torchtop(&fixture, &scenario, &["--once", "--json"]));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let doc = once_json(&fixture, &scenario);
 
     assert_eq!(doc["host"]["container"], "docker");
     assert_eq!(doc["host"]["oom_kill_count"], 3);
@@ -345,13 +350,7 @@ fn a_slurm_job_s_limit_above_its_tasks_binds_them() {
         );
     }
     let scenario = scenario();
-    let output = output_within_patience(&mut torchtop(&fixture, &scenario, &["--once", "--json"]));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let doc = once_json(&fixture, &scenario);
 
     let about_the_job = doc["warnings"]
         .as_array()
