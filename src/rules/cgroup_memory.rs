@@ -133,7 +133,7 @@ fn near_limit(
         // The use is the ancestor's, siblings included: say whose limit and use these are.
         message.push_str(&format!(", set on {}", limit.path));
     }
-    let biggest = biggest_members(cgroup, processes);
+    let biggest = biggest_members(processes);
     if !biggest.is_empty() {
         message.push_str(&format!("; biggest: {biggest}"));
     }
@@ -191,11 +191,25 @@ pub(super) fn subject_of(inputs: &Inputs, processes: &[&GpuProcess]) -> Subject 
     Subject::Process { pid }
 }
 
-/// "pid 1000 python3 3.0GiB, pid 1004 pt_data_worker 1.2GiB (DataLoader worker of 1000)".
-fn biggest_members(cgroup: &Cgroup, processes: &[&GpuProcess]) -> String {
-    let words: Vec<String> = cgroup
-        .biggest_members
+/// Members named in a message: as many as the collector keeps for one cgroup.
+const NAMED_MEMBERS: usize = 5;
+
+/// "pid 1000 python3 3.0GiB, pid 1004 pt_data_worker 1.2GiB (DataLoader worker of 1000)": the
+/// biggest members of every cgroup `processes` are in, since under a limit set on an ancestor
+/// (a Slurm job's tasks, a pod's containers) the biggest may sit in any of them.
+fn biggest_members(processes: &[&GpuProcess]) -> String {
+    let mut members: Vec<&crate::model::CgroupMember> = Vec::new();
+    for process in processes {
+        for member in process.cgroup.iter().flat_map(|c| &c.biggest_members) {
+            if !members.iter().any(|m| m.pid == member.pid) {
+                members.push(member);
+            }
+        }
+    }
+    members.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+    let words: Vec<String> = members
         .iter()
+        .take(NAMED_MEMBERS)
         .map(|m| {
             let mut text = format!("pid {} {} {}", m.pid, m.comm, fmt_bytes(m.rss_bytes as f64));
             let parent_holds_gpu = processes.iter().any(|p| p.pid == m.ppid);
@@ -292,6 +306,22 @@ mod tests {
                     memory_limit_used_bytes: Some(76 * GIB / 10),
                     memory_limit_path: Some(JOB.into()),
                     slurm_job: Some("42".into()),
+                    // Each task's cgroup lists its own members; the second task's worker is
+                    // the biggest of the job.
+                    biggest_members: vec![
+                        CgroupMember {
+                            pid: pid + 100,
+                            comm: "pt_data_worker".into(),
+                            ppid: pid,
+                            rss_bytes: u64::from(pid - 39) * GIB,
+                        },
+                        CgroupMember {
+                            pid,
+                            comm: "python3".into(),
+                            ppid: 1,
+                            rss_bytes: GIB / 2,
+                        },
+                    ],
                     ..Default::default()
                 }
                 .into(),
@@ -318,6 +348,15 @@ mod tests {
         assert_eq!(evidence(w, "limit set on"), JOB);
         assert_eq!(evidence(w, "memory.current"), "7.6GiB");
         assert_eq!(evidence(w, "cgroup"), format!("{JOB}/step_0/task_0"));
+        assert!(
+            w.message.contains(
+                "biggest: pid 141 pt_data_worker 2.0GiB (DataLoader worker of 41), pid 140 \
+                 pt_data_worker 1.0GiB (DataLoader worker of 40), pid 40 python3 512.0MiB, pid \
+                 41 python3 512.0MiB"
+            ),
+            "{}",
+            w.message
+        );
     }
 
     #[test]
