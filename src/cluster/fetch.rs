@@ -42,7 +42,7 @@ pub(crate) const NODES_QUERY: &str = concat!(
 /// a node whose exporter is down (`up == 0`) exported within the window.
 pub(crate) const JOBS_QUERY: &str = concat!(
     r#"{__name__=~"torchtop_process_gpu_memory_bytes|torchtop_step_time_seconds",training_job!=""}"#,
-    r#" or label_replace(group by (training_job, Hostname, pid, rank) (last_over_time(torchtop_process_gpu_memory_bytes{training_job!=""}[10m])"#,
+    r#" or label_replace(group by (training_job, Hostname, pid, rank, world_size) (last_over_time(torchtop_process_gpu_memory_bytes{training_job!=""}[10m])"#,
     r#" and on (instance, job) (up == 0)), "__name__", "torchtop_cluster_rank_lost", "", "")"#,
 );
 /// The warnings panel.

@@ -88,6 +88,9 @@ pub(crate) struct Job {
     pub(crate) ranks: Vec<Rank>,
     /// Ranks that no node reports now, by rank number.
     pub(crate) missing_ranks: Vec<MissingRank>,
+    /// The ranks the job was started with, as its processes' `world_size` label says (the
+    /// largest any of them says); `None` when no exporter knows it.
+    pub(crate) world_size: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -272,18 +275,22 @@ pub(crate) fn warnings(samples: &[Sample]) -> Vec<ClusterWarning> {
 /// stragglers marked: ranks whose step time is more than `straggler_percent` above the median.
 pub(crate) fn jobs(samples: &[Sample], nodes: &[Node], straggler_percent: f64) -> Vec<Job> {
     let mut lost = lost_ranks(samples);
+    let world_sizes = world_sizes(samples);
     let mut jobs: Vec<Job> = reporting_ranks(samples)
         .into_iter()
         .map(|(id, ranks)| job(id, ranks, nodes, straggler_percent))
         .collect();
     for job in &mut jobs {
         let lost_here = lost.remove(&job.id).unwrap_or_default();
-        job.missing_ranks = missing_ranks(&job.ranks, lost_here);
+        job.world_size = world_sizes.get(&job.id).copied();
+        job.missing_ranks = missing_ranks(&job.ranks, lost_here, job.world_size);
     }
     // A job whose every rank was on nodes that are down now.
     for (id, lost_here) in lost {
+        let world_size = world_sizes.get(&id).copied();
         jobs.push(Job {
-            missing_ranks: missing_ranks(&[], lost_here),
+            missing_ranks: missing_ranks(&[], lost_here, world_size),
+            world_size,
             ..job(id, BTreeMap::new(), nodes, straggler_percent)
         });
     }
@@ -307,13 +314,30 @@ fn lost_ranks(samples: &[Sample]) -> BTreeMap<String, Vec<MissingRank>> {
     by_job
 }
 
+/// The largest `world_size` label of each job's samples, reporting or lost.
+fn world_sizes(samples: &[Sample]) -> BTreeMap<String, u32> {
+    let mut by_job: BTreeMap<String, u32> = BTreeMap::new();
+    for sample in samples {
+        if let (Some(job), Some(size)) = (label(sample, JOB_LABEL), number(sample, "world_size")) {
+            let known = by_job.entry(job).or_default();
+            *known = (*known).max(size);
+        }
+    }
+    by_job
+}
+
 /// Highest rank number for which the numbers below it are checked for gaps: ranks count from
 /// 0 in steps of 1, and a label far above any real world size is not one to fill in.
 const MAX_RANK_FOR_GAPS: u32 = 65_536;
 
 /// The ranks of a job that no node reports: the lost ones (unless the same process reports
-/// again), then every number below the highest known rank that neither reports nor is lost.
-fn missing_ranks(ranks: &[Rank], lost: Vec<MissingRank>) -> Vec<MissingRank> {
+/// again), then every number below the job's world size, or below the highest known rank when
+/// the world size is not known, that neither reports nor is lost.
+fn missing_ranks(
+    ranks: &[Rank],
+    lost: Vec<MissingRank>,
+    world_size: Option<u32>,
+) -> Vec<MissingRank> {
     let reporting: std::collections::BTreeSet<u32> = ranks.iter().filter_map(|r| r.rank).collect();
     let mut missing: Vec<MissingRank> = lost
         .into_iter()
@@ -329,9 +353,12 @@ fn missing_ranks(ranks: &[Rank], lost: Vec<MissingRank>) -> Vec<MissingRank> {
         .copied()
         .chain(missing.iter().filter_map(|m| m.rank))
         .collect();
-    if let Some(&highest) = known.last().filter(|h| **h < MAX_RANK_FOR_GAPS) {
+    let highest = known.last().copied().unwrap_or(0);
+    let world_size = world_size.filter(|&w| w < MAX_RANK_FOR_GAPS);
+    let end = world_size.unwrap_or(0).max(highest);
+    if end < MAX_RANK_FOR_GAPS {
         missing.extend(
-            (0..highest)
+            (0..end)
                 .filter(|n| !known.contains(n))
                 .map(|n| MissingRank {
                     rank: Some(n),
@@ -627,12 +654,46 @@ mod tests {
         assert_eq!(k.missing_ranks.len(), 1);
     }
 
+    /// Ranks 0 and 1 of a job of 4 report, on a node that still answers; ranks 2 and 3 ran on
+    /// a node gone for longer than Prometheus' window, so only the world size tells of them.
+    #[test]
+    fn the_world_size_counts_ranks_above_the_highest_that_reports() {
+        let with_world = |pid: &str, rank: &str| {
+            let l = [
+                ("Hostname", "a"),
+                ("pid", pid),
+                ("rank", rank),
+                ("world_size", "4"),
+                ("gpu", "0"),
+                (JOB_LABEL, "j"),
+            ];
+            sample("torchtop_process_gpu_memory_bytes", &l, 1e9)
+        };
+        let answer = vec![with_world("10", "0"), with_world("11", "1")];
+        let jobs = jobs(&answer, &[], 20.0);
+        assert_eq!(jobs[0].world_size, Some(4));
+        let missing: Vec<_> = jobs[0].missing_ranks.iter().map(|m| m.rank).collect();
+        assert_eq!(missing, [Some(2), Some(3)]);
+        // Without the label, nothing above rank 1 can be known.
+        let jobs = super::jobs(&rank_samples("a", "10", "1"), &[], 20.0);
+        assert_eq!(jobs[0].world_size, None);
+        assert_eq!(jobs[0].missing_ranks.len(), 1, "rank 0 only");
+    }
+
     #[test]
     fn a_rank_label_far_above_any_world_size_fills_no_gaps() {
         let mut answer = rank_samples("a", "10", "0");
         answer.extend(rank_samples("a", "11", "4000000000"));
         let jobs = jobs(&answer, &[], 20.0);
         assert!(jobs[0].missing_ranks.is_empty(), "{:?}", jobs[0]);
+        // Nor does a world size far above any real one.
+        let mut huge = rank_samples("a", "10", "1");
+        huge[0]
+            .labels
+            .insert("world_size".into(), "4000000000".into());
+        let jobs = super::jobs(&huge, &[], 20.0);
+        let missing: Vec<_> = jobs[0].missing_ranks.iter().map(|m| m.rank).collect();
+        assert_eq!(missing, [Some(0)], "the gap below rank 1 only");
     }
 
     #[test]

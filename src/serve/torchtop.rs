@@ -67,6 +67,10 @@ pub(crate) fn process_labels(process: &GpuProcess, hostname: &str) -> Labels {
     if let Some(local_rank) = identity.local_rank {
         labels.push(("local_rank", local_rank.to_string()));
     }
+    // So that `torchtop cluster` can count the ranks of a node gone for good.
+    if let Some(world_size) = identity.world_size {
+        labels.push(("world_size", world_size.to_string()));
+    }
     if let Some(job) = job_key(process) {
         labels.push((JOB_LABEL, truncated(&job)));
     }

@@ -202,6 +202,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     let job = &doc["jobs"][0];
     assert_eq!(job["id"], "job 10.0.0.1:29500");
     assert_eq!(job["nodes"], 2);
+    assert_eq!(job["world_size"], 4, "from the ranks' WORLD_SIZE: {job:#}");
     let ranks = job["ranks"].as_array().unwrap();
     let numbers: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
     assert_eq!(numbers, [0, 1, 2, 3]);
@@ -231,7 +232,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("node-a")
             && s.contains("node-b")
-            && s.contains("JOB job 10.0.0.1:29500  4 ranks on 2 nodes")
+            && s.contains("JOB job 10.0.0.1:29500  4 of 4 ranks on 2 nodes")
             && s.contains("STRAGGLER")
     });
     assert!(
@@ -247,7 +248,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     drop(b.serve);
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("2 nodes, 1 down")
-            && s.contains("JOB job 10.0.0.1:29500  2 ranks on 1 nodes, 2 missing")
+            && s.contains("JOB job 10.0.0.1:29500  2 of 4 ranks on 1 nodes, 2 missing")
     });
     assert!(
         shown,
@@ -288,6 +289,7 @@ fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
     let (status, text, stderr) = cluster_once(&prometheus.url, &[]);
     assert!(status.success(), "{stderr}");
     assert!(text.contains("  2 nodes, 1 down  2 GPUs  1 jobs"), "{text}");
+    assert!(text.contains("2 of 4 ranks on 1 nodes, 2 missing"), "{text}");
     let line = text
         .lines()
         .find(|l| l.contains("node-b") && l.contains("DOWN"));

@@ -77,14 +77,15 @@ pub(super) fn job_lines(
             };
             lines.push(Line::styled(text, style));
         }
-        lines.extend(missing_lines(&job.missing_ranks, width, theme));
+        lines.extend(missing_lines(job, width, theme));
     }
     lines
 }
 
 /// A row for each missing rank last seen on a node that is down, then one line for the rank
 /// numbers no node reports.
-fn missing_lines(missing: &[MissingRank], width: usize, theme: Theme) -> Vec<Line<'static>> {
+fn missing_lines(job: &Job, width: usize, theme: Theme) -> Vec<Line<'static>> {
+    let missing = &job.missing_ranks;
     let mut lines: Vec<Line<'static>> = missing
         .iter()
         .filter_map(|m| {
@@ -106,9 +107,13 @@ fn missing_lines(missing: &[MissingRank], width: usize, theme: Theme) -> Vec<Lin
         .filter_map(|m| m.rank)
         .collect();
     if !numbers.is_empty() {
+        let of = job.world_size.map_or_else(
+            || "below the highest rank".to_string(),
+            |n| format!("of a world size of {n}"),
+        );
         lines.push(Line::styled(
             format!(
-                "  NOT REPORTING: rank {} (below the highest rank; no node reports it)",
+                "  NOT REPORTING: rank {} ({of}; no node reports it)",
                 ranges(&numbers)
             ),
             theme.critical(),
@@ -158,8 +163,11 @@ fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
         0 => String::new(),
         n => format!(", {n} missing"),
     };
+    let of = job
+        .world_size
+        .map_or_else(String::new, |n| format!(" of {n}"));
     let text = format!(
-        "JOB {}  {} ranks on {} nodes{missing}  median step {median}",
+        "JOB {}  {}{of} ranks on {} nodes{missing}  median step {median}",
         job.id,
         job.ranks.len(),
         job.nodes
