@@ -101,7 +101,7 @@ pub struct AgentHub {
     own_mount_ns: Option<u64>,
     /// The uids already told of directories left unread.
     warned_uids: Vec<u32>,
-    /// Which users have a live process, for their default directories (root only).
+    /// Where users' default agent directories are, looked at every 10 s (root only).
     census: defaults::Census,
     limits: Limits,
     shared: Arc<Mutex<Shared>>,

@@ -421,27 +421,3 @@ pub(crate) fn read_pid_entries(root: &Path) -> Result<Vec<(u32, u64)>, ProcError
         })
         .collect())
 }
-
-/// Pushes onto `uids` the owner of each process of the proc root (in listing order, repeats
-/// included) and returns how many it listed. The owner of `/proc/PID` is the process's
-/// effective uid (root's for a process that is not dumpable, such as one that changed its
-/// credentials); each costs one `lstat`, made relative to the open directory.
-pub(crate) fn read_process_uids(root: &Path, uids: &mut Vec<u32>) -> Result<usize, ProcError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::MetadataExt;
-    let entries = std::fs::read_dir(root).map_err(|e| ProcError::from_io(root, e))?;
-    let mut listed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.as_bytes();
-        if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
-            continue;
-        }
-        // A process that ended since the listing has no owner left to count.
-        if let Ok(meta) = entry.metadata() {
-            uids.push(meta.uid());
-            listed += 1;
-        }
-    }
-    Ok(listed)
-}

@@ -4,18 +4,19 @@
 //! environments ([`super::dirs`]), so such an agent of another user was never found, while the
 //! monitor's own user saw it as a row of its own.
 //!
-//! Every [`CENSUS_EVERY`] (longer on a machine with many processes, [`CENSUS_PER_PROCESS`]
-//! each), the census lists `/proc` and takes the owner of each process (one `lstat` of each
-//! `/proc/PID`: the environment of a process that holds no GPU is never read), and for each uid
-//! but the monitor's own (the lowest [`MAX_CENSUS_UIDS`] of them) looks once at the two places
-//! its agents serve in when nothing names another: `/run/user/<uid>/torchtop` (the usual
-//! `XDG_RUNTIME_DIR`) and `/tmp/torchtop-<uid>`. A uid with neither costs these two `lstat`s
-//! per census and nothing between. One found as the agent needs it (that uid's own, mode 0700,
-//! not a symlink) is read as a user's directory, on the same terms as one a GPU process names;
-//! it counts among that uid's [`super::dirs::MAX_DIRS_PER_USER`], and the census leaves room
-//! for the directories GPU processes name ([`super::dirs::KEPT_FOR_NAMED`]). One the census no
-//! longer finds (its user has no process left, or it is gone or no longer theirs) is dropped
-//! like a directory no GPU process names any more.
+//! Every [`CENSUS_EVERY`] the census lists the two places an agent serves in when nothing
+//! names another, `/run/user` (the usual `XDG_RUNTIME_DIR` is `/run/user/<uid>`) and `/tmp`
+//! (`/tmp/torchtop-<uid>`), and takes the uids their entries name, the monitor's own left out
+//! (the lowest [`MAX_CENSUS_UIDS`] of them). Two directory listings, a few hundred entries on
+//! most machines, at most [`MAX_CENSUS_ENTRIES`] each: no walk of `/proc`, and no environment
+//! of a process that holds no GPU is read. Each such uid's `/run/user/<uid>/torchtop` and
+//! `/tmp/torchtop-<uid>` then get one `lstat`. One found as the agent makes it (that uid's own,
+//! mode 0700, not a symlink) is read as a user's directory, on the same terms as one a GPU
+//! process names; it counts among that uid's [`super::dirs::MAX_DIRS_PER_USER`], and the census
+//! leaves room for the directories GPU processes name ([`super::dirs::KEPT_FOR_NAMED`]). One the
+//! census no longer finds (removed, or no longer theirs) is dropped like a directory no GPU
+//! process names any more. A directory an agent left behind when its process ended is read
+//! too: it is listed again only when it changes.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,15 +25,12 @@ use super::dirs::Watched;
 use super::AgentHub;
 use crate::model::AgentDirVars;
 use crate::protocol::sockets::check_socket_dir;
-use crate::sys::proc::{read_process_uids, PROC_ROOT};
 
-/// The longest a directory made by a user who already has a process waits to be found.
+/// The longest a directory made in a default place waits to be found.
 pub(super) const CENSUS_EVERY: Duration = Duration::from_secs(10);
-/// The gap between two censuses grows by this much per process listed: listing `/proc` and
-/// an `lstat` of each entry cost about 2 µs a process (0.5 ms for 266 processes, 2.6 ms for
-/// 1,266, on this project's virtual machine), so the census stays near 0.2% of a core whatever
-/// the machine runs (every 100 s at 100,000 processes).
-const CENSUS_PER_PROCESS: Duration = Duration::from_millis(1);
+/// Entries read from each of `/run/user` and `/tmp` per census: a bound on its cost when a
+/// user fills `/tmp`.
+const MAX_CENSUS_ENTRIES: usize = 16_384;
 /// The uids whose default directories are looked at, lowest first: the machine's users come
 /// before the ranges of uids that user namespaces map (100000 and up, usually).
 pub(super) const MAX_CENSUS_UIDS: usize = 1024;
@@ -48,11 +46,11 @@ enum Place {
 
 /// The census: where it looks, what it found last, and when it looks again.
 pub(super) struct Census {
-    proc: PathBuf,
     /// `/run/user` and `/tmp` (a test's scratch directories instead).
     run_user: PathBuf,
     tmp: PathBuf,
-    /// The uids that owned a process at the last census, sorted, at most [`MAX_CENSUS_UIDS`].
+    /// The uids the default places named at the last census, sorted, at most
+    /// [`MAX_CENSUS_UIDS`].
     uids: Vec<u32>,
     next_at: Option<Instant>,
 }
@@ -64,10 +62,9 @@ impl Default for Census {
 }
 
 impl Census {
-    /// A census of this machine's processes whose default places are under `root`.
+    /// A census of the default places under `root`.
     pub(super) fn under(root: &Path) -> Self {
         Census {
-            proc: PathBuf::from(PROC_ROOT),
             run_user: root.join("run/user"),
             tmp: root.join("tmp"),
             uids: Vec::new(),
@@ -79,15 +76,16 @@ impl Census {
         self.next_at.is_none_or(|at| now >= at)
     }
 
-    /// Lists the owners of the live processes into `uids`, and sets the time of the next one.
+    /// Lists the uids the default places name into `uids`, and sets the time of the next
+    /// census.
     fn take(&mut self, now: Instant) {
         self.uids.clear();
-        let listed = read_process_uids(&self.proc, &mut self.uids).unwrap_or(0);
+        uids_named_in(&self.run_user, "", &mut self.uids);
+        uids_named_in(&self.tmp, "torchtop-", &mut self.uids);
         self.uids.sort_unstable();
         self.uids.dedup();
         self.uids.truncate(MAX_CENSUS_UIDS);
-        let per_process = CENSUS_PER_PROCESS.saturating_mul(u32::try_from(listed).unwrap_or(0));
-        self.next_at = Some(now + CENSUS_EVERY.max(per_process));
+        self.next_at = Some(now + CENSUS_EVERY);
     }
 
     fn path(&self, place: Place, uid: u32) -> PathBuf {
@@ -106,6 +104,22 @@ impl Census {
             xdg_runtime_dir: matches!(place, Place::Runtime).then(|| runtime.display().to_string()),
             mount_ns,
         }
+    }
+}
+
+/// Pushes the uid each entry of `dir` names as `<prefix><uid>` onto `uids`. What is not a
+/// uid, and a `dir` that cannot be listed, add nothing: the census only finds where to look.
+fn uids_named_in(dir: &Path, prefix: &str, uids: &mut Vec<u32>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.take(MAX_CENSUS_ENTRIES).flatten() {
+        let name = entry.file_name();
+        let uid = (name.to_str())
+            .and_then(|name| name.strip_prefix(prefix))
+            .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|digits| digits.parse::<u32>().ok());
+        uids.extend(uid);
     }
 }
 
@@ -242,7 +256,7 @@ mod tests {
         let left = [(runtime, Some(me), false), (tmp.clone(), Some(me), true)];
         assert_eq!(users_dirs(&hub), left);
 
-        // The user's processes are gone: their directories go once nothing wants them.
+        // The directories are gone from the default places: they go once nothing wants them.
         hub.watch_defaults_of(&[other], now + CENSUS_EVERY * 3);
         hub.census.next_at = Some(now + CENSUS_EVERY * 100);
         hub.watch_users(std::iter::empty(), now + CENSUS_EVERY * 6);
@@ -254,8 +268,8 @@ mod tests {
         );
     }
 
-    /// A uid with no default directory costs an `lstat` of each place per census, and nothing
-    /// between: one made after a census is found at the next.
+    /// A directory made after a census is found at the next one, not before: between two, the
+    /// default places cost nothing.
     #[test]
     fn a_missing_directory_is_looked_for_again_only_at_the_next_census() {
         let root = tempfile::tempdir().unwrap();
@@ -263,7 +277,7 @@ mod tests {
         let mut hub = hub_under(root.path());
         let now = Instant::now();
         hub.watch_users(std::iter::empty(), now);
-        assert!(hub.census.uids.contains(&me), "this process is {me}'s");
+        assert!(hub.census.uids.is_empty(), "nothing in the default places");
         assert_eq!(users_dirs(&hub), []);
         let next = hub.census.next_at.expect("the next census");
         assert!(next >= now + CENSUS_EVERY);
@@ -273,6 +287,33 @@ mod tests {
         assert_eq!(users_dirs(&hub), [], "looked for before the next census");
         hub.watch_users(std::iter::empty(), next);
         assert_eq!(users_dirs(&hub), [(tmp, Some(me), true)]);
+        assert_eq!(hub.census.uids, [me]);
+    }
+
+    /// Only entries shaped as the default places name a uid; the lowest uids come first.
+    #[test]
+    fn the_census_takes_uids_from_the_names_in_the_default_places() {
+        let root = tempfile::tempdir().unwrap();
+        for name in [
+            "run/user/1000",
+            "run/user/42",
+            "run/user/gdm",
+            "run/user/+7",
+        ] {
+            std::fs::create_dir_all(root.path().join(name)).unwrap();
+        }
+        for name in [
+            "torchtop-1000",
+            "torchtop-5",
+            "torchtop-",
+            "tmux-0",
+            "torchtop-x1",
+        ] {
+            std::fs::create_dir_all(root.path().join("tmp").join(name)).unwrap();
+        }
+        let mut census = Census::under(root.path());
+        census.take(Instant::now());
+        assert_eq!(census.uids, [5, 42, 1000]);
     }
 
     #[test]

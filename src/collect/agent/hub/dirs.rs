@@ -165,7 +165,7 @@ impl Watched {
 impl AgentHub {
     /// Root only: reads the agents of other users' GPU processes, and of root's own in another
     /// filesystem (a container's), each `(pid, uid, what names its directory)`, and at each
-    /// census the default directories of every user with a live process ([`super::defaults`]).
+    /// census the default directories of every user who has one ([`super::defaults`]).
     /// Allocates only for a directory not seen before, or to follow another live process of a
     /// container.
     pub(crate) fn watch_users<'a>(
