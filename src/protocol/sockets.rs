@@ -37,9 +37,22 @@ pub(crate) fn default_socket_dir() -> PathBuf {
     socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
 }
 
+/// A socket directory that passed [`check_socket_dir`]: its owner, and which directory it is
+/// (device and inode), since two paths can lead to one directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CheckedDir {
+    pub(crate) owner: u32,
+    pub(crate) id: (u64, u64),
+}
+
 /// Checks a socket directory: a real directory (not a symlink), owned by us (any owner when we
 /// are root), mode 0700 or stricter. Returns its owner's uid, `Ok(None)` when it does not exist.
 pub(crate) fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
+    Ok(check_socket_dir(dir)?.map(|checked| checked.owner))
+}
+
+/// [`inspect_socket_dir`], with the directory's device and inode (from the same `lstat`).
+pub(crate) fn check_socket_dir(dir: &Path) -> Result<Option<CheckedDir>, String> {
     let meta = match fs::symlink_metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -62,7 +75,10 @@ pub(crate) fn inspect_socket_dir(dir: &Path) -> Result<Option<u32>, String> {
             meta.mode() & 0o7777
         ));
     }
-    Ok(Some(meta.uid()))
+    Ok(Some(CheckedDir {
+        owner: meta.uid(),
+        id: (meta.dev(), meta.ino()),
+    }))
 }
 
 /// Creates `dir` with mode 0700 if it is missing (parents as needed), then checks it as

@@ -364,7 +364,9 @@ impl Sampler {
         snapshot
     }
 
-    /// For root: the agents of other users' GPU processes, in the directories they name.
+    /// For root: the agents of other users' GPU processes, in the directories they name, and
+    /// (the hub's census, on a slow clock of its own) those in every user's default directories.
+    /// Only GPU processes' environments are read, so only they can name another directory.
     fn watch_users_agents(&mut self, processes: &[GpuProcess]) {
         let named = processes
             .iter()

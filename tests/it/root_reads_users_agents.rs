@@ -1,8 +1,9 @@
 //! `sudo torchtop` reads the agents of other users' training processes, in the directory each
 //! process's environment names (as its agent works it out), and only there where that user owns
 //! the directory: a user cannot point root's monitor at a directory that is not theirs, and root
-//! writes and removes nothing in theirs. The monitor runs as root, the users' processes as
-//! `nobody`; elsewhere these tests say so and pass.
+//! writes and removes nothing in theirs. A user's process that holds no GPU is found through the
+//! user's default directory. The monitor runs as root, the users' processes as `nobody`;
+//! elsewhere these tests say so and pass.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,8 +13,8 @@ use serde_json::Value;
 use crate::common::fake_nvml::ScenarioFile;
 use crate::common::{output_within_patience, wait_until};
 use crate::launch_support::{
-    dir_of, fake_torch_dir, is_root, listing, nobody_python, open_base, python_for_nobody,
-    spawn_python, Killed, NOBODY,
+    dir_of, fake_torch_dir, is_root, listing, nobody_python, open_base, python_as,
+    python_for_nobody, spawn_python, Killed, NOBODY,
 };
 
 fn agent_module_dir() -> PathBuf {
@@ -140,6 +141,73 @@ fn a_user_cannot_point_roots_monitor_at_a_directory_that_is_not_theirs() {
     );
     let user_row = row(&doc, user.pid()).expect("the user's GPU row");
     assert!(user_row["torch"].is_null(), "{user_row}");
+}
+
+/// A uid (nobody's, else one just below it) whose default agent directory
+/// `/tmp/torchtop-<uid>` does not exist yet, so the test's agent makes it and the test removes
+/// it: one left by another program is neither used nor touched.
+fn uid_without_a_tmp_agent_dir() -> Option<u32> {
+    (0..100)
+        .map(|below| NOBODY - below)
+        .find(|uid| std::fs::symlink_metadata(format!("/tmp/torchtop-{uid}")).is_err())
+}
+
+/// Removes the directory the test's agent made, once that agent has ended.
+struct RemovedAfter(PathBuf);
+
+impl Drop for RemovedAfter {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A user's process that holds no GPU yet (loading its data, say) serves its agent in the
+/// user's default directory, `/tmp/torchtop-<uid>`. Root learned users' directories only from
+/// their GPU processes, so it never listed this one, while a monitor run as that user did.
+#[test]
+fn root_lists_a_users_process_that_holds_no_gpu_for_its_agent() {
+    let Some(python) = setting() else {
+        return;
+    };
+    let Some(uid) = uid_without_a_tmp_agent_dir() else {
+        crate::ci::skip_or_fail("every /tmp/torchtop-<uid> this test may use exists already");
+        return;
+    };
+    let base = open_base();
+    let own = dir_of(&base.path().join("root-agents"), 0, 0o700);
+    let theirs = PathBuf::from(format!("/tmp/torchtop-{uid}"));
+    let _removed = RemovedAfter(theirs.clone());
+    // Neither TORCHTOP_AGENT_DIR nor XDG_RUNTIME_DIR: the agent serves in /tmp/torchtop-<uid>.
+    let fake_torch = fake_torch_dir();
+    let user = python_as(
+        uid,
+        &python,
+        &agent_script(),
+        &[("PYTHONPATH", &fake_torch)],
+    );
+    let pid = user.pid();
+    let socket = theirs.join(format!("{pid}.sock"));
+    wait_until("the user's agent socket in its default directory", || {
+        socket.exists()
+    });
+    let no_process_on_the_gpu = gpu_with(&[]);
+
+    let mut found = Value::Null;
+    wait_until(
+        "root's monitor to list the user's process for its agent",
+        || {
+            let doc = once(&no_process_on_the_gpu, &own);
+            found = row(&doc, pid).cloned().unwrap_or(Value::Null);
+            found["torch"]["devices"][0]["allocated_bytes"]
+                .as_u64()
+                .is_some()
+        },
+    );
+
+    assert!(found["gpu"].is_null(), "listed for its agent only: {found}");
+    assert_eq!(found["uid"], uid, "{found}");
+    assert_eq!(listing(&theirs), [(format!("{pid}.sock"), uid)]);
+    assert_eq!(listing(&own), []);
 }
 
 /// A root process serving an agent in `dir`, which holds no GPU.

@@ -88,12 +88,18 @@ pub fn spawn_python(python: &Path, code: &str) -> (Killed, BufReader<ChildStdout
 
 /// In the forked child, before exec: no supplementary groups, then `nobody`.
 pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    as_user(cmd, NOBODY)
+}
+
+/// In the forked child, before exec: no supplementary groups, then `uid` (and the group of the
+/// same number), which no account needs to have.
+pub fn as_user(cmd: &mut Command, uid: u32) -> &mut Command {
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let failed = libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0;
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0;
             if failed {
                 Err(std::io::Error::last_os_error())
             } else {
@@ -147,12 +153,17 @@ pub fn python_for_nobody() -> Option<PathBuf> {
 
 /// Starts `python -c code` as nobody with exactly `env`; waits for its first line.
 pub fn nobody_python(python: &Path, code: &str, env: &[(&str, &Path)]) -> Killed {
+    python_as(NOBODY, python, code, env)
+}
+
+/// Starts `python -c code` as `uid` with exactly `env`; waits for its first line.
+pub fn python_as(uid: u32, python: &Path, code: &str, env: &[(&str, &Path)]) -> Killed {
     let mut cmd = Command::new(python);
     cmd.args(["-c", code]).env_clear().stdout(Stdio::piped());
     for (key, value) in env {
         cmd.env(key, value);
     }
-    let mut child = as_nobody(&mut cmd).spawn().unwrap();
+    let mut child = as_user(&mut cmd, uid).spawn().unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let child = Killed(child);
     assert_eq!(first_line(&mut out), "ready");

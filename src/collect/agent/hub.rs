@@ -1,10 +1,11 @@
 //! [`AgentHub`]: all agent connections, as the sampler sees them, of the monitor's socket
-//! directory and, for root, of other users' (`dirs`). Each [`AgentHub::poll`] reaps ended
-//! connections, collects answers to commands and times out the unanswered ones, checks each
-//! directory (owner, mode, not a symlink: every poll), connects to new sockets (at most
+//! directory and, for root, of other users' (`dirs`, `defaults`). Each [`AgentHub::poll`] reaps
+//! ended connections, collects answers to commands and times out the unanswered ones, checks
+//! each directory (owner, mode, not a symlink: every poll), connects to new sockets (at most
 //! [`Limits::max_connections`] open, the one idle longest dropped to make room; a directory is
-//! listed only when [`scan`] says it may have changed), and returns the latest
-//! figures per pid, shared with the hub and rebuilt only when an agent says something new.
+//! listed only when [`scan`] says it may have changed, and once when two paths lead to it), and
+//! returns the latest figures per pid, shared with the hub and rebuilt only when an agent says
+//! something new.
 //! Reading happens on the one reader thread; nothing here waits on an agent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -19,9 +20,10 @@ use super::reader::Reader;
 use super::state::{lock, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
 use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
-use crate::protocol::sockets::inspect_socket_dir;
+use crate::protocol::sockets::check_socket_dir;
 use crate::protocol::AgentCommand;
 
+mod defaults;
 mod dirs;
 mod discovery;
 mod scan;
@@ -99,6 +101,8 @@ pub struct AgentHub {
     own_mount_ns: Option<u64>,
     /// The uids already told of directories left unread.
     warned_uids: Vec<u32>,
+    /// Where users' default agent directories are, looked at every 10 s (root only).
+    census: defaults::Census,
     limits: Limits,
     shared: Arc<Mutex<Shared>>,
     /// Started with the first connection.
@@ -130,6 +134,7 @@ impl AgentHub {
             own_uid,
             own_mount_ns: crate::sys::proc::own_mount_namespace(),
             warned_uids: Vec::new(),
+            census: defaults::Census::default(),
             limits,
             shared: Arc::default(),
             reader: None,
@@ -166,9 +171,11 @@ impl AgentHub {
         let now = Instant::now();
         self.reap(now);
         for i in 0..self.dirs.len() {
-            if self.dirs[i].is_read() {
-                self.poll_dir(i, now);
-            }
+            self.check_dir(i);
+        }
+        self.pair_twins();
+        for i in 0..self.dirs.len() {
+            self.list_if_due(i, now);
         }
         for state in lock(&self.shared).conns.values_mut() {
             if let Some(figures) = state.heard() {
@@ -177,27 +184,23 @@ impl AgentHub {
         }
     }
 
-    /// Checks directory `i` and lists it when it may have changed.
-    fn poll_dir(&mut self, i: usize, now: Instant) {
+    /// Checks directory `i` (owner, mode, not a symlink) and logs a problem once it is new.
+    fn check_dir(&mut self, i: usize) {
         let dir = &mut self.dirs[i];
-        let inspected = inspect_socket_dir(&dir.path).and_then(|owner| match (owner, dir.user) {
-            (Some(owner), Some(user)) if owner != user => Err(format!(
-                "{} belongs to uid {owner}, but uid {user}'s processes name it as their agents' \
+        let checked = check_socket_dir(&dir.path).and_then(|checked| match (checked, dir.user) {
+            (Some(checked), Some(user)) if checked.owner != user => Err(format!(
+                "{} belongs to uid {}, but uid {user}'s processes name it as their agents' \
                  directory",
-                dir.path.display()
+                dir.path.display(),
+                checked.owner
             )),
-            (owner, _) => Ok(owner),
+            (checked, _) => Ok(checked),
         });
-        match inspected {
-            Ok(Some(owner)) => {
+        dir.checked = None;
+        match checked {
+            Ok(Some(checked)) => {
                 dir.problem = None;
-                let id = dir.id;
-                let retry_due = (self.retry_at.iter()).any(|(&(d, _), at)| d == id && *at <= now);
-                let dir = &mut self.dirs[i];
-                if dir.scan.due(&dir.path, now, retry_due) {
-                    let complete = self.discover(i, owner, now);
-                    self.dirs[i].scan.done(now, complete);
-                }
+                dir.checked = Some(checked);
             }
             Ok(None) => dir.scan.forget(),
             Err(problem) => {
@@ -207,6 +210,22 @@ impl AgentHub {
                     self.push_log(format!("not reading agents: {problem}"));
                 }
             }
+        }
+    }
+
+    /// Lists directory `i` when this poll's check passed, no earlier directory is the same one,
+    /// and it may have changed.
+    fn list_if_due(&mut self, i: usize, now: Instant) {
+        let dir = &self.dirs[i];
+        let Some(checked) = dir.checked.filter(|_| dir.twin_of.is_none()) else {
+            return;
+        };
+        let id = dir.id;
+        let retry_due = (self.retry_at.iter()).any(|(&(d, _), at)| d == id && *at <= now);
+        let dir = &mut self.dirs[i];
+        if dir.scan.due(&dir.path, now, retry_due) {
+            let complete = self.discover(i, checked.owner, now);
+            self.dirs[i].scan.done(now, complete);
         }
     }
 

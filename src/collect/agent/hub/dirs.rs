@@ -1,17 +1,29 @@
 //! The directories the hub reads sockets from: the monitor's own (`$TORCHTOP_AGENT_DIR`, else
 //! `$XDG_RUNTIME_DIR/torchtop`, else `/tmp/torchtop-<uid>`) always, and, when the monitor runs as
-//! root, the directory each other user's GPU process would put its agent's socket in, worked out
-//! as that agent works it out (its own `TORCHTOP_AGENT_DIR`, else its `XDG_RUNTIME_DIR`, else
-//! its uid). Without them `sudo torchtop` showed every other user's training process as having
-//! no agent, even one root had just attached to.
+//! root, other users' (`user` set): the directory each other user's GPU process would put its
+//! agent's socket in, worked out as that agent works it out (its own `TORCHTOP_AGENT_DIR`, else
+//! its `XDG_RUNTIME_DIR`, else its uid), and the default directories of every user with a live
+//! process, GPU or not ([`super::defaults`]). Without them `sudo torchtop` showed every other
+//! user's training process as having no agent, even one root had just attached to.
 //!
 //! A user's environment can name any path, so such a directory is read only while it is that
 //! user's own (owner, mode 0700, not a symlink: checked at every poll), and each socket in it
 //! only when that user serves it (`SO_PEERCRED`, as for the monitor's own directory). Nothing in
-//! it is ever written or removed. A directory no GPU process has named for [`FORGET_AFTER`] is
-//! dropped once no connection from it is open; at most [`MAX_USER_DIRS`] are read at once, at
-//! most [`MAX_DIRS_PER_USER`] for one uid (so one user cannot take every other user's room),
-//! and each is listed to at most [`MAX_NAMED_ENTRIES`] entries.
+//! it is ever written or removed. A directory no GPU process has named for [`FORGET_AFTER`]
+//! (and the census no longer finds) is dropped once no connection from it is open.
+//!
+//! Bounds: at most [`MAX_USER_DIRS`] users' directories at once, at most [`MAX_DIRS_PER_USER`]
+//! for one uid, the default ones the census finds counted with those its processes name (so one
+//! user, by naming many or by making both default ones, takes the room of no other), and each
+//! directory listed to at most [`MAX_NAMED_ENTRIES`] entries. The census leaves the last
+//! [`KEPT_FOR_NAMED`] of the [`MAX_USER_DIRS`] to directories that GPU processes name, so idle
+//! users' directories never take a GPU process's room.
+//!
+//! Two paths can lead to one directory (two containers sharing a volume, each reached through
+//! its own `/proc/PID/root`): each poll pairs the directories by device and inode, and only the
+//! first of a pair is listed, its sockets counted stale only when no twin's processes know the
+//! pid either. Listing both connected each socket twice and refused the second, with a line in
+//! the log every 30 s.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,14 +32,18 @@ use super::scan::ScanClock;
 use super::AgentHub;
 use crate::model::AgentDirVars;
 use crate::protocol::socket_dir_from;
+use crate::protocol::sockets::CheckedDir;
 
 /// Identifies a watched directory for the life of the hub (indices move when one is dropped).
 pub(super) type DirId = u32;
 
 /// Other users' directories read at once: a bound on the `lstat`s a poll makes.
 pub(crate) const MAX_USER_DIRS: usize = 64;
-/// Directories kept for one uid: its processes may name a few (a login's, `/tmp`'s, a job's).
+/// Directories kept for one uid: its processes may name a few (a login's, `/tmp`'s, a job's),
+/// and the census finds at most two default ones.
 pub(crate) const MAX_DIRS_PER_USER: usize = 4;
+/// Of the [`MAX_USER_DIRS`], those the census leaves to directories GPU processes name.
+pub(super) const KEPT_FOR_NAMED: usize = 16;
 /// Entries listed in a directory a process named (the monitor's own: 4,096): an agent's
 /// directory holds its sockets, site directories and snapshots, far fewer.
 pub(super) const MAX_NAMED_ENTRIES: usize = 1024;
@@ -47,17 +63,24 @@ pub(super) struct Watched {
     /// a path.
     vars: AgentDirVars,
     /// The process the directory is reached through, when `path` goes through its `/proc` entry.
-    via: Option<Via>,
-    /// Another entry already reads the same path: kept only to be found again, never listed.
-    alias: bool,
+    pub(super) via: Option<Via>,
+    /// The last census found it as its user's default directory: kept until one does not.
+    pub(super) census: bool,
+    /// What this poll's check found; `None` when the directory is missing or refused.
+    pub(super) checked: Option<CheckedDir>,
+    /// The directory of this poll that this one is too (same device and inode): listed alone.
+    pub(super) twin_of: Option<DirId>,
+    /// How this directory's twins see pids (`Some`: through that process's root, `None`: as
+    /// this machine does), for the sockets their processes name after a pid.
+    twin_views: Vec<Option<u32>>,
     pub(super) scan: ScanClock,
     pub(super) problem: Option<String>,
     pub(super) warned_crowded: bool,
-    last_wanted: Instant,
+    pub(super) last_wanted: Instant,
 }
 
 /// The process whose `/proc/PID/root` (or `cwd`) a directory is reached through.
-struct Via {
+pub(super) struct Via {
     pid: u32,
     /// When a tick last listed that process.
     seen_at: Instant,
@@ -84,16 +107,44 @@ fn through(pid: u32, inner: &Path) -> PathBuf {
     }
 }
 
+/// Whether `pid` is a live process as seen through process `view`'s root (`None`: ours).
+fn pid_alive_in(view: Option<u32>, pid: u32) -> bool {
+    let proc = match view {
+        Some(view) => format!("/proc/{view}/root/proc/{pid}"),
+        None => format!("/proc/{pid}"),
+    };
+    Path::new(&proc).exists()
+}
+
 impl Watched {
     pub(super) fn own(path: PathBuf, now: Instant) -> Self {
+        Watched::of_user(None, path, AgentDirVars::default(), None, now)
+    }
+
+    /// A directory of `user` (not yet given an id), as a process names it (`inner`) and
+    /// reached `via` a process (`path` is `inner` then seen through it).
+    pub(super) fn of_user(
+        user: Option<u32>,
+        inner: PathBuf,
+        vars: AgentDirVars,
+        via: Option<Via>,
+        now: Instant,
+    ) -> Self {
+        let path = match &via {
+            Some(via) => through(via.pid, &inner),
+            None => inner.clone(),
+        };
         Watched {
             id: 0,
-            inner: path.clone(),
             path,
-            user: None,
-            vars: AgentDirVars::default(),
-            via: None,
-            alias: false,
+            user,
+            inner,
+            vars,
+            via,
+            census: false,
+            checked: None,
+            twin_of: None,
+            twin_views: Vec::new(),
             scan: ScanClock::default(),
             problem: None,
             warned_crowded: false,
@@ -102,25 +153,21 @@ impl Watched {
     }
 
     /// Whether the process a socket file is named after lives. The agent names it with the
-    /// pid its own namespace gives it: a container's is looked up in the container's /proc.
+    /// pid its own namespace gives it: a container's is looked up in the container's /proc,
+    /// and in each twin's (a container sharing the directory).
     pub(super) fn file_pid_alive(&self, file_pid: u32) -> bool {
-        let proc = match &self.via {
-            Some(via) => format!("/proc/{}/root/proc/{file_pid}", via.pid),
-            None => format!("/proc/{file_pid}"),
-        };
-        Path::new(&proc).exists()
-    }
-
-    /// Whether polls read this directory.
-    pub(super) fn is_read(&self) -> bool {
-        !self.alias
+        let view = self.via.as_ref().map(|via| via.pid);
+        let mut views = std::iter::once(view).chain(self.twin_views.iter().copied());
+        views.any(|view| pid_alive_in(view, file_pid))
     }
 }
 
 impl AgentHub {
     /// Root only: reads the agents of other users' GPU processes, and of root's own in another
-    /// filesystem (a container's), each `(pid, uid, what names its directory)`. Allocates only
-    /// for a directory not seen before, or to follow another live process of a container.
+    /// filesystem (a container's), each `(pid, uid, what names its directory)`, and at each
+    /// census the default directories of every user who has one ([`super::defaults`]).
+    /// Allocates only for a directory not seen before, or to follow another live process of a
+    /// container.
     pub(crate) fn watch_users<'a>(
         &mut self,
         processes: impl Iterator<Item = (u32, u32, &'a AgentDirVars)>,
@@ -149,6 +196,7 @@ impl AgentHub {
             }
         }
         self.follow_live_processes(now);
+        self.watch_default_dirs(now);
         self.forget_unwanted(now);
     }
 
@@ -165,10 +213,8 @@ impl AgentHub {
         elsewhere: bool,
         now: Instant,
     ) {
-        let users = self.dirs.iter().filter(|d| d.user.is_some()).count();
-        let theirs = self.dirs.iter().filter(|d| d.user == Some(uid)).count();
-        if users >= MAX_USER_DIRS || theirs >= MAX_DIRS_PER_USER {
-            return self.warn_many_dirs(uid, theirs >= MAX_DIRS_PER_USER);
+        if !self.room_for(uid, false) {
+            return;
         }
         let inner = socket_dir_from(
             vars.torchtop_agent_dir.as_deref().map(AsRef::as_ref),
@@ -182,48 +228,58 @@ impl AgentHub {
             seen_at: now,
             spare: None,
         });
-        let path = match &via {
-            Some(via) => through(via.pid, &inner),
-            None => inner.clone(),
-        };
-        let alias = self.dirs.iter().any(|d| d.is_read() && d.path == path);
-        self.next_dir += 1;
-        self.dirs.push(Watched {
-            id: self.next_dir,
-            path,
-            inner,
-            user: Some(uid),
-            vars: vars.clone(),
-            via,
-            alias,
-            scan: ScanClock::default(),
-            problem: None,
-            warned_crowded: false,
-            last_wanted: now,
-        });
+        let dir = Watched::of_user(Some(uid), inner, vars.clone(), via, now);
+        self.push_user_dir(dir);
     }
 
-    /// Says once per uid (for the first [`MAX_USER_DIRS`] uids) that a directory goes unread.
-    fn warn_many_dirs(&mut self, uid: u32, own_bound: bool) {
+    /// Whether one more directory of `uid` fits the bounds (a line says so once when not); a
+    /// directory the census found fits only while the room kept for named ones stays free.
+    pub(super) fn room_for(&mut self, uid: u32, census: bool) -> bool {
+        let users = self.dirs.iter().filter(|d| d.user.is_some()).count();
+        let theirs = self.dirs.iter().filter(|d| d.user == Some(uid)).count();
+        let room = if census {
+            MAX_USER_DIRS - KEPT_FOR_NAMED
+        } else {
+            MAX_USER_DIRS
+        };
+        if theirs >= MAX_DIRS_PER_USER {
+            self.warn_many_dirs(uid, None);
+        } else if users >= room {
+            self.warn_many_dirs(uid, Some(room));
+        }
+        theirs < MAX_DIRS_PER_USER && users < room
+    }
+
+    /// Gives `dir` its id and watches it from the next poll on.
+    pub(super) fn push_user_dir(&mut self, mut dir: Watched) {
+        self.next_dir += 1;
+        dir.id = self.next_dir;
+        self.dirs.push(dir);
+    }
+
+    /// Says once per uid (for the first [`MAX_USER_DIRS`] uids) that a directory goes unread:
+    /// past the uid's own bound (`None`), or past `room` users' directories in all.
+    fn warn_many_dirs(&mut self, uid: u32, room: Option<usize>) {
         if self.warned_uids.contains(&uid) || self.warned_uids.len() >= MAX_USER_DIRS {
             return;
         }
         self.warned_uids.push(uid);
-        let line = if own_bound {
-            format!(
-                "uid {uid}'s processes name more than {MAX_DIRS_PER_USER} agent directories; \
-                 only the first {MAX_DIRS_PER_USER} are read"
-            )
-        } else {
-            format!(
-                "processes name more than {MAX_USER_DIRS} agent directories; those of uid \
-                 {uid} are not read"
-            )
+        let line = match room {
+            None => format!(
+                "uid {uid} has more than {MAX_DIRS_PER_USER} agent directories (named by its \
+                 processes or in the default places); only the first {MAX_DIRS_PER_USER} are \
+                 read"
+            ),
+            Some(room) => format!(
+                "more than {room} users' agent directories are in use; those of uid {uid} are \
+                 not read"
+            ),
         };
         self.push_log(line);
     }
 
-    /// Whether directory `id` is one a process named (not the monitor's own).
+    /// Whether directory `id` is a user's (not the monitor's own): one a process named, or
+    /// the census found.
     pub(super) fn is_named_by_a_process(&self, id: DirId) -> bool {
         self.dirs.iter().any(|d| d.id == id && d.user.is_some())
     }
@@ -248,11 +304,13 @@ impl AgentHub {
         }
     }
 
-    /// Drops the users' directories no process named lately and no connection comes from. An
-    /// alias whose original goes is read in its place.
+    /// Drops the users' directories that no process named lately, the census did not find and
+    /// no connection comes from.
     fn forget_unwanted(&mut self, now: Instant) {
         let stale = |d: &Watched| {
-            d.user.is_some() && now.saturating_duration_since(d.last_wanted) >= FORGET_AFTER
+            d.user.is_some()
+                && !d.census
+                && now.saturating_duration_since(d.last_wanted) >= FORGET_AFTER
         };
         if !self.dirs.iter().any(stale) {
             return;
@@ -260,13 +318,37 @@ impl AgentHub {
         let conns = &self.conns;
         self.dirs
             .retain(|d| !stale(d) || conns.values().any(|c| c.dir == d.id));
+    }
+
+    /// Pairs this poll's checked directories by device and inode: each one that an earlier one
+    /// is too becomes its twin (not listed), and lends it its view of pids.
+    pub(super) fn pair_twins(&mut self) {
         for i in 0..self.dirs.len() {
-            if self.dirs[i].alias {
-                let path = &self.dirs[i].path;
-                let read = self.dirs.iter().any(|d| !d.alias && d.path == *path);
-                self.dirs[i].alias = read;
+            self.dirs[i].twin_views.clear();
+            let same = self.dirs[i].checked.map(|checked| checked.id);
+            let first = same.and_then(|same| {
+                self.dirs[..i].iter().find(|d| {
+                    d.twin_of.is_none() && d.checked.is_some_and(|checked| checked.id == same)
+                })
+            });
+            let first = first.map(|d| d.id);
+            let dir = &mut self.dirs[i];
+            dir.twin_of = first;
+            let Some(first) = first else {
+                continue;
+            };
+            // Listed in full once it is read again on its own.
+            dir.scan.forget();
+            let view = dir.via.as_ref().map(|via| via.pid);
+            if let Some(first) = self.dirs.iter_mut().find(|d| d.id == first) {
+                first.twin_views.push(view);
             }
         }
+    }
+
+    /// Whether directory `other` is `dir`, or its twin in this poll.
+    pub(super) fn same_dir(&self, dir: DirId, other: DirId) -> bool {
+        other == dir || (self.dirs.iter()).any(|d| d.id == other && d.twin_of == Some(dir))
     }
 
     /// The directory the agent of `pid` serves in, while it is connected.
@@ -289,17 +371,20 @@ mod tests {
         }
     }
 
+    /// A root monitor whose census finds no default directory (they are under a path that
+    /// does not exist).
     fn hub_for_root() -> AgentHub {
         let mut hub = AgentHub::new(PathBuf::from("/nonexistent/torchtop-own"));
         hub.reads_other_users = true;
         hub.own_uid = 0;
         hub.own_mount_ns = Some(1);
+        hub.census = super::super::defaults::Census::under(Path::new("/nonexistent/census"));
         hub
     }
 
-    fn paths(hub: &AgentHub) -> Vec<(String, Option<u32>, bool)> {
+    fn paths(hub: &AgentHub) -> Vec<(String, Option<u32>)> {
         (hub.dirs.iter())
-            .map(|d| (d.path.display().to_string(), d.user, d.is_read()))
+            .map(|d| (d.path.display().to_string(), d.user))
             .collect()
     }
 
@@ -319,38 +404,29 @@ mod tests {
         assert_eq!(
             paths(&hub),
             [
-                ("/nonexistent/torchtop-own".to_string(), None, true),
-                ("/tmp/torchtop-1000".to_string(), Some(1000), true),
-                ("/run/user/1000/torchtop".to_string(), Some(1000), true),
-                ("/scratch/me/agents".to_string(), Some(1001), true),
+                ("/nonexistent/torchtop-own".to_string(), None),
+                ("/tmp/torchtop-1000".to_string(), Some(1000)),
+                ("/run/user/1000/torchtop".to_string(), Some(1000)),
+                ("/scratch/me/agents".to_string(), Some(1001)),
             ],
             "root's own processes use the monitor's directory"
         );
     }
 
     #[test]
-    fn a_path_two_users_name_is_read_once_and_forgotten_when_nobody_names_it() {
+    fn a_path_two_users_name_is_kept_for_each_until_nobody_names_it() {
         let mut hub = hub_for_root();
         let now = Instant::now();
         let shared = vars(Some("/scratch/agents"), None);
         hub.watch_users([(10, 1000, &shared), (11, 1001, &shared)].into_iter(), now);
-        let read: Vec<_> = paths(&hub)
-            .into_iter()
-            .map(|(_, u, read)| (u, read))
-            .collect();
-        assert_eq!(
-            read,
-            [(None, true), (Some(1000), true), (Some(1001), false)]
-        );
+        let users: Vec<_> = hub.dirs.iter().map(|d| d.user).collect();
+        assert_eq!(users, [None, Some(1000), Some(1001)]);
 
-        // Only uid 1001 names it from now on: its entry is read once 1000's is dropped.
+        // Only uid 1001 names it from now on: 1000's entry is dropped.
         let later = now + FORGET_AFTER;
         hub.watch_users([(11, 1001, &shared)].into_iter(), later);
-        let read: Vec<_> = paths(&hub)
-            .into_iter()
-            .map(|(_, u, read)| (u, read))
-            .collect();
-        assert_eq!(read, [(None, true), (Some(1001), true)]);
+        let users: Vec<_> = hub.dirs.iter().map(|d| d.user).collect();
+        assert_eq!(users, [None, Some(1001)]);
 
         hub.watch_users(std::iter::empty(), later + FORGET_AFTER);
         assert_eq!(
@@ -404,8 +480,9 @@ mod tests {
         assert_eq!(
             hub.log(),
             [format!(
-                "uid 65534's processes name more than {MAX_DIRS_PER_USER} agent directories; \
-                 only the first {MAX_DIRS_PER_USER} are read"
+                "uid 65534 has more than {MAX_DIRS_PER_USER} agent directories (named by its \
+                 processes or in the default places); only the first {MAX_DIRS_PER_USER} are \
+                 read"
             )]
         );
     }
@@ -433,8 +510,8 @@ mod tests {
         assert_eq!(
             paths(&hub)[1..],
             [
-                ("/proc/20/root/tmp/torchtop-0".to_string(), Some(0), true),
-                ("/proc/30/cwd/agents".to_string(), Some(1000), true),
+                ("/proc/20/root/tmp/torchtop-0".to_string(), Some(0)),
+                ("/proc/30/cwd/agents".to_string(), Some(1000)),
             ],
             "root's own processes in our filesystem use the monitor's directory"
         );
@@ -443,5 +520,39 @@ mod tests {
         let later = now + Duration::from_secs(1);
         hub.watch_users([(21, 0, &container)].into_iter(), later);
         assert_eq!(paths(&hub)[1].0, "/proc/21/root/tmp/torchtop-0");
+    }
+
+    /// Two paths to one directory (here a symlink above it; in production two containers that
+    /// share a volume, each reached through its own `/proc/PID/root`) are listed once. Both
+    /// were listed: the second listing connected to the same agent again and was refused
+    /// ("already connected"), with a line in the log every 30 s.
+    #[test]
+    fn two_paths_to_one_directory_are_listed_once() {
+        let base = tempfile::tempdir().unwrap();
+        let agents = base.path().join("agents");
+        std::fs::create_dir(&agents).unwrap();
+        let private = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+        std::fs::set_permissions(&agents, private).unwrap();
+        std::os::unix::fs::symlink(base.path(), base.path().join("link")).unwrap();
+        let socket = agents.join(format!("{}.sock", std::process::id()));
+        let _agent = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let mut hub = hub_for_root();
+        // The test's own uid plays the user: the monitor is another.
+        hub.own_uid = u32::MAX;
+        let me = crate::sys::effective_uid();
+        let by_link = base.path().join("link/agents");
+        let paths = [agents.to_str().unwrap(), by_link.to_str().unwrap()];
+        let named = paths.map(|path| vars(Some(path), None));
+        let seen = [(1, me, &named[0]), (2, me, &named[1])];
+        hub.watch_users(seen.into_iter(), Instant::now());
+        assert_eq!(hub.dirs.len(), 3);
+
+        for _ in 0..3 {
+            hub.poll();
+        }
+
+        assert_eq!(hub.connections(), 1, "{:?}", hub.log());
+        assert_eq!(hub.log(), Vec::<String>::new());
+        assert_eq!(hub.dirs[2].twin_of, Some(hub.dirs[1].id));
     }
 }

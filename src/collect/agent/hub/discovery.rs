@@ -29,7 +29,8 @@ impl AgentHub {
         self.retry_at.retain(|_, at| *at > now);
         let mut connected = std::mem::take(&mut self.connected);
         connected.clear();
-        let conns = self.conns.values().filter(|c| c.dir == dir);
+        // A twin may have connected some of its sockets while it was listed on its own.
+        let conns = self.conns.values().filter(|c| self.same_dir(dir, c.dir));
         connected.extend(conns.map(|c| c.file_pid));
         let complete = self.connect_listed(i, entries, &connected, owner, now);
         self.connected = connected;
