@@ -29,7 +29,9 @@ fn main() -> ExitCode {
         return print_once(&cli, config, loader);
     }
     if cli.json {
-        return match torchtop::report::stream_json(config, loader, cli.samples, cli.compact) {
+        let filter = process_filter(&cli);
+        return match torchtop::report::stream_json(config, loader, cli.samples, cli.compact, filter)
+        {
             Ok(()) => exit_now(ExitCode::SUCCESS),
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
                 exit_now(ExitCode::SUCCESS)
@@ -159,11 +161,27 @@ fn replay(cli: &Cli, command: &Command) -> ExitCode {
     }
 }
 
+/// `--user` and `--gpus`, which `--once` and `--json` apply as the monitor's table does.
+fn process_filter(cli: &Cli) -> torchtop::report::ProcessFilter {
+    torchtop::report::ProcessFilter {
+        user: cli.user.clone(),
+        gpus: cli.gpus.clone().map(|g| g.0),
+    }
+}
+
 fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLoader) -> ExitCode {
-    let snapshot = Sampler::start(config, loader).once(
+    let mut snapshot = Sampler::start(config, loader).once(
         Duration::from_secs_f64(cli.timeout),
         Duration::from_millis(40),
     );
+    let filter = process_filter(cli);
+    if let Some(why) = filter.unknown_gpus(snapshot.gpus.len()) {
+        complain("torchtop", &why);
+        return exit_now(ExitCode::from(2));
+    }
+    // The exit status follows the whole machine's warnings, whatever the filter shows.
+    let status = torchtop::report::exit_status(&snapshot, cli.fail_on.threshold());
+    filter.apply(&mut snapshot);
     let out = if cli.format == Some(OnceFormat::Prometheus) {
         torchtop::serve::exposition_text(&snapshot, None)
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
@@ -171,11 +189,11 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     } else {
         torchtop::report::text(&snapshot)
     };
-    println!("{}", out.trim_end());
-    exit_now(ExitCode::from(torchtop::report::exit_status(
-        &snapshot,
-        cli.fail_on.threshold(),
-    )))
+    let printed = print_bytes(Ok(format!("{}\n", out.trim_end()).into_bytes()));
+    if printed != ExitCode::SUCCESS {
+        return exit_now(printed);
+    }
+    exit_now(ExitCode::from(status))
 }
 
 fn run_command(cli: &Cli, command: &Command) -> ExitCode {

@@ -33,6 +33,51 @@ pub fn exit_status(snapshot: &Snapshot, fail_at: Option<Severity>) -> u8 {
     }
 }
 
+/// `--user` and `--gpus` for the outputs without a terminal: the processes they show, as the
+/// monitor's table does. The GPUs, the host and the warnings stay whole: they are the
+/// machine's, and `--once`'s exit status follows every warning.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessFilter {
+    pub user: Option<String>,
+    pub gpus: Option<Vec<u32>>,
+}
+
+impl ProcessFilter {
+    /// Leaves in `snapshot` only the processes the filter shows; a process with an agent that
+    /// holds no GPU is shown only while no `--gpus` is given.
+    pub fn apply(&self, snapshot: &mut Snapshot) {
+        if self.user.is_none() && self.gpus.is_none() {
+            return;
+        }
+        snapshot.processes.retain(|p| self.shows(p));
+    }
+
+    fn shows(&self, process: &GpuProcess) -> bool {
+        let user_ok = (self.user.as_deref()).is_none_or(|u| process.user.as_deref() == Some(u));
+        let gpu_ok = (self.gpus.as_deref()).is_none_or(|gpus| gpus.contains(&process.gpu));
+        user_ok && gpu_ok
+    }
+
+    /// A sentence for each `--gpus` index the machine does not have (`gpus` is its count).
+    pub fn unknown_gpus(&self, gpus: usize) -> Option<String> {
+        let missing: Vec<String> = (self.gpus.iter().flatten())
+            .filter(|&&i| usize::try_from(i).map_or(true, |i| i >= gpus))
+            .map(u32::to_string)
+            .collect();
+        (!missing.is_empty()).then(|| {
+            let have = match gpus {
+                0 => "no GPU".to_string(),
+                1 => "one GPU, 0".to_string(),
+                n => format!("{n} GPUs, 0 to {}", n - 1),
+            };
+            format!(
+                "--gpus names GPU {} that this machine does not have (it has {have})",
+                missing.join(", ")
+            )
+        })
+    }
+}
+
 /// Writes one JSON document per line for each snapshot the sampler publishes, until `samples`
 /// have been written or stdout is closed (a pipe into `head`, say). With `compact`, each line
 /// leaves out what earlier lines said (see [`compact`]).
@@ -41,11 +86,21 @@ pub fn stream_json(
     loader: GpuLoader,
     samples: Option<u64>,
     compact: bool,
+    filter: ProcessFilter,
 ) -> std::io::Result<()> {
     let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<()>>();
     let mut written = 0u64;
     let mut compactor = compact::Compactor::default();
-    let _requests = sampler::spawn_loop(config, loader, move |snapshot| {
+    let mut told = false;
+    let _requests = sampler::spawn_loop(config, loader, move |mut snapshot| {
+        if let Some(why) = (!told)
+            .then(|| filter.unknown_gpus(snapshot.gpus.len()))
+            .flatten()
+        {
+            eprintln!("torchtop: {why}");
+        }
+        told = true;
+        filter.apply(&mut snapshot);
         let line = if compact {
             compactor.line(&snapshot)
         } else {

@@ -427,7 +427,8 @@ impl Sampler {
             Ok(id) => {
                 self.memory_views.insert(id, pid);
                 self.notices.push(format!(
-                    "asked the agent of {pid} to record memory history and write a snapshot;                      the viewer opens when it is written"
+                    "asked the agent of {pid} to record memory history and write a snapshot; \
+                     the viewer opens when it is written"
                 ));
             }
             Err(why) => self.notices.push(why),

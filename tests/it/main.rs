@@ -29,6 +29,7 @@ mod kubernetes_e2e;
 mod memsnap;
 mod mig_fake_nvml;
 mod once_fake_nvml;
+mod once_filters;
 mod oom_memsnap;
 mod record_full_disk;
 mod record_replay;
