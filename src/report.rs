@@ -155,6 +155,9 @@ pub fn text(snapshot: &Snapshot) -> String {
             .filter(|p| !p.no_gpu && p.gpu == gpu.index)
         {
             let _ = writeln!(out, "{}", process_line(process));
+            if let Some(line) = torch_line(process, Some(gpu.index)) {
+                let _ = writeln!(out, "{line}");
+            }
         }
     }
     // Processes whose agent reports but which hold no GPU (CPU-only, or not yet on one): the
@@ -164,6 +167,9 @@ pub fn text(snapshot: &Snapshot) -> String {
         let _ = writeln!(out, "[-] no GPU: PyTorch processes with an agent");
         for process in agent_only {
             let _ = writeln!(out, "{}", process_line(process));
+            if let Some(line) = torch_line(process, None) {
+                let _ = writeln!(out, "{line}");
+            }
         }
     }
     let _ = writeln!(out, "{}", host_line(snapshot));
@@ -201,6 +207,41 @@ fn process_line(process: &GpuProcess) -> String {
             "(not visible here)"
         })),
     )
+}
+
+/// Under a process whose agent reports: its torch, rank and step, and the caching allocator's
+/// figures for the device on `gpu` (every device for a process that holds no GPU), as the
+/// monitor's PyTorch panel shows them. What the agent sends is escaped.
+fn torch_line(process: &GpuProcess, gpu: Option<u32>) -> Option<String> {
+    let torch = process.torch.as_deref()?;
+    let mut line = format!(
+        "              PyTorch {}",
+        escape(torch.torch.as_deref().unwrap_or("N/A"))
+    );
+    if let Some(rank) = torch.rank {
+        let _ = write!(line, "  rank {rank}");
+        if let Some(world) = torch.world_size {
+            let _ = write!(line, " of {world}");
+        }
+    }
+    if let Some(step) = torch.step {
+        let _ = write!(line, "  step {step}");
+        if let Some(seconds) = torch.step_time_seconds {
+            let _ = write!(line, " ({seconds:.3} s)");
+        }
+    }
+    let devices = (torch.devices.iter()).filter(|d| gpu.is_none() || d.gpu == gpu);
+    for device in devices {
+        let _ = write!(
+            line,
+            "  cuda:{} allocated {} reserved {} peak {}",
+            device.index,
+            bytes(device.allocated_bytes),
+            bytes(device.reserved_bytes),
+            bytes(device.peak_allocated_bytes),
+        );
+    }
+    Some(line)
 }
 
 fn gpu_line(gpu: &GpuSample) -> String {
@@ -294,6 +335,56 @@ mod tests {
         let heading = text.find("[-] no GPU").expect(&text);
         assert!(text.find("preprocess.py").unwrap() > heading, "{text}");
         assert!(!text.contains('\x1b'), "escaped: {text}");
+    }
+
+    /// A process whose agent reports gets a line of its allocator's figures under its row, for
+    /// the device on that GPU; one that holds no GPU, for each of its devices.
+    #[test]
+    fn a_process_with_an_agent_shows_its_allocator_under_its_row() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        for index in 0..2 {
+            snapshot.gpus.push(GpuSample {
+                index,
+                ..Default::default()
+            });
+        }
+        let device = |index: u32, gib: u64| crate::model::DeviceAllocatorStats {
+            index,
+            gpu: Some(index),
+            allocated_bytes: Some(gib << 30),
+            reserved_bytes: Some((gib + 2) << 30),
+            peak_allocated_bytes: None,
+            ..Default::default()
+        };
+        let torch = crate::model::TorchInfo {
+            torch: Some("2.11.0\x1b[2J".into()),
+            rank: Some(3),
+            world_size: Some(8),
+            step: Some(1200),
+            step_time_seconds: Some(0.4125),
+            devices: vec![device(0, 10), device(1, 20)],
+            ..Default::default()
+        };
+        let torch = std::sync::Arc::new(torch);
+        let mut rows = Vec::new();
+        for gpu in 0..2 {
+            let mut row = GpuProcess::new(41, gpu, crate::model::ProcessKind::Compute);
+            row.torch = Some(torch.clone());
+            rows.push(row);
+        }
+        snapshot.processes = rows;
+        let text = text(&snapshot);
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("PyTorch")).collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].ends_with(
+                "PyTorch 2.11.0\\e[2J  rank 3 of 8  step 1200 (0.412 s)  cuda:0 allocated \
+                 10.0GiB reserved 12.0GiB peak N/A"
+            ),
+            "{text}"
+        );
+        assert!(lines[1].contains("cuda:1 allocated 20.0GiB"), "{text}");
+        assert!(!lines[1].contains("cuda:0"), "{text}");
     }
 
     #[test]
