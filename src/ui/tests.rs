@@ -13,6 +13,8 @@ use crate::model::{
 
 #[path = "detail_tests.rs"]
 mod detail_tests;
+#[path = "mig_tests.rs"]
+mod mig_tests;
 #[path = "readme_tests.rs"]
 mod readme_tests;
 #[path = "warnings_tests.rs"]
