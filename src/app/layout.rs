@@ -1,8 +1,13 @@
 //! Chooses where each panel goes for a given terminal size and what the panels ask for
-//! ([`LayoutNeeds`]). The GPUs and the process table always get a place; history sparklines, a
-//! few more process rows, the per-GPU detail lines and larger sparklines are added in that
-//! order while rows are left. The event loop plans once per frame and keeps the [`Plan`] in the
-//! view state, so paging and mouse clicks use the areas the user sees.
+//! ([`LayoutNeeds`]). As in nvtop and nvitop, the GPUs and the processes come first: the
+//! header, the status line and the table's header with two rows; every GPU line; the table's
+//! first rows (8, or a third of the screen when that is more; 6 with `f`). Then, cut or left
+//! out when rows run short: the warnings, the jobs, the PyTorch panel, the balance and host
+//! strip and the history, those left out named on one line ([`Hidden`]). Then the GPU detail
+//! lines and larger sparklines (`f` before the warnings grow to a third of the screen, `a`
+//! after), and the rest to the table. `c` keeps the first three and the warnings' title. The
+//! event loop plans once per frame and keeps the [`Plan`] in the view state, so paging and
+//! mouse clicks use the areas the user sees.
 //!
 //! The screen, top to bottom (the allocator panel sits right of the table from
 //! [`WIDE_WIDTH`] columns, below it in narrower terminals):
@@ -18,6 +23,7 @@
 //! +-------------------+------------------------------------------+
 //! | balance bars      | host: CPU, memory, swap, load             |  5 rows (F2 hides)
 //! +-------------------+------------------------------------------+
+//! | what was hidden for want of rows (when something was)         |  1 row
 //! | jobs (optional, one line per job)                             |
 //! | warnings (optional)                                           |
 //! +----------------------------------------+---------------------+
@@ -47,12 +53,15 @@ const MIDDLE_HEIGHT: u16 = 5;
 /// so that a runaway message cannot take the process table's room.
 const MIN_GPU_MESSAGE_LINES: u16 = 2;
 const MAX_GPU_MESSAGE_LINES: u16 = 6;
-/// The process table's header and this many rows are always kept.
+/// The process table's header and this many rows are kept even before the GPU lines.
 const MIN_PROCESS_HEIGHT: u16 = 3;
 /// The fewest rows worth giving the allocator panel below the table: its title and one line.
 const MIN_ALLOCATOR_HEIGHT: u16 = 2;
-/// Process rows to grant before the GPU detail lines and the larger sparklines are.
-const COMFORTABLE_PROCESS_ROWS: u16 = 6;
+/// Process rows granted before any side panel: this many, or a third of the screen's height
+/// when that is more. Side panels are glanced at; the table is where actions are aimed.
+const FIRST_PROCESS_ROWS: u16 = 8;
+/// With `f` (full) the details come first, after this many rows.
+const FULL_FIRST_PROCESS_ROWS: u16 = 6;
 
 /// What the panels ask of the layout for one terminal width: the ui computes it from the app
 /// (`ui::layout_needs`), so that this module needs neither.
@@ -73,10 +82,15 @@ pub(crate) struct LayoutNeeds {
     pub(crate) jobs: u16,
     /// Rows of the process table (its content, not its place).
     pub(crate) process_rows: usize,
-    /// Rows the allocator panel wants below the table; 0 when no process has an agent. It
-    /// must not depend on the selection, so that moving the cursor resizes nothing.
+    /// Rows the allocator panel wants below the table: its full height for a selected row with
+    /// an agent (the same for every such row, so that moving among them resizes nothing), one
+    /// line saying so for a row without, 0 when no process has an agent.
     pub(crate) allocator_below: u16,
-    /// Whether any process has an agent, so the allocator panel has a place beside a wide table.
+    /// Rows the allocator panel below the table is cut to when `allocator_below` does not fit:
+    /// its title, OOM lines and ranks table, without the figures that need all their rows.
+    pub(crate) allocator_least: u16,
+    /// Whether the selected row has an agent, so the allocator panel has a place beside a wide
+    /// table.
     pub(crate) allocator_beside: bool,
     /// `a` `f` `c`: whether the GPU detail lines and the larger sparklines come before extra
     /// process rows (full), after them (auto), or never (compact).
@@ -136,6 +150,9 @@ pub(crate) struct Areas {
     pub(crate) history_rows_per_gpu: u16,
     pub(crate) balance: Rect,
     pub(crate) host: Rect,
+    /// The line naming the panels left out for want of rows, when there are any.
+    pub(crate) hidden_note: Option<Rect>,
+    pub(crate) hidden: Hidden,
     pub(crate) jobs: Option<Rect>,
     pub(crate) warnings: Option<Rect>,
     pub(crate) processes: Rect,
@@ -143,6 +160,24 @@ pub(crate) struct Areas {
     pub(crate) status: Rect,
     /// The `w` view over the panels.
     pub(crate) warnings_view: WarningsViewArea,
+}
+
+/// Panels the layout left out for want of rows (not those turned off with F2 or `c`): the
+/// screen names them, so that a missing panel is not taken for a fault.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hidden {
+    pub(crate) history: bool,
+    pub(crate) balance: bool,
+    pub(crate) host: bool,
+    pub(crate) jobs: bool,
+    pub(crate) warnings: bool,
+    pub(crate) pytorch: bool,
+}
+
+impl Hidden {
+    pub(crate) fn any(self) -> bool {
+        self != Hidden::default()
+    }
 }
 
 /// Where the `w` view is drawn, and how far its evidence and remedy can scroll.
@@ -173,6 +208,9 @@ struct Heights {
     gpu_detail_lines: u16,
     history: u16,
     history_rows_per_gpu: u16,
+    middle: u16,
+    note: u16,
+    hidden: Hidden,
     jobs: u16,
     warnings: u16,
     processes: u16,
@@ -193,69 +231,147 @@ pub(crate) fn plan(area: Rect, needs: &LayoutNeeds) -> Plan {
     Plan::Screen(areas)
 }
 
+/// Hands out the rows in the order the module's documentation gives.
 fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
-    let gpu_count = needs.gpu_count;
-    let wide = area.width >= WIDE_WIDTH;
-    let warnings = warnings_height(needs.warnings, area.height);
-    let jobs = needs.jobs;
-    let gpu_base = if gpu_count == 0 {
-        1 + needs
-            .gpu_message_lines
-            .clamp(MIN_GPU_MESSAGE_LINES, MAX_GPU_MESSAGE_LINES)
-    } else {
-        1 + gpu_count
-    };
-    let fixed = 2 + needs.middle_height() + warnings + jobs;
-    let available = area.height.saturating_sub(fixed);
+    let gpu_base = gpu_base(needs);
+    // Less the header and the status line; MIN_HEIGHT leaves the table its least below them.
+    let mut left = area.height - 2;
+    let gpus = gpu_base.min(left - MIN_PROCESS_HEIGHT);
+    left -= gpus;
+    let processes = first_table_height(area.height, needs).min(left);
+    left -= processes;
     let mut h = Heights {
-        gpus: gpu_base.min(available.saturating_sub(MIN_PROCESS_HEIGHT)),
+        gpus,
         gpu_detail_lines: 0,
         history: 0,
         history_rows_per_gpu: 1,
-        jobs,
-        warnings,
-        processes: MIN_PROCESS_HEIGHT,
+        middle: 0,
+        note: 0,
+        hidden: Hidden::default(),
+        jobs: 0,
+        warnings: 0,
+        processes,
         allocator_below: 0,
     };
-    let mut left = available.saturating_sub(h.gpus + h.processes);
-    let history_wanted = gpu_count > 0 && !needs.hide_history;
-    if history_wanted && h.gpus == gpu_base && grant(&mut left, 1 + gpu_count) {
-        h.history = 1 + gpu_count;
+    if needs.density == Density::Compact {
+        // The warnings' title only: their count, and `w` for the rest.
+        h.warnings = warnings_height(needs.warnings, area.height)
+            .min(1)
+            .min(left);
+        h.processes += left - h.warnings;
+        return h;
     }
-    // The allocator panel takes what it wants of the rest, or what is left when that is enough
-    // for its title and a device's OOM line.
-    if !wide && needs.allocator_below > 0 {
-        let rows = needs.allocator_below.min(left);
-        if rows >= MIN_ALLOCATOR_HEIGHT {
-            h.allocator_below = rows;
-            left -= rows;
-        }
-    }
+    grant_panels(&mut h, &mut left, area, needs, gpu_base);
+    grant_note(&mut h, &mut left);
     if needs.density == Density::Full {
         grant_gpu_extras(&mut h, &mut left, needs, gpu_base);
     }
-    // Seeing the processes matters more than the per-GPU detail lines, when there are any.
-    let rows = u16::try_from(needs.process_rows).unwrap_or(u16::MAX);
-    let unshown = rows.saturating_sub(MIN_PROCESS_HEIGHT - 1);
-    let extra = COMFORTABLE_PROCESS_ROWS.min(unshown).min(left);
-    left -= extra;
-    h.processes += extra;
-    // Every warning should be reachable without a key: the panel grows up to a third.
-    let most = (area.height / 3).max(warnings);
-    let wanted = if needs.warnings == 0 {
-        0
-    } else {
-        1 + needs.warnings
-    };
-    let more = wanted.min(most).saturating_sub(warnings);
-    let more = more.min(left);
-    left -= more;
-    h.warnings += more;
+    grow_warnings(&mut h, &mut left, area.height, needs);
     if needs.density == Density::Auto {
         grant_gpu_extras(&mut h, &mut left, needs, gpu_base);
     }
     h.processes += left;
     h
+}
+
+/// The GPU panel's rows: its title and a line per GPU, or the message shown without GPUs.
+fn gpu_base(needs: &LayoutNeeds) -> u16 {
+    if needs.gpu_count == 0 {
+        1 + needs
+            .gpu_message_lines
+            .clamp(MIN_GPU_MESSAGE_LINES, MAX_GPU_MESSAGE_LINES)
+    } else {
+        1 + needs.gpu_count
+    }
+}
+
+/// The table's header and the rows it gets before any side panel: no more than there are
+/// processes, never fewer than [`MIN_PROCESS_HEIGHT`] holds.
+fn first_table_height(height: u16, needs: &LayoutNeeds) -> u16 {
+    let wanted = match needs.density {
+        Density::Full => FULL_FIRST_PROCESS_ROWS,
+        Density::Auto | Density::Compact => FIRST_PROCESS_ROWS.max(height / 3),
+    };
+    let rows = u16::try_from(needs.process_rows).unwrap_or(u16::MAX);
+    1 + wanted.min(rows).max(MIN_PROCESS_HEIGHT - 1)
+}
+
+/// The side panels, most needed first. The warnings and the jobs are cut to the rows left;
+/// the others show whole or not at all. What did not fit goes into `h.hidden`.
+fn grant_panels(h: &mut Heights, left: &mut u16, area: Rect, needs: &LayoutNeeds, gpu_base: u16) {
+    let warnings = warnings_height(needs.warnings, area.height);
+    h.warnings = warnings.min(*left);
+    *left -= h.warnings;
+    h.hidden.warnings = warnings > 0 && h.warnings == 0;
+    h.jobs = needs.jobs.min(*left);
+    *left -= h.jobs;
+    h.hidden.jobs = needs.jobs > 0 && h.jobs == 0;
+    grant_allocator(h, left, area, needs);
+    let middle = needs.middle_height();
+    if grant(left, middle) {
+        h.middle = middle;
+    } else {
+        h.hidden.balance = !needs.hide_balance;
+        h.hidden.host = !needs.hide_host;
+    }
+    let gpu_count = needs.gpu_count;
+    if gpu_count > 0 && !needs.hide_history {
+        if h.gpus == gpu_base && grant(left, 1 + gpu_count) {
+            h.history = 1 + gpu_count;
+        } else {
+            h.hidden.history = true;
+        }
+    }
+}
+
+/// The allocator panel below a narrow table (or the line for a row without an agent): what it
+/// wants, else its least (or what is left of it when that holds its title and a device's OOM
+/// line), never rows it would leave blank.
+fn grant_allocator(h: &mut Heights, left: &mut u16, area: Rect, needs: &LayoutNeeds) {
+    let wanted = needs.allocator_below;
+    let beside = area.width >= WIDE_WIDTH && needs.allocator_beside;
+    if wanted == 0 || beside {
+        return;
+    }
+    let rows = if wanted <= *left {
+        wanted
+    } else {
+        needs.allocator_least.min(*left)
+    };
+    if rows == wanted || rows >= MIN_ALLOCATOR_HEIGHT {
+        h.allocator_below = rows;
+        *left -= rows;
+    } else {
+        h.hidden.pytorch = true;
+    }
+}
+
+/// A line naming what was hidden: from the rows left, else from the table while it keeps
+/// more than its least.
+fn grant_note(h: &mut Heights, left: &mut u16) {
+    if !h.hidden.any() {
+        return;
+    }
+    if *left > 0 {
+        *left -= 1;
+        h.note = 1;
+    } else if h.processes > MIN_PROCESS_HEIGHT {
+        h.processes -= 1;
+        h.note = 1;
+    }
+}
+
+/// Every warning should be reachable without a key: the panel grows up to a third.
+fn grow_warnings(h: &mut Heights, left: &mut u16, height: u16, needs: &LayoutNeeds) {
+    let most = (height / 3).max(h.warnings);
+    let wanted = if needs.warnings == 0 {
+        0
+    } else {
+        1 + needs.warnings
+    };
+    let more = wanted.min(most).saturating_sub(h.warnings).min(*left);
+    *left -= more;
+    h.warnings += more;
 }
 
 /// The per-GPU detail lines, then the larger sparklines, each if all its rows are left.
@@ -304,7 +420,8 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
     let header = take(1);
     let gpus = take(h.gpus);
     let history = (h.history > 0).then(|| take(h.history));
-    let middle = take(needs.middle_height());
+    let middle = take(h.middle);
+    let hidden_note = (h.note > 0).then(|| take(h.note));
     let jobs = (h.jobs > 0).then(|| take(h.jobs));
     let warnings = (h.warnings > 0).then(|| take(h.warnings));
     let table = take(h.processes);
@@ -317,7 +434,10 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
     };
     let (processes, allocator) = match below {
         Some(rect) => (table, Some(rect)),
-        None => split_table(table, needs.allocator_beside),
+        None => split_table(
+            table,
+            needs.allocator_beside && needs.density != Density::Compact,
+        ),
     };
     Areas {
         header,
@@ -327,6 +447,8 @@ fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
         history_rows_per_gpu: h.history_rows_per_gpu,
         balance,
         host,
+        hidden_note,
+        hidden: h.hidden,
         jobs,
         warnings,
         processes,

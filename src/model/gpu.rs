@@ -283,6 +283,23 @@ impl GpuSample {
         }
     }
 
+    /// The MIG device `pid` runs on, when it runs on exactly one of this GPU's (on several, no
+    /// one of them is its place).
+    pub fn mig_device_of(&self, pid: u32) -> Option<&MigDevice> {
+        let mut on = self.mig_devices.iter().filter(|m| m.pids.contains(&pid));
+        let first = on.next()?;
+        on.next().is_none().then_some(first)
+    }
+
+    /// The memory a process's share is measured against: its MIG device's when it runs on one,
+    /// as nvidia-smi and nvitop measure it, else the whole GPU's.
+    pub fn memory_total_for(&self, pid: u32) -> Option<u64> {
+        match self.mig_device_of(pid) {
+            Some(mig) => mig.memory_total_bytes,
+            None => self.memory_total_bytes,
+        }
+    }
+
     /// Power draw as a fraction of the limit, when both are known.
     pub fn power_fraction(&self) -> Option<f64> {
         match (self.power_w, self.power_limit_w) {

@@ -2,13 +2,15 @@
 //! its devices is to OOM (`cuda:1 = GPU 3`, the GPU's total, the headroom left on it and the
 //! memory the allocator caches), the all-ranks table when the process is part of a job, then
 //! each device's `memory_stats` figures ([`super::allocator_figures`]) with auto-scaled
-//! sparklines of allocated and reserved. Its size never depends on the selection: a row without an agent gets a line saying so.
+//! sparklines of allocated and reserved. A selected row without an agent gets one line saying
+//! so; the panel's full height is the same for every row with one, so that moving among them
+//! resizes nothing.
 
 use super::label::{Label, Runs};
 use ratatui::{
     layout::Rect,
     style::Style,
-    text::Line,
+    text::{Line, Span},
     widgets::{RenderDirection, Sparkline},
     Frame,
 };
@@ -16,7 +18,7 @@ use ratatui::{
 use crate::app::layout::ALLOCATOR_WIDE_WIDTH as WIDE_PANEL_WIDTH;
 use crate::app::ranks::job_of;
 use crate::app::App;
-use crate::format::{self, pad_left_aligned, shown};
+use crate::format::{self, shown};
 use crate::model::history::AllocatorHistory;
 use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::terminal::theme::Theme;
@@ -33,34 +35,32 @@ const SPARK_LABEL_WIDTH: u16 = 11;
 /// Columns for the min and the max printed beside a sparkline.
 const SPARK_RANGE_WIDTH: u16 = 8;
 
-/// Rows the panel asks for below the table at this width. It depends on the snapshot only, never
-/// on the selection, so that moving the cursor does not resize anything: the most any process
-/// with an agent needs for its OOM lines, its first device's figures and one sparkline row, plus
-/// the largest job's ranks table. 0 when no process has an agent.
-pub(crate) fn wanted_height(snapshot: &Snapshot, width: u16) -> u16 {
+/// Rows the panel asks for below the table at this width when the selected row has an agent:
+/// the least worth drawing (the title, the OOM lines and the ranks table) and the full height
+/// (with the first device's figures and one sparkline row, which need all their rows or none).
+/// They depend on the snapshot only, so that moving among rows with an agent resizes nothing:
+/// each is the most any process with an agent needs, plus the largest job's ranks table.
+/// (0, 0) when no process has an agent.
+pub(crate) fn wanted_heights(snapshot: &Snapshot, width: u16) -> (u16, u16) {
     let table = snapshot
         .jobs
         .iter()
         .map(ranks::wanted_height)
         .max()
         .unwrap_or(0);
-    let panel = snapshot
-        .processes
-        .iter()
-        .filter_map(|p| p.torch.as_ref())
-        .map(|torch| {
-            let devices = torch.devices.len().max(1) as u16;
-            let figures = torch.devices.first().map_or(0, |device| {
-                figure_line_count(device, torch, usize::from(width)) as u16
-            });
-            1 + devices + figures + 1
-        })
-        .max()
-        .unwrap_or(0);
-    if panel == 0 {
-        0
+    let (mut least, mut full) = (0, 0);
+    for torch in snapshot.processes.iter().filter_map(|p| p.torch.as_ref()) {
+        let oom = 1 + torch.devices.len().max(1) as u16;
+        let figures = torch.devices.first().map_or(0, |device| {
+            figure_line_count(device, torch, usize::from(width)) as u16
+        });
+        least = least.max(oom);
+        full = full.max(oom + figures + 1);
+    }
+    if full == 0 {
+        (0, 0)
     } else {
-        panel + table
+        (least + table, full + table)
     }
 }
 
@@ -140,27 +140,20 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
 }
 
-/// The panel's place for a row without an agent: a title and why the panel is empty.
+/// The panel's line for a row without an agent: the pid, and why there is no panel.
 fn render_without_agent(frame: &mut Frame, area: Rect, process: Option<&GpuProcess>, theme: Theme) {
-    let width = usize::from(area.width);
     let (title, text) = match process {
         Some(p) => (
             format!(" PYTORCH pid {}", p.pid),
-            " no torchtop agent in this process: start it with `torchtop run -- …` to see its allocator",
+            "  no torchtop agent in this process: start it with `torchtop run -- …` to see its allocator",
         ),
-        None => (" PYTORCH".to_string(), " no process selected"),
+        None => (" PYTORCH".to_string(), "  no process selected"),
     };
-    frame.render_widget(
-        Label::new(pad_left_aligned(&title, width)).style(theme.title()),
-        Rect { height: 1, ..area },
-    );
-    if area.height > 1 {
-        let at = Rect::new(area.x, area.y + 1, area.width, 1);
-        frame.render_widget(
-            Label::new(format::truncate(text, width)).style(theme.dim()),
-            at,
-        );
-    }
+    let line = Line::from(vec![
+        Span::styled(title, theme.title()),
+        Span::styled(text, theme.dim()),
+    ]);
+    frame.render_widget(Label::new(line), Rect { height: 1, ..area });
 }
 
 /// Draws one line at the top of `area`; returns the rows used (0 when there is none left).

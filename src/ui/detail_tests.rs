@@ -145,7 +145,8 @@ fn balance_with_one_gpu_is_labelled() {
     assert!(s.contains("GPU 0 mem|util"), "{s}");
     assert!(s.contains("balance: 2+ GPUs"), "{s}");
     assert!(line_with(&s, "GPU 0 mem|util").contains("HOST"), "{s}");
-    let eight = screen(&eight_gpu_app(), 80, 24);
+    // Eight GPUs need 34 rows at 80 columns for the bars after their lines and the table.
+    let eight = screen(&eight_gpu_app(), 80, 34);
     assert!(eight.contains("BALANCE mem|util"), "{eight}");
 }
 

@@ -28,7 +28,7 @@ pub(crate) fn push_detail_lines(
 ) {
     let mut written = 0;
     for mig in gpu.mig_devices.iter().take(lines) {
-        out.push_with(theme.plain(), |t| write_mig_line(t, mig));
+        out.push_with(theme.plain(), |t| write_mig_line(t, gpu.index, mig));
         out.end_line(Style::new());
         written += 1;
     }
@@ -190,15 +190,20 @@ impl std::fmt::Write for CharCount {
     }
 }
 
-/// A MIG device's sub-row: profile, instance ids, memory and the pids on it, as
-/// `"  └ MIG {:<8} GI {:<2} CI {:<2} {:>13}  {}"` lays them out.
-fn write_mig_line(out: &mut String, mig: &MigDevice) {
+/// A MIG device's sub-row: its place as the process table's GPU column writes it (`0:1`),
+/// profile, instance ids, memory and the pids on it, as
+/// `"  └ MIG {:<4} {:<8} GI {:<2} CI {:<2} {:>13}  {}"` lays them out.
+fn write_mig_line(out: &mut String, gpu: u32, mig: &MigDevice) {
     let name = mig
         .name
         .as_deref()
         .map(|n| n.rsplit(" MIG ").next().unwrap_or(n));
     let name = format::escape(name.unwrap_or(NA));
-    let _ = write!(out, "  └ MIG {name:<8} GI ");
+    out.push_str("  └ MIG ");
+    let place = out.len();
+    let _ = write!(out, "{gpu}:{}", mig.index);
+    let pad = 4usize.saturating_sub(out.len() - place);
+    let _ = write!(out, "{:pad$} {name:<8} GI ", "");
     write_id(out, mig.gpu_instance_id);
     out.push_str(" CI ");
     write_id(out, mig.compute_instance_id);
@@ -277,7 +282,8 @@ mod tests {
                     pids.push(format!("+{}", mig.pids.len() - MIG_ROW_PIDS));
                 }
                 let text = format!(
-                    "  └ MIG {:<8} GI {:<2} CI {:<2} {:>13}  {}",
+                    "  └ MIG {:<4} {:<8} GI {:<2} CI {:<2} {:>13}  {}",
+                    format!("{}:{}", gpu.index, mig.index),
                     format::text(name),
                     id(mig.gpu_instance_id),
                     id(mig.compute_instance_id),

@@ -70,9 +70,16 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
 
 /// What the panels need of a screen `width` columns wide, for [`layout::plan`].
 pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
-    // From the snapshot, never the selection: panels keep their size as the cursor moves.
-    let any_agent = app.snapshot.processes.iter().any(|p| p.torch.is_some());
     let panels = app.ui.panels;
+    let any_agent = app.snapshot.processes.iter().any(|p| p.torch.is_some());
+    // The PyTorch panel is about the selected row: a row without an agent gets one line saying
+    // so, rather than rows of blank that the process table needs.
+    let selected_agent = processes::selected_process(app).is_some_and(|p| p.torch.is_some());
+    let (allocator_least, allocator_below) = match (panels.pytorch && any_agent, selected_agent) {
+        (false, _) => (0, 0),
+        (true, true) => allocator::wanted_heights(&app.snapshot, width),
+        (true, false) => (1, 1),
+    };
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_message_lines: gpus::message_line_count(&app.snapshot, width),
@@ -89,12 +96,9 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
             0
         },
         process_rows: app.row_count(),
-        allocator_below: if panels.pytorch {
-            allocator::wanted_height(&app.snapshot, width)
-        } else {
-            0
-        },
-        allocator_beside: any_agent && panels.pytorch,
+        allocator_least,
+        allocator_below,
+        allocator_beside: panels.pytorch && selected_agent,
         density: app.view.density,
         hide_history: !panels.history || app.ui.history.is_empty(),
         history_metrics: u16::try_from(app.ui.history.len()).unwrap_or(u16::MAX),
@@ -120,6 +124,9 @@ fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
     if !areas.host.is_empty() {
         host::render(frame, areas.host, app, theme);
     }
+    if let Some(area) = areas.hidden_note {
+        draw_hidden_note(frame, area, areas.hidden, theme);
+    }
     if let Some(area) = areas.jobs {
         jobs::render(frame, area, app, theme);
     }
@@ -131,6 +138,30 @@ fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
         allocator::render(frame, area, app, theme);
     }
     status::render(frame, areas.status, app, theme);
+}
+
+/// " history, balance, host hidden: enlarge the terminal to see them", as the GPU panel says
+/// "+7 more GPUs: enlarge the terminal to see them" when it has to leave some out.
+fn draw_hidden_note(frame: &mut Frame, area: Rect, hidden: layout::Hidden, theme: Theme) {
+    let names = [
+        (hidden.history, "history"),
+        (hidden.balance, "balance"),
+        (hidden.host, "host"),
+        (hidden.jobs, "jobs"),
+        (hidden.warnings, "warnings"),
+        (hidden.pytorch, "PyTorch"),
+    ];
+    let names = names.iter().filter_map(|(h, name)| h.then_some(*name));
+    let mut text = String::from(" ");
+    for (i, name) in names.enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+    }
+    text.push_str(" hidden: enlarge the terminal to see them");
+    let text = crate::format::truncate(&text, usize::from(area.width));
+    frame.render_widget(label::Label::new(text).style(theme.dim()), area);
 }
 
 fn draw_too_small(frame: &mut Frame, screen: Rect, width: u16, height: u16) {

@@ -23,7 +23,7 @@ use crate::app::view::first_visible_row;
 use crate::app::{App, ProcessRow};
 use crate::format::{self, NA};
 use crate::model::tree::TreeRole;
-use crate::model::GpuProcess;
+use crate::model::{GpuProcess, Snapshot};
 use crate::terminal::theme::Theme;
 
 const NOT_VISIBLE: &str = "not visible here (another container, or exited)";
@@ -259,7 +259,10 @@ fn row_text(
             let mut text = [0; 4];
             out.push_str(&format::escape(c.encode_utf8(&mut text)));
         }),
-        Column::Gpu => push_gpu_list(out, row.gpus.iter().map(|g| g.gpu), placed.width.into()),
+        Column::Gpu => {
+            let places = row.gpus.iter().map(|g| gpu_place(&app.snapshot, g));
+            push_gpu_list(out, places, placed.width.into());
+        }
         Column::Kind => opt(out, row.kind(), |out, k| out.push_str(k.short())),
         Column::GpuMemory => shown(out, format::shown::opt_bytes_short(row.gpu_memory_bytes())),
         Column::GpuMemoryPercent => opt(out, row.gpu_memory_percent(&app.snapshot), |out, p| {
@@ -301,18 +304,29 @@ fn row_text(
     }
 }
 
-/// A row's GPUs, "0,2,4": as many as fit `width` and a `+` for the rest where they do not
-/// (a tree row of a process on eight GPUs), so that the cut never leaves a leading comma or
-/// half an index.
-fn push_gpu_list(out: &mut String, gpus: impl Iterator<Item = u32>, width: usize) {
+/// Where a process runs: its GPU, and the MIG device on it when it runs on one.
+fn gpu_place(snapshot: &Snapshot, process: &GpuProcess) -> (u32, Option<u32>) {
+    let mig = snapshot
+        .gpu(process.gpu)
+        .and_then(|gpu| gpu.mig_device_of(process.pid));
+    (process.gpu, mig.map(|m| m.index))
+}
+
+/// A row's GPUs, "0,2,4", a MIG device as "0:1" (GPU 0's MIG device 1, as nvitop writes it):
+/// as many as fit `width` and a `+` for the rest where they do not (a tree row of a process on
+/// eight GPUs), so that the cut never leaves a leading comma or half an index.
+fn push_gpu_list(out: &mut String, gpus: impl Iterator<Item = (u32, Option<u32>)>, width: usize) {
     let start = out.len();
     let mut gpus = gpus.peekable();
-    while let Some(gpu) = gpus.next() {
+    while let Some((gpu, mig)) = gpus.next() {
         let before = out.len();
         if before > start {
             out.push(',');
         }
-        let _ = write!(out, "{gpu}");
+        let _ = match mig {
+            Some(mig) => write!(out, "{gpu}:{mig}"),
+            None => write!(out, "{gpu}"),
+        };
         let room = if gpus.peek().is_some() {
             width.saturating_sub(1)
         } else {
@@ -432,7 +446,7 @@ mod tests {
     fn a_gpu_list_longer_than_its_column_ends_in_a_plus_after_whole_indices() {
         let list = |gpus: &[u32], width| {
             let mut out = String::from("kept");
-            push_gpu_list(&mut out, gpus.iter().copied(), width);
+            push_gpu_list(&mut out, gpus.iter().map(|&g| (g, None)), width);
             out.split_off(4)
         };
         assert_eq!(list(&[3], 4), "3");
@@ -444,6 +458,13 @@ mod tests {
         assert_eq!(list(&[12, 3], 4), "12,3");
         assert_eq!(list(&[123, 4], 4), "123+");
         assert_eq!(list(&[1234, 5], 4), "+");
+        let mig = |gpus: &[(u32, Option<u32>)], width| {
+            let mut out = String::new();
+            push_gpu_list(&mut out, gpus.iter().copied(), width);
+            out
+        };
+        assert_eq!(mig(&[(0, Some(1))], 4), "0:1");
+        assert_eq!(mig(&[(0, Some(1)), (0, Some(2))], 4), "0:1+");
         assert_eq!(list(&[0, 1], 0), "+");
         for gpus in [
             &[0, 1, 2, 3, 4, 5, 6, 7][..],

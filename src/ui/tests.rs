@@ -13,6 +13,10 @@ use crate::model::{
 
 #[path = "detail_tests.rs"]
 mod detail_tests;
+#[path = "layout_tests.rs"]
+mod layout_tests;
+#[path = "mig_tests.rs"]
+mod mig_tests;
 #[path = "readme_tests.rs"]
 mod readme_tests;
 #[path = "warnings_tests.rs"]
@@ -328,10 +332,14 @@ fn eight_gpus_with_64_processes() {
         let wide = line_with(&large, &format!("  {index} NVIDIA H100 80GB HBM3"));
         assert!(wide.contains('█') && wide.ends_with("OK"), "{wide}");
     }
-    let labels = small.lines().nth(row_of(&small, "BALANCE") + 4).unwrap();
+    // Eight GPU lines and the process table's first rows leave 80x24 no room for the balance
+    // bars: they show from 34 rows.
+    assert!(small.contains("balance, host hidden"), "{small}");
+    let tall = screen(&app, 80, 34);
+    let labels = tall.lines().nth(row_of(&tall, "BALANCE") + 4).unwrap();
     assert!(
         labels.starts_with(" 0   1   2   3   4   5   6   7   "),
-        "balance labels for all 8 GPUs in 80 columns:\n{small}"
+        "balance labels for all 8 GPUs in 80 columns:\n{tall}"
     );
     assert!(small.lines().all(|l| l.chars().count() <= 80));
     assert!(
@@ -345,7 +353,8 @@ fn eight_gpus_with_64_processes() {
 #[test]
 fn balance_bars_show_the_lagging_gpu() {
     let app = eight_gpu_app();
-    let buffer = render(&app, 80, 24);
+    // At 80x24 the eight GPU lines and the process table leave the bars no room.
+    let buffer = render(&app, 80, 34);
     let s = text(&buffer);
     let bottom = (row_of(&s, "BALANCE") + 3) as u16;
     // Column 1 + 4*i is GPU i's memory bar, the next column its utilization bar.
@@ -570,8 +579,10 @@ fn every_size_from_the_minimum_up_draws_without_panicking() {
         assert!(s.contains("PID"), "{w}x{h}:\n{s}");
         assert!(s.contains("COMMAND"), "{w}x{h}:\n{s}");
     }
-    let narrow = screen(&eight_gpu_app(), 60, 16);
-    assert!(narrow.contains("+4 more GPUs"), "{narrow}");
+    // GPU lines come before the balance bars, which show where rows are left.
+    let smallest = screen(&eight_gpu_app(), 60, 16);
+    assert!(!smallest.contains("more GPUs"), "{smallest}");
+    let narrow = screen(&eight_gpu_app(), 60, 30);
     let labels = narrow.lines().nth(row_of(&narrow, "BALANCE") + 4).unwrap();
     assert!(labels.starts_with(" 0  1  2  3  4  5  6  7"), "{narrow}");
 }
@@ -642,7 +653,8 @@ fn selection_scrolls_into_view_and_is_highlighted() {
     let mut app = eight_gpu_app();
     let size = ratatui::layout::Rect::new(0, 0, 80, 24);
     app.set_layout(super::plan(&app, size));
-    assert_eq!(app.view.page_rows, 7);
+    // Eight GPU lines, the note on what they left no room for, the table header: 11 rows left.
+    assert_eq!(app.view.page_rows, 11);
     for _ in 0..50 {
         app.view.select_next(64);
     }

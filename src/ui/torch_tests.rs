@@ -1,6 +1,7 @@
 //! Render tests of the PyTorch panel: a process on two GPUs with each torch device mapped to its
 //! physical GPU, the OOM headroom figures, the all-ranks table of a job, auto-scaled sparklines,
-//! a process with an agent and no GPU, and panels that keep their size as the selection moves.
+//! a process with an agent and no GPU, and a panel that keeps its size among rows with an agent
+//! and folds to one line on a row without.
 
 use super::*;
 use crate::app::layout::Plan;
@@ -160,28 +161,50 @@ fn allocator_sparklines_span_their_window_with_min_and_max_beside() {
 }
 
 #[test]
-fn panels_keep_their_size_wherever_the_selection_goes() {
+fn the_pytorch_panel_keeps_its_size_among_agent_rows_and_is_one_line_on_a_plain_row() {
     use crossterm::event::KeyCode;
     for (width, height) in [(80, 24), (120, 40), (200, 50)] {
         let mut app = sized(job_app(), width, height);
-        let first = crate::ui::plan(&app, ratatui::layout::Rect::new(0, 0, width, height));
+        let plan =
+            |app: &App| crate::ui::plan(app, ratatui::layout::Rect::new(0, 0, width, height));
+        let first = plan(&app);
         let Plan::Screen(areas) = &first else {
             panic!("too small");
         };
-        assert!(areas.history.is_some(), "history at {width}x{height}");
+        // At 80x24 the PyTorch panel of the selected rank comes before the history.
+        assert_eq!(areas.history.is_some(), height >= 40, "{width}x{height}");
         assert!(
-            areas.allocator.is_some(),
+            areas.allocator.is_some_and(|a| a.height > 1),
             "PyTorch panel at {width}x{height}"
         );
         let mut saw_plain = false;
         for _ in 0..app.row_count() {
             key(&mut app, KeyCode::Down);
-            let plan = crate::ui::plan(&app, ratatui::layout::Rect::new(0, 0, width, height));
-            assert_eq!(plan, first, "the layout moved at {width}x{height}");
-            let s = screen(&app, width, height);
-            if s.contains("no torchtop agent in this process") {
-                saw_plain = true;
+            let now = plan(&app);
+            let selected = crate::ui::processes::selected_process(&app).unwrap();
+            if selected.torch.is_some() {
+                assert_eq!(now, first, "the layout moved at {width}x{height}");
+                continue;
             }
+            saw_plain = true;
+            let Plan::Screen(areas) = &now else {
+                panic!("too small");
+            };
+            assert_eq!(areas.allocator.map(|a| a.height), Some(1), "{areas:?}");
+            // The table gets the rows the panel had below it, or its columns beside it.
+            if width < crate::app::layout::WIDE_WIDTH {
+                assert!(
+                    now.process_rows() > first.process_rows(),
+                    "{width}x{height}"
+                );
+            } else {
+                assert_eq!(areas.processes.width, width, "{width}x{height}");
+            }
+            let s = screen(&app, width, height);
+            assert!(
+                line_with(&s, "PYTORCH pid 40000").contains("no torchtop agent in this process"),
+                "{s}"
+            );
         }
         assert!(saw_plain, "the row without an agent was visited");
     }

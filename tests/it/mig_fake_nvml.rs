@@ -1,6 +1,7 @@
 //! MIG end to end: one A100 split three ways by the fake NVML, a real process on each MIG
 //! device; `--once --json` lists the MIG devices with their own memory and processes, and
-//! the TUI shows them as sub-rows of the GPU.
+//! the TUI shows them as sub-rows of the GPU, and each process with its MIG device (`0:1`) and
+//! its share of that device's memory.
 
 use crate::common;
 
@@ -82,6 +83,27 @@ fn the_tui_shows_mig_devices_as_sub_rows() {
     let row = screen.lines().find(|l| l.contains("2g.20gb")).unwrap();
     assert!(row.contains("GI 5"), "{row}");
     assert!(row.contains(&pids[1].to_string()), "{row}");
+    // The process table names each process's MIG device, and its GMEM% is a share of that
+    // device's memory: 20000 MiB of the 3g.40gb's 40192 is 50% (of the whole GPU, 24%).
+    let cells = |pid: u32| -> Vec<String> {
+        let header: Vec<&str> = screen
+            .lines()
+            .find(|l| l.contains("PID") && l.contains("GMEM%"))
+            .expect("a GMEM% column at 200 columns")
+            .split_whitespace()
+            .collect();
+        let row = screen
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no row for {pid}:\n{screen}"));
+        let row: Vec<&str> = row.split_whitespace().collect();
+        ["GPU", "GMEM%"]
+            .iter()
+            .map(|c| row[header.iter().position(|h| h.starts_with(c)).unwrap()].to_string())
+            .collect()
+    };
+    assert_eq!(cells(pids[0]), ["0:0", "50"], "{screen}");
+    assert_eq!(cells(pids[1]), ["0:1", "40"], "{screen}");
     session.send(b"q");
     assert!(session.wait_exit(PATIENCE).expect("q quits").success());
 }

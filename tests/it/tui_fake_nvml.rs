@@ -152,12 +152,22 @@ fn eight_gpus_and_64_processes_fit_at_80x24_and_200x50_and_resize_live() {
         session.screen()
     );
     session.resize(80, 24);
-    // The compact layout: every GPU on one line, the balance bars and the process table.
-    let compact = |s: &str| {
-        all_gpus(s) && s.contains("BALANCE") && s.contains("PID") && !s.contains("SM 1980MHz")
+    // Every GPU on one line and at least 8 process rows; the balance bars and the host figures
+    // give way, and a line says so.
+    let pids: Vec<String> = sleepers.pids().iter().map(u32::to_string).collect();
+    let process_rows = |s: &str| {
+        s.lines()
+            .filter(|l| pids.iter().any(|p| l.split_whitespace().next() == Some(p)))
+            .count()
+    };
+    let fits = |s: &str| {
+        all_gpus(s)
+            && process_rows(s) >= 8
+            && line_with(s, "hidden").is_some_and(|l| l.contains("balance, host"))
+            && !s.contains("SM 1980MHz")
     };
     assert!(
-        session.wait_for(PATIENCE, compact),
+        session.wait_for(PATIENCE, fits),
         "80x24:\n{}",
         session.screen()
     );

@@ -208,16 +208,13 @@ impl<'a> ProcessRow<'a> {
         self.gpu_or_host(|g| g.state, |h| Some(h.state))
     }
 
-    /// The row's GPU memory as a share of its GPUs' memory, 0-100.
+    /// The row's GPU memory as a share of its GPUs' memory (of its MIG device's, on one), 0-100.
     pub(crate) fn gpu_memory_percent(&self, snapshot: &Snapshot) -> Option<f64> {
         let used = self.gpu_memory_bytes()?;
         let total: u64 = self
             .gpus
             .iter()
-            .map(|g| {
-                let gpu = snapshot.gpus.iter().find(|s| s.index == g.gpu)?;
-                gpu.memory_total_bytes
-            })
+            .map(|g| snapshot.gpu(g.gpu)?.memory_total_for(g.pid))
             .sum::<Option<u64>>()?;
         percent_of(used, total)
     }
