@@ -22,6 +22,8 @@ mod warnings_keys;
 pub(crate) mod warnings_view;
 
 #[cfg(test)]
+mod keys_tests;
+#[cfg(test)]
 mod screen_tests;
 #[cfg(test)]
 mod tests;
@@ -279,20 +281,41 @@ impl App {
     }
 
     /// Recomputes the rows after the snapshot or the settings changed, keeping the selection on
-    /// the same process when it is still listed.
+    /// the same process when it is still listed, as htop does when its tree view is toggled.
     fn refresh_rows(&mut self) {
         let scratch = &mut self.row_scratch;
         rows::compute_rows_into(&self.snapshot, &self.settings, scratch, &mut self.rows);
-        let found = self.selected_key.and_then(|key| {
-            self.rows
-                .iter()
-                .position(|r| rows::materialize(&self.snapshot, r).key() == key)
-        });
-        match found {
+        let before = self.selected_key;
+        match before.and_then(|key| self.row_of(key)) {
             Some(index) => self.view.select_index(index, self.rows.len()),
             None => self.view.clamp_to(self.rows.len()),
         }
         self.remember_selection();
+        // A tree row stands for every GPU of its process. Keeping the GPU of the flat row it
+        // came from brings `t` `t` back to that row, not to the process's first one.
+        if let (Some(now), Some(before)) = (self.selected_key.as_mut(), before) {
+            if now.gpu.is_none() && now.same_process(&before) {
+                now.gpu = before.gpu;
+            }
+        }
+    }
+
+    /// The row to select for `key`: its own row; else its process's row on its GPU (the flat
+    /// table has one row per GPU, the tree one per process); else its process's first row.
+    fn row_of(&self, key: RowKey) -> Option<usize> {
+        let mut first = None;
+        for (index, r) in self.rows.iter().enumerate() {
+            let row = rows::materialize(&self.snapshot, r);
+            let row_key = row.key();
+            if !row_key.same_process(&key) {
+                continue;
+            }
+            if row_key == key || key.gpu.is_some_and(|gpu| row.holds_gpu(gpu)) {
+                return Some(index);
+            }
+            first.get_or_insert(index);
+        }
+        first
     }
 
     fn remember_selection(&mut self) {

@@ -1,0 +1,114 @@
+//! The keys an htop user reaches for without reading the help: `t` (and F5) keep the selected
+//! process, `q` leaves a sub-screen, F1 F3 F4 F5 do what htop's do, and `P` asks first.
+
+use std::sync::Arc;
+
+use crossterm::event::KeyCode;
+
+use super::tests::{
+    gpu_process, host, id, in_gpu_order, pids, press, select, selected_pid, snapshot, target_ids,
+};
+use super::*;
+use crate::model::Snapshot;
+
+/// [`snapshot`] with 500 on GPUs 0 and 1 (two rows in the flat table).
+fn with_a_process_on_two_gpus() -> Snapshot {
+    let mut snapshot = snapshot();
+    snapshot
+        .processes
+        .push(gpu_process(500, 0, "erin", "python big.py"));
+    snapshot
+        .processes
+        .push(gpu_process(500, 1, "erin", "python big.py"));
+    snapshot
+}
+
+/// [`with_a_process_on_two_gpus`] with the host table the tree is built from: torchrun (90)
+/// started 100 and 200, and 100 has a DataLoader worker (110).
+fn with_the_process_table() -> Snapshot {
+    let mut snapshot = with_a_process_on_two_gpus();
+    snapshot.host_processes = vec![
+        host(90, 1, "torchrun"),
+        host(100, 90, "python"),
+        host(110, 100, "pt_data_worker"),
+        host(200, 90, "python"),
+        host(300, 1, "python"),
+        host(500, 1, "python"),
+    ];
+    snapshot
+}
+
+fn app_on(snapshot: Snapshot) -> App {
+    let mut app = in_gpu_order(App::new(1.0, true, false));
+    app.on_snapshot(Arc::new(snapshot));
+    app
+}
+
+/// Selects the flat table's row of `pid` on GPU `gpu`.
+fn select_row(app: &mut App, pid: u32, gpu: u32) {
+    select(app, pid);
+    while selected_pid(app) != Some(pid) || selected_gpus(app) != [gpu] {
+        let before = app.view.selected;
+        press(app, KeyCode::Down);
+        assert_ne!(
+            app.view.selected, before,
+            "{pid} on GPU {gpu} is not listed"
+        );
+    }
+}
+
+fn selected_gpus(app: &App) -> Vec<u32> {
+    let row = app.selected_row().expect("a selected row");
+    row.gpus.iter().map(|g| g.gpu).collect()
+}
+
+/// The reviewer's case: `t` kept the row number, not the process, so the selection jumped to
+/// whatever row the tree put there, and a `K` after it named that other process.
+#[test]
+fn t_keeps_the_selected_process_in_the_tree_and_back() {
+    let mut app = app_on(with_a_process_on_two_gpus());
+    select(&mut app, 200);
+    let flat_row = app.view.selected;
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(selected_pid(&app), Some(200), "tree rows {:?}", pids(&app));
+    assert_ne!(
+        app.view.selected, flat_row,
+        "200 is on another row in the tree"
+    );
+
+    // The process table comes with the next snapshot, and the tree gets its parents.
+    app.on_snapshot(Arc::new(with_the_process_table()));
+    assert_eq!(selected_pid(&app), Some(200), "tree rows {:?}", pids(&app));
+    press(&mut app, KeyCode::Char('K'));
+    let Mode::Confirm { targets, .. } = &app.mode else {
+        panic!("{:?}", app.mode);
+    };
+    assert_eq!(target_ids(targets), [id(200)]);
+    press(&mut app, KeyCode::Esc);
+
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(selected_pid(&app), Some(200), "flat rows {:?}", pids(&app));
+    assert_eq!(app.view.selected, flat_row);
+}
+
+/// A process on two GPUs has two flat rows and one tree row: back from the tree, the selection
+/// is on the row it left, or on the process's first row once the user moved in the tree.
+#[test]
+fn back_from_the_tree_a_process_on_two_gpus_keeps_its_gpu() {
+    let mut app = app_on(with_the_process_table());
+    select_row(&mut app, 500, 1);
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(selected_pid(&app), Some(500), "tree rows {:?}", pids(&app));
+    assert_eq!(selected_gpus(&app), [0, 1]);
+    app.on_snapshot(Arc::new(with_the_process_table()));
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(selected_pid(&app), Some(500));
+    assert_eq!(selected_gpus(&app), [1], "the row it left");
+
+    press(&mut app, KeyCode::Char('t'));
+    press(&mut app, KeyCode::Home);
+    select(&mut app, 500);
+    press(&mut app, KeyCode::Char('t'));
+    assert_eq!(selected_pid(&app), Some(500));
+    assert_eq!(selected_gpus(&app), [0], "its first row");
+}
