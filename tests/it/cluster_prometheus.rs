@@ -289,7 +289,10 @@ fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
     let (status, text, stderr) = cluster_once(&prometheus.url, &[]);
     assert!(status.success(), "{stderr}");
     assert!(text.contains("  2 nodes, 1 down  2 GPUs  1 jobs"), "{text}");
-    assert!(text.contains("2 of 4 ranks on 1 nodes, 2 missing"), "{text}");
+    assert!(
+        text.contains("2 of 4 ranks on 1 nodes, 2 missing"),
+        "{text}"
+    );
     let line = text
         .lines()
         .find(|l| l.contains("node-b") && l.contains("DOWN"));
