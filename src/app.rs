@@ -373,8 +373,16 @@ impl App {
         if key.code == KeyCode::F(10) {
             return Effect::Quit;
         }
-        if self.view.plan.screen_hidden() && !self.key_works_unseen(key) {
-            return Effect::None;
+        if self.view.plan.screen_hidden() {
+            // All that is drawn says "q quits": it does, whatever sub-screen waits behind.
+            // Setup is left to its own q, which saves it.
+            let quits = key.code == KeyCode::Char('q') && self.setup.is_none();
+            if quits && self.mode == Mode::Normal {
+                return Effect::Quit;
+            }
+            if !self.key_works_unseen(key) {
+                return Effect::None;
+            }
         }
         if self.setup.is_some() {
             return self.on_setup_key(key);
@@ -416,10 +424,11 @@ impl App {
         self.apply_nice_results(report);
     }
 
+    /// `q` closes the help as the menus close, as htop's does: an htop user leaves a
+    /// sub-screen with it. F10 and Ctrl-C still quit from here.
     fn on_help_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
-            KeyCode::Char('q') => Effect::Quit,
-            KeyCode::Esc | KeyCode::Char('?' | 'h') => {
+            KeyCode::Esc | KeyCode::Char('?' | 'h' | 'q') | KeyCode::F(1) => {
                 self.view.show_help = false;
                 // The next help opens at its top, as a new one.
                 self.view.help_scroll = 0;
@@ -457,17 +466,19 @@ impl App {
             KeyCode::F(7) => self.adjust_nice(-1),
             KeyCode::F(8) => self.adjust_nice(1),
             KeyCode::Char('n') => self.open_nice_input(),
-            KeyCode::Char('/') => {
+            // htop's F3 (search) and F4 (filter) both open the one filter, which finds as it
+            // is typed.
+            KeyCode::Char('/') | KeyCode::F(3 | 4) => {
                 self.mode = Mode::Filter;
                 Effect::Redraw
             }
-            KeyCode::Char('t') => self.toggle_tree(),
+            KeyCode::Char('t') | KeyCode::F(5) => self.toggle_tree(),
             KeyCode::F(6) => self.open_sort_menu(),
             KeyCode::Char('u') => self.open_user_menu(),
             KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
             KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
-            KeyCode::Char('?' | 'h') => {
+            KeyCode::Char('?' | 'h') | KeyCode::F(1) => {
                 self.view.toggle_help();
                 Effect::Redraw
             }

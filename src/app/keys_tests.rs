@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crossterm::event::KeyCode;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::tests::{
     gpu_process, host, id, in_gpu_order, pids, press, select, selected_pid, snapshot, target_ids,
@@ -111,4 +111,108 @@ fn back_from_the_tree_a_process_on_two_gpus_keeps_its_gpu() {
     press(&mut app, KeyCode::Char('t'));
     assert_eq!(selected_pid(&app), Some(500));
     assert_eq!(selected_gpus(&app), [0], "its first row");
+}
+
+fn ctrl_c() -> KeyEvent {
+    KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)
+}
+
+/// `q` quit from the help, the detail view and the warnings view, where the menus close with
+/// it; an htop user presses it to leave a sub-screen. F10 and Ctrl-C still quit from each.
+#[test]
+fn q_closes_the_help_and_the_detail_view_and_f10_or_ctrl_c_quit_from_them() {
+    let mut app = super::tests::app();
+    press(&mut app, KeyCode::Char('?'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.view.show_help);
+
+    select(&mut app, 300);
+    press(&mut app, KeyCode::Enter);
+    assert!(app.detail.is_some());
+    press(&mut app, KeyCode::Char('?'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.view.show_help && app.detail.is_some(), "the help only");
+    assert_eq!(
+        press(&mut app, KeyCode::Char('q')),
+        Effect::AskSampler(SamplerRequest::Detail { pid: None })
+    );
+    assert!(app.detail.is_none());
+    assert_eq!(selected_pid(&app), Some(300));
+
+    for quit in [KeyEvent::from(KeyCode::F(10)), ctrl_c()] {
+        press(&mut app, KeyCode::Char('?'));
+        assert_eq!(app.on_key(quit), Effect::Quit, "{quit:?} from the help");
+        press(&mut app, KeyCode::Esc);
+        press(&mut app, KeyCode::Enter);
+        assert_eq!(app.on_key(quit), Effect::Quit, "{quit:?} from the detail");
+        press(&mut app, KeyCode::Esc);
+    }
+    assert_eq!(
+        press(&mut app, KeyCode::Char('q')),
+        Effect::Quit,
+        "the monitor"
+    );
+}
+
+/// Below the smallest size the screen says only "q quits", so q does, whatever is open
+/// behind it.
+#[test]
+fn q_quits_while_the_screen_is_too_small_whatever_is_open() {
+    let mut app = super::tests::app();
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
+    assert!(app.view.plan.screen_hidden());
+    press(&mut app, KeyCode::Char('?'));
+    assert!(!app.view.show_help, "keys wait");
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
+    for open in [KeyCode::Char('?'), KeyCode::Enter, KeyCode::Char('w')] {
+        let mut app = super::tests::app();
+        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
+        press(&mut app, open);
+        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
+        assert_eq!(
+            press(&mut app, KeyCode::Char('q')),
+            Effect::Quit,
+            "{open:?}"
+        );
+    }
+}
+
+/// htop's function keys: F1 help, F3 search and F4 filter (the one filter here), F5 tree.
+#[test]
+fn f1_f3_f4_and_f5_do_what_htops_do() {
+    let mut app = super::tests::app();
+    assert_eq!(press(&mut app, KeyCode::F(1)), Effect::Redraw);
+    assert!(app.view.show_help);
+    press(&mut app, KeyCode::F(1));
+    assert!(!app.view.show_help, "F1 closes it again");
+
+    for key in [KeyCode::F(3), KeyCode::F(4)] {
+        assert_eq!(press(&mut app, key), Effect::Redraw);
+        assert_eq!(app.mode, Mode::Filter, "{key:?}");
+        super::tests::type_text(&mut app, "eval");
+        assert_eq!(pids(&app), [200], "{key:?} filters as it is typed");
+        press(&mut app, KeyCode::Esc);
+        assert_eq!(app.mode, Mode::Normal);
+    }
+
+    select(&mut app, 200);
+    let Effect::AskSampler(SamplerRequest::ProcessTable { wanted: true, .. }) =
+        press(&mut app, KeyCode::F(5))
+    else {
+        panic!("F5 did not ask for the tree");
+    };
+    assert!(app.settings.tree);
+    assert_eq!(selected_pid(&app), Some(200));
+    press(&mut app, KeyCode::F(5));
+    assert!(!app.settings.tree);
+
+    // F1 opens the help over the detail and the warnings views too.
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::F(1));
+    assert!(app.view.show_help && app.detail.is_some());
+    press(&mut app, KeyCode::F(1));
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('w'));
+    press(&mut app, KeyCode::F(1));
+    assert!(app.view.show_help && app.warnings_view.is_open());
 }

@@ -55,7 +55,7 @@ pub(super) fn press(app: &mut App, code: KeyCode) -> Effect {
     app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
 }
 
-fn type_text(app: &mut App, text: &str) {
+pub(super) fn type_text(app: &mut App, text: &str) {
     for c in text.chars() {
         press(app, KeyCode::Char(c));
     }
@@ -656,8 +656,10 @@ fn help_esc_and_quit_keys() {
     assert!(!app.view.show_help);
     press(&mut app, KeyCode::Char('h'));
     assert!(app.view.show_help);
+    // q leaves the help as it leaves htop's, and quits from the monitor.
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.view.show_help);
     assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
-    press(&mut app, KeyCode::Esc);
     press(&mut app, KeyCode::Char('/'));
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.on_key(ctrl_c), Effect::Quit, "even while typing");
