@@ -7,6 +7,7 @@
 //! actions use; see [`rows`].
 
 mod action_keys;
+pub(crate) mod agent_keys;
 pub(crate) mod columns;
 pub(crate) mod detail;
 pub(crate) mod help;
@@ -36,7 +37,6 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::actions::{ActionReport, ActionRequest, ActionTarget, Signal};
 use crate::model::filter::Tags;
-use crate::model::ProcessIdentity;
 use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
@@ -85,6 +85,9 @@ pub(crate) enum Mode {
         signal: Signal,
         targets: Vec<ActionTarget>,
     },
+    /// `P`: asking before the agent inside `target` resets its peak memory figures, which
+    /// cannot be had back.
+    ConfirmPeakReset { target: agent_keys::AgentTarget },
     /// F9: choosing a signal; `selected` indexes [`Signal::ALL`].
     SignalMenu {
         selected: usize,
@@ -322,33 +325,6 @@ impl App {
         self.selected_key = self.selected_row().map(|r| r.key());
     }
 
-    fn drop_tags_of_exited_processes(&mut self) {
-        if self.tags.is_empty() {
-            return;
-        }
-        let alive: std::collections::BTreeSet<ProcessIdentity> = self
-            .snapshot
-            .processes
-            .iter()
-            .filter_map(ProcessIdentity::of_gpu_process)
-            .chain(
-                self.snapshot
-                    .host_processes
-                    .iter()
-                    .map(ProcessIdentity::of_host_process),
-            )
-            .collect();
-        let gone: Vec<ProcessIdentity> = self
-            .tags
-            .iter()
-            .filter(|id| !alive.contains(id))
-            .copied()
-            .collect();
-        for id in gone {
-            self.tags.toggle(id);
-        }
-    }
-
     // ---- input -----------------------------------------------------------------------------
 
     pub(crate) fn on_key(&mut self, key: KeyEvent) -> Effect {
@@ -394,6 +370,7 @@ impl App {
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
+            Mode::ConfirmPeakReset { target } => self.on_confirm_peak_reset_key(key, target.pid),
             Mode::SignalMenu {
                 selected,
                 targets,
@@ -412,7 +389,12 @@ impl App {
         match key.code {
             KeyCode::Esc => true,
             KeyCode::Char('q') => matches!(self.mode, Mode::Normal),
-            KeyCode::Char('n' | 'N') => matches!(self.mode, Mode::Confirm { .. }),
+            KeyCode::Char('n' | 'N') => {
+                matches!(
+                    self.mode,
+                    Mode::Confirm { .. } | Mode::ConfirmPeakReset { .. }
+                )
+            }
             _ => false,
         }
     }
@@ -484,7 +466,7 @@ impl App {
             }
             KeyCode::Char('w') => self.open_warnings(),
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
-            KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
+            KeyCode::Char('P') => self.ask_to_reset_peak(),
             KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
             KeyCode::Char('R') => Effect::ToggleRecording,
             KeyCode::Enter => self.open_detail(),
@@ -495,31 +477,6 @@ impl App {
             KeyCode::Char('m') => self.toggle_mine(),
             _ => Effect::None,
         }
-    }
-
-    /// `s` and `P`: a command for the agent inside the selected process.
-    fn ask_agent(&mut self, command: AgentCommand) -> Effect {
-        self.ask_for_agent(|pid| SamplerRequest::Agent { pid, command })
-    }
-
-    /// A request about the agent inside the selected process (`s`, `P`, `S`).
-    fn ask_for_agent(&mut self, request: impl FnOnce(u32) -> SamplerRequest) -> Effect {
-        if self.readonly {
-            self.status = Some(READONLY_REFUSAL.to_string());
-            return Effect::Redraw;
-        }
-        let Some(row) = self.selected_row() else {
-            return Effect::None;
-        };
-        let pid = row.pid;
-        let has_agent = row.gpus.iter().any(|g| g.torch.is_some());
-        if !has_agent {
-            self.status = Some(format!(
-                "process {pid} has no torchtop agent: start it under `torchtop run` or use `torchtop attach {pid}`"
-            ));
-            return Effect::Redraw;
-        }
-        Effect::AskSampler(request(pid))
     }
 
     /// Esc closes the help or drops a mark, then clears a kept filter; it never quits, so a
@@ -540,37 +497,5 @@ impl App {
         step(&mut self.view, self.rows.len());
         self.remember_selection();
         Effect::Redraw
-    }
-
-    // ---- filter, sort, tree ----------------------------------------------------------------
-
-    fn on_filter_key(&mut self, key: KeyEvent) -> Effect {
-        match key.code {
-            KeyCode::Esc => {
-                self.mode = Mode::Normal;
-                self.set_filter(String::new());
-            }
-            KeyCode::Enter => {
-                self.mode = Mode::Normal;
-                self.view.select_first();
-                self.remember_selection();
-            }
-            KeyCode::Backspace => {
-                let mut text = self.settings.filter.clone();
-                text.pop();
-                self.set_filter(text);
-            }
-            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
-                let text = format!("{}{c}", self.settings.filter);
-                self.set_filter(text);
-            }
-            _ => return Effect::None,
-        }
-        Effect::Redraw
-    }
-
-    fn set_filter(&mut self, text: String) {
-        self.settings.filter = text;
-        self.refresh_rows();
     }
 }

@@ -94,7 +94,7 @@ const MONITOR: [Section; 3] = [
         &[
             (
                 "s P S",
-                "agent: snapshot; reset peaks; S: record, then view",
+                "agent: snapshot; reset peaks (y/n); S: memory viewer",
             ),
             WARNINGS,
             ("R", "start or stop recording to a file (torchtop replay)"),

@@ -216,3 +216,91 @@ fn f1_f3_f4_and_f5_do_what_htops_do() {
     press(&mut app, KeyCode::F(1));
     assert!(app.view.show_help && app.warnings_view.is_open());
 }
+
+/// [`snapshot`] with an agent in 100, the only process with one.
+fn with_an_agent() -> App {
+    let mut snapshot = snapshot();
+    snapshot.processes[0].torch = Some(Arc::new(crate::model::TorchInfo::default()));
+    app_on(snapshot)
+}
+
+fn reset_peak(pid: u32) -> Effect {
+    Effect::AskSampler(SamplerRequest::Agent {
+        pid,
+        command: AgentCommand::ResetPeak,
+    })
+}
+
+/// `P` reset the agent's peaks at once, and htop users press it to sort by CPU: it asks
+/// first, as the signal keys do.
+#[test]
+fn p_asks_before_it_resets_the_peaks_and_n_or_esc_cancel() {
+    let mut app = with_an_agent();
+    select(&mut app, 100);
+    assert_eq!(press(&mut app, KeyCode::Char('P')), Effect::Redraw);
+    let Mode::ConfirmPeakReset { target } = &app.mode else {
+        panic!("no confirmation: {:?}", app.mode);
+    };
+    assert_eq!(target.pid, 100);
+    assert_eq!(target.user.as_deref(), Some("alice"));
+    for other in [KeyCode::Char('P'), KeyCode::Char('q'), KeyCode::Down] {
+        assert_eq!(press(&mut app, other), Effect::None, "{other:?}");
+    }
+    assert_eq!(press(&mut app, KeyCode::Char('y')), reset_peak(100));
+    assert_eq!(app.mode, Mode::Normal);
+
+    for cancel in [KeyCode::Char('n'), KeyCode::Esc] {
+        press(&mut app, KeyCode::Char('P'));
+        assert_eq!(press(&mut app, cancel), Effect::Redraw, "{cancel:?}");
+        assert_eq!(app.mode, Mode::Normal);
+        assert_eq!(
+            app.status.as_deref(),
+            Some(agent_keys::PEAK_RESET_CANCELLED)
+        );
+    }
+    press(&mut app, KeyCode::Char('P'));
+    assert_eq!(press(&mut app, KeyCode::Enter), reset_peak(100));
+}
+
+#[test]
+fn p_from_the_detail_view_asks_about_its_process_and_refusals_open_nothing() {
+    let mut app = with_an_agent();
+    select(&mut app, 100);
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Char('P'));
+    assert!(
+        matches!(&app.mode, Mode::ConfirmPeakReset { target } if target.pid == 100),
+        "{:?}",
+        app.mode
+    );
+    assert_eq!(press(&mut app, KeyCode::Char('y')), reset_peak(100));
+    assert!(app.detail.is_some(), "the view stays open");
+    press(&mut app, KeyCode::Esc);
+
+    select(&mut app, 300);
+    assert_eq!(press(&mut app, KeyCode::Char('P')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Normal, "no agent in 300");
+    assert!(app.status.as_deref().unwrap().contains("no torchtop agent"));
+
+    let mut readonly = in_gpu_order(App::new(1.0, true, true));
+    readonly.on_snapshot(app.snapshot.clone());
+    select(&mut readonly, 100);
+    assert_eq!(press(&mut readonly, KeyCode::Char('P')), Effect::Redraw);
+    assert_eq!(readonly.mode, Mode::Normal);
+    assert_eq!(readonly.status.as_deref(), Some(READONLY_REFUSAL));
+}
+
+/// As with a signal: a confirmation no one can read is never answered yes.
+#[test]
+fn the_p_confirmation_waits_while_the_screen_is_too_small_but_n_cancels() {
+    let mut app = with_an_agent();
+    select(&mut app, 100);
+    press(&mut app, KeyCode::Char('P'));
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
+    for code in [KeyCode::Char('y'), KeyCode::Enter, KeyCode::Char('q')] {
+        assert_eq!(press(&mut app, code), Effect::None, "{code:?}");
+    }
+    assert!(matches!(app.mode, Mode::ConfirmPeakReset { .. }));
+    press(&mut app, KeyCode::Char('n'));
+    assert_eq!(app.mode, Mode::Normal);
+}

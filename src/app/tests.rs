@@ -8,7 +8,7 @@ use ratatui::layout::Rect;
 use super::*;
 use crate::actions::Action;
 use crate::model::filter::SortKey;
-use crate::model::{GpuProcess, HostProcess, ProcessKind};
+use crate::model::{GpuProcess, HostProcess, ProcessIdentity, ProcessKind};
 
 pub(super) fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
     let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
@@ -739,8 +739,10 @@ fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
             command: AgentCommand::Snapshot
         })
     );
+    // P asks first (the tests in keys_tests.rs), then sends the reset.
+    assert_eq!(press(&mut app, KeyCode::Char('P')), Effect::Redraw);
     assert_eq!(
-        press(&mut app, KeyCode::Char('P')),
+        press(&mut app, KeyCode::Char('y')),
         Effect::AskSampler(SamplerRequest::Agent {
             pid: 100,
             command: AgentCommand::ResetPeak
