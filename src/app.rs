@@ -7,6 +7,7 @@
 //! actions use; see [`rows`].
 
 mod action_keys;
+pub(crate) mod agent_keys;
 pub(crate) mod columns;
 pub(crate) mod detail;
 pub(crate) mod help;
@@ -22,6 +23,8 @@ mod warnings_keys;
 pub(crate) mod warnings_view;
 
 #[cfg(test)]
+mod keys_tests;
+#[cfg(test)]
 mod screen_tests;
 #[cfg(test)]
 mod tests;
@@ -34,7 +37,6 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use crate::actions::{ActionReport, ActionRequest, ActionTarget, Signal};
 use crate::model::filter::Tags;
-use crate::model::ProcessIdentity;
 use crate::model::{History, MemsnapReady, Snapshot};
 use crate::protocol::AgentCommand;
 use crate::sampler::SamplerRequest;
@@ -83,6 +85,9 @@ pub(crate) enum Mode {
         signal: Signal,
         targets: Vec<ActionTarget>,
     },
+    /// `P`: asking before the agent inside `target` resets its peak memory figures, which
+    /// cannot be had back.
+    ConfirmPeakReset { target: agent_keys::AgentTarget },
     /// F9: choosing a signal; `selected` indexes [`Signal::ALL`].
     SignalMenu {
         selected: usize,
@@ -279,51 +284,45 @@ impl App {
     }
 
     /// Recomputes the rows after the snapshot or the settings changed, keeping the selection on
-    /// the same process when it is still listed.
+    /// the same process when it is still listed, as htop does when its tree view is toggled.
     fn refresh_rows(&mut self) {
         let scratch = &mut self.row_scratch;
         rows::compute_rows_into(&self.snapshot, &self.settings, scratch, &mut self.rows);
-        let found = self.selected_key.and_then(|key| {
-            self.rows
-                .iter()
-                .position(|r| rows::materialize(&self.snapshot, r).key() == key)
-        });
-        match found {
+        let before = self.selected_key;
+        match before.and_then(|key| self.row_of(key)) {
             Some(index) => self.view.select_index(index, self.rows.len()),
             None => self.view.clamp_to(self.rows.len()),
         }
         self.remember_selection();
+        // A tree row stands for every GPU of its process. Keeping the GPU of the flat row it
+        // came from brings `t` `t` back to that row, not to the process's first one.
+        if let (Some(now), Some(before)) = (self.selected_key.as_mut(), before) {
+            if now.gpu.is_none() && now.same_process(&before) {
+                now.gpu = before.gpu;
+            }
+        }
+    }
+
+    /// The row to select for `key`: its own row; else its process's row on its GPU (the flat
+    /// table has one row per GPU, the tree one per process); else its process's first row.
+    fn row_of(&self, key: RowKey) -> Option<usize> {
+        let mut first = None;
+        for (index, r) in self.rows.iter().enumerate() {
+            let row = rows::materialize(&self.snapshot, r);
+            let row_key = row.key();
+            if !row_key.same_process(&key) {
+                continue;
+            }
+            if row_key == key || key.gpu.is_some_and(|gpu| row.holds_gpu(gpu)) {
+                return Some(index);
+            }
+            first.get_or_insert(index);
+        }
+        first
     }
 
     fn remember_selection(&mut self) {
         self.selected_key = self.selected_row().map(|r| r.key());
-    }
-
-    fn drop_tags_of_exited_processes(&mut self) {
-        if self.tags.is_empty() {
-            return;
-        }
-        let alive: std::collections::BTreeSet<ProcessIdentity> = self
-            .snapshot
-            .processes
-            .iter()
-            .filter_map(ProcessIdentity::of_gpu_process)
-            .chain(
-                self.snapshot
-                    .host_processes
-                    .iter()
-                    .map(ProcessIdentity::of_host_process),
-            )
-            .collect();
-        let gone: Vec<ProcessIdentity> = self
-            .tags
-            .iter()
-            .filter(|id| !alive.contains(id))
-            .copied()
-            .collect();
-        for id in gone {
-            self.tags.toggle(id);
-        }
     }
 
     // ---- input -----------------------------------------------------------------------------
@@ -350,8 +349,16 @@ impl App {
         if key.code == KeyCode::F(10) {
             return Effect::Quit;
         }
-        if self.view.plan.screen_hidden() && !self.key_works_unseen(key) {
-            return Effect::None;
+        if self.view.plan.screen_hidden() {
+            // All that is drawn says "q quits": it does, whatever sub-screen waits behind.
+            // Setup is left to its own q, which saves it.
+            let quits = key.code == KeyCode::Char('q') && self.setup.is_none();
+            if quits && self.mode == Mode::Normal {
+                return Effect::Quit;
+            }
+            if !self.key_works_unseen(key) {
+                return Effect::None;
+            }
         }
         if self.setup.is_some() {
             return self.on_setup_key(key);
@@ -363,6 +370,7 @@ impl App {
             Mode::Normal => self.on_normal_key(key),
             Mode::Filter => self.on_filter_key(key),
             Mode::Confirm { signal, targets } => self.on_confirm_key(key, signal, targets),
+            Mode::ConfirmPeakReset { target } => self.on_confirm_peak_reset_key(key, target.pid),
             Mode::SignalMenu {
                 selected,
                 targets,
@@ -381,7 +389,12 @@ impl App {
         match key.code {
             KeyCode::Esc => true,
             KeyCode::Char('q') => matches!(self.mode, Mode::Normal),
-            KeyCode::Char('n' | 'N') => matches!(self.mode, Mode::Confirm { .. }),
+            KeyCode::Char('n' | 'N') => {
+                matches!(
+                    self.mode,
+                    Mode::Confirm { .. } | Mode::ConfirmPeakReset { .. }
+                )
+            }
             _ => false,
         }
     }
@@ -393,10 +406,11 @@ impl App {
         self.apply_nice_results(report);
     }
 
+    /// `q` closes the help as the menus close, as htop's does: an htop user leaves a
+    /// sub-screen with it. F10 and Ctrl-C still quit from here.
     fn on_help_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
-            KeyCode::Char('q') => Effect::Quit,
-            KeyCode::Esc | KeyCode::Char('?' | 'h') => {
+            KeyCode::Esc | KeyCode::Char('?' | 'h' | 'q') | KeyCode::F(1) => {
                 self.view.show_help = false;
                 // The next help opens at its top, as a new one.
                 self.view.help_scroll = 0;
@@ -434,23 +448,25 @@ impl App {
             KeyCode::F(7) => self.adjust_nice(-1),
             KeyCode::F(8) => self.adjust_nice(1),
             KeyCode::Char('n') => self.open_nice_input(),
-            KeyCode::Char('/') => {
+            // htop's F3 (search) and F4 (filter) both open the one filter, which finds as it
+            // is typed.
+            KeyCode::Char('/') | KeyCode::F(3 | 4) => {
                 self.mode = Mode::Filter;
                 Effect::Redraw
             }
-            KeyCode::Char('t') => self.toggle_tree(),
+            KeyCode::Char('t') | KeyCode::F(5) => self.toggle_tree(),
             KeyCode::F(6) => self.open_sort_menu(),
             KeyCode::Char('u') => self.open_user_menu(),
             KeyCode::Char('>') => self.choose_sort(self.settings.sort.next()),
             KeyCode::Char('<') => self.choose_sort(self.settings.sort.prev()),
             KeyCode::Char('r') => self.set_sort(self.settings.sort, !self.settings.reverse),
-            KeyCode::Char('?' | 'h') => {
+            KeyCode::Char('?' | 'h') | KeyCode::F(1) => {
                 self.view.toggle_help();
                 Effect::Redraw
             }
             KeyCode::Char('w') => self.open_warnings(),
             KeyCode::Char('s') => self.ask_agent(AgentCommand::Snapshot),
-            KeyCode::Char('P') => self.ask_agent(AgentCommand::ResetPeak),
+            KeyCode::Char('P') => self.ask_to_reset_peak(),
             KeyCode::Char('S') => self.ask_for_agent(|pid| SamplerRequest::MemoryView { pid }),
             KeyCode::Char('R') => Effect::ToggleRecording,
             KeyCode::Enter => self.open_detail(),
@@ -461,31 +477,6 @@ impl App {
             KeyCode::Char('m') => self.toggle_mine(),
             _ => Effect::None,
         }
-    }
-
-    /// `s` and `P`: a command for the agent inside the selected process.
-    fn ask_agent(&mut self, command: AgentCommand) -> Effect {
-        self.ask_for_agent(|pid| SamplerRequest::Agent { pid, command })
-    }
-
-    /// A request about the agent inside the selected process (`s`, `P`, `S`).
-    fn ask_for_agent(&mut self, request: impl FnOnce(u32) -> SamplerRequest) -> Effect {
-        if self.readonly {
-            self.status = Some(READONLY_REFUSAL.to_string());
-            return Effect::Redraw;
-        }
-        let Some(row) = self.selected_row() else {
-            return Effect::None;
-        };
-        let pid = row.pid;
-        let has_agent = row.gpus.iter().any(|g| g.torch.is_some());
-        if !has_agent {
-            self.status = Some(format!(
-                "process {pid} has no torchtop agent: start it under `torchtop run` or use `torchtop attach {pid}`"
-            ));
-            return Effect::Redraw;
-        }
-        Effect::AskSampler(request(pid))
     }
 
     /// Esc closes the help or drops a mark, then clears a kept filter; it never quits, so a
@@ -506,37 +497,5 @@ impl App {
         step(&mut self.view, self.rows.len());
         self.remember_selection();
         Effect::Redraw
-    }
-
-    // ---- filter, sort, tree ----------------------------------------------------------------
-
-    fn on_filter_key(&mut self, key: KeyEvent) -> Effect {
-        match key.code {
-            KeyCode::Esc => {
-                self.mode = Mode::Normal;
-                self.set_filter(String::new());
-            }
-            KeyCode::Enter => {
-                self.mode = Mode::Normal;
-                self.view.select_first();
-                self.remember_selection();
-            }
-            KeyCode::Backspace => {
-                let mut text = self.settings.filter.clone();
-                text.pop();
-                self.set_filter(text);
-            }
-            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
-                let text = format!("{}{c}", self.settings.filter);
-                self.set_filter(text);
-            }
-            _ => return Effect::None,
-        }
-        Effect::Redraw
-    }
-
-    fn set_filter(&mut self, text: String) {
-        self.settings.filter = text;
-        self.refresh_rows();
     }
 }

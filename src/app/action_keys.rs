@@ -30,6 +30,34 @@ impl App {
         }
     }
 
+    /// Untags processes that exited, so a tag never passes to a later process with its pid.
+    pub(super) fn drop_tags_of_exited_processes(&mut self) {
+        if self.tags.is_empty() {
+            return;
+        }
+        let alive: std::collections::BTreeSet<ProcessIdentity> = self
+            .snapshot
+            .processes
+            .iter()
+            .filter_map(ProcessIdentity::of_gpu_process)
+            .chain(
+                self.snapshot
+                    .host_processes
+                    .iter()
+                    .map(ProcessIdentity::of_host_process),
+            )
+            .collect();
+        let gone: Vec<ProcessIdentity> = self
+            .tags
+            .iter()
+            .filter(|id| !alive.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.tags.toggle(id);
+        }
+    }
+
     pub(super) fn untag_all(&mut self) -> Effect {
         self.tags.clear();
         Effect::Redraw

@@ -1,7 +1,7 @@
 //! The detail view (`Enter`): one process's command line, cwd, environment, history, children
 //! and GPUs over the panels. It asks the sampler to read that process's files each tick while
 //! it is open ([`SamplerRequest::Detail`]), so nothing is read on the UI task. The action keys
-//! work from it on the process it shows; Esc closes it.
+//! work from it on the process it shows; Esc or q closes it.
 
 use crossterm::event::{KeyCode, KeyEvent};
 
@@ -70,14 +70,14 @@ impl App {
         };
         let page = u16::try_from(self.view.page_rows.max(1)).unwrap_or(u16::MAX);
         match key.code {
-            KeyCode::Esc | KeyCode::Enter => return self.close_detail(),
-            KeyCode::Char('q') => return Effect::Quit,
+            // q leaves the view as it leaves htop's sub-screens; F10 and Ctrl-C quit.
+            KeyCode::Esc | KeyCode::Enter | KeyCode::Char('q') => return self.close_detail(),
             KeyCode::Down | KeyCode::Char('j') => view.scroll = view.scroll.saturating_add(1),
             KeyCode::Up | KeyCode::Char('k') => view.scroll = view.scroll.saturating_sub(1),
             KeyCode::PageDown => view.scroll = view.scroll.saturating_add(page),
             KeyCode::PageUp => view.scroll = view.scroll.saturating_sub(page),
             KeyCode::Home => view.scroll = 0,
-            KeyCode::Char('?' | 'h') => self.view.toggle_help(),
+            KeyCode::Char('?' | 'h') | KeyCode::F(1) => self.view.toggle_help(),
             code if is_action_key(code) => {
                 let pid = view.pid;
                 if !self.detail_process_listed() {

@@ -24,7 +24,10 @@ const MAX_WIDTH: u16 = 72;
 const INDENT: usize = 2;
 const KEY_WIDTH: usize = 14;
 
-const QUIT: Entry = ("q F10 Ctrl-C", "quit");
+const QUIT: Entry = (
+    "q F10 Ctrl-C",
+    "quit; in the help, detail or warnings view q closes it",
+);
 const ESC: Entry = ("Esc", "close a dialog or clear a filter; it never quits");
 const SETUP: Entry = ("F2", "setup: panels, history, columns, refresh, theme");
 const SELECT: Entry = ("j k Up Down", "select a process (or click it, or scroll)");
@@ -33,10 +36,11 @@ const PAGE: Entry = (
     "a page up or down; Home End: the first or last",
 );
 const HELP: Entry = (
-    "? h Ctrl-Z",
+    "? h F1 Ctrl-Z",
     "this help; suspend to the shell (fg comes back)",
 );
-const TREE: Entry = ("t Enter", "tree view; Enter: the process's detail view");
+const TREE: Entry = ("t F5 Enter", "tree view; Enter: the process's detail view");
+
 const DENSITY: Entry = ("a f c", "layout: auto, full, compact (most process rows)");
 const SORT: Entry = (
     "F6 < > r",
@@ -74,7 +78,12 @@ const MONITOR: [Section; 3] = [
                 "F7 F8 n",
                 "nice -1 or +1, as in htop; n: type a value (-20..19)",
             ),
-            ("/ u g m", "filter: text or pid; user; next GPU; only mine"),
+            // htop's F3 (search) and F4 (filter) open the one filter, which finds as it is
+            // typed (command, user or pid).
+            (
+                "/ F3 F4 u g m",
+                "the one filter, as you type; user; next GPU; only mine",
+            ),
             TREE,
             DENSITY,
             SORT,
@@ -85,7 +94,7 @@ const MONITOR: [Section; 3] = [
         &[
             (
                 "s P S",
-                "agent: snapshot; reset peaks; S: record, then view",
+                "agent: snapshot; reset peaks (y/n); S: memory viewer",
             ),
             WARNINGS,
             ("R", "start or stop recording to a file (torchtop replay)"),
@@ -128,7 +137,10 @@ const REPLAY: [Section; 4] = [
     (
         "Processes",
         &[
-            ("/ u m", "filter: text or pid; user; only mine"),
+            (
+                "/ F3 F4 u m",
+                "the one filter, as you type; user; only mine",
+            ),
             TREE,
             DENSITY,
             SORT,
@@ -396,7 +408,15 @@ mod tests {
         assert!(!app.view.show_help);
         press(&mut app, KeyCode::Char('h'));
         assert_eq!(app.view.help_scroll, 0);
-        assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
+        press(&mut app, KeyCode::End);
+        assert_eq!(
+            press(&mut app, KeyCode::Char('q')),
+            Effect::Redraw,
+            "q closes it too"
+        );
+        assert!(!app.view.show_help);
+        press(&mut app, KeyCode::F(1));
+        assert_eq!(app.view.help_scroll, 0);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The process table's own keys and clicks: a click or the wheel on a row, the sort order (F6,
-//! `<` `>` `r`, a click on a column title), the filters by user (`u`), by GPU (`g`) and "only mine" (`m`), the screen
-//! density (`a` `f` `c`), and the sideways scroll of COMMAND.
+//! `<` `>` `r`, a click on a column title), the `/` filter, the filters by user (`u`), by GPU
+//! (`g`) and "only mine" (`m`), the screen density (`a` `f` `c`), and the sideways scroll of
+//! COMMAND.
 
-use crossterm::event::{KeyCode, KeyEvent, MouseButton, MouseEvent, MouseEventKind};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 
 use super::columns;
 use super::layout::Plan;
@@ -117,6 +118,37 @@ impl App {
             Some(key) => self.choose_sort(key),
             None => Effect::None,
         }
+    }
+
+    /// The `/` prompt: the filter applies as it is typed; Enter keeps it, Esc clears it.
+    pub(super) fn on_filter_key(&mut self, key: KeyEvent) -> Effect {
+        match key.code {
+            KeyCode::Esc => {
+                self.mode = Mode::Normal;
+                self.set_filter(String::new());
+            }
+            KeyCode::Enter => {
+                self.mode = Mode::Normal;
+                self.view.select_first();
+                self.remember_selection();
+            }
+            KeyCode::Backspace => {
+                let mut text = self.settings.filter.clone();
+                text.pop();
+                self.set_filter(text);
+            }
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => {
+                let text = format!("{}{c}", self.settings.filter);
+                self.set_filter(text);
+            }
+            _ => return Effect::None,
+        }
+        Effect::Redraw
+    }
+
+    pub(super) fn set_filter(&mut self, text: String) {
+        self.settings.filter = text;
+        self.refresh_rows();
     }
 
     pub(super) fn open_sort_menu(&mut self) -> Effect {

@@ -8,9 +8,9 @@ use ratatui::layout::Rect;
 use super::*;
 use crate::actions::Action;
 use crate::model::filter::SortKey;
-use crate::model::{GpuProcess, HostProcess, ProcessKind};
+use crate::model::{GpuProcess, HostProcess, ProcessIdentity, ProcessKind};
 
-fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
+pub(super) fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
     let mut p = GpuProcess::new(pid, gpu, ProcessKind::Compute);
     p.visible = true;
     p.user = Some(user.to_string().into());
@@ -22,7 +22,7 @@ fn gpu_process(pid: u32, gpu: u32, user: &str, command: &str) -> GpuProcess {
 }
 
 /// Four rows in GPU order: 100 and 300 on GPU 0, 200 and an invisible 400 on GPU 1.
-fn snapshot() -> Snapshot {
+pub(super) fn snapshot() -> Snapshot {
     Snapshot {
         processes: vec![
             gpu_process(100, 0, "alice", "python train.py --rank 0"),
@@ -34,7 +34,7 @@ fn snapshot() -> Snapshot {
     }
 }
 
-fn app() -> App {
+pub(super) fn app() -> App {
     let mut app = in_gpu_order(App::new(1.0, true, false));
     app.on_snapshot(Arc::new(snapshot()));
     app
@@ -42,7 +42,7 @@ fn app() -> App {
 
 /// Lays the app out on `screen` as the event loop does before each frame, with what the layout
 /// needs read straight from the app (none of these processes has an agent panel).
-fn lay_out(app: &mut App, screen: Rect) {
+pub(super) fn lay_out(app: &mut App, screen: Rect) {
     let needs = layout::LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap(),
         process_rows: app.row_count(),
@@ -51,33 +51,33 @@ fn lay_out(app: &mut App, screen: Rect) {
     app.set_layout(layout::plan(screen, &needs));
 }
 
-fn press(app: &mut App, code: KeyCode) -> Effect {
+pub(super) fn press(app: &mut App, code: KeyCode) -> Effect {
     app.on_key(KeyEvent::new(code, KeyModifiers::NONE))
 }
 
-fn type_text(app: &mut App, text: &str) {
+pub(super) fn type_text(app: &mut App, text: &str) {
     for c in text.chars() {
         press(app, KeyCode::Char(c));
     }
 }
 
-fn pids(app: &App) -> Vec<u32> {
+pub(super) fn pids(app: &App) -> Vec<u32> {
     app.rows().iter().map(|r| r.pid).collect()
 }
 
-fn selected_pid(app: &App) -> Option<u32> {
+pub(super) fn selected_pid(app: &App) -> Option<u32> {
     app.selected_row().map(|r| r.pid)
 }
 
-fn id(pid: u32) -> ProcessIdentity {
+pub(super) fn id(pid: u32) -> ProcessIdentity {
     ProcessIdentity::new(pid, u64::from(pid) * 7)
 }
 
-fn target_ids(targets: &[ActionTarget]) -> Vec<ProcessIdentity> {
+pub(super) fn target_ids(targets: &[ActionTarget]) -> Vec<ProcessIdentity> {
     targets.iter().map(|t| t.identity).collect()
 }
 
-fn select(app: &mut App, pid: u32) {
+pub(super) fn select(app: &mut App, pid: u32) {
     press(app, KeyCode::Home);
     while selected_pid(app) != Some(pid) {
         let before = app.view.selected;
@@ -530,7 +530,7 @@ fn tags_of_exited_or_reused_pids_are_dropped() {
     assert_eq!(app.tags.iter().copied().collect::<Vec<_>>(), [id(300)]);
 }
 
-fn host(pid: u32, ppid: u32, comm: &str) -> HostProcess {
+pub(super) fn host(pid: u32, ppid: u32, comm: &str) -> HostProcess {
     HostProcess {
         pid,
         ppid,
@@ -656,8 +656,10 @@ fn help_esc_and_quit_keys() {
     assert!(!app.view.show_help);
     press(&mut app, KeyCode::Char('h'));
     assert!(app.view.show_help);
+    // q leaves the help as it leaves htop's, and quits from the monitor.
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.view.show_help);
     assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
-    press(&mut app, KeyCode::Esc);
     press(&mut app, KeyCode::Char('/'));
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.on_key(ctrl_c), Effect::Quit, "even while typing");
@@ -737,8 +739,10 @@ fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
             command: AgentCommand::Snapshot
         })
     );
+    // P asks first (the tests in keys_tests.rs), then sends the reset.
+    assert_eq!(press(&mut app, KeyCode::Char('P')), Effect::Redraw);
     assert_eq!(
-        press(&mut app, KeyCode::Char('P')),
+        press(&mut app, KeyCode::Char('y')),
         Effect::AskSampler(SamplerRequest::Agent {
             pid: 100,
             command: AgentCommand::ResetPeak
@@ -847,7 +851,7 @@ fn arrows_and_ctrl_a_e_scroll_the_command_within_the_longest_one() {
 
 /// These tests read rows in GPU order (ascending); the default order, GPU memory descending,
 /// has its own test.
-fn in_gpu_order(mut app: App) -> App {
+pub(super) fn in_gpu_order(mut app: App) -> App {
     app.settings.sort = SortKey::Gpu;
     app.settings.reverse = false;
     app

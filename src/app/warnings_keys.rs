@@ -1,6 +1,6 @@
 //! Keys and clicks while the `w` view is open, and `g`, which selects a warning's subject in the
 //! monitor. Every key is answered here or ignored: nothing typed in the view reaches the process
-//! table behind it, and Esc goes back one level without ever quitting.
+//! table behind it; Esc goes back one level and `q` or `w` closes the view, and neither quits.
 
 use crossterm::event::{KeyCode, KeyEvent, MouseButton, MouseEvent, MouseEventKind};
 
@@ -17,9 +17,9 @@ impl App {
 
     pub(crate) fn on_warnings_key(&mut self, key: KeyEvent) -> Effect {
         match key.code {
-            KeyCode::Char('q') => return Effect::Quit,
-            KeyCode::Char('w') => self.warnings_view.level = Level::Closed,
-            KeyCode::Char('?') => self.view.toggle_help(),
+            // q leaves the view as it leaves htop's sub-screens; F10 and Ctrl-C quit.
+            KeyCode::Char('q' | 'w') => self.warnings_view.level = Level::Closed,
+            KeyCode::Char('?') | KeyCode::F(1) => self.view.toggle_help(),
             KeyCode::Char('g') => return self.go_to_subject(),
             _ if matches!(self.warnings_view.level, Level::Detail(_)) => {
                 return self.on_detail_key(key)

@@ -439,3 +439,25 @@ fn the_same_warnings_are_not_grouped_again() {
     assert!(groups.is_empty());
     assert!(!grouper.regroup(&snap, &mut groups));
 }
+
+/// `q` leaves the view from the list and from a warning's evidence, as the menus close with
+/// it; only F10 and Ctrl-C quit from here.
+#[test]
+fn q_closes_the_view_from_the_list_and_from_the_evidence() {
+    let mut app = app();
+    let selected = selected_pid(&app);
+    press(&mut app, KeyCode::Char('w'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.warnings_view.is_open());
+    press(&mut app, KeyCode::Char('w'));
+    press(&mut app, KeyCode::End);
+    press(&mut app, KeyCode::Enter);
+    assert!(open_detail_id(&app).is_some());
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert!(!app.warnings_view.is_open());
+    assert_eq!(selected_pid(&app), selected, "nothing reached the table");
+    press(&mut app, KeyCode::Char('w'));
+    assert_eq!(press(&mut app, KeyCode::F(10)), Effect::Quit);
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(app.on_key(ctrl_c), Effect::Quit);
+}

@@ -34,6 +34,9 @@ use crate::protocol::{MAX_LINE_BYTES, PROTOCOL_VERSION};
 pub use hub::AgentHub;
 pub(crate) use hub::CommandOutcome;
 pub(crate) use parse::AgentEvent;
+/// For tests that build a [`CommandOutcome::Replied`] by hand.
+#[cfg(test)]
+pub(crate) use parse::AgentReply;
 pub(crate) use state::Heard;
 
 /// Most agent connections open at once; past it the one idle longest is dropped.

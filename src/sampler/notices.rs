@@ -24,6 +24,10 @@ pub(super) fn describe_outcome(outcome: &CommandOutcome) -> String {
             let what = command.name();
             match (reply.ok, &reply.path, &reply.error) {
                 (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
+                // Not "reset_peak done": the wire's name means nothing on the status line.
+                (true, None, _) if *command == AgentCommand::ResetPeak => {
+                    format!("agent of {pid}: peak memory figures reset")
+                }
                 (true, None, _) => format!("agent of {pid}: {what} done"),
                 (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
                 (false, _, None) => format!("agent of {pid}: {what} failed"),
@@ -62,4 +66,29 @@ pub(super) fn describe_event(pid: u32, event: &AgentEvent) -> Option<String> {
         sentence.push_str(&format!("; snapshot written to {path}"));
     }
     Some(sentence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::agent::AgentReply;
+
+    #[test]
+    fn a_peak_reset_done_reads_as_plain_english() {
+        let outcome = CommandOutcome::Replied {
+            pid: 28102,
+            command: AgentCommand::ResetPeak,
+            reply: AgentReply {
+                id: 1,
+                ok: true,
+                cmd: Some("reset_peak".to_string()),
+                path: None,
+                error: None,
+            },
+        };
+        assert_eq!(
+            describe_outcome(&outcome),
+            "agent of 28102: peak memory figures reset"
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! The dialogs of [`Mode`]: the confirmation before a signal, the F9 signal menu, the `n` nice
-//! prompt and the F6 sort menu, each a centred popup drawn over the panels. The `/` filter
+//! The dialogs of [`Mode`]: the confirmation before a signal or a reset of an agent's peak
+//! memory figures (`P`), the F9 signal menu, the `n` nice prompt and the F6 sort menu, each a centred popup drawn over the panels. The `/` filter
 //! prompt lives in the status line instead (see [`super::status`]), so the rows it filters stay
 //! in sight.
 
@@ -13,6 +13,7 @@ use ratatui::{
 
 use crate::actions::ActionTarget;
 use crate::actions::{Signal, NICE_MAX, NICE_MIN};
+use crate::app::agent_keys::AgentTarget;
 use crate::app::{App, Mode};
 use crate::format;
 use crate::model::filter::SortKey;
@@ -25,6 +26,7 @@ const MAX_WIDTH: u16 = 76;
 pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
     match &app.mode {
         Mode::Confirm { signal, targets } => confirm(frame, screen, app, *signal, targets, theme),
+        Mode::ConfirmPeakReset { target } => confirm_peak_reset(frame, screen, app, target, theme),
         Mode::SignalMenu {
             selected, targets, ..
         } => signal_menu(frame, screen, *selected, targets, theme),
@@ -65,6 +67,34 @@ fn confirm(
     let popup = Popup {
         title: format!(" {signal} "),
         hint: " y or Enter: send   n or Esc: cancel ",
+    };
+    popup.draw(frame, screen, lines);
+}
+
+/// `P`: the peaks PyTorch's allocator kept cannot be had back once reset.
+fn confirm_peak_reset(
+    frame: &mut Frame,
+    screen: Rect,
+    app: &App,
+    target: &AgentTarget,
+    theme: Theme,
+) {
+    let mut lines = vec![
+        Line::styled(
+            "Reset the peak memory figures of this process?",
+            theme.warn(),
+        ),
+        Line::raw("PyTorch's peak allocated and reserved bytes start again from now."),
+        Line::raw(""),
+        target_header(theme),
+    ];
+    let (user, command) = (target.user.as_deref(), target.command.as_deref());
+    lines.extend(target_lines(target.pid, user, command, theme, |pid| {
+        rank_of(app, pid)
+    }));
+    let popup = Popup {
+        title: " Reset peak memory ".to_string(),
+        hint: " y or Enter: reset   n or Esc: cancel ",
     };
     popup.draw(frame, screen, lines);
 }
@@ -248,28 +278,45 @@ fn target_table(
     theme: Theme,
     rank_of: impl Fn(u32) -> Option<String>,
 ) -> Vec<Line<'static>> {
-    let command_width = usize::from(MAX_WIDTH) - 4 - 8 - 10;
-    let mut lines = vec![Line::styled(
-        format!("{:>7}  {:<8}  COMMAND", "PID", "USER"),
-        theme.label(),
-    )];
+    let mut lines = vec![target_header(theme)];
     for target in targets.iter().take(LISTED_TARGETS) {
-        lines.push(Line::raw(format!(
-            "{:>7}  {:<8}  {}",
-            target.pid(),
-            format::truncate(&format::text(target.user.as_deref()), 8),
-            format::truncate(&format::text(target.command.as_deref()), command_width)
-        )));
-        if let Some(rank) = rank_of(target.pid()) {
-            let text = format::truncate(&rank, command_width + 10);
-            lines.push(Line::styled(format!("{:>7}  {text}", ""), theme.warn()));
-        }
+        let (user, command) = (target.user.as_deref(), target.command.as_deref());
+        lines.extend(target_lines(target.pid(), user, command, theme, &rank_of));
     }
     if targets.len() > LISTED_TARGETS {
         lines.push(Line::styled(
             format!("… and {} more", targets.len() - LISTED_TARGETS),
             theme.dim(),
         ));
+    }
+    lines
+}
+
+/// The columns a dialog's target rows are under.
+fn target_header(theme: Theme) -> Line<'static> {
+    Line::styled(
+        format!("{:>7}  {:<8}  COMMAND", "PID", "USER"),
+        theme.label(),
+    )
+}
+
+/// One target's row, and under a torch rank its rank and job.
+fn target_lines(
+    pid: u32,
+    user: Option<&str>,
+    command: Option<&str>,
+    theme: Theme,
+    rank_of: impl Fn(u32) -> Option<String>,
+) -> Vec<Line<'static>> {
+    let command_width = usize::from(MAX_WIDTH) - 4 - 8 - 10;
+    let mut lines = vec![Line::raw(format!(
+        "{pid:>7}  {:<8}  {}",
+        format::truncate(&format::text(user), 8),
+        format::truncate(&format::text(command), command_width)
+    ))];
+    if let Some(rank) = rank_of(pid) {
+        let text = format::truncate(&rank, command_width + 10);
+        lines.push(Line::styled(format!("{:>7}  {text}", ""), theme.warn()));
     }
     lines
 }

@@ -40,9 +40,9 @@ fn block(above: bool, below: bool) -> Block<'static> {
         block = block.title(Line::from(" ↑ more ").right_aligned());
     }
     let bottom = match (above, below) {
-        (_, true) => " ↓ more  j k PgDn: scroll  ? or Esc: close ",
-        (true, false) => " j k PgUp: scroll  ? or Esc: close ",
-        (false, false) => " ? or Esc: close ",
+        (_, true) => " ↓ more  j k PgDn: scroll  q or Esc: close ",
+        (true, false) => " j k PgUp: scroll  q or Esc: close ",
+        (false, false) => " q or Esc: close ",
     };
     block.title_bottom(bottom)
 }

@@ -1,7 +1,8 @@
 //! Render tests of the PyTorch panel: a process on two GPUs with each torch device mapped to its
 //! physical GPU, the OOM headroom figures, the all-ranks table of a job, auto-scaled sparklines,
-//! a process with an agent and no GPU, and a panel that keeps its size among rows with an agent
-//! and folds to one line on a row without.
+//! a process with an agent and no GPU, a panel that keeps its size among rows with an agent
+//! and folds to one line on a row without, and the question `P` asks before it resets an
+//! agent's peaks.
 
 use super::*;
 use crate::app::layout::Plan;
@@ -242,4 +243,34 @@ fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
     let s = screen(&app, 120, 40);
     assert!(s.contains("PYTORCH pid 50000  rank 0/2"), "{s}");
     assert!(s.contains("no GPU memory"), "{s}");
+}
+
+#[test]
+fn p_asks_before_it_resets_the_peaks_and_names_the_rank() {
+    use crossterm::event::KeyCode;
+    let mut app = sized(job_app(), 100, 30);
+    while app.selected_row().is_some_and(|r| r.pid != 30_001) {
+        key(&mut app, KeyCode::Down);
+    }
+    key(&mut app, KeyCode::Char('P'));
+    assert!(
+        matches!(app.mode, Mode::ConfirmPeakReset { .. }),
+        "{:?}",
+        app.mode
+    );
+    let s = screen(&app, 100, 30);
+    assert!(
+        s.contains("Reset the peak memory figures of this process?"),
+        "{s}"
+    );
+    assert!(
+        s.contains("peak allocated and reserved bytes start again"),
+        "{s}"
+    );
+    assert!(s.contains(" 30001  "), "{s}");
+    assert!(s.contains("rank 1/3 of job 127.0.0.1:29500"), "{s}");
+    assert!(s.contains("y or Enter: reset   n or Esc: cancel"), "{s}");
+    for (width, height) in [(1, 1), (10, 3), (30, 8), (59, 15), (60, 16), (80, 24)] {
+        render(&app, width, height);
+    }
 }

@@ -152,7 +152,19 @@ fn n_cancels_the_dialog_and_f8_renices_the_selected_child() {
 
 #[test]
 fn the_tree_view_shows_the_child_under_its_parents() {
-    let (_children, _scenario, mut session) = start(&[]);
+    let (children, _scenario, mut session) = start(&[]);
+    // The victim, selected on the second row (GPU-MEM ascending), is the first row of the
+    // tree: the tree keeps the selection on it. It kept the row number before, and `K` then
+    // named the bystander (or a parent, once the tree has them).
+    session.send(b"r");
+    wait_for_text(&session, "GPU-MEM▲");
+    filter_to(&mut session, "victim");
+    session.send(b"\x1b");
+    assert!(
+        session.wait_for(PATIENCE, |s| !s.contains("filter \"victim\"")),
+        "Esc did not clear the filter:\n{}",
+        session.screen()
+    );
     session.send(b"t");
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("(tree,")
@@ -160,6 +172,17 @@ fn the_tree_view_shows_the_child_under_its_parents() {
         "no tree with the child nested under its parent:\n{}",
         session.screen()
     );
+    session.send(b"K");
+    wait_for_text(&session, "Send SIGKILL to this process?");
+    // The dialog's row of a target starts at its left border; the tree's rows do not.
+    let named = |pid: u32| format!("│ {pid:>7}  ");
+    let screen = session.screen();
+    assert!(
+        screen.contains(&named(children.pid(0))) && !screen.contains(&named(children.pid(1))),
+        "the dialog does not name the process selected before `t`:\n{screen}"
+    );
+    session.send(b"n");
+    wait_for_text(&session, "SIGKILL not sent");
     session.send(b"t");
     assert!(
         session.wait_for(PATIENCE, |s| !s.contains("(tree,")),

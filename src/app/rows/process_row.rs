@@ -59,6 +59,13 @@ pub(crate) struct RowKey {
     pub(crate) gpu: Option<u32>,
 }
 
+impl RowKey {
+    /// Whether both keys name one process (pid and start time), on whichever of its rows.
+    pub(crate) fn same_process(&self, other: &RowKey) -> bool {
+        self.pid == other.pid && self.start_ticks == other.start_ticks
+    }
+}
+
 impl<'a> ProcessRow<'a> {
     /// Pid and start time; `None` where /proc does not show the process, which then must not
     /// be acted on.
@@ -82,6 +89,11 @@ impl<'a> ProcessRow<'a> {
                 None => self.gpus.first().map(|g| g.gpu),
             },
         }
+    }
+
+    /// Whether the row holds GPU `index` (a tree row holds every GPU of its process).
+    pub(crate) fn holds_gpu(&self, index: u32) -> bool {
+        self.gpus.iter().any(|g| g.gpu == index)
     }
 
     /// Whether /proc shows the process on this machine.
