@@ -21,14 +21,21 @@ pub(super) fn describe_outcome(outcome: &CommandOutcome) -> String {
             command,
             reply,
         } => {
-            let what = command.name();
+            // In words, never the wire's name ("reset_peak done" means nothing to a user).
+            let what = match command {
+                AgentCommand::ResetPeak => "the peak reset",
+                AgentCommand::Snapshot => "snapshot",
+                AgentCommand::RecordHistory => "recording memory history",
+            };
             match (reply.ok, &reply.path, &reply.error) {
                 (true, Some(path), _) => format!("agent of {pid}: {what} written to {path}"),
-                // Not "reset_peak done": the wire's name means nothing on the status line.
-                (true, None, _) if *command == AgentCommand::ResetPeak => {
-                    format!("agent of {pid}: peak memory figures reset")
-                }
-                (true, None, _) => format!("agent of {pid}: {what} done"),
+                (true, None, _) => match command {
+                    AgentCommand::ResetPeak => format!("agent of {pid}: peak memory figures reset"),
+                    AgentCommand::Snapshot => format!("agent of {pid}: snapshot written"),
+                    AgentCommand::RecordHistory => {
+                        format!("agent of {pid}: memory history is being recorded")
+                    }
+                },
                 (false, _, Some(error)) => format!("agent of {pid}: {what} failed: {error}"),
                 (false, _, None) => format!("agent of {pid}: {what} failed"),
             }
@@ -73,22 +80,41 @@ mod tests {
     use super::*;
     use crate::collect::agent::AgentReply;
 
-    #[test]
-    fn a_peak_reset_done_reads_as_plain_english() {
-        let outcome = CommandOutcome::Replied {
+    fn replied(command: AgentCommand, ok: bool, error: Option<&str>) -> String {
+        describe_outcome(&CommandOutcome::Replied {
             pid: 28102,
-            command: AgentCommand::ResetPeak,
+            command,
             reply: AgentReply {
                 id: 1,
-                ok: true,
-                cmd: Some("reset_peak".to_string()),
+                ok,
+                cmd: Some(command.name().to_string()),
                 path: None,
-                error: None,
+                error: error.map(str::to_string),
             },
-        };
+        })
+    }
+
+    /// The status line says what happened in words, never the protocol's command names.
+    #[test]
+    fn an_agents_answer_reads_as_plain_english() {
+        use AgentCommand::{RecordHistory, ResetPeak, Snapshot};
+        let said = [
+            replied(ResetPeak, true, None),
+            replied(ResetPeak, false, Some("no CUDA")),
+            replied(RecordHistory, true, None),
+            replied(RecordHistory, false, None),
+            replied(Snapshot, false, Some("disk full")),
+        ];
         assert_eq!(
-            describe_outcome(&outcome),
-            "agent of 28102: peak memory figures reset"
+            said,
+            [
+                "agent of 28102: peak memory figures reset",
+                "agent of 28102: the peak reset failed: no CUDA",
+                "agent of 28102: memory history is being recorded",
+                "agent of 28102: recording memory history failed",
+                "agent of 28102: snapshot failed: disk full",
+            ]
         );
+        assert!(said.iter().all(|s| !s.contains('_')), "{said:?}");
     }
 }

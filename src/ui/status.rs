@@ -18,6 +18,8 @@ use crate::terminal::theme::Theme;
 const HINTS: &str = " q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
 /// The hints that stay when a status sentence needs the room.
 const SHORT_HINTS: &str = " q quit  ? help";
+/// In the help, the detail view or the warnings view, where `q` closes the view.
+const VIEW_HINTS: &str = " q close  F10 quit";
 /// A status sentence gets this many cells (or its length) before the hints are shortened.
 const STATUS_ROOM: usize = 40;
 /// Cells of the gaps around the status sentence.
@@ -117,15 +119,21 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
         .iter()
         .map(ratatui::prelude::Span::width)
         .sum::<usize>();
-    let mut hints = HINTS;
+    let in_view = app.view.show_help || app.detail.is_some() || app.warnings_view.is_open();
+    let (full, short) = if in_view {
+        (VIEW_HINTS, VIEW_HINTS)
+    } else {
+        (HINTS, SHORT_HINTS)
+    };
+    let mut hints = full;
     if taken + hints.width() > width {
-        hints = SHORT_HINTS;
+        hints = short;
     }
     if let Some(status) = &app.status {
         let status = escape(status);
         let wanted = status.width().min(STATUS_ROOM) + STATUS_PADDING;
         if width.saturating_sub(taken + hints.width()) < wanted {
-            hints = SHORT_HINTS;
+            hints = short;
         }
         let room = width.saturating_sub(taken + hints.width() + STATUS_PADDING);
         if room > 0 {
