@@ -290,6 +290,26 @@ pub(crate) fn opt_duration(value: Option<f64>) -> String {
     value.map_or_else(|| NA.to_string(), duration)
 }
 
+/// The sentence for GPU indices a user chose (`--gpus`) that a machine of `count` GPUs does not
+/// have; `None` when it has them all.
+pub(crate) fn missing_gpus(chosen: &[u32], count: usize) -> Option<String> {
+    let missing: Vec<String> = (chosen.iter())
+        .filter(|&&i| usize::try_from(i).map_or(true, |i| i >= count))
+        .map(u32::to_string)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        let have = match count {
+            0 => "no GPU".to_string(),
+            1 => "one GPU, 0".to_string(),
+            n => format!("{n} GPUs, 0 to {}", n - 1),
+        };
+        format!(
+            "--gpus names GPU {} that this machine does not have (it has {have})",
+            missing.join(", ")
+        )
+    })
+}
+
 /// Cuts `text` to at most `width` characters, marking the cut with "…".
 pub(crate) fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {

@@ -60,21 +60,7 @@ impl ProcessFilter {
 
     /// A sentence for each `--gpus` index the machine does not have (`gpus` is its count).
     pub fn unknown_gpus(&self, gpus: usize) -> Option<String> {
-        let missing: Vec<String> = (self.gpus.iter().flatten())
-            .filter(|&&i| usize::try_from(i).map_or(true, |i| i >= gpus))
-            .map(u32::to_string)
-            .collect();
-        (!missing.is_empty()).then(|| {
-            let have = match gpus {
-                0 => "no GPU".to_string(),
-                1 => "one GPU, 0".to_string(),
-                n => format!("{n} GPUs, 0 to {}", n - 1),
-            };
-            format!(
-                "--gpus names GPU {} that this machine does not have (it has {have})",
-                missing.join(", ")
-            )
-        })
+        crate::format::missing_gpus(self.gpus.as_deref()?, gpus)
     }
 }
 

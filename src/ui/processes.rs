@@ -177,7 +177,11 @@ fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
 
 fn empty_message(app: &App) -> String {
     if app.settings.filter.trim().is_empty() {
-        if app.settings.user.is_some() || app.settings.gpus.is_some() {
+        let missing = (app.settings.gpus.as_deref())
+            .and_then(|gpus| format::missing_gpus(gpus, app.snapshot.gpus.len()));
+        if let Some(missing) = missing {
+            format!(" {missing}; g chooses another")
+        } else if app.settings.user.is_some() || app.settings.gpus.is_some() {
             " no process of the chosen user or GPUs (u chooses the user)".to_string()
         } else {
             " no processes on the GPUs".to_string()

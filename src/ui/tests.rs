@@ -1325,6 +1325,13 @@ fn the_user_menu_and_the_user_and_gpu_filters_show() {
     let app = app.with_filters(Some("nobody-here".to_string()), None);
     let s = screen(&app, 120, 40);
     assert!(s.contains("no process of the chosen user or GPUs"), "{s}");
+    // A GPU the machine does not have is named as such, not as an empty choice.
+    let app = app.with_filters(None, Some(vec![9]));
+    let s = screen(&app, 120, 40);
+    assert!(
+        s.contains("--gpus names GPU 9 that this machine does not have (it has 2 GPUs, 0 to 1)"),
+        "{s}"
+    );
 }
 
 #[test]
