@@ -96,8 +96,9 @@ pub struct Cli {
     #[arg(skip)]
     pub delay_given: bool,
 
-    /// Show only this user's processes (`u` changes it in the monitor).
-    #[arg(long, value_name = "NAME")]
+    /// Show only this user's processes (`u` changes it in the monitor): a login name, or a uid
+    /// for a user without one here.
+    #[arg(long, value_name = "NAME", value_parser = parse_user)]
     pub user: Option<String>,
 
     /// Show only the processes on these GPUs, by NVML index: `--gpus 0,3`.
@@ -248,6 +249,20 @@ fn parse_theme(text: &str) -> Result<crate::config::ThemeName, String> {
 /// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
 /// duration must stay far below what `Duration::from_secs_f64` can hold.
 pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// A login name the passwd database knows (as htop's `-u` insists), or a number: a uid without
+/// a name here, as processes of a container's users show.
+fn parse_user(text: &str) -> Result<String, String> {
+    let uid = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if uid || crate::sys::user_exists(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "no user is named {} on this machine (give a login name or a uid)",
+            crate::format::escape(text)
+        ))
+    }
+}
 
 fn parse_delay(text: &str) -> Result<f64, String> {
     parse_seconds(text, "delay", 0.1)
@@ -400,8 +415,21 @@ mod tests {
 
     #[test]
     fn user_and_gpu_filters() {
-        let cli = Cli::try_parse_from(["torchtop", "--user", "alice", "--gpus", "0, 3,3"]).unwrap();
-        assert_eq!(cli.user.as_deref(), Some("alice"));
+        let cli = Cli::try_parse_from(["torchtop", "--user", "root", "--gpus", "0, 3,3"]).unwrap();
+        assert_eq!(cli.user.as_deref(), Some("root"));
+        let uid = Cli::try_parse_from(["torchtop", "--user", "4242"]).unwrap();
+        assert_eq!(
+            uid.user.as_deref(),
+            Some("4242"),
+            "a uid without a name here"
+        );
+        let error = Cli::try_parse_from(["torchtop", "--user", "nosuch\x1b[2J"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("no user is named nosuch\\e[2J on this machine"),
+            "{error}"
+        );
         assert_eq!(cli.gpus, Some(GpuList(vec![0, 3])));
         let error = Cli::try_parse_from(["torchtop", "--gpus", "0,x"])
             .unwrap_err()

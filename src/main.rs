@@ -179,10 +179,14 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
         complain("torchtop", &why);
         return exit_now(ExitCode::from(2));
     }
-    // The exit status follows the whole machine's warnings, whatever the filter shows.
-    let status = torchtop::report::exit_status(&snapshot, cli.fail_on.threshold());
+    // The exit status follows the whole machine's warnings, whatever the filter shows; the
+    // exposition says them as series and exits 0, so that a textfile collector's
+    // `... > x.tmp && mv x.tmp x.prom` keeps the file fresh while something is critical.
+    let prometheus = cli.format == Some(OnceFormat::Prometheus);
+    let fail_at = cli.fail_on.threshold().filter(|_| !prometheus);
+    let status = torchtop::report::exit_status(&snapshot, fail_at);
     filter.apply(&mut snapshot);
-    let out = if cli.format == Some(OnceFormat::Prometheus) {
+    let out = if prometheus {
         torchtop::serve::exposition_text(&snapshot, None)
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)

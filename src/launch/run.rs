@@ -141,7 +141,10 @@ fn python_flags_blocker(args: &[String]) -> Option<String> {
                 _ => continue,
             };
             return Some(format!(
-                "{why}, so this program gets no torchtop agent. Drop that option, or add `import torchtop_agent; torchtop_agent.start()` to the program."
+                "{why}, so this program gets no torchtop agent. Drop that option; or start \
+                 the program without torchtop and then run `torchtop attach PID`; or install the \
+                 agent into that Python (`pip install ./assets/python` from torchtop's sources) \
+                 and add `import torchtop_agent; torchtop_agent.start()` to the program."
             ));
         }
     }
@@ -198,6 +201,9 @@ mod tests {
         let msg = agent_blocker("python3", &strings(&["-I", "t.py"])).unwrap();
         assert!(msg.starts_with("python3 runs in isolated mode"), "{msg}");
         assert!(msg.contains("torchtop_agent.start()"), "{msg}");
+        // The module is not on an isolated Python's path unless installed into it.
+        assert!(msg.contains("pip install ./assets/python"), "{msg}");
+        assert!(msg.contains("torchtop attach PID"), "{msg}");
         assert_eq!(agent_blocker("torchrun", &strings(&["-I"])), None);
     }
 

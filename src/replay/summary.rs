@@ -286,9 +286,9 @@ fn render_peaks(out: &mut String, tally: &Tally, zone: &TimeZone) {
     for (pid, p) in &tally.processes {
         let rank = p.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
         let mut line = format!(
-            "  pid {pid} {} (GPU {}{rank}): GPU memory {}",
+            "  pid {pid} {} ({}{rank}): GPU memory {}",
             p.command,
-            join(&p.gpus),
+            held(&p.gpus),
             at(&p.memory, zone, |v| bytes(v as u64))
         );
         if p.reserved.seen {
@@ -334,7 +334,7 @@ fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
     let first = tally.first.unwrap_or_default();
     let mut lines = Vec::new();
     for (pid, p) in &tally.processes {
-        let what = format!("pid {pid} {} (GPU {})", p.command, join(&p.gpus));
+        let what = format!("pid {pid} {} ({})", p.command, held(&p.gpus));
         if p.first > first {
             lines.push((p.first, format!("  came {}  {what}", clock(p.first, zone))));
         }
@@ -347,8 +347,8 @@ fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
     section(out, "Processes that came and went", &lines);
 }
 
-/// The GPUs a process held, as "0,3"; an agent's process that holds none says "no GPU".
-fn join(values: &[u32]) -> String {
+/// The GPUs a process held, as "GPU 0,3"; an agent's process that holds none says "no GPU".
+fn held(values: &[u32]) -> String {
     let held: Vec<String> = values
         .iter()
         .filter(|&&gpu| gpu != crate::model::process::NO_GPU)
@@ -357,7 +357,7 @@ fn join(values: &[u32]) -> String {
     if held.is_empty() {
         "no GPU".to_string()
     } else {
-        held.join(",")
+        format!("GPU {}", held.join(","))
     }
 }
 
@@ -376,13 +376,13 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::join;
+    use super::held;
     use crate::model::process::NO_GPU;
 
     #[test]
     fn an_agent_without_a_gpu_is_not_gpu_4294967295() {
-        assert_eq!(join(&[0, 3]), "0,3");
-        assert_eq!(join(&[NO_GPU]), "no GPU");
-        assert_eq!(join(&[NO_GPU, 2]), "2");
+        assert_eq!(held(&[0, 3]), "GPU 0,3");
+        assert_eq!(held(&[NO_GPU]), "no GPU");
+        assert_eq!(held(&[NO_GPU, 2]), "GPU 2");
     }
 }

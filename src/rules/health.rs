@@ -80,17 +80,14 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
         return None;
     }
     let reason = fmt_opt(gpu.error.as_deref());
-    let name = fmt_opt(gpu.name.as_deref());
+    let named = named(gpu);
     match gpu.state {
         GpuState::Ok => None,
         GpuState::Lost => Some(warning(
             LOST,
             Severity::Critical,
             Subject::Gpu { index: gpu.index },
-            format!(
-                "GPU {} ({name}) is lost: the driver reports it fell off the bus",
-                gpu.index
-            ),
+            format!("{named} is lost: the driver reports it fell off the bus"),
             vec![
                 ("gpu", gpu.index.to_string()),
                 ("bus id", fmt_opt(gpu.bus_id.as_deref())),
@@ -108,9 +105,13 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                 Severity::Critical,
                 Subject::Gpu { index: gpu.index },
                 format!(
-                    "GPU {} ({name}) has not answered the driver for {}: its figures are old",
-                    gpu.index,
-                    fmt_seconds(stale)
+                    "{named} has had no answer from the driver in {}; {}",
+                    fmt_seconds(stale),
+                    if gpu.name.is_some() || gpu.memory_total_bytes.is_some() {
+                        "its figures on screen are the last ones read"
+                    } else {
+                        "no figure of it has been read yet"
+                    }
                 ),
                 vec![
                     ("gpu", gpu.index.to_string()),
@@ -124,6 +125,14 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                 by_vendor(gpu, UNRESPONSIVE_REMEDY, UNRESPONSIVE_REMEDY_AMD),
             ))
         }
+    }
+}
+
+/// "GPU 1 (NVIDIA H100 ...)", or "GPU 1" while its name is not known: no "(N/A)" in a sentence.
+fn named(gpu: &GpuSample) -> String {
+    match gpu.name.as_deref() {
+        Some(name) => format!("GPU {} ({name})", gpu.index),
+        None => format!("GPU {}", gpu.index),
     }
 }
 
@@ -221,6 +230,22 @@ mod tests {
         let warnings = replay_default(0, stale(12.0));
         let w = find(&warnings, "gpu-unresponsive", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Critical);
+        assert_eq!(
+            w.message,
+            "GPU 0 (Test GPU) has had no answer from the driver in 12 s; its figures on screen are \
+             the last ones read"
+        );
+        let never_read = replay_default(0, |step| {
+            let mut snap = stale(12.0)(step);
+            snap.gpus[0].name = None;
+            snap.gpus[0].memory_total_bytes = None;
+            snap
+        });
+        let w = find(&never_read, "gpu-unresponsive", &Subject::Gpu { index: 0 });
+        assert_eq!(
+            w.message,
+            "GPU 0 has had no answer from the driver in 12 s; no figure of it has been read yet"
+        );
         let mut config = RulesConfig::default();
         config.health.unresponsive_seconds = crate::config::Seconds::new(2.0);
         assert_eq!(replay(config, 0, stale(3.0)).len(), 1);

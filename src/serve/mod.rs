@@ -15,6 +15,7 @@ mod connections;
 mod dcgm;
 pub mod exposition;
 mod http;
+mod listen;
 mod mig;
 pub(crate) mod torchtop;
 mod webconfig;
@@ -43,9 +44,11 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9400";
 /// `torchtop serve` options.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Anything other than loopback must be given explicitly; port 0
-    /// picks a free port (the address is printed on stderr).
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    /// Address to listen on: IP:PORT, :PORT (every interface), or a host name and a port.
+    /// Anything other than loopback must be given explicitly; port 0 picks a free port (the
+    /// address is printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN,
+          value_parser = listen::parse_listen)]
     pub(crate) listen: SocketAddr,
 
     /// TLS and basic auth, in the format of Prometheus' exporter-toolkit.

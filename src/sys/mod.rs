@@ -40,6 +40,12 @@ pub(crate) fn user_name(uid: u32) -> Option<String> {
         .map(|user| user.name)
 }
 
+/// Whether the passwd database (through NSS, so perhaps over the network) knows a user of
+/// this login name.
+pub(crate) fn user_exists(name: &str) -> bool {
+    nix::unistd::User::from_name(name).ok().flatten().is_some()
+}
+
 /// The effective uid of this process.
 pub(crate) fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()

@@ -48,7 +48,9 @@ fn once_and_the_json_stream_show_only_the_chosen_gpus_and_user() {
         "the GPUs stay whole"
     );
 
-    let output = output_within_patience(&mut torchtop(&scenario, &["--once", "--user", "nosuch"]));
+    // A uid without processes here: a number is taken as one, as a container's users show.
+    let output = output_within_patience(&mut torchtop(&scenario, &["--once", "--user", "4242"]));
+    assert!(output.status.success(), "{output:?}");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
         sleepers
@@ -63,6 +65,20 @@ fn once_and_the_json_stream_show_only_the_chosen_gpus_and_user() {
         |lines| lines.len() >= 2,
     );
     assert!(lines.iter().all(|doc| gpus_of(doc) == [7]), "{lines:?}");
+}
+
+/// As htop's `-u`: a name the passwd database does not know is a mistake, not an empty list.
+#[test]
+fn a_user_the_machine_does_not_know_is_a_sentence() {
+    let scenario = ScenarioFile::new("[[gpu]]\nname = \"One\"\n");
+    let output = output_within_patience(&mut torchtop(&scenario, &["--once", "--user", "nosuch"]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no user is named nosuch on this machine"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
 }
 
 #[test]

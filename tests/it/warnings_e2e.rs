@@ -222,6 +222,15 @@ fn a_lost_gpu_is_critical_and_once_exits_with_the_critical_code() {
     assert_eq!(lost[0]["subject"]["index"], 1);
     let never = once(&scenario, &["--once", "--fail-on", "never"]);
     assert_eq!(never.status.code(), Some(0));
+    // A textfile collector's cron (`... > x.tmp && mv x.tmp x.prom`) must keep the file fresh
+    // most of all while something is critical: the exposition exits 0 and says it as a series.
+    let prometheus = once(&scenario, &["--once", "--format", "prometheus"]);
+    let exposition = String::from_utf8_lossy(&prometheus.stdout);
+    assert_eq!(prometheus.status.code(), Some(0), "{exposition}");
+    assert!(
+        exposition.contains("id=\"gpu-lost\"") && exposition.contains("severity=\"critical\""),
+        "{exposition}"
+    );
 }
 
 #[test]
