@@ -161,7 +161,7 @@ async fn event_loop(
                 Some(arrival) => {
                     feed.apply(&mut screen.app, arrival);
                     if let Some(ready) = screen.app.take_memsnap() {
-                        load_in_background(ready.path, loaded_tx.clone());
+                        load_in_background(ready, loaded_tx.clone());
                     }
                     screen.snapshot_step()
                 }
@@ -273,15 +273,25 @@ impl Screen {
     }
 }
 
-/// Reads and analyses a snapshot off the UI task (a big one takes a second or two). The file is
-/// in the agents' directory: a link there is not followed.
+/// Reads and analyses a snapshot off the UI task (a big one takes a second or two): the file the
+/// sampler opened in the agent's directory, else (tests) its path, where a link is not
+/// followed.
 fn load_in_background(
-    path: std::path::PathBuf,
+    ready: crate::model::MemsnapReady,
     done: mpsc::UnboundedSender<Result<LoadedSnapshot, String>>,
 ) {
     tokio::task::spawn_blocking(move || {
-        let result = memsnap::load(&path, Links::Refuse)
-            .map_err(|e| format!("the memory viewer could not open the snapshot: {e}"));
+        let path = &ready.path;
+        let result = match &ready.file {
+            Some(file) => file
+                .0
+                .try_clone()
+                .map_err(|e| memsnap::LoadError::new(path, format!("could not be read: {e}")))
+                .and_then(|file| memsnap::load_opened(path, file)),
+            None => memsnap::load(path, Links::Refuse),
+        };
+        let result =
+            result.map_err(|e| format!("the memory viewer could not open the snapshot: {e}"));
         let _ = done.send(result);
     });
 }

@@ -796,6 +796,7 @@ fn capital_s_asks_for_the_memory_viewer_and_each_written_file_opens_once() {
         request: 7,
         pid: 100,
         path: "/run/t/100-snapshot-20260101-000000.pickle".into(),
+        file: None,
     };
     with_agent.memsnap_ready = Some(ready.clone());
     app.on_snapshot(Arc::new(with_agent.clone()));

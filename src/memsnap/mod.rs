@@ -54,6 +54,15 @@ impl std::fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+impl LoadError {
+    pub(crate) fn new(path: &Path, message: String) -> Self {
+        LoadError {
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}
+
 /// Whether a symbolic link at the path is followed: yes for a path the user typed, no for a
 /// path that an agent (another user's process) reported.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -64,11 +73,13 @@ pub(crate) enum Links {
 
 /// Reads and analyses a snapshot file.
 pub(crate) fn load(path: &Path, links: Links) -> Result<LoadedSnapshot, LoadError> {
-    let fail = |message: String| LoadError {
-        path: path.to_path_buf(),
-        message,
-    };
-    let file = open_regular(path, links).map_err(fail)?;
+    let file = open_regular(path, links).map_err(|message| LoadError::new(path, message))?;
+    load_opened(path, file)
+}
+
+/// Reads and analyses a snapshot file opened already (a regular file), found at `path`.
+pub(crate) fn load_opened(path: &Path, file: File) -> Result<LoadedSnapshot, LoadError> {
+    let fail = |message: String| LoadError::new(path, message);
     let file_bytes = file.metadata().map(|m| m.len()).ok();
     if let Some(problem) = file_bytes.and_then(memory::too_big_for_memory) {
         return Err(fail(problem));

@@ -28,7 +28,7 @@ pub(crate) use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;
 pub use job::{Job, JobRank};
-pub use oom::{MemsnapReady, OomReport};
+pub use oom::{MemsnapReady, OomReport, OpenedFile};
 pub use process::{AgentDirVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};

@@ -25,10 +25,26 @@ pub struct OomReport {
 }
 
 /// A snapshot file an agent wrote because the user asked for the memory viewer (`S`), ready
-/// for the event loop to open. `request` tells one request from the next.
+/// for the event loop to read. `request` tells one request from the next.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MemsnapReady {
     pub request: u64,
     pub pid: u32,
+    /// Where the file is, for the viewer's title and messages.
     pub path: std::path::PathBuf,
+    /// The file as the sampler opened and checked it, read as it is: opening `path` again
+    /// would follow whatever a user put at it meanwhile. `None` only in tests.
+    pub file: Option<OpenedFile>,
 }
+
+/// A file opened by one thread for another to read; equal only to itself.
+#[derive(Debug, Clone)]
+pub struct OpenedFile(pub std::sync::Arc<std::fs::File>);
+
+impl PartialEq for OpenedFile {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for OpenedFile {}

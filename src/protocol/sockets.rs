@@ -8,6 +8,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -79,6 +80,34 @@ pub(crate) fn check_socket_dir(dir: &Path) -> Result<Option<CheckedDir>, String>
         owner: meta.uid(),
         id: (meta.dev(), meta.ino()),
     }))
+}
+
+/// Opens the directory that [`check_socket_dir`] judged at `dir`, for reading relative to it:
+/// refused unless what opens is that very directory (same device and inode, owner and a mode
+/// still 0700 or stricter). A user who owns a name in a shared place (`/tmp/torchtop-<uid>`) can
+/// swap it for a symlink to another user's directory between the check and the use; this
+/// binds the use to what was checked. `O_NOFOLLOW` refuses a symlink at the last step, the
+/// `fstat` anything else.
+pub(crate) fn open_checked_dir(dir: &Path, checked: CheckedDir) -> Result<OwnedFd, String> {
+    use rustix::fs::{fstat, open, Mode, OFlags};
+    use rustix::io::Errno;
+    let flags =
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let changed = || format!("{} changed since it was checked; not read", dir.display());
+    let fd = open(dir, flags, Mode::empty()).map_err(|e| match e {
+        // A symlink (refused with O_DIRECTORY as not a directory) or nothing in its place.
+        Errno::LOOP | Errno::NOTDIR | Errno::NOENT => changed(),
+        e => format!("cannot open {}: {}", dir.display(), io::Error::from(e)),
+    })?;
+    let stat = fstat(&fd)
+        .map_err(|e| format!("cannot inspect {}: {}", dir.display(), io::Error::from(e)))?;
+    let open_to_others = stat.st_mode & 0o077 != 0;
+    let same =
+        (stat.st_dev, stat.st_ino) == checked.id && stat.st_uid == checked.owner && !open_to_others;
+    if !same {
+        return Err(changed());
+    }
+    Ok(fd)
 }
 
 /// Creates `dir` with mode 0700 if it is missing (parents as needed), then checks it as

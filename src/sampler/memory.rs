@@ -3,12 +3,15 @@
 //! the viewer (`S`), which are opened only from the directory the agent's socket is in.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{describe_outcome, Sampler};
 use crate::collect::agent::{AgentEvent, CommandOutcome};
-use crate::model::{GpuProcess, MemsnapReady, OomReport};
+use crate::model::{GpuProcess, MemsnapReady, OomReport, OpenedFile};
+use crate::protocol::sockets::{open_checked_dir, CheckedDir};
 use crate::protocol::AgentCommand;
 
 /// OOM reports kept; the oldest goes first.
@@ -72,13 +75,22 @@ impl Sampler {
         let (true, Some(reported)) = (reply.ok, reply.path.as_deref()) else {
             return describe_outcome(outcome);
         };
-        let dir = self.agents.dir_of(*pid).unwrap_or(&self.config.agent_dir);
-        match snapshot_file(dir, reported) {
-            Ok(path) => {
+        let Some((dir, checked)) = self.agents.dir_of(*pid) else {
+            return format!("agent of {pid}: it disconnected before its snapshot could be opened");
+        };
+        let Some(checked) = checked else {
+            return format!(
+                "agent of {pid}: {} failed its check; its snapshot is not opened",
+                dir.display()
+            );
+        };
+        match snapshot_file(dir, checked, reported) {
+            Ok((path, file)) => {
                 self.memsnap_ready = Some(MemsnapReady {
                     request: reply.id,
                     pid: *pid,
                     path,
+                    file: Some(OpenedFile(Arc::new(file))),
                 });
                 format!("agent of {pid}: snapshot written to {reported}; opening it")
             }
@@ -87,10 +99,18 @@ impl Sampler {
     }
 }
 
-/// The snapshot file an agent reported, in the directory the monitor reads that agent from. Only
-/// the file name is taken from the agent, and only one shaped as the agent names its files:
-/// torchtop (perhaps root) never opens a path another user's process chose.
-pub(crate) fn snapshot_file(agent_dir: &Path, reported: &str) -> Result<PathBuf, String> {
+/// The snapshot file an agent reported, opened in the directory the monitor reads that agent
+/// from. Only the file name is taken from the agent, and only one shaped as the agent names its
+/// files: torchtop (perhaps root) never opens a path another user's process chose. The file is
+/// opened relative to the directory as `checked` found it, with no symlink followed at either
+/// step, and must be a regular file of the directory's owner; the caller reads that open file,
+/// never the path again.
+pub(crate) fn snapshot_file(
+    agent_dir: &Path,
+    checked: CheckedDir,
+    reported: &str,
+) -> Result<(PathBuf, File), String> {
+    use rustix::fs::{fstat, openat, FileType, Mode, OFlags};
     let name = Path::new(reported)
         .file_name()
         .and_then(|n| n.to_str())
@@ -101,17 +121,35 @@ pub(crate) fn snapshot_file(agent_dir: &Path, reported: &str) -> Result<PathBuf,
                 .to_string()
         })?;
     let path = agent_dir.join(name);
-    match std::fs::symlink_metadata(&path) {
-        Ok(meta) if meta.file_type().is_file() => Ok(path),
-        Ok(_) => Err(format!(
+    let dir = open_checked_dir(agent_dir, checked)?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = openat(&dir, name, flags, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP => format!(
             "{} is not a regular file; torchtop does not open it",
             path.display()
-        )),
-        Err(e) => Err(format!(
-            "the snapshot is not in {} ({e}); open it with `torchtop snapshot FILE`",
-            agent_dir.display()
-        )),
+        ),
+        e => format!(
+            "the snapshot is not in {} ({}); open it with `torchtop snapshot FILE`",
+            agent_dir.display(),
+            std::io::Error::from(e)
+        ),
+    })?;
+    let stat = fstat(&fd).map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(format!(
+            "{} is not a regular file; torchtop does not open it",
+            path.display()
+        ));
     }
+    if stat.st_uid != checked.owner {
+        return Err(format!(
+            "{} belongs to uid {}, not to uid {}, whose agent wrote it; torchtop does not open it",
+            path.display(),
+            stat.st_uid,
+            checked.owner
+        ));
+    }
+    Ok((path, File::from(fd)))
 }
 
 /// `<pid>-snapshot-<stamp>[-n].pickle` or `<pid>-oom-<stamp>[-n].pickle`.
@@ -132,20 +170,31 @@ fn is_snapshot_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::sockets::check_socket_dir;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
+    /// A directory as an agent's is: its owner's alone.
+    fn private_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
 
     #[test]
     fn only_files_named_as_the_agent_names_them_in_the_agent_dir_are_opened() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = private_dir();
+        let checked = check_socket_dir(dir.path()).unwrap().unwrap();
+        let open = |reported: &str| snapshot_file(dir.path(), checked, reported);
         let good = "42-snapshot-20260101-120000.pickle";
         std::fs::write(dir.path().join(good), b"x").unwrap();
-        let found = snapshot_file(dir.path(), &format!("/elsewhere/{good}")).unwrap();
+        let (found, _) = open(&format!("/elsewhere/{good}")).unwrap();
         assert_eq!(
             found,
             dir.path().join(good),
             "the agent's directory part is ignored"
         );
         std::fs::write(dir.path().join("42-oom-20260101-120000-1.pickle"), b"x").unwrap();
-        assert!(snapshot_file(dir.path(), "42-oom-20260101-120000-1.pickle").is_ok());
+        assert!(open("42-oom-20260101-120000-1.pickle").is_ok());
         for bad in [
             "/etc/shadow",
             "../42-snapshot-1.pickle",
@@ -154,14 +203,68 @@ mod tests {
             "42-other-1.pickle",
             "42-snapshot-1.pickle.gz",
         ] {
-            assert!(snapshot_file(dir.path(), bad).is_err(), "{bad}");
+            assert!(open(bad).is_err(), "{bad}");
         }
         let link = "43-snapshot-20260101-120000.pickle";
         std::os::unix::fs::symlink(dir.path().join(good), dir.path().join(link)).unwrap();
-        let refused = snapshot_file(dir.path(), link).unwrap_err();
+        let refused = open(link).unwrap_err();
         assert!(refused.contains("not a regular file"), "{refused}");
-        let missing = snapshot_file(dir.path(), "44-snapshot-1.pickle").unwrap_err();
+        let fifo = "45-snapshot-20260101-120000.pickle";
+        nix::unistd::mkfifo(&dir.path().join(fifo), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let refused = open(fifo).unwrap_err();
+        assert!(refused.contains("not a regular file"), "{refused}");
+        let missing = open("44-snapshot-1.pickle").unwrap_err();
         assert!(missing.contains("torchtop snapshot FILE"), "{missing}");
+    }
+
+    /// A user owns their name in `/tmp`: after the hub checked `/tmp/torchtop-<uid>`, they
+    /// rename it away and put a symlink to another user's directory in its place, then reply
+    /// with the name of a snapshot that user wrote. Root's viewer opened that other user's file
+    /// and showed it as the first user's (the check looked at the path's last step only).
+    #[test]
+    fn a_directory_swapped_after_its_check_is_not_opened() {
+        let base = tempfile::tempdir().unwrap();
+        let (agent_dir, other) = (base.path().join("agent"), base.path().join("other"));
+        for dir in [&agent_dir, &other] {
+            std::fs::DirBuilder::new().mode(0o700).create(dir).unwrap();
+        }
+        let checked = check_socket_dir(&agent_dir).unwrap().unwrap();
+        let name = "42-snapshot-20260101-120000.pickle";
+        std::fs::write(other.join(name), b"someone else's").unwrap();
+        std::fs::rename(&agent_dir, base.path().join("away")).unwrap();
+        std::os::unix::fs::symlink(&other, &agent_dir).unwrap();
+        let refused = snapshot_file(&agent_dir, checked, name).unwrap_err();
+        assert!(
+            refused.contains("changed since it was checked"),
+            "{refused}"
+        );
+        // A directory put in its place is not the one checked either.
+        std::fs::remove_file(&agent_dir).unwrap();
+        std::fs::rename(&other, &agent_dir).unwrap();
+        let refused = snapshot_file(&agent_dir, checked, name).unwrap_err();
+        assert!(
+            refused.contains("changed since it was checked"),
+            "{refused}"
+        );
+    }
+
+    /// In the agent's own directory, a file of another owner (root can make one; so can a
+    /// hard link to another user's file where the kernel allows it) is not the agent's.
+    #[test]
+    fn a_snapshot_not_of_the_directorys_owner_is_not_opened() {
+        if crate::sys::effective_uid() != 0 {
+            return; // chown needs root; CI runs as root
+        }
+        let dir = private_dir();
+        let checked = check_socket_dir(dir.path()).unwrap().unwrap();
+        let name = "42-snapshot-20260101-120000.pickle";
+        std::fs::write(dir.path().join(name), b"x").unwrap();
+        std::os::unix::fs::chown(dir.path().join(name), Some(65534), None).unwrap();
+        let refused = snapshot_file(dir.path(), checked, name).unwrap_err();
+        assert!(
+            refused.contains("belongs to uid 65534, not to uid 0"),
+            "{refused}"
+        );
     }
 
     #[test]

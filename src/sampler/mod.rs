@@ -183,7 +183,8 @@ impl Sampler {
         );
         let host = HostCollector::with_fs_root(config.proc_root.clone(), config.fs_root.clone());
         let rules = Engine::new(config.rules.clone());
-        let agents = AgentHub::new(config.agent_dir.clone());
+        let chosen = std::env::var_os("TORCHTOP_AGENT_DIR").is_some_and(|d| !d.is_empty());
+        let agents = AgentHub::new(config.agent_dir.clone()).at_default_dir(!chosen);
         Sampler {
             config,
             gpus,

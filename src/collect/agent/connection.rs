@@ -45,13 +45,20 @@ pub(crate) struct Opened {
     pub(crate) start_ticks: Option<u64>,
 }
 
-/// Connects to `path` without waiting and checks that `owner` serves it.
-pub(crate) fn open(path: &Path, file_pid: u32, owner: u32) -> Result<Opened, Refusal> {
+/// Connects to the socket `path` (by the path `through`, which leads to the same socket through
+/// the directory as it was opened and checked) without waiting, and checks that `owner` serves
+/// it.
+pub(crate) fn open(
+    path: &Path,
+    through: &Path,
+    file_pid: u32,
+    owner: u32,
+) -> Result<Opened, Refusal> {
     let unreachable = |reason: String| Refusal {
         reason,
         bad_input: false,
     };
-    let stream = connect_nonblocking(path).map_err(unreachable)?;
+    let stream = connect_nonblocking(path, through).map_err(unreachable)?;
     let (peer_pid, peer_uid) = peer_credentials(&stream)
         .map_err(|e| unreachable(format!("cannot read the peer's credentials: {e}")))?;
     if peer_uid != owner {
@@ -105,8 +112,8 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
 /// A Unix-socket connect that fails instead of waiting when the agent's backlog is full. The
 /// stream stays non-blocking: the reader thread polls it, and a command that does not fit in
 /// the socket's buffer fails at once instead of stalling the sampler.
-fn connect_nonblocking(path: &Path) -> Result<UnixStream, String> {
-    let addr = SocketAddrUnix::new(path)
+fn connect_nonblocking(path: &Path, through: &Path) -> Result<UnixStream, String> {
+    let addr = SocketAddrUnix::new(through)
         .map_err(|_| format!("{} is too long for a Unix socket path", path.display()))?;
     let socket = net::socket_with(
         AddressFamily::UNIX,

@@ -101,6 +101,9 @@ pub struct AgentHub {
     own_mount_ns: Option<u64>,
     /// The uids already told of directories left unread.
     warned_uids: Vec<u32>,
+    /// Whether the own directory was named on purpose rather than worked out by default
+    /// ([`AgentHub::at_default_dir`]): only then may it be another user's.
+    own_dir_chosen: bool,
     /// Where users' default agent directories are, looked at every 10 s (root only).
     census: defaults::Census,
     limits: Limits,
@@ -125,6 +128,14 @@ impl AgentHub {
         Self::with_limits(dir, Limits::default())
     }
 
+    /// [`AgentHub::new`] for the directory worked out by default (no `TORCHTOP_AGENT_DIR`):
+    /// read only while it is ours. Root's `/tmp/torchtop-0` can be another user's, made
+    /// before root first ran.
+    pub(crate) fn at_default_dir(mut self, default: bool) -> Self {
+        self.own_dir_chosen = !default;
+        self
+    }
+
     pub(crate) fn with_limits(dir: PathBuf, limits: Limits) -> Self {
         let own_uid = crate::sys::effective_uid();
         AgentHub {
@@ -134,6 +145,7 @@ impl AgentHub {
             own_uid,
             own_mount_ns: crate::sys::proc::own_mount_namespace(),
             warned_uids: Vec::new(),
+            own_dir_chosen: true,
             census: defaults::Census::default(),
             limits,
             shared: Arc::default(),
@@ -187,10 +199,20 @@ impl AgentHub {
     /// Checks directory `i` (owner, mode, not a symlink) and logs a problem once it is new.
     fn check_dir(&mut self, i: usize) {
         let dir = &mut self.dirs[i];
+        let (own_uid, chosen) = (self.own_uid, self.own_dir_chosen);
         let checked = check_socket_dir(&dir.path).and_then(|checked| match (checked, dir.user) {
             (Some(checked), Some(user)) if checked.owner != user => Err(format!(
                 "{} belongs to uid {}, but uid {user}'s processes name it as their agents' \
                  directory",
+                dir.path.display(),
+                checked.owner
+            )),
+            // Root's own, by default: another user can make `/tmp/torchtop-0` before root
+            // does, to have their agents read with the own directory's bounds and keep root's
+            // from serving. One named on purpose (`TORCHTOP_AGENT_DIR`) is read as it is.
+            (Some(checked), None) if checked.owner != own_uid && !chosen => Err(format!(
+                "{} belongs to uid {}, not to us (uid {own_uid}); a user's agents are read \
+                 through their processes",
                 dir.path.display(),
                 checked.owner
             )),
@@ -224,7 +246,7 @@ impl AgentHub {
         let retry_due = (self.retry_at.iter()).any(|(&(d, _), at)| d == id && *at <= now);
         let dir = &mut self.dirs[i];
         if dir.scan.due(&dir.path, now, retry_due) {
-            let complete = self.discover(i, checked.owner, now);
+            let complete = self.discover(i, checked, now);
             self.dirs[i].scan.done(now, complete);
         }
     }

@@ -53,6 +53,9 @@ pub(super) struct Census {
     /// [`MAX_CENSUS_UIDS`].
     uids: Vec<u32>,
     next_at: Option<Instant>,
+    /// The places found with more than [`MAX_CENSUS_ENTRIES`] entries, each said once.
+    cut_short: Vec<PathBuf>,
+    told: usize,
 }
 
 impl Default for Census {
@@ -69,6 +72,8 @@ impl Census {
             tmp: root.join("tmp"),
             uids: Vec::new(),
             next_at: None,
+            cut_short: Vec::new(),
+            told: 0,
         }
     }
 
@@ -80,8 +85,13 @@ impl Census {
     /// census.
     fn take(&mut self, now: Instant) {
         self.uids.clear();
-        uids_named_in(&self.run_user, "", &mut self.uids);
-        uids_named_in(&self.tmp, "torchtop-", &mut self.uids);
+        let run_user = uids_named_in(&self.run_user, "", &mut self.uids);
+        let tmp = uids_named_in(&self.tmp, "torchtop-", &mut self.uids);
+        for (complete, place) in [(run_user, &self.run_user), (tmp, &self.tmp)] {
+            if !complete && !self.cut_short.contains(place) {
+                self.cut_short.push(place.clone());
+            }
+        }
         self.uids.sort_unstable();
         self.uids.dedup();
         self.uids.truncate(MAX_CENSUS_UIDS);
@@ -107,20 +117,31 @@ impl Census {
     }
 }
 
-/// Pushes the uid each entry of `dir` names as `<prefix><uid>` onto `uids`. What is not a
-/// uid, and a `dir` that cannot be listed, add nothing: the census only finds where to look.
-fn uids_named_in(dir: &Path, prefix: &str, uids: &mut Vec<u32>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+/// Pushes the uid each entry of `dir` names as `<prefix><uid>` onto `uids`, when the entry is
+/// a directory that uid owns; false when the listing stopped at [`MAX_CENSUS_ENTRIES`]. What is
+/// not a uid, what is not its own directory, and a `dir` that cannot be listed add nothing: the
+/// census only finds where to look. Anyone can make `/tmp/torchtop-<any number>`, and the
+/// lowest [`MAX_CENSUS_UIDS`] are kept: without the owner a user who made a thousand of them
+/// took every place, and other users' agents that hold no GPU went unseen.
+fn uids_named_in(dir: &Path, prefix: &str, uids: &mut Vec<u32>) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(mut entries) = std::fs::read_dir(dir) else {
+        return true;
     };
-    for entry in entries.take(MAX_CENSUS_ENTRIES).flatten() {
+    for entry in entries.by_ref().take(MAX_CENSUS_ENTRIES).flatten() {
         let name = entry.file_name();
         let uid = (name.to_str())
             .and_then(|name| name.strip_prefix(prefix))
             .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|digits| digits.parse::<u32>().ok());
-        uids.extend(uid);
+        // The entry's own type, then one `lstat` for a name that passed.
+        let own = |uid: &u32| {
+            entry.file_type().is_ok_and(|t| t.is_dir())
+                && entry.metadata().is_ok_and(|m| m.uid() == *uid)
+        };
+        uids.extend(uid.filter(own));
     }
+    entries.next().is_none()
 }
 
 impl AgentHub {
@@ -131,6 +152,15 @@ impl AgentHub {
             return;
         }
         self.census.take(now);
+        while self.census.told < self.census.cut_short.len() {
+            let place = self.census.cut_short[self.census.told].display();
+            let line = format!(
+                "{place} holds more than {MAX_CENSUS_ENTRIES} entries; the agents of users' \
+                 processes that hold no GPU may be missed there"
+            );
+            self.census.told += 1;
+            self.push_log(line);
+        }
         let uids = std::mem::take(&mut self.census.uids);
         self.watch_defaults_of(&uids, now);
         self.census.uids = uids;
@@ -311,9 +341,48 @@ mod tests {
         ] {
             std::fs::create_dir_all(root.path().join("tmp").join(name)).unwrap();
         }
+        if me() != 0 {
+            return; // the directories must be their uids' own: chown needs root (CI's user)
+        }
+        for (name, uid) in [
+            ("run/user/1000", 1000),
+            ("run/user/42", 42),
+            ("tmp/torchtop-1000", 1000),
+            ("tmp/torchtop-5", 5),
+        ] {
+            std::os::unix::fs::chown(root.path().join(name), Some(uid), None).unwrap();
+        }
         let mut census = Census::under(root.path());
         census.take(Instant::now());
         assert_eq!(census.uids, [5, 42, 1000]);
+    }
+
+    /// Anyone can make `/tmp/torchtop-<n>`: a user who made a thousand of them (files, or
+    /// directories of their own) took the places of the lowest uids, and other users' agents
+    /// that hold no GPU went unseen.
+    #[test]
+    fn names_a_user_made_for_other_uids_take_no_place_in_the_census() {
+        if me() != 0 {
+            return; // needs directories of two owners: chown needs root (CI's user)
+        }
+        let root = tempfile::tempdir().unwrap();
+        let tmp = root.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        for n in 0..MAX_CENSUS_UIDS as u32 + 8 {
+            let path = tmp.join(format!("torchtop-{n}"));
+            if n % 2 == 0 {
+                std::fs::write(&path, b"").unwrap();
+            } else {
+                std::fs::create_dir(&path).unwrap();
+            }
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        }
+        let victim = tmp.join("torchtop-1500");
+        std::fs::create_dir(&victim).unwrap();
+        std::os::unix::fs::chown(&victim, Some(1500), None).unwrap();
+        let mut census = Census::under(root.path());
+        census.take(Instant::now());
+        assert_eq!(census.uids, [1500]);
     }
 
     #[test]

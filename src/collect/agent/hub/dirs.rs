@@ -76,6 +76,8 @@ pub(super) struct Watched {
     pub(super) scan: ScanClock,
     pub(super) problem: Option<String>,
     pub(super) warned_crowded: bool,
+    /// When a refused connection in it was last logged (a user's directory only).
+    pub(super) refusal_logged_at: Option<Instant>,
     pub(super) last_wanted: Instant,
 }
 
@@ -148,6 +150,7 @@ impl Watched {
             scan: ScanClock::default(),
             problem: None,
             warned_crowded: false,
+            refusal_logged_at: None,
             last_wanted: now,
         }
     }
@@ -351,11 +354,12 @@ impl AgentHub {
         other == dir || (self.dirs.iter()).any(|d| d.id == other && d.twin_of == Some(dir))
     }
 
-    /// The directory the agent of `pid` serves in, while it is connected.
-    pub(crate) fn dir_of(&self, pid: u32) -> Option<&Path> {
+    /// The directory the agent of `pid` serves in, while it is connected, and what this poll's
+    /// check found it to be (`None`: it failed the check).
+    pub(crate) fn dir_of(&self, pid: u32) -> Option<(&Path, Option<CheckedDir>)> {
         let conn = self.conns.values().find(|c| c.pid == pid)?;
         let dir = self.dirs.iter().find(|d| d.id == conn.dir)?;
-        Some(&dir.path)
+        Some((&dir.path, dir.checked))
     }
 }
 
@@ -434,6 +438,28 @@ mod tests {
             1,
             "only the monitor's own directory is left"
         );
+    }
+
+    /// Another user made `/tmp/torchtop-0` before root's monitor first ran: root read their
+    /// agents there with its own directory's bounds, and its own agents could not serve.
+    #[test]
+    fn the_monitors_own_directory_is_read_only_while_it_is_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+        std::fs::set_permissions(dir.path(), mode).unwrap();
+        let mut hub = AgentHub::new(dir.path().to_path_buf()).at_default_dir(true);
+        hub.check_dir(0);
+        assert!(hub.dirs[0].checked.is_some(), "{:?}", hub.log());
+        hub.own_uid = 4242;
+        hub.check_dir(0);
+        assert!(hub.dirs[0].checked.is_none());
+        let log = hub.log().join("\n");
+        assert!(log.contains("not to us (uid 4242)"), "{log}");
+        // Named on purpose (TORCHTOP_AGENT_DIR), it is read whoever owns it.
+        let mut hub = AgentHub::new(dir.path().to_path_buf());
+        hub.own_uid = 4242;
+        hub.check_dir(0);
+        assert!(hub.dirs[0].checked.is_some(), "{:?}", hub.log());
     }
 
     #[test]

@@ -3,26 +3,37 @@
 //! dropping the connection idle longest, and removing stale sockets of our own.
 
 use std::collections::HashSet;
-use std::fs;
-use std::path::Path;
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+
+use rustix::fs::{AtFlags, Dir, FileType};
 
 use super::super::connection::{self, socket_file_pid, Refusal};
 use super::super::reader::Reader;
 use super::super::state::{lock, ConnState};
 use super::dirs::MAX_NAMED_ENTRIES;
 use super::{AgentHub, DirId, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
+use crate::protocol::sockets::{open_checked_dir, CheckedDir};
 use crate::sys::effective_uid;
 
 /// Directory entries looked at per poll: a directory of a million files costs a bounded scan.
 const MAX_ENTRIES_SCANNED: usize = 4096;
+/// The most often a user's directory has a refused connection logged.
+const REFUSALS_LOGGED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl AgentHub {
     /// Lists directory `i` and connects to the sockets not connected yet; false when the
     /// listing stopped short (a bound, or an error), so that the next poll lists it again.
-    pub(super) fn discover(&mut self, i: usize, owner: u32, now: Instant) -> bool {
-        let Ok(entries) = fs::read_dir(&self.dirs[i].path) else {
+    /// Everything goes through the directory as opened and checked here (a listing of it, a
+    /// connection through `/proc/self/fd`), never its path again: the path's last step may be
+    /// swapped for a symlink between the check and the use.
+    pub(super) fn discover(&mut self, i: usize, checked: CheckedDir, now: Instant) -> bool {
+        let opened = open_checked_dir(&self.dirs[i].path, checked);
+        let Some(listing) = opened.ok().and_then(|fd| Listing::open(fd).ok()) else {
             return false;
         };
         let dir = self.dirs[i].id;
@@ -32,7 +43,7 @@ impl AgentHub {
         // A twin may have connected some of its sockets while it was listed on its own.
         let conns = self.conns.values().filter(|c| self.same_dir(dir, c.dir));
         connected.extend(conns.map(|c| c.file_pid));
-        let complete = self.connect_listed(i, entries, &connected, owner, now);
+        let complete = self.connect_listed(i, listing, &connected, checked.owner, now);
         self.connected = connected;
         complete
     }
@@ -40,7 +51,7 @@ impl AgentHub {
     fn connect_listed(
         &mut self,
         i: usize,
-        entries: fs::ReadDir,
+        mut listing: Listing,
         connected: &HashSet<u32>,
         owner: u32,
         now: Instant,
@@ -49,10 +60,14 @@ impl AgentHub {
         let bound = self.entry_bound(dir);
         let mut opened = 0;
         let mut complete = true;
-        for (scanned, entry) in entries.enumerate() {
-            let Ok(entry) = entry else {
-                complete = false;
-                continue;
+        for scanned in 0.. {
+            let entry = match listing.dir.next() {
+                None => break,
+                Some(Ok(entry)) => entry,
+                Some(Err(_)) => {
+                    complete = false;
+                    break;
+                }
             };
             if scanned == bound {
                 self.warn_crowded(i, bound);
@@ -60,28 +75,26 @@ impl AgentHub {
                 // again when it changes, like a complete listing.
                 return complete;
             }
-            let Some(file_pid) = socket_file_pid(&entry.file_name()) else {
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            let Some(file_pid) = socket_file_pid(name) else {
                 continue;
             };
             // The entry's own type: a symlink named like a socket is not followed.
-            let is_socket = entry.file_type().is_ok_and(|t| {
-                use std::os::unix::fs::FileTypeExt;
-                t.is_socket()
-            });
+            let is_socket = entry.file_type() == FileType::Socket;
             let waiting = self.retry_at.contains_key(&(dir, file_pid));
             if !is_socket || connected.contains(&file_pid) || waiting {
                 continue;
             }
-            let path = entry.path();
+            let socket = listing.socket(&self.dirs[i].path, name);
             if !self.dirs[i].file_pid_alive(file_pid) {
-                self.stale(&path, (dir, file_pid), owner, now);
+                self.stale(&listing, &socket, (dir, file_pid), owner, now);
                 continue;
             }
             if opened == self.limits.max_new_per_poll {
                 return false;
             }
             opened += 1;
-            self.connect(&path, (dir, file_pid), owner, now);
+            self.connect(&socket, (dir, file_pid), owner, now);
         }
         complete
     }
@@ -108,13 +121,14 @@ impl AgentHub {
         }
     }
 
-    /// Connects to the socket `path`, whose name carries `key`'s file pid.
-    fn connect(&mut self, path: &Path, key: (DirId, u32), owner: u32, now: Instant) {
+    /// Connects to `socket`, whose name carries `key`'s file pid.
+    fn connect(&mut self, socket: &Socket, key: (DirId, u32), owner: u32, now: Instant) {
         let (dir, file_pid) = key;
-        let opened = match connection::open(path, file_pid, owner) {
+        let opened = match connection::open(&socket.shown, &socket.through, file_pid, owner) {
             Ok(opened) => opened,
             Err(refusal) => return self.refuse(key, refusal, now),
         };
+        let path = &socket.shown;
         let pid = opened.peer_pid;
         if self.conns.values().any(|c| c.pid == pid) {
             let refusal = Refusal {
@@ -171,7 +185,29 @@ impl AgentHub {
             (RETRY_AFTER_FAILURE, "could not connect")
         };
         self.retry_at.insert(key, now + wait);
+        if self.is_named_by_a_process(key.0) && !self.may_log_refusal(key.0, &refusal, now) {
+            return;
+        }
         self.push_log(format!("pid {}: {verb}: {}", key.1, refusal.reason));
+    }
+
+    /// Whether a refusal in user directory `dir` is worth a line in the log (which the monitor
+    /// shows in its status line). A user's agent that cannot be reached (its backlog full, its
+    /// process gone) is that user's business; one refused for what it sent or who serves it is
+    /// the admin's, once a minute per directory: a user with hundreds of agents filled root's
+    /// status line at every refresh.
+    fn may_log_refusal(&mut self, dir: DirId, refusal: &Refusal, now: Instant) -> bool {
+        let Some(dir) = self.dirs.iter_mut().find(|d| d.id == dir) else {
+            return false;
+        };
+        let quiet = dir
+            .refusal_logged_at
+            .is_some_and(|at| now < at + REFUSALS_LOGGED_EVERY);
+        if !refusal.bad_input || quiet {
+            return false;
+        }
+        dir.refusal_logged_at = Some(now);
+        true
     }
 
     /// Makes room for the agent of `newcomer` by dropping the connection silent longest.
@@ -196,21 +232,56 @@ impl AgentHub {
     /// A socket whose process is gone: removed when the directory is the monitor's own and
     /// ours. Root reading a directory a process named (another user's, a container's) leaves
     /// it alone, since it never writes where another user chose.
-    fn stale(&mut self, path: &Path, key: (DirId, u32), owner: u32, now: Instant) {
+    fn stale(
+        &mut self,
+        listing: &Listing,
+        socket: &Socket,
+        key: (DirId, u32),
+        owner: u32,
+        now: Instant,
+    ) {
         let pid = key.1;
         self.retry_at.insert(key, now + RETRY_AFTER_FAILURE);
         if owner != effective_uid() || self.is_named_by_a_process(key.0) {
             return;
         }
-        match fs::remove_file(path) {
-            Ok(()) => self.push_log(format!(
-                "removed stale socket {} (pid {pid} is gone)",
-                path.display()
-            )),
+        let shown = socket.shown.display();
+        match rustix::fs::unlinkat(&listing.fd, socket.name.as_os_str(), AtFlags::empty()) {
+            Ok(()) => self.push_log(format!("removed stale socket {shown} (pid {pid} is gone)")),
             Err(e) => self.push_log(format!(
-                "could not remove stale socket {}: {e}",
-                path.display()
+                "could not remove stale socket {shown}: {}",
+                std::io::Error::from(e)
             )),
+        }
+    }
+}
+
+/// A directory opened for one listing: what was checked, and the entries read from it.
+struct Listing {
+    fd: OwnedFd,
+    dir: Dir,
+}
+
+/// A socket in a [`Listing`]: its name, its path as the log shows it, and the path connected
+/// to, through the opened directory.
+struct Socket {
+    name: PathBuf,
+    shown: PathBuf,
+    through: PathBuf,
+}
+
+impl Listing {
+    fn open(fd: OwnedFd) -> std::io::Result<Self> {
+        let dir = Dir::read_from(&fd)?;
+        Ok(Listing { fd, dir })
+    }
+
+    fn socket(&self, path: &Path, name: &OsStr) -> Socket {
+        let fd = self.fd.as_raw_fd();
+        Socket {
+            name: PathBuf::from(name),
+            shown: path.join(name),
+            through: Path::new(&format!("/proc/self/fd/{fd}")).join(name),
         }
     }
 }
@@ -238,5 +309,75 @@ mod tests {
             hub.log()
         );
         assert!(!hub.dirs[0].scan.stopped_short());
+    }
+
+    /// A user's agents that cannot be reached (here: nothing listens on their sockets) are
+    /// that user's business: root's status line showed a line for each, at every refresh,
+    /// for a user with hundreds of them. The monitor's own directory still says.
+    #[test]
+    fn a_users_unreachable_agents_are_not_logged_and_the_monitors_own_are() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        for pid in [1, std::process::id()] {
+            drop(std::os::unix::net::UnixListener::bind(
+                dir.path().join(format!("{pid}.sock")),
+            ));
+        }
+        let mut hub = AgentHub::new(PathBuf::from("/nonexistent/torchtop-own"));
+        let user = super::super::dirs::Watched::of_user(
+            Some(effective_uid()),
+            dir.path().to_path_buf(),
+            crate::model::AgentDirVars::default(),
+            None,
+            Instant::now(),
+        );
+        hub.push_user_dir(user);
+        hub.poll();
+        assert!(hub.log().is_empty(), "{:?}", hub.log());
+
+        let mut own = AgentHub::new(dir.path().to_path_buf());
+        own.poll();
+        let log = own.log().join("\n");
+        assert!(
+            log.contains("could not connect: nothing listens on"),
+            "{log}"
+        );
+    }
+
+    /// The check and the listing are two steps: a user who owns the directory's name in `/tmp`
+    /// swapped it for a symlink to another directory in between, and the hub listed that one
+    /// and connected to its sockets (as root, to another user's agents), or removed them as
+    /// stale in its own.
+    #[test]
+    fn a_directory_swapped_after_its_check_is_not_listed() {
+        let base = tempfile::tempdir().unwrap();
+        let (checked, other) = (base.path().join("checked"), base.path().join("other"));
+        for dir in [&checked, &other] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let me = std::process::id();
+        let _listener =
+            std::os::unix::net::UnixListener::bind(other.join(format!("{me}.sock"))).unwrap();
+        std::fs::write(other.join("999999999.sock"), b"").unwrap();
+        let mut hub = AgentHub::new(checked.clone());
+        hub.check_dir(0);
+        assert!(hub.dirs[0].checked.is_some());
+        std::fs::rename(&checked, base.path().join("away")).unwrap();
+        std::os::unix::fs::symlink(&other, &checked).unwrap();
+        hub.list_if_due(0, Instant::now());
+        assert!(
+            hub.conns.is_empty(),
+            "connected through the swapped directory"
+        );
+        assert!(other.join(format!("{me}.sock")).exists());
+
+        // The same directory, not swapped: listed, and its socket connected.
+        std::fs::remove_file(&checked).unwrap();
+        std::fs::rename(&other, &checked).unwrap();
+        let mut hub = AgentHub::new(checked.clone());
+        hub.check_dir(0);
+        hub.list_if_due(0, Instant::now());
+        assert_eq!(hub.conns.len(), 1, "{:?}", hub.log());
     }
 }
