@@ -113,28 +113,8 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-/// Which warnings make `--once` fail (`--fail-on`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum FailOn {
-    /// Always exit 0.
-    Never,
-    /// Exit 4 while a critical warning holds.
-    #[default]
-    Critical,
-    /// Also exit 3 while a warning at warn level holds.
-    Warn,
-}
-
-impl FailOn {
-    /// The least severity that fails; `None` for never.
-    pub fn threshold(self) -> Option<crate::model::Severity> {
-        match self {
-            FailOn::Never => None,
-            FailOn::Critical => Some(crate::model::Severity::Critical),
-            FailOn::Warn => Some(crate::model::Severity::Warn),
-        }
-    }
-}
+// Shared with `torchtop cluster --once`, which cannot reach this module.
+pub use crate::settings::FailOn;
 
 /// What `--once` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

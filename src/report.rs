@@ -13,24 +13,15 @@ use crate::format::{
 };
 use crate::model::{GpuProcess, GpuSample, GpuState, Severity, Snapshot};
 
-/// `--once`'s exit status when a warning at `warn` level holds (with `--fail-on warn`).
-pub const EXIT_WARN: u8 = 3;
-/// `--once`'s exit status when a critical warning holds (unless `--fail-on never`).
-pub const EXIT_CRITICAL: u8 = 4;
+// The rule and its statuses live in the model, where `torchtop cluster --once` shares them.
+pub use crate::model::{EXIT_CRITICAL, EXIT_WARN};
 
 /// The exit status of `--once` for this snapshot: [`EXIT_CRITICAL`] while a critical warning
 /// holds, [`EXIT_WARN`] while one at warn level does and `fail_at` is `warn`, else 0. With
 /// `fail_at` `None` (`--fail-on never`), always 0.
 pub fn exit_status(snapshot: &Snapshot, fail_at: Option<Severity>) -> u8 {
-    let Some(fail_at) = fail_at else {
-        return 0;
-    };
-    match snapshot.warnings.iter().map(|w| w.severity).max() {
-        Some(worst) if worst < fail_at => 0,
-        Some(Severity::Critical) => EXIT_CRITICAL,
-        Some(Severity::Warn) => EXIT_WARN,
-        _ => 0,
-    }
+    let worst = snapshot.warnings.iter().map(|w| w.severity).max();
+    crate::model::once_exit_status(worst, fail_at)
 }
 
 /// `--user` and `--gpus` for the outputs without a terminal: the processes they show, as the

@@ -1,6 +1,7 @@
 //! What the user set for every command: the global flags ([`Globals`]) that the monitor, `serve`
-//! and `cluster` share. The command line (`crate::cli`) builds it, so that the commands need
-//! not know the command line. [`Config`] is the config file's whole shape (`file`), and
+//! and `cluster` share, and `--fail-on` ([`FailOn`]), which `--once` and `cluster --once`
+//! share. The command line (`crate::cli`) builds them, so that the commands need not know the
+//! command line. [`Config`] is the config file's whole shape (`file`), and
 //! [`MonitorConfig`] is the config file the monitor starts from.
 
 use std::path::PathBuf;
@@ -22,6 +23,30 @@ pub struct Globals {
     pub nvml_lib: PathBuf,
     /// Whether to draw in colour (`--no-color` and NO_COLOR turn it off).
     pub colors: bool,
+}
+
+/// Which warnings make `--once` fail (`--fail-on`), for `torchtop --once` and `torchtop
+/// cluster --once` alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailOn {
+    /// Always exit 0.
+    Never,
+    /// Exit 4 while a critical warning holds.
+    #[default]
+    Critical,
+    /// Also exit 3 while a warning at warn level holds.
+    Warn,
+}
+
+impl FailOn {
+    /// The least severity that fails; `None` for never.
+    pub fn threshold(self) -> Option<crate::model::Severity> {
+        match self {
+            FailOn::Never => None,
+            FailOn::Critical => Some(crate::model::Severity::Critical),
+            FailOn::Warn => Some(crate::model::Severity::Warn),
+        }
+    }
 }
 
 /// The config file as the monitor reads it at start: `--config`, or else

@@ -4,7 +4,9 @@
 //!
 //! Built like the monitor:
 //! - [`promql`]: the HTTP API client; [`fetch`]: the panels' queries and the background task;
-//! - [`model`]: nodes, jobs (with stragglers) and warnings from the answers, without I/O;
+//! - [`model`]: nodes and jobs (with stragglers) from the answers, without I/O;
+//! - [`warnings`]: every node's warnings, a node that is down among them, and `--once`'s exit
+//!   status, without I/O;
 //! - [`state`]: the state machine (keys, selection, stale panels), without I/O;
 //! - [`render`]: pure drawing;
 //! - this file: the arguments, `--once --json`, and the event loop.
@@ -14,6 +16,7 @@ pub(crate) mod model;
 pub(crate) mod promql;
 pub(crate) mod render;
 pub(crate) mod state;
+pub(crate) mod warnings;
 
 #[cfg(test)]
 mod tests;
@@ -30,7 +33,7 @@ use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Notify};
 
-use crate::settings::Globals;
+use crate::settings::{FailOn, Globals};
 use model::ClusterView;
 use promql::Client;
 use state::{ClusterApp, Effect, Stale};
@@ -50,6 +53,19 @@ pub struct ClusterArgs {
     /// With --once: print one JSON document.
     #[arg(long, requires = "once")]
     pub(crate) json: bool,
+
+    /// With --once: which warnings make the exit status non-zero, as for `torchtop --once`:
+    /// `critical` (the default) exits 4 while a critical warning holds (a node that is down is
+    /// one), `warn` also exits 3 for a warning at warn level, `never` exits 0. It exits 1 when
+    /// the nodes could not be read.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "LEVEL",
+        default_value = "critical",
+        requires = "once"
+    )]
+    pub(crate) fail_on: FailOn,
 
     /// A rank is a straggler when its step time is more than this percent above its job's
     /// median: a percentage from 0 (any rank slower than the median) to 10000. Default 20, or
@@ -150,7 +166,7 @@ fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
     if args.once {
         let fetched = runtime.block_on(fetch::fetch_all(&client));
         app.on_fetch(fetched, now_text());
-        return Ok(print_once(&app, args.json));
+        return Ok(print_once(&app, args.json, args.fail_on));
     }
     let refresh = Duration::from_secs_f64(args.refresh);
     let result =
@@ -162,7 +178,7 @@ fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
+fn print_once(app: &ClusterApp, json: bool, fail_on: FailOn) -> ExitCode {
     if json {
         let document = OnceDocument {
             prometheus: &app.url,
@@ -186,7 +202,10 @@ fn print_once(app: &ClusterApp, json: bool) -> ExitCode {
     if app.stale.nodes {
         ExitCode::FAILURE
     } else {
-        ExitCode::SUCCESS
+        ExitCode::from(warnings::exit_status(
+            &app.view.warnings,
+            fail_on.threshold(),
+        ))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The cluster as the view shows it, built from Prometheus' answers without I/O: nodes with
 //! their GPUs (and those whose exporter is down), jobs across nodes with their ranks,
-//! straggler and missing ranks, and every node's warnings.
+//! straggler and missing ranks; the warnings are [`super::warnings`]'.
 //!
 //! Everything Prometheus returns is text other people chose (host names, job ids from
 //! environments): it goes through [`printable`] before it is kept.
@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::fetch::{NODE_DOWN, RANK_LOST};
 use super::promql::{Range, Sample};
+use super::warnings::ClusterWarning;
 use crate::serve::torchtop::JOB_LABEL;
 
 const MIB: f64 = 1048576.0;
@@ -93,14 +94,6 @@ pub(crate) struct Job {
     pub(crate) world_size: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub(crate) struct ClusterWarning {
-    pub(crate) hostname: String,
-    pub(crate) id: String,
-    pub(crate) severity: String,
-    pub(crate) subject: String,
-}
-
 /// Everything the view draws.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub(crate) struct ClusterView {
@@ -130,10 +123,11 @@ fn finite(value: f64) -> Option<f64> {
     value.is_finite().then_some(value)
 }
 
-/// Nodes from the GPU panel's answer, with warning counts and sparklines joined in, and the
-/// nodes that are down in their place among them (by host name).
-pub(crate) fn nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Range]) -> Vec<Node> {
-    let mut nodes: BTreeMap<String, Node> = reporting_nodes(gpus, warnings, history)
+/// Nodes from the GPU panel's answer, with sparklines joined in, and the nodes that are down
+/// in their place among them (by host name). Their warnings are counted once the warnings are
+/// known ([`super::warnings::count`]): a node that is down raises one.
+pub(crate) fn nodes(gpus: &[Sample], history: &[Range]) -> Vec<Node> {
+    let mut nodes: BTreeMap<String, Node> = reporting_nodes(gpus, history)
         .into_iter()
         .map(|node| (node.hostname.clone(), node))
         .collect();
@@ -172,7 +166,7 @@ fn down_nodes(samples: &[Sample]) -> Vec<Node> {
     by_host.into_values().collect()
 }
 
-fn reporting_nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Range]) -> Vec<Node> {
+fn reporting_nodes(gpus: &[Sample], history: &[Range]) -> Vec<Node> {
     let mut by_host: BTreeMap<String, BTreeMap<u32, NodeGpu>> = BTreeMap::new();
     for sample in gpus.iter().filter(|s| s.name() != NODE_DOWN) {
         let (Some(host), Some(index)) = (label(sample, "Hostname"), number::<u32>(sample, "gpu"))
@@ -199,10 +193,6 @@ fn reporting_nodes(gpus: &[Sample], warnings: &[ClusterWarning], history: &[Rang
         .map(|(hostname, gpus)| {
             let gpus: Vec<NodeGpu> = gpus.into_values().collect();
             let mut node = summarize(hostname, gpus);
-            node.warnings = warnings
-                .iter()
-                .filter(|w| w.hostname == node.hostname)
-                .count();
             node.utilization_history = history
                 .iter()
                 .find(|r| {
@@ -240,35 +230,6 @@ fn summarize(hostname: String, gpus: Vec<NodeGpu>) -> Node {
         gpus,
         ..Default::default()
     }
-}
-
-/// Warnings from the warnings panel's answer, most severe first.
-pub(crate) fn warnings(samples: &[Sample]) -> Vec<ClusterWarning> {
-    let mut out: Vec<ClusterWarning> = samples
-        .iter()
-        .filter(|s| s.value == 1.0)
-        .map(|s| ClusterWarning {
-            hostname: label(s, "Hostname").unwrap_or_default(),
-            id: label(s, "id").unwrap_or_default(),
-            severity: label(s, "severity").unwrap_or_default(),
-            subject: label(s, "subject").unwrap_or_default(),
-        })
-        .collect();
-    let weight = |s: &str| match s {
-        "critical" => 0,
-        "warn" => 1,
-        _ => 2,
-    };
-    out.sort_by(|a, b| {
-        (weight(&a.severity), &a.hostname, &a.id, &a.subject).cmp(&(
-            weight(&b.severity),
-            &b.hostname,
-            &b.id,
-            &b.subject,
-        ))
-    });
-    out.dedup();
-    out
 }
 
 /// Jobs from the jobs panel's answer, with each rank's headroom from the nodes' GPUs and the
@@ -515,7 +476,8 @@ mod tests {
             hostname: "a".into(),
             ..Default::default()
         }];
-        let nodes = nodes(&gpus, &warnings, &[]);
+        let mut nodes = nodes(&gpus, &[]);
+        super::super::warnings::count(&mut nodes, &warnings);
         assert_eq!(nodes.len(), 2);
         let a = &nodes[0];
         assert_eq!(a.gpus.len(), 2);
@@ -552,7 +514,7 @@ mod tests {
         samples.extend(rank("b", "10", "2", "0", 0.39));
         samples.extend(rank("b", "12", "3", "1", 0.90));
         let gpus = gpu_samples("b", "1", 50.0, 1000.0, 500.0, 50.0);
-        let nodes = nodes(&gpus, &[], &[]);
+        let nodes = nodes(&gpus, &[]);
         let jobs = jobs(&samples, &nodes, 20.0);
         assert_eq!(jobs.len(), 1);
         let job = &jobs[0];
@@ -592,7 +554,7 @@ mod tests {
         answer.push(down("b", "10.0.0.2:9400", 42.5));
         // Another exporter of host "a" died, but "a" still reports through the first.
         answer.push(down("a", "10.0.0.1:9401", 10.0));
-        let nodes = nodes(&answer, &[], &[]);
+        let nodes = nodes(&answer, &[]);
         let hosts: Vec<(&str, bool)> = nodes
             .iter()
             .map(|n| (n.hostname.as_str(), n.down))
@@ -700,6 +662,6 @@ mod tests {
     fn hostile_labels_cannot_reach_the_terminal() {
         assert_eq!(printable("job\x1b[2J\n1"), "job\\e[2J\\n1");
         let gpus = gpu_samples("evil\x1b]0;x\x07", "0", 1.0, 1.0, 1.0, 1.0);
-        assert!(!nodes(&gpus, &[], &[])[0].hostname.contains('\x1b'));
+        assert!(!nodes(&gpus, &[])[0].hostname.contains('\x1b'));
     }
 }

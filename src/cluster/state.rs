@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::fetch::Fetched;
 use super::model::{self, ClusterView};
 use super::promql::{Range, Sample};
+use super::warnings;
 
 /// What the event loop should do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,8 +225,9 @@ impl ClusterApp {
     }
 
     fn rebuild(&mut self) {
-        let warnings = model::warnings(self.kept.warnings.data());
-        let nodes = model::nodes(self.kept.nodes.data(), &warnings, self.kept.history.data());
+        let mut nodes = model::nodes(self.kept.nodes.data(), self.kept.history.data());
+        let warnings = warnings::warnings(self.kept.warnings.data(), &nodes);
+        warnings::count(&mut nodes, &warnings);
         let jobs = model::jobs(self.kept.jobs.data(), &nodes, self.straggler_percent);
         self.view = ClusterView {
             gpu_count: nodes.iter().map(|n| n.gpus.len()).sum(),

@@ -227,6 +227,11 @@ fn a_node_that_stopped_reporting_is_down_and_its_job_says_what_is_missing() {
         "{large}"
     );
     assert!(large.contains("4 ranks on 2 nodes, 2 missing"), "{large}");
+    let warning = large.lines().find(|l| l.contains("node-down"));
+    assert!(
+        warning.is_some_and(|l| l.starts_with("  CRIT node-c") && l.contains("last seen 42 s ago")),
+        "the WARNINGS list says node-c is down: {large}"
+    );
     assert_eq!(
         large.matches("NOT REPORTING: its node is down").count(),
         2,
@@ -240,8 +245,9 @@ fn once_text_is_plain_and_sized_to_its_content() {
     let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
     app.on_fetch(fetched_with_node_c_down(), "12:00:01 UTC".into());
     let text = render::once_text(&app);
-    // Header; nodes: 2 + 3 nodes; jobs: 2 + title + 4 ranks + 2 missing; warnings: 2 + 2.
-    assert_eq!(text.lines().count(), 1 + 5 + 9 + 4, "{text}");
+    // Header; nodes: 2 + 3 nodes; jobs: 2 + title + 4 ranks + 2 missing; warnings: 2 + 2
+    // exported + node-c's node-down + the note on the exported ones' messages.
+    assert_eq!(text.lines().count(), 1 + 5 + 9 + 6, "{text}");
     assert!(
         text.lines().all(|l| !l.is_empty() && l == l.trim_end()),
         "{text}"
@@ -282,4 +288,203 @@ fn once_text_says_which_panels_could_not_be_read() {
         "{text}"
     );
     assert!(!text.contains("q quit"), "{text}");
+}
+
+/// Node a's name is a long FQDN, and its warning's id and subject are longer than the TUI's
+/// columns, as `cpu-oversubscription` on a job is.
+fn fetched_with_long_names() -> Fetched {
+    let host = "gpu-node-017.rack-07.cluster.example.internal";
+    let mut fetched = fetched();
+    let rename = |samples: &mut Vec<Sample>| {
+        for sample in samples {
+            if sample.labels.get("Hostname").map(String::as_str) == Some("node-a") {
+                sample.labels.insert("Hostname".into(), host.into());
+            }
+        }
+    };
+    rename(fetched.nodes.as_mut().unwrap());
+    rename(fetched.jobs.as_mut().unwrap());
+    fetched.warnings.as_mut().unwrap().push(sample(
+        "torchtop_warning",
+        &[
+            ("Hostname", host),
+            ("id", "cpu-oversubscription"),
+            ("severity", "warn"),
+            ("subject", "torchelastic run llama-7b-finetune"),
+        ],
+        1.0,
+    ));
+    fetched
+}
+
+#[test]
+fn once_text_columns_are_as_wide_as_their_longest_value() {
+    let host = "gpu-node-017.rack-07.cluster.example.internal";
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched_with_long_names(), "12:00:01 UTC".into());
+    let text = render::once_text(&app);
+    assert!(!text.contains('…'), "nothing is cut:\n{text}");
+    let row = text
+        .lines()
+        .find(|l| l.contains("cpu-oversubscription"))
+        .unwrap_or_else(|| panic!("the whole id:\n{text}"));
+    assert!(
+        row.contains(&format!(
+            "WARN {host} cpu-oversubscription torchelastic run llama-7b-finetune N/A"
+        )),
+        "{text}"
+    );
+    // Every row of a section starts its columns where its heading does.
+    let column = |line: &str, word: &str| line.find(word).unwrap();
+    let heading = text.lines().find(|l| l.contains("SEV  NODE")).unwrap();
+    let throttle = text.lines().find(|l| l.contains("throttle")).unwrap();
+    assert_eq!(column(heading, "WARNING"), column(row, "cpu-"), "{text}");
+    assert_eq!(
+        column(heading, "WARNING"),
+        column(throttle, "throttle"),
+        "{text}"
+    );
+    assert_eq!(
+        column(heading, "MESSAGE"),
+        column(throttle, "N/A"),
+        "{text}"
+    );
+    let nodes = text
+        .lines()
+        .find(|l| l.contains("NODE") && l.contains("GPUS"))
+        .unwrap();
+    let gpu_count = column(nodes, "GPUS") + 3;
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("79.1G/158G")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows.iter().all(|r| r[gpu_count..].starts_with('2')),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches(host).count(),
+        1 + 2 + 1,
+        "node, ranks, warning: {text}"
+    );
+    // The TUI still cuts to its screen.
+    let tui = screen(&app, 120, 40);
+    assert!(tui.contains("gpu-node-017.rack-07.cl…"), "{tui}");
+}
+
+#[test]
+fn a_node_that_is_down_is_a_critical_warning_in_the_text_the_json_and_the_exit_status() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched_with_node_c_down(), "12:00:01 UTC".into());
+    let text = render::once_text(&app);
+    assert!(text.contains("3 warnings"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.contains("node-down"))
+        .unwrap_or_else(|| {
+            panic!("no node-down warning:\n{text}");
+        });
+    assert!(
+        row.starts_with("  CRIT node-c")
+            && row.ends_with(
+                "host     node-c is down: last seen 42 s ago; Prometheus cannot scrape its \
+                 exporter at 10.0.0.3:9400"
+            ),
+        "{text}"
+    );
+    let doc = serde_json::to_value(&app.view).unwrap();
+    let ids: Vec<&str> = (doc["warnings"].as_array().unwrap().iter())
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["oom-risk", "node-down", "throttle"],
+        "by severity, then node"
+    );
+    let down = &doc["warnings"][1];
+    assert_eq!(
+        (&down["severity"], &down["hostname"], &down["subject"]),
+        (&"critical".into(), &"node-c".into(), &"host".into()),
+        "{doc:#}"
+    );
+    assert_eq!(down["last_seen_seconds_ago"], 42.0, "{doc:#}");
+    assert!(down["message"].as_str().unwrap().contains("10.0.0.3:9400"));
+    assert_eq!(doc["nodes"][2]["warnings"], 1, "{doc:#}");
+    let critical = Some(crate::model::Severity::Critical);
+    assert_eq!(
+        super::warnings::exit_status(&app.view.warnings, critical),
+        4
+    );
+    // Without node-c down, the worst warning of the same view is node-a's oom-risk: critical
+    // too, so the status is the rule's, not node-down's alone.
+    let mut up = ClusterApp::new("u".into(), 20.0, true);
+    let mut only_warn = fetched();
+    only_warn.warnings = Ok(vec![warnings().remove(0)]);
+    up.on_fetch(only_warn, "t".into());
+    assert_eq!(super::warnings::exit_status(&up.view.warnings, critical), 0);
+}
+
+#[test]
+fn warnings_a_node_exports_have_no_message_and_say_where_it_is() {
+    let text = render::once_text(&app());
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("oom-risk") || l.contains("throttle"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows.iter().all(|r| r.ends_with(" N/A")), "{text}");
+    assert!(
+        text.ends_with(
+            "  N/A: `torchtop serve` exports no message; `torchtop` on the node shows it (w)"
+        ),
+        "{text}"
+    );
+    let doc = serde_json::to_value(&app().view).unwrap();
+    for warning in doc["warnings"].as_array().unwrap() {
+        // There, as null: not left out, which would read as an older document.
+        let null = Some(&serde_json::Value::Null);
+        assert_eq!(warning.get("message"), null, "{warning:#}");
+        assert_eq!(warning.get("last_seen_seconds_ago"), null, "{warning:#}");
+    }
+}
+
+#[test]
+fn one_of_a_thing_is_singular() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    let one_rank = |world_size: Option<&str>| {
+        let mut l = vec![
+            ("Hostname", "node-a"),
+            ("pid", "4100"),
+            ("rank", "0"),
+            ("gpu", "0"),
+            ("training_job", "j"),
+        ];
+        l.extend(world_size.map(|w| ("world_size", w)));
+        vec![sample("torchtop_process_gpu_memory_bytes", &l, 1e9)]
+    };
+    let mut fetched = fetched();
+    fetched.nodes = Ok(gpus("node-a", 1));
+    fetched.jobs = Ok(one_rank(None));
+    fetched.warnings = Ok(vec![warnings().remove(1)]);
+    app.on_fetch(fetched.clone(), "12:00:01 UTC".into());
+    let text = render::once_text(&app);
+    assert!(
+        text.contains("  1 node  1 GPU  1 job  1 warning  "),
+        "{text}"
+    );
+    assert!(text.contains("JOB j  1 rank on 1 node  "), "{text}");
+    fetched.jobs = Ok(one_rank(Some("1")));
+    app.on_fetch(fetched.clone(), "12:00:02 UTC".into());
+    assert!(render::once_text(&app).contains("JOB j  1 of 1 rank on 1 node  "));
+    fetched.jobs = Ok(one_rank(Some("2")));
+    app.on_fetch(fetched, "12:00:03 UTC".into());
+    let text = render::once_text(&app);
+    assert!(
+        text.contains("JOB j  1 of 2 ranks on 1 node, 1 missing  "),
+        "{text}"
+    );
+    let two = render::once_text(&self::app());
+    assert!(
+        two.contains("  2 nodes  4 GPUs  1 job  2 warnings  "),
+        "{two}"
+    );
+    assert!(two.contains("4 ranks on 2 nodes  "), "{two}");
 }

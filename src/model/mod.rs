@@ -32,4 +32,7 @@ pub use oom::{MemsnapReady, OomReport, OpenedFile};
 pub use process::{AgentDirVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
-pub use warning::{Fact, Severity, Subject, Warning, GPU_EVIDENCE, JOB_EVIDENCE};
+pub use warning::{
+    once_exit_status, Fact, Severity, Subject, Warning, EXIT_CRITICAL, EXIT_WARN, GPU_EVIDENCE,
+    JOB_EVIDENCE,
+};

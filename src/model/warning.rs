@@ -11,6 +11,28 @@ pub enum Severity {
     Critical,
 }
 
+/// A one-shot report's exit status while a warning at `warn` level holds (with `--fail-on
+/// warn`).
+pub const EXIT_WARN: u8 = 3;
+/// A one-shot report's exit status while a critical warning holds (unless `--fail-on never`).
+pub const EXIT_CRITICAL: u8 = 4;
+
+/// The exit status of a one-shot report (`torchtop --once`, `torchtop cluster --once`) whose
+/// most severe warning is `worst`: [`EXIT_CRITICAL`] for a critical one, [`EXIT_WARN`] for one
+/// at warn level when `fail_at` is `warn`, else 0. With `fail_at` `None` (`--fail-on never`),
+/// always 0. One rule, here below both reports, so that the two cannot drift apart.
+pub fn once_exit_status(worst: Option<Severity>, fail_at: Option<Severity>) -> u8 {
+    let Some(fail_at) = fail_at else {
+        return 0;
+    };
+    match worst {
+        Some(worst) if worst < fail_at => 0,
+        Some(Severity::Critical) => EXIT_CRITICAL,
+        Some(Severity::Warn) => EXIT_WARN,
+        _ => 0,
+    }
+}
+
 /// What a warning is about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -180,6 +202,19 @@ mod tests {
             remedy: "r".into(),
             since: "2026-01-01T00:00:00Z".into(),
         }
+    }
+
+    #[test]
+    fn the_exit_status_follows_the_worst_warning_at_the_fail_on_level() {
+        use Severity::{Critical, Info, Warn};
+        let at = |worst, fail_at| once_exit_status(worst, fail_at);
+        assert_eq!(at(Some(Critical), Some(Critical)), EXIT_CRITICAL);
+        assert_eq!(at(Some(Critical), Some(Warn)), EXIT_CRITICAL);
+        assert_eq!(at(Some(Warn), Some(Critical)), 0);
+        assert_eq!(at(Some(Warn), Some(Warn)), EXIT_WARN);
+        assert_eq!(at(Some(Info), Some(Warn)), 0);
+        assert_eq!(at(None, Some(Warn)), 0);
+        assert_eq!(at(Some(Critical), None), 0, "--fail-on never");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! scenarios stand for two nodes, each holding two ranks of one job (real Python processes with
 //! the agent and the stand-in torch, marking steps; rank 3 is slow). Prometheus scrapes both
 //! every second; `torchtop cluster` must then show both nodes, four GPUs and one job of four
-//! ranks with rank 3 as its straggler, in `--once --json` and in the TUI. Then node-b's
-//! exporter dies: node-b must be listed DOWN (not vanish) and the job must say that ranks 2
-//! and 3 are missing, in the TUI, in `--once --json` and in `--once`'s plain text.
+//! ranks with rank 3 as its straggler, in `--once --json` and in the TUI. Node b's name is a
+//! long FQDN, which `--once`'s text must not cut. Then node b's exporter dies: node b must be
+//! listed DOWN (not vanish), the job must say that ranks 2 and 3 are missing, and a critical
+//! `node-down` warning must name node b, in the TUI, in `--once --json` and in `--once`'s
+//! plain text, whose exit status is then 4 as `torchtop --once`'s is for a critical warning.
 
 use crate::common;
 
@@ -32,6 +34,10 @@ while True:\n    time.sleep(period)\n    torchtop_agent.step()\n";
 /// stretches every sleep a little; a bar at 100 % (not the default 20) keeps a rank that slept
 /// a few ms long from counting as a straggler too.
 const STRAGGLER_PERCENT: &str = "100";
+
+/// Node b's host name: longer than any column the TUI gives a host name (24), as a real
+/// cluster's FQDNs are.
+const NODE_B: &str = "node-b.rack-07.cluster.example.internal";
 
 /// One rank of the job: a Python process with the agent, marking a step every `period` s.
 struct RankProcess {
@@ -177,7 +183,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         return;
     }
     let a = node("node-a", 0, [0.1, 0.1]);
-    let b = node("node-b", 2, [0.1, 0.3]);
+    let b = node(NODE_B, 2, [0.1, 0.3]);
     for node in [&a, &b] {
         node.serve.wait_for_metrics(PATIENCE, |m| {
             m.matches("torchtop_step_time_seconds{").count() == 2
@@ -196,7 +202,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         .iter()
         .map(|n| n["hostname"].as_str().unwrap())
         .collect();
-    assert_eq!(hosts, ["node-a", "node-b"]);
+    assert_eq!(hosts, ["node-a", NODE_B]);
     assert_eq!(doc["nodes"][0]["gpus"].as_array().unwrap().len(), 2);
     assert_eq!(doc["nodes"][0]["utilization_min"], 70.0);
     let job = &doc["jobs"][0];
@@ -216,7 +222,8 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
         ranks[3]["headroom_bytes"].as_f64().unwrap() > 0.0,
         "{job:#}"
     );
-    assert_eq!(ranks[2]["hostname"], "node-b");
+    assert_eq!(ranks[2]["hostname"], NODE_B);
+    both_up_in_text(&prometheus);
 
     // The TUI, read from the same Prometheus.
     let args = [
@@ -232,7 +239,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("node-a")
             && s.contains("node-b")
-            && s.contains("JOB job 10.0.0.1:29500  4 of 4 ranks on 2 nodes")
+            && s.contains("JOB job 10.0.0.1:29500  4 of 4 ranks on 2 nodes  ")
             && s.contains("STRAGGLER")
     });
     assert!(
@@ -248,18 +255,74 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     drop(b.serve);
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("2 nodes, 1 down")
-            && s.contains("JOB job 10.0.0.1:29500  2 of 4 ranks on 1 nodes, 2 missing")
+            && s.contains("JOB job 10.0.0.1:29500  2 of 4 ranks on 1 node, 2 missing")
+            && s.lines()
+                .any(|l| l.contains("CRIT node-b") && l.contains("node-down"))
     });
     assert!(
         shown,
-        "the TUI never showed node-b down and the job's missing ranks:\n{}",
+        "the TUI never showed node-b down, its node-down warning and the job's missing ranks:\n{}",
         session.screen()
     );
     a_dead_exporter_is_a_node_down(&prometheus, &b_exporter);
 }
 
+/// Both nodes up: `--once`'s text cuts no column (node b's long name, any warning's id), the
+/// warnings the nodes export carry no message (the exporter exports none) in the JSON and N/A
+/// in the text, and the exit status follows the worst of them.
+fn both_up_in_text(prometheus: &Prometheus) {
+    let (status, text, stderr) = cluster_once(&prometheus.url, &[]);
+    let doc = cluster_json(&prometheus.url).expect("the JSON document");
+    assert!(text.contains("  2 nodes  4 GPUs  1 job  "), "{text}");
+    assert!(text.contains("4 of 4 ranks on 2 nodes  "), "{text}");
+    assert!(!text.contains('…'), "nothing cut:\n{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(NODE_B)).count(),
+        1 + 2
+            + doc["warnings"]
+                .as_array()
+                .map_or(0, |w| w.iter().filter(|w| w["hostname"] == NODE_B).count()),
+        "node b's row, its 2 ranks and its warnings name it whole:\n{text}"
+    );
+    let warnings = doc["warnings"].as_array().unwrap();
+    for warning in warnings {
+        let (id, subject) = (
+            warning["id"].as_str().unwrap(),
+            warning["subject"].as_str().unwrap(),
+        );
+        assert_eq!(warning.get("message"), Some(&Value::Null), "{warning:#}");
+        assert!(
+            text.lines().any(|l| l.contains(&format!(" {id} "))
+                && l.contains(subject)
+                && l.ends_with(" N/A")),
+            "{id} on {subject}, whole:\n{text}"
+        );
+    }
+    if !warnings.is_empty() {
+        assert!(
+            text.contains("N/A: `torchtop serve` exports no message"),
+            "{text}"
+        );
+    }
+    let critical = warnings.iter().any(|w| w["severity"] == "critical");
+    let warn = warnings.iter().any(|w| w["severity"] == "warn");
+    assert_eq!(
+        status.code(),
+        Some(if critical { 4 } else { 0 }),
+        "{text}\n{stderr}"
+    );
+    let (status, _, stderr) = cluster_once(&prometheus.url, &["--fail-on", "warn"]);
+    let at_warn = match (critical, warn) {
+        (true, _) => 4,
+        (false, true) => 3,
+        (false, false) => 0,
+    };
+    assert_eq!(status.code(), Some(at_warn), "--fail-on warn: {stderr}");
+}
+
 /// After node-b's exporter died: `--once --json` and `--once`'s text list node-b as down with
-/// when it was last seen, and the job's ranks 2 and 3 as missing, on node-b.
+/// when it was last seen, the job's ranks 2 and 3 as missing, on node-b, and node b's
+/// `node-down` warning; `--once` exits 4 for it, and 0 with `--fail-on never`.
 fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
     let doc = wait_for_json(prometheus, "node-b down", |doc| {
         doc["nodes_down"] == 1
@@ -270,7 +333,7 @@ fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
     let b = &doc["nodes"][1];
     assert_eq!(
         (&b["hostname"], &b["down"]),
-        (&"node-b".into(), &true.into()),
+        (&NODE_B.into(), &true.into()),
         "{doc:#}"
     );
     assert_eq!(b["instance"], b_exporter, "{doc:#}");
@@ -284,21 +347,52 @@ fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
         .iter()
         .map(|m| (m["rank"].as_u64().unwrap(), m["hostname"].as_str().unwrap()))
         .collect();
-    assert_eq!(missing, [(2, "node-b"), (3, "node-b")], "{doc:#}");
+    assert_eq!(missing, [(2, NODE_B), (3, NODE_B)], "{doc:#}");
+    let down: Vec<&Value> = doc["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["id"] == "node-down")
+        .collect();
+    assert_eq!(down.len(), 1, "{doc:#}");
+    assert_eq!(
+        (&down[0]["hostname"], &down[0]["severity"]),
+        (&NODE_B.into(), &"critical".into()),
+        "{doc:#}"
+    );
+    assert!(down[0]["last_seen_seconds_ago"].is_number(), "{doc:#}");
+    let message = down[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("{NODE_B} is down: last seen "))
+            && message.ends_with(&format!(
+                "; Prometheus cannot scrape its exporter at {b_exporter}"
+            )),
+        "{doc:#}"
+    );
 
     let (status, text, stderr) = cluster_once(&prometheus.url, &[]);
-    assert!(status.success(), "{stderr}");
-    assert!(text.contains("  2 nodes, 1 down  2 GPUs  1 jobs"), "{text}");
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "a critical warning holds: {text}\n{stderr}"
+    );
     assert!(
-        text.contains("2 of 4 ranks on 1 nodes, 2 missing"),
+        text.contains("  2 nodes, 1 down  2 GPUs  1 job  "),
         "{text}"
     );
+    assert!(text.contains("2 of 4 ranks on 1 node, 2 missing"), "{text}");
     let line = text
         .lines()
-        .find(|l| l.contains("node-b") && l.contains("DOWN"));
+        .find(|l| l.contains(NODE_B) && l.contains("DOWN"));
     assert!(
         line.is_some_and(|l| l.contains(&format!("exporter at {b_exporter}"))),
         "{text}"
+    );
+    let warning = text.lines().find(|l| l.contains("node-down"));
+    assert!(
+        warning.is_some_and(|l| l.starts_with(&format!("  CRIT {NODE_B} node-down"))
+            && l.ends_with(&format!("exporter at {b_exporter}"))),
+        "the WARNINGS list says node b is down:\n{text}"
     );
     assert_eq!(
         text.matches("NOT REPORTING: its node is down").count(),
@@ -308,6 +402,8 @@ fn a_dead_exporter_is_a_node_down(prometheus: &Prometheus, b_exporter: &str) {
     // Plain text sized to its content: no padding to a screen, no key help.
     assert!(text.lines().all(|l| !l.trim().is_empty()), "{text:?}");
     assert!(!text.contains("q quit"), "{text}");
+    let (status, _, stderr) = cluster_once(&prometheus.url, &["--fail-on", "never"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
 #[test]

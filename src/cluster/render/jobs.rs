@@ -3,7 +3,7 @@
 
 use ratatui::text::Line;
 
-use super::{bytes, host_width, title, unread_line};
+use super::{bytes, counted, title, unread_line, Columns};
 use crate::cluster::model::{Job, MissingRank};
 use crate::cluster::state::{ClusterApp, Focus, Listed};
 use crate::format::{pad_left_aligned, NA};
@@ -24,7 +24,7 @@ pub(super) fn job_focus_line(app: &ClusterApp) -> Option<usize> {
 pub(super) fn job_lines(
     app: &ClusterApp,
     theme: Theme,
-    width: usize,
+    cols: Columns,
     cursor: bool,
 ) -> Vec<Line<'static>> {
     let mut lines = vec![
@@ -35,12 +35,12 @@ pub(super) fn job_lines(
             ),
             app.stale_shown().jobs,
             theme,
-            width,
+            cols,
         ),
         Line::styled(
             format!(
                 "  RANK {}     PID  GPU   MEMORY HEADROOM      STEP",
-                pad_left_aligned("NODE", host_width(width))
+                pad_left_aligned("NODE", cols.host)
             ),
             theme.label(),
         ),
@@ -60,7 +60,7 @@ pub(super) fn job_lines(
             let mut text = format!(
                 "  {:>4} {} {:>7} {:>4} {:>8} {:>8} {:>9}",
                 rank.rank.map_or_else(|| NA.to_string(), |r| r.to_string()),
-                pad_left_aligned(&rank.hostname, host_width(width)),
+                pad_left_aligned(&rank.hostname, cols.host),
                 rank.pid,
                 rank.gpu.map_or_else(|| NA.to_string(), |g| g.to_string()),
                 bytes(rank.memory_bytes),
@@ -77,14 +77,14 @@ pub(super) fn job_lines(
             };
             lines.push(Line::styled(text, style));
         }
-        lines.extend(missing_lines(job, width, theme));
+        lines.extend(missing_lines(job, cols, theme));
     }
     lines
 }
 
 /// A row for each missing rank last seen on a node that is down, then one line for the rank
 /// numbers no node reports.
-fn missing_lines(job: &Job, width: usize, theme: Theme) -> Vec<Line<'static>> {
+fn missing_lines(job: &Job, cols: Columns, theme: Theme) -> Vec<Line<'static>> {
     let missing = &job.missing_ranks;
     let mut lines: Vec<Line<'static>> = missing
         .iter()
@@ -94,7 +94,7 @@ fn missing_lines(job: &Job, width: usize, theme: Theme) -> Vec<Line<'static>> {
                 format!(
                     "  {:>4} {} {:>7}  NOT REPORTING: its node is down",
                     m.rank.map_or_else(|| NA.to_string(), |r| r.to_string()),
-                    pad_left_aligned(host, host_width(width)),
+                    pad_left_aligned(host, cols.host),
                     m.pid.map_or_else(|| NA.to_string(), |p| p.to_string()),
                 ),
                 theme.critical(),
@@ -163,14 +163,15 @@ fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
         0 => String::new(),
         n => format!(", {n} missing"),
     };
-    let of = job
-        .world_size
-        .map_or_else(String::new, |n| format!(" of {n}"));
+    // "1 rank", "2 of 4 ranks", "1 of 1 rank": the noun agrees with the number before it.
+    let ranks = match job.world_size {
+        Some(n) => format!("{} of {}", job.ranks.len(), counted(n as usize, "rank")),
+        None => counted(job.ranks.len(), "rank"),
+    };
     let text = format!(
-        "JOB {}  {}{of} ranks on {} nodes{missing}  median step {median}",
+        "JOB {}  {ranks} on {}{missing}  median step {median}",
         job.id,
-        job.ranks.len(),
-        job.nodes
+        counted(job.nodes, "node")
     );
     let style = if selected {
         theme.selected()

@@ -12,15 +12,17 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::fetch::DOWN_WINDOW;
-use super::model::{Node, NodeGpu};
+use super::model::{ClusterView, Node, NodeGpu};
 use super::state::{ClusterApp, Focus, Listed};
-use crate::format::{bytes_short, pad_left_aligned, pad_right_aligned, span, NA};
+use super::warnings::down_reason;
+use crate::format::{bytes_short, pad_left_aligned, NA};
 use crate::terminal::theme::Theme;
 
 mod jobs;
+mod warnings;
 
 use jobs::{job_focus_line, job_lines};
+use warnings::warning_lines;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
@@ -31,15 +33,15 @@ pub(crate) fn draw(frame: &mut Frame, app: &ClusterApp) {
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-/// The view as plain text for `--once`: the header and every line of every section, laid
-/// out for 120 columns but not padded to them.
+/// The view as plain text for `--once`: the header and every line of every section, each
+/// column as wide as its longest value, so that nothing is cut, and nothing padded to a screen.
 pub(crate) fn once_text(app: &ClusterApp) -> String {
     let theme = Theme::new(false);
-    let width = 120;
+    let cols = Columns::content(&app.view);
     let mut lines = vec![header(app, theme, usize::MAX)];
-    lines.extend(node_lines(app, theme, width, false));
-    lines.extend(job_lines(app, theme, width, false));
-    lines.extend(warning_lines(app, theme, width));
+    lines.extend(node_lines(app, theme, cols, false));
+    lines.extend(job_lines(app, theme, cols, false));
+    lines.extend(warning_lines(app, theme, cols));
     lines
         .iter()
         .map(|line| {
@@ -54,11 +56,12 @@ fn screen_lines(app: &ClusterApp, area: Rect) -> Vec<Line<'static>> {
     let theme = Theme::new(app.colors);
     let width = area.width as usize;
     let height = area.height as usize;
+    let cols = Columns::screen(width, &app.view);
     let mut lines = vec![header(app, theme, width)];
     let body = height.saturating_sub(2);
-    let nodes = node_lines(app, theme, width, true);
-    let jobs = job_lines(app, theme, width, true);
-    let warnings = warning_lines(app, theme, width);
+    let nodes = node_lines(app, theme, cols, true);
+    let jobs = job_lines(app, theme, cols, true);
+    let warnings = warning_lines(app, theme, cols);
     let [n, j, w] = allocate(body, [nodes.len(), jobs.len(), warnings.len()]);
     lines.extend(window(nodes, n, node_focus_line(app)));
     lines.extend(window(jobs, j, job_focus_line(app)));
@@ -119,11 +122,11 @@ fn header(app: &ClusterApp, theme: Theme, width: usize) -> Line<'static> {
         spans.push(Span::styled(" STALE ", theme.critical()));
     }
     // A panel that was never read has no count to give; 0 would claim there is nothing.
-    let count = |panel: Listed, n: usize| {
+    let count = |panel: Listed, n: usize, noun: &str| {
         if app.unread_reason(panel).is_some() {
-            "?".to_string()
+            format!("? {noun}s")
         } else {
-            n.to_string()
+            counted(n, noun)
         }
     };
     let down = if view.nodes_down > 0 {
@@ -132,12 +135,12 @@ fn header(app: &ClusterApp, theme: Theme, width: usize) -> Line<'static> {
         String::new()
     };
     spans.push(Span::raw(format!(
-        "  {}  {} nodes{down}  {} GPUs  {} jobs  {} warnings",
+        "  {}  {}{down}  {}  {}  {}",
         app.url,
-        count(Listed::Nodes, view.nodes.len()),
-        count(Listed::Nodes, view.gpu_count),
-        count(Listed::Jobs, view.jobs.len()),
-        count(Listed::Warnings, view.warnings.len())
+        count(Listed::Nodes, view.nodes.len(), "node"),
+        count(Listed::Nodes, view.gpu_count, "GPU"),
+        count(Listed::Jobs, view.jobs.len(), "job"),
+        count(Listed::Warnings, view.warnings.len(), "warning")
     )));
     if let Some(updated) = &app.updated {
         let took = app
@@ -170,13 +173,84 @@ fn fit(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
     Line::from(out)
 }
 
-fn title(text: String, stale: bool, theme: Theme, width: usize) -> Line<'static> {
+/// "1 node", "2 nodes": a count and its noun, singular for one.
+pub(super) fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// How wide the columns of text from outside are (host names, GPU models, warning ids and
+/// subjects): cut to fit the screen in the TUI; in `--once`, as wide as their longest value.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Columns {
+    /// The screen's width; `None` in `--once`, whose lines are as long as their content.
+    screen: Option<usize>,
+    pub(super) host: usize,
+    pub(super) model: usize,
+    pub(super) id: usize,
+    pub(super) subject: usize,
+}
+
+impl Columns {
+    /// The TUI's columns on a screen `width` wide.
+    fn screen(width: usize, view: &ClusterView) -> Self {
+        Columns {
+            screen: Some(width),
+            host: if width >= 110 { 24 } else { 14 },
+            model: if width >= 110 { 22 } else { 12 },
+            id: 16,
+            subject: longest(view.warnings.iter().map(|w| w.subject.as_str()), "SUBJECT").min(24),
+        }
+    }
+
+    /// `--once`'s columns: each as wide as its longest value or its heading.
+    fn content(view: &ClusterView) -> Self {
+        let hosts = (view.nodes.iter().map(|n| n.hostname.as_str()))
+            .chain(view.jobs.iter().flat_map(|j| {
+                let ranks = j.ranks.iter().map(|r| r.hostname.as_str());
+                ranks.chain(j.missing_ranks.iter().filter_map(|m| m.hostname.as_deref()))
+            }))
+            .chain(view.warnings.iter().map(|w| w.hostname.as_str()));
+        let models = view.nodes.iter().flat_map(|n| n.gpus.iter());
+        Columns {
+            screen: None,
+            host: longest(hosts, "NODE"),
+            model: longest(models.map(|g| g.model.as_deref().unwrap_or(NA)), NA),
+            id: longest(view.warnings.iter().map(|w| w.id.as_str()), "WARNING"),
+            subject: longest(view.warnings.iter().map(|w| w.subject.as_str()), "SUBJECT"),
+        }
+    }
+
+    /// A whole line: padded to the screen (its background spans it) and cut there, or as is.
+    fn line(&self, text: &str) -> String {
+        self.screen
+            .map_or_else(|| text.to_string(), |w| pad_left_aligned(text, w))
+    }
+
+    /// How many points of a sparkline fit after `used` columns: all of them in `--once`.
+    fn spark(&self, used: usize) -> usize {
+        self.screen
+            .map_or(usize::MAX, |w| w.saturating_sub(used).max(1))
+    }
+}
+
+/// The width of the longest of `texts`, and at least that of `heading`.
+fn longest<'a>(texts: impl Iterator<Item = &'a str>, heading: &str) -> usize {
+    texts
+        .map(|t| t.chars().count())
+        .fold(heading.chars().count(), usize::max)
+}
+
+fn title(text: String, stale: bool, theme: Theme, cols: Columns) -> Line<'static> {
     let text = if stale {
         format!("{text}  [stale]")
     } else {
         text
     };
-    Line::styled(pad_left_aligned(&text, width), theme.title())
+    Line::styled(cols.line(&text), theme.title())
 }
 
 fn opt(value: Option<f64>, unit: &str) -> String {
@@ -195,14 +269,6 @@ fn sparkline(values: &[f64], width: usize) -> String {
         .collect()
 }
 
-fn host_width(width: usize) -> usize {
-    if width >= 110 {
-        24
-    } else {
-        14
-    }
-}
-
 /// The line a never-read panel shows instead of its rows, when it is one.
 fn unread_line(app: &ClusterApp, panel: Listed, theme: Theme) -> Option<Line<'static>> {
     let why = app.unread_reason(panel)?;
@@ -213,10 +279,10 @@ fn unread_line(app: &ClusterApp, panel: Listed, theme: Theme) -> Option<Line<'st
 }
 
 /// The node rows; `cursor` marks the selected one (the TUI's, not `--once`'s).
-fn node_lines(app: &ClusterApp, theme: Theme, width: usize, cursor: bool) -> Vec<Line<'static>> {
-    let hw = host_width(width);
+fn node_lines(app: &ClusterApp, theme: Theme, cols: Columns, cursor: bool) -> Vec<Line<'static>> {
+    let hw = cols.host;
     let mut lines = vec![
-        title("NODES".into(), app.stale_shown().nodes, theme, width),
+        title("NODES".into(), app.stale_shown().nodes, theme, cols),
         Line::styled(
             format!(
                 "  {} GPUS  UTIL   MIN        MEMORY  TEMP WARN  util, last 5 min",
@@ -226,7 +292,7 @@ fn node_lines(app: &ClusterApp, theme: Theme, width: usize, cursor: bool) -> Vec
         ),
     ];
     lines.extend(unread_line(app, Listed::Nodes, theme));
-    let spark_width = width.saturating_sub(hw + 48).max(1);
+    let spark_width = cols.spark(hw + 48);
     for (i, node) in app.view.nodes.iter().enumerate() {
         let selected = cursor && i == app.selected_node && app.focus == Focus::Nodes;
         let expanded = app.expanded.contains(&node.hostname);
@@ -236,12 +302,7 @@ fn node_lines(app: &ClusterApp, theme: Theme, width: usize, cursor: bool) -> Vec
         }
         lines.push(node_line(node, selected, expanded, hw, spark_width, theme));
         if expanded {
-            let model_width = if width >= 110 { 22 } else { 12 };
-            lines.extend(
-                node.gpus
-                    .iter()
-                    .map(|gpu| gpu_line(gpu, model_width, theme)),
-            );
+            lines.extend(node.gpus.iter().map(|gpu| gpu_line(gpu, cols.model, theme)));
         }
     }
     lines
@@ -292,15 +353,6 @@ fn node_line(
 /// A node that stopped reporting: when it was last seen, and the exporter to look at.
 fn down_line(node: &Node, selected: bool, hw: usize, theme: Theme) -> Line<'static> {
     let marker = if selected { "▸ " } else { "  " };
-    let seen = node.last_seen_seconds_ago.map_or_else(
-        || format!("not seen in the last {DOWN_WINDOW}"),
-        |s| format!("last seen {} ago", span(s)),
-    );
-    let exporter = node
-        .instance
-        .as_deref()
-        .map(|i| format!("; Prometheus cannot scrape its exporter at {i}"))
-        .unwrap_or_default();
     let style = if selected {
         theme.selected()
     } else {
@@ -308,9 +360,10 @@ fn down_line(node: &Node, selected: bool, hw: usize, theme: Theme) -> Line<'stat
     };
     Line::styled(
         format!(
-            "{marker}{} {:>4}  DOWN  {seen}{exporter}",
+            "{marker}{} {:>4}  DOWN  {}",
             pad_left_aligned(&node.hostname, hw),
-            NA
+            NA,
+            down_reason(node)
         ),
         style,
     )
@@ -353,45 +406,4 @@ fn node_focus_line(app: &ClusterApp) -> Option<usize> {
         }
     }
     None
-}
-
-fn warning_lines(app: &ClusterApp, theme: Theme, width: usize) -> Vec<Line<'static>> {
-    let mut lines = vec![
-        title(
-            "WARNINGS FROM EVERY NODE".into(),
-            app.stale_shown().warnings,
-            theme,
-            width,
-        ),
-        Line::styled(
-            format!(
-                "  SEV  {} WARNING          SUBJECT",
-                pad_left_aligned("NODE", host_width(width))
-            ),
-            theme.label(),
-        ),
-    ];
-    let unread = unread_line(app, Listed::Warnings, theme);
-    if app.view.warnings.is_empty() && unread.is_none() {
-        lines.push(Line::styled("  none", theme.dim()));
-    }
-    lines.extend(unread);
-    for warning in &app.view.warnings {
-        let (label, style) = match warning.severity.as_str() {
-            "critical" => ("CRIT", theme.critical()),
-            "warn" => ("WARN", theme.warn()),
-            _ => ("INFO", theme.label()),
-        };
-        lines.push(Line::from(vec![
-            Span::raw("  "),
-            Span::styled(label, style),
-            Span::raw(format!(
-                " {} {} {}",
-                pad_left_aligned(&warning.hostname, host_width(width)),
-                pad_left_aligned(&warning.id, 16),
-                pad_right_aligned(&warning.subject, warning.subject.chars().count()),
-            )),
-        ]));
-    }
-    lines
 }
