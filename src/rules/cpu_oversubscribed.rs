@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::NonNegative;
 use std::fmt;
 
-use crate::model::{GpuProcess, ProcessKind, Severity};
+use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity};
 
 use super::cgroup_memory::{is_job_process, kind_of};
 use super::order::Rows;
@@ -101,8 +101,8 @@ fn oversubscribed<'a, I: Iterator<Item = &'a GpuProcess> + Clone>(
     found: &mut Slots,
 ) -> Option<()> {
     let cgroup = members().next()?.cgroup.as_ref()?;
-    let allowed = cgroup.allowed_cpus()?;
     let host_cpus = inputs.snapshot.host.cpu_count;
+    let allowed = limit_of(cgroup, host_cpus)?;
     let default_threads = cgroup.cpuset_count.or(host_cpus)?;
     let mut workers = 0u64;
     let mut threads = 0u64;
@@ -151,6 +151,19 @@ fn oversubscribed<'a, I: Iterator<Item = &'a GpuProcess> + Clone>(
     warning.row("openmp threads", format_args!("{threads}"));
     warning.row("host cpus", format_args!("{}", Na(host_cpus)));
     Some(())
+}
+
+/// The CPUs the cgroup holds its processes to, where that is fewer than the host has: a cpuset
+/// of every CPU (the root cpuset, which cgroup v1 machines put every process in) limits
+/// nothing, and such a cgroup without a quota was warned about as if it did ("allows 2 CPUs"
+/// on a 2-CPU host).
+fn limit_of(cgroup: &Cgroup, host_cpus: Option<u32>) -> Option<f64> {
+    let quota = cgroup.cpu_max.and_then(|c| c.cpus());
+    let cpuset = (cgroup.cpuset_count).filter(|&n| host_cpus.is_none_or(|host| n < host));
+    match (quota, cpuset.map(f64::from)) {
+        (Some(q), Some(c)) => Some(q.min(c)),
+        (q, c) => q.or(c),
+    }
 }
 
 /// "4", "1.5".
@@ -283,6 +296,32 @@ mod tests {
             }
         );
         assert_eq!(evidence(found[0], "cgroup"), "/kubepods/a");
+    }
+
+    /// A cgroup v1 machine puts every process in the root cpuset, of all the host's CPUs: it
+    /// limits nothing, yet "The cgroup of ... allows 2 CPUs" was raised on a 2-CPU host.
+    #[test]
+    fn a_cpuset_of_every_cpu_is_no_limit_and_a_smaller_one_is() {
+        let cpuset = |count: u32| {
+            move |step| {
+                let mut snap = limited(None, 8)(step);
+                let p = &mut snap.processes[0];
+                let mut cgroup = Cgroup::clone(p.cgroup.as_ref().unwrap());
+                cgroup.cpu_max = None;
+                cgroup.cpuset_count = Some(count);
+                p.cgroup = Some(std::sync::Arc::new(cgroup));
+                snap
+            }
+        };
+        let host = replay_default(0, cpuset(64));
+        assert!(with_id(&host, "cpu-oversubscribed").is_empty(), "{host:#?}");
+        let smaller = replay_default(0, cpuset(16));
+        let w = find(
+            &smaller,
+            "cpu-oversubscribed",
+            &Subject::Process { pid: 60 },
+        );
+        assert!(w.message.contains("allows 16 CPUs"), "{}", w.message);
     }
 
     #[test]
