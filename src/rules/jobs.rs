@@ -106,18 +106,34 @@ pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
 
 /// A job's id as the parts it is written from, borrowed from the process: compared with
 /// [`JobKey::cmp_text`] or written with `Display` (the text of [`job_key`]), never kept.
+///
+/// The keys a process's environment makes (a torchelastic run id, a rendezvous address) carry
+/// its user: any user can set `MASTER_ADDR`, `MASTER_PORT` and `RANK` to join another user's
+/// job, whose rank list, rules and exporter series then took in their process. A launcher's
+/// pid and a Slurm job id are not theirs to choose (the cgroup's id wins over the environment's).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum JobKey<'a> {
     Slurm(&'a str),
-    Torchelastic(&'a str),
+    Torchelastic(&'a str, Owner<'a>),
     /// `scope`: the pod or container of a loopback (or missing) address, which names a
     /// network namespace's own rendezvous: two containers' `torchrun`s both use 127.0.0.1:29500.
     Master {
         addr: &'a str,
         port: &'a str,
         scope: Option<Scope<'a>>,
+        owner: Owner<'a>,
     },
     Parent(u32),
+}
+
+/// The user of a job's processes, written after its id: " (alice)"; nothing where unknown.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a>(Option<&'a str>);
+
+impl fmt::Display for Owner<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.map_or(Ok(()), |user| write!(f, " ({user})"))
+    }
 }
 
 /// Where a loopback rendezvous address is local to: a pod (its containers share one network
@@ -144,10 +160,16 @@ impl fmt::Display for JobKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JobKey::Slurm(id) => write!(f, "slurm job {id}"),
-            JobKey::Torchelastic(id) => write!(f, "torchelastic run {id}"),
-            JobKey::Master { addr, port, scope } => {
+            JobKey::Torchelastic(id, owner) => write!(f, "torchelastic run {id}{owner}"),
+            JobKey::Master {
+                addr,
+                port,
+                scope,
+                owner,
+            } => {
                 write!(f, "job {addr}:{port}")?;
-                scope.map_or(Ok(()), |scope| write!(f, "{scope}"))
+                scope.map_or(Ok(()), |scope| write!(f, "{scope}"))?;
+                write!(f, "{owner}")
             }
             JobKey::Parent(ppid) => write!(f, "job under pid {ppid}"),
         }
@@ -207,18 +229,24 @@ pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
         return Some(JobKey::Slurm(&slurm.job_id));
     }
     let env = process.env.as_ref();
+    let owner = Owner(process.user.as_deref());
     let run_id = env
         .and_then(|e| non_empty(e.torchelastic_run_id.as_ref()))
         .filter(|id| *id != "none");
     if let Some(run_id) = run_id {
-        return Some(JobKey::Torchelastic(run_id));
+        return Some(JobKey::Torchelastic(run_id, owner));
     }
     if let Some(port) = env.and_then(|e| non_empty(e.master_port.as_ref())) {
         let addr = env
             .and_then(|e| non_empty(e.master_addr.as_ref()))
             .unwrap_or("");
         let scope = is_loopback(addr).then(|| scope_of(process)).flatten();
-        return Some(JobKey::Master { addr, port, scope });
+        return Some(JobKey::Master {
+            addr,
+            port,
+            scope,
+            owner,
+        });
     }
     // Pid 1 (and a subreaper at pid 1 of a container) adopts every orphan: not a launcher.
     process.ppid.filter(|&ppid| ppid > 1).map(JobKey::Parent)
@@ -472,6 +500,34 @@ mod tests {
         ] {
             assert_eq!(key.cmp_text(other), text.cmp(other), "{other:?}");
         }
+    }
+
+    /// A user who sets another user's rendezvous address and a rank in their own process's
+    /// environment joined that user's job (its rank list, rules and exporter series).
+    #[test]
+    fn another_users_process_with_the_same_rendezvous_is_another_job() {
+        let of = |pid, rank, user: &str| {
+            let mut p = ranked(pid, rank, torchrun(rank, "", "29500"));
+            p.env = Some(
+                LaunchEnv {
+                    master_addr: Some("10.0.0.5".into()),
+                    torchelastic_run_id: None,
+                    ..LaunchEnv::clone(p.env.as_ref().unwrap())
+                }
+                .into(),
+            );
+            p.user = Some(user.into());
+            p
+        };
+        let jobs = group_jobs(&[of(10, 0, "alice"), of(11, 1, "alice"), of(12, 1, "mallory")]);
+        assert_eq!(jobs.len(), 1, "{jobs:#?}");
+        assert_eq!(jobs[0].id, "job 10.0.0.5:29500 (alice)");
+        let pids: Vec<u32> = jobs[0].ranks.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [10, 11]);
+        assert_eq!(
+            job_key(&of(12, 1, "mallory")).as_deref(),
+            Some("job 10.0.0.5:29500 (mallory)")
+        );
     }
 
     #[test]

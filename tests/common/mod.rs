@@ -37,6 +37,17 @@ pub fn torchtop_binary() -> PathBuf {
 /// loaded machine. Fails if that takes more than [`PATIENCE`].
 /// The row of `pid` in a `--once --json` document (its first, for a process on several GPUs);
 /// the panic shows the whole document.
+/// A job id as torchtop writes it for processes the tests start: an id from the environment
+/// names their user, the one running the tests (`job 127.0.0.1:29500 (root)` in CI).
+pub fn job_of_mine(id: &str) -> String {
+    let uid = nix::unistd::geteuid();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name);
+    format!("{id} ({user})")
+}
+
 pub fn process_row(doc: &Value, pid: u32) -> &Value {
     doc["processes"]
         .as_array()

@@ -292,7 +292,10 @@ fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
         .find(|w| w["id"] == "imbalance")
         .unwrap();
     assert_eq!(warning["subject"]["kind"], "job");
-    assert_eq!(last["jobs"][0]["id"], "job 127.0.0.1:29555");
+    assert_eq!(
+        last["jobs"][0]["id"],
+        common::job_of_mine("job 127.0.0.1:29555")
+    );
     assert_eq!(last["jobs"][0]["ranks"].as_array().unwrap().len(), 8);
     assert!(
         warning["message"].as_str().unwrap().contains('5'),
@@ -314,9 +317,10 @@ fn an_imbalanced_eight_gpu_job_is_warned_about_in_json_and_tui() {
     env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
     let args = ["--config", config.path().to_str().unwrap()];
     let session = PtySession::spawn(&common::torchtop_binary(), &args, &env_refs(&env), 200, 50);
+    let job_line = format!("JOB {}", common::job_of_mine("job 127.0.0.1:29555"));
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("imbalance")
-            && s.contains("JOB job 127.0.0.1:29555")),
+            && s.contains(&job_line)),
         "no imbalance in the warnings panel:\n{}",
         session.screen()
     );

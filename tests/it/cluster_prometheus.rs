@@ -206,7 +206,8 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     assert_eq!(doc["nodes"][0]["gpus"].as_array().unwrap().len(), 2);
     assert_eq!(doc["nodes"][0]["utilization_min"], 70.0);
     let job = &doc["jobs"][0];
-    assert_eq!(job["id"], "job 10.0.0.1:29500");
+    let id = common::job_of_mine("job 10.0.0.1:29500");
+    assert_eq!(job["id"], id);
     assert_eq!(job["nodes"], 2);
     assert_eq!(job["world_size"], 4, "from the ranks' WORLD_SIZE: {job:#}");
     let ranks = job["ranks"].as_array().unwrap();
@@ -239,7 +240,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("node-a")
             && s.contains("node-b")
-            && s.contains("JOB job 10.0.0.1:29500  4 of 4 ranks on 2 nodes  ")
+            && s.contains(&format!("JOB {id}  4 of 4 ranks on 2 nodes  "))
             && s.contains("STRAGGLER")
     });
     assert!(
@@ -255,7 +256,7 @@ fn two_nodes_in_a_real_prometheus_show_one_job_and_its_straggler() {
     drop(b.serve);
     let shown = session.wait_for(PATIENCE, |s| {
         s.contains("2 nodes, 1 down")
-            && s.contains("JOB job 10.0.0.1:29500  2 of 4 ranks on 1 node, 2 missing")
+            && s.contains(&format!("JOB {id}  2 of 4 ranks on 1 node, 2 missing"))
             && s.lines()
                 .any(|l| l.contains("CRIT node-b") && l.contains("node-down"))
     });

@@ -98,6 +98,10 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
     let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
     let scenario = ScenarioFile::new(&scenario(&pids));
     let text = once_prometheus(&scenario);
+    let job_label = format!(
+        "training_job=\"{}\"",
+        common::job_of_mine("job 127.0.0.1:29511")
+    );
     for wanted in [
         "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-4d3f1c2a-6b7e-4f10-9a2b-0c1d2e3f4a5b\",pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=",
         "DCGM_FI_DEV_FB_USED{",
@@ -111,7 +115,7 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
         "torchtop_gpu_state{",
         "state=\"ok\"} 1\n",
         "torchtop_process_gpu_memory_bytes{",
-        "training_job=\"job 127.0.0.1:29511\"",
+        job_label.as_str(),
         "rank=\"1\"",
         "torchtop_host_memory_total_bytes{",
     ] {

@@ -184,8 +184,9 @@ fn a_starved_two_rank_job_raises_exactly_one_gpu_starved() {
     let starved = with_id(last, "gpu-starved");
     assert_eq!(starved.len(), 1, "{}", last["warnings"]);
     assert_eq!(starved[0]["subject"]["kind"], "job");
-    assert_eq!(starved[0]["subject"]["id"], "job 127.0.0.1:29561");
-    assert_eq!(starved[0]["group"], "gpu-starved@job 127.0.0.1:29561");
+    let job = common::job_of_mine("job 127.0.0.1:29561");
+    assert_eq!(starved[0]["subject"]["id"], job);
+    assert_eq!(starved[0]["group"], format!("gpu-starved@{job}"));
     let message = starved[0]["message"].as_str().unwrap();
     assert!(message.contains("2 ranks on GPUs 0, 1"), "{message}");
     let workers = starved[0]["facts"]
