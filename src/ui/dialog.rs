@@ -7,10 +7,11 @@ use ratatui::{
     layout::Rect,
     style::Style,
     text::{Line, Span},
-    widgets::{Block, Borders, Clear, Paragraph},
+    widgets::{Block, Borders, Clear},
     Frame,
 };
 
+use super::label::Label;
 use crate::actions::ActionTarget;
 use crate::actions::{Signal, NICE_MAX, NICE_MIN};
 use crate::app::agent_keys::AgentTarget;
@@ -308,14 +309,16 @@ fn target_lines(
     theme: Theme,
     rank_of: impl Fn(u32) -> Option<String>,
 ) -> Vec<Line<'static>> {
-    let command_width = usize::from(MAX_WIDTH) - 4 - 8 - 10;
+    // The popup's inside (its width less the borders and padding) less the pid, the user and
+    // the two gaps: the line fits whole, so its own `…` marks the cut command.
+    let command_width = usize::from(MAX_WIDTH) - 4 - (7 + 8 + 2 * 2);
     let mut lines = vec![Line::raw(format!(
         "{pid:>7}  {:<8}  {}",
         format::truncate(&format::text(user), 8),
         format::truncate(&format::text(command), command_width)
     ))];
     if let Some(rank) = rank_of(pid) {
-        let text = format::truncate(&rank, command_width + 10);
+        let text = format::truncate(&rank, command_width + 8 + 2);
         lines.push(Line::styled(format!("{:>7}  {text}", ""), theme.warn()));
     }
     lines
@@ -341,12 +344,14 @@ impl Popup {
         let block = Block::default()
             .borders(Borders::ALL)
             .title(self.title.clone())
-            .title_bottom(self.hint);
+            .title_bottom(self.hint)
+            .padding(ratatui::widgets::Padding::horizontal(1));
         frame.render_widget(Clear, area);
-        frame.render_widget(
-            Paragraph::new(lines).block(block.padding(ratatui::widgets::Padding::horizontal(1))),
-            area,
-        );
+        // The lines as a `Label` in the block, not a `Paragraph` of it: a line cut by a narrow
+        // screen then ends in the cut mark.
+        let inner = block.inner(area);
+        frame.render_widget(block, area);
+        frame.render_widget(Label::new(lines), inner);
     }
 }
 

@@ -5,10 +5,11 @@
 use ratatui::{
     layout::Rect,
     text::Line,
-    widgets::{Block, Borders, Clear, Paragraph},
+    widgets::{Block, Borders, Clear},
     Frame,
 };
 
+use super::label::Label;
 use crate::app::help::{help_area, help_lines, inner_width, HelpLine, HelpStyle};
 use crate::app::App;
 use crate::terminal::theme::Theme;
@@ -28,7 +29,11 @@ pub(crate) fn render(frame: &mut Frame, screen: Rect, app: &App, theme: Theme) {
         .map(|line| styled(line, theme))
         .collect();
     frame.render_widget(Clear, area);
-    frame.render_widget(Paragraph::new(body).block(block(above, below)), area);
+    // A `Label` in the block, as the dialogs draw their lines: one cut ends in the cut mark.
+    let block = block(above, below);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    frame.render_widget(Label::new(body), inner);
 }
 
 /// The border: the title, and where there is more, which way it is and the keys that go there.

@@ -3,9 +3,13 @@
 //! cell of its own ([`is_one_cell`]: printable ASCII, and the bars, box lines, arrows and signs
 //! torchtop draws with). Anything else goes through `Paragraph` itself, so the screen is the
 //! same either way; only the cost differs.
+//!
+//! One thing differs from `Paragraph`, on both paths alike: a line cut at the right edge of its
+//! area ends in [`CUT_MARK`] when real text was cut off ([`mark_cut`]), as htop and nvitop mark
+//! it, so that a reader can tell the sentence goes on.
 
 use ratatui::{
-    buffer::Buffer,
+    buffer::{Buffer, CellWidth},
     layout::{Alignment, Rect},
     style::Style,
     text::{Line, Span, Text},
@@ -56,14 +60,15 @@ impl<'a> Label<'a> {
 /// Whether `c` is drawn by ratatui as one cell of its own: one column wide, and never joined
 /// with its neighbours into one grapheme (no combining mark, joiner or variation selector).
 /// Printable ASCII; Latin-1's signs and letters (not its soft hyphen, an invisible control);
-/// arrows; box drawing, block elements and geometric shapes (not U+25FD and U+25FE, which are
-/// emoji two columns wide). A test checks each against ratatui's own drawing.
+/// the cut mark; arrows; box drawing, block elements and geometric shapes (not U+25FD and
+/// U+25FE, which are emoji two columns wide). A test checks each against ratatui's own drawing.
 pub(crate) fn is_one_cell(c: char) -> bool {
     matches!(
         c,
         ' '..='~'
             | '\u{A1}'..='\u{AC}'
             | '\u{AE}'..='\u{FF}'
+            | CUT_MARK
             | '\u{2190}'..='\u{21FF}'
             | '\u{2500}'..='\u{25FC}'
     )
@@ -72,10 +77,20 @@ pub(crate) fn is_one_cell(c: char) -> bool {
 impl Widget for Label<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         if !self.is_one_cell_text() {
+            let area = area.intersection(buf.area);
+            let lines = usize::from(area.height);
+            let cut = |line: &Line| line_loses_text(line, area.width);
+            // `Paragraph` takes the text; a copy for the marks only in a frame with a cut line.
+            let cut_lines =
+                (self.text.lines.iter().take(lines).any(cut)).then(|| self.text.lines.clone());
             Paragraph::new(self.text)
                 .style(self.style)
                 .alignment(self.alignment)
                 .render(area, buf);
+            let cut_lines = cut_lines.iter().flatten().zip(area.top()..area.bottom());
+            for (_, y) in cut_lines.filter(|(line, _)| cut(line)) {
+                mark_cut(buf, area, y);
+            }
             return;
         }
         let area = area.intersection(buf.area);
@@ -94,7 +109,8 @@ impl Widget for Label<'_> {
 }
 
 /// One line of [`is_one_cell`] characters at row `y` of `area`: each one cell, cut at the
-/// area's width, placed as `Paragraph` places a line (the offset from the cut width).
+/// area's width (the cut marked by [`mark_cut`] where text was lost), placed as `Paragraph`
+/// places a line (the offset from the cut width).
 fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line, base: Style, align: Alignment) {
     let spans = line.spans.iter().map(|s| (s.content.as_ref(), s.style));
     put_runs(buf, area, y, spans, base.patch(line.style), align);
@@ -129,16 +145,68 @@ fn put_runs<'s>(
     // The line's cells, one slice of the buffer's row: no position arithmetic per cell.
     let start = buf.index_of(area.left() + indent, y);
     let mut cells = buf.content[start..start + usize::from(width)].iter_mut();
-    for (text, style) in runs {
+    let mut runs = runs;
+    while let Some((text, style)) = runs.next() {
         let style = line_style.patch(style);
-        // Characters first: a run that ends takes no cell from the next.
-        for (c, cell) in text.chars().zip(cells.by_ref()) {
+        // No more characters than cells are taken: what is left of `chars` was cut off.
+        let mut chars = text.chars();
+        for (c, cell) in chars.by_ref().take(cells.len()).zip(cells.by_ref()) {
             cell.set_char(c).set_style(style);
         }
         if cells.len() == 0 {
+            // Every cell taken: the line is at least as wide as the area and starts at its left
+            // edge, whatever its alignment, so what is left of it was cut at the right edge.
+            let mut rest = chars.chain(runs.flat_map(|(text, _)| text.chars()));
+            if rest.any(|c| c != ' ') {
+                mark_cut(buf, area, y);
+            }
             return;
         }
     }
+}
+
+/// What a line cut at the right edge of its area ends in, in its last cell (U+2026, one column
+/// wide): htop's and nvitop's mark, which tells the reader that the text goes on.
+pub(crate) const CUT_MARK: char = '…';
+
+/// Puts [`CUT_MARK`] in the last cell of row `y` of `area`, in the style that cell has: the
+/// line there was cut at the area's right edge. A wide character just before that cell covers
+/// it (a terminal draws the character over both, and ratatui's diff skips the covered cell), so
+/// the character gives way to a space there.
+pub(crate) fn mark_cut(buf: &mut Buffer, area: Rect, y: u16) {
+    if area.is_empty() {
+        return;
+    }
+    let x = area.right() - 1;
+    if x > area.left() {
+        let before = &mut buf[(x - 1, y)];
+        if before.symbol().cell_width() > 1 {
+            before.set_char(' ');
+        }
+    }
+    buf[(x, y)].set_char(CUT_MARK);
+}
+
+/// Whether a line of `graphemes`, drawn from the left edge of `width` cells as ratatui draws
+/// one (up to the first grapheme that does not fit), loses anything but spaces: real text cut
+/// off, which [`mark_cut`] marks. A line cut only in trailing spaces has lost nothing to read.
+fn loses_text<'g>(graphemes: impl Iterator<Item = &'g str>, width: u16) -> bool {
+    let mut graphemes = graphemes;
+    let mut used = 0u16;
+    let is_text = |g: &str| g.chars().any(|c| c != ' ');
+    while let Some(g) = graphemes.next() {
+        let w = g.cell_width();
+        if used.saturating_add(w) > width {
+            return is_text(g) || graphemes.any(is_text);
+        }
+        used += w;
+    }
+    false
+}
+
+/// [`loses_text`] of the graphemes ratatui draws of `line` (it drops control characters).
+pub(crate) fn line_loses_text(line: &Line, width: u16) -> bool {
+    loses_text(line.styled_graphemes(Style::new()).map(|g| g.symbol), width)
 }
 
 /// Lines of styled runs written into one `String`, which a panel fills each frame without a
@@ -317,6 +385,7 @@ impl<'a> Iterator for RunIter<'a> {
 mod tests {
     use ratatui::style::{Color, Modifier};
     use ratatui::text::Span;
+    use unicode_width::UnicodeWidthStr;
 
     use super::*;
 
@@ -328,18 +397,143 @@ mod tests {
         (base.clone(), base)
     }
 
-    /// The same text drawn by `Paragraph` and by `Label` over the same buffer.
+    /// The same text drawn by `Paragraph` (with the cut marks, [`paragraph_with_marks`]) and by
+    /// `Label` over the same buffer.
     fn both(text: &Text<'static>, style: Style, alignment: Alignment, area: Rect) {
         let (mut theirs, mut ours) = two_screens();
-        Paragraph::new(text.clone())
-            .style(style)
-            .alignment(alignment)
-            .render(area, &mut theirs);
+        paragraph_with_marks(text, style, alignment, area, &mut theirs);
         Label::new(text.clone())
             .style(style)
             .alignment(alignment)
             .render(area, &mut ours);
         assert_eq!(ours, theirs, "{text:?} {alignment:?} in {area:?}");
+    }
+
+    /// What `Label` should draw: `Paragraph`'s drawing, then the cut mark on each line that
+    /// loses text, found apart from [`loses_text`]: the line drawn again with room to spare
+    /// has something past the area's width, or a wide character across its edge.
+    fn paragraph_with_marks(
+        text: &Text<'static>,
+        style: Style,
+        alignment: Alignment,
+        area: Rect,
+        buf: &mut Buffer,
+    ) {
+        Paragraph::new(text.clone())
+            .style(style)
+            .alignment(alignment)
+            .render(area, buf);
+        let area = area.intersection(buf.area);
+        for (line, y) in text.lines.iter().zip(area.top()..area.bottom()) {
+            let mut roomy = Buffer::empty(Rect::new(0, 0, 200, 1));
+            Paragraph::new(line.clone().left_aligned()).render(roomy.area, &mut roomy);
+            let w = area.width;
+            let across = w > 0 && roomy[(w - 1, 0)].symbol().width() > 1;
+            let past = (w..200).any(|x| roomy[(x, 0)].symbol() != " ");
+            if area.is_empty() || !(across || past) {
+                continue;
+            }
+            let last = area.right() - 1;
+            if last > area.left() && buf[(last - 1, y)].symbol().width() > 1 {
+                buf[(last - 1, y)].set_symbol(" ");
+            }
+            buf[(last, y)].set_symbol("…");
+        }
+    }
+
+    /// The symbols of row `y` of `buf`, joined.
+    fn row(buf: &Buffer, y: u16) -> String {
+        let area = buf.area;
+        (area.left()..area.right())
+            .map(|x| buf[(x, y)].symbol())
+            .collect()
+    }
+
+    /// `text` drawn by a `Label` in a screen `width` cells wide and one high.
+    fn label_row(text: impl Into<Text<'static>>, width: u16, alignment: Alignment) -> Buffer {
+        let mut buf = Buffer::empty(Rect::new(0, 0, width, 1));
+        Label::new(text)
+            .alignment(alignment)
+            .render(buf.area, &mut buf);
+        buf
+    }
+
+    #[test]
+    fn a_line_cut_off_ends_in_the_mark_in_its_last_cell() {
+        let alignments = [Alignment::Left, Alignment::Center, Alignment::Right];
+        for alignment in alignments {
+            // The one-cell path and Paragraph's (wide characters).
+            let cut = label_row("in use (98%): a process that allocates", 12, alignment);
+            assert_eq!(row(&cut, 0), "in use (98%…", "{alignment:?}");
+            let wide = label_row("数据 longer than the area", 12, alignment);
+            assert_eq!(row(&wide, 0), "数 据  longer…", "{alignment:?}");
+        }
+        // The mark takes the style of the cell it replaces: the cut text's.
+        let red = Style::new().fg(Color::Red);
+        let line = Line::from(vec![Span::raw("plain "), Span::styled("red text", red)]);
+        let styled = label_row(line, 10, Alignment::Left);
+        assert_eq!(row(&styled, 0), "plain red…");
+        assert_eq!(styled[(9, 0)].fg, Color::Red);
+        // A wide character across the last cell gives way to a space: a terminal would draw
+        // it over the mark.
+        assert_eq!(row(&label_row("ab数据", 4, Alignment::Left), 0), "ab …");
+        assert_eq!(row(&label_row("数据", 1, Alignment::Left), 0), "…");
+        // Runs, on the one-cell path and Paragraph's.
+        for (text, shown) in [
+            ("the host strip ends", "the host s…"),
+            ("数据 wide one", "数 据  wide …"),
+        ] {
+            let mut runs = Runs::default();
+            runs.push(Style::new(), text);
+            runs.end_line(Style::new());
+            let mut buf = Buffer::empty(Rect::new(0, 0, 11, 1));
+            runs.render_styled(buf.area, &mut buf, Style::new());
+            assert_eq!(row(&buf, 0), shown);
+        }
+    }
+
+    #[test]
+    fn a_line_cut_only_in_trailing_spaces_is_unchanged() {
+        for alignment in [Alignment::Left, Alignment::Center, Alignment::Right] {
+            let spaces = label_row("twelve cells     ", 12, alignment);
+            assert_eq!(row(&spaces, 0), "twelve cells", "{alignment:?}");
+            let wide = label_row("数据 ten c   ", 10, alignment);
+            assert_eq!(row(&wide, 0), "数 据  ten c", "{alignment:?}");
+            let fits = label_row("fits", 12, alignment);
+            assert!(!row(&fits, 0).contains('…'), "{alignment:?}");
+        }
+        let mut runs = Runs::default();
+        runs.push(Style::new(), "exactly ten");
+        runs.push(Style::new().fg(Color::Red), "   ");
+        runs.end_line(Style::new());
+        let mut buf = Buffer::empty(Rect::new(0, 0, 11, 1));
+        runs.render_styled(buf.area, &mut buf, Style::new());
+        assert_eq!(row(&buf, 0), "exactly ten");
+    }
+
+    /// A one-cell text, and the same text behind a control character that ratatui drops (which
+    /// sends it through `Paragraph`), draw the same cells, cut marks and all.
+    #[test]
+    fn the_one_cell_path_and_the_paragraph_path_mark_alike() {
+        let texts = [
+            "GPU 0 has 78.1GiB of 79.6GiB in use",
+            "cut only in spaces      ",
+            "fits",
+            "",
+            "exactly twelve!",
+        ];
+        for text in texts {
+            let through_paragraph = format!("\u{7}{text}");
+            assert!(text.chars().all(is_one_cell));
+            assert!(!through_paragraph.chars().all(is_one_cell));
+            for width in [0, 1, 5, 12, 15, 40] {
+                for alignment in [Alignment::Left, Alignment::Center, Alignment::Right] {
+                    let fast = label_row(text, width, alignment);
+                    let slow = label_row(through_paragraph.clone(), width, alignment);
+                    assert_eq!(fast, slow, "{text:?} in {width}, {alignment:?}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -424,6 +618,10 @@ mod tests {
             Text::from("temp 55°C ▂▄█ 数据"),
             Text::from("e\u{301}\u{200d}x"),
             Text::from("tab\there"),
+            // Cut only in trailing spaces, and across a wide character.
+            Text::from("twelve cells      "),
+            Text::from("ab数据 and more"),
+            Text::from(Line::from("cut off at the right").right_aligned()),
         ];
         let areas = [
             Rect::new(0, 0, 12, 1),

@@ -140,38 +140,45 @@ fn column_areas<'s>(
     areas
 }
 
-/// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it: cut at the
-/// right edge, or at the left for a right-aligned text too wide; the cells' styles are kept.
-/// Text that is not one cell a character goes through ratatui's own `Text`.
+/// `text` in `area` (one row), aligned as `column` wants, as a `Table` cell draws it, the cells'
+/// styles kept, but for a text too wide: a `Table` cuts it at the right edge, or at the left
+/// when right-aligned, which shows a figure as other digits (the last 8 of a 10-digit pid read
+/// as another pid). Here any text too wide is cut at the right and, when real text was cut,
+/// ends in [`label::CUT_MARK`]. Text that is not one cell a character goes through ratatui's own
+/// `Text`.
 fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
     let area = area.intersection(buf.area);
-    let right = column.right_aligned();
     if area.is_empty() || text.is_empty() {
         return;
     }
     if !text.chars().all(label::is_one_cell) {
-        let text: Text = if right {
-            Line::from(text).right_aligned().into()
-        } else {
-            Text::from(text)
-        };
-        text.render(area, buf);
+        let line = Line::from(text);
+        if column.right_aligned() && line.width() <= usize::from(area.width) {
+            Text::from(line.right_aligned()).render(area, buf);
+            return;
+        }
+        let text = Text::from(text);
+        (&text).render(area, buf);
+        let first = text.lines.first();
+        if first.is_some_and(|line| label::line_loses_text(line, area.width)) {
+            label::mark_cut(buf, area, area.y);
+        }
         return;
     }
     let (len, width) = (text.chars().count(), usize::from(area.width));
-    let (skip, indent) = match (right, len <= width) {
-        (true, true) => (0, width - len),
-        (true, false) => (len - width, 0),
-        (false, _) => (0, 0),
+    let indent = if column.right_aligned() && len <= width {
+        width - len
+    } else {
+        0
     };
-    if indent >= width {
-        return;
-    }
     // The cell's row of the buffer, as one slice: no position arithmetic per character.
     let start = buf.index_of(area.x + indent as u16, area.y);
     let cells = &mut buf.content[start..start + width - indent];
-    for (cell, c) in cells.iter_mut().zip(text.chars().skip(skip)) {
+    for (cell, c) in cells.iter_mut().zip(text.chars()) {
         cell.set_char(c);
+    }
+    if len > width && text.chars().skip(width).any(|c| c != ' ') {
+        label::mark_cut(buf, area, area.y);
     }
 }
 
@@ -485,7 +492,8 @@ mod tests {
         }
     }
 
-    /// A cell drawn by `put` is the cell ratatui's `Table` draws from the same text.
+    /// A cell drawn by `put` is the cell ratatui's `Table` draws from the same text, but for a
+    /// text too wide: cut at the right whatever its alignment, and marked where text was lost.
     #[test]
     fn cells_draw_as_table_cells_draw() {
         let texts = [
@@ -496,6 +504,7 @@ mod tests {
             "数据 wide",
             "e\u{301} combined",
             "two\nlines",
+            "trailing spaces        ",
         ];
         for text in texts {
             for column in [Column::Pid, Column::Command] {
@@ -503,7 +512,8 @@ mod tests {
                     let mut base = Buffer::empty(Rect::new(0, 0, 30, 3));
                     base.set_string(0, 1, "#".repeat(30), Style::new().bg(Color::Blue));
                     let (mut theirs, mut ours) = (base.clone(), base);
-                    let content: Text = if column.right_aligned() {
+                    let too_wide = Line::from(text).width() > usize::from(width);
+                    let content: Text = if column.right_aligned() && !too_wide {
                         Line::from(text).right_aligned().into()
                     } else {
                         Text::from(text)
@@ -511,11 +521,50 @@ mod tests {
                     let area = Rect::new(2, 1, width, 1);
                     let table = Table::new([Row::new([Cell::from(content)])], [width]);
                     Widget::render(table, area, &mut theirs);
+                    let first = Line::from(text.lines().next().unwrap_or_default());
+                    if label::line_loses_text(&first, width) {
+                        label::mark_cut(&mut theirs, area, area.y);
+                    }
                     put(&mut ours, area, text, column);
                     assert_eq!(ours, theirs, "{text:?} {column:?} {width}");
                 }
             }
         }
+    }
+
+    /// The cells' text of a cell `width` wide drawn by `put`.
+    fn put_text(text: &str, column: Column, width: u16) -> String {
+        let area = Rect::new(0, 0, width, 1);
+        let mut buf = Buffer::empty(area);
+        put(&mut buf, area, text, column);
+        (0..width).map(|x| buf[(x, 0)].symbol()).collect()
+    }
+
+    /// The PID column is 8 cells: the tag mark and 7 digits, room for any Linux pid (pid_max
+    /// is at most 4194304). NVML may report a longer one; its last 8 digits would read as
+    /// another pid, which a user could signal.
+    #[test]
+    fn a_pid_too_wide_for_its_column_is_never_shown_as_other_digits() {
+        assert_eq!(put_text(" 2147483000", Column::Pid, 8), " 214748…");
+        assert_eq!(put_text("*2147483000", Column::Pid, 8), "*214748…");
+        assert_eq!(put_text(" 4194304", Column::Pid, 8), " 4194304");
+        assert_eq!(put_text("   20000", Column::Pid, 8), "   20000");
+        // Any figure too wide, through ratatui's `Text` too.
+        assert_eq!(put_text("123456.7", Column::Cpu, 6), "12345…");
+        assert_eq!(put_text("1234°", Column::Cpu, 4), "123…");
+    }
+
+    #[test]
+    fn a_command_cut_at_the_right_edge_ends_in_the_mark() {
+        assert_eq!(
+            put_text(NOT_VISIBLE, Column::Command, 30),
+            "not visible here (another con…"
+        );
+        assert_eq!(
+            put_text("python3 train.py  ", Column::Command, 16),
+            "python3 train.py"
+        );
+        assert_eq!(put_text("数据 python3", Column::Command, 8), "数 据  py…");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use crate::model::{
     MemoryInfo, ProcessKind, Severity, Snapshot, Subject, SwapInfo, TorchInfo, VmSettings, Warning,
 };
 
+#[path = "cut_tests.rs"]
+mod cut_tests;
 #[path = "detail_tests.rs"]
 mod detail_tests;
 #[path = "layout_tests.rs"]
