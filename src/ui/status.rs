@@ -20,8 +20,6 @@ const HINTS: &str = " q quit  ? help  / filter  t tree  Space tag  T/K/I signal 
 const SHORT_HINTS: &str = " q quit  ? help";
 /// In the help, the detail view or the warnings view, where `q` closes the view.
 const VIEW_HINTS: &str = " q close  F10 quit";
-/// A status sentence gets this many cells (or its length) before the hints are shortened.
-const STATUS_ROOM: usize = 40;
 /// Cells of the gaps around the status sentence.
 const STATUS_PADDING: usize = 3;
 const FILTER_HINTS: &str = "Enter keep  Esc clear";
@@ -90,8 +88,9 @@ fn filter_prompt(app: &App, theme: Theme) -> Line<'static> {
 }
 
 /// The kept filter, the tag count and the status sentence; and the key hints, which go at the
-/// right. The sentence is cut (with "…") to the cells the others leave in `width`, counted as
-/// the terminal draws them (a wide character takes two).
+/// right, shortened for a sentence, and left out for one that then fits whole. A longer one is
+/// cut (with "…") to the cells the others leave in `width`, counted as the terminal draws them
+/// (a wide character takes two).
 fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, Span<'static>) {
     let mut spans = Vec::new();
     let mut chip = |text: String, style| {
@@ -131,9 +130,15 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
     }
     if let Some(status) = &app.status {
         let status = escape(status);
-        let wanted = status.width().min(STATUS_ROOM) + STATUS_PADDING;
-        if width.saturating_sub(taken + hints.width()) < wanted {
+        let free = |hints: &str| width.saturating_sub(taken + hints.width());
+        // The sentence goes whole where it can (a snapshot's path, which the user needs for
+        // `torchtop snapshot`): the hints shorten for it, and go until the next key if need be.
+        let whole = status.width() + STATUS_PADDING;
+        if whole > free(hints) {
             hints = short;
+        }
+        if whole > free(hints) && whole <= free("") {
+            hints = "";
         }
         let room = width.saturating_sub(taken + hints.width() + STATUS_PADDING);
         if room > 0 {

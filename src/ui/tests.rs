@@ -1245,6 +1245,17 @@ fn a_long_status_sentence_is_cut_and_the_key_hints_stay() {
     let last = s.lines().last().unwrap();
     assert!(last.contains("process 1234 has exited"), "{last}");
     assert!(last.ends_with("F6 sort"), "room for all the hints: {last}");
+    // A sentence that fits whole without (some of) the hints is not cut for them: the path is
+    // what the user needs next. It was cut to "...20261203-172558…" below 160 columns.
+    let path = "agent of 16448: snapshot written to /tmp/ux/agents/\
+                16448-snapshot-20261203-172558.pickle; opening it";
+    app.status = Some(path.to_string());
+    for (width, hints) in [(104, ""), (120, "q quit  ? help")] {
+        let s = screen(&app, width, 30);
+        let last = s.lines().last().unwrap();
+        assert!(last.contains(path), "{width}: {last}");
+        assert!(last.trim_end().ends_with(hints), "{width}: {last}");
+    }
     app.readonly = true;
     app.status = Some("y".repeat(300));
     let s = screen(&app, 80, 24);
