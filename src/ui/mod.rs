@@ -33,6 +33,7 @@ mod tests;
 
 use ratatui::{
     layout::{Alignment, Rect},
+    style::Style,
     widgets::{Paragraph, Wrap},
     Frame,
 };
@@ -152,16 +153,23 @@ fn draw_hidden_note(frame: &mut Frame, area: Rect, hidden: layout::Hidden, theme
         (hidden.pytorch, "PyTorch"),
     ];
     let names = names.iter().filter_map(|(h, name)| h.then_some(*name));
-    let mut text = String::from(" ");
-    for (i, name) in names.enumerate() {
-        if i > 0 {
-            text.push_str(", ");
+    // Written into the kept runs: drawn at every frame of a small terminal, it allocated five
+    // times a frame.
+    let mut scratch = scratch::take();
+    let runs = &mut scratch.runs;
+    runs.clear();
+    runs.push_with(theme.dim(), |text| {
+        text.push(' ');
+        for (i, name) in names.enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(name);
         }
-        text.push_str(name);
-    }
-    text.push_str(" hidden: enlarge the terminal to see them");
-    let text = crate::format::truncate(&text, usize::from(area.width));
-    frame.render_widget(label::Label::new(text).style(theme.dim()), area);
+        text.push_str(" hidden: enlarge the terminal to see them");
+    });
+    runs.end_line(Style::new());
+    frame.render_widget(&*runs, area);
 }
 
 fn draw_too_small(frame: &mut Frame, screen: Rect, width: u16, height: u16) {
