@@ -479,6 +479,7 @@ fn dress(
             p.children_cpu_percent = Some(((284.0 + j.next() * 8.0) * 10.0).round() / 10.0);
         }
     }
+    owned_by_alice(snapshot);
     let table = std::mem::take(&mut snapshot.host_processes);
     for mut h in table {
         tidy(&mut h.command);
@@ -496,6 +497,28 @@ fn dress(
             h.ppid = 1;
         }
         snapshot.host_processes.push(h);
+    }
+}
+
+/// The job's id names its processes' user, recorded as the build machine's: the dressed
+/// user's name instead, wherever the id was written.
+fn owned_by_alice(snapshot: &mut Snapshot) {
+    let fix = |text: &mut String| {
+        if text.contains(" (root)") {
+            *text = text.replace(" (root)", " (alice)");
+        }
+    };
+    for job in &mut snapshot.jobs {
+        fix(&mut job.id);
+    }
+    for warning in &mut snapshot.warnings {
+        if let torchtop::model::Subject::Job { id } = &mut warning.subject {
+            fix(id);
+        }
+        fix(&mut warning.message);
+        for (_, value) in &mut warning.evidence {
+            fix(value);
+        }
     }
 }
 
