@@ -420,15 +420,33 @@ class _Agent:
                 os.unlink(self.path)  # left by an earlier process that had our pid
         except FileNotFoundError:
             pass
+        # Bound and listening under a name torchtop does not take for an agent's, then renamed
+        # into place: a monitor that lists the directory between bind() and listen() was
+        # refused, and waited seconds to try again (a `torchtop --once` never did).
+        staging = self.path + ".new"
+        if len(os.fsencode(staging)) >= 108:  # sun_path: bind the name itself, as before
+            staging = self.path
+        if staging != self.path:
+            try:
+                os.unlink(staging)  # left by an earlier process that had our pid
+            except FileNotFoundError:
+                pass
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
+            listener.bind(staging)
             # The directory is 0700 already; the chmod closes the socket itself too.
-            os.chmod(self.path, 0o600)
+            os.chmod(staging, 0o600)
             listener.listen(16)
             listener.setblocking(False)
+            if staging != self.path:
+                os.rename(staging, self.path)
         except Exception:
             listener.close()
+            if staging != self.path:
+                try:
+                    os.unlink(staging)
+                except OSError:
+                    pass
             raise
         self.listener = listener
         self.selector.register(listener, selectors.EVENT_READ, "listener")

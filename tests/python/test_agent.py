@@ -296,6 +296,28 @@ class PermissionTests(AgentCase):
         os.chown(self.dir, 65534, 65534)
         self.assert_refused(self.dir, "owned by uid 65534")
 
+    def test_the_socket_appears_only_once_it_listens(self):
+        # A monitor that connected between bind() and listen() was refused, and tried again
+        # only seconds later: `torchtop --once` then showed the process without its agent.
+        os.mkdir(self.dir, 0o700)
+        final = os.path.join(self.dir, "%d.sock" % os.getpid())
+        seen = []
+        real_chmod = torchtop_agent.os.chmod
+
+        def chmod(path, mode, *args, **kwargs):
+            seen.append(os.path.exists(final))
+            return real_chmod(path, mode, *args, **kwargs)
+
+        torchtop_agent.os.chmod = chmod
+        try:
+            path = self.start()
+        finally:
+            torchtop_agent.os.chmod = real_chmod
+        self.assertEqual(path, final)
+        self.assertEqual(seen, [False], "the socket was in place before it listened")
+        self.assertEqual(os.listdir(self.dir), [os.path.basename(final)])
+        self.assertEqual(self.connect(path).read()["type"], "hello")
+
     def test_replaces_stale_socket_of_same_pid(self):
         os.mkdir(self.dir, 0o700)
         stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
