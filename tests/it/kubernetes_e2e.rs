@@ -153,7 +153,7 @@ fn once_json_names_both_pods_and_groups_their_ranks_as_one_job() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|j| j["id"] == JOB)
+        .find(|j| j["id"] == common::job_of_mine(JOB))
         .unwrap_or_else(|| panic!("no {JOB:?} in {:#}", doc["jobs"]));
     let ranks: Vec<(u64, u64)> = job["ranks"]
         .as_array()
@@ -187,7 +187,9 @@ fn the_tui_shows_each_pod_and_the_job_across_them() {
         row_of(MASTER, "pj-master-0")
             && row_of(WORKER, "pj-worker-0")
             && screen.lines().any(|l| {
-                l.starts_with(&format!("JOB {JOB} ")) && l.contains("r0") && l.contains("r1")
+                l.starts_with(&format!("JOB {} ", common::job_of_mine(JOB)))
+                    && l.contains("r0")
+                    && l.contains("r1")
             })
     };
     assert!(
