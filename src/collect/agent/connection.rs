@@ -86,7 +86,9 @@ pub(crate) fn open(
     })
 }
 
-/// The start time of `pid`, once its process is known to be `uid`'s (real or effective uid).
+/// The start time of `pid`, once its process is known to be wholly `uid`'s: its real and its
+/// effective uid both. Either alone let a listener that then ran a setuid program (real uid the
+/// user's, effective root's) put the user's figures on a row that shows root's process.
 fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
     let proc = Path::new("/proc");
     let gone = || Refusal {
@@ -96,17 +98,24 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
     let stat = read_pid_stat(proc, pid).map_err(|_| gone())?;
     let status = read_pid_status(proc, pid).map_err(|_| gone())?;
     let [real, effective, ..] = status.uids.unwrap_or([status.uid; 4]);
-    if real != uid && effective != uid {
-        return Err(Refusal {
-            reason: format!(
-                "{} is served by uid {uid} as pid {pid}, but pid {pid} is now uid {real}'s \
-                 process: the process that listened has ended and its pid was reused",
-                path.display()
-            ),
-            bad_input: true,
-        });
+    if real == uid && effective == uid {
+        return Ok(stat.start_ticks);
     }
-    Ok(stat.start_ticks)
+    let why = if real == uid {
+        format!("runs with the rights of uid {effective}")
+    } else {
+        format!(
+            "is now uid {real}'s process: the process that listened has ended and its pid \
+                 was reused"
+        )
+    };
+    Err(Refusal {
+        reason: format!(
+            "{} is served by uid {uid} as pid {pid}, but pid {pid} {why}",
+            path.display()
+        ),
+        bad_input: true,
+    })
 }
 
 /// A Unix-socket connect that fails instead of waiting when the agent's backlog is full. The
@@ -155,5 +164,42 @@ mod tests {
         ] {
             assert_eq!(socket_file_pid(OsStr::new(bad)), None, "{bad}");
         }
+    }
+
+    /// A process of two users at once (here real uid 65534, effective root, as after a
+    /// setuid program) is neither user's agent.
+    #[test]
+    fn a_process_whose_real_and_effective_uids_differ_serves_neither() {
+        if crate::sys::effective_uid() != 0 {
+            return; // setresuid to another user needs root; CI runs as root
+        }
+        let script = "import os, sys, time\n\
+                      os.setresuid(65534, 0, 0)\n\
+                      print('ready', flush=True)\n\
+                      time.sleep(60)\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut ready = String::new();
+        let stdout = child.stdout.take().unwrap();
+        io::BufRead::read_line(&mut io::BufReader::new(stdout), &mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready");
+        let path = Path::new("/tmp/torchtop-65534/1.sock");
+        let as_nobody = check_peer_process(path, child.id(), 65534);
+        let as_root = check_peer_process(path, child.id(), 0);
+        let _ = child.kill();
+        let _ = child.wait();
+        let refused = as_nobody.unwrap_err();
+        assert!(
+            refused.reason.contains("runs with the rights of uid 0"),
+            "{}",
+            refused.reason
+        );
+        assert!(
+            as_root.is_err(),
+            "root's check passed a process of real uid 65534"
+        );
     }
 }

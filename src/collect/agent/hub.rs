@@ -2,7 +2,8 @@
 //! directory and, for root, of other users' (`dirs`, `defaults`). Each [`AgentHub::poll`] reaps
 //! ended connections, collects answers to commands and times out the unanswered ones, checks
 //! each directory (owner, mode, not a symlink: every poll), connects to new sockets (at most
-//! [`Limits::max_connections`] open, the one idle longest dropped to make room; a directory is
+//! [`Limits::max_connections`] open, the one idle longest of the user who holds the most dropped
+//! to make room; a directory is
 //! listed only when [`scan`] says it may have changed, and once when two paths lead to it), and
 //! returns the latest figures per pid, shared with the hub and rebuilt only when an agent says
 //! something new.
@@ -26,6 +27,7 @@ use crate::protocol::AgentCommand;
 mod defaults;
 mod dirs;
 mod discovery;
+mod evict;
 mod scan;
 
 use dirs::{DirId, Watched};
@@ -83,6 +85,8 @@ pub(crate) enum CommandOutcome {
 /// The hub's side of one connection: what it needs to send commands and to reconnect.
 struct HubConn {
     dir: DirId,
+    /// The uid that serves it (the directory's owner).
+    owner: u32,
     file_pid: u32,
     pid: u32,
     stream: Arc<UnixStream>,

@@ -1,6 +1,6 @@
 //! How the hub finds agents: scanning a socket directory (bounded per poll), opening a
 //! connection to each new socket, refusing or retrying the ones that fail, making room by
-//! dropping the connection idle longest, and removing stale sockets of our own.
+//! dropping a connection of the user who holds the most, and removing stale sockets of our own.
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -16,6 +16,7 @@ use super::super::connection::{self, socket_file_pid, Refusal};
 use super::super::reader::Reader;
 use super::super::state::{lock, ConnState};
 use super::dirs::MAX_NAMED_ENTRIES;
+use super::evict::{self, Held};
 use super::{AgentHub, DirId, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
 use crate::protocol::sockets::{open_checked_dir, CheckedDir};
 use crate::sys::effective_uid;
@@ -141,7 +142,7 @@ impl AgentHub {
             return self.refuse(key, refusal, now);
         }
         if self.conns.len() >= self.limits.max_connections {
-            self.evict_oldest_idle(file_pid, now);
+            self.make_room(file_pid, owner, now);
         }
         if let Err(problem) = self.start_reader() {
             return self.refuse(key, problem, now);
@@ -156,6 +157,7 @@ impl AgentHub {
             id,
             HubConn {
                 dir,
+                owner,
                 file_pid,
                 pid,
                 stream: Arc::clone(&stream),
@@ -210,14 +212,28 @@ impl AgentHub {
         true
     }
 
-    /// Makes room for the agent of `newcomer` by dropping the connection silent longest.
-    fn evict_oldest_idle(&mut self, newcomer: u32, now: Instant) {
-        let oldest = lock(&self.shared)
-            .conns
-            .iter()
-            .min_by_key(|(_, state)| state.last_line_at)
-            .map(|(&id, state)| (id, state.pid, state.last_line_at));
-        let Some((id, pid, last_line_at)) = oldest else {
+    /// Makes room for the agent of `newcomer`, served by uid `owner`, by dropping the connection
+    /// silent longest of the user who holds the most ([`evict::to_drop`]).
+    fn make_room(&mut self, newcomer: u32, owner: u32, now: Instant) {
+        let chosen = {
+            let shared = lock(&self.shared);
+            let held: Vec<Held> = self
+                .conns
+                .iter()
+                .filter_map(|(&id, conn)| {
+                    let state = shared.conns.get(&id)?;
+                    Some(Held {
+                        id,
+                        owner: conn.owner,
+                        last_line_at: state.last_line_at,
+                    })
+                })
+                .collect();
+            evict::to_drop(&held, owner)
+                .and_then(|id| Some((id, shared.conns.get(&id)?)))
+                .map(|(id, state)| (id, state.pid, state.last_line_at))
+        };
+        let Some((id, pid, last_line_at)) = chosen else {
             return;
         };
         let idle = now.saturating_duration_since(last_line_at).as_secs_f64();
