@@ -110,10 +110,11 @@ pub(crate) fn job_key(process: &GpuProcess) -> Option<String> {
 /// The keys a process's environment makes (a torchelastic run id, a rendezvous address) carry
 /// its user: any user can set `MASTER_ADDR`, `MASTER_PORT` and `RANK` to join another user's
 /// job, whose rank list, rules and exporter series then took in their process. A launcher's
-/// pid and a Slurm job id are not theirs to choose (the cgroup's id wins over the environment's).
+/// pid is not theirs to choose, nor a Slurm job id that the process's cgroup names (slurmd makes
+/// those); one read from SLURM_JOB_ID alone carries the user like the others.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum JobKey<'a> {
-    Slurm(&'a str),
+    Slurm(&'a str, Owner<'a>),
     Torchelastic(&'a str, Owner<'a>),
     /// `scope`: the pod or container of a loopback (or missing) address, which names a
     /// network namespace's own rendezvous: two containers' `torchrun`s both use 127.0.0.1:29500.
@@ -159,7 +160,7 @@ impl fmt::Display for Scope<'_> {
 impl fmt::Display for JobKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            JobKey::Slurm(id) => write!(f, "slurm job {id}"),
+            JobKey::Slurm(id, owner) => write!(f, "slurm job {id}{owner}"),
             JobKey::Torchelastic(id, owner) => write!(f, "torchelastic run {id}{owner}"),
             JobKey::Master {
                 addr,
@@ -225,11 +226,16 @@ pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
     if !distributed {
         return None;
     }
+    let owner = Owner(process.user.as_deref());
     if let Some(slurm) = &process.slurm {
-        return Some(JobKey::Slurm(&slurm.job_id));
+        let cgroup_job = process.cgroup.as_deref().and_then(|c| c.slurm_job.as_deref());
+        let from_slurmd = cgroup_job == Some(slurm.job_id.as_str());
+        return Some(JobKey::Slurm(
+            &slurm.job_id,
+            if from_slurmd { Owner(None) } else { owner },
+        ));
     }
     let env = process.env.as_ref();
-    let owner = Owner(process.user.as_deref());
     let run_id = env
         .and_then(|e| non_empty(e.torchelastic_run_id.as_ref()))
         .filter(|id| *id != "none");
@@ -528,6 +534,41 @@ mod tests {
             job_key(&of(12, 1, "mallory")).as_deref(),
             Some("job 10.0.0.5:29500 (mallory)")
         );
+    }
+
+    /// SLURM_JOB_ID is as easy to set as MASTER_ADDR: read from the environment alone, it names
+    /// its user; named by the cgroup slurmd made, it is the job's own and names no one.
+    #[test]
+    fn a_slurm_job_id_only_the_environment_gives_names_its_user() {
+        let task = |pid: u32, procid: u32, user: &str, in_cgroup: bool| {
+            let mut p = process(pid, procid, 1 << 30);
+            p.user = Some(user.into());
+            p.slurm = Some(std::sync::Arc::new(crate::model::SlurmTask {
+                job_id: "4242".into(),
+                proc_id: Some(procid),
+                ntasks: Some(2),
+                ..Default::default()
+            }));
+            if in_cgroup {
+                p.cgroup = Some(std::sync::Arc::new(crate::model::Cgroup {
+                    slurm_job: Some("4242".into()),
+                    ..Default::default()
+                }));
+            }
+            p
+        };
+        let from_slurmd = group_jobs(&[task(50, 0, "alice", true), task(51, 1, "alice", true)]);
+        assert_eq!(from_slurmd[0].id, "slurm job 4242");
+        // mallory's process outside any Slurm cgroup claims alice's job and rank 1.
+        let jobs = group_jobs(&[
+            task(50, 0, "alice", false),
+            task(51, 1, "alice", false),
+            task(52, 1, "mallory", false),
+        ]);
+        assert_eq!(jobs.len(), 1, "{jobs:#?}");
+        assert_eq!(jobs[0].id, "slurm job 4242 (alice)");
+        let pids: Vec<u32> = jobs[0].ranks.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [50, 51]);
     }
 
     #[test]
