@@ -4,6 +4,7 @@
 
 pub(crate) mod clock;
 pub(crate) mod json;
+pub(crate) mod path;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

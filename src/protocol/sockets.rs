@@ -12,6 +12,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::format::path::named;
 use crate::sys::effective_uid;
 
 /// The socket directory for these environment values: `$TORCHTOP_AGENT_DIR`, else
@@ -57,22 +58,19 @@ pub(crate) fn check_socket_dir(dir: &Path) -> Result<Option<CheckedDir>, String>
     let meta = match fs::symlink_metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+        Err(e) => return Err(format!("cannot inspect {}: {e}", named(dir))),
     };
     if meta.file_type().is_symlink() {
-        return Err(format!(
-            "{} is a symlink; refusing to use it",
-            dir.display()
-        ));
+        return Err(format!("{} is a symlink; refusing to use it", named(dir)));
     }
     if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(format!("{} is not a directory", named(dir)));
     }
     check_owner(dir, meta.uid(), RootMayUseAny::Yes)?;
     if meta.mode() & 0o077 != 0 {
         return Err(format!(
             "{} has mode {:o}; it must be accessible by its owner only (0700)",
-            dir.display(),
+            named(dir),
             meta.mode() & 0o7777
         ));
     }
@@ -93,14 +91,14 @@ pub(crate) fn open_checked_dir(dir: &Path, checked: CheckedDir) -> Result<OwnedF
     use rustix::io::Errno;
     let flags =
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let changed = || format!("{} changed since it was checked; not read", dir.display());
+    let changed = || format!("{} changed since it was checked; not read", named(dir));
     let fd = open(dir, flags, Mode::empty()).map_err(|e| match e {
         // A symlink (refused with O_DIRECTORY as not a directory) or nothing in its place.
         Errno::LOOP | Errno::NOTDIR | Errno::NOENT => changed(),
-        e => format!("cannot open {}: {}", dir.display(), io::Error::from(e)),
+        e => format!("cannot open {}: {}", named(dir), io::Error::from(e)),
     })?;
-    let stat = fstat(&fd)
-        .map_err(|e| format!("cannot inspect {}: {}", dir.display(), io::Error::from(e)))?;
+    let stat =
+        fstat(&fd).map_err(|e| format!("cannot inspect {}: {}", named(dir), io::Error::from(e)))?;
     let open_to_others = stat.st_mode & 0o077 != 0;
     let same =
         (stat.st_dev, stat.st_ino) == checked.id && stat.st_uid == checked.owner && !open_to_others;
@@ -116,16 +114,15 @@ pub fn ensure_socket_dir(dir: &Path) -> Result<u32, String> {
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && !parent.exists() {
             fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                .map_err(|e| format!("cannot create {}: {e}", named(parent)))?;
         }
     }
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        Err(e) => return Err(format!("cannot create {}: {e}", named(dir))),
     }
-    inspect_socket_dir(dir)?
-        .ok_or_else(|| format!("{} vanished while being created", dir.display()))
+    inspect_socket_dir(dir)?.ok_or_else(|| format!("{} vanished while being created", named(dir)))
 }
 
 /// [`ensure_socket_dir`] for a directory an agent serves in: it must be ours even when we are
@@ -152,7 +149,7 @@ fn check_owner(dir: &Path, owner: u32, root: RootMayUseAny) -> Result<(), String
     }
     Err(format!(
         "{} is owned by uid {owner}, not by us (uid {me})",
-        dir.display()
+        named(dir)
     ))
 }
 
@@ -208,6 +205,14 @@ mod tests {
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
         assert!(ensure_own_socket_dir(&open).unwrap_err().contains("0700"));
+
+        // A name another user chose is quoted, so that it cannot pass for torchtop's words.
+        let forged = base.join("x: agents read; all good");
+        fs::create_dir(&forged).unwrap();
+        fs::set_permissions(&forged, fs::Permissions::from_mode(0o755)).unwrap();
+        let refused = check_socket_dir(&forged).unwrap_err();
+        let quoted = format!("\"{}\" has mode 755", forged.display());
+        assert!(refused.starts_with(&quoted), "{refused}");
 
         let file = base.join("file");
         fs::write(&file, "").unwrap();

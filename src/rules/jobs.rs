@@ -228,7 +228,10 @@ pub(crate) fn job_key_of(process: &GpuProcess) -> Option<JobKey<'_>> {
     }
     let owner = Owner(process.user.as_deref());
     if let Some(slurm) = &process.slurm {
-        let cgroup_job = process.cgroup.as_deref().and_then(|c| c.slurm_job.as_deref());
+        let cgroup_job = process
+            .cgroup
+            .as_deref()
+            .and_then(|c| c.slurm_job.as_deref());
         let from_slurmd = cgroup_job == Some(slurm.job_id.as_str());
         return Some(JobKey::Slurm(
             &slurm.job_id,

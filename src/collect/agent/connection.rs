@@ -12,6 +12,7 @@ use std::path::Path;
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::format::path::named;
 use crate::sys::peer_credentials;
 use crate::sys::proc::{read_pid_stat, read_pid_status};
 
@@ -65,7 +66,7 @@ pub(crate) fn open(
         return Err(Refusal {
             reason: format!(
                 "{} is served by uid {peer_uid}, but the directory belongs to uid {owner}",
-                path.display()
+                named(path)
             ),
             bad_input: true,
         });
@@ -92,7 +93,7 @@ pub(crate) fn open(
 fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
     let proc = Path::new("/proc");
     let gone = || Refusal {
-        reason: format!("pid {pid}, which serves {}, has ended", path.display()),
+        reason: format!("pid {pid}, which serves {}, has ended", named(path)),
         bad_input: false,
     };
     let stat = read_pid_stat(proc, pid).map_err(|_| gone())?;
@@ -112,7 +113,7 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
     Err(Refusal {
         reason: format!(
             "{} is served by uid {uid} as pid {pid}, but pid {pid} {why}",
-            path.display()
+            named(path)
         ),
         bad_input: true,
     })
@@ -123,7 +124,7 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
 /// the socket's buffer fails at once instead of stalling the sampler.
 fn connect_nonblocking(path: &Path, through: &Path) -> Result<UnixStream, String> {
     let addr = SocketAddrUnix::new(through)
-        .map_err(|_| format!("{} is too long for a Unix socket path", path.display()))?;
+        .map_err(|_| format!("{} is too long for a Unix socket path", named(path)))?;
     let socket = net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -134,14 +135,10 @@ fn connect_nonblocking(path: &Path, through: &Path) -> Result<UnixStream, String
     net::connect(&socket, &addr).map_err(|e| match e {
         Errno::AGAIN => format!(
             "{} is not accepting connections (backlog full)",
-            path.display()
+            named(path)
         ),
-        Errno::CONNREFUSED => format!("nothing listens on {}", path.display()),
-        e => format!(
-            "cannot connect to {}: {}",
-            path.display(),
-            io::Error::from(e)
-        ),
+        Errno::CONNREFUSED => format!("nothing listens on {}", named(path)),
+        e => format!("cannot connect to {}: {}", named(path), io::Error::from(e)),
     })?;
     Ok(UnixStream::from(socket))
 }

@@ -30,6 +30,7 @@ mod discovery;
 mod evict;
 mod scan;
 
+use crate::format::path::named;
 use dirs::{DirId, Watched};
 
 const RETRY_AFTER_END: Duration = Duration::from_secs(1);
@@ -208,7 +209,7 @@ impl AgentHub {
             (Some(checked), Some(user)) if checked.owner != user => Err(format!(
                 "{} belongs to uid {}, but uid {user}'s processes name it as their agents' \
                  directory",
-                dir.path.display(),
+                named(&dir.path),
                 checked.owner
             )),
             // Root's own, by default: another user can make `/tmp/torchtop-0` before root
@@ -217,7 +218,7 @@ impl AgentHub {
             (Some(checked), None) if checked.owner != own_uid && !chosen => Err(format!(
                 "{} belongs to uid {}, not to us (uid {own_uid}); a user's agents are read \
                  through their processes",
-                dir.path.display(),
+                named(&dir.path),
                 checked.owner
             )),
             (checked, _) => Ok(checked),

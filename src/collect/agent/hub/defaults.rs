@@ -153,7 +153,7 @@ impl AgentHub {
         }
         self.census.take(now);
         while self.census.told < self.census.cut_short.len() {
-            let place = self.census.cut_short[self.census.told].display();
+            let place = crate::format::path::named(&self.census.cut_short[self.census.told]);
             let line = format!(
                 "{place} holds more than {MAX_CENSUS_ENTRIES} entries; the agents of users' \
                  processes that hold no GPU may be missed there"

@@ -18,6 +18,7 @@ use super::super::state::{lock, ConnState};
 use super::dirs::MAX_NAMED_ENTRIES;
 use super::evict::{self, Held};
 use super::{AgentHub, DirId, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
+use crate::format::path::named;
 use crate::protocol::sockets::{open_checked_dir, CheckedDir};
 use crate::sys::effective_uid;
 
@@ -116,7 +117,7 @@ impl AgentHub {
             let line = format!(
                 "{} holds more than {bound} entries; only the first {bound} are looked at each \
                  time",
-                dir.path.display()
+                named(&dir.path)
             );
             self.push_log(line);
         }
@@ -135,7 +136,7 @@ impl AgentHub {
             let refusal = Refusal {
                 reason: format!(
                     "{} is served by pid {pid}, whose agent is already connected",
-                    path.display()
+                    named(path)
                 ),
                 bad_input: true,
             };
@@ -261,7 +262,7 @@ impl AgentHub {
         if owner != effective_uid() || self.is_named_by_a_process(key.0) {
             return;
         }
-        let shown = socket.shown.display();
+        let shown = named(&socket.shown);
         match rustix::fs::unlinkat(&listing.fd, socket.name.as_os_str(), AtFlags::empty()) {
             Ok(()) => self.push_log(format!("removed stale socket {shown} (pid {pid} is gone)")),
             Err(e) => self.push_log(format!(
