@@ -11,7 +11,7 @@ use crate::sampler::{self, GpuLoader, SamplerConfig};
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
-use crate::model::{GpuProcess, GpuSample, GpuState, Severity, Snapshot};
+use crate::model::{GpuProcess, GpuSample, GpuState, MigDevice, Severity, Snapshot};
 
 // The rule and its statuses live in the model, where `torchtop cluster --once` shares them.
 pub use crate::model::{EXIT_CRITICAL, EXIT_WARN};
@@ -126,12 +126,17 @@ pub fn text(snapshot: &Snapshot) -> String {
     }
     for gpu in &snapshot.gpus {
         let _ = writeln!(out, "{}", gpu_line(gpu));
+        for mig in &gpu.mig_devices {
+            let _ = writeln!(out, "{}", mig_line(gpu.index, mig));
+        }
         for process in snapshot
             .processes
             .iter()
             .filter(|p| !p.no_gpu && p.gpu == gpu.index)
         {
-            let _ = writeln!(out, "{}", process_line(process));
+            let mig = gpu.mig_device_of(process.pid);
+            let place = mig.map(|m| mig_place(gpu.index, m));
+            let _ = writeln!(out, "{}", process_line(process, place.as_deref()));
             if let Some(line) = torch_line(process, Some(gpu.index)) {
                 let _ = writeln!(out, "{line}");
             }
@@ -143,7 +148,7 @@ pub fn text(snapshot: &Snapshot) -> String {
     if !agent_only.is_empty() {
         let _ = writeln!(out, "[-] no GPU: PyTorch processes with an agent");
         for process in agent_only {
-            let _ = writeln!(out, "{}", process_line(process));
+            let _ = writeln!(out, "{}", process_line(process, None));
             if let Some(line) = torch_line(process, None) {
                 let _ = writeln!(out, "{line}");
             }
@@ -171,10 +176,12 @@ pub fn text(snapshot: &Snapshot) -> String {
     out
 }
 
-/// One process under its GPU: pid, user, GPU memory, command line (escaped).
-fn process_line(process: &GpuProcess) -> String {
+/// One process under its GPU: its MIG device (`place`, as [`mig_place`] writes it) when it
+/// runs on one, pid, user, GPU memory, command line (escaped).
+fn process_line(process: &GpuProcess, place: Option<&str>) -> String {
     format!(
-        "      {:>7} {:<10} {:>9}  {}",
+        "{:>5} {:>7} {:<10} {:>9}  {}",
+        place.unwrap_or(""),
         process.pid,
         or_na(process.user.as_deref()),
         bytes(process.gpu_memory_bytes),
@@ -219,6 +226,27 @@ fn torch_line(process: &GpuProcess, gpu: Option<u32>) -> Option<String> {
         );
     }
     Some(line)
+}
+
+/// A MIG device's place as the monitor's GPU column and MIG sub-rows write it: `0:1`, GPU 0's
+/// MIG device 1 (as nvitop writes it).
+fn mig_place(gpu: u32, mig: &MigDevice) -> String {
+    format!("{gpu}:{}", mig.index)
+}
+
+/// A MIG device under its GPU, as the monitor's sub-row: place, profile (`2g.20gb`, the name
+/// after " MIG "), GPU and compute instance ids, memory.
+fn mig_line(gpu: u32, mig: &MigDevice) -> String {
+    let profile = (mig.name.as_deref()).map(|n| n.rsplit(" MIG ").next().unwrap_or(n));
+    format!(
+        "  MIG {} {} | GI {} CI {} | {} / {}",
+        mig_place(gpu, mig),
+        or_na(profile),
+        count(mig.gpu_instance_id.map(u64::from)),
+        count(mig.compute_instance_id.map(u64::from)),
+        bytes(mig.memory_used_bytes),
+        bytes(mig.memory_total_bytes),
+    )
 }
 
 fn gpu_line(gpu: &GpuSample) -> String {
@@ -362,6 +390,50 @@ mod tests {
         );
         assert!(lines[1].contains("cuda:1 allocated 20.0GiB"), "{text}");
         assert!(!lines[1].contains("cuda:0"), "{text}");
+    }
+
+    /// A user's review: the monitor labels a process on a MIG device `0:1` and lists the
+    /// devices under their GPU; `--once` text said neither.
+    #[test]
+    fn mig_devices_and_their_processes_are_labelled_as_the_monitor_does() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        let mig = |index: u32, gi: Option<u32>, profile: &str, pid: u32| MigDevice {
+            index,
+            gpu_instance_id: gi,
+            compute_instance_id: Some(0),
+            name: Some(format!("NVIDIA A100-SXM4-80GB MIG {profile}")),
+            memory_used_bytes: Some(8 << 30),
+            memory_total_bytes: Some(20 << 30),
+            pids: vec![pid],
+            ..MigDevice::default()
+        };
+        snapshot.gpus.push(GpuSample {
+            index: 0,
+            mig_enabled: Some(true),
+            mig_devices: vec![
+                mig(0, Some(1), "3g.40gb", 41),
+                mig(1, None, "2g.20gb\x1b[2J", 42),
+            ],
+            ..Default::default()
+        });
+        let process = |pid: u32| GpuProcess::new(pid, 0, crate::model::ProcessKind::Compute);
+        snapshot.processes = vec![process(41), process(42), process(43)];
+        let text = text(&snapshot);
+        let line = |needle: &str| text.lines().find(|l| l.contains(needle)).expect(&text);
+        assert_eq!(
+            line("3g.40gb"),
+            "  MIG 0:0 3g.40gb | GI 1 CI 0 | 8.0GiB / 20.0GiB"
+        );
+        assert_eq!(
+            line("2g.20gb"),
+            "  MIG 0:1 2g.20gb\\e[2J | GI N/A CI 0 | 8.0GiB / 20.0GiB"
+        );
+        assert!(line(" 41 ").starts_with("  0:0      41 N/A"), "{text}");
+        assert!(line(" 42 ").starts_with("  0:1      42 N/A"), "{text}");
+        assert!(
+            line(" 43 ").starts_with("           43 N/A"),
+            "not on a MIG device: {text}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod process_row;
 pub(crate) use process_row::{ProcessRow, RowGpus, RowKey};
 
 use crate::model::filter::{matches, sort_positions_into, SortKey};
-use crate::model::tree::{build_tree, TreeRole};
+use crate::model::tree::{build_tree, retain_tree, TreeRole};
 use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
 /// How the table is arranged.
@@ -154,27 +154,25 @@ pub(crate) fn compute_rows_into(
 ) {
     rows.clear();
     if settings.tree {
-        rows.extend(tree_rows(snapshot));
-    } else {
-        let (processes, key) = (&snapshot.processes, settings.sort);
-        sorted_rows(processes, key, settings.reverse, scratch, rows);
-    }
-    if !settings.filtering() {
+        rows.extend(tree_rows(snapshot, settings));
         return;
     }
-    rows.retain(|r| {
-        let row = materialize(snapshot, r);
-        row_matches(&settings.filter, &row)
-            && settings
-                .user
-                .as_deref()
-                .is_none_or(|u| row.user() == Some(u))
-            && settings
-                .gpus
-                .as_ref()
-                .is_none_or(|gpus| on_gpus(&row, gpus))
-            && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
-    });
+    let (processes, key) = (&snapshot.processes, settings.sort);
+    sorted_rows(processes, key, settings.reverse, scratch, rows);
+    if settings.filtering() {
+        rows.retain(|r| kept(settings, &materialize(snapshot, r)));
+    }
+}
+
+/// Whether `row` passes every filter of `settings`.
+fn kept(settings: &RowSettings, row: &ProcessRow<'_>) -> bool {
+    row_matches(&settings.filter, row)
+        && settings
+            .user
+            .as_deref()
+            .is_none_or(|u| row.user() == Some(u))
+        && settings.gpus.as_ref().is_none_or(|gpus| on_gpus(row, gpus))
+        && settings.mine.is_none_or(|uid| row.uid() == Some(uid))
 }
 
 /// Whether the row holds one of `gpus`; a tree row without a GPU (a launcher, a worker) stays,
@@ -203,8 +201,20 @@ pub(crate) fn users(snapshot: &Snapshot) -> Vec<String> {
 
 /// Borrows the snapshot data a [`RowRef`] points at; indices that no longer exist are skipped.
 pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> ProcessRow<'a> {
-    let gpus = RowGpus::new(&snapshot.processes, &row.gpus);
-    let host = row.host.and_then(|i| snapshot.host_processes.get(i));
+    let tree = row.tree.as_ref();
+    let tree = tree.map(|(prefix, role)| (prefix.as_str(), *role));
+    borrow_row(snapshot, &row.gpus, row.host, tree)
+}
+
+/// The [`ProcessRow`] of these indices into `snapshot`.
+fn borrow_row<'a>(
+    snapshot: &'a Snapshot,
+    gpus: &'a [usize],
+    host: Option<usize>,
+    tree: Option<(&'a str, TreeRole)>,
+) -> ProcessRow<'a> {
+    let gpus = RowGpus::new(&snapshot.processes, gpus);
+    let host = host.and_then(|i| snapshot.host_processes.get(i));
     let pid = host
         .map(|h| h.pid)
         .or_else(|| gpus.first().map(|g| g.pid))
@@ -213,21 +223,24 @@ pub(crate) fn materialize<'a>(snapshot: &'a Snapshot, row: &'a RowRef) -> Proces
         pid,
         gpus,
         host,
-        tree: row
-            .tree
-            .as_ref()
-            .map(|(prefix, role)| (prefix.as_str(), *role)),
+        tree,
     }
 }
 
-fn tree_rows(snapshot: &Snapshot) -> impl Iterator<Item = RowRef> {
-    build_tree(&snapshot.processes, &snapshot.host_processes)
-        .into_iter()
-        .map(|row| RowRef {
-            gpus: RowIndices::Many(row.gpu),
-            host: row.host,
-            tree: Some((row.prefix, row.role)),
-        })
+/// The tree, filtered as a tree: a row whose parent the filters hide is drawn as a root.
+fn tree_rows(snapshot: &Snapshot, settings: &RowSettings) -> impl Iterator<Item = RowRef> {
+    let mut tree = build_tree(&snapshot.processes, &snapshot.host_processes);
+    if settings.filtering() {
+        tree = retain_tree(tree, |row| {
+            let tree = Some((row.prefix.as_str(), row.role));
+            kept(settings, &borrow_row(snapshot, &row.gpu, row.host, tree))
+        });
+    }
+    tree.into_iter().map(|row| RowRef {
+        gpus: RowIndices::Many(row.gpu),
+        host: row.host,
+        tree: Some((row.prefix, row.role)),
+    })
 }
 
 /// Sorts copies of the rows with the model's order, then maps them back to their indices by
@@ -406,6 +419,42 @@ mod tests {
             ..settings
         };
         assert_eq!(compute_rows(&snap, &by_user).len(), 4);
+    }
+
+    /// A user's review: `└─ bash` headed the tree, its parent (root's sshd) and its other
+    /// child (carol's process, known only through its agent) hidden by the user filter.
+    #[test]
+    fn a_tree_row_whose_parent_is_filtered_out_is_drawn_as_a_root() {
+        let mut snap = snapshot();
+        let mut agent_only = GpuProcess::agent_only(400, Arc::default());
+        agent_only.user = Some("carol".to_string().into());
+        snap.processes.push(agent_only);
+        let owned = |mut h: HostProcess, user: &str| {
+            h.user = Some(user.to_string());
+            h
+        };
+        snap.host_processes = vec![
+            owned(host(50, 1, Some("sshd: bob"), "sshd"), "root"),
+            host(100, 50, Some("-bash"), "bash"),
+            host(200, 100, Some("python train.py"), "python"),
+            owned(host(400, 100, Some("python probe.py"), "python"), "carol"),
+        ];
+        let settings = RowSettings {
+            tree: true,
+            user: Some("bob".to_string()),
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &settings);
+        let drawn: Vec<(u32, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    materialize(&snap, r).pid,
+                    r.tree.as_ref().unwrap().0.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(drawn, [(100, ""), (200, "└─ ")]);
     }
 
     #[test]

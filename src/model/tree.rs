@@ -12,6 +12,9 @@
 //! the chains of several GPU processes appears once. Roots, and the children of each row, are
 //! ordered by pid, so the same table always gives the same rows. Tables read from /proc are
 //! racy, so parent cycles and duplicate pids are tolerated rather than trusted.
+//!
+//! A filter (`/`, a user, GPUs) keeps rows of the tree and lays them out again
+//! ([`retain_tree`]): a kept row whose parent is filtered out is a root, as in htop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -74,7 +77,7 @@ pub(crate) fn build_tree(gpu: &[GpuProcess], table: &[HostProcess]) -> Vec<TreeR
             TreeRole::Ancestor
         }
     };
-    let layout = Layout::new(&index, &members);
+    let layout = Layout::new(&members, |pid| index.parent(pid));
     layout
         .walk()
         .into_iter()
@@ -87,6 +90,52 @@ pub(crate) fn build_tree(gpu: &[GpuProcess], table: &[HostProcess]) -> Vec<TreeR
             gpu: gpu_rows.get(&placed.pid).cloned().unwrap_or_default(),
         })
         .collect()
+}
+
+/// The rows of `rows` (as [`build_tree`] gave them) that `keep` accepts, laid out again: a
+/// kept row whose parent is not kept becomes a root, as htop shows a process whose parent it
+/// does not show. Filtering rows one by one would leave such a row with the guides of a
+/// parent that is not on screen (`└─ bash` heading the table).
+pub(crate) fn retain_tree(
+    rows: Vec<TreeRow>,
+    mut keep: impl FnMut(&TreeRow) -> bool,
+) -> Vec<TreeRow> {
+    let parents = parents_by_depth(&rows);
+    let mut kept: HashMap<u32, TreeRow> = HashMap::new();
+    for row in rows {
+        if keep(&row) {
+            kept.insert(row.pid, row);
+        }
+    }
+    let members: BTreeSet<u32> = kept.keys().copied().collect();
+    let layout = Layout::new(&members, |pid| parents.get(&pid).copied());
+    layout
+        .walk()
+        .into_iter()
+        .filter_map(|placed| {
+            let row = kept.remove(&placed.pid)?;
+            Some(TreeRow {
+                depth: placed.depth,
+                prefix: placed.prefix,
+                ..row
+            })
+        })
+        .collect()
+}
+
+/// Each row's parent in a drawn tree: the nearest row above it one level up. Reading it from
+/// the rows rather than the table keeps the forest [`build_tree`] chose (cycles broken).
+fn parents_by_depth(rows: &[TreeRow]) -> HashMap<u32, u32> {
+    let mut parents = HashMap::with_capacity(rows.len());
+    let mut chain: Vec<u32> = Vec::new();
+    for row in rows {
+        chain.truncate(row.depth);
+        if let Some(&parent) = chain.last() {
+            parents.insert(row.pid, parent);
+        }
+        chain.push(row.pid);
+    }
+    parents
 }
 
 fn gpu_indices_by_pid(gpu: &[GpuProcess]) -> BTreeMap<u32, Vec<usize>> {
@@ -187,11 +236,12 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(index: &TableIndex<'_>, members: &BTreeSet<u32>) -> Self {
+    /// `parent` names a member's parent, member or not.
+    fn new(members: &BTreeSet<u32>, parent: impl Fn(u32) -> Option<u32>) -> Self {
         let mut roots = Vec::new();
         let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for &pid in members {
-            match index.parent(pid).filter(|parent| members.contains(parent)) {
+            match parent(pid).filter(|parent| members.contains(parent)) {
                 Some(parent) => children.entry(parent).or_default().push(pid),
                 None => roots.push(pid),
             }
@@ -394,6 +444,30 @@ mod tests {
         pids.sort_unstable();
         assert_eq!(pids, [10, 11, 12]);
         assert_eq!(rows.iter().find(|r| r.pid == 10).unwrap().host, Some(0));
+    }
+
+    /// Filtered one by one, rows kept the guides of a hidden parent: `└─ bash` headed the
+    /// table. A row whose parent is hidden is a root, among the roots by pid, as in htop.
+    #[test]
+    fn a_row_whose_parent_is_not_kept_becomes_a_root() {
+        let table = training_table();
+        let rows = build_tree(&[gpu(300, 1), gpu(200, 0)], &table);
+        let rows = retain_tree(rows, |r| ![150, 210, 311, 312].contains(&r.pid));
+        let expected = "\
+50 sshd
+└─ 100 bash
+200 python [gpu]
+├─ 211 pt_data_worker
+├─ 212 pt_data_worker
+└─ 213 pt_data_worker
+300 python [gpu]
+├─ 310 pt_data_worker
+└─ 313 pt_data_worker
+";
+        assert_eq!(render(&rows, &table), expected);
+        let depths: Vec<usize> = rows.iter().map(|r| r.depth).collect();
+        assert_eq!(depths, [0, 1, 0, 1, 1, 1, 0, 1, 1]);
+        assert_eq!(rows[2].gpu, vec![1]);
     }
 
     #[test]

@@ -104,8 +104,12 @@ fn warnings_come_most_severe_first_then_by_id_and_subject() {
         1,
     )])));
     snap.processes.push(oom.clone());
-    engine.evaluate(&snap);
-    let mut later = snapshot(101.0);
+    // `throttle` judges a window once 15 s of it have been watched.
+    for t in 100..=115 {
+        snap.unix_seconds = f64::from(t);
+        engine.evaluate(&snap);
+    }
+    let mut later = snapshot(116.0);
     later.gpus = snap.gpus.clone();
     oom.torch = Some(std::sync::Arc::new(torch_on(vec![with_ooms(
         device(0, GIB, 2 * GIB),

@@ -10,6 +10,10 @@
 //! "since" with it. So it is judged on a window: the GPU was under load in at least half of
 //! it, and held down in `min_share_percent` (a quarter) of those samples. A power cap alone is `info`
 //! (common and often intended); any slowdown in the window is `warn`.
+//!
+//! A window is judged only once it holds [`MIN_SAMPLES`] (3) samples spanning at least half of
+//! `window_seconds` (15 s of the default 30): `torchtop --once` has a single sample, and told
+//! of sustained throttling "in 1 of 1 samples". The monitor warns from 15 s after it starts.
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +62,13 @@ pub(crate) fn reason_bits<'a>(reasons: impl IntoIterator<Item = &'a String>) -> 
 /// The bit of `sw_power_cap`, the one reason that is only `info`.
 const POWER_CAP_BIT: u8 = 1;
 
+/// The fewest samples a window needs before it is judged: a sustained hold is not seen in one.
+const MIN_SAMPLES: usize = 3;
+
+/// The share of `window_seconds` those samples must span, for the same reason: at a fast
+/// refresh three samples are a fraction of a second.
+const MIN_SPAN_SHARE: f64 = 0.5;
+
 impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
@@ -105,6 +116,9 @@ struct HeldDown {
 }
 
 fn held_down(recent: &[Point<GpuPoint>], config: &ThrottleConfig, counted: u8) -> Option<HeldDown> {
+    if !long_enough(recent, config) {
+        return None;
+    }
     let threshold = config.min_utilization_percent.get();
     let loaded = || {
         recent.iter().filter(|p| {
@@ -123,6 +137,15 @@ fn held_down(recent: &[Point<GpuPoint>], config: &ThrottleConfig, counted: u8) -
         && 2 * summary.loaded >= recent.len()
         && summary.held as f64 >= share * summary.loaded as f64;
     enough.then_some(summary)
+}
+
+/// Whether `recent` holds enough samples, over enough of the window, to tell a sustained hold.
+fn long_enough(recent: &[Point<GpuPoint>], config: &ThrottleConfig) -> bool {
+    let span = match (recent.first(), recent.last()) {
+        (Some(first), Some(last)) => last.t - first.t,
+        _ => return false,
+    };
+    recent.len() >= MIN_SAMPLES && span >= MIN_SPAN_SHARE * config.window_seconds.get()
 }
 
 fn warn(gpu: &GpuSample, held: &HeldDown, config: &ThrottleConfig, found: &mut Slots) {
@@ -222,6 +245,10 @@ mod tests {
         snap
     }
 
+    /// Seconds of one sample a second that [`super::long_enough`] judges: half the default
+    /// window.
+    const WATCHED: u32 = 15;
+
     /// `hot` at second `t`.
     fn hot_at(t: u32, reasons: &[&str], utilization: u32) -> Snapshot {
         let mut snapshot = hot(reasons, utilization);
@@ -231,7 +258,9 @@ mod tests {
 
     #[test]
     fn thermal_slowdown_under_load_warns_with_temperature_and_power() {
-        let warnings = replay_default(0, |_| hot(&["hw_thermal_slowdown", "sw_power_cap"], 98));
+        let warnings = replay_default(WATCHED, |t| {
+            hot_at(t, &["hw_thermal_slowdown", "sw_power_cap"], 98)
+        });
         let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
         assert_eq!(w.severity, Severity::Warn);
         assert_eq!(evidence(w, "reasons"), "sw_power_cap, hw_thermal_slowdown");
@@ -240,9 +269,36 @@ mod tests {
         assert!(w.remedy.contains("cooling"));
     }
 
+    /// A user's review: `torchtop --once` warned of throttling "in 1 of 1 samples ... in the
+    /// last 30 s". One sample, or three in a fraction of the window, are not a sustained hold.
+    #[test]
+    fn a_single_sample_or_a_short_watch_stays_silent() {
+        let held = |t: u32| hot_at(t, &["hw_thermal_slowdown"], 98);
+        assert!(with_id(&replay_default(0, held), "throttle").is_empty());
+        let before = replay_default(WATCHED - 1, held);
+        assert!(with_id(&before, "throttle").is_empty(), "{before:#?}");
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        let fast = |tenths: u32| {
+            let mut snapshot = held(0);
+            snapshot.unix_seconds += f64::from(tenths) / 10.0;
+            snapshot
+        };
+        let mut warnings = Vec::new();
+        for tenths in 0..10 {
+            warnings = engine.evaluate(&fast(tenths));
+        }
+        assert!(with_id(&warnings, "throttle").is_empty(), "{warnings:#?}");
+        let watched = replay_default(WATCHED, held);
+        let w = find(&watched, "throttle", &Subject::Gpu { index: 2 });
+        assert_eq!(
+            evidence(w, "held down"),
+            "16 of 16 samples under load in 30 s"
+        );
+    }
+
     #[test]
     fn a_power_cap_alone_is_info() {
-        let warnings = replay_default(0, |_| hot(&["sw_power_cap"], 98));
+        let warnings = replay_default(WATCHED, |t| hot_at(t, &["sw_power_cap"], 98));
         assert_eq!(
             find(&warnings, "throttle", &Subject::Gpu { index: 2 }).severity,
             Severity::Info
@@ -252,21 +308,24 @@ mod tests {
     #[test]
     fn an_idle_gpu_or_no_reasons_stay_silent() {
         assert!(with_id(
-            &replay_default(0, |_| hot(&["hw_slowdown"], 10)),
+            &replay_default(WATCHED, |t| hot_at(t, &["hw_slowdown"], 10)),
             "throttle"
         )
         .is_empty());
-        assert!(with_id(&replay_default(0, |_| hot(&[], 99)), "throttle").is_empty());
-        let mut unknown = hot(&["hw_slowdown"], 99);
-        unknown.gpus[0].utilization_percent = None;
-        assert!(with_id(&replay_default(0, |_| unknown.clone()), "throttle").is_empty());
+        assert!(with_id(&replay_default(WATCHED, |t| hot_at(t, &[], 99)), "throttle").is_empty());
+        let unknown = |t: u32| {
+            let mut snapshot = hot_at(t, &["hw_slowdown"], 99);
+            snapshot.gpus[0].utilization_percent = None;
+            snapshot
+        };
+        assert!(with_id(&replay_default(WATCHED, unknown), "throttle").is_empty());
     }
 
     #[test]
     fn reasons_left_out_of_the_config_do_not_count() {
         let mut config = RulesConfig::default();
         config.throttle.reasons = vec!["hw_thermal_slowdown".into()];
-        let warnings = replay(config, 0, |_| hot(&["sw_power_cap"], 98));
+        let warnings = replay(config, WATCHED, |t| hot_at(t, &["sw_power_cap"], 98));
         assert!(with_id(&warnings, "throttle").is_empty(), "{warnings:#?}");
     }
 
@@ -285,6 +344,9 @@ mod tests {
         let mut since = Vec::new();
         for t in 0..60 {
             let warnings = engine.evaluate(&flapping(t));
+            if t < WATCHED {
+                continue;
+            }
             let throttle = with_id(&warnings, "throttle");
             assert_eq!(throttle.len(), 1, "second {t}: {warnings:#?}");
             since.push(throttle[0].since.clone());
@@ -315,6 +377,9 @@ mod tests {
         let mut engine = crate::rules::Engine::new(RulesConfig::default());
         for t in 0..40 {
             let warnings = engine.evaluate(&wandering(t));
+            if t < WATCHED {
+                continue;
+            }
             let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
             assert_eq!(w.severity, Severity::Warn, "second {t}");
         }
@@ -323,7 +388,7 @@ mod tests {
     #[test]
     fn a_lower_load_threshold_fires_where_the_default_does_not() {
         assert!(with_id(
-            &replay_default(0, |_| hot(&["hw_slowdown"], 30)),
+            &replay_default(WATCHED, |t| hot_at(t, &["hw_slowdown"], 30)),
             "throttle"
         )
         .is_empty());
@@ -331,7 +396,7 @@ mod tests {
         config.throttle.min_utilization_percent = crate::config::Percent::new(20.0);
         assert_eq!(
             with_id(
-                &replay(config, 0, |_| hot(&["hw_slowdown"], 30)),
+                &replay(config, WATCHED, |t| hot_at(t, &["hw_slowdown"], 30)),
                 "throttle"
             )
             .len(),

@@ -1,7 +1,7 @@
 //! MIG end to end: one A100 split three ways by the fake NVML, a real process on each MIG
 //! device; `--once --json` lists the MIG devices with their own memory and processes, and
 //! the TUI shows them as sub-rows of the GPU, and each process with its MIG device (`0:1`) and
-//! its share of that device's memory.
+//! its share of that device's memory; `--once` text labels them the same way.
 
 use crate::common;
 
@@ -58,6 +58,37 @@ fn once_json_lists_each_mig_device_with_its_memory_and_process() {
         assert_eq!(row["gpu"], 0);
         assert_eq!(row["gpu_memory_bytes"], mib * GIB_MIB);
         assert_eq!(row["visible"], true);
+    }
+}
+
+/// `--once` text names the MIG devices and each process's device as the monitor does (`0:1`);
+/// a user's review found neither there.
+#[test]
+fn once_text_labels_each_mig_device_and_its_processes() {
+    let sleepers = Sleepers::spawn(3);
+    let pids = sleepers.pids();
+    let scenario = ScenarioFile::from_fixture("mig_a100.toml", &pids);
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .arg("--once")
+            .envs(scenario.env()),
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("\n  MIG 0:1 2g.20gb | GI 5 CI 0 | "),
+        "{text}"
+    );
+    for (place, pid) in ["0:0", "0:1", "0:2"].into_iter().zip(&pids) {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no row for {pid}:\n{text}"));
+        assert_eq!(row.split_whitespace().next(), Some(place), "{text}");
     }
 }
 
