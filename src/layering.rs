@@ -20,7 +20,7 @@ const BASE: &[(&str, &[&str])] = &[
     ("model", &[]),
     ("format", &[]),
     ("sys", &["model"]),
-    ("protocol", &["sys"]),
+    ("protocol", &["sys", "format"]),
     ("config", &["format"]),
     // The input thread hands the UI thread's core back (sys::sched) before each key.
     ("terminal", &["model", "config", "sys"]),

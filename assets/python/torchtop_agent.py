@@ -439,7 +439,17 @@ class _Agent:
             listener.listen(16)
             listener.setblocking(False)
             if staging != self.path:
-                os.rename(staging, self.path)
+                # A link, unlike a rename, never replaces what is at the path: a file there that
+                # is not our socket is left alone, as a bind there would have failed.
+                try:
+                    os.link(staging, self.path)
+                    os.unlink(staging)
+                except FileExistsError:
+                    raise
+                except OSError:  # a filesystem that makes no links
+                    if os.path.lexists(self.path):
+                        raise
+                    os.rename(staging, self.path)
         except Exception:
             listener.close()
             if staging != self.path:

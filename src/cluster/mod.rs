@@ -57,7 +57,8 @@ pub struct ClusterArgs {
     /// With --once: which warnings make the exit status non-zero, as for `torchtop --once`:
     /// `critical` (the default) exits 4 while a critical warning holds (a node that is down is
     /// one), `warn` also exits 3 for a warning at warn level, `never` exits 0. It exits 1 when
-    /// the nodes could not be read.
+    /// the nodes could not be read, and when the warnings could not be and no node that is down
+    /// decides it.
     #[arg(
         long,
         value_enum,
@@ -198,15 +199,7 @@ fn print_once(app: &ClusterApp, json: bool, fail_on: FailOn) -> ExitCode {
     for problem in &app.problems {
         eprintln!("torchtop cluster: {}", model::printable(problem));
     }
-    // Nothing could be read at all: say so in the exit status, for scripts.
-    if app.stale.nodes {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::from(warnings::exit_status(
-            &app.view.warnings,
-            fail_on.threshold(),
-        ))
-    }
+    ExitCode::from(warnings::once_status(app, fail_on.threshold()))
 }
 
 /// The one place this view touches the terminal guard (whose API may change).

@@ -422,6 +422,41 @@ fn a_node_that_is_down_is_a_critical_warning_in_the_text_the_json_and_the_exit_s
     assert_eq!(super::warnings::exit_status(&up.view.warnings, critical), 0);
 }
 
+/// A cron check whose warnings query failed exited 0, as if every node were well.
+#[test]
+fn once_exits_1_when_the_warnings_could_not_be_read_and_nothing_read_decides() {
+    let critical = Some(crate::model::Severity::Critical);
+    let status = |fetched: Fetched, fail_at| {
+        let mut app = ClusterApp::new("u".into(), 20.0, true);
+        app.on_fetch(fetched, "t".into());
+        super::warnings::once_status(&app, fail_at)
+    };
+    let failed = || Err("Prometheus answered 503".to_string());
+    let mut calm = fetched();
+    calm.warnings = Ok(Vec::new());
+    assert_eq!(
+        status(calm, critical),
+        0,
+        "every query answered, no warning"
+    );
+    let mut unread = fetched();
+    unread.warnings = failed();
+    assert_eq!(status(unread, critical), 1);
+    let mut unread = fetched();
+    unread.warnings = failed();
+    assert_eq!(status(unread, None), 0, "--fail-on never");
+    let mut down = fetched_with_node_c_down();
+    down.warnings = failed();
+    assert_eq!(
+        status(down, critical),
+        4,
+        "node-down is read from the nodes"
+    );
+    let mut no_nodes = fetched();
+    no_nodes.nodes = failed();
+    assert_eq!(status(no_nodes, None), 1);
+}
+
 #[test]
 fn warnings_a_node_exports_have_no_message_and_say_where_it_is() {
     let text = render::once_text(&app());

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::model::{printable, Node};
 use super::promql::Sample;
+use super::state::ClusterApp;
 use crate::format::span;
 use crate::model::Severity;
 
@@ -108,6 +109,20 @@ pub(crate) fn count(nodes: &mut [Node], warnings: &[ClusterWarning]) {
             .iter()
             .filter(|w| w.hostname == node.hostname)
             .count();
+    }
+}
+
+/// `--once`'s exit status: 1 when the nodes could not be read, and when the warnings could not
+/// be and none of those at hand (`node-down`) decides it, since a check that could not look is
+/// no all-clear; else by the warnings, as [`exit_status`] says.
+pub(crate) fn once_status(app: &ClusterApp, fail_at: Option<Severity>) -> u8 {
+    const UNREAD: u8 = 1;
+    if app.stale.nodes {
+        return UNREAD;
+    }
+    match exit_status(&app.view.warnings, fail_at) {
+        0 if app.stale.warnings && fail_at.is_some() => UNREAD,
+        status => status,
     }
 }
 

@@ -28,11 +28,13 @@ pub(crate) fn slurm_from_path(path: &str) -> Option<(String, Option<String>)> {
     }
     let mut job = None;
     let mut step = None;
+    // The first of each, as slurmd names them: below a step, the tree may be the job's user's
+    // to shape, and a `job_4243` there must not make its tasks another user's job.
     for component in components {
         if let Some(id) = component.strip_prefix("job_") {
-            job = Some(id);
+            job = job.or(Some(id));
         } else if let Some(id) = component.strip_prefix("step_") {
-            step = Some(id);
+            step = step.or(Some(id));
         }
     }
     let plain =
@@ -158,6 +160,11 @@ mod tests {
             None
         );
         assert_eq!(slurm_from_path("/slurm/uid_0/job_a b"), None);
+        // Below the step, a directory the job's user made names no other job.
+        assert_eq!(
+            slurm_from_path("/system.slice/slurmstepd.scope/job_77/step_0/user/job_78/step_9"),
+            Some(("77".to_string(), Some("0".to_string())))
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@ pub(crate) fn named(path: &Path) -> Cow<'_, str> {
     if plain {
         return text;
     }
-    let escaped = super::escape(&text).replace('"', "\\\"");
+    // The backslash first: a name holding `\"` or `\e` must not read as an escape of ours.
+    let escaped = super::escape(&text.replace('\\', "\\\\")).replace('"', "\\\"");
     let mut out = String::with_capacity(MAX_SHOWN + 8);
     out.push('"');
     let mut chars = escaped.chars();
@@ -63,6 +64,7 @@ mod tests {
             named(Path::new("/tmp/t\x1b]2;PWNED")),
             r#""/tmp/t\e]2;PWNED""#
         );
+        assert_eq!(named(Path::new(r"/tmp/a\e")), r#""/tmp/a\\e""#);
         let bytes = Path::new(OsStr::from_bytes(b"/tmp/\xff"));
         assert_eq!(named(bytes), "\"/tmp/\u{fffd}\"");
         let long = format!("/tmp/{}", "a".repeat(200));

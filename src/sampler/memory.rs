@@ -10,6 +10,7 @@ use std::time::SystemTime;
 
 use super::{describe_outcome, Sampler};
 use crate::collect::agent::{AgentEvent, CommandOutcome};
+use crate::format::path::named;
 use crate::model::{GpuProcess, MemsnapReady, OomReport, OpenedFile};
 use crate::protocol::sockets::{open_checked_dir, CheckedDir};
 use crate::protocol::AgentCommand;
@@ -81,18 +82,22 @@ impl Sampler {
         let Some(checked) = checked else {
             return format!(
                 "agent of {pid}: {} failed its check; its snapshot is not opened",
-                dir.display()
+                named(dir)
             );
         };
         match snapshot_file(dir, checked, reported) {
             Ok((path, file)) => {
+                let line = format!(
+                    "agent of {pid}: snapshot written to {}; opening it",
+                    named(&path)
+                );
                 self.memsnap_ready = Some(MemsnapReady {
                     request: reply.id,
                     pid: *pid,
                     path,
                     file: Some(OpenedFile(Arc::new(file))),
                 });
-                format!("agent of {pid}: snapshot written to {reported}; opening it")
+                line
             }
             Err(why) => format!("agent of {pid}: {why}"),
         }
@@ -126,25 +131,25 @@ pub(crate) fn snapshot_file(
     let fd = openat(&dir, name, flags, Mode::empty()).map_err(|e| match e {
         rustix::io::Errno::LOOP => format!(
             "{} is not a regular file; torchtop does not open it",
-            path.display()
+            named(&path)
         ),
         e => format!(
             "the snapshot is not in {} ({}); open it with `torchtop snapshot FILE`",
-            agent_dir.display(),
+            named(agent_dir),
             std::io::Error::from(e)
         ),
     })?;
-    let stat = fstat(&fd).map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
+    let stat = fstat(&fd).map_err(|e| format!("cannot inspect {}: {e}", named(&path)))?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(format!(
             "{} is not a regular file; torchtop does not open it",
-            path.display()
+            named(&path)
         ));
     }
     if stat.st_uid != checked.owner {
         return Err(format!(
             "{} belongs to uid {}, not to uid {}, whose agent wrote it; torchtop does not open it",
-            path.display(),
+            named(&path),
             stat.st_uid,
             checked.owner
         ));

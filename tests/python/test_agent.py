@@ -318,6 +318,17 @@ class PermissionTests(AgentCase):
         self.assertEqual(os.listdir(self.dir), [os.path.basename(final)])
         self.assertEqual(self.connect(path).read()["type"], "hello")
 
+    def test_a_file_at_the_socket_path_is_left_alone(self):
+        # The socket is put in place by a link, which fails where a rename would replace.
+        os.mkdir(self.dir, 0o700)
+        final = os.path.join(self.dir, "%d.sock" % os.getpid())
+        with open(final, "w") as f:
+            f.write("precious")
+        self.assertIsNone(torchtop_agent.start(interval_ms=50, socket_dir=self.dir))
+        with open(final) as f:
+            self.assertEqual(f.read(), "precious")
+        self.assertEqual(os.listdir(self.dir), [os.path.basename(final)])
+
     def test_replaces_stale_socket_of_same_pid(self):
         os.mkdir(self.dir, 0o700)
         stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -104,10 +104,12 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
     }
     let why = if real == uid {
         format!("runs with the rights of uid {effective}")
+    } else if effective == uid {
+        format!("is uid {real}'s process, run with uid {uid}'s rights (a setuid program)")
     } else {
         format!(
             "is now uid {real}'s process: the process that listened has ended and its pid \
-                 was reused"
+             was reused"
         )
     };
     Err(Refusal {
@@ -194,9 +196,13 @@ mod tests {
             "{}",
             refused.reason
         );
+        let refused = as_root.unwrap_err();
         assert!(
-            as_root.is_err(),
-            "root's check passed a process of real uid 65534"
+            refused
+                .reason
+                .contains("is uid 65534's process, run with uid 0's rights"),
+            "{}",
+            refused.reason
         );
     }
 }

@@ -142,11 +142,12 @@ impl AgentHub {
             };
             return self.refuse(key, refusal, now);
         }
-        if self.conns.len() >= self.limits.max_connections {
-            self.make_room(file_pid, owner, now);
-        }
+        // The reader first: a newcomer it refuses must not have cost another its place.
         if let Err(problem) = self.start_reader() {
             return self.refuse(key, problem, now);
+        }
+        if self.conns.len() >= self.limits.max_connections {
+            self.make_room(pid, owner, now);
         }
         let id = self.next_conn;
         self.next_conn += 1;
