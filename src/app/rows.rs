@@ -14,7 +14,7 @@ mod process_row;
 pub(crate) use process_row::{ProcessRow, RowGpus, RowKey};
 
 use crate::model::filter::{matches, sort_positions_into, SortKey};
-use crate::model::tree::{build_tree, retain_tree, TreeRole};
+use crate::model::tree::{build_tree, drop_subtrees_without_gpu, retain_tree, TreeRole};
 use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
 /// How the table is arranged.
@@ -236,6 +236,9 @@ fn tree_rows(snapshot: &Snapshot, settings: &RowSettings) -> impl Iterator<Item 
             kept(settings, &borrow_row(snapshot, &row.gpu, row.host, tree))
         });
     }
+    if settings.gpus.is_some() {
+        tree = drop_subtrees_without_gpu(tree);
+    }
     tree.into_iter().map(|row| RowRef {
         gpus: RowIndices::Many(row.gpu),
         host: row.host,
@@ -455,6 +458,39 @@ mod tests {
             })
             .collect();
         assert_eq!(drawn, [(100, ""), (200, "└─ ")]);
+    }
+
+    /// With `g` on GPU 0, the DataLoader worker of a rank on GPU 1 stayed as context, drawn at
+    /// the top as if it were GPU 0's.
+    #[test]
+    fn a_gpu_filter_in_the_tree_keeps_context_only_around_the_gpus_it_shows() {
+        let snap = Snapshot {
+            host_processes: vec![
+                host(10, 1, Some("torchrun train.py"), "torchrun"),
+                host(200, 10, Some("python train.py"), "python"),
+                host(201, 200, Some("pt_data_worker"), "python"),
+                host(300, 10, Some("python eval.py"), "python"),
+                host(301, 300, Some("pt_data_worker"), "python"),
+                host(400, 1, Some("-bash"), "bash"),
+            ],
+            ..snapshot()
+        };
+        let settings = RowSettings {
+            tree: true,
+            gpus: Some(vec![0]),
+            ..RowSettings::default()
+        };
+        let rows = compute_rows(&snap, &settings);
+        let drawn: Vec<(u32, &str)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    materialize(&snap, r).pid,
+                    r.tree.as_ref().unwrap().0.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(drawn, [(10, ""), (200, "└─ "), (201, "   └─ ")]);
     }
 
     #[test]

@@ -123,6 +123,31 @@ pub(crate) fn retain_tree(
         .collect()
 }
 
+/// Drops each top-level subtree of `rows` (a tree as [`retain_tree`] lays it out) that holds
+/// no GPU process. A GPU filter keeps the rows without a GPU as context, the launcher above a
+/// rank and the workers below it; a subtree of none is context of nothing, such as the
+/// DataLoader workers of a rank on a GPU the filter hides.
+pub(crate) fn drop_subtrees_without_gpu(rows: Vec<TreeRow>) -> Vec<TreeRow> {
+    let mut kept = Vec::with_capacity(rows.len());
+    let mut subtree: Vec<TreeRow> = Vec::new();
+    let mut holds_gpu = false;
+    for row in rows {
+        if row.depth == 0 {
+            if holds_gpu {
+                kept.append(&mut subtree);
+            }
+            subtree.clear();
+            holds_gpu = false;
+        }
+        holds_gpu |= !row.gpu.is_empty();
+        subtree.push(row);
+    }
+    if holds_gpu {
+        kept.append(&mut subtree);
+    }
+    kept
+}
+
 /// Each row's parent in a drawn tree: the nearest row above it one level up. Reading it from
 /// the rows rather than the table keeps the forest [`build_tree`] chose (cycles broken).
 fn parents_by_depth(rows: &[TreeRow]) -> HashMap<u32, u32> {
