@@ -448,16 +448,16 @@ mod tests {
             ..RowSettings::default()
         };
         let rows = compute_rows(&snap, &settings);
-        let drawn: Vec<(u32, &str)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    materialize(&snap, r).pid,
-                    r.tree.as_ref().unwrap().0.as_str(),
-                )
-            })
-            .collect();
+        let drawn = pids_and_guides(&snap, &rows);
         assert_eq!(drawn, [(100, ""), (200, "└─ ")]);
+    }
+
+    /// Each tree row's pid and the guides drawn before it.
+    fn pids_and_guides<'a>(snap: &'a Snapshot, rows: &'a [RowRef]) -> Vec<(u32, &'a str)> {
+        let guides = |r: &'a RowRef| r.tree.as_ref().map_or("", |(prefix, _)| prefix.as_str());
+        (rows.iter())
+            .map(|r| (materialize(snap, r).pid, guides(r)))
+            .collect()
     }
 
     /// With `g` on GPU 0, the DataLoader worker of a rank on GPU 1 stayed as context, drawn at
@@ -481,15 +481,7 @@ mod tests {
             ..RowSettings::default()
         };
         let rows = compute_rows(&snap, &settings);
-        let drawn: Vec<(u32, &str)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    materialize(&snap, r).pid,
-                    r.tree.as_ref().unwrap().0.as_str(),
-                )
-            })
-            .collect();
+        let drawn = pids_and_guides(&snap, &rows);
         assert_eq!(drawn, [(10, ""), (200, "└─ "), (201, "   └─ ")]);
     }
 
