@@ -154,6 +154,8 @@ pub struct App {
     pub(crate) ui: crate::config::UiConfig,
     /// Where the setup screen saves `ui`; `None` when there is nowhere to save.
     config_path: Option<std::path::PathBuf>,
+    /// The `[ui]` table could not be read: the setup screen does not save over it.
+    ui_unreadable: bool,
     /// The rows on screen (and around them) as last told to the sampler
     /// ([`App::screen_rows_request`]), and whether that was of the tree.
     told_on_screen: Option<Vec<u32>>,
@@ -187,6 +189,7 @@ impl App {
             setup: None,
             ui: crate::config::UiConfig::default(),
             config_path: None,
+            ui_unreadable: false,
             told_on_screen: None,
             told_tree: false,
         }

@@ -13,10 +13,12 @@ use super::{App, Effect};
 use crate::config::{HistoryMetric, Panels, ThemeName, UiConfig, REFRESH_CHOICES};
 use crate::sampler::SamplerRequest;
 
-/// The open setup screen: which item the cursor is on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The open setup screen: which item the cursor is on, and the choices it opened with.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SetupScreen {
     pub(crate) cursor: usize,
+    /// Closing with these unchanged writes nothing.
+    opened_with: UiConfig,
 }
 
 /// The screen's sections, in order.
@@ -189,7 +191,10 @@ pub(crate) fn is_on(ui: &UiConfig, item: Item) -> bool {
 impl App {
     /// F2: opens the setup screen on its first item.
     pub(super) fn open_setup(&mut self) -> Effect {
-        self.setup = Some(SetupScreen::default());
+        self.setup = Some(SetupScreen {
+            cursor: 0,
+            opened_with: self.ui.clone(),
+        });
         Effect::Redraw
     }
 
@@ -259,9 +264,22 @@ impl App {
         Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs_f64(seconds)))
     }
 
-    /// Closes the screen and saves its choices.
+    /// Closes the screen and saves its choices: only when they changed, and never over a
+    /// `[ui]` table that could not be read (saving would replace what the user wrote there).
     fn close_setup(&mut self) -> Effect {
-        self.setup = None;
+        let opened_with = self.setup.take().map(|s| s.opened_with);
+        if opened_with.as_ref() == Some(&self.ui) {
+            self.status = Some("settings unchanged; nothing saved".to_string());
+            return Effect::Redraw;
+        }
+        if self.ui_unreadable {
+            self.status = Some(
+                "settings kept for this run only: the [ui] table of the config file could not \
+                 be read, and saving would replace it; mend it or remove it to save from here"
+                    .to_string(),
+            );
+            return Effect::Redraw;
+        }
         self.status = Some(match &self.config_path {
             Some(path) => match self.ui.save(path) {
                 Ok(()) => format!(
@@ -280,6 +298,7 @@ impl App {
     /// Uses `ui` (the `[ui]` table, with `--theme` applied) and saves changes to `path`;
     /// `notice` is why the table could not be used, for the status line.
     pub fn with_ui(mut self, ui: UiConfig, path: Option<PathBuf>, notice: Option<String>) -> Self {
+        self.ui_unreadable = notice.is_some();
         let notice = notice.or_else(|| unknown_hidden_columns(&ui.hidden_columns));
         self.ui = ui;
         self.config_path = path;
@@ -440,12 +459,47 @@ mod tests {
         std::fs::create_dir(&blocked).unwrap();
         let mut app = App::new(1.0, true, false).with_ui(UiConfig::default(), Some(blocked), None);
         press(&mut app, KeyCode::F(2));
+        cursor_to(&mut app, Item::Theme);
+        press(&mut app, KeyCode::Right);
         press(&mut app, KeyCode::F(2));
         let status = app.status.clone().unwrap();
         assert!(
             status.starts_with("settings not saved: cannot "),
             "{status}"
         );
+    }
+
+    /// A review: F2 then q, with nothing changed, rewrote the user's `[ui]` table, and one the
+    /// monitor could not read (`theme = "neon"`) was replaced by the defaults.
+    #[test]
+    fn closing_unchanged_or_over_an_unreadable_table_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let mut app =
+            App::new(1.0, true, false).with_ui(UiConfig::default(), Some(path.clone()), None);
+        press(&mut app, KeyCode::F(2));
+        press(&mut app, KeyCode::Esc);
+        assert_eq!(
+            app.status.as_deref(),
+            Some("settings unchanged; nothing saved")
+        );
+        assert!(!path.exists(), "nothing written");
+
+        let written = "[ui]\ntheme = \"neon\"\nrefresh_seconds = -3\n";
+        std::fs::write(&path, written).unwrap();
+        let why = Some("the [ui] table of the config file is not understood".to_string());
+        let mut app =
+            App::new(1.0, true, false).with_ui(UiConfig::default(), Some(path.clone()), why);
+        press(&mut app, KeyCode::F(2));
+        cursor_to(&mut app, Item::Theme);
+        press(&mut app, KeyCode::Right);
+        press(&mut app, KeyCode::Esc);
+        let status = app.status.clone().unwrap();
+        assert!(
+            status.starts_with("settings kept for this run only"),
+            "{status}"
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
     }
 
     #[test]

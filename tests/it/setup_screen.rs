@@ -114,12 +114,38 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
     let dir = home.path().join("torchtop");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("config.toml");
-    std::fs::write(&file, "[ui]\ntheme = \"neon\"\n").unwrap();
+    let garbled = "[ui]\ntheme = \"neon\"\n";
+    std::fs::write(&file, garbled).unwrap();
     let scenario = ScenarioFile::new(SCENARIO);
     let mut session = start(&scenario, home.path());
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("[ui] table")),
         "no sentence about the garbled [ui] table:\n{}",
+        session.screen()
+    );
+    // A change is not saved over a table that could not be read: that would replace it.
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
+        "{}",
+        session.screen()
+    );
+    session.send(b" ");
+    session.send(ESC);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("settings kept for this run only")),
+        "{}",
+        session.screen()
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), garbled);
+    // Mended (emptied), it is read again at the next start, and saved over.
+    std::fs::write(&file, "").unwrap();
+    session.send(b"q");
+    assert!(session.wait_exit(PATIENCE).expect("q quits").success());
+    let mut session = start(&scenario, home.path());
+    assert!(
+        session.wait_for(PATIENCE, host_panel_shown),
+        "{}",
         session.screen()
     );
     // A directory where the temporary file must go refuses it even to root: make the file's
@@ -132,6 +158,7 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
         "{}",
         session.screen()
     );
+    session.send(b" ");
     session.send(ESC);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("settings not saved")),
