@@ -309,9 +309,48 @@ impl GpuSample {
     }
 }
 
+/// What a program without a screen (`torchtop record`, `torchtop serve`) says on stderr when
+/// NVML's state changes: why it cannot be used, or that it answers again; `None` while it stays
+/// as `told` last had it. Without it, a recording or an exporter left running under systemd
+/// held no GPU and never said so.
+pub fn driver_news(told: &mut Option<String>, driver: &DriverInfo) -> Option<String> {
+    if told.as_deref() == driver.error.as_deref() {
+        return None;
+    }
+    let was_down = told.is_some();
+    told.clone_from(&driver.error);
+    match &driver.error {
+        Some(error) => Some(format!("no GPU figures: {error}")),
+        None if was_down => Some("NVML answers again; GPU figures resume".to_string()),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn driver_news_is_told_once_a_change() {
+        let mut told = None;
+        let mut driver = DriverInfo::default();
+        assert_eq!(
+            driver_news(&mut told, &driver),
+            None,
+            "a driver that answers is no news"
+        );
+        driver.error = Some("cannot load libnvidia-ml.so.1".into());
+        assert_eq!(
+            driver_news(&mut told, &driver).as_deref(),
+            Some("no GPU figures: cannot load libnvidia-ml.so.1")
+        );
+        assert_eq!(driver_news(&mut told, &driver), None, "told once");
+        driver.error = None;
+        assert_eq!(
+            driver_news(&mut told, &driver).as_deref(),
+            Some("NVML answers again; GPU figures resume")
+        );
+    }
 
     #[test]
     fn wrapped_integers_become_none_and_are_named() {

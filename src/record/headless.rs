@@ -168,7 +168,11 @@ fn publisher(
     let mut json = options.json;
     let utc = options.utc;
     let mut schedule = TableSchedule::default();
+    let mut driver_told = None;
     move |snapshot| {
+        if let Some(news) = crate::model::gpu::driver_news(&mut driver_told, &snapshot.driver) {
+            eprintln!("torchtop record: {}", escape(&news));
+        }
         let wanted = schedule.want(&snapshot);
         if let Some(requests) = requests.get() {
             let _ = requests.send(SamplerRequest::ProcessTable {

@@ -171,7 +171,11 @@ fn run(args: &ServeArgs, config: SamplerConfig, loader: GpuLoader) -> Result<(),
         eprintln!("torchtop serve: listening on {scheme}://{address}/metrics");
         let (snapshots_tx, snapshots) = watch::channel(None);
         // Kept alive for as long as we serve: the sampler paces itself by waiting on it.
+        let mut driver_told = None;
         let _requests = sampler::spawn_shared_loop(config, loader, move |snapshot| {
+            if let Some(news) = crate::model::gpu::driver_news(&mut driver_told, &snapshot.driver) {
+                eprintln!("torchtop serve: {}", crate::format::escape(&news));
+            }
             snapshots_tx.send(Some(snapshot)).is_ok()
         });
         let shared = Arc::new(http::Shared {

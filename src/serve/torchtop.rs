@@ -97,6 +97,7 @@ pub(crate) fn families(
     out.extend(allocator_families(snapshot, hostname));
     out.extend(host_families(snapshot, hostname));
     out.push(warning_family(&snapshot.warnings, hostname));
+    out.push(nvml_family(snapshot, hostname));
     out.extend(own_families(hostname, own));
     out
 }
@@ -335,6 +336,23 @@ fn warning_family(warnings: &[Warning], hostname: &str) -> Family {
         ];
         family.push(labels, Some(Value::Int(1)));
     }
+    family
+}
+
+/// Whether NVML answers: with no GPU series, a scrape alone could not tell a machine without
+/// NVIDIA GPUs from one whose driver failed (node exporter's `*_scrape_collector_success`).
+fn nvml_family(snapshot: &Snapshot, hostname: &str) -> Family {
+    let mut family = Family::gauge(
+        "torchtop_nvml_up",
+        "1 while NVIDIA's NVML library is loaded and answers; 0 when it is not (no NVIDIA driver, \
+         or a broken one: torchtop says why on stderr and in --once).",
+    );
+    let driver = &snapshot.driver;
+    let up = driver.nvml_loaded && driver.error.is_none();
+    family.push(
+        vec![("Hostname", hostname.to_string())],
+        Some(Value::Int(u64::from(up))),
+    );
     family
 }
 

@@ -377,3 +377,44 @@ fn once_prometheus_without_a_driver_still_prints_the_host() {
     assert!(!text.contains("DCGM_FI_DEV_GPU_UTIL"), "{text}");
     assert!(text.contains("torchtop_host_memory_total_bytes{"), "{text}");
 }
+
+/// A review: with NVML missing, `serve` said only "listening on" and its scrapes simply had no
+/// GPU series, and `record` wrote hours of frames without a GPU and without a word.
+#[test]
+fn without_nvml_serve_and_record_say_so_and_the_exposition_has_nvml_up_0() {
+    let missing = ["--nvml-lib", "/nonexistent/libnvidia-ml.so.1"];
+    let once = |extra: &[&str]| {
+        let output = Command::new(common::torchtop_binary())
+            .args(extra)
+            .args(["--once", "--format", "prometheus"])
+            .envs(ScenarioFile::new("[[gpu]]\nname = \"One\"\n").env())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run torchtop");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let up = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("torchtop_nvml_up{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(up(&once(&[])).as_deref(), Some("1"));
+    assert_eq!(up(&once(&missing)).as_deref(), Some("0"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.ttrec");
+    let output = Command::new(common::torchtop_binary())
+        .args(missing)
+        .args(["record", "-o", file.to_str().unwrap(), "--duration", "1s"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop record");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("torchtop record: no GPU figures: ").count(),
+        1,
+        "{stderr}"
+    );
+}
