@@ -54,6 +54,8 @@ struct ProcessSeen {
     gpus: Vec<u32>,
     rank: Option<u32>,
     first: f64,
+    /// When it started (the frame's time less its running time), where the frame knew.
+    started: Option<f64>,
     last: f64,
     /// The first frame it was missing from after it was last seen, as the TUI's event says.
     went: Option<f64>,
@@ -122,6 +124,7 @@ impl Tally {
                     gpus: Vec::new(),
                     rank: None,
                     first: t,
+                    started: process.running_seconds.map(|running| t - running),
                     last: t,
                     went: None,
                     memory: Peak::default(),
@@ -328,14 +331,16 @@ fn render_warnings(out: &mut String, tally: &Tally, zone: &TimeZone) {
     section(out, "Warnings", &lines);
 }
 
-/// Came: the first frame a process was in; went: the first frame it was missing from after
-/// it was last seen, the frame whose event the TUI shows.
+/// Came: the first frame a process was in, unless it had started before the recording did (an
+/// agent's process joins the frames once its agent answers, a second or so in); went: the
+/// first frame it was missing from after it was last seen, the frame whose event the TUI shows.
 fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
     let first = tally.first.unwrap_or_default();
     let mut lines = Vec::new();
     for (pid, p) in &tally.processes {
         let what = format!("pid {pid} {} ({})", p.command, held(&p.gpus));
-        if p.first > first {
+        let already_running = p.started.is_some_and(|started| started < first);
+        if p.first > first && !already_running {
             lines.push((p.first, format!("  came {}  {what}", clock(p.first, zone))));
         }
         if let Some(went) = p.went.filter(|&went| went > p.last) {
@@ -376,8 +381,36 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::held;
+    use super::{held, render_came_and_went, Tally};
     use crate::model::process::NO_GPU;
+    use crate::model::{GpuProcess, ProcessKind, Snapshot};
+
+    /// A review: two agents' processes started 15 s before the recording were "came" in its
+    /// second frame, the first their agents' figures reached.
+    #[test]
+    fn a_process_that_started_before_the_recording_did_not_come() {
+        let process = |pid: u32, running: f64| GpuProcess {
+            running_seconds: Some(running),
+            ..GpuProcess::new(pid, 0, ProcessKind::Compute)
+        };
+        let at = |t: f64, processes: Vec<GpuProcess>| Snapshot {
+            unix_seconds: t,
+            processes,
+            ..Snapshot::default()
+        };
+        let first = at(1000.0, vec![process(10, 500.0)]);
+        let second = at(
+            1001.0,
+            vec![process(10, 501.0), process(20, 16.0), process(30, 0.5)],
+        );
+        let mut tally = Tally::default();
+        tally.add(None, &first);
+        tally.add(Some(&first), &second);
+        let mut out = String::new();
+        render_came_and_went(&mut out, &tally, &crate::format::clock::zone(true));
+        assert!(out.contains("pid 30"), "{out}");
+        assert!(!out.contains("pid 20") && !out.contains("pid 10"), "{out}");
+    }
 
     #[test]
     fn an_agent_without_a_gpu_is_not_gpu_4294967295() {
