@@ -103,7 +103,15 @@ fn range(
             .map(|t| time::parse_time(t, start, end, zone).map_err(RecordError))
             .transpose()
     };
-    Ok((read(&options.from)?, read(&options.to)?))
+    let (from, to) = (read(&options.from)?, read(&options.to)?);
+    if let (Some(from), Some(to)) = (from, to) {
+        if !to.reaches(from.at) {
+            return Err(RecordError(
+                "--to names a time before --from: give the earlier time to --from".into(),
+            ));
+        }
+    }
+    Ok((from, to))
 }
 
 /// What `torchtop replay` leaves to the TUI: the monitor's app set up for the recording, and the
@@ -121,6 +129,13 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
     let zone = crate::format::clock::zone(options.utc);
     let (from, to) = range(&options, &recording, &zone)?;
     let stderr = &mut std::io::stderr();
+    if recording.frames().is_empty() {
+        let mut sentence = format!("{} holds no whole frame", recording.name());
+        for issue in &recording.issues {
+            sentence.push_str(&format!("\n{issue}"));
+        }
+        return Err(RecordError(sentence));
+    }
     if options.json || options.summary {
         for issue in &recording.issues {
             eprintln!("torchtop replay: {issue}");
@@ -136,13 +151,6 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
         let range = time::frames_between(recording.frames(), from, to);
         print!("{}", summary::summary(&mut recording, range, &zone)?);
         return Ok(None);
-    }
-    if recording.frames().is_empty() {
-        let mut sentence = format!("{} holds no frame to replay", recording.name());
-        for issue in &recording.issues {
-            sentence.push_str(&format!("\n{issue}"));
-        }
-        return Err(RecordError(sentence));
     }
     tui(recording, &options, from, zone).map(Some)
 }

@@ -247,3 +247,42 @@ fn the_summary_says_when_processes_went_as_the_frames_do_and_rounds_lengths() {
     let length = format!("({}:{:02}, ", seconds / 60, seconds % 60);
     assert!(summary.contains(&length), "{length} missing:\n{summary}");
 }
+
+/// A review: `--from +2s --to +1s` answered "no frame in that range", and `--summary` of a
+/// file with no whole frame said "no frame in that range; it holds no frame" and exited 0.
+#[test]
+fn a_reversed_range_and_a_file_without_a_frame_are_refused() {
+    let out = demo(
+        &[
+            "replay",
+            "--demo",
+            "--summary",
+            "--from",
+            "+2s",
+            "--to",
+            "+1s",
+        ],
+        "UTC",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--to names a time before --from"),
+        "{}",
+        text(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.ttrec");
+    let demo_file =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo.ttrec"))
+            .unwrap();
+    std::fs::write(&cut, &demo_file[..1024]).unwrap();
+    for mode in ["--summary", "--json"] {
+        let out = demo(&["replay", cut.to_str().unwrap(), mode], "UTC");
+        assert_eq!(out.status.code(), Some(1), "{mode}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("holds no whole frame"),
+            "{mode}: {}",
+            text(&out.stderr)
+        );
+    }
+}
