@@ -64,10 +64,16 @@ pub(super) fn rotate(path: &Path, budget: Option<u64>) -> Result<(), RecordError
     match is_recording(path)? {
         None => return Ok(()),
         Some(false) => {
+            let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+            let what = if link {
+                "is a symbolic link, which torchtop does not write through"
+            } else {
+                "exists and is not a torchtop recording"
+            };
             return Err(RecordError(format!(
-                "{} exists and is not a torchtop recording: choose another name with -o",
+                "{} {what}: choose another name with -o",
                 crate::format::escape(&path.display().to_string())
-            )))
+            )));
         }
         Some(true) => {}
     }
@@ -109,4 +115,22 @@ fn trim(path: &Path, highest: u64, budget: u64) -> Result<(), RecordError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A review: `-o` naming a symlink was refused as "not a torchtop recording".
+    #[test]
+    fn a_symlink_in_the_way_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("r.ttrec");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).unwrap();
+        let refused = rotate(&link, None).unwrap_err().0;
+        assert!(refused.contains("is a symbolic link"), "{refused}");
+        std::fs::write(dir.path().join("plain"), b"notes").unwrap();
+        let refused = rotate(&dir.path().join("plain"), None).unwrap_err().0;
+        assert!(refused.contains("is not a torchtop recording"), "{refused}");
+    }
 }
