@@ -191,7 +191,11 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {
-        torchtop::report::text(&snapshot)
+        let mut text = torchtop::report::text(&snapshot);
+        if let Some(note) = filter.note() {
+            text.push_str(&note);
+        }
+        text
     };
     let printed = print_bytes(Ok(format!("{}\n", out.trim_end()).into_bytes()));
     if printed != ExitCode::SUCCESS {

@@ -49,6 +49,28 @@ impl ProcessFilter {
         user_ok && gpu_ok
     }
 
+    /// The line `--once`'s text ends with while a filter hides processes: a GPU's memory then
+    /// holds more than its listed processes, as the monitor's status line says.
+    pub fn note(&self) -> Option<String> {
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!(" of user {}", escape(u)));
+        let gpus = self.gpus.as_deref().map(|gpus| {
+            let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+            format!(" on GPU {}", list.join(","))
+        });
+        if user.is_none() && gpus.is_none() {
+            return None;
+        }
+        Some(format!(
+            "showing only the processes{}{} (--user, --gpus); the GPUs, the host and the \
+             warnings are the whole machine's\n",
+            user.unwrap_or_default(),
+            gpus.unwrap_or_default()
+        ))
+    }
+
     /// A sentence for each `--gpus` index the machine does not have (`gpus` is its count).
     pub fn unknown_gpus(&self, gpus: usize) -> Option<String> {
         crate::format::missing_gpus(self.gpus.as_deref()?, gpus)

@@ -59,6 +59,12 @@ fn once_and_the_json_stream_show_only_the_chosen_gpus_and_user() {
             .all(|pid| !text.contains(&pid.to_string())),
         "{text}"
     );
+    // The GPUs' memory holds processes the list leaves out: the text says why.
+    assert!(
+        text.trim_end()
+            .ends_with("showing only the processes of user 4242 (--user, --gpus); the GPUs, the host and the warnings are the whole machine's"),
+        "{text}"
+    );
 
     let lines = json_stream_until(
         torchtop(&scenario, &["--json", "-d", "0.2", "--gpus", "7"]).stdin(Stdio::null()),
