@@ -39,6 +39,18 @@ fn start(scenario: &ScenarioFile, config_home: &std::path::Path) -> PtySession {
 }
 
 /// Whether the HOST panel's title line is on screen.
+/// Opens the setup screen, changes its first item and closes it again.
+fn change_a_setting(session: &mut PtySession) {
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
+        "{}",
+        session.screen()
+    );
+    session.send(b" ");
+    session.send(ESC);
+}
+
 fn host_panel_shown(screen: &str) -> bool {
     screen.lines().any(|l| l.contains(" HOST"))
 }
@@ -124,14 +136,7 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
         session.screen()
     );
     // A change is not saved over a table that could not be read: that would replace it.
-    session.send(F2);
-    assert!(
-        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
-        "{}",
-        session.screen()
-    );
-    session.send(b" ");
-    session.send(ESC);
+    change_a_setting(&mut session);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("settings kept for this run only")),
         "{}",
@@ -152,14 +157,7 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
     // directory a file's place by swapping the config for a directory of the same name.
     std::fs::remove_file(&file).unwrap();
     std::fs::create_dir(&file).unwrap();
-    session.send(F2);
-    assert!(
-        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
-        "{}",
-        session.screen()
-    );
-    session.send(b" ");
-    session.send(ESC);
+    change_a_setting(&mut session);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("settings not saved")),
         "no sentence about the failed save:\n{}",
