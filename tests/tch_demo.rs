@@ -1,9 +1,12 @@
 //! `torchtop demo` (feature `torch`, real libtorch): a tch program with the agent started shows
 //! up on its socket with hello and stats, marks steps, and removes its socket when it ends.
+//! These are the tests that need libtorch: the agent's server is unit-tested without it (with a
+//! stand-in source, in the default `cargo test`), so CI builds the monitor with the feature only
+//! for the binary these tests run, not for a second unit-test harness.
 
 #![cfg(all(feature = "torch", not(feature = "torch-doc-only")))]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -62,6 +65,7 @@ fn the_demo_publishes_hello_and_stats_and_cleans_up() {
     let stream = UnixStream::connect(&socket).unwrap();
     // Only there so that a broken agent fails the test instead of hanging it.
     stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let mut commands = stream.try_clone().unwrap();
     let mut lines = BufReader::new(stream).lines();
     let mut next = || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
 
@@ -85,7 +89,37 @@ fn the_demo_publishes_hello_and_stats_and_cleans_up() {
         }
     };
     assert!(second["seq"].as_u64() > first["seq"].as_u64());
-    assert!(second["devices"].is_array());
+    // The C++ shim reads the linked libtorch's CUDA caching allocator: without CUDA it reports
+    // no device and refuses to reset a peak; with CUDA, the demo's device 0 and its bytes.
+    let devices = second["devices"].as_array().expect("devices");
+    commands
+        .write_all(b"{\"v\":1,\"type\":\"cmd\",\"id\":7,\"cmd\":\"reset_peak\"}\n")
+        .unwrap();
+    let reply = loop {
+        let message = next();
+        if message["type"] == "reply" {
+            break message;
+        }
+    };
+    assert_eq!(
+        (&reply["id"], &reply["cmd"]),
+        (&7.into(), &"reset_peak".into())
+    );
+    if tch::Cuda::is_available() {
+        assert_eq!(devices[0]["index"], 0, "{second}");
+        let allocated = devices[0]["stats"]["allocated_bytes.all.current"]
+            .as_u64()
+            .unwrap();
+        assert!(allocated >= 1 << 20, "{second}");
+        assert_eq!(reply["devices"], serde_json::json!([0]), "{reply}");
+    } else {
+        assert!(devices.is_empty(), "no CUDA, no devices: {second}");
+        assert_eq!(reply["ok"], false, "{reply}");
+        assert!(
+            reply["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{reply}"
+        );
+    }
 
     // SIGTERM ends the loop cleanly: exit status 0 and no socket left behind.
     // SAFETY: plain kill(2) on our own child.
