@@ -127,6 +127,7 @@ pub enum OnceFormat {
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Export GPUs, processes and the allocator to Prometheus (dcgm-exporter's GPU names).
+    /// Options of the monitor (--config, --nvml-lib) go before `serve`.
     Serve(crate::serve::ServeArgs),
     /// A view of many machines, read from Prometheus.
     Cluster(crate::cluster::ClusterArgs),
@@ -185,7 +186,8 @@ pub enum Command {
         /// Print what happened: peaks, warnings, OOMs, processes that came and went.
         #[arg(long)]
         summary: bool,
-        /// Start at T: 02:15, 02:15:30 (UTC), +10m from the start, -5m from the end, RFC 3339.
+        /// Start at T: 02:15 or 02:15:30 (local time, UTC under `torchtop --utc replay`, on the
+        /// day that puts it within the recording), +10m from the start, -5m from the end, RFC 3339.
         #[arg(long, value_name = "T", allow_hyphen_values = true)]
         from: Option<String>,
         /// Stop at T (with --json or --summary), written as for --from.
@@ -226,9 +228,8 @@ fn parse_theme(text: &str) -> Result<crate::config::ThemeName, String> {
         .ok_or_else(|| format!("the theme must be dark, light or mono, not {text:?}"))
 }
 
-/// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
-/// duration must stay far below what `Duration::from_secs_f64` can hold.
-pub const MAX_SECONDS: f64 = 86_400.0;
+pub use crate::settings::MAX_SECONDS;
+use crate::settings::{parse_delay, parse_seconds};
 
 /// A login name the passwd database knows (as htop's `-u` insists), or a number: a uid without
 /// a name here, as processes of a container's users show.
@@ -242,10 +243,6 @@ fn parse_user(text: &str) -> Result<String, String> {
             crate::format::escape(text)
         ))
     }
-}
-
-fn parse_delay(text: &str) -> Result<f64, String> {
-    parse_seconds(text, "delay", 0.1)
 }
 
 /// The GPU indices of `--gpus`.
@@ -283,21 +280,6 @@ fn parse_samples(text: &str) -> Result<u64, String> {
 
 fn parse_timeout(text: &str) -> Result<f64, String> {
     parse_seconds(text, "timeout", 0.01)
-}
-
-/// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
-fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
-    let shown = crate::format::escape(text);
-    let value: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{shown}' is not a number of seconds"))?;
-    if !(min..=MAX_SECONDS).contains(&value) {
-        return Err(format!(
-            "the {what} must be between {min} and {MAX_SECONDS} seconds, not {shown}"
-        ));
-    }
-    Ok(value)
 }
 
 impl Cli {
@@ -391,6 +373,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("dark, light or mono"), "{error}");
+    }
+
+    /// A review: `torchtop serve -d 2` was refused ("unexpected argument '-d'"), while the
+    /// README said `-d` sets serve's interval; `record -d` worked.
+    #[test]
+    fn serve_takes_its_own_delay_after_the_subcommand() {
+        let delay_of = |cli: Cli| match cli.command {
+            Some(Command::Serve(args)) => args.delay,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            delay_of(parse(&["torchtop", "serve", "-d", "2"])),
+            Some(2.0)
+        );
+        assert_eq!(delay_of(parse(&["torchtop", "-d", "3", "serve"])), None);
+        let error = Cli::try_parse_from(["torchtop", "serve", "--delay", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("between 0.1 and 86400 seconds"), "{error}");
     }
 
     #[test]

@@ -25,6 +25,30 @@ pub struct Globals {
     pub colors: bool,
 }
 
+/// The longest delay or timeout accepted: a day. Anything longer is a typo, and every
+/// duration must stay far below what `Duration::from_secs_f64` can hold.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// `-d`/`--delay` of the monitor, `record` and `serve`: 0.1 s to a day.
+pub(crate) fn parse_delay(text: &str) -> Result<f64, String> {
+    parse_seconds(text, "delay", 0.1)
+}
+
+/// A number of seconds from `min` to [`MAX_SECONDS`], or a sentence saying the range.
+pub(crate) fn parse_seconds(text: &str, what: &str, min: f64) -> Result<f64, String> {
+    let shown = crate::format::escape(text);
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{shown}' is not a number of seconds"))?;
+    if !(min..=MAX_SECONDS).contains(&value) {
+        return Err(format!(
+            "the {what} must be between {min} and {MAX_SECONDS} seconds, not {shown}"
+        ));
+    }
+    Ok(value)
+}
+
 /// Which warnings make `--once` fail (`--fail-on`), for `torchtop --once` and `torchtop
 /// cluster --once` alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -68,11 +92,14 @@ impl MonitorConfig {
         let path = explicit
             .map(std::path::Path::to_path_buf)
             .or_else(crate::config::default_path);
-        let config = match &path {
-            Some(p) if explicit.is_some() || p.exists() => load(p)?,
-            _ => Config::default(),
+        let (config, text) = match &path {
+            Some(p) if explicit.is_some() || p.exists() => {
+                let (config, text) = file::load_with_text(p)?;
+                (config, Some(text))
+            }
+            _ => (Config::default(), None),
         };
-        let (ui, notice) = config.ui();
+        let (ui, notice) = config.ui(text.as_deref());
         Ok(MonitorConfig {
             config,
             path,
@@ -118,6 +145,10 @@ mod tests {
         assert!(MonitorConfig::load(Some(&bad)).is_err());
         std::fs::write(&bad, "[ui]\ntheme = 3\n").unwrap();
         let monitor = MonitorConfig::load(Some(&bad)).unwrap();
-        assert!(monitor.notice.is_some_and(|n| n.contains("[ui] table")));
+        let notice = monitor.notice.unwrap();
+        assert!(
+            notice.starts_with("config [ui] not used: line 2: key `ui.theme`"),
+            "{notice}"
+        );
     }
 }

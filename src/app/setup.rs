@@ -264,6 +264,12 @@ impl App {
         Effect::AskSampler(SamplerRequest::Interval(Duration::from_secs_f64(seconds)))
     }
 
+    /// Whether closing the setup screen saves its changes: there is a file to save to, and its
+    /// `[ui]` table was read (saving would replace one that was not).
+    pub(crate) fn setup_saves(&self) -> bool {
+        self.config_path.is_some() && !self.ui_unreadable
+    }
+
     /// Closes the screen and saves its choices: only when they changed, and never over a
     /// `[ui]` table that could not be read (saving would replace what the user wrote there).
     fn close_setup(&mut self) -> Effect {
@@ -451,7 +457,7 @@ mod tests {
         assert!(app.setup.is_none(), "Esc closes the screen, never quits");
         let status = app.status.clone().unwrap();
         assert!(status.starts_with("settings saved to "), "{status}");
-        let saved = crate::settings::load(&path).unwrap().ui();
+        let saved = crate::settings::load(&path).unwrap().ui(None);
         assert_eq!(saved.0.theme, ThemeName::Light);
 
         // A directory where the file should be: a sentence, not a crash.

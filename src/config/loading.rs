@@ -22,12 +22,22 @@ pub(crate) type Check<T> = fn(&T) -> Result<(), (String, String)>;
 /// Reads and checks a config file. The error is one sentence naming the file, the line and the
 /// key at fault. At most [`MAX_CONFIG_BYTES`] are read: a longer file is refused.
 pub(crate) fn load<T: DeserializeOwned>(path: &Path, check: Check<T>) -> Result<T, String> {
+    load_with_text(path, check).map(|(config, _)| config)
+}
+
+/// [`load`], with the text read: a part of the file read leniently (the `[ui]` table) can then
+/// be located too. The file is read once, since it may be a pipe.
+pub(crate) fn load_with_text<T: DeserializeOwned>(
+    path: &Path,
+    check: Check<T>,
+) -> Result<(T, String), String> {
     let text = read_text(
         path,
         "config file",
         "a rules file is a few KiB (see torchtop --print-config)",
     )?;
-    parse(&text, check).map_err(|e| format!("config file {}: {e}", shown(path)))
+    let config = parse(&text, check).map_err(|e| format!("config file {}: {e}", shown(path)))?;
+    Ok((config, text))
 }
 
 /// The text of a config file of any kind (`what`: "config file", "web config"), at most

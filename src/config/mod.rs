@@ -14,10 +14,10 @@ mod loading;
 mod ui;
 mod units;
 
-pub(crate) use loading::{load, read_text};
-// Tests parse text without a file, and find where each default key is written.
+pub(crate) use loading::{load, load_with_text, parse, read_text};
+// Tests find where each default key is written.
 #[cfg(test)]
-pub(crate) use loading::{key_span, parse};
+pub(crate) use loading::key_span;
 pub(crate) use units::{Fraction, NonNegative, Percent, Seconds};
 
 pub use ui::{default_path, ThemeName, UiConfig};

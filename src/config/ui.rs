@@ -148,24 +148,32 @@ impl Default for UiConfig {
 }
 
 impl UiConfig {
-    /// The `[ui]` value of a parsed file; a garbled one gives the defaults and a sentence.
-    pub(crate) fn from_value(value: Option<&toml::Value>) -> (UiConfig, Option<String>) {
+    /// The `[ui]` value of a parsed file; a garbled one gives the defaults and a sentence, which
+    /// names the line and the key when `text`, the file's text, is given.
+    pub(crate) fn from_value(
+        value: Option<&toml::Value>,
+        text: Option<&str>,
+    ) -> (UiConfig, Option<String>) {
         let Some(value) = value else {
             return (UiConfig::default(), None);
         };
-        match value.clone().try_into::<UiConfig>() {
+        let problem = match value.clone().try_into::<UiConfig>() {
             Ok(ui) => match ui.check() {
-                Ok(()) => (ui, None),
-                Err(problem) => (UiConfig::default(), Some(garbled(&problem))),
+                Ok(()) => return (ui, None),
+                Err((key, problem)) => format!("key `{key}` {problem}"),
             },
-            Err(e) => (UiConfig::default(), Some(garbled(e.message().trim_end()))),
-        }
+            Err(e) => e.message().trim_end().to_string(),
+        };
+        let located = text.and_then(located_problem).unwrap_or(problem);
+        (UiConfig::default(), Some(garbled(&located)))
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// The checks the types cannot make: the dotted key at fault and what is wrong with it.
+    fn check(&self) -> Result<(), (String, String)> {
         match self.refresh_seconds {
-            Some(s) if !(0.1..=86_400.0).contains(&s) => Err(format!(
-                "refresh_seconds is {s}, outside 0.1 to 86400 seconds"
+            Some(s) if !(0.1..=86_400.0).contains(&s) => Err((
+                "ui.refresh_seconds".to_string(),
+                format!("is {s}, outside 0.1 to 86400 seconds"),
             )),
             _ => Ok(()),
         }
@@ -230,11 +238,28 @@ impl UiConfig {
     }
 }
 
+/// The status line's sentence: what is wrong first, so that a narrow terminal still shows
+/// the line and the key.
 fn garbled(problem: &str) -> String {
     format!(
-        "the [ui] table of the config file is not understood ({problem}); \
-         using the default screen settings: fix it, or save new ones with F2"
+        "config [ui] not used: {problem}; the screen has its default settings until that is \
+         mended (F2 will not save over it)"
     )
+}
+
+/// Where a garbled `[ui]` table goes wrong, as the strict reader says it ("line 2: key
+/// `ui.theme` unknown variant ..."); the rest of the file was read already, so only the table
+/// is looked at here.
+fn located_problem(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct UiOnly {
+        #[serde(default)]
+        ui: Option<UiConfig>,
+    }
+    crate::config::parse::<UiOnly>(text, |file| {
+        file.ui.as_ref().map_or(Ok(()), UiConfig::check)
+    })
+    .err()
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it over `path`.
@@ -293,7 +318,7 @@ mod tests {
 
     fn ui_of(text: &str) -> (UiConfig, Option<String>) {
         let table: toml::Table = toml::from_str(text).expect("the rest parses");
-        UiConfig::from_value(table.get("ui"))
+        UiConfig::from_value(table.get("ui"), Some(text))
     }
 
     #[test]
@@ -316,20 +341,41 @@ mod tests {
     }
 
     #[test]
-    fn a_garbled_table_gives_the_defaults_and_a_sentence() {
-        for text in [
-            "ui = 5\n",
-            "[ui]\ntheme = \"neon\"\n",
-            "[ui]\nrefresh_seconds = -1\n",
-            "[ui]\ncolour = 1\n",
-            "[ui.panels]\nhost = \"no\"\n",
+    fn a_garbled_table_gives_the_defaults_and_a_sentence_naming_the_line_and_key() {
+        for (text, starts) in [
+            (
+                "ui = 5\n",
+                "config [ui] not used: line 1: key `ui`: invalid type",
+            ),
+            (
+                "# mine\n[ui]\ntheme = \"neon\"\n",
+                "config [ui] not used: line 3: key `ui.theme`: unknown variant `neon`",
+            ),
+            (
+                "[rules.leak]\nwindow_seconds = 30\n[ui]\nrefresh_seconds = -1\n",
+                "config [ui] not used: line 4: key `ui.refresh_seconds` is -1, outside 0.1",
+            ),
+            (
+                "[ui]\ncolour = 1\n",
+                "config [ui] not used: line 2: key `ui.colour`: unknown field",
+            ),
+            (
+                "[ui.panels]\nhost = \"no\"\n",
+                "config [ui] not used: line 2: key `ui.panels.host`: invalid type",
+            ),
         ] {
             let (ui, problem) = ui_of(text);
             assert_eq!(ui, UiConfig::default(), "{text}");
             let problem = problem.expect(text);
-            assert!(problem.contains("[ui] table"), "{problem}");
-            assert!(problem.contains("F2"), "{problem}");
+            assert!(problem.starts_with(starts), "{problem}");
+            assert!(problem.ends_with("(F2 will not save over it)"), "{problem}");
         }
+        // Without the text (a table built in memory) the sentence says what, not where.
+        let value: toml::Value = toml::from_str("theme = \"neon\"").unwrap();
+        let (_, problem) = UiConfig::from_value(Some(&value), None);
+        assert!(problem
+            .unwrap()
+            .starts_with("config [ui] not used: unknown variant `neon`"),);
     }
 
     #[test]
@@ -352,7 +398,10 @@ mod tests {
             table["rules"]["leak"]["window_seconds"].as_integer(),
             Some(30)
         );
-        assert_eq!(UiConfig::from_value(table.get("ui")), (ui.clone(), None));
+        assert_eq!(
+            UiConfig::from_value(table.get("ui"), None),
+            (ui.clone(), None)
+        );
         // A second save replaces the table instead of adding one.
         let again = UiConfig {
             theme: ThemeName::Light,

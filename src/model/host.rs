@@ -57,4 +57,9 @@ pub struct HostSnapshot {
     /// /proc does not show. Shared with the collector, which looks once.
     #[serde(default)]
     pub container: Option<Arc<str>>,
+    /// The driver's pids are another PID namespace's (the host's): torchtop runs in a
+    /// namespace below it, a container without `--pid=host`, and never looks them up in this
+    /// /proc. A container that shares the host's namespace is not such a place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pids_foreign: bool,
 }

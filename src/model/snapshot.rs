@@ -53,9 +53,13 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// How many GPU processes the driver listed that this /proc does not show, inside a
-    /// container (host pids); `None` outside one, or when every one is found.
+    /// container below the host's PID namespace (host pids); `None` outside one (on the host,
+    /// or in a container with `--pid=host`, such a row is a process that has ended), or when
+    /// every one is found.
     pub fn hidden_host_pids(&self) -> Option<usize> {
-        self.host.container.as_ref()?;
+        if !self.host.pids_foreign {
+            return None;
+        }
         let mut hidden: Vec<u32> = (self.processes.iter())
             .filter(|p| !p.visible && !p.no_gpu)
             .map(|p| p.pid)

@@ -254,6 +254,20 @@ fn options_for_refusal() -> RecordOptions {
     options(Path::new("/nonexistent"))
 }
 
+/// The README says how large the demo is; a review found 125 KB there for a 167 KB file, the
+/// demo having been made again since.
+#[test]
+fn the_readme_says_the_demo_size() {
+    const DEMO: &[u8] = include_bytes!("../../assets/demo.ttrec");
+    const README: &str = include_str!("../../README.md");
+    let said = README
+        .split_once("(`assets/demo.ttrec`, ")
+        .and_then(|(_, rest)| rest.split_once(" KB"))
+        .and_then(|(kb, _)| kb.parse::<usize>().ok())
+        .expect("the README names the demo's size in KB");
+    assert_eq!(said, (DEMO.len() + 500) / 1000, "README says {said} KB");
+}
+
 /// The demo (8 GPUs, agents, warnings, an OOM, host tables) written again frame by frame reads
 /// back identical, at about the size the demo itself takes.
 #[test]

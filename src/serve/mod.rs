@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// The `Hostname` label (default: this machine's hostname).
     #[arg(long, value_name = "NAME", env = "TORCHTOP_HOSTNAME")]
     pub(crate) hostname: Option<String>,
+
+    /// Sampling interval in seconds (0.1 to 86400; default: the monitor's -d, 1).
+    #[arg(short = 'd', long = "delay", value_name = "SECONDS",
+          value_parser = crate::settings::parse_delay)]
+    pub(crate) delay: Option<f64>,
 }
 
 /// The exposition of one snapshot in Prometheus' text format, for node exporter's textfile
@@ -129,7 +134,7 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
         None => crate::rules::RulesConfig::default(),
     };
     let mut config = SamplerConfig::for_interval(
-        Duration::from_secs_f64(globals.delay),
+        Duration::from_secs_f64(args.delay.unwrap_or(globals.delay)),
         globals.nvml_lib.display().to_string(),
     );
     config.rules = rules;

@@ -27,9 +27,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// The `[ui]` table, or the defaults and a sentence when it is garbled.
-    pub fn ui(&self) -> (UiConfig, Option<String>) {
-        UiConfig::from_value(self.ui.as_ref())
+    /// The `[ui]` table, or the defaults and a sentence when it is garbled; `text`, the file's
+    /// text, lets the sentence name the line and the key.
+    pub fn ui(&self, text: Option<&str>) -> (UiConfig, Option<String>) {
+        UiConfig::from_value(self.ui.as_ref(), text)
     }
 
     /// The checks the values' types cannot make on their own.
@@ -42,6 +43,11 @@ impl Config {
 /// key at fault.
 pub fn load(path: &Path) -> Result<Config, String> {
     crate::config::load(path, Config::check)
+}
+
+/// [`load`], with the file's text (for [`Config::ui`]).
+pub(crate) fn load_with_text(path: &Path) -> Result<(Config, String), String> {
+    crate::config::load_with_text(path, Config::check)
 }
 
 /// Parses and checks config text; the error names the line and the key.

@@ -13,6 +13,29 @@ fn the_default_file_parses_to_the_rust_defaults() {
     assert_eq!(print_default(), DEFAULT_CONFIG_TOML);
 }
 
+/// The `[ui]` table is written there as a comment (F2 writes it); it must still say the defaults.
+/// A review: it said `hidden_columns = []` while four columns are hidden by default.
+#[test]
+fn the_commented_ui_table_of_the_default_file_is_the_default() {
+    let start = DEFAULT_CONFIG_TOML
+        .find("\n# [ui]\n")
+        .expect("a commented [ui] table");
+    let text: String = DEFAULT_CONFIG_TOML[start + 1..]
+        .lines()
+        .map(|line| line.strip_prefix("# ").unwrap_or(line))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let table: toml::Table = toml::from_str(&text).expect("the commented table parses");
+    let (ui, problem) = crate::config::UiConfig::from_value(table.get("ui"), Some(&text));
+    assert_eq!(problem, None);
+    assert_eq!(ui, crate::config::UiConfig::default(), "{text}");
+    let written = table["ui"].as_table().unwrap();
+    for key in ["theme", "history", "hidden_columns", "panels"] {
+        assert!(written.contains_key(key), "{key} not written: {text}");
+    }
+    assert_eq!(written["panels"].as_table().unwrap().len(), 6, "{text}");
+}
+
 #[test]
 fn every_default_key_is_written_in_the_default_file() {
     let defaults: toml::Table = toml::from_str(&toml::to_string(&Config::default()).unwrap())

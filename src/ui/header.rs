@@ -159,7 +159,11 @@ mod tests {
             ..Snapshot::default()
         };
         assert_eq!(snapshot.hidden_host_pids(), None, "not in a container");
+        // A review: a container sharing the host's PID namespace (`--pid=host`) said "host
+        // pids" of processes this /proc does not show, when they had ended.
         snapshot.host.container = Some("docker".into());
+        assert_eq!(snapshot.hidden_host_pids(), None, "--pid=host");
+        snapshot.host.pids_foreign = true;
         assert_eq!(snapshot.hidden_host_pids(), Some(1));
         assert_eq!(
             container_note(1, Note::Long),

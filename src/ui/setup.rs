@@ -51,10 +51,17 @@ pub(crate) fn render(
         width.min(screen.width),
         height,
     );
+    // Said before Esc is pressed: a change that will not be saved (no file, or a [ui] table
+    // the monitor could not read) is a surprise after.
+    let close = if app.setup_saves() {
+        " ↑↓ move  Space/←→ change  Esc: save and close "
+    } else {
+        " ↑↓ move  Space/←→ change  Esc: close (not saved) "
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .title(" Setup (F2) ")
-        .title_bottom(" ↑↓ move  Space/←→ change  Esc: save and close ");
+        .title_bottom(close);
     frame.render_widget(Clear, area);
     let inner = block.inner(area);
     frame.render_widget(block, area);

@@ -3,6 +3,7 @@
 //! any theme is ANSI colour 8.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossterm::event::KeyCode;
@@ -10,14 +11,55 @@ use ratatui::{buffer::Buffer, style::Color};
 
 use super::{key, render, screen, text, torch_app};
 use crate::app::App;
-use crate::config::ThemeName;
+use crate::config::{ThemeName, UiConfig};
 
 const SIZES: [(u16, u16); 3] = [(80, 24), (120, 40), (200, 50)];
 
+/// The setup screen open, with a config file to save to.
 fn setup_open() -> App {
-    let mut app = torch_app();
+    let mut app = torch_app().with_ui(
+        UiConfig::default(),
+        Some(PathBuf::from("/nonexistent/torchtop/config.toml")),
+        None,
+    );
     key(&mut app, KeyCode::F(2));
     app
+}
+
+/// A review: the status line said `q quit` under the setup screen, where q closes it.
+#[test]
+fn the_status_line_under_the_setup_screen_says_q_closes() {
+    let s = screen(&setup_open(), 120, 40);
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("q close  F10 quit"), "{last}");
+    assert!(!last.contains("q quit"), "{last}");
+}
+
+#[test]
+fn the_close_hint_says_when_nothing_will_be_saved() {
+    let bottom = |app: &App| {
+        let s = screen(app, 120, 40);
+        s.lines()
+            .find(|l| l.contains("Esc:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(bottom(&setup_open()).contains("Esc: save and close"));
+    for (path, notice) in [
+        (None, None),
+        (
+            Some(PathBuf::from("/nonexistent/torchtop/config.toml")),
+            Some("config [ui] not used: line 2: ...".to_string()),
+        ),
+    ] {
+        let mut app = torch_app().with_ui(UiConfig::default(), path, notice);
+        key(&mut app, KeyCode::F(2));
+        assert!(
+            bottom(&app).contains("Esc: close (not saved)"),
+            "{}",
+            bottom(&app)
+        );
+    }
 }
 
 #[test]

@@ -18,7 +18,8 @@ use crate::terminal::theme::Theme;
 const HINTS: &str = " q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
 /// The hints that stay when a status sentence needs the room.
 const SHORT_HINTS: &str = " q quit  ? help";
-/// In the help, the detail view or the warnings view, where `q` closes the view.
+/// In the help, the detail view, the warnings view or the setup screen, where `q` closes the
+/// view.
 const VIEW_HINTS: &str = " q close  F10 quit";
 /// Cells of the gaps around the status sentence.
 const STATUS_PADDING: usize = 3;
@@ -118,7 +119,10 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
         .iter()
         .map(ratatui::prelude::Span::width)
         .sum::<usize>();
-    let in_view = app.view.show_help || app.detail.is_some() || app.warnings_view.is_open();
+    let in_view = app.view.show_help
+        || app.detail.is_some()
+        || app.warnings_view.is_open()
+        || app.setup.is_some();
     let (full, short) = if in_view {
         (VIEW_HINTS, VIEW_HINTS)
     } else {

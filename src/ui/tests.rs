@@ -1388,6 +1388,7 @@ fn the_gpu_share_columns_show_when_chosen() {
 fn the_container_note_shortens_before_it_goes() {
     let mut snapshot = busy_snapshot(2, 2, 0);
     snapshot.host.container = Some("docker".into());
+    snapshot.host.pids_foreign = true;
     snapshot.processes[0].visible = false;
     let app = app_with(snapshot);
     let header = |width: u16| screen(&app, width, 30).lines().next().unwrap().to_string();

@@ -142,9 +142,11 @@ fn assert_without_host_details(row: &Value) {
 fn own_procfs_host_pids_show_without_host_details() {
     // The container's own procfs: the trainer is pid 7 here, with no outer pid to see.
     let root = container(INNER_PID, &[INNER_PID]);
+    pid_namespace(root.path(), "pid:[4026532871]");
     let scenario = scenario();
     let doc = once(root.path(), &scenario);
     assert_eq!(doc["host"]["container"], "docker");
+    assert_eq!(doc["host"]["pids_foreign"], true);
     assert_without_host_details(common::process_row(&doc, HOST_PID));
     assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
     // Pid 7 is not taken for either GPU process.
@@ -176,7 +178,28 @@ fn own_procfs_host_pids_show_without_host_details() {
 fn host_procfs_finds_the_process_and_its_pid_inside_the_container() {
     // The host's procfs: the trainer is listed under its host pid, NSpid down to 7.
     let root = container(HOST_PID, &[HOST_PID, INNER_PID]);
+    pid_namespace(root.path(), "pid:[4026531836]");
     let doc = once(root.path(), &scenario());
+    // A review: in a container with `--pid=host`, a GPU process this /proc lacks (one that
+    // has ended) was counted as a host pid the container could not see.
+    assert_eq!(doc["host"]["container"], "docker");
+    assert_eq!(
+        doc["host"]["pids_foreign"],
+        Value::Null,
+        "{:#}",
+        doc["host"]
+    );
+    let text = String::from_utf8_lossy(
+        &output_within_patience(
+            Command::new(common::torchtop_binary())
+                .arg("--once")
+                .envs(scenario().env())
+                .env("TORCHTOP_FS_ROOT", root.path()),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(!text.contains("inside a container"), "{text}");
     let trainer = common::process_row(&doc, HOST_PID);
     assert_eq!(trainer["visible"], true, "{trainer:#}");
     assert!(trainer["command"].as_str().unwrap().contains("train.py"));
@@ -223,6 +246,7 @@ fn a_pid_namespace_without_a_runtimes_mark_counts_as_a_container() {
 #[test]
 fn once_text_says_why_host_pids_have_no_details() {
     let root = container(INNER_PID, &[INNER_PID]);
+    pid_namespace(root.path(), "pid:[4026532871]");
     let output = output_within_patience(
         Command::new(common::torchtop_binary())
             .arg("--once")

@@ -130,8 +130,11 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
     std::fs::write(&file, garbled).unwrap();
     let scenario = ScenarioFile::new(SCENARIO);
     let mut session = start(&scenario, home.path());
+    // It names the line and the key, within the status line of a 120-column terminal.
     assert!(
-        session.wait_for(PATIENCE, |s| s.contains("[ui] table")),
+        session.wait_for(PATIENCE, |s| s.contains(
+            "config [ui] not used: line 2: key `ui.theme`: unknown variant `neon`"
+        )),
         "no sentence about the garbled [ui] table:\n{}",
         session.screen()
     );

@@ -159,6 +159,7 @@ impl HostCollector {
             load: loadavg.map(|(load, _)| load),
             uptime_seconds: uptime,
             oom_kill_count,
+            pids_foreign: self.driver_pids_foreign,
             ..Default::default()
         };
         self.placement.sample_host(&mut host);
