@@ -375,7 +375,7 @@ mod tests {
         let (_, problem) = UiConfig::from_value(Some(&value), None);
         assert!(problem
             .unwrap()
-            .starts_with("config [ui] not used: unknown variant `neon`"),);
+            .starts_with("config [ui] not used: unknown variant `neon`"));
     }
 
     #[test]
