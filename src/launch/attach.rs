@@ -9,12 +9,18 @@
 //!   with the code in the target's memory;
 //! - gdb, when the injector failed for a reason other than permission.
 //!
+//! The target is held by its pidfd ([`HeldProcess`]) from before the first /proc read to the
+//! last step: a target that exits and has its pid taken by another process (a root one, say)
+//! stops the attach instead of sending the injection, a re-sent signal or a check there. The
+//! ptrace injector checks it after it has seized the pid, so what it stops is the process that
+//! was checked; gdb and `sys.remote_exec` attach by pid themselves, so it is checked just
+//! before and after them.
+//!
 //! Root attaching another user's process writes nothing where that user or their environment
 //! points: the agent picks and creates its socket directory itself, as that user. torchtop's
 //! only files are in a directory it creates fresh for the call (see [`super::scratch`]), and
 //! they are removed when it returns, success or not.
 
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,8 +32,9 @@ use super::start_code::start_code;
 use super::target::{file_name, Target};
 use super::yama::{self, PtraceRights, ALTERNATIVES};
 use crate::protocol::{default_socket_dir, socket_dir_from};
+use crate::sys::pidfd::HeldProcess;
 use crate::sys::proc::MapLine;
-use crate::sys::{effective_uid, peer_credentials};
+use crate::sys::{connect_unix_nonblocking, effective_uid, peer_credentials};
 
 /// How the start code gets into the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,14 +90,38 @@ pub fn attach_with(pid: u32, options: &AttachOptions) -> Result<String, String> 
 /// Queues Python `code` to run on the main thread of `pid` with the ptrace injector, and
 /// returns once it is queued. For tests of the injector itself.
 pub fn inject_python(pid: u32, code: &str, timeout: Duration) -> Result<(), String> {
-    let target = Target::inspect(pid)?;
+    let (held, target) = hold_and_inspect(pid)?;
     let maps = target.maps()?;
     let image = python_image(&target, &maps)?;
-    queue_code(pid, &image, &maps, code, timeout).map_err(|e| e.text().to_string())
+    queue_code(&held, &image, &maps, code, timeout).map_err(|e| e.text().to_string())
+}
+
+/// Holds process `pid` and reads what /proc says of it, checking after the read that it is
+/// still the process held (so the read was not of another that took its pid).
+fn hold_and_inspect(pid: u32) -> Result<(HeldProcess, Target), String> {
+    let held = HeldProcess::hold(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => format!("No process has pid {pid}."),
+        _ => format!("Cannot hold process {pid} by a pidfd: {e}."),
+    })?;
+    let target = Target::inspect(pid)?;
+    still_running(&held)?;
+    Ok((held, target))
+}
+
+/// Fails with a sentence once the held process has exited: its pid may be another's by now.
+fn still_running(held: &HeldProcess) -> Result<(), String> {
+    if held.is_running() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Process {} has exited; nothing was started in it, nor in any process that took its pid.",
+            held.pid()
+        ))
+    }
 }
 
 fn attach_inner(pid: u32, options: &AttachOptions) -> Result<String, String> {
-    let target = Target::inspect(pid)?;
+    let (held, target) = hold_and_inspect(pid)?;
     let me = effective_uid();
     check_same_user(&target, me)?;
     check_state(&target)?;
@@ -111,12 +142,14 @@ fn attach_inner(pid: u32, options: &AttachOptions) -> Result<String, String> {
     let scratch = Scratch::create(options.scratch_base.as_deref(), target.owner())?;
     let deadline = unix_now() + (options.agent_wait + options.inject_timeout).as_secs_f64();
     let code = start_code(agent_dir.as_deref(), &scratch.result_path(), deadline);
-    let method =
-        inject(options, &target, &image, &maps, version, &code, &scratch).map_err(|e| match e {
-            InjectError::Denied(why) => yama::denied(rights, pid, &why),
-            InjectError::Failed(why) => why,
-        })?;
-    let socket = wait_for_agent(&target, &scratch, method, options.agent_wait)?;
+    let method = inject(
+        options, &held, &target, &image, &maps, version, &code, &scratch,
+    )
+    .map_err(|e| match e {
+        InjectError::Denied(why) => yama::denied(rights, pid, &why),
+        InjectError::Failed(why) | InjectError::Gone(why) => why,
+    })?;
+    let socket = wait_for_agent(&held, &scratch, method, options.agent_wait)?;
     Ok(format!(
         "Started the torchtop agent in process {pid} (Python {}.{}) through {method}; its socket is {}.",
         version.0,
@@ -209,7 +242,8 @@ fn running_agent(target: &Target, agent_dir: Option<&Path>) -> Option<PathBuf> {
 
 /// Whether `socket` answers and its listener is process `pid`. The path may be the target's
 /// choice, so it must be named `<pid>.sock` and be a socket itself (not a symlink to another
-/// service's); connecting then reads and writes nothing.
+/// service's); connecting then reads and writes nothing, and never waits (a listener can keep
+/// its backlog full: a blocking connect would hold root's attach for ever).
 fn served_by(socket: &Path, pid: u32) -> bool {
     use std::os::unix::fs::FileTypeExt;
     let named_for_pid = socket
@@ -219,14 +253,17 @@ fn served_by(socket: &Path, pid: u32) -> bool {
     if !named_for_pid || !is_socket {
         return false;
     }
-    UnixStream::connect(socket)
+    connect_unix_nonblocking(socket)
         .ok()
         .and_then(|s| peer_credentials(&s).ok())
         .is_some_and(|(peer, _)| peer == pid)
 }
 
+// Each argument is one fact the methods need; bundling them would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn inject(
     options: &AttachOptions,
+    held: &HeldProcess,
     target: &Target,
     image: &PythonImage,
     maps: &[MapLine],
@@ -235,7 +272,7 @@ fn inject(
     scratch: &Scratch,
 ) -> Result<&'static str, InjectError> {
     let timeout = options.inject_timeout;
-    let injector = || queue_code(target.pid, image, maps, code, timeout).map(|()| "ptrace");
+    let injector = || queue_code(held, image, maps, code, timeout).map(|()| "ptrace");
     let gdb = || {
         let gdb = options
             .gdb
@@ -243,11 +280,15 @@ fn inject(
             .or_else(|| find_on_path("gdb"))
             .ok_or_else(|| InjectError::Failed("gdb is not installed.".to_string()))?;
         let script = scratch.write_script(code).map_err(InjectError::Failed)?;
-        gdb_inject(&gdb, target, scratch.dir(), &script, timeout).map(|()| "gdb")
+        checked_by_pid(held, || {
+            gdb_inject(&gdb, target, scratch.dir(), &script, timeout)
+        })
+        .map(|()| "gdb")
     };
     let remote = || -> Result<Option<&'static str>, InjectError> {
         let script = scratch.write_script(code).map_err(InjectError::Failed)?;
-        Ok(remote_exec(target, version, &script, timeout)?.map(|()| "sys.remote_exec"))
+        let ran = checked_by_pid(held, || remote_exec(target, version, &script, timeout))?;
+        Ok(ran.map(|()| "sys.remote_exec"))
     };
     match options.method {
         Method::Injector => injector(),
@@ -262,7 +303,7 @@ fn inject(
             if version >= (3, 14) {
                 match remote() {
                     Ok(Some(method)) => return Ok(method),
-                    Err(InjectError::Denied(why)) => return Err(InjectError::Denied(why)),
+                    Err(e @ (InjectError::Denied(_) | InjectError::Gone(_))) => return Err(e),
                     Ok(None) | Err(InjectError::Failed(_)) => {}
                 }
             }
@@ -272,6 +313,7 @@ fn inject(
                     InjectError::Failed(g) => {
                         InjectError::Failed(format!("{why} The gdb fallback failed too: {g}"))
                     }
+                    InjectError::Gone(g) => InjectError::Gone(g),
                 }),
                 other => other,
             }
@@ -279,18 +321,38 @@ fn inject(
     }
 }
 
+/// Runs a method that attaches by pid itself (gdb, `sys.remote_exec`), with the held process
+/// checked just before and after: a pid that changed hands in between is said, never hidden.
+fn checked_by_pid<T>(
+    held: &HeldProcess,
+    run: impl FnOnce() -> Result<T, InjectError>,
+) -> Result<T, InjectError> {
+    still_running(held).map_err(InjectError::Gone)?;
+    let outcome = run()?;
+    if !held.is_running() {
+        return Err(InjectError::Gone(format!(
+            "Process {} exited while it was being attached to, so the start code may have gone to a process that took its pid; check that process.",
+            held.pid()
+        )));
+    }
+    Ok(outcome)
+}
+
 /// Waits for the start code's report, then checks that the socket it names is the target's.
 fn wait_for_agent(
-    target: &Target,
+    held: &HeldProcess,
     scratch: &Scratch,
     method: &str,
     wait: Duration,
 ) -> Result<PathBuf, String> {
-    let pid = target.pid;
+    let pid = held.pid();
     let deadline = Instant::now() + wait;
     loop {
+        still_running(held)?;
         match scratch.outcome() {
-            Some(Outcome::Started(socket)) if served_by(&socket, pid) => return Ok(socket),
+            Some(Outcome::Started(socket)) if served_by(&socket, pid) && held.is_running() => {
+                return Ok(socket)
+            }
             Some(Outcome::Started(socket)) => {
                 return Err(format!(
                     "Process {pid} reported an agent socket at {}, but no agent of process {pid} answers there.",
@@ -324,6 +386,68 @@ mod tests {
             tracer_pid: tracer,
             exe: Some(PathBuf::from("/usr/bin/python3")),
         }
+    }
+
+    /// A review: root's attach connected to a socket the target chose with a blocking connect,
+    /// and a target that kept its backlog full held root there for ever.
+    #[test]
+    fn a_socket_with_a_full_backlog_is_not_waited_on() {
+        use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+        let dir = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        let path = dir.path().join(format!("{pid}.sock"));
+        let listener = net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        net::bind(&listener, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+        net::listen(&listener, 0).unwrap();
+        // Fill the backlog (never accepted) until a connect that does not wait is refused.
+        let mut filling = Vec::new();
+        while let Ok(stream) = connect_unix_nonblocking(&path) {
+            filling.push(stream);
+            assert!(filling.len() < 64, "a backlog of 0 took 64 connections");
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let socket = path.clone();
+        std::thread::spawn(move || tx.send(served_by(&socket, pid)));
+        let served = rx
+            .recv_timeout(crate::test_ci::PATIENCE)
+            .expect("served_by waited on a full backlog");
+        assert!(!served);
+    }
+
+    /// gdb and sys.remote_exec attach by pid: a process that exits meanwhile is said, and one
+    /// gone before is never tried.
+    #[test]
+    fn a_method_that_attaches_by_pid_is_checked_before_and_after() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let held = HeldProcess::hold(child.id()).unwrap();
+        let outcome = checked_by_pid(&held, || {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            Ok(())
+        });
+        let Err(InjectError::Gone(why)) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert!(
+            why.contains("may have gone to a process that took its pid"),
+            "{why}"
+        );
+        let mut ran = false;
+        let outcome = checked_by_pid(&held, || {
+            ran = true;
+            Ok(())
+        });
+        assert!(matches!(outcome, Err(InjectError::Gone(_))), "{outcome:?}");
+        assert!(!ran, "never tried on a process that has exited");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub(crate) mod alarm;
 pub(crate) mod cgroup;
 pub(crate) mod kept;
+pub(crate) mod pidfd;
 pub(crate) mod proc;
 pub(crate) mod sched;
 
@@ -63,6 +64,24 @@ pub(crate) fn invoking_uid() -> u32 {
         .ok()
         .and_then(|uid| uid.trim().parse().ok())
         .unwrap_or(real)
+}
+
+/// Connects to the Unix socket at `path` without waiting: a listener whose backlog is full
+/// gives `EAGAIN` at once instead of holding the caller (the listener may be another user's,
+/// and keep it full on purpose). The stream is left non-blocking. `path` too long for a socket
+/// address gives `ENAMETOOLONG`.
+pub(crate) fn connect_unix_nonblocking(path: &std::path::Path) -> io::Result<UnixStream> {
+    use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let addr =
+        SocketAddrUnix::new(path).map_err(|_| io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+    let socket = net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    net::connect(&socket, &addr)?;
+    Ok(UnixStream::from(socket))
 }
 
 /// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a

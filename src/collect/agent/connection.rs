@@ -4,13 +4,9 @@
 //! child and end, leaving its pid to be reused by another user's process).
 
 use std::ffi::OsStr;
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-
-use rustix::io::Errno;
-use rustix::net::{self, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::format::path::named;
 use crate::sys::peer_credentials;
@@ -125,24 +121,15 @@ fn check_peer_process(path: &Path, pid: u32, uid: u32) -> Result<u64, Refusal> {
 /// stream stays non-blocking: the reader thread polls it, and a command that does not fit in
 /// the socket's buffer fails at once instead of stalling the sampler.
 fn connect_nonblocking(path: &Path, through: &Path) -> Result<UnixStream, String> {
-    let addr = SocketAddrUnix::new(through)
-        .map_err(|_| format!("{} is too long for a Unix socket path", named(path)))?;
-    let socket = net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-        None,
-    )
-    .map_err(|e| format!("cannot create a socket: {}", io::Error::from(e)))?;
-    net::connect(&socket, &addr).map_err(|e| match e {
-        Errno::AGAIN => format!(
+    crate::sys::connect_unix_nonblocking(through).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENAMETOOLONG) => format!("{} is too long for a Unix socket path", named(path)),
+        Some(libc::EAGAIN) => format!(
             "{} is not accepting connections (backlog full)",
             named(path)
         ),
-        Errno::CONNREFUSED => format!("nothing listens on {}", named(path)),
-        e => format!("cannot connect to {}: {}", named(path), io::Error::from(e)),
-    })?;
-    Ok(UnixStream::from(socket))
+        Some(libc::ECONNREFUSED) => format!("nothing listens on {}", named(path)),
+        _ => format!("cannot connect to {}: {e}", named(path)),
+    })
 }
 
 #[cfg(test)]
@@ -183,7 +170,7 @@ mod tests {
             .expect("python3 runs");
         let mut ready = String::new();
         let stdout = child.stdout.take().unwrap();
-        io::BufRead::read_line(&mut io::BufReader::new(stdout), &mut ready).unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).unwrap();
         assert_eq!(ready.trim(), "ready");
         let path = Path::new("/tmp/torchtop-65534/1.sock");
         let as_nobody = check_peer_process(path, child.id(), 65534);

@@ -18,6 +18,9 @@ use crate::sys::proc::MapLine;
 
 /// The largest ELF read (libpython is about 25 MiB, a static python about 10 MiB).
 const ELF_LIMIT: u64 = 512 << 20;
+/// The most mapped files read for the C API: a process that maps a thousand files named
+/// libpython* must not make root read a thousand ELFs of up to [`ELF_LIMIT`].
+const MAX_CANDIDATES: usize = 4;
 
 /// Where the Python C API lives in a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +50,11 @@ fn candidates<'a>(maps: &'a [MapLine], exe: Option<&str>) -> Vec<&'a MapLine> {
         seen
     };
     let mut found = first_of(&|m| file_name(&m.path).starts_with("libpython"));
+    found.truncate(MAX_CANDIDATES - 1);
     found.extend(first_of(&|m| {
         exe.is_some_and(|e| m.path.strip_suffix(" (deleted)").unwrap_or(&m.path) == e)
     }));
+    found.truncate(MAX_CANDIDATES);
     found
 }
 
@@ -85,8 +90,10 @@ fn read_mapped(pid: u32, line: &MapLine) -> Result<Vec<u8>, String> {
     for (path, nofollow) in [(Some(by_map), false), (by_root, true)] {
         let Some(path) = path else { continue };
         // map_files entries are the kernel's own links to the mapped file: they must be
-        // followed. A path under /proc/PID/root is the target's: its last component must not.
-        let flags = if nofollow { libc::O_NOFOLLOW } else { 0 };
+        // followed. A path under /proc/PID/root is the target's: its last component must not,
+        // and it may have become a FIFO since it was mapped (an open that waits for a writer
+        // would hold root's attach for ever): O_NONBLOCK, and the inode check refuses it.
+        let flags = libc::O_NONBLOCK | if nofollow { libc::O_NOFOLLOW } else { 0 };
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(flags | libc::O_CLOEXEC)
@@ -262,6 +269,45 @@ mod tests {
         );
         let deleted = candidates(&maps, Some("/usr/bin/python3 (deleted)"));
         assert_eq!(deleted.len(), 2);
+    }
+
+    /// A review: a FIFO put where a mapped file was held root's attach in open() for ever.
+    #[test]
+    fn a_fifo_where_a_mapped_file_was_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("libpython3.11.so.1.0");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // No mapping has this range, so the map_files link is missing and the path is tried.
+        let at = line(fifo.to_str().unwrap(), 0x1000, 0, "r--p", 5);
+        let pid = std::process::id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(read_mapped(pid, &at)));
+        let outcome = rx
+            .recv_timeout(crate::test_ci::PATIENCE)
+            .expect("read_mapped waited on a FIFO");
+        let error = outcome.unwrap_err();
+        assert!(error.contains("not the file that is mapped"), "{error}");
+    }
+
+    /// A process that maps many files named libpython* gets at most a few read, the
+    /// executable among them.
+    #[test]
+    fn at_most_a_few_mapped_files_are_read() {
+        let mut maps: Vec<MapLine> = (0..100)
+            .map(|i| {
+                line(
+                    &format!("/tmp/libpython{i}.so"),
+                    0x10_0000 * (i + 1),
+                    0,
+                    "r--p",
+                    100 + i,
+                )
+            })
+            .collect();
+        maps.push(line("/usr/bin/python3", 0x1000, 0, "r--p", 10));
+        let found = candidates(&maps, Some("/usr/bin/python3"));
+        assert_eq!(found.len(), MAX_CANDIDATES);
+        assert_eq!(found.last().unwrap().path, "/usr/bin/python3");
     }
 
     #[test]

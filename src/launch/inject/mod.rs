@@ -12,6 +12,10 @@
 //! 6. restore every register and the extended state, detach, and re-send any signal that
 //!    arrived meanwhile.
 //!
+//! The target is held by its pidfd ([`HeldProcess`]): right after the seize it must still run,
+//! so the thread stopped is the process that was checked, not one that took its pid; the
+//! signals are re-sent through the pidfd.
+//!
 //! Py_AddPendingCall is safe without the GIL. The interpreter runs the code with the GIL at its
 //! next bytecode boundary on the main thread, so a main thread stuck in a C call or a long sleep
 //! delays it. The string's mapping stays in the target (it must outlive the pending call).
@@ -20,6 +24,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::sys::pidfd::HeldProcess;
 use crate::sys::proc::MapLine;
 
 #[cfg(target_arch = "aarch64")]
@@ -42,26 +47,29 @@ pub(crate) enum InjectError {
     Denied(String),
     /// Anything else: another method may still work.
     Failed(String),
+    /// The process exited, and its pid may be another process's: no method may try it.
+    Gone(String),
 }
 
 impl InjectError {
     pub(crate) fn text(&self) -> &str {
         match self {
-            InjectError::Denied(t) | InjectError::Failed(t) => t,
+            InjectError::Denied(t) | InjectError::Failed(t) | InjectError::Gone(t) => t,
         }
     }
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) fn queue_code(
-    pid: u32,
+    held: &HeldProcess,
     _image: &PythonImage,
     _maps: &[MapLine],
     _code: &str,
     _timeout: Duration,
 ) -> Result<(), InjectError> {
     Err(InjectError::Failed(format!(
-        "The ptrace injector supports x86_64 and aarch64 only; it cannot start code in process {pid} on this CPU."
+        "The ptrace injector supports x86_64 and aarch64 only; it cannot start code in process {} on this CPU.",
+        held.pid()
     )))
 }
 
@@ -71,7 +79,7 @@ pub(crate) use imp::queue_code;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod imp {
     use super::ptrace::{Stop, Tracee};
-    use super::{arch, Duration, InjectError, Instant, MapLine, PythonImage};
+    use super::{arch, Duration, HeldProcess, InjectError, Instant, MapLine, PythonImage};
 
     /// How much of the target's code is scanned for a system-call instruction.
     const GADGET_SCAN_LIMIT: usize = 64 << 20;
@@ -85,12 +93,13 @@ mod imp {
     /// Queues `code` (Python source, no NUL byte) to run on the main thread of `pid` through
     /// `Py_AddPendingCall(PyRun_SimpleString, code)`. Returns once it is queued, not run.
     pub(crate) fn queue_code(
-        pid: u32,
+        held: &HeldProcess,
         image: &PythonImage,
         maps: &[MapLine],
         code: &str,
         timeout: Duration,
     ) -> Result<(), InjectError> {
+        let pid = held.pid();
         if code.as_bytes().contains(&0) {
             return Err(InjectError::Failed(
                 "The code to inject contains a NUL byte.".to_string(),
@@ -103,14 +112,28 @@ mod imp {
             Some(libc::ESRCH) => InjectError::Failed(format!("Process {pid} has exited.")),
             _ => failed(pid, "attach with ptrace", e),
         })?;
+        // The process seized, by a pidfd of its own: while traced it keeps its pid, so this
+        // names it, and the signals taken from it go back to it and to no other.
+        let seized = HeldProcess::hold(pid).ok();
         let deadline = Instant::now() + timeout;
         let mut signals = Vec::new();
-        let outcome = stop_and_inject(&tracee, image, maps, code, deadline, &mut signals);
+        // Still running now, the process checked had its pid all along: it is the one seized.
+        let outcome = if held.is_running() {
+            stop_and_inject(&tracee, image, maps, code, deadline, &mut signals)
+        } else {
+            // Another process has the pid: stop it only to let it go (a running tracee cannot
+            // be detached), untouched.
+            let _ = stop(&tracee, deadline, &mut signals);
+            Err(InjectError::Gone(format!(
+                "Process {pid} exited before it could be stopped, and its pid may be another process's now; nothing was injected."
+            )))
+        };
         let detached = tracee.detach();
         for signal in signals {
             // These arrived while we held the thread; ptrace took them off its queue.
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(tracee.pid() as libc::pid_t, signal) };
+            if let Some(seized) = &seized {
+                let _ = seized.signal(signal);
+            }
         }
         match (outcome, detached) {
             (Err(e), _) => Err(e),
@@ -128,10 +151,7 @@ mod imp {
         signals: &mut Vec<i32>,
     ) -> Result<(), InjectError> {
         let pid = t.pid();
-        t.interrupt()
-            .map_err(|e| failed(pid, "interrupt the main thread", e))?;
-        wait_for_stop(t, deadline, signals, |stop| stop == Stop::Event)
-            .map_err(|e| InjectError::Failed(format!("{e} Its registers were not touched.")))?;
+        stop(t, deadline, signals)?;
         let saved = arch::save(t).map_err(|e| failed(pid, "save the registers", e))?;
         let outcome = inject_stopped(t, &saved, image, maps, code, deadline, signals);
         if let Err(StepError {
@@ -150,6 +170,14 @@ mod imp {
             })),
             Ok(()) => restored,
         }
+    }
+
+    /// Interrupts the seized thread and waits for it to stop, its registers untouched.
+    fn stop(t: &Tracee, deadline: Instant, signals: &mut Vec<i32>) -> Result<(), InjectError> {
+        t.interrupt()
+            .map_err(|e| failed(t.pid(), "interrupt the main thread", e))?;
+        wait_for_stop(t, deadline, signals, |stop| stop == Stop::Event)
+            .map_err(|e| InjectError::Failed(format!("{e} Its registers were not touched.")))
     }
 
     /// An injection step failed; `stopped` says whether the thread is still in a ptrace stop

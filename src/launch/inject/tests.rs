@@ -94,8 +94,9 @@ fn a_call_that_never_returns_is_abandoned_and_the_target_restored() {
         run_simple_string: 0,
         version: None,
     };
+    let held = crate::sys::pidfd::HeldProcess::hold(pid).unwrap();
     let err = queue_code(
-        pid,
+        &held,
         &never_returns,
         &maps,
         "pass",
@@ -115,4 +116,52 @@ fn a_call_that_never_returns_is_abandoned_and_the_target_restored() {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A review: attach read /proc of the process it checked, then seized the bare pid, so a target
+/// that exited while root's attach was held up (a FIFO where its libpython was) had its pid
+/// taken by a root process, and the agent went into that one. The injector now checks, after
+/// the seize, that the process it holds by its pidfd still runs.
+#[test]
+fn a_pid_taken_by_another_process_is_never_seized() {
+    if crate::sys::effective_uid() != 0 {
+        crate::test_ci::skip_or_fail("this test needs root, to choose the next pid");
+        return;
+    }
+    let mut first = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = first.id();
+    let held = crate::sys::pidfd::HeldProcess::hold(pid).unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The next process forked gets `pid` once the kernel's last pid is set below it; another
+    // test forking at that moment can take it first, so try again.
+    let mut second = None;
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        if child.id() == pid {
+            second = Some(child);
+            break;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut second = second.expect("a process with the first one's pid");
+    let image = PythonImage {
+        path: "none".to_string(),
+        add_pending_call: 0,
+        run_simple_string: 0,
+        version: None,
+    };
+    let err = queue_code(&held, &image, &[], "pass", Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(err, InjectError::Gone(_)), "{err:?}");
+    assert!(err.text().contains("nothing was injected"), "{err:?}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("TracerPid:\t0\n"), "{status}");
+    assert!(
+        !status.contains("State:\tt") && !status.contains("State:\tT"),
+        "left stopped: {status}"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
 }
