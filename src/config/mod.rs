@@ -1,7 +1,6 @@
 //! The base of every config file: the validating value types ([`Fraction`], [`Percent`],
 //! [`Seconds`], [`NonNegative`]), the bounded read and the located errors ([`load`],
-//! [`parse`](loading::parse)), the `[ui]` table the setup screen saves, and the `[cluster]`
-//! table.
+//! [`parse`]), the `[ui]` table the setup screen saves, and the `[cluster]` table.
 //!
 //! The file's whole shape is `crate::settings::Config`; each warning rule's table lives beside
 //! its rule in `crate::rules`, so that a rule and its thresholds are read together. Unknown keys

@@ -269,36 +269,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         _ => Path::new("."),
     };
     std::fs::create_dir_all(dir)?;
-    refuse_unsafe_directory(dir)?;
+    crate::sys::refuse_unsafe_directory(dir)?;
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// Refuses a directory that another user could swap or fill between our check and our write:
-/// it and every directory above it must be owned by us or root, and writable by nobody else
-/// (a sticky directory such as /tmp excepted). Root saving F2's settings under `sudo -E` into
-/// a path a user chose must not become a write wherever that user likes.
-fn refuse_unsafe_directory(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    let dir = std::fs::canonicalize(dir)?;
-    for step in dir.ancestors() {
-        let meta = std::fs::symlink_metadata(step)?;
-        let owner_ok = meta.uid() == me || meta.uid() == 0;
-        let others_write = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
-        if !owner_ok || others_write {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} belongs to another user or others can write to it",
-                    crate::format::escape(&step.to_string_lossy())
-                ),
-            ));
-        }
-    }
     Ok(())
 }
 

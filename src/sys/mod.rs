@@ -84,6 +84,32 @@ pub(crate) fn connect_unix_nonblocking(path: &std::path::Path) -> io::Result<Uni
     Ok(UnixStream::from(socket))
 }
 
+/// Refuses a directory that another user could swap or fill between our check and our write:
+/// it and every directory above it must be owned by us or root, and writable by nobody else
+/// (a sticky directory such as /tmp excepted). Root saving F2's settings under `sudo -E` into
+/// a path a user chose, or recording into a directory a user owns, must not become a write
+/// wherever that user likes (a parent renamed and replaced by a symlink between two writes).
+pub(crate) fn refuse_unsafe_directory(dir: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = effective_uid();
+    let dir = std::fs::canonicalize(dir)?;
+    for step in dir.ancestors() {
+        let meta = std::fs::symlink_metadata(step)?;
+        let owner_ok = meta.uid() == me || meta.uid() == 0;
+        let others_write = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
+        if !owner_ok || others_write {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to another user or others can write to it",
+                    crate::format::escape(&step.to_string_lossy())
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a
 /// client, the connecting process for a server. The pid is 0 when the peer lives in another
 /// pid namespace, which is why this goes through nix (a plain integer) rather than rustix

@@ -16,6 +16,27 @@ pub(super) fn io_error(path: &Path, what: &str, error: &std::io::Error) -> Recor
     ))
 }
 
+/// As root, refuses to record into a directory another user owns or can write to (itself or
+/// one above it; a sticky one such as /tmp excepted): they could swap a directory of the path
+/// for a symlink between two of the recording's writes (it creates, rotates and deletes
+/// `FILE.N`), and root's files would land where they chose. Other users record where they like:
+/// they write only what they could write anyway.
+pub(super) fn refuse_others_directory(path: &Path) -> Result<(), RecordError> {
+    if crate::sys::effective_uid() != 0 {
+        return Ok(());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    crate::sys::refuse_unsafe_directory(dir).map_err(|e| {
+        RecordError(format!(
+            "not recording as root into {}: {e}; record into a directory of root's",
+            crate::format::escape(&path.display().to_string())
+        ))
+    })
+}
+
 /// A new file, never through a symbolic link and never over an existing file; readable by its
 /// owner only, since it holds other users' command lines.
 pub(super) fn create_file(path: &Path) -> Result<File, RecordError> {
@@ -120,6 +141,29 @@ fn trim(path: &Path, highest: u64, budget: u64) -> Result<(), RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A security review: root recorded into a directory another user owned, where that user
+    /// could put a symlink in the path between two of the recording's writes.
+    #[test]
+    fn root_does_not_record_into_another_users_directory() {
+        if crate::sys::effective_uid() != 0 {
+            crate::test_ci::skip_or_fail("this test needs root, to hand a directory to uid 65534");
+            return;
+        }
+        let scratch = tempfile::tempdir().unwrap();
+        let theirs = scratch.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let refused = refuse_others_directory(&theirs.join("r.ttrec"))
+            .unwrap_err()
+            .0;
+        assert!(
+            refused.starts_with("not recording as root into "),
+            "{refused}"
+        );
+        assert!(refused.contains("belongs to another user"), "{refused}");
+        assert!(refuse_others_directory(&scratch.path().join("r.ttrec")).is_ok());
+    }
 
     /// A review: `-o` naming a symlink was refused as "not a torchtop recording".
     #[test]
