@@ -19,9 +19,11 @@ use proc_macro2::{Delimiter, TokenStream, TokenTree};
 const BASE: &[(&str, &[&str])] = &[
     ("model", &[]),
     ("format", &[]),
-    ("sys", &["model"]),
+    // Its sentences (a directory refused for a write) name paths through format's escaping.
+    ("sys", &["model", "format"]),
     ("protocol", &["sys", "format"]),
-    ("config", &["format"]),
+    // The `[ui]` save writes only into a directory sys finds safe.
+    ("config", &["format", "sys"]),
     // The input thread hands the UI thread's core back (sys::sched) before each key.
     ("terminal", &["model", "config", "sys"]),
     // The tests' waiting and skipping rules (tests/common/ci.rs), for unit tests at any layer.
