@@ -10,7 +10,8 @@ use std::path::Path;
 const MAX_SHOWN: usize = 96;
 
 /// `path` for a sentence: as it is when it holds only characters that paths are usually made of,
-/// else in double quotes, escaped for the terminal, and cut at [`MAX_SHOWN`] characters with "…".
+/// else in double quotes, cut at [`MAX_SHOWN`] characters with "…", and escaped for the terminal
+/// (cut first, so that no escape is cut in half: a lone `\` before the "…").
 pub(crate) fn named(path: &Path) -> Cow<'_, str> {
     let text = path.to_string_lossy();
     let plain = text.chars().count() <= MAX_SHOWN
@@ -19,12 +20,13 @@ pub(crate) fn named(path: &Path) -> Cow<'_, str> {
     if plain {
         return text;
     }
+    let mut chars = text.chars();
+    let cut: String = chars.by_ref().take(MAX_SHOWN).collect();
     // The backslash first: a name holding `\"` or `\e` must not read as an escape of ours.
-    let escaped = super::escape(&text.replace('\\', "\\\\")).replace('"', "\\\"");
-    let mut out = String::with_capacity(MAX_SHOWN + 8);
+    let escaped = super::escape(&cut.replace('\\', "\\\\")).replace('"', "\\\"");
+    let mut out = String::with_capacity(escaped.len() + 8);
     out.push('"');
-    let mut chars = escaped.chars();
-    out.extend(chars.by_ref().take(MAX_SHOWN));
+    out.push_str(&escaped);
     if chars.next().is_some() {
         out.push('…');
     }
@@ -71,5 +73,12 @@ mod tests {
         let shown = named(Path::new(&long));
         assert_eq!(shown.chars().count(), MAX_SHOWN + 3, "{shown}");
         assert!(shown.ends_with("a…\""), "{shown}");
+        // A cut never halves an escape: before, this ended in a lone `\` before the "…".
+        let quotes = format!("/tmp/{}{}", "a".repeat(90), "\"".repeat(20));
+        let shown = named(Path::new(&quotes));
+        assert!(shown.ends_with("\\\"…\""), "{shown}");
+        let escapes = format!("/tmp/{}{}", "a".repeat(90), "\x1b".repeat(20));
+        let shown = named(Path::new(&escapes));
+        assert!(shown.ends_with("\\e…\""), "{shown}");
     }
 }
