@@ -237,3 +237,44 @@ fn compromise_3_attach_writes_nothing_in_the_targets_directory_yet_reads_its_soc
     let info = stats_for(&theirs, pid);
     assert_eq!(info.torch.as_deref(), Some("2.11.0+fake"));
 }
+
+/// A security review: the target made the injector fail (a soft RLIMIT_AS at its own size, so
+/// the injector's mmap fails), root's attach fell back to gdb, which attaches by pid, and the
+/// target handed its pid to a root process before gdb attached. As root on another user's
+/// process gdb is never tried now: the fake gdb here leaves a mark if it is run.
+#[test]
+fn root_never_falls_back_to_gdb_on_another_users_process() {
+    if !root_or_skip() {
+        return;
+    }
+    let Some(python) = python_for_nobody() else {
+        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+        return;
+    };
+    let base = open_base();
+    let mark = base.path().join("gdb-ran");
+    let gdb = base.path().join("gdb");
+    std::fs::write(
+        &gdb,
+        format!("#!/bin/sh\ntouch {}\nexit 1\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&gdb, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let code = "import resource, time\n\
+                size = [l for l in open('/proc/self/status') if l.startswith('VmSize')][0]\n\
+                vm = int(size.split()[1]) * 1024\n\
+                resource.setrlimit(resource.RLIMIT_AS, (vm, resource.RLIM_INFINITY))\n\
+                print('ready', flush=True)\n\
+                while True:\n    time.sleep(0.05)\n";
+    let target = nobody_python(&python, code, &[]);
+    let options = torchtop::launch::AttachOptions {
+        gdb: Some(gdb),
+        ..torchtop::launch::AttachOptions::default()
+    };
+    let error = torchtop::launch::attach_with(target.pid(), &options).unwrap_err();
+    assert!(
+        error.contains("gdb is not tried on another user's process as root"),
+        "{error}"
+    );
+    assert!(!mark.exists(), "gdb ran: {error}");
+}

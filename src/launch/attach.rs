@@ -9,6 +9,10 @@
 //!   with the code in the target's memory;
 //! - gdb, when the injector failed for a reason other than permission.
 //!
+//! Root attaching another user's process uses the injector alone: gdb and `sys.remote_exec`
+//! attach by pid, and that process can make the injector fail (a small `RLIMIT_AS`) and then
+//! hand its pid to a root process in the fraction of a second before gdb attaches.
+//!
 //! The target is held by its pidfd ([`HeldProcess`]) from before the first /proc read to the
 //! last step: a target that exits and has its pid taken by another process (a root one, say)
 //! stops the attach instead of sending the injection, a re-sent signal or a check there. The
@@ -300,7 +304,9 @@ fn inject(
             ))
         }),
         Method::Auto => {
-            if version >= (3, 14) {
+            // Only where the pid could not lead anywhere worse than the user's own processes.
+            let by_pid = target.owner() == effective_uid();
+            if by_pid && version >= (3, 14) {
                 match remote() {
                     Ok(Some(method)) => return Ok(method),
                     Err(e @ (InjectError::Denied(_) | InjectError::Gone(_))) => return Err(e),
@@ -308,6 +314,9 @@ fn inject(
                 }
             }
             match injector() {
+                Err(InjectError::Failed(why)) if !by_pid => Err(InjectError::Failed(format!(
+                    "{why} gdb is not tried on another user's process as root: it attaches by pid, which the process could hand to another between torchtop's check and gdb's attach."
+                ))),
                 Err(InjectError::Failed(why)) => gdb().map_err(|e| match e {
                     InjectError::Denied(g) => InjectError::Denied(format!("{why} {g}")),
                     InjectError::Failed(g) => {

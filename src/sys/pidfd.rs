@@ -6,12 +6,12 @@
 //! and its start time stand in, as the actions check them.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::process::{self, Pid, PidfdFlags, Signal};
+use rustix::process::{self, Pid, PidfdFlags};
 
 use super::proc::{read_pid_stat, PROC_ROOT};
 
@@ -78,17 +78,33 @@ impl HeldProcess {
     }
 
     /// Sends signal number `signal` to the held process: through its pidfd, which cannot reach
-    /// another process; without one, by pid once its start time is checked.
+    /// another process; without one, by pid once its start time is checked. Any number the
+    /// kernel takes, real-time ones included: these are signals the process was sent and a
+    /// tracer held back (rustix's `Signal` names only the classic ones).
     pub(crate) fn signal(&self, signal: i32) -> io::Result<()> {
-        let signal = Signal::from_named_raw(signal)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        match &self.fd {
-            Some(fd) => Ok(process::pidfd_send_signal(fd, signal)?),
+        let rc = match &self.fd {
+            // SAFETY: pidfd_send_signal(2) with a pidfd we own, a signal number the kernel
+            // checks, no siginfo (null) and no flags: no memory of ours is read or written.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            },
             None if self.is_running() => {
-                let pid = Pid::from_raw(self.pid as i32).ok_or(Errno::SRCH)?;
-                Ok(process::kill_process(pid, signal)?)
+                let pid = libc::pid_t::try_from(self.pid).map_err(|_| Errno::SRCH)?;
+                // SAFETY: kill(2) on one process (the pid is positive); it takes no memory.
+                i64::from(unsafe { libc::kill(pid, signal) })
             }
-            None => Err(io::Error::from_raw_os_error(libc::ESRCH)),
+            None => return Err(io::Error::from_raw_os_error(libc::ESRCH)),
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 }
@@ -106,6 +122,8 @@ mod tests {
         let held = HeldProcess::hold(child.id()).unwrap();
         assert_eq!(held.pid(), child.id());
         assert!(held.is_running());
+        // A real-time signal too: the injector gives back whatever the process was sent.
+        held.signal(libc::SIGRTMIN()).unwrap();
         held.signal(libc::SIGKILL).unwrap();
         let _ = child.wait();
         assert!(!held.is_running(), "it was killed and reaped");
