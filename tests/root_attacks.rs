@@ -52,15 +52,23 @@ fn root_or_skip() -> bool {
     is_root()
 }
 
+/// As root, a python that uid 65534 can run; `None` (having said why) elsewhere.
+fn root_and_a_python_for_nobody() -> Option<std::path::PathBuf> {
+    if !root_or_skip() {
+        return None;
+    }
+    let python = python_for_nobody();
+    if python.is_none() {
+        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+    }
+    python
+}
+
 const LOOP: &str = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n";
 
 #[test]
 fn compromise_1_attach_never_hands_over_a_directory_the_target_names() {
-    if !root_or_skip() {
-        return;
-    }
-    let Some(python) = python_for_nobody() else {
-        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+    let Some(python) = root_and_a_python_for_nobody() else {
         return;
     };
     let base = open_base();
@@ -206,11 +214,7 @@ fn compromise_3_run_never_imports_from_a_squatted_directory() {
 
 #[test]
 fn compromise_3_attach_writes_nothing_in_the_targets_directory_yet_reads_its_socket() {
-    if !root_or_skip() {
-        return;
-    }
-    let Some(python) = python_for_nobody() else {
-        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+    let Some(python) = root_and_a_python_for_nobody() else {
         return;
     };
     let base = open_base();
@@ -244,11 +248,7 @@ fn compromise_3_attach_writes_nothing_in_the_targets_directory_yet_reads_its_soc
 /// process gdb is never tried now: the fake gdb here leaves a mark if it is run.
 #[test]
 fn root_never_falls_back_to_gdb_on_another_users_process() {
-    if !root_or_skip() {
-        return;
-    }
-    let Some(python) = python_for_nobody() else {
-        ci::skip_or_fail(&format!("no python that uid {NOBODY} can run"));
+    let Some(python) = root_and_a_python_for_nobody() else {
         return;
     };
     let base = open_base();
