@@ -160,3 +160,19 @@ fn send(pid: u32, signal: libc::c_int) {
     let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
     assert_eq!(sent, 0, "kill({pid}, {signal}) failed");
 }
+
+/// A new directory `theirs` in `parent`, owned by uid 65534 (nobody), for the tests of what root
+/// refuses to write into another user's directory; `None` once [`skip_or_fail`] has stood the
+/// test down, when it does not run as root.
+#[track_caller]
+pub fn directory_of_nobody(parent: &std::path::Path) -> Option<std::path::PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        skip_or_fail("this test needs root, to hand a directory to uid 65534");
+        return None;
+    }
+    let theirs = parent.join("theirs");
+    std::fs::create_dir(&theirs).expect("a new directory in the test's scratch directory");
+    std::os::unix::fs::chown(&theirs, Some(65534), None).expect("root hands it to uid 65534");
+    Some(theirs)
+}
