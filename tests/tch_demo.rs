@@ -121,12 +121,27 @@ fn the_demo_publishes_hello_and_stats_and_cleans_up() {
         );
     }
 
-    // SIGTERM ends the loop cleanly: exit status 0 and no socket left behind.
+    // Ctrl-C ends the loop cleanly: exit status 0 and no socket left behind.
     // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(demo.child.id() as libc::pid_t, libc::SIGTERM) };
+    unsafe { libc::kill(demo.child.id() as libc::pid_t, libc::SIGINT) };
     let status = demo.child.wait().unwrap();
     assert!(status.success(), "{status}");
     assert!(!socket.exists(), "the socket is removed at exit");
+}
+
+/// The demo leaves SIGTERM alone, as most programs do: its default disposition ends a process
+/// without running `atexit`, so the agent's own handler removes the socket (it was left behind).
+#[test]
+fn sigterm_ends_the_demo_and_its_agent_removes_the_socket() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut demo = start_demo();
+    let socket = demo.dir.path().join(format!("{}.sock", demo.child.id()));
+    assert!(wait_for(&socket, true), "no socket at {}", socket.display());
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(demo.child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = demo.child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    assert!(!socket.exists(), "the socket is removed");
 }
 
 mod common;

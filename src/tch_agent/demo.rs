@@ -25,7 +25,7 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Runs the demo for `steps` steps, or until Ctrl-C / SIGTERM when None.
+/// Runs the demo for `steps` steps, or until Ctrl-C when None.
 pub fn demo(steps: Option<u64>) -> Result<(), String> {
     match super::start() {
         Some(path) => println!("torchtop agent listening on {}", path.display()),
@@ -133,12 +133,12 @@ fn describe(device: Device) -> String {
     }
 }
 
-/// Ctrl-C and SIGTERM end the loop cleanly, so the agent removes its socket on the way out.
+/// Ctrl-C ends the loop cleanly, so the agent removes its socket on the way out. SIGTERM is left
+/// to the agent, as in a program that does not handle it: the socket goes and the demo dies of it.
 fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
     }
 }

@@ -16,6 +16,7 @@
 // program calls (start, step, the torch version) is unused there.
 #![cfg_attr(not(feature = "torch"), allow(dead_code))]
 
+mod on_sigterm;
 mod server;
 mod socket;
 pub(crate) mod stats;
@@ -178,7 +179,8 @@ mod global {
     }
 
     /// Starts the process-wide agent; `dir` overrides the socket directory rules. A second call
-    /// returns the running agent's socket. The socket is removed when the program exits.
+    /// returns the running agent's socket. The socket is removed when the program exits, and
+    /// when SIGTERM ends it unless the program handles SIGTERM itself.
     pub fn start_with(interval: Duration, dir: Option<PathBuf>) -> Option<PathBuf> {
         let mut slot = slot().lock().ok()?;
         if let Some(running) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
@@ -192,6 +194,7 @@ mod global {
                     pid: std::process::id(),
                 });
                 register_exit_hook();
+                super::on_sigterm::arm(&path);
                 Some(path)
             }
             Err(why) => {
@@ -203,6 +206,7 @@ mod global {
 
     /// Stops the process-wide agent and removes its socket.
     pub fn stop() {
+        super::on_sigterm::disarm();
         let running = slot().lock().ok().and_then(|mut slot| slot.take());
         drop(running);
     }

@@ -1,0 +1,206 @@
+//! The socket removed when SIGTERM ends the program. SIGTERM's default disposition ends a
+//! process without running `atexit`, so the exit hook never sees it, yet the protocol asks an
+//! agent to remove its socket then too (assets/agent-protocol.md, "Permissions and trust"), as
+//! the Python agent does. Where SIGTERM still has its default disposition when the agent
+//! starts, a handler removes the socket and the process then dies of SIGTERM as it would have;
+//! a program that handles or ignores SIGTERM keeps its own way, whether it set it before the
+//! agent started or after.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+/// The socket the handler removes (a leaked, NUL-terminated path), null while no agent runs.
+static SOCKET: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// The process that created the socket: a forked child that dies of SIGTERM leaves it alone.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// The socket at `path`, made by this process, is removed if SIGTERM ends it. Installs the
+/// handler only where SIGTERM has its default disposition; a path with a NUL byte in it (which
+/// no socket has) is not armed.
+pub(super) fn arm(path: &Path) {
+    if let Ok(path) = CString::new(path.as_os_str().as_bytes()) {
+        // Leaked: a handler may read it at any moment, so it is never freed. One path per start.
+        arm_raw(path.into_raw());
+    }
+}
+
+/// [`arm`] with the path already made, using only async-signal-safe calls (for a forked test
+/// child).
+fn arm_raw(path: *mut libc::c_char) {
+    OWNER.store(std::process::id(), Ordering::Release);
+    SOCKET.store(path, Ordering::Release);
+    install();
+}
+
+/// The agent stopped and removed its socket itself: the handler, if installed, only dies.
+pub(super) fn disarm() {
+    SOCKET.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// Installs [`on_sigterm`] where SIGTERM has its default disposition.
+fn install() {
+    // SAFETY: sigaction with a null new action only reads the current one into `current`,
+    // a zeroed sigaction (a valid value of that C struct).
+    let default = unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == libc::SIG_DFL
+    };
+    if !default {
+        return;
+    }
+    // SAFETY: `on_sigterm` is an extern "C" fn(c_int) that makes only async-signal-safe calls
+    // and never unwinds; the action is fully initialized (zeroed, then set).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // Reset to the default on entry: the SIGTERM raised below then ends the process as
+        // soon as the handler returns (SIGTERM stays blocked until then).
+        action.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+    }
+}
+
+/// Removes the socket if this process made it and it is still a socket, then dies of SIGTERM.
+extern "C" fn on_sigterm(_signal: libc::c_int) {
+    let path = SOCKET.load(Ordering::Acquire);
+    // SAFETY: getpid, lstat, unlink and raise are async-signal-safe; `path`, when not null, is a
+    // NUL-terminated string that is never freed; `stat` is a zeroed C struct lstat fills.
+    unsafe {
+        if !path.is_null() && libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
+            let mut stat: libc::stat = std::mem::zeroed();
+            if libc::lstat(path, &mut stat) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK {
+                libc::unlink(path);
+            }
+        }
+        libc::raise(libc::SIGTERM);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// How a forked child ended: `Ok(signal)` if a signal ended it, `Err(exit code)` otherwise.
+    fn reap(child: libc::pid_t) -> Result<i32, i32> {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, with a valid status pointer.
+        let reaped = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(reaped, child, "{}", std::io::Error::last_os_error());
+        if libc::WIFSIGNALED(status) {
+            Ok(libc::WTERMSIG(status))
+        } else {
+            Err(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// A bound socket in a fresh directory, and its path as the handler takes it.
+    fn socket() -> (tempfile::TempDir, PathBuf, UnixListener, *mut libc::c_char) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("4242.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let raw = CString::new(path.as_os_str().as_bytes())
+            .unwrap()
+            .into_raw();
+        (dir, path, listener, raw)
+    }
+
+    /// Forks a child that sets SIGTERM's disposition to `before` (None: leaves the default),
+    /// arms the handler for `path` and raises SIGTERM; `before` ignored, the child exits 0.
+    fn child_raising_sigterm(path: *mut libc::c_char, before: Option<libc::sighandler_t>) -> i32 {
+        // SAFETY: fork(2); the child makes only async-signal-safe calls (signal, sigaction,
+        // getpid, lstat, unlink, raise, _exit) and atomic stores before it ends.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            // SAFETY: see above; the child never returns into the test harness.
+            unsafe {
+                if let Some(disposition) = before {
+                    libc::signal(libc::SIGTERM, disposition);
+                }
+                arm_raw(path);
+                libc::raise(libc::SIGTERM);
+                libc::_exit(0);
+            }
+        }
+        child
+    }
+
+    #[test]
+    fn sigterm_removes_the_socket_and_still_ends_the_process() {
+        let (_dir, path, _listener, raw) = socket();
+        let child = child_raising_sigterm(raw, None);
+        assert_eq!(reap(child), Ok(libc::SIGTERM), "it dies of SIGTERM");
+        assert!(!path.exists(), "the socket is removed");
+    }
+
+    #[test]
+    fn a_program_that_ignores_sigterm_keeps_its_way_and_its_socket() {
+        let (_dir, path, _listener, raw) = socket();
+        let child = child_raising_sigterm(raw, Some(libc::SIG_IGN));
+        assert_eq!(reap(child), Err(0), "SIGTERM stays ignored");
+        assert!(path.exists(), "nothing removed the socket");
+    }
+
+    /// A forked child of the agent's process shares the handler but not the socket.
+    #[test]
+    fn a_forked_child_dying_of_sigterm_leaves_its_parents_socket() {
+        let (_dir, path, _listener, raw) = socket();
+        // SAFETY: fork(2); the child makes only async-signal-safe calls (as above, fork and
+        // waitpid too) before it ends.
+        let agent = unsafe { libc::fork() };
+        assert!(agent >= 0, "fork: {}", std::io::Error::last_os_error());
+        if agent == 0 {
+            // SAFETY: see above; the child never returns into the test harness.
+            unsafe {
+                arm_raw(raw);
+                let forked = libc::fork();
+                if forked == 0 {
+                    libc::raise(libc::SIGTERM);
+                    libc::_exit(0);
+                }
+                let mut status = 0;
+                libc::waitpid(forked, &mut status, 0);
+                let mut stat: libc::stat = std::mem::zeroed();
+                let died_of_sigterm =
+                    libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM;
+                if !died_of_sigterm || libc::lstat(raw, &mut stat) != 0 {
+                    libc::_exit(3);
+                }
+                libc::raise(libc::SIGTERM);
+                libc::_exit(0);
+            }
+        }
+        assert_eq!(
+            reap(agent),
+            Ok(libc::SIGTERM),
+            "exit 3: the forked child removed the socket or did not die of SIGTERM"
+        );
+        assert!(!path.exists(), "the agent's own process removed it");
+    }
+
+    #[test]
+    fn a_stopped_agent_leaves_the_file_at_its_path_alone() {
+        let (_dir, path, _listener, raw) = socket();
+        // SAFETY: as in `child_raising_sigterm`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            // SAFETY: as in `child_raising_sigterm`.
+            unsafe {
+                arm_raw(raw);
+                disarm();
+                libc::raise(libc::SIGTERM);
+                libc::_exit(0);
+            }
+        }
+        assert_eq!(reap(child), Ok(libc::SIGTERM));
+        assert!(path.exists(), "a later agent's socket at that path stays");
+    }
+}
