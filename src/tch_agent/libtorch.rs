@@ -111,7 +111,7 @@ fn read_device(device: u32) -> Option<ShimDeviceStats> {
     let device = i32::try_from(device).ok()?;
     let mut out = ShimDeviceStats::default();
     // SAFETY: `out` is a valid, writable ShimDeviceStats, laid out as the shim's struct.
-    let rc = unsafe { ffi::torchtop_cuda_device_stats(device, &mut out) };
+    let rc = unsafe { ffi::torchtop_cuda_device_stats(device, &raw mut out) };
     (rc == 0).then_some(out)
 }
 

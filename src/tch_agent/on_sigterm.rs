@@ -45,7 +45,7 @@ fn install() {
     // a zeroed sigaction (a valid value of that C struct).
     let default = unsafe {
         let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut current) == 0
+        libc::sigaction(libc::SIGTERM, std::ptr::null(), &raw mut current) == 0
             && current.sa_sigaction == libc::SIG_DFL
     };
     if !default {
@@ -59,8 +59,8 @@ fn install() {
         // Reset to the default on entry: the SIGTERM raised below then ends the process as
         // soon as the handler returns (SIGTERM stays blocked until then).
         action.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &raw const action, std::ptr::null_mut());
     }
 }
 
@@ -72,7 +72,9 @@ extern "C" fn on_sigterm(_signal: libc::c_int) {
     unsafe {
         if !path.is_null() && libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
             let mut stat: libc::stat = std::mem::zeroed();
-            if libc::lstat(path, &mut stat) == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK {
+            if libc::lstat(path, &raw mut stat) == 0
+                && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+            {
                 libc::unlink(path);
             }
         }
@@ -91,7 +93,7 @@ mod tests {
     fn reap(child: libc::pid_t) -> Result<i32, i32> {
         let mut status = 0;
         // SAFETY: waitpid on our own child, with a valid status pointer.
-        let reaped = unsafe { libc::waitpid(child, &mut status, 0) };
+        let reaped = unsafe { libc::waitpid(child, &raw mut status, 0) };
         assert_eq!(reaped, child, "{}", std::io::Error::last_os_error());
         if libc::WIFSIGNALED(status) {
             Ok(libc::WTERMSIG(status))
@@ -166,11 +168,11 @@ mod tests {
                     libc::_exit(0);
                 }
                 let mut status = 0;
-                libc::waitpid(forked, &mut status, 0);
+                libc::waitpid(forked, &raw mut status, 0);
                 let mut stat: libc::stat = std::mem::zeroed();
                 let died_of_sigterm =
                     libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM;
-                if !died_of_sigterm || libc::lstat(raw, &mut stat) != 0 {
+                if !died_of_sigterm || libc::lstat(raw, &raw mut stat) != 0 {
                     libc::_exit(3);
                 }
                 libc::raise(libc::SIGTERM);
