@@ -268,6 +268,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // Checked before anything is made: root must not create directories through a path that
+    // another user's directory or symlink leads.
+    let existing = (dir.ancestors())
+        .find(|d| d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok())
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::sys::refuse_unsafe_directory(existing)?;
     std::fs::create_dir_all(dir)?;
     crate::sys::refuse_unsafe_directory(dir)?;
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
@@ -425,5 +432,25 @@ mod tests {
         let ours = scratch.path().join("ours").join("config.toml");
         UiConfig::default().save(&ours).unwrap();
         assert!(ours.exists());
+    }
+
+    /// A review: a symlink in another user's directory, leading to root's, passed the check
+    /// (made on the resolved path), and the directories were created through it before it.
+    #[test]
+    fn root_never_saves_or_makes_directories_through_another_users_symlink() {
+        let scratch = tempfile::tempdir().unwrap();
+        let Some(theirs) = crate::test_ci::directory_of_nobody(scratch.path()) else {
+            return;
+        };
+        let roots = scratch.path().join("roots");
+        std::fs::create_dir(&roots).unwrap();
+        std::os::unix::fs::symlink(&roots, theirs.join("link")).unwrap();
+        let path = theirs.join("link").join("torchtop").join("config.toml");
+        let error = UiConfig::default().save(&path).unwrap_err();
+        assert!(error.contains("belongs to another user"), "{error}");
+        assert!(
+            !roots.join("torchtop").exists(),
+            "nothing made through the link"
+        );
     }
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::files::{create_file, io_error, refuse_others_directory, rotate};
+use self::files::{create_file, io_error, refuse_others_directory, refuse_unusable_path, rotate};
 use self::outage::{Fault, OnDisk, Outage, RETRY_EVERY};
 use super::encoder::Encoder;
 use super::format::{self, FrameHead, Meta};
@@ -118,6 +118,7 @@ impl FileWriter {
                 )));
             }
         }
+        refuse_unusable_path(&options.path)?;
         refuse_others_directory(&options.path)?;
         rotate(&options.path, options.max_size.map(numbered_budget))?;
         let file = create_file(&options.path)?;

@@ -89,25 +89,36 @@ pub(crate) fn connect_unix_nonblocking(path: &std::path::Path) -> io::Result<Uni
 /// (a sticky directory such as /tmp excepted). Root saving F2's settings under `sudo -E` into
 /// a path a user chose, or recording into a directory a user owns, must not become a write
 /// wherever that user likes (a parent renamed and replaced by a symlink between two writes).
+/// Both the path as given and the path it resolves to are checked, since the writes go through
+/// the path as given: a symlink on the way must be ours or root's, in a directory that is.
 pub(crate) fn refuse_unsafe_directory(dir: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let me = effective_uid();
-    let dir = std::fs::canonicalize(dir)?;
-    for step in dir.ancestors() {
-        let meta = std::fs::symlink_metadata(step)?;
-        let owner_ok = meta.uid() == me || meta.uid() == 0;
-        let others_write = meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
-        if !owner_ok || others_write {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} belongs to another user or others can write to it",
-                    crate::format::escape(&step.to_string_lossy())
-                ),
-            ));
-        }
+    let given = std::path::absolute(dir)?;
+    let resolved = std::fs::canonicalize(dir)?;
+    for step in given.ancestors().chain(resolved.ancestors()) {
+        refuse_unsafe_step(step)?;
     }
     Ok(())
+}
+
+/// One directory or symlink on the way to where we write; see [`refuse_unsafe_directory`].
+fn refuse_unsafe_step(step: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = effective_uid();
+    let meta = std::fs::symlink_metadata(step)?;
+    let owner_ok = meta.uid() == me || meta.uid() == 0;
+    // A symlink's own mode means nothing; its owner alone can replace it (in a sticky directory).
+    let others_write =
+        !meta.file_type().is_symlink() && meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0;
+    if owner_ok && !others_write {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} belongs to another user or others can write to it",
+            crate::format::escape(&step.to_string_lossy())
+        ),
+    ))
 }
 
 /// The (pid, uid) of the process on the other end, from `SO_PEERCRED`: the listener for a

@@ -16,6 +16,37 @@ pub(super) fn io_error(path: &Path, what: &str, error: &std::io::Error) -> Recor
     ))
 }
 
+/// Refuses an `-o` that can name no new file, in a sentence that says why: a directory, or a
+/// file in a directory that does not exist.
+pub(super) fn refuse_unusable_path(path: &Path) -> Result<(), RecordError> {
+    let shown = |p: &Path| crate::format::escape(&p.display().to_string()).into_owned();
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(RecordError(format!(
+            "{} is a directory: -o names the recording's file, such as {}",
+            shown(path),
+            shown(&path.join("torchtop.ttrec"))
+        )));
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(RecordError(format!(
+            "not recording into {}: {} is not a directory",
+            shown(path),
+            shown(dir)
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RecordError(format!(
+            "not recording into {}: the directory {} does not exist",
+            shown(path),
+            shown(dir)
+        ))),
+        Err(e) => Err(io_error(dir, "read", &e)),
+    }
+}
+
 /// As root, refuses to record into a directory another user owns or can write to (itself or
 /// one above it; a sticky one such as /tmp excepted): they could swap a directory of the path
 /// for a symlink between two of the recording's writes (it creates, rotates and deletes
@@ -159,6 +190,46 @@ mod tests {
         );
         assert!(refused.contains("belongs to another user"), "{refused}");
         assert!(refuse_others_directory(&scratch.path().join("r.ttrec")).is_ok());
+    }
+
+    /// A review: the check looked only at the resolved path, so a symlink in a directory of
+    /// uid 65534 leading to one of root's passed, and the writes went through the symlink,
+    /// which that user could point elsewhere between them.
+    #[test]
+    fn root_does_not_record_through_another_users_symlink() {
+        let scratch = tempfile::tempdir().unwrap();
+        let Some(theirs) = crate::test_ci::directory_of_nobody(scratch.path()) else {
+            return;
+        };
+        let roots = scratch.path().join("roots");
+        std::fs::create_dir(&roots).unwrap();
+        let link = theirs.join("link");
+        std::os::unix::fs::symlink(&roots, &link).unwrap();
+        let refused = refuse_others_directory(&link.join("r.ttrec"))
+            .unwrap_err()
+            .0;
+        assert!(
+            refused.contains("theirs belongs to another user"),
+            "{refused}"
+        );
+        // Root's own symlink, in root's directory, to root's directory is fine.
+        let own_link = scratch.path().join("own-link");
+        std::os::unix::fs::symlink(&roots, &own_link).unwrap();
+        assert!(refuse_others_directory(&own_link.join("r.ttrec")).is_ok());
+    }
+
+    /// A review: a missing directory was refused as if it were another user's, a directory
+    /// as "not a torchtop recording".
+    #[test]
+    fn a_directory_or_a_missing_one_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let refused = refuse_unusable_path(dir.path()).unwrap_err().0;
+        assert!(refused.ends_with("/torchtop.ttrec"), "{refused}");
+        assert!(refused.contains(" is a directory: -o names"), "{refused}");
+        let missing = dir.path().join("nope").join("r.ttrec");
+        let refused = refuse_unusable_path(&missing).unwrap_err().0;
+        assert!(refused.contains("nope does not exist"), "{refused}");
+        assert!(refuse_unusable_path(&dir.path().join("r.ttrec")).is_ok());
     }
 
     /// A review: `-o` naming a symlink was refused as "not a torchtop recording".
