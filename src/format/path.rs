@@ -6,7 +6,8 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-/// The most characters of an unusual path written, quotes aside.
+/// The most characters of an unusual path kept, before escaping (an escaped character takes
+/// up to 10), quotes aside.
 const MAX_SHOWN: usize = 96;
 
 /// `path` for a sentence: as it is when it holds only characters that paths are usually made of,

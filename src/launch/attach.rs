@@ -103,13 +103,35 @@ pub fn inject_python(pid: u32, code: &str, timeout: Duration) -> Result<(), Stri
 /// Holds process `pid` and reads what /proc says of it, checking after the read that it is
 /// still the process held (so the read was not of another that took its pid).
 fn hold_and_inspect(pid: u32) -> Result<(HeldProcess, Target), String> {
-    let held = HeldProcess::hold(pid).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => format!("No process has pid {pid}."),
+    let held = HeldProcess::hold(pid).map_err(|e| match (e.raw_os_error(), thread_of(pid)) {
+        (Some(libc::ESRCH), _) => format!("No process has pid {pid}."),
+        (_, Some(process)) => {
+            format!("{pid} is a thread of process {process}: attach to {process}.")
+        }
         _ => format!("Cannot hold process {pid} by a pidfd: {e}."),
     })?;
     let target = Target::inspect(pid)?;
     still_running(&held)?;
     Ok((held, target))
+}
+
+/// Whether every uid of the target is `me`, so that whatever its pid could lead to is our own:
+/// root's process with a user's real or saved uid can become that user again and hand its
+/// pid over, so gdb and sys.remote_exec, which attach by pid, are kept for such processes.
+fn only_ours(target: &Target, me: u32) -> bool {
+    target.uids.iter().all(|&u| u == me)
+}
+
+/// The process that `tid` is a thread of, when it is not a process's main thread (a pidfd
+/// names processes only, so a thread id cannot be held).
+fn thread_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid: u32 = (status.lines())
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (tgid != tid).then_some(tgid)
 }
 
 /// Fails with a sentence once the held process has exited: its pid may be another's by now.
@@ -305,7 +327,7 @@ fn inject(
         }),
         Method::Auto => {
             // Only where the pid could not lead anywhere worse than the user's own processes.
-            let by_pid = target.owner() == effective_uid();
+            let by_pid = only_ours(target, effective_uid());
             if by_pid && version >= (3, 14) {
                 match remote() {
                     Ok(Some(method)) => return Ok(method),
@@ -395,6 +417,37 @@ mod tests {
             tracer_pid: tracer,
             exe: Some(PathBuf::from("/usr/bin/python3")),
         }
+    }
+
+    /// A review: gdb and sys.remote_exec were kept for root's process by its effective uid
+    /// alone, though a real or saved uid of a user lets it become that user again.
+    #[test]
+    fn only_a_process_with_every_uid_ours_may_be_attached_by_pid() {
+        assert!(only_ours(&target([0; 4], 'S', 0), 0));
+        assert!(!only_ours(&target([1000, 0, 0, 0], 'S', 0), 0));
+        assert!(!only_ours(&target([0, 0, 1000, 0], 'S', 0), 0));
+        assert!(!only_ours(&target([1000; 4], 'S', 0), 0));
+    }
+
+    /// A review: a thread id got "Cannot hold process N by a pidfd: No such file or directory".
+    #[test]
+    fn a_thread_id_is_named_as_a_thread_of_its_process() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+                .unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let refused = hold_and_inspect(tid).err().unwrap();
+        drop(done_tx);
+        thread.join().unwrap();
+        let process = std::process::id();
+        assert_eq!(
+            refused,
+            format!("{tid} is a thread of process {process}: attach to {process}.")
+        );
     }
 
     /// A review: root's attach connected to a socket the target chose with a blocking connect,

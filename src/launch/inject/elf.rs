@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
@@ -89,23 +90,7 @@ fn read_mapped(pid: u32, line: &MapLine) -> Result<Vec<u8>, String> {
     let mut last = String::new();
     for (path, nofollow) in [(Some(by_map), false), (by_root, true)] {
         let Some(path) = path else { continue };
-        // map_files entries are the kernel's own links to the mapped file: they must be
-        // followed. A path under /proc/PID/root is the target's: its last component must not,
-        // and it may have become a FIFO since it was mapped (an open that waits for a writer
-        // would hold root's attach for ever): O_NONBLOCK, and the inode check refuses it.
-        let flags = libc::O_NONBLOCK | if nofollow { libc::O_NOFOLLOW } else { 0 };
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags | libc::O_CLOEXEC)
-            .open(&path)
-        {
-            Ok(file) => file,
-            Err(e) => {
-                last = format!("cannot open {path}: {e}");
-                continue;
-            }
-        };
-        match read_if_same(file, line) {
+        match open_if_same(&path, nofollow, line).and_then(read_elf) {
             Ok(data) => return Ok(data),
             Err(e) => last = e,
         }
@@ -116,8 +101,21 @@ fn read_mapped(pid: u32, line: &MapLine) -> Result<Vec<u8>, String> {
     ))
 }
 
-fn read_if_same(file: File, line: &MapLine) -> Result<Vec<u8>, String> {
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+/// Opens `path` for reading only once it is known to be the regular file `line` maps. The
+/// first open is `O_PATH`, which opens nothing: a device, FIFO or socket put where the file
+/// was (through a directory of the path turned into a symlink, which `O_NOFOLLOW` does not
+/// cover) is refused before root's open could have an effect on it (a watchdog, a tape
+/// rewind, a terminal, a FIFO waiting for a writer). map_files entries are the kernel's own
+/// links to the mapped file and must be followed; a path under /proc/PID/root is the
+/// target's, and its last component must not be.
+fn open_if_same(path: &str, nofollow: bool, line: &MapLine) -> Result<File, String> {
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 };
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    let meta = handle.metadata().map_err(|e| e.to_string())?;
     let dev = meta.dev();
     let same = (libc::major(dev), libc::minor(dev), meta.ino())
         == (line.dev_major, line.dev_minor, line.inode);
@@ -130,6 +128,16 @@ fn read_if_same(file: File, line: &MapLine) -> Result<Vec<u8>, String> {
             ELF_LIMIT >> 20
         ));
     }
+    // The same inode, held by the handle: no swap can come between the check and this open.
+    let reopen = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&reopen)
+        .map_err(|e| format!("cannot open {path}: {e}"))
+}
+
+fn read_elf(file: File) -> Result<Vec<u8>, String> {
     let mut data = Vec::new();
     file.take(ELF_LIMIT)
         .read_to_end(&mut data)
@@ -287,6 +295,41 @@ mod tests {
             .expect("read_mapped waited on a FIFO");
         let error = outcome.unwrap_err();
         assert!(error.contains("not the file that is mapped"), "{error}");
+    }
+
+    /// A review: a directory of the mapped path turned into a symlink led root's open to a
+    /// device node (/dev/watchdog, a tape), whose open alone has effects, since `O_NOFOLLOW`
+    /// covers the last component only. A FIFO stands in for the device, and inotify tells
+    /// whether it was opened.
+    #[test]
+    fn a_node_behind_a_symlinked_directory_is_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let devices = dir.path().join("devices");
+        std::fs::create_dir(&devices).unwrap();
+        let node = devices.join("libpython3.11.so.1.0");
+        nix::unistd::mkfifo(&node, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink(&devices, dir.path().join("lib")).unwrap();
+        let mapped = dir.path().join("lib").join("libpython3.11.so.1.0");
+        // SAFETY: inotify_init1 takes flags only; the descriptor is owned below.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(raw >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: a fresh descriptor nothing else owns.
+        let inotify = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        let watched = std::ffi::CString::new(node.to_str().unwrap()).unwrap();
+        // SAFETY: a valid inotify descriptor and a NUL-terminated path.
+        let watch = unsafe { libc::inotify_add_watch(raw, watched.as_ptr(), libc::IN_OPEN) };
+        assert!(watch >= 0, "{}", std::io::Error::last_os_error());
+
+        let at = line(mapped.to_str().unwrap(), 0x1000, 0, "r--p", 5);
+        let error = read_mapped(std::process::id(), &at).unwrap_err();
+        assert!(error.contains("not the file that is mapped"), "{error}");
+        let mut events = [0u8; 256];
+        // SAFETY: reads into a buffer of its stated length from the descriptor owned above.
+        let got = unsafe { libc::read(inotify.as_raw_fd(), events.as_mut_ptr().cast(), 256) };
+        assert!(
+            got < 0,
+            "the node was opened ({got} bytes of inotify events)"
+        );
     }
 
     /// A process that maps many files named libpython* gets at most a few read, the

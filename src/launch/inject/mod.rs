@@ -84,6 +84,9 @@ mod imp {
     /// The most real-time signals held for giving back: a sender that floods the thread during
     /// the injection costs this many entries, never more.
     const MAX_HELD_SIGNALS: usize = 4096;
+    /// The kernel's first real-time signal, from which signals queue: glibc keeps 32 and 33
+    /// for itself, so its SIGRTMIN is 34, but those two queue all the same.
+    const KERNEL_SIGRTMIN: i32 = 32;
     /// How much of the target's code is scanned for a system-call instruction.
     const GADGET_SCAN_LIMIT: usize = 64 << 20;
     const PROT_READ_WRITE: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
@@ -121,7 +124,8 @@ mod imp {
         let deadline = Instant::now() + timeout;
         let mut signals = Vec::new();
         // Still running now, the process checked had its pid all along: it is the one seized.
-        let outcome = if held.is_running() {
+        let same = held.is_running();
+        let outcome = if same {
             stop_and_inject(&tracee, image, maps, code, deadline, &mut signals)
         } else {
             // Another process has the pid: stop it only to let it go (a running tracee cannot
@@ -132,10 +136,16 @@ mod imp {
             )))
         };
         let detached = tracee.detach();
+        // The process held all along, or the one that took its pid, held since the seize.
+        let giver = if same { Some(held) } else { seized.as_ref() };
         for signal in signals {
             // These arrived while we held the thread; ptrace took them off its queue.
-            if let Some(seized) = &seized {
-                let _ = seized.signal(signal);
+            match giver {
+                Some(giver) => drop(giver.signal(signal)),
+                // A thread of another process has the pid (a pidfd names processes only): it
+                // is still the one seized a moment ago.
+                // SAFETY: tkill(2) with plain integers; a failure changes nothing.
+                None => drop(unsafe { libc::syscall(libc::SYS_tkill, pid, signal) }),
             }
         }
         match (outcome, detached) {
@@ -155,6 +165,8 @@ mod imp {
     ) -> Result<(), InjectError> {
         let pid = t.pid();
         stop(t, deadline, signals)?;
+        still_mapped(pid, image, maps)
+            .map_err(|e| InjectError::Failed(format!("{e} Its registers were not touched.")))?;
         let saved = arch::save(t).map_err(|e| failed(pid, "save the registers", e))?;
         let outcome = inject_stopped(t, &saved, image, maps, code, deadline, signals);
         if let Err(StepError {
@@ -172,6 +184,30 @@ mod imp {
                 Err(r) => format!("{} {}", e.text, r.text()),
             })),
             Ok(()) => restored,
+        }
+    }
+
+    /// Checks, with the thread stopped, that the file whose addresses were read is mapped
+    /// where it was: a process that ran another program (`execve`) since its maps were read
+    /// has none of them, and would be called at addresses of a program no longer there.
+    pub(super) fn still_mapped(
+        pid: u32,
+        image: &PythonImage,
+        maps: &[MapLine],
+    ) -> Result<(), String> {
+        let now = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map(|text| crate::sys::proc::parse_maps(&text))
+            .map_err(|e| format!("Cannot read the memory map of process {pid} again: {e}."))?;
+        let kept = (maps.iter())
+            .filter(|m| m.path == image.path)
+            .all(|m| now.contains(m));
+        if kept {
+            Ok(())
+        } else {
+            Err(format!(
+                "Process {pid} no longer maps {} where it did (it ran another program?); nothing was injected.",
+                crate::format::escape(&image.path)
+            ))
         }
     }
 
@@ -327,9 +363,11 @@ mod imp {
 
     /// A signal the thread got while held, to give back after the detach. Standard ones
     /// pending at once are one, as the kernel keeps them; real-time ones queue, each kept (a
-    /// review counted 30,431 held and one given back), up to [`MAX_HELD_SIGNALS`].
+    /// review counted 30,431 held and one given back), up to [`MAX_HELD_SIGNALS`]. Each is
+    /// given back as sent by torchtop: its sender, and a `sigqueue` value, are lost (glibc's
+    /// own signals 32 and 33 check their sender, and ignore such a one).
     pub(super) fn remember(signals: &mut Vec<i32>, signal: i32) {
-        let queued = signal >= libc::SIGRTMIN() && signals.len() < MAX_HELD_SIGNALS;
+        let queued = signal >= KERNEL_SIGRTMIN && signals.len() < MAX_HELD_SIGNALS;
         if queued || !signals.contains(&signal) {
             signals.push(signal);
         }
@@ -377,6 +415,13 @@ mod imp {
             match t.wait_stop(deadline) {
                 Ok(Some(stop)) if done(stop) => return Ok(()),
                 Ok(Some(Stop::Gone(how, n))) => return Err(format!("Process {pid} {how} {n}.")),
+                // Stopped by job control before it was seized (SIGSTOP, Ctrl-Z): resuming it
+                // would run it behind its user's back; a detach leaves it stopped.
+                Ok(Some(Stop::Group)) => {
+                    return Err(format!(
+                        "Process {pid} is stopped (SIGSTOP, or Ctrl-Z in its terminal); continue it with `kill -CONT {pid}` and attach again."
+                    ))
+                }
                 Ok(Some(Stop::Signal(s))) => {
                     remember(signals, s);
                     t.cont().map_err(|e| format!("Cannot resume process {pid}: {e}."))?;
