@@ -198,9 +198,10 @@ fn gpu_remedy<'a>(holders: impl Iterator<Item = &'a GpuProcess>) -> String {
         })
         .collect();
     format!(
-        "The largest holders: {}. Free memory there (`del` tensors no longer needed, then \
+        "The largest holder{}: {}. Free memory there (`del` tensors no longer needed, then \
          torch.cuda.empty_cache(); restart an idle notebook kernel) or end what is not needed, \
          or start new work on another GPU (CUDA_VISIBLE_DEVICES).",
+        if named.len() == 1 { "" } else { "s" },
         named.join(", ")
     )
 }
@@ -371,7 +372,12 @@ mod tests {
         });
         let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
         assert_no_training_advice(&w.remedy);
-        assert!(w.remedy.contains("pid 42 (76.8GiB)"), "{}", w.remedy);
+        assert!(
+            w.remedy
+                .starts_with("The largest holder: pid 42 (76.8GiB)."),
+            "{}",
+            w.remedy
+        );
     }
 
     #[test]
