@@ -5,16 +5,22 @@
 //! memory does (the subject is the GPU, with its largest holder as evidence). Critical when the
 //! allocator's `num_ooms` rose within `oom_window_seconds`.
 //!
-//! The GPU-level warning stays quiet when every holder is a known server or notebook
-//! ([`looks_like_serving`](super::training::looks_like_serving)): vLLM and its kind take most of
+//! The GPU-level warning stays quiet when every holder is a known inference server
+//! ([`looks_like_server`](super::training::looks_like_server)): vLLM and its kind take most of
 //! a GPU on purpose (`gpu_memory_utilization`), and a GPU reserved that way is not about to fail
-//! anyone.
+//! anyone. A notebook kernel is no such server: a kernel that filled the GPU fails its next cell,
+//! or anyone else's job there, as a script would.
+//!
+//! Training advice (batch size, mixed precision, FSDP) goes only to training processes
+//! ([`is_training`]): on a GPU, when the process holding the most of it trains; else the remedy
+//! names the largest holders, to free or move away from.
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Fraction, Seconds};
 use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, Severity, Subject, Warning};
 
+use super::training::is_training;
 use super::{
     counter_rise, fmt_bytes, fmt_opt, fmt_opt_bytes, fmt_percent, fmt_seconds, torch_device_on,
     warning, AllocPoint, Inputs, Point,
@@ -45,10 +51,25 @@ impl Default for OomRiskConfig {
 
 pub(crate) const ID: &str = "oom-risk";
 
-const REMEDY: &str = "Lower the batch size; train in mixed precision (torch.autocast with a \
+/// For a training process: make the model and its batch fit.
+const TRAINING_REMEDY: &str =
+    "Lower the batch size; train in mixed precision (torch.autocast with a \
 GradScaler); keep the effective batch with gradient accumulation over smaller micro-batches; \
 recompute activations with activation checkpointing (torch.utils.checkpoint); if the model still \
 does not fit, shard it with FSDP or offload parameters and optimizer state to the CPU.";
+
+/// For a process that is not training (a notebook, a script, a server): free or move.
+const PROCESS_REMEDY: &str = "Free what the process no longer needs (`del` its tensors, then \
+torch.cuda.empty_cache() hands the allocator's cache back to CUDA; restart an idle notebook \
+kernel), or give it a GPU of its own (CUDA_VISIBLE_DEVICES).";
+
+/// For a full GPU with no process listed on it.
+const UNLISTED_REMEDY: &str = "NVML lists no process on this GPU (a process of another \
+container or VM is not listed): find what holds it where it runs (nvidia-smi there), or start \
+new work on another GPU (CUDA_VISIBLE_DEVICES).";
+
+/// How many of a full GPU's largest holders its remedy names.
+const HOLDERS_NAMED: usize = 3;
 
 pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
     let snapshot = inputs.snapshot;
@@ -63,7 +84,7 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
             })
             .collect();
         let reserved_by_servers =
-            holders().next().is_some() && holders().all(super::training::looks_like_serving);
+            holders().next().is_some() && holders().all(super::training::looks_like_server);
         if by_process.is_empty() && !reserved_by_servers {
             found.extend(gpu_near_full(gpu, holders(), config));
         }
@@ -74,7 +95,8 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
             continue;
         }
         let points = tracked.window.recent(config.oom_window_seconds.get());
-        found.extend(ooms_rising(pid, index, points, config));
+        let remedy = process_remedy(snapshot.processes.iter().find(|p| p.pid == pid));
+        found.extend(ooms_rising(pid, index, points, config, remedy));
     }
     found
 }
@@ -138,8 +160,50 @@ fn reserved_near_full(
         Subject::Process { pid: process.pid },
         message,
         evidence,
-        REMEDY,
+        process_remedy(Some(process)),
     ))
+}
+
+/// Training advice for a training process; for any other, freeing or moving. A process that is
+/// not in the snapshot (its rows are gone) has an agent, which counts as training.
+fn process_remedy(process: Option<&GpuProcess>) -> &'static str {
+    if process.is_none_or(is_training) {
+        TRAINING_REMEDY
+    } else {
+        PROCESS_REMEDY
+    }
+}
+
+/// The remedy of a full GPU: training advice when a training process holds the most of it (all
+/// of its holders train, when none has a memory figure); else its largest holders, named.
+fn gpu_remedy<'a>(holders: impl Iterator<Item = &'a GpuProcess>) -> String {
+    let mut ranked: Vec<&GpuProcess> = holders.collect();
+    // Largest first; a holder without a figure (None) after every one with a figure.
+    ranked.sort_by_key(|p| std::cmp::Reverse(p.gpu_memory_bytes));
+    let Some(top) = ranked.first() else {
+        return UNLISTED_REMEDY.to_string();
+    };
+    let trains = if top.gpu_memory_bytes.is_some() {
+        is_training(top)
+    } else {
+        ranked.iter().all(|p| is_training(p))
+    };
+    if trains {
+        return TRAINING_REMEDY.to_string();
+    }
+    let named: Vec<String> = (ranked.iter().take(HOLDERS_NAMED))
+        .map(|p| match p.gpu_memory_bytes {
+            Some(bytes) => format!("pid {} ({})", p.pid, fmt_bytes(bytes as f64)),
+            None => format!("pid {}", p.pid),
+        })
+        .collect();
+    format!(
+        "The largest holder{}: {}. Free memory there (`del` tensors no longer needed, then \
+         torch.cuda.empty_cache(); restart an idle notebook kernel) or end what is not needed, \
+         or start new work on another GPU (CUDA_VISIBLE_DEVICES).",
+        if named.len() == 1 { "" } else { "s" },
+        named.join(", ")
+    )
 }
 
 /// A GPU's used memory at or above the fraction of its total.
@@ -165,6 +229,7 @@ fn gpu_near_full<'a>(
     );
     let largest_holder =
         fmt_opt(largest.map(|p| format!("pid {} ({})", p.pid, fmt_opt_bytes(p.gpu_memory_bytes))));
+    let remedy = gpu_remedy(holders.clone());
     let evidence = vec![
         ("used", fmt_opt_bytes(gpu.memory_used_bytes)),
         ("total", fmt_opt_bytes(gpu.memory_total_bytes)),
@@ -182,7 +247,7 @@ fn gpu_near_full<'a>(
         Subject::Gpu { index: gpu.index },
         message,
         evidence,
-        REMEDY,
+        &remedy,
     ))
 }
 
@@ -192,6 +257,7 @@ fn ooms_rising(
     index: u32,
     points: &[Point<AllocPoint>],
     config: &OomRiskConfig,
+    remedy: &str,
 ) -> Option<Warning> {
     let (rise, now) = counter_rise(points, |a| a.ooms)?;
     if rise == 0 {
@@ -216,7 +282,7 @@ fn ooms_rising(
         Subject::Process { pid },
         message,
         evidence,
-        REMEDY,
+        remedy,
     ))
 }
 
@@ -233,9 +299,30 @@ mod tests {
         snap
     }
 
+    fn ranked() -> Option<std::sync::Arc<LaunchEnv>> {
+        Some(
+            LaunchEnv {
+                rank: Some(0),
+                world_size: Some(2),
+                ..Default::default()
+            }
+            .into(),
+        )
+    }
+
+    fn assert_no_training_advice(remedy: &str) {
+        for advice in ["batch size", "GradScaler", "FSDP", "checkpointing"] {
+            assert!(!remedy.contains(advice), "{advice} in {remedy}");
+        }
+    }
+
     #[test]
     fn ninety_six_percent_used_warns_on_the_gpu() {
-        let warnings = replay_default(0, |_| one_gpu(96));
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(96);
+            snap.processes[0].env = ranked();
+            snap
+        });
         let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
         assert_eq!(w.severity, Severity::Warn);
         assert_eq!(evidence(w, "used share"), "96%");
@@ -252,6 +339,89 @@ mod tests {
             snap
         });
         assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");
+    }
+
+    /// A review: `python3 notebook_cell.py` (no RANK, no agent, no launcher) filling a GPU was
+    /// told to lower its batch size and shard with FSDP.
+    #[test]
+    fn a_gpu_filled_by_a_plain_script_names_its_holders_instead_of_training_advice() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(96);
+            snap.processes[0].command = Some("python3 notebook_cell.py".into());
+            snap.processes.push(process(43, 0, GIB));
+            snap
+        });
+        let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
+        assert_no_training_advice(&w.remedy);
+        assert!(
+            w.remedy.contains("pid 42 (76.8GiB), pid 43 (1.0GiB)"),
+            "{}",
+            w.remedy
+        );
+    }
+
+    /// A review: a Jupyter kernel holding 96% of a GPU raised nothing, being exempt as servers
+    /// are; a kernel does not fill a GPU on purpose, and its next cell fails like any script.
+    #[test]
+    fn a_gpu_filled_by_a_jupyter_kernel_is_warned_about() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(96);
+            snap.processes[0].command =
+                Some("/usr/bin/python3 -m ipykernel_launcher -f kernel-1.json".into());
+            snap
+        });
+        let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
+        assert_no_training_advice(&w.remedy);
+        assert!(
+            w.remedy
+                .starts_with("The largest holder: pid 42 (76.8GiB)."),
+            "{}",
+            w.remedy
+        );
+    }
+
+    #[test]
+    fn the_largest_holder_decides_between_training_advice_and_naming_holders() {
+        let make = |trainer_gib: u64, notebook_gib: u64| {
+            move |_| {
+                let mut snap = one_gpu(96);
+                snap.processes = vec![process(42, 0, trainer_gib * GIB), {
+                    let mut notebook = process(43, 0, notebook_gib * GIB);
+                    notebook.command = Some("python3 notebook_cell.py".into());
+                    notebook
+                }];
+                snap.processes[0].env = ranked();
+                snap
+            }
+        };
+        let trainer_first = replay_default(0, make(60, 16));
+        let w = find(&trainer_first, "oom-risk", &Subject::Gpu { index: 0 });
+        assert!(w.remedy.contains("FSDP"), "{}", w.remedy);
+        let notebook_first = replay_default(0, make(16, 60));
+        let w = find(&notebook_first, "oom-risk", &Subject::Gpu { index: 0 });
+        assert_no_training_advice(&w.remedy);
+        assert!(
+            w.remedy.contains("pid 43 (60.0GiB), pid 42"),
+            "{}",
+            w.remedy
+        );
+    }
+
+    #[test]
+    fn a_notebook_reserving_the_gpu_through_its_agent_gets_no_training_advice() {
+        let warnings = replay_default(0, |_| {
+            let mut snap = one_gpu(97);
+            snap.processes[0].command = Some("python3 -m ipykernel_launcher".into());
+            snap.processes[0].torch = Some(std::sync::Arc::new(torch_on(vec![device(
+                0,
+                60 * GIB,
+                77 * GIB,
+            )])));
+            snap
+        });
+        let w = find(&warnings, "oom-risk", &Subject::Process { pid: 42 });
+        assert_no_training_advice(&w.remedy);
+        assert!(w.remedy.contains("empty_cache"), "{}", w.remedy);
     }
 
     #[test]

@@ -5,13 +5,16 @@
 //! notebook and either has an agent or was started by a distributed launcher: RANK, LOCAL_RANK
 //! or WORLD_SIZE in its environment (torchrun, torch.distributed.launch, DeepSpeed, Accelerate
 //! and Lightning all set them), or a parent that is a launcher (`LaunchEnv::launcher`), or it
-//! is a task of a Slurm step of several (plain `srun`).
+//! is a task of a Slurm step of several (plain `srun`). Servers are told apart from notebooks and
+//! media work too: only servers fill a GPU on purpose.
 
 use crate::model::GpuProcess;
 
-/// Words in a command line that mark a server, a notebook or media work: processes that hold a
-/// GPU without a training loop. Launchers of sharded inference (TGI) set RANK too.
-const NOT_TRAINING: &[&str] = &[
+/// Words in a command line that mark a server: processes that hold a GPU without a training
+/// loop, and the kind that reserves most of a GPU up front on purpose (vLLM's
+/// `gpu_memory_utilization`, SGLang's `mem_fraction_static`). Launchers of sharded inference
+/// (TGI) set RANK too.
+const SERVERS: &[&str] = &[
     "vllm",
     "sglang",
     "text-generation",
@@ -21,12 +24,11 @@ const NOT_TRAINING: &[&str] = &[
     "gunicorn",
     "ollama",
     "llama-server",
-    "ipykernel",
-    "jupyter",
-    "ffmpeg",
-    "gstreamer",
-    "gst-launch",
 ];
+
+/// Words that mark a notebook kernel or media work: no training loop either, but nothing that
+/// fills a GPU by design, so a full GPU is as much a risk with them as with any script.
+const NOTEBOOKS_AND_MEDIA: &[&str] = &["ipykernel", "jupyter", "ffmpeg", "gstreamer", "gst-launch"];
 
 /// Whether the process looks like a training process (see the module doc).
 pub(crate) fn is_training(process: &GpuProcess) -> bool {
@@ -46,10 +48,19 @@ pub(crate) fn is_training(process: &GpuProcess) -> bool {
 
 /// Whether the command line names a server, a notebook kernel or media work.
 pub(crate) fn looks_like_serving(process: &GpuProcess) -> bool {
+    names_any(process, SERVERS) || names_any(process, NOTEBOOKS_AND_MEDIA)
+}
+
+/// Whether the command line names an inference server (not a notebook, not media work).
+pub(crate) fn looks_like_server(process: &GpuProcess) -> bool {
+    names_any(process, SERVERS)
+}
+
+fn names_any(process: &GpuProcess, words: &[&str]) -> bool {
     let Some(command) = process.command.as_deref() else {
         return false;
     };
-    NOT_TRAINING
+    words
         .iter()
         .any(|word| contains_ignoring_ascii_case(command, word))
 }
@@ -131,5 +142,19 @@ mod tests {
             ..Default::default()
         });
         assert!(is_training(&with("jupyter-lab", None, stepping)));
+    }
+
+    #[test]
+    fn only_inference_servers_count_as_servers() {
+        let server = with("python -m vllm.entrypoints.openai.api_server", None, None);
+        assert!(looks_like_server(&server));
+        for command in [
+            "/usr/bin/python3 -m ipykernel_launcher -f kernel.json",
+            "ffmpeg -hwaccel cuda -i in.mp4 out.mp4",
+            "python3 notebook_cell.py",
+        ] {
+            let p = with(command, None, None);
+            assert!(!looks_like_server(&p), "{command}");
+        }
     }
 }

@@ -5,12 +5,14 @@
 //!
 //! - [`exposition`]: families to text, and the format a scraper asked for;
 //! - [`dcgm`]: the GPU families under dcgm-exporter's names and labels;
-//! - [`torchtop`]: processes, allocator, host, warnings and the exporter's own figures;
+//! - [`torchtop`]: processes, host, warnings and the exporter's own figures;
+//! - [`agent`]: the allocator and steps of every process with an agent, GPU or not;
 //! - [`webconfig`]: TLS and basic auth from an exporter-toolkit web config;
 //! - [`http`]: the server.
 //!
 //! `torchtop --once --format prometheus` prints the same exposition through [`exposition_text`].
 
+mod agent;
 mod connections;
 mod dcgm;
 pub mod exposition;

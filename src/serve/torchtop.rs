@@ -1,16 +1,15 @@
 //! The families only torchtop has, under the `torchtop_` prefix: GPU processes with their
-//! rank and job, the PyTorch allocator of each, the host's memory and vm settings, the active
-//! warnings, and the exporter's own figures.
+//! rank and job, the host's memory and vm settings, the active warnings, and the exporter's own
+//! figures; the PyTorch allocator and steps of processes with an agent are in [`super::agent`].
 //!
-//! Series are bounded by what the machine holds: one per GPU process (never per host process),
-//! per allocator device of those processes, per warning. Command lines and environments can
+//! Series are bounded by what the machine holds: one per GPU process or process with an agent
+//! (never per host process), per allocator device of those processes, per warning. Command lines and environments can
 //! hold secrets (tokens in argv, keys in environ), so they are exported only when asked for.
 
 use std::collections::BTreeSet;
 
 use crate::model::{GpuProcess, GpuState, Severity, Snapshot, Subject, Warning};
 use crate::rules::jobs::{job_key, job_rank};
-use crate::rules::torch_device_on;
 
 use super::exposition::{Family, Labels, Value};
 
@@ -77,7 +76,7 @@ pub(crate) fn process_labels(process: &GpuProcess, hostname: &str) -> Labels {
     labels
 }
 
-fn with(mut labels: Labels, key: &'static str, value: String) -> Labels {
+pub(super) fn with(mut labels: Labels, key: &'static str, value: String) -> Labels {
     labels.push((key, value));
     labels
 }
@@ -94,7 +93,7 @@ pub(crate) fn families(
     if expose_commands {
         out.push(command_family(snapshot, hostname));
     }
-    out.extend(allocator_families(snapshot, hostname));
+    out.extend(super::agent::families(snapshot, hostname));
     out.extend(host_families(snapshot, hostname));
     out.push(warning_family(&snapshot.warnings, hostname));
     out.push(nvml_family(snapshot, hostname));
@@ -103,7 +102,7 @@ pub(crate) fn families(
 }
 
 /// GPU processes on GPUs whose figures are current, each (pid, GPU) once.
-fn current_rows(snapshot: &Snapshot) -> Vec<&GpuProcess> {
+pub(super) fn current_rows(snapshot: &Snapshot) -> Vec<&GpuProcess> {
     let mut seen = BTreeSet::new();
     snapshot
         .processes
@@ -162,91 +161,6 @@ fn command_family(snapshot: &Snapshot, hostname: &str) -> Family {
         info.push(labels, Some(Value::Int(1)));
     }
     info
-}
-
-type AllocGetter = fn(&crate::model::DeviceAllocatorStats) -> Option<u64>;
-
-const ALLOCATOR: [(&str, &str, AllocGetter); 5] = [
-    (
-        "torchtop_allocator_allocated_bytes",
-        "Bytes of tensors PyTorch's caching allocator has handed out on a device.",
-        |d| d.allocated_bytes,
-    ),
-    (
-        "torchtop_allocator_reserved_bytes",
-        "Bytes PyTorch's caching allocator holds from CUDA on a device.",
-        |d| d.reserved_bytes,
-    ),
-    (
-        "torchtop_allocator_active_bytes",
-        "Bytes in active blocks of PyTorch's caching allocator.",
-        |d| d.active_bytes,
-    ),
-    (
-        "torchtop_allocator_inactive_split_bytes",
-        "Bytes in inactive, split blocks (fragmentation) of PyTorch's caching allocator.",
-        |d| d.inactive_split_bytes,
-    ),
-    (
-        "torchtop_allocator_peak_allocated_bytes",
-        "Peak of allocated bytes since the process started or its peak was reset.",
-        |d| d.peak_allocated_bytes,
-    ),
-];
-
-/// The allocator of each GPU process's device, with its step figures once per process.
-fn allocator_families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
-    let mut bytes: Vec<Family> = ALLOCATOR
-        .iter()
-        .map(|(name, help, _)| Family::gauge(name, help))
-        .collect();
-    let mut retries = Family::counter(
-        "torchtop_alloc_retries",
-        "Times the allocator freed its cache and retried a cudaMalloc that failed.",
-    );
-    let mut ooms = Family::counter(
-        "torchtop_ooms",
-        "CUDA out-of-memory errors the allocator raised.",
-    );
-    let mut step = Family::gauge(
-        "torchtop_step",
-        "Training steps the process has marked with torchtop_agent.step().",
-    );
-    let mut step_time = Family::gauge(
-        "torchtop_step_time_seconds",
-        "Mean seconds between the process's recent training steps.",
-    );
-    let mut age = Family::gauge(
-        "torchtop_agent_age_seconds",
-        "Seconds since the process's agent last sent figures.",
-    );
-    let mut seen_pids = BTreeSet::new();
-    for process in current_rows(snapshot) {
-        let Some(torch) = &process.torch else {
-            continue;
-        };
-        let labels = process_labels(process, hostname);
-        if seen_pids.insert(process.pid) {
-            step.push(labels.clone(), torch.step.map(Value::Int));
-            step_time.push(labels.clone(), torch.step_time_seconds.map(Value::Float));
-            age.push(labels.clone(), torch.age_seconds.map(Value::Float));
-        }
-        let Some(device) = torch_device_on(process, &snapshot.gpus) else {
-            continue;
-        };
-        let labels = with(
-            with(labels, "gpu", process.gpu.to_string()),
-            "cuda_device",
-            device.index.to_string(),
-        );
-        for (family, (_, _, get)) in bytes.iter_mut().zip(ALLOCATOR.iter()) {
-            family.push(labels.clone(), get(device).map(Value::Int));
-        }
-        retries.push(labels.clone(), device.alloc_retries.map(Value::Int));
-        ooms.push(labels, device.ooms.map(Value::Int));
-    }
-    bytes.extend([retries, ooms, step, step_time, age]);
-    bytes
 }
 
 fn host_families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {

@@ -36,6 +36,7 @@ mod record_replay;
 mod record_replay_times;
 mod root_reads_users_agents;
 mod run_launch;
+mod serve_agents;
 mod serve_exporter;
 mod serve_mig;
 mod setup_screen;

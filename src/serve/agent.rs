@@ -1,0 +1,253 @@
+//! The families an agent's figures make: PyTorch's caching allocator per torch device
+//! (`torchtop_allocator_*`, `torchtop_alloc_retries_total`, `torchtop_ooms_total`) and the step
+//! figures once per process (`torchtop_step`, `torchtop_step_time_seconds`,
+//! `torchtop_agent_age_seconds`).
+//!
+//! Every process with an agent that the snapshot lists has them, also one NVML does not list as
+//! a GPU process (a CPU/gloo rank, a rank before its first CUDA call, every rank while NVML is
+//! broken): the figures come from the agent, not from NVML. Such a process has no `gpu` label;
+//! its devices are told apart by `cuda_device` alone, since which physical GPU is behind one
+//! would be a guess without NVML's list (CUDA and NVML may number GPUs differently). A process
+//! NVML lists keeps the labels it always had: `gpu` and `cuda_device` on the device its NVML row
+//! is about.
+
+use std::collections::BTreeSet;
+
+use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
+use crate::rules::torch_device_on;
+
+use super::exposition::{Family, Labels, Value};
+use super::torchtop::{current_rows, process_labels, with};
+
+type AllocGetter = fn(&DeviceAllocatorStats) -> Option<u64>;
+
+const ALLOCATOR: [(&str, &str, AllocGetter); 5] = [
+    (
+        "torchtop_allocator_allocated_bytes",
+        "Bytes of tensors PyTorch's caching allocator has handed out on a device.",
+        |d| d.allocated_bytes,
+    ),
+    (
+        "torchtop_allocator_reserved_bytes",
+        "Bytes PyTorch's caching allocator holds from CUDA on a device.",
+        |d| d.reserved_bytes,
+    ),
+    (
+        "torchtop_allocator_active_bytes",
+        "Bytes in active blocks of PyTorch's caching allocator.",
+        |d| d.active_bytes,
+    ),
+    (
+        "torchtop_allocator_inactive_split_bytes",
+        "Bytes in inactive, split blocks (fragmentation) of PyTorch's caching allocator.",
+        |d| d.inactive_split_bytes,
+    ),
+    (
+        "torchtop_allocator_peak_allocated_bytes",
+        "Peak of allocated bytes since the process started or its peak was reset.",
+        |d| d.peak_allocated_bytes,
+    ),
+];
+
+/// The families being filled, and the pids whose step figures are in already.
+struct AgentFamilies {
+    bytes: Vec<Family>,
+    retries: Family,
+    ooms: Family,
+    step: Family,
+    step_time: Family,
+    age: Family,
+    stepped: BTreeSet<u32>,
+}
+
+impl AgentFamilies {
+    fn new() -> Self {
+        AgentFamilies {
+            bytes: (ALLOCATOR.iter())
+                .map(|(name, help, _)| Family::gauge(name, help))
+                .collect(),
+            retries: Family::counter(
+                "torchtop_alloc_retries",
+                "Times the allocator freed its cache and retried a cudaMalloc that failed.",
+            ),
+            ooms: Family::counter(
+                "torchtop_ooms",
+                "CUDA out-of-memory errors the allocator raised.",
+            ),
+            step: Family::gauge(
+                "torchtop_step",
+                "Training steps the process has marked with torchtop_agent.step().",
+            ),
+            step_time: Family::gauge(
+                "torchtop_step_time_seconds",
+                "Mean seconds between the process's recent training steps.",
+            ),
+            age: Family::gauge(
+                "torchtop_agent_age_seconds",
+                "Seconds since the process's agent last sent figures.",
+            ),
+            stepped: BTreeSet::new(),
+        }
+    }
+
+    /// The step figures of a process, once however many rows (GPUs) it has.
+    fn push_process(&mut self, pid: u32, labels: &Labels, torch: &TorchInfo) {
+        if !self.stepped.insert(pid) {
+            return;
+        }
+        self.step.push(labels.clone(), torch.step.map(Value::Int));
+        let step_time = torch.step_time_seconds.map(Value::Float);
+        self.step_time.push(labels.clone(), step_time);
+        self.age
+            .push(labels.clone(), torch.age_seconds.map(Value::Float));
+    }
+
+    /// One device's allocator figures under `labels` (which name the device).
+    fn push_device(&mut self, labels: &Labels, device: &DeviceAllocatorStats) {
+        for (family, (_, _, get)) in self.bytes.iter_mut().zip(ALLOCATOR.iter()) {
+            family.push(labels.clone(), get(device).map(Value::Int));
+        }
+        let retries = device.alloc_retries.map(Value::Int);
+        self.retries.push(labels.clone(), retries);
+        self.ooms.push(labels.clone(), device.ooms.map(Value::Int));
+    }
+
+    fn into_families(self) -> Vec<Family> {
+        let mut out = self.bytes;
+        out.extend([self.retries, self.ooms, self.step, self.step_time, self.age]);
+        out
+    }
+}
+
+/// The agent families of every process with an agent: the rows of GPUs whose figures are
+/// current, and the rows of processes listed for their agent alone.
+pub(crate) fn families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
+    let mut out = AgentFamilies::new();
+    for process in current_rows(snapshot) {
+        push_gpu_row(&mut out, snapshot, process, hostname);
+    }
+    for process in snapshot.processes.iter().filter(|p| p.no_gpu) {
+        push_agent_only(&mut out, process, hostname);
+    }
+    out.into_families()
+}
+
+/// A row NVML lists: the torch device behind its GPU, labelled with both.
+fn push_gpu_row(out: &mut AgentFamilies, snapshot: &Snapshot, row: &GpuProcess, host: &str) {
+    let Some(torch) = &row.torch else {
+        return;
+    };
+    let labels = process_labels(row, host);
+    out.push_process(row.pid, &labels, torch);
+    let Some(device) = torch_device_on(row, &snapshot.gpus) else {
+        return;
+    };
+    let labels = with(labels, "gpu", row.gpu.to_string());
+    out.push_device(
+        &with(labels, "cuda_device", device.index.to_string()),
+        device,
+    );
+}
+
+/// A process NVML does not list: every device its agent reports, by torch index alone.
+fn push_agent_only(out: &mut AgentFamilies, row: &GpuProcess, host: &str) {
+    let Some(torch) = &row.torch else {
+        return;
+    };
+    let labels = process_labels(row, host);
+    out.push_process(row.pid, &labels, torch);
+    for device in &torch.devices {
+        out.push_device(
+            &with(labels.clone(), "cuda_device", device.index.to_string()),
+            device,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::{GpuSample, GpuState, ProcessKind};
+
+    fn torch(step: u64, devices: Vec<DeviceAllocatorStats>) -> Arc<TorchInfo> {
+        Arc::new(TorchInfo {
+            step: Some(step),
+            step_time_seconds: Some(0.5),
+            age_seconds: Some(1.0),
+            devices,
+            ..Default::default()
+        })
+    }
+
+    fn device(index: u32, allocated: u64) -> DeviceAllocatorStats {
+        DeviceAllocatorStats {
+            index,
+            allocated_bytes: Some(allocated),
+            ..Default::default()
+        }
+    }
+
+    /// GPU 0 with pid 10 on it (an agent on cuda:0), pid 20 an agent on the CPU and pid 30 an
+    /// agent with cuda:0 and cuda:1 that NVML does not list.
+    fn snapshot() -> Snapshot {
+        let mut on_gpu = GpuProcess::new(10, 0, ProcessKind::Compute);
+        on_gpu.torch = Some(torch(5, vec![device(0, 100)]));
+        let cpu_rank = GpuProcess::agent_only(20, torch(7, Vec::new()));
+        let unlisted = GpuProcess::agent_only(30, torch(9, vec![device(0, 300), device(1, 310)]));
+        Snapshot {
+            gpus: vec![GpuSample {
+                index: 0,
+                state: GpuState::Ok,
+                ..Default::default()
+            }],
+            processes: vec![on_gpu, cpu_rank, unlisted],
+            ..Default::default()
+        }
+    }
+
+    fn text(snapshot: &Snapshot) -> String {
+        let families = families(snapshot, "node1");
+        super::super::exposition::encode(families, super::super::exposition::Format::Prometheus)
+    }
+
+    #[test]
+    fn a_process_nvml_lists_keeps_its_gpu_and_cuda_device_labels() {
+        let out = text(&snapshot());
+        assert!(
+            out.contains(
+                "torchtop_allocator_allocated_bytes{Hostname=\"node1\",pid=\"10\",gpu=\"0\",\
+                 cuda_device=\"0\"} 100\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("torchtop_step{Hostname=\"node1\",pid=\"10\"} 5\n"),
+            "{out}"
+        );
+    }
+
+    /// A review: the agent series of processes NVML does not list (a CPU rank, a rank before its
+    /// first CUDA call, every rank while NVML is broken) were left out of the exposition.
+    #[test]
+    fn processes_nvml_does_not_list_have_their_agent_series_without_a_gpu_label() {
+        let out = text(&snapshot());
+        for wanted in [
+            "torchtop_step{Hostname=\"node1\",pid=\"20\"} 7\n",
+            "torchtop_step_time_seconds{Hostname=\"node1\",pid=\"20\"} 0.5\n",
+            "torchtop_agent_age_seconds{Hostname=\"node1\",pid=\"20\"} 1.0\n",
+            "torchtop_step{Hostname=\"node1\",pid=\"30\"} 9\n",
+            "torchtop_allocator_allocated_bytes{Hostname=\"node1\",pid=\"30\",cuda_device=\"0\"} 300\n",
+            "torchtop_allocator_allocated_bytes{Hostname=\"node1\",pid=\"30\",cuda_device=\"1\"} 310\n",
+        ] {
+            assert!(out.contains(wanted), "no {wanted:?} in:\n{out}");
+        }
+        // The CPU rank reports no device: no allocator series is made up for it.
+        let allocator_of_20 =
+            (out.lines()).any(|l| l.starts_with("torchtop_allocator_") && l.contains("pid=\"20\""));
+        assert!(!allocator_of_20, "{out}");
+        // Missing figures stay missing: the stand-in devices report no reserved bytes.
+        assert!(!out.contains("torchtop_allocator_reserved_bytes{"), "{out}");
+    }
+}

@@ -1,0 +1,169 @@
+//! The agent series of processes NVML does not list, with real Python processes (the agent and
+//! the stand-in torch) marking steps: a CPU rank (gloo, no CUDA) and a rank on cuda:0 that the
+//! fake NVML leaves out of its process list. `--once --json` lists both; the exposition of
+//! `--once --format prometheus` and of `serve` (with NVML broken, `--nvml-lib /nonexistent`)
+//! must carry their `torchtop_step`, `torchtop_step_time_seconds`, `torchtop_agent_age_seconds`
+//! and, for the CUDA rank, `torchtop_allocator_*` series, without a `gpu` label.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::fake_nvml::ScenarioFile;
+use common::prometheus::Serve;
+use common::{output_within_patience, wait_until, PATIENCE};
+use serde_json::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One rank of a job of two: a Python process with the agent, marking a step every 50 ms;
+/// killed on drop.
+struct Rank(Child);
+
+impl Rank {
+    /// `devices` is the Python tuple of CUDA devices it initializes; `None` keeps it on the CPU.
+    fn start(agents: &Path, rank: u32, devices: Option<&str>) -> Rank {
+        let init = devices.map_or(String::new(), |d| format!("torch.cuda._fake_init({d})\n"));
+        let script = format!(
+            "import time, torch, torchtop_agent\n{init}torchtop_agent.start(interval_ms=100)\n\
+             while True:\n    torchtop_agent.step()\n    time.sleep(0.05)\n"
+        );
+        let pythonpath = format!(
+            "{}:{}",
+            repo().join("assets/python").display(),
+            repo().join("tests/python/fake_torch").display()
+        );
+        let child = Command::new("python3")
+            .args(["-c", &script])
+            .env("PYTHONPATH", pythonpath)
+            .env("TORCHTOP_AGENT_DIR", agents)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29517")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("python3 for a rank");
+        let started = Rank(child);
+        let socket = agents.join(format!("{}.sock", started.0.id()));
+        wait_until(&format!("the agent socket {}", socket.display()), || {
+            socket.exists()
+        });
+        started
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn torchtop(scenario: &ScenarioFile, agents: &Path, args: &[&str]) -> String {
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(args)
+            .envs(scenario.env())
+            .env("TORCHTOP_AGENT_DIR", agents)
+            .stdin(Stdio::null()),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Whether `--once --json` lists `pid` without a GPU, with a step time from its agent.
+fn listed_without_gpu(doc: &Value, pid: u32) -> bool {
+    (doc["processes"].as_array().unwrap().iter())
+        .any(|p| p["pid"] == pid && p["gpu"].is_null() && p["torch"]["step_time_seconds"].is_f64())
+}
+
+/// The exposition's line of `family` for `pid` (and `cuda_device`, when given).
+fn series<'a>(text: &'a str, family: &str, pid: u32, cuda_device: Option<u32>) -> Option<&'a str> {
+    let pid = format!("pid=\"{pid}\"");
+    let device = cuda_device.map(|d| format!("cuda_device=\"{d}\""));
+    text.lines().find(|line| {
+        line.starts_with(&format!("{family}{{"))
+            && line.contains(&pid)
+            && device.as_ref().is_none_or(|d| line.contains(d))
+    })
+}
+
+/// The series a review found missing, present for both ranks and without a `gpu` label.
+fn assert_agent_series(text: &str, cpu_rank: u32, cuda_rank: u32) {
+    let wanted = [
+        ("torchtop_step", cpu_rank, None),
+        ("torchtop_step_time_seconds", cpu_rank, None),
+        ("torchtop_agent_age_seconds", cpu_rank, None),
+        ("torchtop_step", cuda_rank, None),
+        ("torchtop_step_time_seconds", cuda_rank, None),
+        ("torchtop_agent_age_seconds", cuda_rank, None),
+        ("torchtop_allocator_allocated_bytes", cuda_rank, Some(0)),
+        ("torchtop_allocator_reserved_bytes", cuda_rank, Some(0)),
+        ("torchtop_ooms_total", cuda_rank, Some(0)),
+    ];
+    for (family, pid, device) in wanted {
+        let line = series(text, family, pid, device)
+            .unwrap_or_else(|| panic!("no {family} for pid {pid} in:\n{text}"));
+        assert!(!line.contains("gpu="), "a gpu label on {line}");
+        assert!(line.contains("rank=\""), "no rank label on {line}");
+    }
+    // The CPU rank reports no CUDA device: no allocator series is made up for it.
+    let cpu_allocator = series(text, "torchtop_allocator_allocated_bytes", cpu_rank, None);
+    assert!(cpu_allocator.is_none(), "{text}");
+}
+
+#[test]
+fn ranks_nvml_does_not_list_have_their_agent_series_in_once_and_serve() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("torchtop-serve-agents-")
+        .tempdir()
+        .expect("a scratch directory");
+    let agents = scratch.path().join("agents");
+    let cpu_rank = Rank::start(&agents, 0, None);
+    let cuda_rank = Rank::start(&agents, 1, Some("(0,)"));
+    // One GPU whose process list names neither rank.
+    let scenario = ScenarioFile::new(
+        "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nmemory_total_mib = 81920\nmemory_used_mib = 512\n",
+    );
+    wait_until("--once --json to list both ranks without a GPU", || {
+        let doc: Value =
+            serde_json::from_str(&torchtop(&scenario, &agents, &["--once", "--json"])).unwrap();
+        listed_without_gpu(&doc, cpu_rank.pid()) && listed_without_gpu(&doc, cuda_rank.pid())
+    });
+    let once = torchtop(&scenario, &agents, &["--once", "--format", "prometheus"]);
+    assert_agent_series(&once, cpu_rank.pid(), cuda_rank.pid());
+
+    // NVML broken: no process is a GPU process, and the agents still report.
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let serve = Serve::start(
+        &["--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "-d", "0.2"],
+        &[],
+        &env,
+    );
+    let body = serve.wait_for_metrics(PATIENCE, |m| {
+        [cpu_rank.pid(), cuda_rank.pid()]
+            .iter()
+            .all(|&pid| series(m, "torchtop_step_time_seconds", pid, None).is_some())
+    });
+    let nvml_down = (body.lines()).any(|l| l.starts_with("torchtop_nvml_up{") && l.ends_with(" 0"));
+    assert!(nvml_down, "NVML should be down:\n{body}");
+    assert_agent_series(&body, cpu_rank.pid(), cuda_rank.pid());
+}
