@@ -149,7 +149,8 @@ fn replay(cli: &Cli, command: &Command) -> ExitCode {
         Ok(None) => return exit_now(ExitCode::SUCCESS),
         Err(error) => {
             complain("torchtop replay", &error);
-            return exit_now(ExitCode::FAILURE);
+            let usage = matches!(error, torchtop::replay::ReplayError::Usage(_));
+            return exit_now(ExitCode::from(if usage { 2 } else { 1 }));
         }
     };
     match torchtop::event::run_replay(tui) {

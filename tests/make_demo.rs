@@ -17,7 +17,8 @@
 //! `torchtop record` records it; then the host part is dressed as a production node (the build
 //! machine has 2 cores and no GPU): host name, RAM, CPUs and load, the ranks' CPU and RSS,
 //! users, and the process table cut to the job's own processes. GPU, allocator and warning
-//! figures are left as recorded.
+//! figures are left as recorded. The NVML library is named as on a production node
+//! (`libnvidia-ml.so.1`), not by the build machine's path to the fake one.
 
 mod common;
 
@@ -439,6 +440,8 @@ fn dress(
     roles: &mut HashMap<u32, Role>,
     j: &mut Jitter,
 ) {
+    // `--json` shows it: the fake library's path named the build machine's checkout.
+    snapshot.driver.library = torchtop::cli::DEFAULT_NVML_LIB.into();
     let host = &mut snapshot.host;
     host.hostname = Some("gpu-node-07".into());
     let total: u64 = 2_164_327_907_328;

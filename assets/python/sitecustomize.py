@@ -6,6 +6,10 @@ and forkserver workers, the forkserver, the resource tracker): their work shows 
 program's figures, and their sockets would only clutter the monitor. A program started as a plain
 subprocess, such as a torchrun rank, gets its own agent. Nothing here may break the program: every
 failure is reported on stderr and swallowed.
+
+Another torchtop's copy of this file on the path (another version's site directory, or a copy) is
+passed over, not run: each copy would otherwise chain to the other until Python's recursion limit.
+Every torchtop's copy defines `_torchtop_bootstrap`, which is how they are told from a user's.
 """
 
 
@@ -13,14 +17,47 @@ def _torchtop_bootstrap():
     import os
     import sys
 
+    # A copy that does not pass over others (an older torchtop's) may chain back to this one:
+    # the bootstrap already running in this interpreter does the work, once.
+    if getattr(sys, "_torchtop_bootstrap_ran", False):
+        return
+    sys._torchtop_bootstrap_ran = True
+
     here = os.path.dirname(os.path.abspath(__file__))
 
-    def chain_next_sitecustomize():
+    def is_torchtop_bootstrap(path):
+        # Non-blocking and bounded: the path may name a FIFO or a huge file.
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return False
+        try:
+            return b"def _torchtop_bootstrap():" in os.read(fd, 1 << 16)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def next_sitecustomize():
         import importlib.machinery
-        import importlib.util
 
         rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        while True:
+            spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+            if spec is None or spec.loader is None or not spec.origin:
+                return spec
+            if not is_torchtop_bootstrap(spec.origin):
+                return spec
+            where = os.path.dirname(os.path.abspath(spec.origin))
+            left = [p for p in rest if os.path.abspath(p or os.curdir) != where]
+            if len(left) == len(rest):
+                return None
+            rest = left
+
+    def chain_next_sitecustomize():
+        import importlib.util
+
+        spec = next_sitecustomize()
         if spec is None or spec.loader is None:
             return
         ours = sys.modules.get("sitecustomize")

@@ -54,6 +54,33 @@ pub struct ReplayOptions {
     pub utc: bool,
 }
 
+/// Why `torchtop replay` stopped.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// A `--from` or `--to` that is not a time, or a range that ends before it starts: a usage
+    /// error, which exits 2 as clap's do.
+    Usage(String),
+    /// Anything else: the file, the player.
+    Failed(RecordError),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Usage(sentence) => f.write_str(sentence),
+            ReplayError::Failed(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<RecordError> for ReplayError {
+    fn from(error: RecordError) -> Self {
+        ReplayError::Failed(error)
+    }
+}
+
 /// A replay in the TUI: the transport and the frames from the player.
 pub(crate) struct Session {
     pub(crate) transport: Transport,
@@ -92,21 +119,21 @@ fn range(
     options: &ReplayOptions,
     recording: &Recording,
     zone: &TimeZone,
-) -> Result<(Option<Moment>, Option<Moment>), RecordError> {
+) -> Result<(Option<Moment>, Option<Moment>), ReplayError> {
     let frames = recording.frames();
     let (start, end) = match (frames.first(), frames.last()) {
         (Some(a), Some(b)) => (a.time, b.time),
         _ => (0.0, 0.0),
     };
-    let read = |text: &Option<String>| -> Result<Option<Moment>, RecordError> {
+    let read = |text: &Option<String>| -> Result<Option<Moment>, ReplayError> {
         text.as_deref()
-            .map(|t| time::parse_time(t, start, end, zone).map_err(RecordError))
+            .map(|t| time::parse_time(t, start, end, zone).map_err(ReplayError::Usage))
             .transpose()
     };
     let (from, to) = (read(&options.from)?, read(&options.to)?);
     if let (Some(from), Some(to)) = (from, to) {
         if !to.reaches(from.at) {
-            return Err(RecordError(
+            return Err(ReplayError::Usage(
                 "--to names a time before --from: give the earlier time to --from".into(),
             ));
         }
@@ -124,7 +151,7 @@ pub struct Tui {
 
 /// Runs `torchtop replay` as the options say: `--json` and `--summary` are printed here; for
 /// the TUI, the app and the playing session are returned.
-pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
+pub fn run(options: ReplayOptions) -> Result<Option<Tui>, ReplayError> {
     let mut recording = open(&options)?;
     let zone = crate::format::clock::zone(options.utc);
     let (from, to) = range(&options, &recording, &zone)?;
@@ -134,7 +161,7 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
         for issue in &recording.issues {
             sentence.push_str(&format!("\n{issue}"));
         }
-        return Err(RecordError(sentence));
+        return Err(RecordError(sentence).into());
     }
     if options.json || options.summary {
         for issue in &recording.issues {
@@ -152,7 +179,7 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, RecordError> {
         print!("{}", summary::summary(&mut recording, range, &zone)?);
         return Ok(None);
     }
-    tui(recording, &options, from, zone).map(Some)
+    Ok(tui(recording, &options, from, zone).map(Some)?)
 }
 
 fn tui(

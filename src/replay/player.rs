@@ -265,10 +265,11 @@ impl Player {
                 .find(|&i| frames[i].marks & marks::EVENTS != 0)
         };
         let Some(target) = found else {
+            // The same events `]` stops at (marks::EVENTS): processes coming and going too.
             let note = if forward {
-                "no warning, OOM or state change after this moment"
+                "no new warning, OOM, GPU state change or process coming or going after this moment"
             } else {
-                "no warning, OOM or state change before this moment"
+                "no new warning, OOM, GPU state change or process coming or going before this moment"
             };
             return self.send_position(Some(note.to_string()));
         };

@@ -161,3 +161,21 @@ fn a_step_back_reads_one_frame_more_not_the_whole_history_again() {
     assert!(update.note.unwrap().contains("went"), "the event is told");
     assert_eq!(work_since(&player.recording, jumped).1, 2);
 }
+
+/// A review: past the last event, `]` said "no warning, OOM or state change", though it also
+/// stops at processes coming and going.
+#[test]
+fn past_the_last_event_the_note_names_every_kind_of_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    let commands = spawn(recording(dir.path(), 3), 2, 1.0, TimeZone::UTC, tx).unwrap();
+    commands.send(Command::Jump(true)).unwrap();
+    let note = loop {
+        let update = updates.blocking_recv().expect("an update");
+        // Other notes (the end of the recording) may come first.
+        if let Some(note) = update.note.filter(|n| n.ends_with("after this moment")) {
+            break note;
+        }
+    };
+    assert!(note.contains("process coming or going after"), "{note}");
+}

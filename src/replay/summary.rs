@@ -9,7 +9,7 @@ use jiff::tz::TimeZone;
 
 use crate::format::clock::{clock, rfc3339, zone_name};
 use crate::format::{bytes, escape};
-use crate::model::{Severity, Snapshot, Subject};
+use crate::model::{Severity, Snapshot, Subject, NO_GPU};
 use crate::record::marks;
 use crate::record::reader::Cursor;
 use crate::record::{RecordError, Recording};
@@ -54,6 +54,8 @@ struct ProcessSeen {
     gpus: Vec<u32>,
     rank: Option<u32>,
     first: f64,
+    /// The first frame it was on a GPU, where NVML listed it (not its agent alone).
+    first_on_gpu: Option<f64>,
     /// When it started (the frame's time less its running time), where the frame knew.
     started: Option<f64>,
     last: f64,
@@ -124,6 +126,7 @@ impl Tally {
                     gpus: Vec::new(),
                     rank: None,
                     first: t,
+                    first_on_gpu: None,
                     started: process.running_seconds.map(|running| t - running),
                     last: t,
                     went: None,
@@ -132,6 +135,9 @@ impl Tally {
                     allocated: Peak::default(),
                 });
             seen.last = t;
+            if process.gpu != NO_GPU {
+                seen.first_on_gpu.get_or_insert(t);
+            }
             if !seen.gpus.contains(&process.gpu) {
                 seen.gpus.push(process.gpu);
             }
@@ -240,11 +246,11 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
     // Frames are taken a little under or over a second apart: the length is rounded, not cut.
     let _ = writeln!(
         out,
-        "from {} to {} ({}, {} frames); times below are {}",
+        "from {} to {} ({}, {}); times below are {}",
         rfc3339(first, zone),
         rfc3339(tally.last, zone),
         crate::format::duration((tally.last - first).round()),
-        tally.frames,
+        frames(tally.frames),
         zone_name(first, zone)
     );
     for issue in recording.issues.iter().chain(&tally.skipped) {
@@ -319,11 +325,11 @@ fn render_warnings(out: &mut String, tally: &Tally, zone: &TimeZone) {
         .into_iter()
         .map(|((id, subject, _), w)| {
             format!(
-                "  {:<8} {id} ({subject}): first {}, last {} ({} frames): {}",
+                "  {:<8} {id} ({subject}): first {}, last {} ({}): {}",
                 format!("{:?}", w.severity).to_lowercase(),
                 clock(w.first, zone),
                 clock(w.last, zone),
-                w.frames,
+                frames(w.frames),
                 w.message
             )
         })
@@ -331,17 +337,40 @@ fn render_warnings(out: &mut String, tally: &Tally, zone: &TimeZone) {
     section(out, "Warnings", &lines);
 }
 
-/// Came: the first frame a process was in, unless it had started before the recording did (an
-/// agent's process joins the frames once its agent answers, a second or so in); went: the
-/// first frame it was missing from after it was last seen, the frame whose event the TUI shows.
+/// "1 frame", "2 frames".
+fn frames(n: u64) -> String {
+    if n == 1 {
+        "1 frame".to_string()
+    } else {
+        format!("{n} frames")
+    }
+}
+
+/// When a process came, if after `first` (the range's first frame): the first frame it was in,
+/// as the TUI's event says. But a process that had started before `first` and joined the frames
+/// through its agent alone was there all along (its agent answers a second or so into the
+/// recording): it came when NVML first listed it on a GPU, if it ever did. A process that ran
+/// before the recording and opened CUDA during it came then, as the TUI's event says.
+fn came(p: &ProcessSeen, first: f64) -> Option<f64> {
+    let already_running = p.started.is_some_and(|started| started < first);
+    let through_agent = p.first_on_gpu != Some(p.first);
+    let came = if already_running && through_agent {
+        p.first_on_gpu?
+    } else {
+        p.first
+    };
+    (came > first).then_some(came)
+}
+
+/// Came: see [`came`]; went: the first frame it was missing from after it was last seen, the
+/// frame whose event the TUI shows.
 fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
     let first = tally.first.unwrap_or_default();
     let mut lines = Vec::new();
     for (pid, p) in &tally.processes {
         let what = format!("pid {pid} {} ({})", p.command, held(&p.gpus));
-        let already_running = p.started.is_some_and(|started| started < first);
-        if p.first > first && !already_running {
-            lines.push((p.first, format!("  came {}  {what}", clock(p.first, zone))));
+        if let Some(came) = came(p, first) {
+            lines.push((came, format!("  came {}  {what}", clock(came, zone))));
         }
         if let Some(went) = p.went.filter(|&went| went > p.last) {
             lines.push((went, format!("  went {}  {what}", clock(went, zone))));
@@ -356,7 +385,7 @@ fn render_came_and_went(out: &mut String, tally: &Tally, zone: &TimeZone) {
 fn held(values: &[u32]) -> String {
     let held: Vec<String> = values
         .iter()
-        .filter(|&&gpu| gpu != crate::model::process::NO_GPU)
+        .filter(|&&gpu| gpu != NO_GPU)
         .map(u32::to_string)
         .collect();
     if held.is_empty() {
@@ -381,35 +410,72 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{held, render_came_and_went, Tally};
+    use super::{frames, held, render_came_and_went, Tally};
     use crate::model::process::NO_GPU;
     use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
-    /// A review: two agents' processes started 15 s before the recording were "came" in its
-    /// second frame, the first their agents' figures reached.
-    #[test]
-    fn a_process_that_started_before_the_recording_did_not_come() {
-        let process = |pid: u32, running: f64| GpuProcess {
+    fn process(pid: u32, gpu: u32, running: f64) -> GpuProcess {
+        GpuProcess {
             running_seconds: Some(running),
-            ..GpuProcess::new(pid, 0, ProcessKind::Compute)
-        };
-        let at = |t: f64, processes: Vec<GpuProcess>| Snapshot {
+            ..GpuProcess::new(pid, gpu, ProcessKind::Compute)
+        }
+    }
+
+    fn came_and_went(frames: &[Snapshot]) -> String {
+        let mut tally = Tally::default();
+        for (i, frame) in frames.iter().enumerate() {
+            tally.add(i.checked_sub(1).map(|b| &frames[b]), frame);
+        }
+        let mut out = String::new();
+        render_came_and_went(&mut out, &tally, &crate::format::clock::zone(true));
+        out
+    }
+
+    fn at(t: f64, processes: Vec<GpuProcess>) -> Snapshot {
+        Snapshot {
             unix_seconds: t,
             processes,
             ..Snapshot::default()
-        };
-        let first = at(1000.0, vec![process(10, 500.0)]);
-        let second = at(
-            1001.0,
-            vec![process(10, 501.0), process(20, 16.0), process(30, 0.5)],
-        );
-        let mut tally = Tally::default();
-        tally.add(None, &first);
-        tally.add(Some(&first), &second);
-        let mut out = String::new();
-        render_came_and_went(&mut out, &tally, &crate::format::clock::zone(true));
-        assert!(out.contains("pid 30"), "{out}");
+        }
+    }
+
+    /// A review: two agents' processes started 15 s before the recording were "came" in its
+    /// second frame, the first their agents' figures reached (NVML did not list them).
+    #[test]
+    fn a_process_that_started_before_the_recording_did_not_come() {
+        let out = came_and_went(&[
+            at(1000.0, vec![process(10, 0, 500.0)]),
+            at(
+                1001.0,
+                vec![
+                    process(10, 0, 501.0),
+                    process(20, NO_GPU, 16.0),
+                    process(30, 0, 0.5),
+                ],
+            ),
+        ]);
+        assert!(out.contains("came 00:16:41  pid 30"), "{out}");
         assert!(!out.contains("pid 20") && !out.contains("pid 10"), "{out}");
+    }
+
+    /// A review: a job that started before the recording and opened CUDA 25 s into it was
+    /// "appeared" in the TUI's events but had no "came" in the summary.
+    #[test]
+    fn a_process_that_started_before_the_recording_came_onto_a_gpu_during_it() {
+        let out = came_and_went(&[
+            at(1000.0, vec![]),
+            at(1001.0, vec![process(20, NO_GPU, 16.0)]),
+            at(1025.0, vec![process(20, 2, 40.0), process(40, 3, 300.0)]),
+        ]);
+        assert!(out.contains("came 00:17:05  pid 40 ? (GPU 3)"), "{out}");
+        assert!(out.contains("came 00:17:05  pid 20 ? (GPU 2)"), "{out}");
+        assert!(!out.contains("00:16:41"), "{out}");
+    }
+
+    #[test]
+    fn one_frame_is_not_1_frames() {
+        assert_eq!(frames(1), "1 frame");
+        assert_eq!(frames(2), "2 frames");
     }
 
     #[test]

@@ -308,6 +308,45 @@ fn the_summary_names_peaks_warnings_and_processes() {
     }
 }
 
+/// "HH:MM:SS" of a JSON line's time, in UTC.
+fn utc_clock(line: &str) -> String {
+    let doc: serde_json::Value = serde_json::from_str(line).unwrap();
+    let s = (doc["unix_seconds"].as_f64().unwrap().floor() as i64).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// A review: a process that had started before the recording and came onto a GPU during it (a
+/// job loads its data, then opens CUDA) was "appeared" in the TUI's events, but the summary
+/// listed only when it went. Its "came" and "went" are the frames the JSON lines say.
+#[test]
+fn the_summary_says_when_a_process_that_ran_before_came_onto_a_gpu() {
+    let sleepers = Sleepers::spawn(1);
+    let pid = sleepers.pid(0);
+    let scenario = ScenarioFile::new(&format!(
+        "[[gpu]]\nname = \"GPU zero\"\n\n[[gpu]]\nname = \"GPU one\"\n\n\
+         [[gpu.process]]\npid = {pid}\nused_memory_mib = 2048\n\
+         present_from_s = 2\npresent_until_s = 4\n"
+    ));
+    // Started before the recording by more than /proc's clock tick.
+    std::thread::sleep(Duration::from_secs(1));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("came.ttrec");
+    let live = record(&file, &scenario.env(), "0.5", "6s");
+    let has = |line: &String| line.contains(&format!("\"pid\":{pid},"));
+    let came = live.iter().position(has).expect("the process in a frame");
+    let went = came + live[came..].iter().position(|l| !has(l)).expect("it went");
+    assert!(came > 0, "it was in the first frame");
+    let mut env = scenario.env();
+    env.push(("TZ".to_string(), "UTC".to_string()));
+    let out = torchtop(&["replay", path_str(&file), "--summary"], &env);
+    let summary = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (what, line) in [("came", &live[came]), ("went", &live[went])] {
+        let expected = format!("{what} {}  pid {pid} sleep 600 (GPU 1)", utc_clock(line));
+        assert!(summary.contains(&expected), "no {expected}:\n{summary}");
+    }
+}
+
 fn replay_session(file: &Path, args: &[&str]) -> PtySession {
     let mut all = vec!["replay", path_str(file)];
     all.extend_from_slice(args);

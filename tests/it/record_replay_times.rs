@@ -250,26 +250,25 @@ fn the_summary_says_when_processes_went_as_the_frames_do_and_rounds_lengths() {
 
 /// A review: `--from +2s --to +1s` answered "no frame in that range", and `--summary` of a
 /// file with no whole frame said "no frame in that range; it holds no frame" and exited 0.
+/// Another: a reversed range and `--from 25:00` exited 1, where usage errors exit 2.
 #[test]
 fn a_reversed_range_and_a_file_without_a_frame_are_refused() {
-    let out = demo(
-        &[
-            "replay",
-            "--demo",
-            "--summary",
-            "--from",
-            "+2s",
-            "--to",
-            "+1s",
-        ],
-        "UTC",
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("--to names a time before --from"),
-        "{}",
-        text(&out.stderr)
-    );
+    let usage_errors: [(&[&str], &str); 3] = [
+        (
+            &["--from", "+2s", "--to", "+1s"],
+            "--to names a time before --from",
+        ),
+        (&["--from", "25:00"], "'25:00' is not a time"),
+        (&["--to", "soon"], "'soon' is not a time"),
+    ];
+    for (range, sentence) in usage_errors {
+        let mut args = vec!["replay", "--demo", "--summary"];
+        args.extend_from_slice(range);
+        let out = demo(&args, "UTC");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{range:?}: {stderr}");
+        assert!(stderr.contains(sentence), "{range:?}: {stderr}");
+    }
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.ttrec");
     let demo_file =

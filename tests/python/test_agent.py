@@ -14,6 +14,7 @@ import socket
 import stat
 import sys
 import tempfile
+import textwrap
 import time
 import types
 import unittest
@@ -523,6 +524,36 @@ class ProcessTests(unittest.TestCase):
         self.assertEqual(path, os.path.join(self.dir, "%s.sock" % path.rsplit("/", 1)[1].split(".")[0]))
         self.assertEqual(chained, "yes")
         self.assertFalse(os.path.exists(path), "removed at exit")
+
+    def test_another_torchtop_sitecustomize_is_passed_over(self):
+        """A review: with a copy of this sitecustomize on the path too (another torchtop's site
+        directory), the two chained to each other: 150 lines of RecursionError and twice "the
+        agent did not start", though it had. In either order the copy is passed over, quietly,
+        and the user's own sitecustomize runs once; a chainer without torchtop's marker that
+        finds ours again is stopped by the bootstrap already running."""
+        copy, other, chainer = (os.path.join(self.tmp, d) for d in ("copy", "other", "chainer"))
+        for d in (copy, other, chainer):
+            os.mkdir(d)
+        shutil.copy(os.path.join(AGENT_DIR, "sitecustomize.py"), copy)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import sys\nsys.stderr.write('user sitecustomize ran\\n')\n")
+        with open(os.path.join(chainer, "sitecustomize.py"), "w") as f:
+            f.write(textwrap.dedent("""\
+                import importlib.machinery, importlib.util, os, sys
+                here = os.path.dirname(os.path.abspath(__file__))
+                rest = [p for p in sys.path if os.path.abspath(p) != here]
+                spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            """))
+        cases = [([AGENT_DIR, copy, other], "user sitecustomize ran\n"),
+                 ([copy, AGENT_DIR, other], "user sitecustomize ran\n"),
+                 ([AGENT_DIR, chainer, other], "")]
+        for order, stderr in cases:
+            env = {"PYTHONPATH": os.pathsep.join(order), "TORCHTOP_AGENT_DIR": self.dir}
+            out = run_python("import torchtop_agent; print(torchtop_agent.socket_path())", env)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stderr, stderr, order)
+            self.assertTrue(out.stdout.strip().endswith(".sock"), (order, out.stdout))
 
     def test_sitecustomize_never_breaks_the_program(self):
         other = os.path.join(self.tmp, "other")
