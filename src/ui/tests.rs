@@ -15,6 +15,8 @@ use crate::model::{
 mod cut_tests;
 #[path = "detail_tests.rs"]
 mod detail_tests;
+#[path = "history_tests.rs"]
+mod history_tests;
 #[path = "layout_tests.rs"]
 mod layout_tests;
 #[path = "mig_tests.rs"]
