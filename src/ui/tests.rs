@@ -843,6 +843,22 @@ fn help_at_the_minimum_size_scrolls_and_wraps_between_words() {
 }
 
 #[test]
+fn the_status_line_of_a_replay_offers_no_tag_or_signal_keys() {
+    let mut app = eight_gpu_app();
+    app.readonly = true;
+    app.replay = true;
+    for width in [80, 120] {
+        let s = screen(&app, width, 24);
+        let status = s.lines().last().unwrap();
+        assert!(status.contains("q quit  ? help"), "{status}");
+        assert!(
+            !status.contains("tag") && !status.contains("signal"),
+            "{status}"
+        );
+    }
+}
+
+#[test]
 fn help_in_a_replay_lists_the_replay_keys_first_and_the_action_keys_as_off() {
     let mut app = eight_gpu_app();
     app.readonly = true;
