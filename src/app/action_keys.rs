@@ -314,7 +314,7 @@ fn signal_by_number(previous: Option<u32>, digit: u32) -> (Option<usize>, Option
     (row(digit), Some(digit))
 }
 
-fn not_visible(pid: u32) -> String {
+pub(super) fn not_visible(pid: u32) -> String {
     format!(
         "process {pid} is not visible in /proc here (another container, or it exited): \
          torchtop will not act on it"

@@ -82,7 +82,14 @@ impl App {
             return Err(Effect::None);
         };
         let pid = row.pid;
-        if !row.gpus.iter().any(|g| g.torch.is_some()) {
+        let has_agent = row.gpus.iter().any(|g| g.torch.is_some());
+        if !has_agent && row.identity().is_none() {
+            // Not in /proc: gone, or in another container. `torchtop attach` could not reach
+            // it either, so say what F7, F8 and the signal keys say on this row.
+            self.status = Some(super::action_keys::not_visible(pid));
+            return Err(Effect::Redraw);
+        }
+        if !has_agent {
             self.status = Some(format!(
                 "process {pid} has no torchtop agent: start it under `torchtop run` or use `torchtop attach {pid}`"
             ));

@@ -3,9 +3,10 @@
 //! header, the status line and the table's header with two rows; every GPU line; the table's
 //! first rows (8, or a third of the screen when that is more; 6 with `f`). Then, cut or left
 //! out when rows run short: the warnings, the jobs, the PyTorch panel, the balance and host
-//! strip and the history, those left out named on one line ([`Hidden`]). Then the GPU detail
-//! lines and larger sparklines (`f` before the warnings grow to a third of the screen, `a`
-//! after), and the rest to the table. `c` keeps the first three and the warnings' title. The
+//! strip and the history, those left out named on one line ([`Hidden`]) that takes its row
+//! from them, not from the table's first rows. Then the GPU detail lines and larger
+//! sparklines (`f` before the warnings grow to a third of the screen, `a` after), and the rest
+//! to the table. `c` keeps the first three and the warnings' title. The
 //! event loop plans once per frame and keeps the [`Plan`] in the view state, so paging and
 //! mouse clicks use the areas the user sees.
 //!
@@ -203,6 +204,7 @@ pub(crate) fn warnings_view_area(screen: Rect, detail_lines: u16) -> WarningsVie
 }
 
 /// Rows each optional part asked for, and what it was granted.
+#[derive(Clone, Copy)]
 struct Heights {
     gpus: u16,
     gpu_detail_lines: u16,
@@ -261,8 +263,7 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
         h.processes += left - h.warnings;
         return h;
     }
-    grant_panels(&mut h, &mut left, area, needs, gpu_base);
-    grant_note(&mut h, &mut left);
+    grant_panels_and_note(&mut h, &mut left, area, needs);
     if needs.density == Density::Full {
         grant_gpu_extras(&mut h, &mut left, needs, gpu_base);
     }
@@ -344,6 +345,20 @@ fn grant_allocator(h: &mut Heights, left: &mut u16, area: Rect, needs: &LayoutNe
     } else {
         h.hidden.pytorch = true;
     }
+}
+
+/// The side panels, then a line naming what was hidden. That line's row comes out of the side
+/// panels (they are granted again with one row less), never out of the table's first rows;
+/// only when no row at all is left for the side panels does the table give it one.
+fn grant_panels_and_note(h: &mut Heights, left: &mut u16, area: Rect, needs: &LayoutNeeds) {
+    let (before, rows, gpu_base) = (*h, *left, gpu_base(needs));
+    grant_panels(h, left, area, needs, gpu_base);
+    if h.hidden.any() && *left == 0 && rows > 0 {
+        (*h, *left) = (before, rows - 1);
+        grant_panels(h, left, area, needs, gpu_base);
+        *left += 1;
+    }
+    grant_note(h, left);
 }
 
 /// A line naming what was hidden: from the rows left, else from the table while it keeps

@@ -764,6 +764,22 @@ fn s_asks_the_agent_of_the_selected_process_for_a_snapshot() {
 }
 
 #[test]
+fn s_on_a_row_proc_no_longer_shows_says_what_f8_says_not_torchtop_attach() {
+    let mut app = app();
+    // 400: listed by the driver, gone from /proc (it exited, or lives in another container).
+    select(&mut app, 400);
+    press(&mut app, KeyCode::F(8));
+    let f8 = app.status.clone().expect("F8 says why it does nothing");
+    assert!(f8.contains("process 400") && f8.contains("exited"), "{f8}");
+    for key in ['s', 'S', 'P'] {
+        app.status = None;
+        assert_eq!(press(&mut app, KeyCode::Char(key)), Effect::Redraw);
+        assert_eq!(app.status.as_deref(), Some(&f8[..]), "{key}");
+        assert_eq!(app.mode, Mode::Normal, "{key} opened no dialog");
+    }
+}
+
+#[test]
 fn a_sampler_notice_shows_in_the_status_line() {
     let mut app = app();
     let mut next = snapshot();

@@ -461,3 +461,26 @@ fn q_closes_the_view_from_the_list_and_from_the_evidence() {
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.on_key(ctrl_c), Effect::Quit);
 }
+
+#[test]
+fn the_list_opens_on_its_first_line_when_a_more_severe_warning_came_first_since() {
+    let mut app = app();
+    // As in the demo: oom-risk leads the list, then an OOM comes first.
+    press(&mut app, KeyCode::Char('w'));
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(
+        listed(&app)[app.warnings_view.selected],
+        "oom-risk Gpu { index: 0 }"
+    );
+    press(&mut app, KeyCode::Char('w'));
+    let mut next = snapshot();
+    next.warnings
+        .insert(0, warning("oom", Severity::Critical, process(100)));
+    app.on_snapshot(Arc::new(next));
+    press(&mut app, KeyCode::Char('w'));
+    assert_eq!(app.warnings_view.selected, 0, "{:?}", listed(&app));
+    let first = listed(&app)[0].clone();
+    press(&mut app, KeyCode::Enter);
+    let (id, subject) = open_detail_id(&app).expect("Enter opens the first line");
+    assert_eq!(format!("{id} {subject:?}"), first);
+}

@@ -235,9 +235,13 @@ impl WarningsView {
         usize::from(self.area.body.height).max(1)
     }
 
+    /// Opens the list on its first line, the most severe. The selection of an earlier list is
+    /// not kept: while the list was closed it followed its warning, and an OOM that came first
+    /// since would open the list with the second line selected.
     pub(crate) fn open_list(&mut self, snapshot: &Snapshot) {
         self.level = Level::List;
-        self.select(self.selected, snapshot);
+        self.offset = 0;
+        self.select(0, snapshot);
     }
 
     /// Opens or closes the selected group; returns false on a row that is not a group.

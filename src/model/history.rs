@@ -77,6 +77,11 @@ pub(crate) struct GpuHistory {
     pub(crate) decoder_percent: Series,
     /// The GPU these samples are of: a GPU at the same index with another UUID starts afresh.
     uuid: Option<std::sync::Arc<str>>,
+    /// The last memory total and power limit the GPU reported: the top of its memory and
+    /// power sparklines. A lost GPU reports neither, and its past samples must keep the scale
+    /// they were drawn on, not be stretched to their own max.
+    pub(crate) memory_total_bytes: Option<u64>,
+    pub(crate) power_limit_w: Option<f64>,
 }
 
 impl GpuHistory {
@@ -94,6 +99,8 @@ impl GpuHistory {
             encoder_percent: new_series(),
             decoder_percent: new_series(),
             uuid: None,
+            memory_total_bytes: None,
+            power_limit_w: None,
         }
     }
 
@@ -118,9 +125,13 @@ impl GpuHistory {
                 for series in self.series_mut() {
                     series.values.clear();
                 }
+                (self.memory_total_bytes, self.power_limit_w) = (None, None);
             }
             self.uuid.clone_from(&gpu.uuid);
         }
+        // Kept while the GPU reports none (lost, or a stale reading without them).
+        self.memory_total_bytes = gpu.memory_total_bytes.or(self.memory_total_bytes);
+        self.power_limit_w = gpu.power_limit_w.or(self.power_limit_w);
         // A stale or lost GPU's figures are its last reading again: a gap, not a flat line.
         if gpu.state != super::GpuState::Ok {
             for series in self.series_mut() {
@@ -464,5 +475,29 @@ mod tests {
         });
         history.record(&snap);
         assert_eq!(history.gpus[&3].power_w.iter().next(), Some(None));
+    }
+
+    #[test]
+    fn a_lost_gpu_keeps_its_last_memory_total_and_power_limit() {
+        let mut history = History::for_interval(1.0);
+        let alive = GpuSample {
+            index: 3,
+            memory_total_bytes: Some(80 << 30),
+            power_limit_w: Some(700.0),
+            ..Default::default()
+        };
+        let lost = GpuSample {
+            index: 3,
+            state: crate::model::GpuState::Lost,
+            ..Default::default()
+        };
+        for gpu in [alive, lost] {
+            let mut snap = Snapshot::default();
+            snap.gpus.push(gpu);
+            history.record(&snap);
+        }
+        let gpu = &history.gpus[&3];
+        assert_eq!(gpu.memory_total_bytes, Some(80 << 30));
+        assert_eq!(gpu.power_limit_w, Some(700.0));
     }
 }

@@ -105,6 +105,14 @@ fn a_file_cut_anywhere_replays_up_to_the_cut_and_says_so() {
         last_count = seen.len();
         let said = recording.issues.join("\n");
         assert!(said.contains("is cut off at byte"), "cut {cut}: {said}");
+        // What was lost before why, for the status line of a replay, which cuts the end.
+        let lost = said
+            .find("; it replays up to")
+            .or(said.find("; it holds no"));
+        assert!(
+            lost < said.find("torchtop was stopped"),
+            "cut {cut}: {said}"
+        );
     }
     assert!(last_count >= 38, "flushed frames were lost: {last_count}");
 }
@@ -132,6 +140,10 @@ fn a_damaged_block_is_skipped_and_reported_and_the_next_block_plays() {
         "{said}"
     );
     assert!(said.contains("could be replayed"), "{said}");
+    assert!(
+        said.find("could be replayed") < said.find("is damaged"),
+        "what was lost first: {said}"
+    );
     let seen = check_all(&mut recording);
     assert!(seen.len() < n as usize);
     assert!(

@@ -85,9 +85,12 @@ pub(crate) fn parse_time(
     rfc3339(text, zone).ok_or_else(not_a_time)
 }
 
-/// How times may be written, for error sentences and prompts.
+/// How times may be written, for error sentences (`--from`, `--to`).
 pub(crate) const HOW: &str = "write HH:MM or HH:MM:SS (in the zone shown), +10m from the start, \
                               -5m from the end, or an RFC 3339 time";
+/// [`HOW`] short enough for the `g` prompt on an 80-column time bar, with the keys after it;
+/// the help (`?`) says what `+10m` and `-5m` count from.
+pub(crate) const HOW_SHORT: &str = "HH:MM[:SS], +10m, -5m or RFC 3339";
 
 /// Seconds of `+90`, `+90s`, `+10m`, `-1h 5m`.
 fn offset(rest: &str) -> Option<f64> {

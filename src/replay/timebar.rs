@@ -131,4 +131,30 @@ mod tests {
         assert!(text.contains(" 51/101 "), "{text}");
         assert!(text.contains("[ ] events"), "{text}");
     }
+
+    /// The prompt's hint and a refused time's sentence, whole at 80 columns after `-5m`.
+    #[test]
+    fn the_go_to_prompt_fits_80_columns() {
+        let mut transport = Transport::new(std::sync::mpsc::channel().0, TimeZone::UTC);
+        let line = prompt("-5m", &transport, Theme::new(false));
+        let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
+        let cells = line.width();
+        assert!(
+            cells <= 80 && text.ends_with("Enter goes, Esc cancels"),
+            "{cells}: {text}"
+        );
+        let mut app = crate::app::App::new(1.0, false, true);
+        for c in "g-5x\r".chars() {
+            let code = match c {
+                '\r' => crossterm::event::KeyCode::Enter,
+                c => crossterm::event::KeyCode::Char(c),
+            };
+            let key = crossterm::event::KeyEvent::from(code);
+            transport.on_key(&mut app, key);
+        }
+        let prompt = prompt("-5x", &transport, Theme::new(false));
+        let text: String = prompt.spans.iter().map(|s| s.content.as_ref()).collect();
+        assert!(text.contains("'-5x' is not a time: HH:MM"), "{text}");
+        assert!(prompt.width() <= 80, "{}: {text}", prompt.width());
+    }
 }

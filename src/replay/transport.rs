@@ -8,7 +8,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use jiff::tz::TimeZone;
 
 use super::player::{Command, Position};
-use super::time::{parse_time, HOW};
+use super::time::{parse_time, HOW_SHORT};
 use crate::app::{App, Effect, Mode};
 use crate::format::clock::clock;
 
@@ -104,13 +104,13 @@ impl Transport {
                     .as_ref()
                     .map_or((0.0, 0.0), |p| (p.start, p.end));
                 // A time outside the recording goes to its nearer end, and the player says so.
-                match parse_time(text, start, end, &self.zone) {
-                    Ok(moment) => {
-                        self.input = None;
-                        return self.send(Command::Seek(moment));
-                    }
-                    Err(error) => self.input_error = Some(error),
+                if let Ok(moment) = parse_time(text, start, end, &self.zone) {
+                    self.input = None;
+                    return self.send(Command::Seek(moment));
                 }
+                // parse_time's sentence spells every form out, too long for the bar.
+                let text = crate::format::escape(text);
+                self.input_error = Some(format!("'{text}' is not a time: {HOW_SHORT}"));
             }
             _ => return Effect::None,
         }
@@ -158,5 +158,5 @@ pub(crate) fn input_hint(transport: &Transport) -> String {
     transport
         .input_error
         .clone()
-        .unwrap_or_else(|| format!("{HOW}; Enter goes, Esc cancels"))
+        .unwrap_or_else(|| format!("{HOW_SHORT}; Enter goes, Esc cancels"))
 }

@@ -127,16 +127,18 @@ fn metric<'a>(
             Some(100),
             theme.utilization_bar(),
         ),
+        // The scale the history kept, so that a lost GPU (which reports neither) draws its
+        // past samples as they were drawn while it was alive.
         HistoryMetric::Memory => plain(
             &history.memory_used_bytes,
             BYTES_PER_MIB,
-            gpu.memory_total_bytes.map(|b| b / (1024 * 1024)),
+            (history.memory_total_bytes.or(gpu.memory_total_bytes)).map(|b| b / (1024 * 1024)),
             theme.memory_bar(),
         ),
         HistoryMetric::Power => plain(
             &history.power_w,
             1.0,
-            gpu.power_limit_w.map(|w| w.round() as u64),
+            (history.power_limit_w.or(gpu.power_limit_w)).map(|w| w.round() as u64),
             theme.power_bar(),
         ),
         HistoryMetric::Temperature => plain(
@@ -297,7 +299,9 @@ fn render_stacked<'m>(
 
 /// The metric's sparkline, drawn cell for cell as ratatui's `Sparkline` draws it (right to
 /// left from the newest bucket, nine levels a row, "·" in the dim style for a gap), without
-/// its vectors of bars and symbols each frame.
+/// its vectors of bars and symbols each frame. Unlike `Sparkline`, a value above zero is never
+/// blank: it gets at least the lowest bar, as in nvtop and nvitop, since a blank cell reads as
+/// no data (70 W of a 700 W limit rounds to no eighth); zero stays blank, a gap is "·".
 fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, sparklines: &mut Sparklines) {
     let bucket = bucket_size(sparklines.capacity, usize::from(area.width));
     let buckets = &mut *sparklines.buckets;
@@ -322,7 +326,8 @@ fn render_sparkline(frame: &mut Frame, area: Rect, metric: &Metric, sparklines: 
             }
             continue;
         };
-        let mut height = scale_height(v, max, rows);
+        let above_zero = bucket.is_some_and(|raw| raw > 0.0);
+        let mut height = scale_height(v, max, rows).max(u64::from(above_zero));
         for y in (area.top()..area.bottom()).rev() {
             let symbol = symbol_for_height(height);
             height = height.saturating_sub(8);

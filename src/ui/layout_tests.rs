@@ -152,3 +152,37 @@ fn an_agent_in_another_process_takes_no_rows_from_a_plain_selected_row() {
         assert!(s.contains("cuda:0 = GPU 0"), "{width}x{height}:\n{s}");
     }
 }
+
+/// `gpus` GPUs and seven processes; the first row (the most GPU memory) has an agent.
+fn seven_processes_one_agent(gpus: u32) -> App {
+    app_after(|t| {
+        let mut snapshot = busy_snapshot(gpus, 0, t);
+        snapshot.processes = (0..7).map(|k| process(k, k % gpus)).collect();
+        let first = &mut snapshot.processes[0];
+        first.gpu_memory_bytes = Some(20 * GIB);
+        first.torch = Some(Arc::new(torch_info(0, t)));
+        snapshot
+    })
+}
+
+/// At 80x24, and at 80x23 (a replay's screen, whose last row is its time bar).
+#[test]
+fn at_80x24_seven_process_rows_come_before_the_pytorch_panel() {
+    for (gpus, height) in (1..=8).flat_map(|gpus| [(gpus, 24), (gpus, 23)]) {
+        let app = sized(seven_processes_one_agent(gpus), 80, height);
+        let selected = crate::ui::processes::selected_process(&app).unwrap();
+        assert!(selected.torch.is_some(), "the agent's row is selected");
+        let s = screen(&app, 80, height);
+        assert!(
+            rows(&app, 80, height) >= 7,
+            "{gpus} GPUs, 80x{height}:\n{s}"
+        );
+        for k in 0..7 {
+            let pid = format!("{}", 20_000 + k);
+            assert!(s.contains(&pid), "{gpus} GPUs, 80x{height}, {pid}:\n{s}");
+        }
+        // The panel is cut to what is left, or named as hidden.
+        let named = || line_with(&s, "hidden").contains("PyTorch");
+        assert!(s.contains("PYTORCH") || named(), "{s}");
+    }
+}

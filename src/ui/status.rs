@@ -16,6 +16,9 @@ use crate::format::escape;
 use crate::terminal::theme::Theme;
 
 const HINTS: &str = " q quit  ? help  / filter  t tree  Space tag  T/K/I signal  F6 sort";
+/// In a replay, which cannot tag or signal (Space pauses there): its own keys are on the time
+/// bar below.
+const REPLAY_HINTS: &str = " q quit  ? help  / filter  t tree  F6 sort";
 /// The hints that stay when a status sentence needs the room.
 const SHORT_HINTS: &str = " q quit  ? help";
 /// In the help, the detail view, the warnings view or the setup screen, where `q` closes the
@@ -125,6 +128,8 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
         || app.setup.is_some();
     let (full, short) = if in_view {
         (VIEW_HINTS, VIEW_HINTS)
+    } else if app.replay {
+        (REPLAY_HINTS, SHORT_HINTS)
     } else {
         (HINTS, SHORT_HINTS)
     };

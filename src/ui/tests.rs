@@ -15,6 +15,8 @@ use crate::model::{
 mod cut_tests;
 #[path = "detail_tests.rs"]
 mod detail_tests;
+#[path = "history_tests.rs"]
+mod history_tests;
 #[path = "layout_tests.rs"]
 mod layout_tests;
 #[path = "mig_tests.rs"]
@@ -838,6 +840,22 @@ fn help_at_the_minimum_size_scrolls_and_wraps_between_words() {
     key(&mut app, crossterm::event::KeyCode::PageUp);
     let (_, upper, lower) = help_box(&screen(&app, 60, 16));
     assert!(upper.contains("↑ more") && lower.contains("↓ more"));
+}
+
+#[test]
+fn the_status_line_of_a_replay_offers_no_tag_or_signal_keys() {
+    let mut app = eight_gpu_app();
+    app.readonly = true;
+    app.replay = true;
+    for width in [80, 120] {
+        let s = screen(&app, width, 24);
+        let status = s.lines().last().unwrap();
+        assert!(status.contains("q quit  ? help"), "{status}");
+        assert!(
+            !status.contains("tag") && !status.contains("signal"),
+            "{status}"
+        );
+    }
 }
 
 #[test]

@@ -23,41 +23,37 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let groups = &app.warnings_view.groups;
-    let count = app.snapshot.warnings.len();
+    let room = usize::from(area.height - 1);
+    // The lines shown, and whether the count of the rest is on its own last line; on a single
+    // row it goes to the title instead, so that the row shows the most severe warning.
+    let (shown, more_line) = match groups.len() {
+        n if n <= room => (n, false),
+        _ if room == 1 => (1, false),
+        _ => (room.saturating_sub(1), true),
+    };
+    let more = groups.len() - shown;
     let mut scratch = super::scratch::take();
     let text = &mut scratch.runs;
     text.clear();
     text.push_with(Style::new(), |t| {
-        // Rows held for warnings that went ([`WarningsView::panel_rows`]) say why they are empty.
-        let _ = if count == 0 {
-            write!(t, " WARNINGS (0): the ones shown have cleared")
-        } else if groups.len() < count {
-            write!(
-                t,
-                " WARNINGS ({count} in {} lines)  w: walk the list",
-                groups.len()
-            )
-        } else {
-            write!(t, " WARNINGS ({count})  w: walk the list")
-        };
+        write_title(
+            t,
+            app.snapshot.warnings.len(),
+            groups.len(),
+            more_line,
+            more,
+        );
         fit_left_aligned(t, 0, usize::from(area.width));
     });
     text.end_line(Style::new());
     let title = Rect { height: 1, ..area };
     text.render_styled(title, frame.buffer_mut(), theme.title());
-    let room = usize::from(area.height - 1);
-    let shown = if groups.len() <= room {
-        groups.len()
-    } else {
-        room.saturating_sub(1)
-    };
     text.clear();
     for group in groups.iter().take(shown) {
         write_group_line(text, group, &app.snapshot, false, theme);
         text.end_line(Style::new());
     }
-    if shown < groups.len() {
-        let more = groups.len() - shown;
+    if more_line {
         text.push_fmt(
             Style::new(),
             format_args!(" +{more} more: w lists them all"),
@@ -70,6 +66,25 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         ..area
     };
     frame.render_widget(&*text, body);
+}
+
+/// The panel's title: the count of warnings (and of their lines when some share one), and the
+/// count of lines not shown when no line of the panel says it (`more_line` false).
+fn write_title(t: &mut String, count: usize, lines: usize, more_line: bool, more: usize) {
+    // Rows held for warnings that went ([`WarningsView::panel_rows`]) say why they are empty.
+    let _ = if count == 0 {
+        write!(t, " WARNINGS (0): the ones shown have cleared")
+    } else if lines < count {
+        write!(t, " WARNINGS ({count} in {lines} lines)")
+    } else {
+        write!(t, " WARNINGS ({count})")
+    };
+    if more > 0 && !more_line {
+        let _ = write!(t, "  +{more} more");
+    }
+    if count > 0 {
+        t.push_str("  w: walk the list");
+    }
 }
 
 /// Where a warning's line is written: the spans of a `Line`, or a panel's [`Runs`].

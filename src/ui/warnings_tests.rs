@@ -123,6 +123,47 @@ fn the_panel_grows_into_free_rows_up_to_a_third_of_the_screen() {
     );
 }
 
+/// One GPU, eight processes and four warnings: at 60x16 the panel gets its title and one row.
+fn four_warnings_app() -> App {
+    let mut snapshot = busy_snapshot(1, 8, 0);
+    snapshot.warnings = vec![
+        warning("swap", Severity::Warn, Subject::Host, "swap in use"),
+        warning(
+            "ecc",
+            Severity::Critical,
+            Subject::Gpu { index: 0 },
+            "4 uncorrected ECC errors",
+        ),
+        warning(
+            "oom-risk",
+            Severity::Warn,
+            Subject::Gpu { index: 0 },
+            "GPU memory 97% used",
+        ),
+        warning(
+            "throttle",
+            Severity::Info,
+            Subject::Gpu { index: 0 },
+            "power cap",
+        ),
+    ];
+    app_with(snapshot)
+}
+
+#[test]
+fn a_panel_of_one_row_shows_the_most_severe_warning_and_counts_the_rest_in_its_title() {
+    let app = four_warnings_app();
+    let s = screen(&app, 60, 16);
+    let rows = panel(&s);
+    assert_eq!(rows.len(), 2, "title and one row at 60x16:\n{s}");
+    assert!(rows[0].contains("WARNINGS (4)  +3 more"), "{s}");
+    assert!(
+        rows[1].contains("CRIT ecc"),
+        "the most severe on the row:\n{s}"
+    );
+    assert!(!s.contains("more: w lists"), "{s}");
+}
+
 #[test]
 fn the_view_lists_every_group_and_opens_one() {
     for (width, height) in [(80, 24), (200, 50)] {

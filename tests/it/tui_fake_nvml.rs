@@ -135,6 +135,35 @@ lost_after_s = 1
     assert!(line_with(&session.screen(), "Healthy GPU").is_some_and(|l| l.contains("OK")));
 }
 
+/// The review's GPU 3: 70 W of a 700 W limit and memory rising, then lost. Its power history
+/// keeps the lowest bar it had (70 W of 700 W), not full blocks scaled to its own max.
+#[test]
+fn a_lost_gpus_history_keeps_its_scale() {
+    let text = r#"
+[[gpu]]
+name = "NVIDIA A100 80GB"
+memory_total_mib = 81920
+memory_used_mib = { fn = "ramp", from = 1000, to = 60000, duration_s = 5 }
+power_w = 70
+power_limit_w = 700
+lost_after_s = 5
+"#;
+    let scenario = ScenarioFile::new(text);
+    let session = spawn(&scenario, &[], 80, 24);
+    let power = |s: &str| {
+        let row = s.lines().find(|l| l.starts_with("     power"))?;
+        Some(row.chars().skip(12).take(59).collect::<String>())
+    };
+    let settled = |s: &str| {
+        let lost = line_with(s, "A100").is_some_and(|l| l.contains("LOST"));
+        lost && power(s).is_some_and(|p| p.contains('·') && p.contains('▁'))
+    };
+    assert!(session.wait_for(PATIENCE, settled), "{}", session.screen());
+    let screen = session.screen();
+    let row = power(&screen).unwrap();
+    assert!(!row.contains('█'), "rescaled once lost: {row}\n{screen}");
+}
+
 #[test]
 fn eight_gpus_and_64_processes_fit_at_80x24_and_200x50_and_resize_live() {
     let sleepers = Sleepers::spawn(64);

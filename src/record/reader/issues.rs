@@ -23,7 +23,8 @@ impl Recording {
         }
     }
 
-    /// " (HH:MM:SS to HH:MM:SS are missing)" between the last frame and the block at `next`.
+    /// ": nothing between HH:MM:SS and HH:MM:SS could be replayed", between the last frame and
+    /// the block at `next`; it goes right after the file's name, before what was damaged.
     pub(super) fn gap_times(&self, next: u64) -> String {
         let mut header = [0u8; BLOCK_HEADER_LEN];
         let resumes = match self.source.read_at(next, &mut header) {
@@ -57,9 +58,10 @@ impl Recording {
         let inside = block
             .map(|b| format!(" inside block {b}"))
             .unwrap_or_default();
+        // What was lost before why: the status line of a replay cuts the end of a long one.
         self.issues.push(format!(
-            "{} is cut off at byte {}{inside} (torchtop was stopped without closing it: killed, \
-             a crash, a full disk, or it is still being written); {until}",
+            "{} is cut off at byte {}{inside}; {until} (torchtop was stopped without closing it: \
+             killed, a crash, a full disk, or it is still being written)",
             self.name,
             self.source.len()
         ));

@@ -26,8 +26,10 @@ impl Recording {
             }
             if format::read_block_header(&header).is_none() {
                 if let Some(next) = self.find_block(pos + 1)? {
+                    // What was lost first (here and below): the status line of a replay cuts
+                    // the end of a long sentence.
                     self.issues.push(format!(
-                        "{}: bytes {pos} to {next} are damaged (no block starts there) and were skipped{}",
+                        "{}{}: bytes {pos} to {next} are damaged (no block starts there) and were skipped",
                         self.name,
                         self.gap_times(next)
                     ));
@@ -35,7 +37,7 @@ impl Recording {
                     continue;
                 }
                 self.issues.push(format!(
-                    "{}: the bytes from {pos} to the end ({len}) are damaged and were skipped{}",
+                    "{}{}: the bytes from {pos} to the end ({len}) are damaged and were skipped",
                     self.name,
                     self.after_last()
                 ));
@@ -69,14 +71,14 @@ impl Recording {
             }
             (Ended::Complete { .. }, Some(why)) | (Ended::Damaged(why), _) => {
                 let next = self.find_block(data_start)?;
+                let lost = match next {
+                    Some(next) => self.gap_times(next),
+                    None => self.after_last(),
+                };
                 self.issues.push(format!(
-                    "{}: block {number} (at byte {pos}) is damaged ({why}); {}{}",
+                    "{}{lost}: block {number} (at byte {pos}) is damaged ({why}); {}",
                     self.name,
                     self.kept_sentence(kept),
-                    match next {
-                        Some(next) => self.gap_times(next),
-                        None => self.after_last(),
-                    }
                 ));
                 Ok(next)
             }
