@@ -9,7 +9,7 @@
 //! its devices are told apart by `cuda_device` alone, since which physical GPU is behind one
 //! would be a guess without NVML's list (CUDA and NVML may number GPUs differently). A process
 //! NVML lists keeps the labels it always had: `gpu` and `cuda_device` on the device its NVML row
-//! is about.
+//! is about, also while that GPU's own figures are stale or lost.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +17,7 @@ use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
 use crate::rules::torch_device_on;
 
 use super::exposition::{Family, Labels, Value};
-use super::torchtop::{current_rows, process_labels, with};
+use super::torchtop::{process_labels, with};
 
 type AllocGetter = fn(&DeviceAllocatorStats) -> Option<u64>;
 
@@ -119,17 +119,27 @@ impl AgentFamilies {
     }
 }
 
-/// The agent families of every process with an agent: the rows of GPUs whose figures are
-/// current, and the rows of processes listed for their agent alone.
+/// The agent families of every process with an agent: the rows NVML listed, and the rows of
+/// processes listed for their agent alone.
 pub(crate) fn families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
     let mut out = AgentFamilies::new();
-    for process in current_rows(snapshot) {
+    for process in listed_rows(snapshot) {
         push_gpu_row(&mut out, snapshot, process, hostname);
     }
     for process in snapshot.processes.iter().filter(|p| p.no_gpu) {
         push_agent_only(&mut out, process, hostname);
     }
     out.into_families()
+}
+
+/// Every row NVML listed, once per (pid, GPU), on GPUs whose own figures are stale or lost too:
+/// the agent's figures are the process's, as current as its agent (the ranks on a hung GPU
+/// stepping or not is what an alert wants to know).
+fn listed_rows(snapshot: &Snapshot) -> impl Iterator<Item = &GpuProcess> {
+    let mut seen = BTreeSet::new();
+    (snapshot.processes.iter())
+        .filter(|p| !p.no_gpu)
+        .filter(move |p| seen.insert((p.pid, p.gpu)))
 }
 
 /// A row NVML lists: the torch device behind its GPU, labelled with both.
@@ -226,6 +236,21 @@ mod tests {
             out.contains("torchtop_step{Hostname=\"node1\",pid=\"10\"} 5\n"),
             "{out}"
         );
+    }
+
+    /// A review: the agent series of a process on a hung (stale) GPU were dropped with the
+    /// GPU's own figures, though the agent's are current.
+    #[test]
+    fn a_process_on_a_stale_or_lost_gpu_keeps_its_agent_series() {
+        for state in [GpuState::Stale, GpuState::Lost] {
+            let mut snapshot = snapshot();
+            snapshot.gpus[0].state = state;
+            let out = text(&snapshot);
+            assert!(
+                out.contains("torchtop_step{Hostname=\"node1\",pid=\"10\"} 5\n"),
+                "{state:?}: {out}"
+            );
+        }
     }
 
     /// A review: the agent series of processes NVML does not list (a CPU rank, a rank before its
