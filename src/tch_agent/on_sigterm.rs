@@ -65,11 +65,22 @@ fn install() {
 }
 
 /// Removes the socket if this process made it and it is still a socket, then dies of SIGTERM.
+/// Called by a handler installed after it (tokio's and signal-hook's call the one they found),
+/// it does nothing: that program handles SIGTERM itself, and a SIGTERM raised under its
+/// handler would come straight back to it, for ever.
 extern "C" fn on_sigterm(_signal: libc::c_int) {
     let path = SOCKET.load(Ordering::Acquire);
-    // SAFETY: getpid, lstat, unlink and raise are async-signal-safe; `path`, when not null, is a
-    // NUL-terminated string that is never freed; `stat` is a zeroed C struct lstat fills.
+    // SAFETY: sigaction, getpid, lstat, unlink and raise are async-signal-safe; `current` and
+    // `stat` are zeroed C structs the calls fill; `path`, when not null, is a NUL-terminated
+    // string that is never freed.
     unsafe {
+        // Entered from the kernel, SA_RESETHAND has put the default back already.
+        let mut current: libc::sigaction = std::mem::zeroed();
+        let ours = libc::sigaction(libc::SIGTERM, std::ptr::null(), &raw mut current) == 0
+            && current.sa_sigaction == libc::SIG_DFL;
+        if !ours {
+            return;
+        }
         if !path.is_null() && libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
             let mut stat: libc::stat = std::mem::zeroed();
             if libc::lstat(path, &raw mut stat) == 0
@@ -185,6 +196,41 @@ mod tests {
             "exit 3: the forked child removed the socket or did not die of SIGTERM"
         );
         assert!(!path.exists(), "the agent's own process removed it");
+    }
+
+    /// Set by [`chaining`], the handler a program installs after the agent's.
+    static CHAINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// A program's own SIGTERM handler that calls the one it found, as tokio's and
+    /// signal-hook's do.
+    extern "C" fn chaining(signal: libc::c_int) {
+        on_sigterm(signal);
+        CHAINED.store(true, Ordering::SeqCst);
+    }
+
+    /// A review: called by a later handler, the agent's raised SIGTERM under that handler, which
+    /// called it again, for ever (a thread spinning, the program's shutdown never done).
+    #[test]
+    fn a_later_handler_that_calls_the_agents_keeps_its_process_and_socket() {
+        let (_dir, path, _listener, raw) = socket();
+        // SAFETY: as in `child_raising_sigterm`; `alarm` ends a child that loops.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            // SAFETY: as in `child_raising_sigterm`.
+            unsafe {
+                libc::alarm(10);
+                arm_raw(raw);
+                libc::signal(
+                    libc::SIGTERM,
+                    chaining as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
+                libc::raise(libc::SIGTERM);
+                libc::_exit(if CHAINED.load(Ordering::SeqCst) { 0 } else { 5 });
+            }
+        }
+        assert_eq!(reap(child), Err(0), "SIGALRM (14): it looped");
+        assert!(path.exists(), "the program's own shutdown removes it, at exit");
     }
 
     #[test]
