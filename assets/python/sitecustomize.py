@@ -17,13 +17,20 @@ def _torchtop_bootstrap():
     import os
     import sys
 
-    # A copy that does not pass over others (an older torchtop's) may chain back to this one:
-    # the bootstrap already running in this interpreter does the work, once.
-    if getattr(sys, "_torchtop_bootstrap_ran", False):
-        return
-    sys._torchtop_bootstrap_ran = True
-
     here = os.path.dirname(os.path.abspath(__file__))
+    # The directories whose sitecustomize already runs in this interpreter. A user's
+    # sitecustomize that chains on as this one does finds this one again: entered again, it only
+    # chains on, past every directory already running, so the one after the user's still runs,
+    # once, and the agent is started by the first entry alone.
+    seen = getattr(sys, "_torchtop_sitecustomize_seen", None)
+    entered_again = seen is not None
+    if seen is None:
+        seen = sys._torchtop_sitecustomize_seen = set()
+    seen.add(here)
+    # A user's sitecustomize that ran first and chained to this one is running too.
+    running = getattr(sys.modules.get("sitecustomize"), "__file__", None)
+    if running:
+        seen.add(os.path.dirname(os.path.abspath(running)))
 
     def is_torchtop_bootstrap(path):
         # Non-blocking and bounded: the path may name a FIFO or a huge file.
@@ -41,7 +48,7 @@ def _torchtop_bootstrap():
     def next_sitecustomize():
         import importlib.machinery
 
-        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) not in seen]
         while True:
             spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
             if spec is None or spec.loader is None or not spec.origin:
@@ -60,6 +67,7 @@ def _torchtop_bootstrap():
         spec = next_sitecustomize()
         if spec is None or spec.loader is None:
             return
+        seen.add(os.path.dirname(os.path.abspath(spec.origin)))
         ours = sys.modules.get("sitecustomize")
         module = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = module
@@ -76,6 +84,8 @@ def _torchtop_bootstrap():
 
         sys.stderr.write("Error in the sitecustomize that torchtop chains to:\n")
         traceback.print_exc()
+    if entered_again:
+        return
 
     if os.environ.get("TORCHTOP_AGENT_DISABLE", "").strip().lower() not in ("", "0", "false", "no"):
         return

@@ -529,8 +529,9 @@ class ProcessTests(unittest.TestCase):
         """A review: with a copy of this sitecustomize on the path too (another torchtop's site
         directory), the two chained to each other: 150 lines of RecursionError and twice "the
         agent did not start", though it had. In either order the copy is passed over, quietly,
-        and the user's own sitecustomize runs once; a chainer without torchtop's marker that
-        finds ours again is stopped by the bootstrap already running."""
+        and the user's own sitecustomize runs once. A user's sitecustomize that chains on finds
+        ours again: entered again, ours chains on past both, so the next one runs, once (a
+        review: it stopped there, and the next one never ran)."""
         copy, other, chainer = (os.path.join(self.tmp, d) for d in ("copy", "other", "chainer"))
         for d in (copy, other, chainer):
             os.mkdir(d)
@@ -540,6 +541,7 @@ class ProcessTests(unittest.TestCase):
         with open(os.path.join(chainer, "sitecustomize.py"), "w") as f:
             f.write(textwrap.dedent("""\
                 import importlib.machinery, importlib.util, os, sys
+                sys.stderr.write('chainer ran\\n')
                 here = os.path.dirname(os.path.abspath(__file__))
                 rest = [p for p in sys.path if os.path.abspath(p) != here]
                 spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
@@ -547,7 +549,8 @@ class ProcessTests(unittest.TestCase):
             """))
         cases = [([AGENT_DIR, copy, other], "user sitecustomize ran\n"),
                  ([copy, AGENT_DIR, other], "user sitecustomize ran\n"),
-                 ([AGENT_DIR, chainer, other], "")]
+                 ([AGENT_DIR, chainer, other], "chainer ran\nuser sitecustomize ran\n"),
+                 ([chainer, AGENT_DIR, other], "chainer ran\nuser sitecustomize ran\n")]
         for order, stderr in cases:
             env = {"PYTHONPATH": os.pathsep.join(order), "TORCHTOP_AGENT_DIR": self.dir}
             out = run_python("import torchtop_agent; print(torchtop_agent.socket_path())", env)
