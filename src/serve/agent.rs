@@ -126,8 +126,9 @@ pub(crate) fn families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
     for process in listed_rows(snapshot) {
         push_gpu_row(&mut out, snapshot, process, hostname);
     }
+    let devices = devices_on_this_node(snapshot);
     for process in snapshot.processes.iter().filter(|p| p.no_gpu) {
-        push_agent_only(&mut out, process, hostname);
+        push_agent_only(&mut out, process, hostname, devices);
     }
     out.into_families()
 }
@@ -159,14 +160,30 @@ fn push_gpu_row(out: &mut AgentFamilies, snapshot: &Snapshot, row: &GpuProcess, 
     );
 }
 
-/// A process NVML does not list: every device its agent reports, by torch index alone.
-fn push_agent_only(out: &mut AgentFamilies, row: &GpuProcess, host: &str) {
+/// How many CUDA devices a process here can have: the GPUs NVML knows, or while it knows none
+/// (broken), as many as the largest nodes carry.
+const DEVICES_WITHOUT_NVML: u32 = 16;
+
+/// The bound on the torch device indices exported for a process NVML does not list. CUDA
+/// numbers a process's devices from 0, never past the GPUs it can see; an agent that claims
+/// more (any local user can run one, 64 devices over each of 256 connections) would only
+/// swell every scrape with series of devices that are not there.
+fn devices_on_this_node(snapshot: &Snapshot) -> u32 {
+    match u32::try_from(snapshot.gpus.len()) {
+        Ok(0) | Err(_) => DEVICES_WITHOUT_NVML,
+        Ok(n) => n,
+    }
+}
+
+/// A process NVML does not list: every device its agent reports, by torch index alone, up to
+/// the devices this node can have.
+fn push_agent_only(out: &mut AgentFamilies, row: &GpuProcess, host: &str, devices: u32) {
     let Some(torch) = &row.torch else {
         return;
     };
     let labels = process_labels(row, host);
     out.push_process(row.pid, &labels, torch);
-    for device in &torch.devices {
+    for device in torch.devices.iter().filter(|d| d.index < devices) {
         out.push_device(
             &with(labels.clone(), "cuda_device", device.index.to_string()),
             device,
@@ -199,19 +216,21 @@ mod tests {
         }
     }
 
-    /// GPU 0 with pid 10 on it (an agent on cuda:0), pid 20 an agent on the CPU and pid 30 an
-    /// agent with cuda:0 and cuda:1 that NVML does not list.
+    /// GPUs 0 and 1, pid 10 on GPU 0 (an agent on cuda:0), pid 20 an agent on the CPU and
+    /// pid 30 an agent with cuda:0 and cuda:1 that NVML does not list.
     fn snapshot() -> Snapshot {
         let mut on_gpu = GpuProcess::new(10, 0, ProcessKind::Compute);
         on_gpu.torch = Some(torch(5, vec![device(0, 100)]));
         let cpu_rank = GpuProcess::agent_only(20, torch(7, Vec::new()));
         let unlisted = GpuProcess::agent_only(30, torch(9, vec![device(0, 300), device(1, 310)]));
         Snapshot {
-            gpus: vec![GpuSample {
-                index: 0,
-                state: GpuState::Ok,
-                ..Default::default()
-            }],
+            gpus: (0..2)
+                .map(|index| GpuSample {
+                    index,
+                    state: GpuState::Ok,
+                    ..Default::default()
+                })
+                .collect(),
             processes: vec![on_gpu, cpu_rank, unlisted],
             ..Default::default()
         }
@@ -236,6 +255,25 @@ mod tests {
             out.contains("torchtop_step{Hostname=\"node1\",pid=\"10\"} 5\n"),
             "{out}"
         );
+    }
+
+    /// A review: an agent NVML does not list could claim 64 devices on each of 256
+    /// connections, about 115,000 series a scrape from one local user.
+    #[test]
+    fn devices_past_the_nodes_gpus_are_not_exported() {
+        let mut snapshot = snapshot();
+        let claims = (0..64).map(|i| device(i, 1)).collect();
+        snapshot.processes[2] = GpuProcess::agent_only(30, torch(9, claims));
+        let out = text(&snapshot);
+        let of_30 =
+            |l: &&str| l.starts_with("torchtop_allocator_allocated") && l.contains("\"30\"");
+        let shown: Vec<&str> = out.lines().filter(of_30).collect();
+        assert_eq!(shown.len(), 2, "two GPUs here: {shown:?}");
+        assert!(shown[1].contains("cuda_device=\"1\""), "{shown:?}");
+        snapshot.gpus.clear();
+        let out = text(&snapshot);
+        let shown = out.lines().filter(of_30).count();
+        assert_eq!(shown, DEVICES_WITHOUT_NVML as usize, "NVML knows no GPU");
     }
 
     /// A review: the agent series of a process on a hung (stale) GPU were dropped with the

@@ -230,7 +230,10 @@ mod tests {
             }
         }
         assert_eq!(reap(child), Err(0), "SIGALRM (14): it looped");
-        assert!(path.exists(), "the program's own shutdown removes it, at exit");
+        assert!(
+            path.exists(),
+            "the program's own shutdown removes it, at exit"
+        );
     }
 
     #[test]
