@@ -268,20 +268,33 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    // Checked before anything is made: root must not create directories through a path that
-    // another user's directory or symlink leads.
-    let existing = (dir.ancestors())
-        .find(|d| d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok())
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    crate::sys::refuse_unsafe_directory(existing)?;
-    std::fs::create_dir_all(dir)?;
-    crate::sys::refuse_unsafe_directory(dir)?;
+    make_directories_checked(dir)?;
     let mut file = tempfile::NamedTempFile::new_in(dir)?;
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Makes the missing directories of `dir` one at a time, each checked as it is made: root must
+/// not create a directory through a path that another user's directory or symlink leads, nor
+/// through one planted in a sticky directory (such as /tmp) after the check of its parent (a
+/// symlink there makes `mkdir` fail with "exists", and the check then refuses it).
+fn make_directories_checked(dir: &Path) -> std::io::Result<()> {
+    let missing: Vec<&Path> = (dir.ancestors())
+        .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+        .collect();
+    let existing = (dir.ancestors().nth(missing.len()))
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::sys::refuse_unsafe_directory(existing)?;
+    for step in missing.iter().rev() {
+        match std::fs::create_dir(step) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => crate::sys::refuse_unsafe_directory(step)?,
+        }
+    }
+    crate::sys::refuse_unsafe_directory(dir)
 }
 
 /// `$XDG_CONFIG_HOME/torchtop/config.toml`, or `~/.config/torchtop/config.toml`; `None`
@@ -432,6 +445,15 @@ mod tests {
         let ours = scratch.path().join("ours").join("config.toml");
         UiConfig::default().save(&ours).unwrap();
         assert!(ours.exists());
+    }
+
+    /// The missing directories are made one at a time, each checked.
+    #[test]
+    fn a_save_makes_every_missing_directory() {
+        let scratch = tempfile::tempdir().unwrap();
+        let deep = scratch.path().join("a").join("b").join("config.toml");
+        UiConfig::default().save(&deep).unwrap();
+        assert!(deep.exists());
     }
 
     /// A review: a symlink in another user's directory, leading to root's, passed the check
