@@ -124,40 +124,50 @@ mod tests {
         (dir, path, listener, raw)
     }
 
-    /// Forks a child that sets SIGTERM's disposition to `before` (None: leaves the default),
-    /// arms the handler for `path` and raises SIGTERM; `before` ignored, the child exits 0.
-    fn child_raising_sigterm(path: *mut libc::c_char, before: Option<libc::sighandler_t>) -> i32 {
-        // SAFETY: fork(2); the child makes only async-signal-safe calls (signal, sigaction,
-        // getpid, lstat, unlink, raise, _exit) and atomic stores before it ends.
+    /// Runs `body` in a forked child, which then exits with the code `body` returns, and says
+    /// how the child ended: `Ok(signal)` if a signal ended it, `Err(exit code)` otherwise.
+    /// `body` must make only async-signal-safe calls (the test harness has other threads).
+    fn in_child(body: impl FnOnce() -> i32) -> Result<i32, i32> {
+        // SAFETY: fork(2); the child runs `body`, which keeps to async-signal-safe calls and
+        // atomic stores, then `_exit`, never returning into the test harness.
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
         if child == 0 {
-            // SAFETY: see above; the child never returns into the test harness.
-            unsafe {
-                if let Some(disposition) = before {
-                    libc::signal(libc::SIGTERM, disposition);
-                }
-                arm_raw(path);
-                libc::raise(libc::SIGTERM);
-                libc::_exit(0);
-            }
+            let code = body();
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(code) };
         }
-        child
+        reap(child)
+    }
+
+    /// Arms the handler for `path` and raises SIGTERM.
+    fn arm_and_raise(path: *mut libc::c_char) {
+        arm_raw(path);
+        // SAFETY: raise has no preconditions.
+        unsafe { libc::raise(libc::SIGTERM) };
     }
 
     #[test]
     fn sigterm_removes_the_socket_and_still_ends_the_process() {
         let (_dir, path, _listener, raw) = socket();
-        let child = child_raising_sigterm(raw, None);
-        assert_eq!(reap(child), Ok(libc::SIGTERM), "it dies of SIGTERM");
+        let ended = in_child(|| {
+            arm_and_raise(raw);
+            0
+        });
+        assert_eq!(ended, Ok(libc::SIGTERM), "it dies of SIGTERM");
         assert!(!path.exists(), "the socket is removed");
     }
 
     #[test]
     fn a_program_that_ignores_sigterm_keeps_its_way_and_its_socket() {
         let (_dir, path, _listener, raw) = socket();
-        let child = child_raising_sigterm(raw, Some(libc::SIG_IGN));
-        assert_eq!(reap(child), Err(0), "SIGTERM stays ignored");
+        let ended = in_child(|| {
+            // SAFETY: signal(2) with SIG_IGN.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            arm_and_raise(raw);
+            0
+        });
+        assert_eq!(ended, Err(0), "SIGTERM stays ignored");
         assert!(path.exists(), "nothing removed the socket");
     }
 
@@ -165,33 +175,24 @@ mod tests {
     #[test]
     fn a_forked_child_dying_of_sigterm_leaves_its_parents_socket() {
         let (_dir, path, _listener, raw) = socket();
-        // SAFETY: fork(2); the child makes only async-signal-safe calls (as above, fork and
-        // waitpid too) before it ends.
-        let agent = unsafe { libc::fork() };
-        assert!(agent >= 0, "fork: {}", std::io::Error::last_os_error());
-        if agent == 0 {
-            // SAFETY: see above; the child never returns into the test harness.
-            unsafe {
-                arm_raw(raw);
-                let forked = libc::fork();
-                if forked == 0 {
-                    libc::raise(libc::SIGTERM);
-                    libc::_exit(0);
-                }
-                let mut status = 0;
-                libc::waitpid(forked, &raw mut status, 0);
-                let mut stat: libc::stat = std::mem::zeroed();
-                let died_of_sigterm =
-                    libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM;
-                if !died_of_sigterm || libc::lstat(raw, &raw mut stat) != 0 {
-                    libc::_exit(3);
-                }
-                libc::raise(libc::SIGTERM);
-                libc::_exit(0);
+        let ended = in_child(|| {
+            arm_raw(raw);
+            let forked = in_child(|| {
+                // SAFETY: raise has no preconditions.
+                unsafe { libc::raise(libc::SIGTERM) };
+                0
+            });
+            let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: lstat fills `stat`, which is not read.
+            let kept = unsafe { libc::lstat(raw, stat.as_mut_ptr()) } == 0;
+            if forked != Ok(libc::SIGTERM) || !kept {
+                return 3;
             }
-        }
+            arm_and_raise(raw);
+            0
+        });
         assert_eq!(
-            reap(agent),
+            ended,
             Ok(libc::SIGTERM),
             "exit 3: the forked child removed the socket or did not die of SIGTERM"
         );
@@ -213,23 +214,23 @@ mod tests {
     #[test]
     fn a_later_handler_that_calls_the_agents_keeps_its_process_and_socket() {
         let (_dir, path, _listener, raw) = socket();
-        // SAFETY: as in `child_raising_sigterm`; `alarm` ends a child that loops.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
-        if child == 0 {
-            // SAFETY: as in `child_raising_sigterm`.
+        let ended = in_child(|| {
+            let chaining = chaining as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            // SAFETY: alarm ends a child that loops; signal installs a handler that makes only
+            // async-signal-safe calls.
             unsafe {
                 libc::alarm(10);
                 arm_raw(raw);
-                libc::signal(
-                    libc::SIGTERM,
-                    chaining as extern "C" fn(libc::c_int) as libc::sighandler_t,
-                );
+                libc::signal(libc::SIGTERM, chaining);
                 libc::raise(libc::SIGTERM);
-                libc::_exit(if CHAINED.load(Ordering::SeqCst) { 0 } else { 5 });
             }
-        }
-        assert_eq!(reap(child), Err(0), "SIGALRM (14): it looped");
+            if CHAINED.load(Ordering::SeqCst) {
+                0
+            } else {
+                5
+            }
+        });
+        assert_eq!(ended, Err(0), "SIGALRM (14): it looped");
         assert!(
             path.exists(),
             "the program's own shutdown removes it, at exit"
@@ -239,19 +240,14 @@ mod tests {
     #[test]
     fn a_stopped_agent_leaves_the_file_at_its_path_alone() {
         let (_dir, path, _listener, raw) = socket();
-        // SAFETY: as in `child_raising_sigterm`.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
-        if child == 0 {
-            // SAFETY: as in `child_raising_sigterm`.
-            unsafe {
-                arm_raw(raw);
-                disarm();
-                libc::raise(libc::SIGTERM);
-                libc::_exit(0);
-            }
-        }
-        assert_eq!(reap(child), Ok(libc::SIGTERM));
+        let ended = in_child(|| {
+            arm_raw(raw);
+            disarm();
+            // SAFETY: raise has no preconditions.
+            unsafe { libc::raise(libc::SIGTERM) };
+            0
+        });
+        assert_eq!(ended, Ok(libc::SIGTERM));
         assert!(path.exists(), "a later agent's socket at that path stays");
     }
 }
