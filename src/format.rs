@@ -323,6 +323,26 @@ pub(crate) fn truncate(text: &str, width: usize) -> String {
     format!("{kept}…")
 }
 
+/// `text` cut to at most `cells` terminal cells, "…" marking a cut.
+pub(crate) fn cut_to_cells(text: &str, cells: usize) -> String {
+    use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+    if text.width() <= cells {
+        return text.to_string();
+    }
+    let mut kept = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > cells {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
+    kept.push('…');
+    kept
+}
+
 /// `text` cut or padded with spaces to exactly `width` characters, left-aligned.
 pub(crate) fn pad_left_aligned(text: &str, width: usize) -> String {
     let mut out = String::new();

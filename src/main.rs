@@ -1,5 +1,6 @@
 //! The `torchtop` binary: parse the command line and hand over to the library.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -192,7 +193,12 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {
-        let mut text = torchtop::report::text(&snapshot);
+        let columns = std::io::stdout()
+            .is_terminal()
+            .then(|| crossterm::terminal::size().ok())
+            .flatten()
+            .map(|(columns, _)| usize::from(columns));
+        let mut text = torchtop::report::text_within(&snapshot, columns);
         if let Some(note) = filter.note() {
             text.push_str(&note);
         }

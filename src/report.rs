@@ -131,6 +131,18 @@ pub fn json(snapshot: &Snapshot) -> String {
 /// Every string from outside (host name, driver messages, user names, command lines, warning
 /// messages) goes through [`escape`]: this text goes to a terminal more often than not.
 pub fn text(snapshot: &Snapshot) -> String {
+    text_within(snapshot, None)
+}
+
+/// [`text`] for a terminal `columns` wide: a process's line is cut to it, as `ps` cuts on a
+/// terminal. A command line is its owner's to write: padded past the edge, its tail wrapped
+/// onto a line of its own that read as another process (a review: a row "1 root 70.0GiB"
+/// under an unprivileged user's process).
+pub fn text_within(snapshot: &Snapshot, columns: Option<usize>) -> String {
+    let fit = |line: String| match columns {
+        Some(columns) => crate::format::cut_to_cells(&line, columns),
+        None => line,
+    };
     let mut out = String::new();
     let host = escape(snapshot.host.hostname.as_deref().unwrap_or("localhost"));
     let driver = &snapshot.driver;
@@ -158,7 +170,7 @@ pub fn text(snapshot: &Snapshot) -> String {
         {
             let mig = gpu.mig_device_of(process.pid);
             let place = mig.map(|m| mig_place(gpu.index, m));
-            let _ = writeln!(out, "{}", process_line(process, place.as_deref()));
+            let _ = writeln!(out, "{}", fit(process_line(process, place.as_deref())));
             if let Some(line) = torch_line(process, Some(gpu.index)) {
                 let _ = writeln!(out, "{line}");
             }
@@ -170,7 +182,7 @@ pub fn text(snapshot: &Snapshot) -> String {
     if !agent_only.is_empty() {
         let _ = writeln!(out, "[-] no GPU: PyTorch processes with an agent");
         for process in agent_only {
-            let _ = writeln!(out, "{}", process_line(process, None));
+            let _ = writeln!(out, "{}", fit(process_line(process, None)));
             if let Some(line) = torch_line(process, None) {
                 let _ = writeln!(out, "{line}");
             }
@@ -476,5 +488,29 @@ mod tests {
         assert_eq!(doc["time"], "1970-01-01T00:00:00Z");
         assert!(doc["gpus"][0]["power_w"].is_null());
         assert_eq!(doc["gpus"][0]["state"], "ok");
+    }
+
+    /// A review: an unprivileged user's command line padded with 300 spaces wrapped on the
+    /// terminal into what read as a row of root's holding 70 GiB.
+    #[test]
+    fn a_process_line_is_cut_to_the_terminal() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.gpus.push(GpuSample {
+            index: 0,
+            ..Default::default()
+        });
+        let mut padded = GpuProcess::new(24564, 0, crate::model::ProcessKind::Compute);
+        let forged = "1 root 70.0GiB /usr/bin/python3 /root/FORGED_ROW.py";
+        padded.command = Some(format!("python3 spoof.py{}{forged}", " ".repeat(300)).into());
+        snapshot.processes = vec![padded];
+        let fitted = text_within(&snapshot, Some(80));
+        let line = fitted.lines().find(|l| l.contains("24564")).expect(&fitted);
+        assert_eq!(unicode_width::UnicodeWidthStr::width(line), 80, "{line:?}");
+        assert!(
+            line.ends_with('…') && !fitted.contains("FORGED"),
+            "{fitted}"
+        );
+        // Into a pipe or a file, the whole command line.
+        assert!(text(&snapshot).contains(forged));
     }
 }

@@ -10,7 +10,7 @@ use ratatui::{
 };
 
 use crate::app::{App, Mode};
-use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+use unicode_width::UnicodeWidthStr;
 
 use crate::format::escape;
 use crate::terminal::theme::Theme;
@@ -151,31 +151,12 @@ fn outcome_and_hints(app: &App, theme: Theme, width: usize) -> (Line<'static>, S
         }
         let room = width.saturating_sub(taken + hints.width() + STATUS_PADDING);
         if room > 0 {
-            let sentence = truncate_cells(&status, room);
+            let sentence = crate::format::cut_to_cells(&status, room);
             spans.push(Span::styled(format!(" {sentence} "), theme.warn()));
             spans.push(Span::raw(" "));
         }
     }
     (Line::from(spans), Span::styled(hints, theme.dim()))
-}
-
-/// `text` cut to at most `cells` terminal cells, "…" marking a cut.
-fn truncate_cells(text: &str, cells: usize) -> String {
-    if text.width() <= cells {
-        return text.to_string();
-    }
-    let mut kept = String::new();
-    let mut used = 0;
-    for c in text.chars() {
-        let w = c.width().unwrap_or(0);
-        if used + w + 1 > cells {
-            break;
-        }
-        used += w;
-        kept.push(c);
-    }
-    kept.push('…');
-    kept
 }
 
 #[cfg(test)]
@@ -184,8 +165,8 @@ mod tests {
 
     #[test]
     fn wide_characters_are_cut_by_the_cells_they_take() {
-        assert_eq!(truncate_cells("数据加载器", 5), "数据…");
-        assert_eq!(truncate_cells("abc", 3), "abc");
-        assert!(truncate_cells("数据加载器数据加载器", 9).width() <= 9);
+        assert_eq!(crate::format::cut_to_cells("数据加载器", 5), "数据…");
+        assert_eq!(crate::format::cut_to_cells("abc", 3), "abc");
+        assert!(crate::format::cut_to_cells("数据加载器数据加载器", 9).width() <= 9);
     }
 }
