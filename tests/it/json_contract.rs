@@ -62,6 +62,71 @@ fn the_json_field_names_are_the_documented_contract() {
     );
     let mut paths = BTreeSet::new();
     key_paths(&doc, "", &mut paths);
-    let listing: Vec<String> = paths.into_iter().collect();
+    let listing: Vec<String> = paths.iter().cloned().collect();
     insta::assert_snapshot!("once_json_key_paths", listing.join("\n"));
+    assert_documented(&paths);
+}
+
+/// A user review: fifteen fields of `--once --json` (AMD's, cgroup figures, Slurm variables)
+/// were in the document and nowhere in the README. The demo's last frame adds what one idle
+/// GPU lacks: the agent's figures, cgroups, jobs, warnings and an out-of-memory report.
+#[test]
+fn every_json_field_is_named_in_the_readme() {
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(["replay", "--demo", "--json", "--from", "-2s"]),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut paths = BTreeSet::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let doc: Value = serde_json::from_str(line).expect("replay --json prints JSON lines");
+        key_paths_all(&doc, "", &mut paths);
+    }
+    assert!(
+        paths.contains("processes[].torch.devices[].headroom_bytes"),
+        "{paths:?}"
+    );
+    assert_documented(&paths);
+}
+
+/// Like [`key_paths`], into the warnings too.
+fn key_paths_all(value: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                out.insert(path.clone());
+                key_paths_all(child, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                key_paths_all(item, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Each field's name is written in the README as `name`, `parent.name` or "name".
+fn assert_documented(paths: &BTreeSet<String>) {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("the README");
+    let missing: Vec<&String> = (paths.iter())
+        .filter(|path| {
+            let name = path.rsplit(['.', ']']).next().unwrap_or(path);
+            !readme.contains(&format!("`{name}`"))
+                && !readme.contains(&format!(".{name}`"))
+                && !readme.contains(&format!("\"{name}\""))
+        })
+        .collect();
+    assert!(missing.is_empty(), "not named in the README: {missing:?}");
 }
