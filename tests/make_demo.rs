@@ -15,8 +15,10 @@
 //!   memory.
 //!
 //! `torchtop record` records it; then the host part is dressed as a production node (the build
-//! machine has 2 cores and no GPU): host name, RAM, CPUs and load, the ranks' CPU and RSS,
-//! users, and the process table cut to the job's own processes. GPU, allocator and warning
+//! machine has 2 cores and no GPU, in a container): host name, RAM, CPUs and load, no
+//! container, the ranks' CPU and RSS, users and their login sessions' cgroups, and the process
+//! table cut to the job's own processes. A GPU process the story did not start fails the build
+//! (root's monitor lists every user's agents). GPU, allocator and warning
 //! figures are left as recorded. The NVML library is named as on a production node
 //! (`libnvidia-ml.so.1`), not by the build machine's path to the fake one.
 
@@ -461,6 +463,9 @@ fn dress(
         fifteen: 38.6,
     });
     host.uptime_seconds = Some(1_036_800.0 + t.round());
+    // The build machine runs in a container with 2 CPUs; the node runs on bare metal.
+    host.container = None;
+    host.pids_foreign = false;
     for p in &mut snapshot.processes {
         tidy(&mut p.command);
         let Some(role) = roles
@@ -468,7 +473,12 @@ fn dress(
             .copied()
             .or_else(|| role_of(p.command.as_deref(), p.pid, ranks))
         else {
-            continue;
+            // The recording ran as root, whose monitor lists every user's agents: another
+            // user's (a test's, a review's) would land in the demo.
+            panic!(
+                "pid {} ({:?}) is not part of the story: make the demo again on a quiet machine",
+                p.pid, p.command
+            );
         };
         roles.insert(p.pid, role);
         let (name, uid) = user(role);
@@ -481,6 +491,7 @@ fn dress(
             p.children_count = Some(4);
             p.children_cpu_percent = Some(((284.0 + j.next() * 8.0) * 10.0).round() / 10.0);
         }
+        p.cgroup = Some(Arc::new(session_cgroup(uid)));
     }
     owned_by_alice(snapshot);
     let table = std::mem::take(&mut snapshot.host_processes);
@@ -500,6 +511,28 @@ fn dress(
             h.ppid = 1;
         }
         snapshot.host_processes.push(h);
+    }
+}
+
+/// A user's login session on the node, in place of the build machine's container cgroup (its
+/// path, its 2-CPU cpuset and its memory figures were the build machine's): no limits, every
+/// CPU of the node.
+fn session_cgroup(uid: u32) -> torchtop::model::Cgroup {
+    torchtop::model::Cgroup {
+        path: format!("/user.slice/user-{uid}.slice/session-{}.scope", uid - 960),
+        version: 2,
+        memory_max: Some(torchtop::model::Limit::Max),
+        memory_swap_max: Some(torchtop::model::Limit::Max),
+        oom_kills: Some(0),
+        memory_max_hits: Some(0),
+        cpu_max: Some(torchtop::model::CpuMax {
+            quota_us: None,
+            period_us: 100_000,
+        }),
+        cpuset_cpus: Some("0-191".into()),
+        cpuset_count: Some(192),
+        pids_max: Some(torchtop::model::Limit::Max),
+        ..Default::default()
     }
 }
 
