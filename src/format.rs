@@ -192,6 +192,24 @@ pub(crate) mod shown {
         or_na(value, |f, v| write!(f, "{v}"))
     }
 
+    /// A span in words: see [`super::span`].
+    pub(crate) fn span(seconds: f64) -> impl Display {
+        shown(move |f| {
+            if seconds < 120.0 {
+                write!(f, "{seconds:.0} s")
+            } else if seconds < 7200.0 {
+                write!(f, "{:.0} min", seconds / 60.0)
+            } else {
+                write!(f, "{:.1} h", seconds / 3600.0)
+            }
+        })
+    }
+
+    /// A training step's time, as the PyTorch panel and the jobs view write it: "0.512s".
+    pub(crate) fn step_time(seconds: f64) -> impl Display {
+        shown(move |f| write!(f, "{seconds:.3}s"))
+    }
+
     /// A running time: see [`super::duration`].
     pub(crate) fn duration(seconds: f64) -> impl Display {
         shown(move |f| {
@@ -273,13 +291,7 @@ pub(crate) fn duration(seconds: f64) -> String {
 /// A span of seconds in words, for sentences: "45 s", "2 min", "1.5 h". [`duration`] is the
 /// clock-like form for columns.
 pub(crate) fn span(seconds: f64) -> String {
-    if seconds < 120.0 {
-        format!("{seconds:.0} s")
-    } else if seconds < 7200.0 {
-        format!("{:.0} min", seconds / 60.0)
-    } else {
-        format!("{:.1} h", seconds / 3600.0)
-    }
+    shown::span(seconds).to_string()
 }
 
 /// A percentage rounded to a whole number, for sentences: "98%".

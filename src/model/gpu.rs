@@ -270,6 +270,16 @@ impl GpuSample {
         dropped
     }
 
+    /// What a program can still allocate on this GPU: the driver's free figure, which leaves
+    /// out what it reserves for itself (NVML's total is used + free + reserved). Total minus
+    /// used only where the GPU reports no free figure (it overstates by that reserve).
+    pub fn memory_headroom_bytes(&self) -> Option<u64> {
+        self.memory_free_bytes.or_else(|| {
+            let (total, used) = (self.memory_total_bytes?, self.memory_used_bytes?);
+            Some(total.saturating_sub(used))
+        })
+    }
+
     /// Whether a process's GPU memory can be real on this GPU: no more than the GPU has.
     pub fn plausible_process_memory(&self, bytes: u64) -> bool {
         bytes <= self.memory_total_bytes.unwrap_or(limits::MEMORY_BYTES)

@@ -115,11 +115,8 @@ fn gpu_health(gpu: &GpuSample, config: &HealthConfig) -> Option<Warning> {
                 ),
                 vec![
                     ("gpu", gpu.index.to_string()),
-                    ("stale", format!("{stale:.1} s")),
-                    (
-                        "threshold",
-                        format!("{:.1} s", config.unresponsive_seconds.get()),
-                    ),
+                    ("stale", fmt_seconds(stale)),
+                    ("threshold", fmt_seconds(config.unresponsive_seconds.get())),
                     ("driver says", reason),
                 ],
                 by_vendor(gpu, UNRESPONSIVE_REMEDY, UNRESPONSIVE_REMEDY_AMD),

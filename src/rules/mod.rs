@@ -248,16 +248,18 @@ impl Engine {
         self.samples += 1;
         let sample = self.samples;
         for process in &snapshot.processes {
-            self.processes
+            let tracked = self
+                .processes
                 .entry((process.pid, process.gpu))
-                .or_default()
-                .push_once(
-                    sample,
-                    process.start_ticks,
-                    t,
-                    || proc_point(process, snapshot),
-                    keep.processes,
-                );
+                .or_default();
+            let before = tracked.window.latest().copied();
+            tracked.push_once(
+                sample,
+                process.start_ticks,
+                t,
+                || proc_point(process, snapshot, before.as_ref(), t),
+                keep.processes,
+            );
             let devices = process.torch.iter().flat_map(|torch| &torch.devices);
             for device in devices {
                 self.allocators
@@ -435,9 +437,16 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots, rows: &mu
     }
 }
 
-fn proc_point(process: &GpuProcess, snapshot: &Snapshot) -> ProcPoint {
+/// What the rules keep of `process` at `t`, given the point recorded before it.
+fn proc_point(
+    process: &GpuProcess,
+    snapshot: &Snapshot,
+    before: Option<&Point<ProcPoint>>,
+    t: f64,
+) -> ProcPoint {
     ProcPoint {
         visible: process.visible,
+        missing_since: missing_since(process.visible, before, t),
         gpu_memory_bytes: process.gpu_memory_bytes,
         sm_percent: process.sm_percent,
         gpu_utilization_percent: snapshot
@@ -448,6 +457,20 @@ fn proc_point(process: &GpuProcess, snapshot: &Snapshot) -> ProcPoint {
         children_cpu_percent: process.children_cpu_percent,
         host_cpu_percent: snapshot.host.cpu_percent,
     }
+}
+
+/// When a pid missing from /proc at `t` was last seen there (the point before, when visible),
+/// or since when it has been missing as the point before says; `t` for a first point.
+fn missing_since(visible: bool, before: Option<&Point<ProcPoint>>, t: f64) -> Option<f64> {
+    if visible {
+        return None;
+    }
+    let since = match before {
+        Some(point) if point.v.visible => point.t,
+        Some(point) => point.v.missing_since.unwrap_or(point.t),
+        None => t,
+    };
+    Some(since.min(t))
 }
 
 fn alloc_point(device: &DeviceAllocatorStats) -> AllocPoint {

@@ -86,8 +86,65 @@ pub(crate) fn replay(
         let mut snapshot = make(step);
         snapshot.jobs = super::group_jobs(&snapshot.processes);
         last = engine.evaluate(&snapshot);
+        last.iter().for_each(assert_written_as_panels);
     }
     last
+}
+
+/// The units the panels' formatters write straight after the number: "64C", "412W",
+/// "1755MHz", "98%", "512B" to "1.0TiB". Taken from the formatters, so a change there moves
+/// what the rules are held to.
+fn glued_units() -> Vec<String> {
+    use crate::format::{bytes, shown};
+    let mut written = vec![
+        shown::celsius(Some(64)).to_string(),
+        shown::watts(Some(412.0)).to_string(),
+        shown::power_of_limit(Some(412.0), Some(700.0)).to_string(),
+        shown::mhz(Some(1755)).to_string(),
+        shown::percent(Some(98)).to_string(),
+        crate::format::percent_whole(98.0),
+    ];
+    written.extend((0..5).map(|power| bytes(5 << (10 * power))));
+    let unit = |text: &String| {
+        let figure = |c: char| c.is_ascii_digit() || matches!(c, '.' | '/');
+        text.trim_start_matches(figure).to_string()
+    };
+    written.iter().map(unit).collect()
+}
+
+/// Why a warning's text writes a figure otherwise than the panels do: a unit they glue to
+/// the number written after a space ("64 °C", "412/700 W", "1755 MHz"), or a degree sign,
+/// which no panel writes.
+pub(crate) fn not_as_panels(warning: &Warning) -> Option<String> {
+    let units = glued_units();
+    let texts = std::iter::once(&warning.message).chain(warning.evidence.iter().map(|(_, v)| v));
+    for text in texts {
+        if text.contains('°') {
+            return Some(format!("a degree sign in {text:?}"));
+        }
+        for unit in &units {
+            let spaced = format!(" {unit}");
+            for (at, _) in text.match_indices(&spaced) {
+                let number_before = text[..at].ends_with(|c: char| c.is_ascii_digit());
+                let rest = &text[at + spaced.len()..];
+                let word_ends = !rest.starts_with(|c: char| c.is_alphanumeric());
+                if number_before && word_ends {
+                    return Some(format!("{unit:?} after a space in {text:?}"));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Panics with [`not_as_panels`]'s reason.
+pub(crate) fn assert_written_as_panels(warning: &Warning) {
+    if let Some(why) = not_as_panels(warning) {
+        panic!(
+            "{}: {why}; the panels write it with crate::format",
+            warning.id
+        );
+    }
 }
 
 /// `replay` with the default config.
@@ -105,6 +162,7 @@ pub(crate) fn find<'a>(warnings: &'a [Warning], id: &str, subject: &Subject) -> 
     warnings
         .iter()
         .find(|w| w.id == id && &w.subject == subject)
+        .inspect(|w| assert_written_as_panels(w))
         .unwrap_or_else(|| panic!("no {id} on {subject:?} in {warnings:#?}"))
 }
 

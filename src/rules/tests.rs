@@ -235,3 +235,40 @@ fn a_full_window_shows_only_its_span_and_grows_no_capacity_for_old_points() {
     }
     assert_eq!(window.recent(1_000.0).len(), 101);
 }
+
+/// The README says figures in warnings are written exactly as the panels write them; the
+/// check every rule test runs ([`testkit::assert_written_as_panels`]) catches a unit written
+/// otherwise, as throttle wrote "64 °C", "412/700 W" and "1755 MHz" before a review.
+#[test]
+fn a_unit_written_otherwise_than_the_panels_write_it_is_caught() {
+    let with = |message: &str, value: &str| {
+        warning(
+            "throttle",
+            crate::model::Severity::Warn,
+            crate::model::Subject::Gpu { index: 0 },
+            message.to_string(),
+            vec![("figure", value.to_string())],
+            "",
+        )
+    };
+    for (message, value) in [
+        ("(87% utilization now, 64 °C)", "64C"),
+        ("(87% utilization now, 64C)", "64°C"),
+        ("(87% utilization now, 412/700 W)", "64C"),
+        ("GPU 0 runs at 80C", "1755 MHz"),
+        ("GPU 0 runs at 80C", "87 %"),
+        ("pid 5 holds 3.0 GiB on GPU 0", "3.0GiB"),
+    ] {
+        let w = with(message, value);
+        assert!(
+            not_as_panels(&w).is_some(),
+            "{message:?} / {value:?} passed"
+        );
+    }
+    let fine = with(
+        "GPU 0's clocks are held down in 3 of 4 samples under load in the last 30 s (87% \
+         utilization now, 64C, 412/700W); pid 5 holds 3.0GiB on 2 GPUs",
+        "1755MHz",
+    );
+    assert_eq!(not_as_panels(&fine), None);
+}

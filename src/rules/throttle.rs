@@ -20,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Percent, Seconds};
 use std::fmt;
 
+use crate::format::shown;
 use crate::model::{GpuSample, Severity};
 
-use super::slots::{Na, Show, Slots, SubjectRef};
+use super::slots::{Show, Slots, SubjectRef};
 use super::window::{GpuPoint, Point};
 use super::Inputs;
 
@@ -162,17 +163,10 @@ fn warn(gpu: &GpuSample, held: &HeldDown, config: &ThrottleConfig, found: &mut S
         }
         held_by.try_for_each(|(_, name)| write!(f, ", {name}"))
     });
-    let utilization = Na(gpu
-        .utilization_percent
-        .map(|u| Show(move |f: &mut fmt::Formatter| write!(f, "{u}%"))));
-    let temperature = gpu
-        .temperature_c
-        .map(|t| Show(move |f: &mut fmt::Formatter| write!(f, "{t} °C")));
-    let power = match (gpu.power_w, gpu.power_limit_w) {
-        (Some(p), Some(l)) => Some(Power(p, Some(l))),
-        (Some(p), None) => Some(Power(p, None)),
-        _ => None,
-    };
+    // Every figure as the GPU panel writes it: "64C", "412/700W", "1755MHz".
+    let utilization = shown::percent(gpu.utilization_percent);
+    let temperature = gpu.temperature_c.map(|t| shown::celsius(Some(t)));
+    let power = (gpu.power_w).map(|p| shown::power_of_limit(Some(p), gpu.power_limit_w));
     let details = Show(|f: &mut fmt::Formatter| {
         if let Some(t) = &temperature {
             write!(f, ", {t}")?;
@@ -182,45 +176,33 @@ fn warn(gpu: &GpuSample, held: &HeldDown, config: &ThrottleConfig, found: &mut S
         }
         Ok(())
     });
-    let window = config.window_seconds.get();
+    let window = shown::span(config.window_seconds.get());
     let subject = SubjectRef::Gpu(gpu.index);
     let mut warning = found.write(ID, severity, subject, REMEDY);
     warning.message(format_args!(
         "GPU {}'s clocks are held down by {reasons} in {} of {} samples under load in the last \
-         {window:.0} s ({utilization} utilization now{details})",
+         {window} ({utilization} utilization now{details})",
         gpu.index, held.held, held.loaded
     ));
     warning.row("reasons", format_args!("{reasons}"));
     warning.row(
         "held down",
         format_args!(
-            "{} of {} samples under load in {window:.0} s",
+            "{} of {} samples under load in {window}",
             held.held, held.loaded
         ),
     );
     warning.row("utilization", format_args!("{utilization}"));
-    warning.row("temperature", format_args!("{}", Na(temperature)));
-    warning.row("power", format_args!("{}", Na(power)));
-    let sm_clock = gpu
-        .sm_clock_mhz
-        .map(|c| Show(move |f: &mut fmt::Formatter| write!(f, "{c} MHz")));
-    warning.row("sm clock", format_args!("{}", Na(sm_clock)));
-    let fan = gpu
-        .fan_percent
-        .map(|p| Show(move |f: &mut fmt::Formatter| write!(f, "{p}%")));
-    warning.row("fan", format_args!("{}", Na(fan)));
-}
-
-/// "300/300 W", or "300 W" without a limit.
-struct Power(f64, Option<f64>);
-
-impl fmt::Display for Power {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.1 {
-            Some(limit) => write!(f, "{:.0}/{limit:.0} W", self.0),
-            None => write!(f, "{:.0} W", self.0),
-        }
-    }
+    warning.row(
+        "temperature",
+        format_args!("{}", shown::celsius(gpu.temperature_c)),
+    );
+    warning.row(
+        "power",
+        format_args!("{}", shown::power_of_limit(gpu.power_w, gpu.power_limit_w)),
+    );
+    warning.row("sm clock", format_args!("{}", shown::mhz(gpu.sm_clock_mhz)));
+    warning.row("fan", format_args!("{}", shown::percent(gpu.fan_percent)));
 }
 
 #[cfg(test)]
@@ -264,9 +246,33 @@ mod tests {
         let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
         assert_eq!(w.severity, Severity::Warn);
         assert_eq!(evidence(w, "reasons"), "sw_power_cap, hw_thermal_slowdown");
-        assert_eq!(evidence(w, "temperature"), "89 °C");
-        assert_eq!(evidence(w, "power"), "300/300 W");
+        assert_eq!(evidence(w, "temperature"), "89C");
+        assert_eq!(evidence(w, "power"), "300/300W");
         assert!(w.remedy.contains("cooling"));
+    }
+
+    /// A review: the message said "(87% utilization now, 64 °C, 412/700 W)" and the evidence
+    /// "1755 MHz" where the GPU panel writes 64C, 412/700W and 1755MHz.
+    #[test]
+    fn figures_are_written_as_the_gpu_panel_writes_them() {
+        let warnings = replay_default(WATCHED, |t| {
+            let mut snapshot = hot_at(t, &["hw_thermal_slowdown"], 87);
+            let gpu = &mut snapshot.gpus[0];
+            (gpu.temperature_c, gpu.power_w) = (Some(64), Some(412.0));
+            (gpu.power_limit_w, gpu.sm_clock_mhz) = (Some(700.0), Some(1755));
+            snapshot
+        });
+        let w = find(&warnings, "throttle", &Subject::Gpu { index: 2 });
+        assert!(
+            w.message
+                .ends_with("in the last 30 s (87% utilization now, 64C, 412/700W)"),
+            "{}",
+            w.message
+        );
+        assert_eq!(evidence(w, "temperature"), "64C");
+        assert_eq!(evidence(w, "power"), "412/700W");
+        assert_eq!(evidence(w, "sm clock"), "1755MHz");
+        assert_eq!(evidence(w, "utilization"), "87%");
     }
 
     /// A user's review: `torchtop --once` warned of throttling "in 1 of 1 samples ... in the

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use crate::config::{NonNegative, Seconds};
 use crate::model::{Severity, Snapshot, Subject, Warning};
 
-use super::{fmt_seconds, warning, Inputs};
+use super::{fmt_opt, fmt_seconds, warning, Inputs};
+use crate::format::shown;
 
 /// `training-stalled`: an agent still reports, but its step counter stopped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -156,17 +157,14 @@ fn stalled(
          collective waiting for another rank",
         fmt_seconds(still),
         still / median,
-        fmt_step(median),
+        shown::step_time(median),
     );
     let evidence = vec![
         ("step", step.to_string()),
-        ("unchanged for", format!("{still:.0} s")),
-        ("median step time", format!("{median:.3} s")),
-        ("threshold", format!("{threshold:.0} s")),
-        (
-            "stats age",
-            format!("{:.1} s", torch.age_seconds.unwrap_or(0.0)),
-        ),
+        ("unchanged for", fmt_seconds(still)),
+        ("median step time", shown::step_time(median).to_string()),
+        ("threshold", fmt_seconds(threshold)),
+        ("stats age", fmt_opt(torch.age_seconds.map(fmt_seconds))),
     ];
     Some(warning(
         ID,
@@ -176,14 +174,6 @@ fn stalled(
         evidence,
         REMEDY,
     ))
-}
-
-fn fmt_step(seconds: f64) -> String {
-    if seconds < 1.0 {
-        format!("{:.0} ms", seconds * 1000.0)
-    } else {
-        fmt_seconds(seconds)
-    }
 }
 
 /// The median of the kept step times (at most [`STEP_TIMES_KEPT`]), sorted on the stack: it is

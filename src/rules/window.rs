@@ -248,6 +248,10 @@ pub(crate) struct GpuPoint {
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct ProcPoint {
     pub(crate) visible: bool,
+    /// While the pid is missing from /proc: when it was last seen there, else (never seen) when
+    /// it was first recorded missing. Carried from point to point, so it outlives the window:
+    /// `zombie-memory`'s "missing for" read the window's span and never passed it.
+    pub(crate) missing_since: Option<f64>,
     pub(crate) gpu_memory_bytes: Option<u64>,
     pub(crate) sm_percent: Option<u32>,
     /// The whole GPU's utilization, for processes NVML gives no SM figure for.

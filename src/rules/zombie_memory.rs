@@ -54,31 +54,27 @@ pub(crate) fn check(inputs: &Inputs, config: &ZombieMemoryConfig) -> Vec<Warning
         return Vec::new();
     }
     covering(inputs.processes, config.min_seconds.get())
-        .filter_map(|((pid, gpu), points)| missing(pid, gpu, points, config))
+        .filter_map(|((pid, gpu), points)| missing(pid, gpu, points))
         .collect()
 }
 
-fn missing(
-    pid: u32,
-    gpu: u32,
-    points: &[Point<ProcPoint>],
-    config: &ZombieMemoryConfig,
-) -> Option<Warning> {
+/// The warning for a pid missing from /proc in every point of `points` (the last
+/// `min_seconds`). "missing for" counts from when it was last seen there, not over `points`:
+/// that span is `min_seconds` however long the pid has been gone.
+fn missing(pid: u32, gpu: u32, points: &[Point<ProcPoint>]) -> Option<Warning> {
     if points.iter().any(|p| p.v.visible) {
         return None;
     }
-    let memory = points.last()?.v.gpu_memory_bytes;
-    let span = points.last()?.t - points.first()?.t;
+    let latest = points.last()?;
+    let memory = latest.v.gpu_memory_bytes;
+    let span = latest.t - latest.v.missing_since.unwrap_or(latest.t);
     let message = format!(
         "{} but is not in /proc: it has exited while the driver still holds its memory, or it \
          runs in another container or PID namespace",
         holds_on_gpu(pid, gpu, memory),
     );
     let mut evidence = held_on_gpu_evidence(gpu, memory);
-    evidence.push((
-        "missing for",
-        fmt_seconds(span.max(config.min_seconds.get())),
-    ));
+    evidence.push(("missing for", fmt_seconds(span)));
     Some(warning(
         ID,
         Severity::Warn,
@@ -136,6 +132,39 @@ mod tests {
         config.zombie_memory.min_seconds = crate::config::Seconds::new(0.0);
         let warnings = replay(config, 0, ghost(|_| false));
         assert_eq!(with_id(&warnings, "zombie-memory").len(), 1);
+    }
+
+    /// A review: "missing for" read 2 s, 3 s, 2 s... for a pid gone 10 s and more, the span of
+    /// the rule's 2 s window. It counts from when the pid was last seen in /proc, and `since`
+    /// (when the warning began) stays put meanwhile.
+    #[test]
+    fn missing_for_counts_from_when_the_pid_was_last_seen() {
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        let gone = ghost(|s| s <= 2);
+        let mut first_since = None;
+        for step in 0..=40 {
+            let warnings = engine.evaluate(&gone(step));
+            let Some(w) = warnings.iter().find(|w| w.id == "zombie-memory") else {
+                assert!(step < 5, "no warning at {step} s: {warnings:#?}");
+                continue;
+            };
+            assert_eq!(
+                evidence(w, "missing for"),
+                format!("{} s", step - 2),
+                "at {step} s"
+            );
+            let since = first_since.get_or_insert_with(|| w.since.clone());
+            assert_eq!(&w.since, since, "at {step} s");
+        }
+        assert_eq!(first_since.as_deref(), Some(rfc3339(T0 + 5.0).as_str()));
+    }
+
+    /// A pid never seen in /proc has been missing since torchtop first listed it.
+    #[test]
+    fn a_pid_never_seen_is_missing_since_it_was_first_listed() {
+        let warnings = replay_default(30, ghost(|_| false));
+        let w = find(&warnings, "zombie-memory", &Subject::Process { pid: 4242 });
+        assert_eq!(evidence(w, "missing for"), "30 s");
     }
 
     /// torchtop in a container of its own sees none of the GPU processes in /proc.

@@ -237,6 +237,11 @@ fn starts_with_ignoring_case(text: &str, prefix: &str) -> bool {
 
 /// Non-PyTorch memory from this process's NVML figure on the device's GPU, and the device's
 /// total and headroom from the GPU's own figures.
+///
+/// Headroom is the GPU's free memory as the driver reports it: NVML's total is used + free +
+/// what the driver reserves for itself, which no program can allocate, so total minus used
+/// overstated what is left by that reserve (512 MiB on an 80 GiB card). Only where the GPU
+/// reports no free figure is it total minus used, the best left to go on.
 fn fill_memory(
     device: &mut DeviceAllocatorStats,
     nvml: impl Fn(u32) -> Option<u64>,
@@ -252,10 +257,7 @@ fn fill_memory(
     let gpu = gpus.iter().find(|g| g.index == index);
     let total = gpu.and_then(|g| g.memory_total_bytes);
     device.device_total_bytes = total;
-    device.headroom_bytes = match (total, gpu.and_then(|g| g.memory_used_bytes)) {
-        (Some(total), Some(used)) => Some(total.saturating_sub(used)),
-        _ => None,
-    };
+    device.headroom_bytes = gpu.and_then(GpuSample::memory_headroom_bytes);
 }
 
 #[cfg(test)]
@@ -377,6 +379,25 @@ mod tests {
             assert_eq!(devices[1].device_total_bytes, Some(80 * GIB));
             assert_eq!(devices[1].cached_bytes(), Some(GIB));
         }
+    }
+
+    /// A review: with 512 MiB reserved by the driver, `headroom_bytes` read 40599 MiB while
+    /// NVML said 40087 MiB were free. NVML's total is used + free + reserved.
+    #[test]
+    fn headroom_is_the_drivers_free_memory_not_total_minus_used() {
+        let mut gpus = vec![gpu(0)];
+        gpus[0].memory_free_bytes = Some(30 * GIB - 512 * (1 << 20));
+        let mut rows = vec![GpuProcess::new(7, 0, ProcessKind::Compute)];
+        rows[0].gpu_memory_bytes = Some(12 * GIB);
+        let info = TorchInfo {
+            devices: vec![device(0, 10 * GIB)],
+            ..Default::default()
+        };
+        let torch = HashMap::from([(7, heard(info))]);
+        join(&mut rows, &torch, &gpus, &mut TorchJoin::default());
+        let devices = &rows[0].torch.as_ref().unwrap().devices;
+        assert_eq!(devices[0].headroom_bytes, gpus[0].memory_free_bytes);
+        assert_eq!(devices[0].device_total_bytes, Some(80 * GIB));
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn write_title(out: &mut String, process: &GpuProcess, torch: &TorchInfo) {
         let _ = write!(out, "  step {step}");
     }
     if let Some(seconds) = torch.step_time_seconds {
-        let _ = write!(out, "  {seconds:.3}s/step");
+        let _ = write!(out, "  {}/step", format::shown::step_time(seconds));
     }
     let version = format::escape(torch.torch.as_deref().unwrap_or(format::NA));
     let _ = write!(out, "  torch {version}");

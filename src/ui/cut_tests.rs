@@ -7,8 +7,8 @@ use crossterm::event::KeyCode;
 use super::*;
 
 /// What the `oom-risk` rule says of a nearly full GPU (as with tests/fixtures/many_warnings.toml).
-const OOM_RISK: &str = "GPU 0 has 78.1GiB of 79.6GiB in use (98%): a process that allocates \
-    more will fail with CUDA out of memory";
+const OOM_RISK: &str = "GPU 0 has 1.5GiB of 79.6GiB free (98% in use or reserved by the driver): \
+    a process that allocates more will fail with CUDA out of memory";
 
 /// One GPU with two processes, warned of a sentence too long for a 120-column screen.
 fn warned_app() -> App {
@@ -29,7 +29,7 @@ fn warned_app() -> App {
 fn a_warning_cut_at_the_edge_ends_in_the_mark_in_the_panel_and_the_w_view() {
     let mut app = warned_app();
     let s = screen(&app, 120, 40);
-    let line = line_with(&s, "GPU 0 has 78.1GiB");
+    let line = line_with(&s, "GPU 0 has 1.5GiB");
     assert!(line.ends_with('…'), "{line}");
     assert!(!line.contains("out of memory"), "the sentence fits: {line}");
     assert_eq!(
@@ -42,7 +42,7 @@ fn a_warning_cut_at_the_edge_ends_in_the_mark_in_the_panel_and_the_w_view() {
 
     key(&mut app, KeyCode::Char('w'));
     let s = screen(&app, 120, 40);
-    let line = line_with(&s, "GPU 0 has 78.1GiB");
+    let line = line_with(&s, "GPU 0 has 1.5GiB");
     assert!(
         line.contains("…│"),
         "the view's line ends in the mark: {line}"

@@ -93,8 +93,8 @@ fn job_app() -> App {
             {
                 device.gpu = Some(p.gpu);
                 device.device_total_bytes = gpu.and_then(|g| g.memory_total_bytes);
-                device.headroom_bytes = gpu
-                    .and_then(|g| Some(g.memory_total_bytes?.saturating_sub(g.memory_used_bytes?)));
+                device.headroom_bytes =
+                    gpu.and_then(crate::model::GpuSample::memory_headroom_bytes);
             }
         }
         let mut snapshot = snapshot_with(gpus, processes);

@@ -65,8 +65,10 @@ pub(super) fn job_lines(
                 rank.gpu.map_or_else(|| NA.to_string(), |g| g.to_string()),
                 bytes(rank.memory_bytes),
                 bytes(rank.headroom_bytes),
-                rank.step_time_seconds
-                    .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s")),
+                rank.step_time_seconds.map_or_else(
+                    || NA.to_string(),
+                    |s| crate::format::shown::step_time(s).to_string()
+                ),
             );
             let style = if rank.straggler {
                 let above = rank.above_median_percent.unwrap_or(0.0);
@@ -156,9 +158,10 @@ fn ranges(numbers: &[u32]) -> String {
 }
 
 fn job_title(job: &Job, selected: bool, theme: Theme) -> Line<'static> {
-    let median = job
-        .median_step_time_seconds
-        .map_or_else(|| NA.to_string(), |s| format!("{s:.3}s"));
+    let median = job.median_step_time_seconds.map_or_else(
+        || NA.to_string(),
+        |s| crate::format::shown::step_time(s).to_string(),
+    );
     let missing = match job.missing_ranks.len() {
         0 => String::new(),
         n => format!(", {n} missing"),
