@@ -23,13 +23,14 @@ mod layout_tests;
 mod mig_tests;
 #[path = "readme_tests.rs"]
 mod readme_tests;
-#[path = "warnings_tests.rs"]
-mod warnings_tests;
-
+#[path = "scroll_tests.rs"]
+mod scroll_tests;
 #[path = "setup_tests.rs"]
 mod setup_tests;
 #[path = "torch_tests.rs"]
 mod torch_tests;
+#[path = "warnings_tests.rs"]
+mod warnings_tests;
 
 const GIB: u64 = 1024 * 1024 * 1024;
 const TIME: &str = "2025-06-01T12:34:56Z";
