@@ -283,7 +283,7 @@ impl App {
             self.warnings_view.set_area(areas.warnings_view);
         }
         self.view.plan = plan;
-        self.view.set_page_rows(page);
+        self.view.set_page_rows(page, self.rows.len());
     }
 
     /// Recomputes the rows after the snapshot or the settings changed, keeping the selection on
@@ -436,10 +436,12 @@ impl App {
             KeyCode::Char('q') => Effect::Quit,
             KeyCode::Esc => self.escape(),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(view::ViewState::select_next),
-            KeyCode::Up | KeyCode::Char('k') => self.move_selection(|v, _| v.select_previous()),
+            KeyCode::Up | KeyCode::Char('k') => {
+                self.move_selection(view::ViewState::select_previous)
+            }
             KeyCode::PageDown => self.move_selection(view::ViewState::page_down),
-            KeyCode::PageUp => self.move_selection(|v, _| v.page_up()),
-            KeyCode::Home => self.move_selection(|v, _| v.select_first()),
+            KeyCode::PageUp => self.move_selection(view::ViewState::page_up),
+            KeyCode::Home => self.move_selection(view::ViewState::select_first),
             KeyCode::End => self.move_selection(view::ViewState::select_last),
             KeyCode::Char(' ') => self.toggle_tag(),
             KeyCode::Char('U') => self.untag_all(),

@@ -1,8 +1,8 @@
 //! Chooses where each panel goes for a given terminal size and what the panels ask for
 //! ([`LayoutNeeds`]). As in nvtop and nvitop, the GPUs and the processes come first: the
-//! header, the status line and the table's header with two rows; every GPU line; the table's
-//! first rows (8, or a third of the screen when that is more; 6 with `f`). Then, cut or left
-//! out when rows run short: the warnings, the jobs, the PyTorch panel, the balance and host
+//! header, the status line and the table's header with two rows; every GPU line with its MIG
+//! sub-rows; the table's first rows (8, or a third of the screen when that is more; 6 with
+//! `f`). Then, cut or left out when rows run short: the warnings, the jobs, the PyTorch panel, the balance and host
 //! strip and the history, those left out named on one line ([`Hidden`]) that takes its row
 //! from them, not from the table's first rows. Then the GPU detail lines and larger
 //! sparklines (`f` before the warnings grow to a third of the screen, `a` after), and the rest
@@ -39,6 +39,8 @@ use ratatui::layout::{Margin, Rect};
 
 use super::view::Density;
 
+mod place;
+
 pub(crate) const MIN_WIDTH: u16 = 60;
 pub(crate) const MIN_HEIGHT: u16 = 16;
 /// From this width the allocator panel sits beside the process table instead of below it.
@@ -72,7 +74,11 @@ pub(crate) struct LayoutNeeds {
     /// Lines the message shown instead of the GPU table wraps to (no driver, no GPUs); 0 with
     /// GPUs.
     pub(crate) gpu_message_lines: u16,
-    /// Detail lines the busiest GPU needs under its main line at this width.
+    /// MIG sub-rows of every GPU together: granted with the GPU lines, before any panel, as
+    /// nvitop always shows them.
+    pub(crate) gpu_mig_lines: u16,
+    /// Detail lines (not the MIG sub-rows) the busiest GPU needs under its main line at this
+    /// width.
     pub(crate) gpu_detail_lines: u16,
     /// Lines the warnings panel wants below its title: one per group of warnings.
     pub(crate) warnings: u16,
@@ -144,7 +150,11 @@ impl Plan {
 pub(crate) struct Areas {
     pub(crate) header: Rect,
     pub(crate) gpus: Rect,
-    /// Detail lines drawn under each GPU's main line; 0 when there is no room.
+    /// Whether each GPU's MIG sub-rows are drawn under its main line (not when even the GPU
+    /// lines with them leave the table less than its least).
+    pub(crate) mig_rows: bool,
+    /// Detail lines drawn under each GPU's main line (and its MIG sub-rows); 0 when there is
+    /// no room.
     pub(crate) gpu_detail_lines: u16,
     pub(crate) history: Option<Rect>,
     /// 1: the sparklines of a GPU share one row; more: one row each.
@@ -207,6 +217,7 @@ pub(crate) fn warnings_view_area(screen: Rect, detail_lines: u16) -> WarningsVie
 #[derive(Clone, Copy)]
 struct Heights {
     gpus: u16,
+    mig_rows: bool,
     gpu_detail_lines: u16,
     history: u16,
     history_rows_per_gpu: u16,
@@ -228,7 +239,7 @@ pub(crate) fn plan(area: Rect, needs: &LayoutNeeds) -> Plan {
         };
     }
     let heights = heights(area, needs);
-    let mut areas = place(area, needs, &heights);
+    let mut areas = place::place(area, needs, &heights);
     areas.warnings_view = warnings_view_area(area, needs.warning_detail_lines);
     Plan::Screen(areas)
 }
@@ -238,12 +249,20 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let gpu_base = gpu_base(needs);
     // Less the header and the status line; MIN_HEIGHT leaves the table its least below them.
     let mut left = area.height - 2;
-    let gpus = gpu_base.min(left - MIN_PROCESS_HEIGHT);
+    // The MIG sub-rows come with the GPU lines, or (when the table would get less than its
+    // least) not at all, leaving the GPU lines their rows.
+    let mig_rows = needs.gpu_mig_lines > 0 && gpu_base <= left - MIN_PROCESS_HEIGHT;
+    let gpus = if mig_rows {
+        gpu_base
+    } else {
+        (gpu_base - needs.gpu_mig_lines).min(left - MIN_PROCESS_HEIGHT)
+    };
     left -= gpus;
     let processes = first_table_height(area.height, needs).min(left);
     left -= processes;
     let mut h = Heights {
         gpus,
+        mig_rows,
         gpu_detail_lines: 0,
         history: 0,
         history_rows_per_gpu: 1,
@@ -275,14 +294,15 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     h
 }
 
-/// The GPU panel's rows: its title and a line per GPU, or the message shown without GPUs.
+/// The GPU panel's rows: its title, a line per GPU and the MIG sub-rows, or the message shown
+/// without GPUs.
 fn gpu_base(needs: &LayoutNeeds) -> u16 {
     if needs.gpu_count == 0 {
         1 + needs
             .gpu_message_lines
             .clamp(MIN_GPU_MESSAGE_LINES, MAX_GPU_MESSAGE_LINES)
     } else {
-        1 + needs.gpu_count
+        1 + needs.gpu_count + needs.gpu_mig_lines
     }
 }
 
@@ -423,78 +443,6 @@ fn warnings_height(count: u16, screen_height: u16) -> u16 {
     }
     let most = if screen_height >= 40 { 5 } else { 2 };
     1 + count.min(most)
-}
-
-fn place(area: Rect, needs: &LayoutNeeds, h: &Heights) -> Areas {
-    let mut y = area.y;
-    let mut take = |height: u16| {
-        let rect = Rect::new(area.x, y, area.width, height);
-        y += height;
-        rect
-    };
-    let header = take(1);
-    let gpus = take(h.gpus);
-    let history = (h.history > 0).then(|| take(h.history));
-    let middle = take(h.middle);
-    let hidden_note = (h.note > 0).then(|| take(h.note));
-    let jobs = (h.jobs > 0).then(|| take(h.jobs));
-    let warnings = (h.warnings > 0).then(|| take(h.warnings));
-    let table = take(h.processes);
-    let below = (h.allocator_below > 0).then(|| take(h.allocator_below));
-    let status = take(1);
-    let (balance, host) = match (needs.hide_balance, needs.hide_host) {
-        (false, false) => split_middle(middle, needs.gpu_count),
-        (true, _) => (Rect { width: 0, ..middle }, middle),
-        (false, true) => (middle, Rect { width: 0, ..middle }),
-    };
-    let (processes, allocator) = match below {
-        Some(rect) => (table, Some(rect)),
-        None => split_table(
-            table,
-            needs.allocator_beside && needs.density != Density::Compact,
-        ),
-    };
-    Areas {
-        header,
-        gpus,
-        gpu_detail_lines: h.gpu_detail_lines,
-        history,
-        history_rows_per_gpu: h.history_rows_per_gpu,
-        balance,
-        host,
-        hidden_note,
-        hidden: h.hidden,
-        jobs,
-        warnings,
-        processes,
-        allocator,
-        status,
-        warnings_view: WarningsViewArea::default(),
-    }
-}
-
-fn split_middle(middle: Rect, gpu_count: u16) -> (Rect, Rect) {
-    let wanted = gpu_count * BALANCE_GROUP_WIDTH + 2;
-    let width = wanted.clamp(24, middle.width / 2);
-    let balance = Rect::new(middle.x, middle.y, width, middle.height);
-    let host = Rect::new(
-        middle.x + width,
-        middle.y,
-        middle.width - width,
-        middle.height,
-    );
-    (balance, host)
-}
-
-/// In a wide terminal the allocator panel of the selected process sits right of the table.
-fn split_table(table: Rect, allocator_beside: bool) -> (Rect, Option<Rect>) {
-    if table.width < WIDE_WIDTH || !allocator_beside {
-        return (table, None);
-    }
-    let width = ALLOCATOR_WIDE_WIDTH;
-    let processes = Rect::new(table.x, table.y, table.width - width, table.height);
-    let panel = Rect::new(table.x + table.width - width, table.y, width, table.height);
-    (processes, Some(panel))
 }
 
 impl Plan {

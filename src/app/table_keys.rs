@@ -47,7 +47,7 @@ impl App {
                 None => Effect::None,
             },
             MouseEventKind::ScrollDown => self.move_selection(ViewState::select_next),
-            MouseEventKind::ScrollUp => self.move_selection(|v, _| v.select_previous()),
+            MouseEventKind::ScrollUp => self.move_selection(ViewState::select_previous),
             _ => Effect::None,
         }
     }
@@ -64,7 +64,12 @@ impl App {
             return None;
         }
         let height = usize::from(table.height - 1);
-        let first = first_visible_row(self.view.offset, self.view.selected, height);
+        let first = first_visible_row(
+            self.view.offset,
+            self.view.selected,
+            height,
+            self.rows.len(),
+        );
         let index = first + usize::from(y - body_top);
         (index < self.rows.len()).then_some(index)
     }
@@ -129,7 +134,7 @@ impl App {
             }
             KeyCode::Enter => {
                 self.mode = Mode::Normal;
-                self.view.select_first();
+                self.view.select_first(self.rows.len());
                 self.remember_selection();
             }
             KeyCode::Backspace => {

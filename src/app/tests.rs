@@ -925,7 +925,7 @@ fn the_tree_tells_the_sampler_which_rows_are_on_screen() {
     ];
     app.on_snapshot(Arc::new(next));
     assert_eq!(pids(&app), [90, 100, 110, 200, 300, 400]);
-    app.view.set_page_rows(2);
+    app.view.set_page_rows(2, app.rows().len());
     let told = |visible: &[u32]| {
         Some(SamplerRequest::ProcessTable {
             wanted: true,

@@ -58,7 +58,12 @@ impl App {
         if height == 0 {
             return None;
         }
-        let first = first_visible_row(self.view.offset, self.view.selected, height);
+        let first = first_visible_row(
+            self.view.offset,
+            self.view.selected,
+            height,
+            self.rows.len(),
+        );
         let first = first.saturating_sub(margin).min(self.rows.len());
         let mut pids: Vec<u32> = self.rows[first..]
             .iter()

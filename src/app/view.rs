@@ -57,54 +57,59 @@ pub(crate) struct ViewState {
 }
 
 impl ViewState {
+    // Every move takes the table's row count, so that the window stays filled from the top as
+    // far as the rows allow (see [`first_visible_row`]).
+
     pub(crate) fn select_next(&mut self, rows: usize) {
         if self.selected + 1 < rows {
             self.selected += 1;
         }
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
-    pub(crate) fn select_previous(&mut self) {
+    pub(crate) fn select_previous(&mut self, rows: usize) {
         self.selected = self.selected.saturating_sub(1);
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
     /// Selects row `index` (clamped to the `rows` there are) and scrolls it into view.
     pub(crate) fn select_index(&mut self, index: usize, rows: usize) {
         self.selected = index.min(rows.saturating_sub(1));
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
-    /// Keeps the selection on a row that exists after the row count changed.
+    /// Keeps the selection on a row that exists after the row count changed, and the window
+    /// filled: a filter that leaves 10 of 22 rows shows all 10, not the last 5 and blank lines.
     pub(crate) fn clamp_to(&mut self, rows: usize) {
         self.selected = self.selected.min(rows.saturating_sub(1));
-        self.offset = self.offset.min(self.selected);
+        self.keep_selection_visible(rows);
     }
 
     pub(crate) fn page_down(&mut self, rows: usize) {
         self.selected = (self.selected + self.page()).min(rows.saturating_sub(1));
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
-    pub(crate) fn page_up(&mut self) {
+    pub(crate) fn page_up(&mut self, rows: usize) {
         self.selected = self.selected.saturating_sub(self.page());
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
-    pub(crate) fn select_first(&mut self) {
+    pub(crate) fn select_first(&mut self, _rows: usize) {
         self.selected = 0;
         self.offset = 0;
     }
 
     pub(crate) fn select_last(&mut self, rows: usize) {
         self.selected = rows.saturating_sub(1);
-        self.keep_selection_visible();
+        self.keep_selection_visible(rows);
     }
 
-    /// Records how many process rows fit on screen, so the page keys and scrolling match it.
-    pub(crate) fn set_page_rows(&mut self, rows: usize) {
-        self.page_rows = rows;
-        self.keep_selection_visible();
+    /// Records how many process rows fit on screen (`page`) for a table of `rows`, so the page
+    /// keys and scrolling match it: a taller window shows the rows above, not blank lines.
+    pub(crate) fn set_page_rows(&mut self, page: usize, rows: usize) {
+        self.page_rows = page;
+        self.keep_selection_visible(rows);
     }
 
     pub(crate) fn toggle_help(&mut self) {
@@ -125,22 +130,34 @@ impl ViewState {
         self.page_rows.max(1)
     }
 
-    fn keep_selection_visible(&mut self) {
-        self.offset = first_visible_row(self.offset, self.selected, self.page());
+    /// The table's first row on screen for this selection, page and row count.
+    pub(crate) fn first_visible(&self, rows: usize) -> usize {
+        first_visible_row(self.offset, self.selected, self.page(), rows)
+    }
+
+    fn keep_selection_visible(&mut self, rows: usize) {
+        self.offset = self.first_visible(rows);
     }
 }
 
-/// The first row to draw so that `selected` is inside a window of `height` rows, moving the
-/// window from `offset` as little as possible.
-pub(crate) fn first_visible_row(offset: usize, selected: usize, height: usize) -> usize {
+/// The first of `rows` to draw so that `selected` is inside a window of `height` rows, moving
+/// the window from `offset` as little as possible, and never so far down that the window ends
+/// below the last row while rows above it are hidden (as htop: at most `rows - height`).
+pub(crate) fn first_visible_row(
+    offset: usize,
+    selected: usize,
+    height: usize,
+    rows: usize,
+) -> usize {
     let height = height.max(1);
-    if selected < offset {
+    let first = if selected < offset {
         selected
     } else if selected >= offset + height {
         selected + 1 - height
     } else {
         offset
-    }
+    };
+    first.min(rows.saturating_sub(height))
 }
 
 #[cfg(test)]
@@ -150,15 +167,15 @@ mod tests {
     #[test]
     fn scrolling_moves_the_window_only_at_its_edges() {
         let mut view = ViewState::default();
-        view.set_page_rows(5);
+        view.set_page_rows(5, 20);
         for _ in 0..7 {
             view.select_next(20);
         }
         assert_eq!((view.selected, view.offset), (7, 3));
-        view.select_previous();
+        view.select_previous(20);
         assert_eq!((view.selected, view.offset), (6, 3));
         for _ in 0..4 {
-            view.select_previous();
+            view.select_previous(20);
         }
         assert_eq!((view.selected, view.offset), (2, 2));
     }
@@ -166,16 +183,16 @@ mod tests {
     #[test]
     fn paging_and_ends_stay_in_range() {
         let mut view = ViewState::default();
-        view.set_page_rows(10);
+        view.set_page_rows(10, 15);
         view.page_down(15);
         assert_eq!(view.selected, 10);
         view.page_down(15);
         assert_eq!(view.selected, 14);
-        view.page_up();
+        view.page_up(15);
         assert_eq!(view.selected, 4);
         view.select_last(15);
         assert_eq!((view.selected, view.offset), (14, 5));
-        view.select_first();
+        view.select_first(15);
         assert_eq!((view.selected, view.offset), (0, 0));
         view.select_last(0);
         assert_eq!(view.selected, 0);
@@ -192,6 +209,24 @@ mod tests {
         assert_eq!((view.selected, view.offset), (2, 2));
         view.clamp_to(0);
         assert_eq!((view.selected, view.offset), (0, 0));
+    }
+
+    /// A review: `End` in 22 rows, then a filter leaving 10 drew the last 5 over 5 blank lines.
+    #[test]
+    fn a_shrinking_table_is_filled_from_its_top() {
+        let mut view = ViewState::default();
+        view.set_page_rows(8, 22);
+        view.select_last(22);
+        assert_eq!((view.selected, view.offset), (21, 14));
+        view.select_index(9, 10);
+        assert_eq!((view.selected, view.offset), (9, 2));
+        view.clamp_to(5);
+        assert_eq!((view.selected, view.offset), (4, 0));
+        // A taller window after a resize shows the rows above.
+        view.select_last(22);
+        view.set_page_rows(20, 22);
+        assert_eq!((view.selected, view.offset), (21, 2));
+        assert_eq!(first_visible_row(14, 21, 8, 10), 2);
     }
 
     #[test]

@@ -228,7 +228,12 @@ impl WarningsView {
 
     /// The index of the first entry drawn, so that the selection is on screen.
     pub(crate) fn first_visible(&self) -> usize {
-        first_visible_row(self.offset, self.selected, self.list_rows())
+        first_visible_row(
+            self.offset,
+            self.selected,
+            self.list_rows(),
+            self.entries.len(),
+        )
     }
 
     pub(crate) fn list_rows(&self) -> usize {

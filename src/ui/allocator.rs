@@ -287,7 +287,9 @@ fn render_device(
 }
 
 /// Allocated and reserved, side by side on one row (or one above the other on two), each
-/// auto-scaled to its window with the window's min and max beside it.
+/// auto-scaled to its window with the window's min and max beside it: those of the raw
+/// samples, so that the max is never below the figure printed above; a bar is its bucket's
+/// highest sample.
 fn render_sparklines(
     frame: &mut Frame,
     area: Rect,
@@ -321,8 +323,8 @@ fn render_sparklines(
             .width
             .saturating_sub(SPARK_LABEL_WIDTH + 2 * SPARK_RANGE_WIDTH + 1);
         let bucket = bucket_size(capacity, usize::from(width));
-        let buckets = newest_first_buckets(values, bucket, usize::from(width));
-        let (data, range) = autoscaled(&buckets);
+        let (buckets, range) = newest_first_buckets(values, bucket, usize::from(width));
+        let data = autoscaled(&buckets, range);
         let short = |v: f64| format::bytes_short(v as u64);
         let (low, high) = range.map_or((format::NA.to_string(), String::new()), |(lo, hi)| {
             (short(lo), short(hi))

@@ -284,6 +284,8 @@ fn gpu_lines(lines: &mut Vec<Line<'static>>, app: &App, rows: &[&GpuProcess], th
 }
 
 fn history_lines(lines: &mut Vec<Line<'static>>, app: &App, pid: u32, width: usize, theme: Theme) {
+    // One span for every row, the process figures' (which keep fewer samples at a fast
+    // refresh), so that a column is the same moment on every row.
     let capacity = app
         .history
         .capacity()
@@ -301,6 +303,11 @@ fn history_lines(lines: &mut Vec<Line<'static>>, app: &App, pid: u32, width: usi
         lines.push(Line::styled("  no samples yet", theme.dim()));
         return;
     };
+    let spark = spark_width(width);
+    let columns = HistoryColumns {
+        spark,
+        bucket: bucket_size(capacity, spark),
+    };
     let bytes = |v: f64| format::bytes(v.max(0.0) as u64);
     let percent = |v: f64| format!("{v:.0}%");
     let ProcessHistory {
@@ -317,64 +324,64 @@ fn history_lines(lines: &mut Vec<Line<'static>>, app: &App, pid: u32, width: usi
         ("RSS", rss_bytes, &bytes),
     ];
     for (label, series, show) in series {
-        lines.push(history_line(label, series, capacity, width, show, theme));
+        lines.push(history_line(label, series, columns, show, theme));
     }
     for ((_, device), allocator) in app.history.allocators.range((pid, 0)..=(pid, u32::MAX)) {
         let label = format!("cuda:{device} alloc");
-        let capacity = app.history.capacity();
-        lines.push(history_line(
-            &label,
-            &allocator.allocated_bytes,
-            capacity,
-            width,
-            &bytes,
-            theme,
-        ));
+        let series = &allocator.allocated_bytes;
+        lines.push(history_line(&label, series, columns, &bytes, theme));
         let label = format!("cuda:{device} resv");
-        lines.push(history_line(
-            &label,
-            &allocator.reserved_bytes,
-            capacity,
-            width,
-            &bytes,
-            theme,
-        ));
+        let series = &allocator.reserved_bytes;
+        lines.push(history_line(&label, series, columns, &bytes, theme));
     }
 }
 
-/// "  SM%        ▂▃▅▇  85% (60%..90%)": the series averaged to the columns a line of `line`
-/// cells leaves, oldest at the left, scaled to its own min..max so a small change shows.
+/// Columns of the figures after each history sparkline: the widest is a byte figure and its
+/// range, "999.9GiB (999.9GiB..999.9GiB)". Fixed, so that every row's newest sample is in the
+/// same column whatever its figures.
+const HISTORY_FIGURES: usize = 29;
+
+/// The sparkline's cells on a line of `line` cells: what the label, the gaps and the figures
+/// leave, within 4..[`MAX_SPARK`].
+fn spark_width(line: usize) -> usize {
+    line.saturating_sub(2 + LABEL + 1 + 2 + HISTORY_FIGURES)
+        .clamp(4, MAX_SPARK)
+}
+
+/// What every history row shares: its sparkline's width and the samples a cell stands for.
+#[derive(Clone, Copy)]
+struct HistoryColumns {
+    spark: usize,
+    bucket: usize,
+}
+
+/// "  SM%          ▂▃▅▇  85% (60%..90%)": the series in `columns.spark` cells, oldest at the
+/// left, each cell the highest sample of its bucket, scaled to the min..max of the samples
+/// drawn (printed after the current value) so that a small change shows.
 fn history_line(
     label: &str,
     series: &Series,
-    capacity: usize,
-    line: usize,
+    columns: HistoryColumns,
     show: &Figure,
     theme: Theme,
 ) -> Line<'static> {
+    let HistoryColumns {
+        spark: width,
+        bucket,
+    } = columns;
+    let (mut values, range) = newest_first_buckets(series, bucket, width);
     let now = series.iter().next_back().flatten();
-    let (low, high) = series
-        .iter()
-        .flatten()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
-            (l.min(v), h.max(v))
-        });
-    let figures = if low > high {
-        "N/A".to_string()
-    } else {
-        format!(
+    let figures = match range {
+        None => "N/A".to_string(),
+        Some((low, high)) => format!(
             "{} ({}..{})",
             now.map_or("N/A".to_string(), show),
             show(low),
             show(high)
-        )
+        ),
     };
-    let width = line
-        .saturating_sub(2 + LABEL + 1 + 2 + figures.chars().count())
-        .clamp(4, MAX_SPARK);
-    let bucket = bucket_size(capacity, width);
-    let mut values = newest_first_buckets(series, bucket, width);
     values.reverse();
+    let (low, high) = range.unwrap_or((0.0, 0.0));
     let spark: String = values
         .iter()
         .map(|v| match v {
@@ -386,7 +393,8 @@ fn history_line(
         })
         .collect();
     Line::from(vec![
-        Span::styled(format!("  {label:<LABEL$} "), theme.label()),
+        // Cut to its column, so that a long name (cuda:10) moves no sparkline.
+        Span::styled(format!("  {label:<LABEL$.LABEL$} "), theme.label()),
         Span::styled(format!("{spark:>width$}"), theme.memory_bar()),
         Span::raw(format!("  {figures}")),
     ])

@@ -82,6 +82,37 @@ fn detail_view_at_three_sizes() {
     }
 }
 
+/// A review: each history row's sparkline was right-aligned against figures of its own width,
+/// so the newest sample of "GPU memory" ended near column 89, "SM%" near 98 and
+/// "cuda:0 alloc" near 86. Every row's newest sample is now in one column.
+#[test]
+fn the_detail_views_history_rows_end_in_one_column() {
+    let app = detail_app();
+    for (width, height) in [(80, 24), (120, 40), (200, 50)] {
+        let s = screen(&app, width, height);
+        let labels = [
+            "GPU memory",
+            "SM%",
+            "CPU%",
+            "RSS",
+            "cuda:0 alloc",
+            "cuda:0 resv",
+        ];
+        let ends: Vec<usize> = labels
+            .iter()
+            .map(|label| {
+                let line = line_with(&s, &format!("  {label} "));
+                let chars: Vec<char> = line.chars().collect();
+                chars
+                    .iter()
+                    .rposition(|c| ('▁'..='█').contains(c))
+                    .unwrap_or_else(|| panic!("no sparkline on {label:?}:\n{s}"))
+            })
+            .collect();
+        assert!(ends.iter().all(|e| *e == ends[0]), "{width}: {ends:?}\n{s}");
+    }
+}
+
 /// A Slurm task's cgroup sets no limit; its job's does: the detail view names the job's
 /// limit, the job's use (not the task's own) and the cgroup that sets it.
 #[test]

@@ -1,7 +1,8 @@
-//! The GPU table's detail lines under each GPU's main line: one sub-row per MIG device, then
-//! clocks, PCIe, codecs, throttle reasons, ECC (only where it is on), bus id, UUID and the
-//! last error, packed to the width two spaces apart. Written straight into the panel's
-//! [`Runs`], and counted for the layout ([`detail_line_count`]) without being written.
+//! The GPU table's lines under each GPU's main line: one sub-row per MIG device (shown with
+//! the GPU lines), then the detail lines: clocks, PCIe, codecs, throttle reasons, ECC (only
+//! where it is on), bus id, UUID and the last error, packed to the width two spaces apart.
+//! Written straight into the panel's [`Runs`], and counted for the layout
+//! ([`mig_line_count`], [`detail_line_count`]) without being written.
 
 use std::fmt::{Arguments, Write as _};
 
@@ -17,8 +18,23 @@ const DETAIL_INDENT: &str = "      ";
 /// Most pids named on a MIG sub-row; the rest are counted.
 const MIG_ROW_PIDS: usize = 6;
 
-/// Writes exactly `lines` detail lines of `gpu` packed to `width` into `out`: its MIG sub-rows,
-/// then the packed pieces, cut after `lines`, or followed by empty lines up to it.
+/// Writes one sub-row per MIG device of `gpu` into `out`. The layout grants these with the GPU
+/// lines ([`mig_line_count`]), not with the detail lines.
+pub(crate) fn push_mig_lines(out: &mut Runs, gpu: &GpuSample, theme: Theme) {
+    for mig in &gpu.mig_devices {
+        out.push_with(theme.plain(), |t| write_mig_line(t, gpu.index, mig));
+        out.end_line(Style::new());
+    }
+}
+
+/// The MIG sub-rows of every GPU together.
+pub(crate) fn mig_line_count(gpus: &[GpuSample]) -> u16 {
+    let rows: usize = gpus.iter().map(|g| g.mig_devices.len()).sum();
+    u16::try_from(rows).unwrap_or(u16::MAX)
+}
+
+/// Writes exactly `lines` detail lines of `gpu` packed to `width` into `out`: the packed
+/// pieces, cut after `lines`, or followed by empty lines up to it.
 pub(crate) fn push_detail_lines(
     out: &mut Runs,
     gpu: &GpuSample,
@@ -27,11 +43,6 @@ pub(crate) fn push_detail_lines(
     lines: usize,
 ) {
     let mut written = 0;
-    for mig in gpu.mig_devices.iter().take(lines) {
-        out.push_with(theme.plain(), |t| write_mig_line(t, gpu.index, mig));
-        out.end_line(Style::new());
-        written += 1;
-    }
     let mut packer = Packer {
         out,
         style: theme.dim(),
@@ -152,8 +163,8 @@ fn detail_pieces(gpu: &GpuSample, mut each: impl FnMut(Arguments)) {
     }
 }
 
-/// Detail lines the busiest GPU needs at this width (its MIG sub-rows included); every GPU
-/// gets that many. Counted from the pieces' widths as [`format::pack`] packs them, without
+/// Detail lines the busiest GPU needs at this width (not its MIG sub-rows); every GPU gets
+/// that many. Counted from the pieces' widths as [`format::pack`] packs them, without
 /// writing the lines: the layout asks this every frame, even when no detail line fits.
 pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
     let width = usize::from(width);
@@ -174,7 +185,7 @@ pub(crate) fn detail_line_count(gpus: &[GpuSample], width: u16) -> u16 {
                 empty = false;
             });
             let lines = lines + usize::from(!empty);
-            u16::try_from(g.mig_devices.len() + lines).unwrap_or(u16::MAX)
+            u16::try_from(lines).unwrap_or(u16::MAX)
         })
         .max()
         .unwrap_or(0)
@@ -264,7 +275,7 @@ mod tests {
     use crate::ui::label::Label;
 
     /// The detail lines as they were built before they were written into `Runs`: MIG
-    /// sub-rows by `format!`, pieces packed by `format::pack`, cut or padded to `lines`.
+    /// sub-rows by `format!`, then pieces packed by `format::pack`, cut or padded to `lines`.
     fn reference(
         gpu: &GpuSample,
         theme: Theme,
@@ -301,14 +312,11 @@ mod tests {
         detail_pieces(gpu, |piece| {
             pieces.push(vec![Span::styled(piece.to_string(), theme.dim())]);
         });
-        out.extend(format::pack(
-            pieces,
-            usize::from(width),
-            DETAIL_INDENT.len(),
-        ));
+        let mut packed = format::pack(pieces, usize::from(width), DETAIL_INDENT.len());
         if let Some(lines) = lines {
-            out.resize(lines, Line::default());
+            packed.resize(lines, Line::default());
         }
+        out.extend(packed);
         out
     }
 
@@ -348,7 +356,8 @@ mod tests {
         for s in 0..4 {
             for width in 0..220 {
                 let drawn = reference(&gpu, Theme::new(true), width, None).len();
-                let counted = detail_line_count(std::slice::from_ref(&gpu), width);
+                let gpus = std::slice::from_ref(&gpu);
+                let counted = detail_line_count(gpus, width) + mig_line_count(gpus);
                 assert_eq!(usize::from(counted), drawn, "step {s}, width {width}");
             }
             step(&mut gpu, s);
@@ -364,11 +373,12 @@ mod tests {
         for s in 0..5 {
             for width in [20, 40, 80, 120, 200] {
                 for lines in 0..8 {
-                    let area = Rect::new(0, 0, width, 8);
+                    let area = Rect::new(0, 0, width, 12);
                     let (mut theirs, mut ours) = (Buffer::empty(area), Buffer::empty(area));
                     Label::new(reference(&gpu, theme, width, Some(lines)))
                         .render(area, &mut theirs);
                     let mut runs = Runs::default();
+                    push_mig_lines(&mut runs, &gpu, theme);
                     push_detail_lines(&mut runs, &gpu, theme, width, lines);
                     (&runs).render(area, &mut ours);
                     assert_eq!(ours, theirs, "step {s}, width {width}, {lines} lines");

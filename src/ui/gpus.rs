@@ -1,11 +1,11 @@
-//! The GPU table: one main line per GPU, plus detail lines ([`super::gpu_details`]: clocks,
+//! The GPU table: one main line per GPU, its MIG sub-rows, plus detail lines ([`super::gpu_details`]: clocks,
 //! PCIe, encoder, throttle reasons, ECC, bus id, UUID) when the layout has room. Also the
 //! messages shown instead of the table when NVML is missing, finds no GPUs, or has not been
 //! sampled yet.
 
 use std::fmt::Write as _;
 
-use super::gpu_details::push_detail_lines;
+use super::gpu_details::{push_detail_lines, push_mig_lines};
 use super::label::Runs;
 use ratatui::{
     layout::Rect,
@@ -25,7 +25,15 @@ const WIDE: u16 = 120;
 /// Throttle reasons that mean the GPU is held back by heat or hardware, not just idle or capped.
 const SEVERE_THROTTLE: [&str; 2] = ["thermal", "hw_"];
 
-pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, detail_lines: u16) {
+/// What is drawn under each GPU's main line: its MIG sub-rows or not, and how many detail
+/// lines, as the layout granted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SubRows {
+    pub(crate) mig: bool,
+    pub(crate) detail_lines: u16,
+}
+
+pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, sub_rows: SubRows) {
     if area.height == 0 {
         return;
     }
@@ -57,7 +65,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme, det
         &app.snapshot.gpus,
         &columns,
         theme,
-        detail_lines,
+        sub_rows,
         body,
         marked,
     );
@@ -106,16 +114,32 @@ fn gpu_lines(
     gpus: &[GpuSample],
     columns: &Columns,
     theme: Theme,
-    detail_lines: u16,
+    sub_rows: SubRows,
     body: Rect,
     marked: Option<u32>,
 ) {
-    let per_gpu = 1 + usize::from(detail_lines);
+    let detail_lines = sub_rows.detail_lines;
+    let rows_of = |gpu: &GpuSample| {
+        let mig = if sub_rows.mig {
+            gpu.mig_devices.len()
+        } else {
+            0
+        };
+        1 + mig + usize::from(detail_lines)
+    };
     let room = usize::from(body.height);
-    let shown = if gpus.len() * per_gpu <= room {
+    let all: usize = gpus.iter().map(rows_of).sum();
+    // When not every GPU fits, the last row says how many more there are.
+    let shown = if all <= room {
         gpus.len()
     } else {
-        room.saturating_sub(1) / per_gpu
+        let mut used = 0;
+        gpus.iter()
+            .take_while(|gpu| {
+                used += rows_of(gpu);
+                used < room
+            })
+            .count()
     };
     for gpu in &gpus[..shown] {
         columns.main_line(out, gpu, theme);
@@ -123,6 +147,9 @@ fn gpu_lines(
             out.end_line(theme.selected());
         } else {
             out.end_line(Style::new());
+        }
+        if sub_rows.mig {
+            push_mig_lines(out, gpu, theme);
         }
         if detail_lines > 0 {
             push_detail_lines(out, gpu, theme, body.width, usize::from(detail_lines));

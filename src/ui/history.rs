@@ -367,26 +367,23 @@ pub(crate) const AUTOSCALE_TOP: u64 = 1000;
 
 /// Buckets scaled to the window's min..max, so that 8 to 8.6 GiB rises across the whole height:
 /// the lowest value draws as the lowest bar (not as nothing), a flat series at mid height.
-/// Returns the data for a sparkline of top [`AUTOSCALE_TOP`] and the (min, max) it spans;
-/// `None` when the window has no value.
-pub(crate) fn autoscaled(buckets: &[Option<f64>]) -> (Vec<Option<u64>>, Option<(f64, f64)>) {
-    let present = buckets.iter().flatten().copied();
-    let range = present.fold(None, |range: Option<(f64, f64)>, v| {
-        Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
-    });
-    let data = buckets
+/// `range` is the (min, max) of the raw samples the buckets cover
+/// ([`newest_first_buckets_into`]), so that the scale and the figures printed beside it are
+/// the window's true extremes, not those of bucket values. Returns the data for a sparkline of
+/// top [`AUTOSCALE_TOP`]; gaps stay `None`.
+pub(crate) fn autoscaled(buckets: &[Option<f64>], range: Option<(f64, f64)>) -> Vec<Option<u64>> {
+    buckets
         .iter()
         .map(|v| {
             let (v, (lo, hi)) = (v.as_ref()?, range?);
             let step = (AUTOSCALE_TOP - 1) as f64;
             Some(if hi > lo {
-                1 + ((v - lo) / (hi - lo) * step).round() as u64
+                1 + ((v - lo) / (hi - lo) * step).round().clamp(0.0, step) as u64
             } else {
                 AUTOSCALE_TOP / 2
             })
         })
-        .collect();
-    (data, range)
+        .collect()
 }
 
 /// How many samples each column stands for, so that a full history fits in `width` columns.
@@ -397,17 +394,23 @@ pub(crate) fn bucket_size(capacity: usize, width: usize) -> usize {
     capacity.div_ceil(width).max(1)
 }
 
-/// The series averaged over buckets of `bucket` samples, newest bucket first, at most `count`
-/// buckets. A bucket with no value at all is a gap (`None`). One pass over the newest samples,
-/// with no copy of the series: each sparkline of each frame calls this.
+/// The lowest and highest of the raw samples a sparkline covers.
+pub(crate) type Range = Option<(f64, f64)>;
+
+/// The series in buckets of `bucket` samples, newest bucket first, at most `count` buckets,
+/// each the highest sample in it: a one-sample spike (the allocation before an OOM, a
+/// utilization drop's recovery) shows at its height instead of averaged away, as nvtop shows
+/// every sample. A bucket with no value at all is a gap (`None`). Also returns the (min, max)
+/// of every sample the buckets cover. One pass over the newest samples, with no copy of the
+/// series: each sparkline of each frame calls this.
 pub(crate) fn newest_first_buckets(
     series: &Series,
     bucket: usize,
     count: usize,
-) -> Vec<Option<f64>> {
+) -> (Vec<Option<f64>>, Range) {
     let mut buckets = Vec::new();
-    newest_first_buckets_into(series, bucket, count, &mut buckets);
-    buckets
+    let range = newest_first_buckets_into(series, bucket, count, &mut buckets);
+    (buckets, range)
 }
 
 /// [`newest_first_buckets`] into `buckets`, emptied first: a vector reused across sparklines.
@@ -416,34 +419,30 @@ pub(crate) fn newest_first_buckets_into(
     bucket: usize,
     count: usize,
     buckets: &mut Vec<Option<f64>>,
-) {
+) -> Range {
     let bucket = bucket.max(1);
     buckets.clear();
     let (older, newer) = series.as_slices();
     let len = older.len() + newer.len();
     buckets.reserve(count.min(len.div_ceil(bucket)));
+    let mut range: Range = None;
     // Bucket by bucket from the newest sample: `end` is where the next bucket ends (exclusive),
     // counted from the oldest.
     let mut end = len;
     while end > 0 && buckets.len() < count {
         let start = end.saturating_sub(bucket);
-        // Summed newest first from -0.0, as `Iterator::sum` does, so averages are unchanged.
-        let (mut sum, mut present) = (-0.0, 0_u32);
         let split = older.len();
         let newer_part = &newer[start.max(split) - split..end.max(split) - split];
         let older_part = &older[start.min(split)..end.min(split)];
-        for value in newer_part
-            .iter()
-            .rev()
-            .chain(older_part.iter().rev())
-            .flatten()
-        {
-            sum += value;
-            present += 1;
+        let mut peak: Option<f64> = None;
+        for &value in newer_part.iter().chain(older_part).flatten() {
+            peak = Some(peak.map_or(value, |p| p.max(value)));
+            range = Some(range.map_or((value, value), |(lo, hi)| (lo.min(value), hi.max(value))));
         }
-        buckets.push((present > 0).then(|| sum / f64::from(present)));
+        buckets.push(peak);
         end = start;
     }
+    range
 }
 
 #[cfg(test)]
@@ -457,15 +456,24 @@ mod tests {
         assert_eq!(bucket_size(301, 0), 1);
     }
 
+    /// A review: the allocator panel printed `104M … 104M` under `allocated 108.0MiB`, the
+    /// buckets' averages; a bucket is its highest sample, and the range the raw samples'.
     #[test]
-    fn buckets_average_and_keep_gaps() {
+    fn buckets_keep_their_peak_and_gaps_and_the_range_is_the_samples() {
         let mut series = Series::with_capacity(10);
         for v in [Some(1.0), None, None, Some(2.0), Some(4.0)] {
             series.push(v);
         }
-        let buckets = newest_first_buckets(&series, 2, 10);
-        assert_eq!(buckets, vec![Some(3.0), None, Some(1.0)]);
-        assert_eq!(newest_first_buckets(&series, 2, 1), vec![Some(3.0)]);
+        let (buckets, range) = newest_first_buckets(&series, 2, 10);
+        assert_eq!(buckets, vec![Some(4.0), None, Some(1.0)]);
+        assert_eq!(range, Some((1.0, 4.0)));
+        // Only the samples of the buckets drawn count.
+        assert_eq!(
+            newest_first_buckets(&series, 2, 1),
+            (vec![Some(4.0)], Some((2.0, 4.0)))
+        );
+        let empty = Series::with_capacity(3);
+        assert_eq!(newest_first_buckets(&empty, 2, 4), (vec![], None));
     }
 
     /// Buckets taken from the ring's two slices are the buckets of the samples in order,
@@ -481,13 +489,9 @@ mod tests {
                     let plain: Vec<Option<f64>> = newest_first
                         .chunks(bucket)
                         .take(count)
-                        .map(|chunk| {
-                            let present: Vec<f64> = chunk.iter().flatten().copied().collect();
-                            let sum: f64 = present.iter().sum();
-                            (!present.is_empty()).then(|| sum / present.len() as f64)
-                        })
+                        .map(|chunk| chunk.iter().flatten().copied().reduce(f64::max))
                         .collect();
-                    let ours = newest_first_buckets(&series, bucket, count);
+                    let (ours, _) = newest_first_buckets(&series, bucket, count);
                     assert_eq!(ours, plain, "step {step}, bucket {bucket}, count {count}");
                 }
             }
@@ -497,11 +501,14 @@ mod tests {
     #[test]
     fn a_seven_percent_rise_spans_the_whole_height() {
         const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-        let (data, range) = autoscaled(&[Some(8.6 * GIB), None, Some(8.15 * GIB), Some(8.0 * GIB)]);
-        assert_eq!(range, Some((8.0 * GIB, 8.6 * GIB)));
+        let range = Some((8.0 * GIB, 8.6 * GIB));
+        let data = autoscaled(
+            &[Some(8.6 * GIB), None, Some(8.15 * GIB), Some(8.0 * GIB)],
+            range,
+        );
         assert_eq!(data, vec![Some(AUTOSCALE_TOP), None, Some(251), Some(1)]);
-        let (flat, _) = autoscaled(&[Some(5.0), Some(5.0)]);
+        let flat = autoscaled(&[Some(5.0), Some(5.0)], Some((5.0, 5.0)));
         assert_eq!(flat, vec![Some(AUTOSCALE_TOP / 2); 2]);
-        assert_eq!(autoscaled(&[None]), (vec![None], None));
+        assert_eq!(autoscaled(&[None], None), vec![None]);
     }
 }

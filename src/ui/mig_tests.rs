@@ -77,3 +77,29 @@ fn a_process_on_a_whole_gpu_keeps_its_index_and_the_gpu_s_share() {
     // 9 GiB of 80.
     assert_eq!(cells(&s, 20_001, &["GPU", "GMEM%"]), ["1", "11"], "{s}");
 }
+
+/// A review: at 80x24 the MIG sub-rows went (as low-priority GPU detail lines) while the
+/// history and the balance and host strip stayed. They come with the GPU lines, as nvitop
+/// always shows them, in every layout (`c` included).
+#[test]
+fn mig_sub_rows_come_with_the_gpu_lines_at_80x24() {
+    // Eight more processes: the table's first rows take what the history left the MIG rows.
+    let mut snapshot = mig_snapshot();
+    snapshot.processes.extend((3..11).map(|k| process(k, 0)));
+    for density in ['a', 'c', 'f'] {
+        let mut app = app_with(snapshot.clone());
+        key(&mut app, crossterm::event::KeyCode::Char(density));
+        let app = sized(app, 80, 24);
+        let s = screen(&app, 80, 24);
+        for (index, (profile, ..)) in SLICES.into_iter().enumerate() {
+            let sub_row = line_with(&s, &format!("MIG 0:{index}"));
+            assert!(sub_row.contains(profile), "{density}: {sub_row}\n{s}");
+        }
+        // Right under the GPU's line.
+        assert_eq!(
+            row_of(&s, "MIG 0:0"),
+            row_of(&s, "A100") + 1,
+            "{density}:\n{s}"
+        );
+    }
+}

@@ -84,6 +84,7 @@ pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     LayoutNeeds {
         gpu_count: u16::try_from(app.snapshot.gpus.len()).unwrap_or(u16::MAX),
         gpu_message_lines: gpus::message_line_count(&app.snapshot, width),
+        gpu_mig_lines: gpu_details::mig_line_count(&app.snapshot.gpus),
         gpu_detail_lines: if panels.gpu_details {
             gpu_details::detail_line_count(&app.snapshot.gpus, width)
         } else {
@@ -115,7 +116,11 @@ pub(crate) fn plan(app: &App, screen: Rect) -> Plan {
 
 fn draw_panels(frame: &mut Frame, app: &App, theme: Theme, areas: &Areas) {
     header::render(frame, areas.header, app, theme);
-    gpus::render(frame, areas.gpus, app, theme, areas.gpu_detail_lines);
+    let sub_rows = gpus::SubRows {
+        mig: areas.mig_rows,
+        detail_lines: areas.gpu_detail_lines,
+    };
+    gpus::render(frame, areas.gpus, app, theme, sub_rows);
     if let Some(area) = areas.history {
         history::render(frame, area, app, theme, areas.history_rows_per_gpu);
     }

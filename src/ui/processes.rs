@@ -46,7 +46,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let count = app.row_count();
     let height = usize::from(area.height.saturating_sub(1));
-    let first = first_visible_row(app.view.offset, app.view.selected, height);
+    let first = first_visible_row(app.view.offset, app.view.selected, height, count);
     let mut scratch = super::scratch::take();
     let scratch = &mut *scratch;
     let (with_rank, tree) = (app.any_row_has_rank(), app.settings.tree);

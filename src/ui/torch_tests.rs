@@ -274,3 +274,30 @@ fn p_asks_before_it_resets_the_peaks_and_names_the_rank() {
         render(&app, width, height);
     }
 }
+
+/// A review: the panel printed `allocated 108.0MiB` above a sparkline labelled `104M … 104M`,
+/// the min and max of bucket averages. The labels are the window's samples' own min and max,
+/// and the spike's bucket draws at full height.
+#[test]
+fn the_sparklines_labels_are_the_samples_min_and_max_and_a_spike_shows() {
+    const MIB: u64 = 1024 * 1024;
+    let app = app_after(|t| {
+        let mut snapshot = busy_snapshot(1, 1, t);
+        let mut torch = torch_info(0, t);
+        let spike = t + 1 == HISTORY_SAMPLES;
+        torch.devices[0].allocated_bytes = Some(if spike { 108 * MIB } else { 104 * MIB });
+        snapshot.processes[0].torch = Some(Arc::new(torch));
+        snapshot
+    });
+    let s = screen(&app, 120, 40);
+    assert!(s.contains("allocated 108.0MiB"), "{s}");
+    let line = line_with(&s, " allocated  ");
+    let figures: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(figures[1], "104M", "the min: {line}\n{s}");
+    let spark = figures[2];
+    assert_eq!(figures[3], "108M", "the max: {line}\n{s}");
+    assert!(
+        spark.ends_with('█'),
+        "the newest bucket holds the spike: {line}"
+    );
+}

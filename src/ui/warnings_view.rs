@@ -43,7 +43,7 @@ fn render_list(
 ) {
     let title = format!(" WARNINGS ({}) ", snapshot.warnings.len());
     let rows = usize::from(area.body.height);
-    let first = first_visible_row(view.offset, view.selected, rows);
+    let first = first_visible_row(view.offset, view.selected, rows, view.entries.len());
     let below = view.entries.len().saturating_sub(first + rows);
     let more = if below > 0 {
         format!(" ↓ {below} more ")
