@@ -11,7 +11,9 @@ use crate::sampler::{self, GpuLoader, SamplerConfig};
 use crate::format::{
     celsius, count, escape, opt_bytes as bytes, percent, percent_f, text as or_na, watts,
 };
-use crate::model::{GpuProcess, GpuSample, GpuState, MigDevice, Severity, Snapshot};
+use crate::model::{
+    DeviceAllocatorStats, GpuProcess, GpuSample, GpuState, MigDevice, Severity, Snapshot,
+};
 
 // The rule and its statuses live in the model, where `torchtop cluster --once` shares them.
 pub use crate::model::{EXIT_CRITICAL, EXIT_WARN};
@@ -171,7 +173,8 @@ pub fn text_within(snapshot: &Snapshot, columns: Option<usize>) -> String {
             let mig = gpu.mig_device_of(process.pid);
             let place = mig.map(|m| mig_place(gpu.index, m));
             let _ = writeln!(out, "{}", fit(process_line(process, place.as_deref())));
-            if let Some(line) = torch_line(process, Some(gpu.index)) {
+            let shown = |d: &DeviceAllocatorStats| shown_on_row(snapshot, process, d);
+            if let Some(line) = torch_line(process, shown) {
                 let _ = writeln!(out, "{line}");
             }
         }
@@ -183,7 +186,7 @@ pub fn text_within(snapshot: &Snapshot, columns: Option<usize>) -> String {
         let _ = writeln!(out, "[-] no GPU: PyTorch processes with an agent");
         for process in agent_only {
             let _ = writeln!(out, "{}", fit(process_line(process, None)));
-            if let Some(line) = torch_line(process, None) {
+            if let Some(line) = torch_line(process, |_| true) {
                 let _ = writeln!(out, "{line}");
             }
         }
@@ -227,10 +230,29 @@ fn process_line(process: &GpuProcess, place: Option<&str>) -> String {
     )
 }
 
+/// Whether a device of `process` goes under its row (on `process.gpu`): the device on that GPU,
+/// and under the process's row on its lowest GPU, each device on none of the GPUs NVML lists
+/// it on (its GPU unknown, or CUDA and NVML placing it differently), so that every device is
+/// printed once.
+fn shown_on_row(snapshot: &Snapshot, process: &GpuProcess, device: &DeviceAllocatorStats) -> bool {
+    if device.gpu == Some(process.gpu) {
+        return true;
+    }
+    let printed = |p: &&GpuProcess| {
+        p.pid == process.pid && !p.no_gpu && snapshot.gpus.iter().any(|g| g.index == p.gpu)
+    };
+    let rows = snapshot.processes.iter().filter(printed);
+    let placed = rows.clone().any(|p| device.gpu == Some(p.gpu));
+    !placed && rows.map(|p| p.gpu).min() == Some(process.gpu)
+}
+
 /// Under a process whose agent reports: its torch, rank and step, and the caching allocator's
-/// figures for the device on `gpu` (every device for a process that holds no GPU), as the
-/// monitor's PyTorch panel shows them. What the agent sends is escaped.
-fn torch_line(process: &GpuProcess, gpu: Option<u32>) -> Option<String> {
+/// figures for the devices `shown` picks, as the monitor's PyTorch panel shows them. What the
+/// agent sends is escaped.
+fn torch_line(
+    process: &GpuProcess,
+    shown: impl Fn(&DeviceAllocatorStats) -> bool,
+) -> Option<String> {
     let torch = process.torch.as_deref()?;
     let mut line = format!(
         "              PyTorch {}",
@@ -248,7 +270,7 @@ fn torch_line(process: &GpuProcess, gpu: Option<u32>) -> Option<String> {
             let _ = write!(line, " ({seconds:.3} s)");
         }
     }
-    let devices = (torch.devices.iter()).filter(|d| gpu.is_none() || d.gpu == gpu);
+    let devices = (torch.devices.iter()).filter(|d| shown(d));
     for device in devices {
         let _ = write!(
             line,
@@ -424,6 +446,42 @@ mod tests {
         );
         assert!(lines[1].contains("cuda:1 allocated 20.0GiB"), "{text}");
         assert!(!lines[1].contains("cuda:0"), "{text}");
+    }
+
+    /// A review: a rank NVML lists on GPU 1 whose `cuda:0` is mapped to GPU 0 (or to no GPU)
+    /// had no allocator figures in `--once` text; each device prints once, under its row.
+    #[test]
+    fn a_device_on_no_gpu_the_process_is_listed_on_prints_under_its_first_row() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        for index in 0..3 {
+            snapshot.gpus.push(GpuSample {
+                index,
+                ..Default::default()
+            });
+        }
+        for gpu in [None, Some(0)] {
+            let device = DeviceAllocatorStats {
+                index: 0,
+                gpu,
+                allocated_bytes: Some(1 << 30),
+                ..Default::default()
+            };
+            let torch = std::sync::Arc::new(crate::model::TorchInfo {
+                devices: vec![device],
+                ..Default::default()
+            });
+            snapshot.processes.clear();
+            for on in [2, 1] {
+                let mut row = GpuProcess::new(41, on, crate::model::ProcessKind::Compute);
+                row.torch = Some(torch.clone());
+                snapshot.processes.push(row);
+            }
+            let text = text(&snapshot);
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains("PyTorch")).collect();
+            assert_eq!(lines.len(), 2, "{gpu:?}: {text}");
+            assert!(lines[0].ends_with("cuda:0 allocated 1.0GiB reserved N/A peak N/A"));
+            assert!(!lines[1].contains("cuda:"), "{gpu:?}: {text}");
+        }
     }
 
     /// A user's review: the monitor labels a process on a MIG device `0:1` and lists the

@@ -126,18 +126,33 @@ pub(crate) struct OnceDocument<'a> {
     pub(crate) view: &'a ClusterView,
 }
 
-/// Runs `torchtop cluster`.
-pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
-    match run(globals, args) {
-        Ok(code) => code,
-        Err(error) => {
-            eprintln!("torchtop cluster: {}", model::printable(&error));
-            ExitCode::FAILURE
-        }
+/// Why `torchtop cluster` stopped: a usage error (a malformed or missing `--prometheus`, a bad
+/// config file) exits 2 as the README's exit status table says; any other failure exits 1.
+enum Failure {
+    Usage(String),
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(error: String) -> Self {
+        Failure::Other(error)
     }
 }
 
-fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
+/// Runs `torchtop cluster`.
+pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
+    let (error, code) = match run(globals, args) {
+        Ok(code) => return code,
+        Err(Failure::Usage(error)) => (error, 2),
+        Err(Failure::Other(error)) => (error, 1),
+    };
+    eprintln!("torchtop cluster: {}", model::printable(&error));
+    ExitCode::from(code)
+}
+
+/// Where Prometheus is and the straggler bar, from the flags and the config file: every error
+/// here is a usage error.
+fn settings(globals: &Globals, args: &ClusterArgs) -> Result<(String, f64), String> {
     let config = match &globals.config {
         Some(path) => crate::settings::load(path)?.cluster,
         None => crate::config::ClusterConfig::default(),
@@ -151,6 +166,7 @@ fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
          `prometheus = \"...\"` in the [cluster] table of --config"
                 .to_string()
         })?;
+    promql::check_url(&url)?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
     if !valid_percent(straggler) {
         return Err(format!(
@@ -158,6 +174,11 @@ fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, String> {
              percentage from 0 to {MAX_STRAGGLER_PERCENT:.0}"
         ));
     }
+    Ok((url, straggler))
+}
+
+fn run(globals: &Globals, args: &ClusterArgs) -> Result<ExitCode, Failure> {
+    let (url, straggler) = settings(globals, args).map_err(Failure::Usage)?;
     let client = Client::new(&url, Duration::from_secs_f64(args.query_timeout))?;
     let mut app = ClusterApp::new(client.base().to_string(), straggler, globals.colors);
     let runtime = tokio::runtime::Builder::new_current_thread()

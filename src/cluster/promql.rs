@@ -73,17 +73,22 @@ pub(crate) struct Client {
     timeout: Duration,
 }
 
+/// Whether `base` is a URL Prometheus can be asked at (http or https); a sentence if not.
+pub(crate) fn check_url(base: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(base)
+        .map_err(|e| format!("{base:?} is not a URL ({e}); give Prometheus as http://HOST:9090"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "{base:?} is not an http or https URL; give Prometheus as http://HOST:9090"
+        ));
+    }
+    Ok(())
+}
+
 impl Client {
     /// A client for the server at `base` (`http://host:9090`, or with a path prefix).
     pub(crate) fn new(base: &str, timeout: Duration) -> Result<Client, String> {
-        let parsed = reqwest::Url::parse(base).map_err(|e| {
-            format!("{base:?} is not a URL ({e}); give Prometheus as http://HOST:9090")
-        })?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!(
-                "{base:?} is not an http or https URL; give Prometheus as http://HOST:9090"
-            ));
-        }
+        check_url(base)?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)

@@ -1,5 +1,6 @@
 //! Joins what the agents said onto the processes NVML lists: which physical GPU each torch
-//! device is (by the UUID the agent reports, else through `CUDA_VISIBLE_DEVICES`), the memory
+//! device is (by the UUID the agent reports, else through `CUDA_VISIBLE_DEVICES`, else by its
+//! ordinal where NVML's process list does not contradict that), the memory
 //! outside PyTorch and the headroom on that GPU, and the allocation churn between an agent's two
 //! latest reports. Processes with an agent and no NVML entry come back as agent-only rows. The
 //! joined figures are kept per pid and refilled in place once no snapshot holds them: a tick
@@ -175,8 +176,12 @@ fn join_devices(pid: u32, info: &mut TorchInfo, processes: &[GpuProcess], gpus: 
         ..
     } = info;
     let list = cuda_visible_devices.as_deref().or(env_list);
+    let only_device = devices.len() == 1;
     for device in devices.iter_mut() {
-        device.gpu = physical_gpu(device, list, gpus);
+        device.gpu = match (gpu_of_uuid(device, gpus), list) {
+            (None, None) => checked_guess(device.index, pid, processes, only_device),
+            _ => physical_gpu(device, list, gpus),
+        };
         // The last row of the process on that GPU that has a figure, as NVML listed them.
         let nvml = |gpu: u32| {
             (processes.iter().rev())
@@ -195,13 +200,8 @@ pub(crate) fn physical_gpu(
     visible: Option<&str>,
     gpus: &[GpuSample],
 ) -> Option<u32> {
-    if let Some(uuid) = device.uuid.as_deref() {
-        let wanted = bare_uuid(uuid);
-        if let Some(gpu) = gpus.iter().find(|g| {
-            (g.uuid.as_deref()).is_some_and(|u| bare_uuid(u).eq_ignore_ascii_case(wanted))
-        }) {
-            return Some(gpu.index);
-        }
+    if let Some(gpu) = gpu_of_uuid(device, gpus) {
+        return Some(gpu);
     }
     let Some(list) = visible.map(str::trim) else {
         return Some(device.index);
@@ -222,6 +222,33 @@ pub(crate) fn physical_gpu(
         (Some(gpu), None) => Some(gpu.index),
         _ => None,
     }
+}
+
+/// The NVML index of the GPU whose UUID the agent reported for `device`.
+fn gpu_of_uuid(device: &DeviceAllocatorStats, gpus: &[GpuSample]) -> Option<u32> {
+    let wanted = bare_uuid(device.uuid.as_deref()?);
+    let gpu = gpus
+        .iter()
+        .find(|g| (g.uuid.as_deref()).is_some_and(|u| bare_uuid(u).eq_ignore_ascii_case(wanted)))?;
+    Some(gpu.index)
+}
+
+/// `cuda:N` where neither a UUID nor `CUDA_VISIBLE_DEVICES` names its GPU: taken to be GPU N,
+/// which is wrong wherever CUDA orders GPUs otherwise than NVML (CUDA's default order is fastest
+/// first, NVML's the PCI bus). NVML listing the process on other GPUs only disproves it: then
+/// the one device of a process on one GPU is on that GPU, and any other device's is unknown.
+/// Left as it is, the process's rows and its allocator panel named different GPUs, and
+/// `serve` dropped the device.
+fn checked_guess(index: u32, pid: u32, processes: &[GpuProcess], only_device: bool) -> Option<u32> {
+    let mut on = processes.iter().filter(|p| p.pid == pid).map(|p| p.gpu);
+    let Some(first) = on.clone().next() else {
+        // NVML does not list the process (CPU-only so far, or NVML broken): nothing to check.
+        return Some(index);
+    };
+    if on.clone().any(|gpu| gpu == index) {
+        return Some(index);
+    }
+    (only_device && on.all(|gpu| gpu == first)).then_some(first)
 }
 
 /// A UUID without NVML's `GPU-` prefix: torch reports it bare. Compared ignoring case.
@@ -350,6 +377,45 @@ mod tests {
             Some(2),
             "the UUID wins over the variable"
         );
+    }
+
+    /// A review: two ranks on `cuda:0` each, without `CUDA_VISIBLE_DEVICES` or a UUID, that NVML
+    /// lists on GPU 0 and GPU 1; rank 1's device was put on GPU 0 (its ordinal), so its rows said
+    /// GPU 1 and its allocator panel GPU 0, and `serve` dropped its allocator series.
+    #[test]
+    fn an_ordinal_that_nvml_contradicts_is_not_taken_for_the_gpu() {
+        let gpus: Vec<GpuSample> = (0..4).map(gpu).collect();
+        let on = |pid: u32, gpu: u32| GpuProcess::new(pid, gpu, ProcessKind::Compute);
+        let mut rows = vec![on(7, 0), on(8, 1), on(9, 2), on(9, 3)];
+        let info = |devices: Vec<u32>| TorchInfo {
+            devices: devices.into_iter().map(|i| device(i, 10 * GIB)).collect(),
+            ..Default::default()
+        };
+        let torch = HashMap::from([
+            (7, heard(info(vec![0]))),
+            (8, heard(info(vec![0]))),
+            (9, heard(info(vec![0, 3]))),
+            (10, heard(info(vec![1]))),
+        ]);
+        let unlisted = join(&mut rows, &torch, &gpus, &mut TorchJoin::default());
+        let gpu_of = |row: &GpuProcess| -> Vec<Option<u32>> {
+            let devices = &row.torch.as_ref().unwrap().devices;
+            devices.iter().map(|d| d.gpu).collect()
+        };
+        assert_eq!(gpu_of(&rows[0]), [Some(0)], "the ordinal, as NVML agrees");
+        assert_eq!(
+            gpu_of(&rows[1]),
+            [Some(1)],
+            "its only GPU holds its only device"
+        );
+        assert_eq!(gpu_of(&rows[2]), [None, Some(3)], "cuda:0 is on 2 or 3");
+        assert_eq!(
+            gpu_of(&unlisted[0]),
+            [Some(1)],
+            "nothing contradicts the ordinal"
+        );
+        let device = &rows[1].torch.as_ref().unwrap().devices[0];
+        assert_eq!(device.headroom_bytes, Some(29 * GIB), "GPU 1's headroom");
     }
 
     #[test]

@@ -5,16 +5,18 @@
 //!
 //! Every process with an agent that the snapshot lists has them, also one NVML does not list as
 //! a GPU process (a CPU/gloo rank, a rank before its first CUDA call, every rank while NVML is
-//! broken): the figures come from the agent, not from NVML. Such a process has no `gpu` label;
-//! its devices are told apart by `cuda_device` alone, since which physical GPU is behind one
-//! would be a guess without NVML's list (CUDA and NVML may number GPUs differently). A process
-//! NVML lists keeps the labels it always had: `gpu` and `cuda_device` on the device its NVML row
-//! is about, also while that GPU's own figures are stale or lost.
+//! broken): the figures come from the agent, not from NVML. Each device an agent reports is
+//! exported once per process, labelled `cuda_device` and, on a process NVML lists, `gpu` with
+//! the GPU the sampler mapped the device to (by its UUID, `CUDA_VISIBLE_DEVICES`, or its
+//! ordinal where NVML's list does not contradict it); a device whose GPU is unknown has no `gpu`
+//! label. A process NVML does not list has no `gpu` label at all, since which physical GPU is
+//! behind its devices would be a guess without NVML's list (CUDA and NVML may number GPUs
+//! differently). The labels of one device stay the same while its GPU's own figures are stale
+//! or lost.
 
 use std::collections::BTreeSet;
 
 use crate::model::{DeviceAllocatorStats, GpuProcess, Snapshot, TorchInfo};
-use crate::rules::torch_device_on;
 
 use super::exposition::{Family, Labels, Value};
 use super::torchtop::{process_labels, with};
@@ -90,11 +92,8 @@ impl AgentFamilies {
         }
     }
 
-    /// The step figures of a process, once however many rows (GPUs) it has.
-    fn push_process(&mut self, pid: u32, labels: &Labels, torch: &TorchInfo) {
-        if !self.stepped.insert(pid) {
-            return;
-        }
+    /// The step figures of a process.
+    fn push_process(&mut self, labels: &Labels, torch: &TorchInfo) {
         self.step.push(labels.clone(), torch.step.map(Value::Int));
         let step_time = torch.step_time_seconds.map(Value::Float);
         self.step_time.push(labels.clone(), step_time);
@@ -119,55 +118,25 @@ impl AgentFamilies {
     }
 }
 
-/// The agent families of every process with an agent: the rows NVML listed, and the rows of
-/// processes listed for their agent alone.
+/// The agent families of every process with an agent: those NVML lists, and those listed for
+/// their agent alone.
 pub(crate) fn families(snapshot: &Snapshot, hostname: &str) -> Vec<Family> {
     let mut out = AgentFamilies::new();
-    for process in listed_rows(snapshot) {
-        push_gpu_row(&mut out, snapshot, process, hostname);
-    }
     let devices = devices_on_this_node(snapshot);
-    for process in snapshot.processes.iter().filter(|p| p.no_gpu) {
-        push_agent_only(&mut out, process, hostname, devices);
+    for process in &snapshot.processes {
+        push_agent(&mut out, process, hostname, devices);
     }
     out.into_families()
-}
-
-/// Every row NVML listed, once per (pid, GPU), on GPUs whose own figures are stale or lost too:
-/// the agent's figures are the process's, as current as its agent (the ranks on a hung GPU
-/// stepping or not is what an alert wants to know).
-fn listed_rows(snapshot: &Snapshot) -> impl Iterator<Item = &GpuProcess> {
-    let mut seen = BTreeSet::new();
-    (snapshot.processes.iter())
-        .filter(|p| !p.no_gpu)
-        .filter(move |p| seen.insert((p.pid, p.gpu)))
-}
-
-/// A row NVML lists: the torch device behind its GPU, labelled with both.
-fn push_gpu_row(out: &mut AgentFamilies, snapshot: &Snapshot, row: &GpuProcess, host: &str) {
-    let Some(torch) = &row.torch else {
-        return;
-    };
-    let labels = process_labels(row, host);
-    out.push_process(row.pid, &labels, torch);
-    let Some(device) = torch_device_on(row, &snapshot.gpus) else {
-        return;
-    };
-    let labels = with(labels, "gpu", row.gpu.to_string());
-    out.push_device(
-        &with(labels, "cuda_device", device.index.to_string()),
-        device,
-    );
 }
 
 /// How many CUDA devices a process here can have: the GPUs NVML knows, or while it knows none
 /// (broken), as many as the largest nodes carry.
 const DEVICES_WITHOUT_NVML: u32 = 16;
 
-/// The bound on the torch device indices exported for a process NVML does not list. CUDA
-/// numbers a process's devices from 0, never past the GPUs it can see; an agent that claims
-/// more (any local user can run one, 64 devices over each of 256 connections) would only
-/// swell every scrape with series of devices that are not there.
+/// The bound on the torch device indices exported for a process. CUDA numbers a process's
+/// devices from 0, never past the GPUs it can see; an agent that claims more (any local user
+/// can run one, 64 devices over each of 256 connections) would only swell every scrape with
+/// series of devices that are not there.
 fn devices_on_this_node(snapshot: &Snapshot) -> u32 {
     match u32::try_from(snapshot.gpus.len()) {
         Ok(0) | Err(_) => DEVICES_WITHOUT_NVML,
@@ -175,17 +144,28 @@ fn devices_on_this_node(snapshot: &Snapshot) -> u32 {
     }
 }
 
-/// A process NVML does not list: every device its agent reports, by torch index alone, up to
-/// the devices this node can have.
-fn push_agent_only(out: &mut AgentFamilies, row: &GpuProcess, host: &str, devices: u32) {
+/// A process's step figures and every device its agent reports, up to the devices this node
+/// can have, once however many rows (GPUs) NVML lists it with: a device was exported only
+/// where it mapped to a row's GPU, so a rank whose `cuda:0` CUDA and NVML place differently
+/// had none. A device is labelled with the GPU its own mapping gives, on a process NVML lists.
+fn push_agent(out: &mut AgentFamilies, row: &GpuProcess, host: &str, devices: u32) {
     let Some(torch) = &row.torch else {
         return;
     };
+    if !out.stepped.insert(row.pid) {
+        return;
+    }
     let labels = process_labels(row, host);
-    out.push_process(row.pid, &labels, torch);
-    for device in torch.devices.iter().filter(|d| d.index < devices) {
+    out.push_process(&labels, torch);
+    let mut exported = BTreeSet::new();
+    let reported = (torch.devices.iter()).filter(|d| d.index < devices && exported.insert(d.index));
+    for device in reported {
+        let mut labels = labels.clone();
+        if let (false, Some(gpu)) = (row.no_gpu, device.gpu) {
+            labels = with(labels, "gpu", gpu.to_string());
+        }
         out.push_device(
-            &with(labels.clone(), "cuda_device", device.index.to_string()),
+            &with(labels, "cuda_device", device.index.to_string()),
             device,
         );
     }
@@ -216,11 +196,15 @@ mod tests {
         }
     }
 
-    /// GPUs 0 and 1, pid 10 on GPU 0 (an agent on cuda:0), pid 20 an agent on the CPU and
+    /// GPUs 0 and 1, pid 10 on GPU 0 (an agent on cuda:0, mapped to GPU 0), pid 20 an agent on the CPU and
     /// pid 30 an agent with cuda:0 and cuda:1 that NVML does not list.
     fn snapshot() -> Snapshot {
         let mut on_gpu = GpuProcess::new(10, 0, ProcessKind::Compute);
-        on_gpu.torch = Some(torch(5, vec![device(0, 100)]));
+        let mapped = DeviceAllocatorStats {
+            gpu: Some(0),
+            ..device(0, 100)
+        };
+        on_gpu.torch = Some(torch(5, vec![mapped]));
         let cpu_rank = GpuProcess::agent_only(20, torch(7, Vec::new()));
         let unlisted = GpuProcess::agent_only(30, torch(9, vec![device(0, 300), device(1, 310)]));
         Snapshot {
@@ -255,6 +239,41 @@ mod tests {
             out.contains("torchtop_step{Hostname=\"node1\",pid=\"10\"} 5\n"),
             "{out}"
         );
+    }
+
+    /// A review: two ranks on `cuda:0` that NVML lists on GPU 0 and GPU 1; the second's
+    /// allocator series were dropped, since its device did not map to its row's GPU. A process
+    /// NVML lists on two GPUs has each device once, under the GPU its own mapping names, or
+    /// without `gpu` where that is unknown.
+    #[test]
+    fn every_device_of_a_process_nvml_lists_is_exported_once_under_its_own_gpu() {
+        let mut snapshot = snapshot();
+        let on = |gpu: Option<u32>, index: u32| DeviceAllocatorStats {
+            gpu,
+            ..device(index, 400 + u64::from(index))
+        };
+        let torch = torch(3, vec![on(Some(0), 0), on(None, 1), on(Some(0), 0)]);
+        for gpu in [1, 0] {
+            let mut row = GpuProcess::new(40, gpu, ProcessKind::Compute);
+            row.torch = Some(torch.clone());
+            snapshot.processes.push(row);
+        }
+        let out = text(&snapshot);
+        let of_40 =
+            |l: &&str| l.starts_with("torchtop_allocator_allocated") && l.contains("\"40\"");
+        let shown: Vec<&str> = out.lines().filter(of_40).collect();
+        assert_eq!(
+            shown,
+            [
+                "torchtop_allocator_allocated_bytes{Hostname=\"node1\",pid=\"40\",gpu=\"0\",\
+                 cuda_device=\"0\"} 400",
+                "torchtop_allocator_allocated_bytes{Hostname=\"node1\",pid=\"40\",\
+                 cuda_device=\"1\"} 401",
+            ],
+            "{out}"
+        );
+        let steps = out.lines().filter(|l| l.starts_with("torchtop_step{"));
+        assert_eq!(steps.filter(|l| l.contains("\"40\"")).count(), 1, "{out}");
     }
 
     /// A review: an agent NVML does not list could claim 64 devices on each of 256

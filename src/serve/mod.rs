@@ -140,7 +140,18 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
         globals.nvml_lib.display().to_string(),
     );
     config.rules = rules;
-    match run(args, config, nvml_loader(globals.nvml_lib.clone())) {
+    // A web config that cannot be used is a bad config file: a usage error, as `--config` is.
+    let web = match &args.web_config {
+        Some(path) => match webconfig::load(path) {
+            Ok(web) => web,
+            Err(error) => {
+                eprintln!("torchtop serve: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => webconfig::WebConfig::default(),
+    };
+    match run(args, web, config, nvml_loader(globals.nvml_lib.clone())) {
         Ok(()) => exit_now(0),
         Err(error) => {
             eprintln!("torchtop serve: {error}");
@@ -154,11 +165,12 @@ fn exit_now(code: i32) -> ! {
     std::process::exit(code)
 }
 
-fn run(args: &ServeArgs, config: SamplerConfig, loader: GpuLoader) -> Result<(), String> {
-    let web = match &args.web_config {
-        Some(path) => webconfig::load(path)?,
-        None => webconfig::WebConfig::default(),
-    };
+fn run(
+    args: &ServeArgs,
+    web: webconfig::WebConfig,
+    config: SamplerConfig,
+    loader: GpuLoader,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

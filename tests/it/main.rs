@@ -46,4 +46,5 @@ mod tui_fake_nvml;
 mod tui_screen;
 mod tui_terminal;
 mod tui_warnings;
+mod usage_errors;
 mod warnings_e2e;

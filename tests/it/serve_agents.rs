@@ -3,7 +3,8 @@
 //! fake NVML leaves out of its process list. `--once --json` lists both; the exposition of
 //! `--once --format prometheus` and of `serve` (with NVML broken, `--nvml-lib /nonexistent`)
 //! must carry their `torchtop_step`, `torchtop_step_time_seconds`, `torchtop_agent_age_seconds`
-//! and, for the CUDA rank, `torchtop_allocator_*` series, without a `gpu` label.
+//! and, for the CUDA rank, `torchtop_allocator_*` series, without a `gpu` label. Two ranks on
+//! `cuda:0` that NVML lists on two GPUs each keep their allocator series, on their own GPU.
 
 use crate::common;
 
@@ -166,4 +167,76 @@ fn ranks_nvml_does_not_list_have_their_agent_series_in_once_and_serve() {
     let nvml_down = (body.lines()).any(|l| l.starts_with("torchtop_nvml_up{") && l.ends_with(" 0"));
     assert!(nvml_down, "NVML should be down:\n{body}");
     assert_agent_series(&body, cpu_rank.pid(), cuda_rank.pid());
+}
+
+/// A review: two ranks on `cuda:0` each (no `CUDA_VISIBLE_DEVICES`, no UUID) that NVML lists on
+/// GPU 0 and GPU 1, as where CUDA orders GPUs otherwise than NVML. The second rank's allocator
+/// series were left out of `serve`, and `--once` text printed no allocator line for it. Now its
+/// device is on the GPU NVML lists it on, in every output, and exported once.
+#[test]
+fn a_rank_whose_cuda_device_nvml_places_elsewhere_keeps_its_allocator_series() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("torchtop-serve-agents-")
+        .tempdir()
+        .expect("a scratch directory");
+    let agents = scratch.path().join("agents");
+    let ranks = [
+        Rank::start(&agents, 0, Some("(0,)")),
+        Rank::start(&agents, 1, Some("(0,)")),
+    ];
+    let gpu = |pid: u32| {
+        format!(
+            "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nmemory_total_mib = 81920\n\
+             memory_used_mib = 4096\n[[gpu.process]]\npid = {pid}\nused_memory_mib = 2048\n"
+        )
+    };
+    let scenario = ScenarioFile::new(&(gpu(ranks[0].pid()) + &gpu(ranks[1].pid())));
+    let mut env = scenario.env();
+    env.push(("TORCHTOP_AGENT_DIR".into(), agents.display().to_string()));
+    let serve = Serve::start(&["-d", "0.2"], &[], &env);
+    let body = serve.wait_for_metrics(PATIENCE, |m| {
+        (ranks.iter()).all(|r| series(m, "torchtop_step_time_seconds", r.pid(), None).is_some())
+    });
+    for (gpu, rank) in ranks.iter().enumerate() {
+        for family in [
+            "torchtop_allocator_allocated_bytes",
+            "torchtop_alloc_retries_total",
+            "torchtop_ooms_total",
+        ] {
+            let pid = format!("pid=\"{}\"", rank.pid());
+            let lines: Vec<&str> = (body.lines())
+                .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains(&pid))
+                .collect();
+            assert_eq!(lines.len(), 1, "one {family} for rank {gpu}:\n{body}");
+            let labels = format!("gpu=\"{gpu}\",cuda_device=\"0\"");
+            assert!(lines[0].contains(&labels), "{labels} wanted: {}", lines[0]);
+        }
+    }
+
+    let rank_1 = || {
+        let doc: Value =
+            serde_json::from_str(&torchtop(&scenario, &agents, &["--once", "--json"])).unwrap();
+        (doc["processes"].as_array().unwrap().iter())
+            .find(|p| p["pid"] == ranks[1].pid() && p["torch"]["devices"][0].is_object())
+            .cloned()
+    };
+    let mut found = None;
+    wait_until("--once --json to list rank 1's device", || {
+        found = rank_1();
+        found.is_some()
+    });
+    let rank_1 = found.unwrap();
+    assert_eq!(rank_1["gpu"], 1, "{rank_1}");
+    assert_eq!(rank_1["torch"]["devices"][0]["gpu"], 1, "{rank_1}");
+    let text = torchtop(&scenario, &agents, &["--once"]);
+    let allocator_lines = (text.lines())
+        .filter(|l| l.contains("PyTorch") && l.contains("cuda:0 allocated"))
+        .count();
+    assert_eq!(
+        allocator_lines, 2,
+        "an allocator line for each rank:\n{text}"
+    );
 }

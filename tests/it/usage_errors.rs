@@ -1,0 +1,69 @@
+//! Malformed flag values of the subcommands exit 2, the usage error of the README's exit status
+//! table, whether clap reads them or the subcommand does after it; a well-formed value that
+//! fails later (an unreachable Prometheus) stays 1.
+
+use crate::common;
+
+use std::process::{Command, Output};
+
+use common::output_within_patience;
+
+fn torchtop(args: &[&str]) -> Output {
+    output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(args)
+            .env_remove("TORCHTOP_PROMETHEUS")
+            .env("XDG_CONFIG_HOME", "/nonexistent/torchtop-usage-errors"),
+    )
+}
+
+/// A review: `torchtop cluster --prometheus not-a-url --once` exited 1 with its sentence.
+#[test]
+fn malformed_flag_values_of_every_subcommand_exit_2_with_a_sentence() {
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let config = scratch.path().join("config.toml");
+    std::fs::write(&config, "[cluster]\nprometheus = \"prometheus:9090\"\n").unwrap();
+    let config = config.to_str().unwrap();
+    let web = scratch.path().join("web.yml");
+    std::fs::write(&web, "tls_server_config: [\n").unwrap();
+    let web = web.to_str().unwrap();
+    let cases: [(&[&str], &str); 10] = [
+        (
+            &["cluster", "--prometheus", "not-a-url", "--once"],
+            "is not a URL",
+        ),
+        (
+            &["cluster", "--prometheus", "ftp://h:21", "--once"],
+            "not an http",
+        ),
+        (&["cluster", "--once"], "say where Prometheus is"),
+        (
+            &["--config", config, "cluster", "--once"],
+            "give Prometheus as",
+        ),
+        (
+            &["serve", "--listen", "nowhere:port"],
+            "not an address to listen on",
+        ),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--web.config.file", web],
+            "web.yml",
+        ),
+        (&["record", "--duration", "soon"], "soon"),
+        (&["record", "--max-size", "big"], "big"),
+        (
+            &["replay", "--demo", "--json", "--from", "noon-ish"],
+            "noon-ish",
+        ),
+        (&["replay", "--demo", "--speed", "3"], "'3'"),
+    ];
+    for (args, sentence) in cases {
+        let output = torchtop(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(sentence), "{args:?}: {stderr}");
+    }
+    // Well formed and unreachable is not a usage error.
+    let output = torchtop(&["cluster", "--prometheus", "http://127.0.0.1:1", "--once"]);
+    assert_eq!(output.status.code(), Some(1));
+}
