@@ -156,13 +156,14 @@ fn the_replay_screen_shows_one_zone_and_g_reads_it() {
     assert!(session.wait_for(PATIENCE, |s| s.contains(" || ")));
     let screen = session.screen();
     let bar = screen.lines().last().unwrap_or("");
-    // The demo was recorded from 18:45 to 18:49 UTC, 13:45 to 13:49 in New York.
-    assert!(bar.contains(" 13:4") && bar.contains(" EST"), "{bar}");
-    assert!(!screen.contains(" 18:4"), "{screen}");
-    session.send(b"g 13:47\r");
+    // The demo was recorded from 05:50 to 05:54 UTC, 00:50 to 00:54 in New York (made again,
+    // it moves: `replay --demo --summary` says when).
+    assert!(bar.contains(" 00:5") && bar.contains(" EST"), "{bar}");
+    assert!(!screen.contains(" 05:5"), "{screen}");
+    session.send(b"g 00:52\r");
     assert!(
-        session.wait_for(PATIENCE, |s| s.contains("at 13:47:0")),
-        "g 13:47 in New York:\n{}",
+        session.wait_for(PATIENCE, |s| s.contains("at 00:52:0")),
+        "g 00:52 in New York:\n{}",
         session.screen()
     );
     session.send(b"g +10m\r");
