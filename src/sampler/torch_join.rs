@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::collect::agent::Heard;
-use crate::model::{DeviceAllocatorStats, GpuProcess, GpuSample, TorchInfo};
+use crate::model::rocm_visible::rocm_ordinal;
+use crate::model::{
+    DeviceAllocatorStats, GpuProcess, GpuSample, GpuState, GpuVendor, LaunchEnv, TorchInfo,
+};
 
 /// An allocation counter pair as last reported, with the agent's clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -165,22 +168,31 @@ fn free_slot(kept: &mut Vec<Arc<TorchInfo>>) -> usize {
 
 /// Each device's physical GPU, its memory outside PyTorch and its GPU's headroom.
 fn join_devices(pid: u32, info: &mut TorchInfo, processes: &[GpuProcess], gpus: &[GpuSample]) {
-    let env_list = processes
-        .iter()
+    let env = (processes.iter())
         .find(|p| p.pid == pid)
-        .and_then(|p| p.env.as_ref())
-        .and_then(|e| e.cuda_visible_devices.as_deref());
+        .and_then(|p| p.env.as_deref());
+    let env_list = env.and_then(|e| e.cuda_visible_devices.as_deref());
     let TorchInfo {
         devices,
         cuda_visible_devices,
         ..
     } = info;
     let list = cuda_visible_devices.as_deref().or(env_list);
+    let amd = on_amd(pid, processes, gpus);
+    let guessing =
+        |d: &DeviceAllocatorStats| !amd && list.is_none() && gpu_of_uuid(d, gpus).is_none();
+    let contradicted =
+        (devices.iter()).any(|d| guessing(d) && contradicts(d.index, pid, processes, gpus));
     let only_device = devices.len() == 1;
     for device in devices.iter_mut() {
-        device.gpu = match (gpu_of_uuid(device, gpus), list) {
-            (None, None) => checked_guess(device.index, pid, processes, only_device),
-            _ => physical_gpu(device, list, gpus),
+        device.gpu = if let Some(gpu) = gpu_of_uuid(device, gpus) {
+            Some(gpu)
+        } else if amd {
+            amd_gpu(device.index, env, gpus)
+        } else if list.is_none() {
+            checked_guess(device.index, pid, processes, contradicted, only_device)
+        } else {
+            physical_gpu(device, list, gpus)
         };
         // The last row of the process on that GPU that has a figure, as NVML listed them.
         let nvml = |gpu: u32| {
@@ -190,6 +202,38 @@ fn join_devices(pid: u32, info: &mut TorchInfo, processes: &[GpuProcess], gpus: 
         };
         fill_memory(device, nvml, gpus);
     }
+}
+
+/// Whether the process's torch devices are ROCm's: it is listed on an AMD GPU, or, listed on
+/// none, every GPU here is AMD.
+fn on_amd(pid: u32, processes: &[GpuProcess], gpus: &[GpuSample]) -> bool {
+    let is_amd = |index: u32| (gpus.iter()).any(|g| g.index == index && g.vendor == GpuVendor::Amd);
+    let mut rows = processes.iter().filter(|p| p.pid == pid).peekable();
+    if rows.peek().is_none() {
+        return !gpus.is_empty() && gpus.iter().all(|g| g.vendor == GpuVendor::Amd);
+    }
+    rows.any(|p| is_amd(p.gpu))
+}
+
+/// The AMD GPU behind a ROCm process's `cuda:N`, numbered as ROCr and HIP number what they
+/// leave visible ([`rocm_ordinal`]); `None` where no AMD GPU has that ordinal. Reads two short
+/// lists per AMD GPU: only AMD machines pay for it.
+fn amd_gpu(index: u32, env: Option<&LaunchEnv>, gpus: &[GpuSample]) -> Option<u32> {
+    let none = LaunchEnv::default();
+    let env = env.unwrap_or(&none);
+    (gpus.iter())
+        .filter(|g| g.vendor == GpuVendor::Amd)
+        .find(|g| rocm_ordinal(env, g, gpus) == Some(index))
+        .map(|g| g.index)
+}
+
+/// Whether NVML disproves `cuda:N` = GPU N for this process: it lists the process, not on GPU
+/// N, and GPU N is not stale or lost (whose processes NVML cannot list).
+fn contradicts(index: u32, pid: u32, processes: &[GpuProcess], gpus: &[GpuSample]) -> bool {
+    let mut on = processes.iter().filter(|p| p.pid == pid).map(|p| p.gpu);
+    let listed = on.clone().next().is_some();
+    let unreadable = (gpus.iter()).any(|g| g.index == index && g.state != GpuState::Ok);
+    listed && !unreadable && !on.any(|gpu| gpu == index)
 }
 
 /// The NVML index of the GPU behind `cuda:N`: the GPU whose UUID the agent reported; else the
@@ -235,19 +279,23 @@ fn gpu_of_uuid(device: &DeviceAllocatorStats, gpus: &[GpuSample]) -> Option<u32>
 
 /// `cuda:N` where neither a UUID nor `CUDA_VISIBLE_DEVICES` names its GPU: taken to be GPU N,
 /// which is wrong wherever CUDA orders GPUs otherwise than NVML (CUDA's default order is fastest
-/// first, NVML's the PCI bus). NVML listing the process on other GPUs only disproves it: then
-/// the one device of a process on one GPU is on that GPU, and any other device's is unknown.
-/// Left as it is, the process's rows and its allocator panel named different GPUs, and
-/// `serve` dropped the device.
-fn checked_guess(index: u32, pid: u32, processes: &[GpuProcess], only_device: bool) -> Option<u32> {
-    let mut on = processes.iter().filter(|p| p.pid == pid).map(|p| p.gpu);
-    let Some(first) = on.clone().next() else {
-        // NVML does not list the process (CPU-only so far, or NVML broken): nothing to check.
-        return Some(index);
-    };
-    if on.clone().any(|gpu| gpu == index) {
+/// first, NVML's the PCI bus). Where NVML disproves it for any device of the process
+/// ([`contradicts`]), the order is wrong for all of them: the one device of a process NVML
+/// lists on one GPU is on that GPU, and each device of a process with several is unknown.
+/// Left as it was, the process's rows and its allocator panel named different GPUs, and `serve`
+/// dropped the device.
+fn checked_guess(
+    index: u32,
+    pid: u32,
+    processes: &[GpuProcess],
+    contradicted: bool,
+    only_device: bool,
+) -> Option<u32> {
+    if !contradicted {
         return Some(index);
     }
+    let mut on = processes.iter().filter(|p| p.pid == pid).map(|p| p.gpu);
+    let first = on.next()?;
     (only_device && on.all(|gpu| gpu == first)).then_some(first)
 }
 
@@ -408,7 +456,12 @@ mod tests {
             [Some(1)],
             "its only GPU holds its only device"
         );
-        assert_eq!(gpu_of(&rows[2]), [None, Some(3)], "cuda:0 is on 2 or 3");
+        // cuda:0 is not GPU 0, so the order is not NVML's: cuda:3 may be GPU 2 as well.
+        assert_eq!(
+            gpu_of(&rows[2]),
+            [None, None],
+            "cuda:0 and cuda:3 on 2 and 3"
+        );
         assert_eq!(
             gpu_of(&unlisted[0]),
             [Some(1)],
@@ -416,6 +469,58 @@ mod tests {
         );
         let device = &rows[1].torch.as_ref().unwrap().devices[0];
         assert_eq!(device.headroom_bytes, Some(29 * GIB), "GPU 1's headroom");
+    }
+
+    /// A review: a rank on cuda:1 with a stray context on GPU 0 (NVML's order and CUDA's the
+    /// same) was put on GPU 0 once GPU 1 fell off the bus: a lost GPU's processes are not
+    /// listed, which disproves nothing.
+    #[test]
+    fn a_lost_gpu_does_not_disprove_the_ordinal() {
+        let mut gpus: Vec<GpuSample> = (0..2).map(gpu).collect();
+        gpus[1].state = GpuState::Lost;
+        let mut rows = vec![GpuProcess::new(7, 0, ProcessKind::Compute)];
+        let info = TorchInfo {
+            devices: vec![device(1, 10 * GIB)],
+            ..Default::default()
+        };
+        let torch = HashMap::from([(7, heard(info))]);
+        join(&mut rows, &torch, &gpus, &mut TorchJoin::default());
+        let devices = &rows[0].torch.as_ref().unwrap().devices;
+        assert_eq!(devices[0].gpu, Some(1));
+    }
+
+    /// A review: a ROCm rank with ROCR_VISIBLE_DEVICES=2,3 (as Slurm's GRES sets it) sees
+    /// cards 2 and 3 as cuda:0 and cuda:1; the ordinal guess put them on no GPU.
+    #[test]
+    fn a_rocm_process_s_devices_are_numbered_as_rocr_numbers_them() {
+        let gpus: Vec<GpuSample> = (0..4)
+            .map(|i| GpuSample {
+                vendor: GpuVendor::Amd,
+                vendor_index: Some(i),
+                uuid: None,
+                ..gpu(i)
+            })
+            .collect();
+        let mut rows = vec![
+            GpuProcess::new(7, 2, ProcessKind::Compute),
+            GpuProcess::new(7, 3, ProcessKind::Compute),
+        ];
+        let env = LaunchEnv {
+            rocr_visible_devices: Some("2,3".into()),
+            ..Default::default()
+        };
+        for row in &mut rows {
+            row.env = Some(Arc::new(env.clone()));
+        }
+        let info = TorchInfo {
+            devices: vec![device(0, 10 * GIB), device(1, 10 * GIB)],
+            ..Default::default()
+        };
+        let torch = HashMap::from([(7, heard(info))]);
+        join(&mut rows, &torch, &gpus, &mut TorchJoin::default());
+        let devices = &rows[0].torch.as_ref().unwrap().devices;
+        let mapped: Vec<Option<u32>> = devices.iter().map(|d| d.gpu).collect();
+        assert_eq!(mapped, [Some(2), Some(3)]);
     }
 
     #[test]
