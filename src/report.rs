@@ -141,6 +141,9 @@ pub fn text(snapshot: &Snapshot) -> String {
 /// onto a line of its own that read as another process (a review: a row "1 root 70.0GiB"
 /// under an unprivileged user's process).
 pub fn text_within(snapshot: &Snapshot, columns: Option<usize>) -> String {
+    // A terminal made without a size (`script`, `docker run -t`) says 0 columns: a review saw
+    // every process line cut to "…".
+    let columns = columns.filter(|&c| c >= MIN_COLUMNS);
     let fit = |line: String| match columns {
         Some(columns) => crate::format::cut_to_cells(&line, columns),
         None => line,
@@ -201,16 +204,63 @@ pub fn text_within(snapshot: &Snapshot, columns: Option<usize>) -> String {
         );
     }
     for warning in &snapshot.warnings {
-        let _ = writeln!(
-            out,
+        let line = format!(
             "{:?} {} on {}: {}",
             warning.severity,
             escape(&warning.id),
             escape(&warning.subject.label()),
             escape(&warning.message)
         );
+        match columns {
+            Some(columns) => wrap_marked(&mut out, &line, columns),
+            None => out.push_str(&line),
+        }
+        out.push('\n');
     }
     out
+}
+
+/// Fewer columns than this is a terminal that did not say its size: nothing is cut.
+const MIN_COLUMNS: usize = 20;
+
+/// Continues a line wrapped by [`wrap_marked`]: no line of the summary starts with it.
+const CONTINUED: &str = "  … ";
+
+/// `line` wrapped at spaces to `columns` cells, each line after the first marked
+/// [`CONTINUED`]: a warning quotes what others wrote (command lines, an agent's error), and
+/// the terminal's own wrap put its tail at the start of a line, where it read as a line of the
+/// summary. Runs of spaces are written as one.
+fn wrap_marked(out: &mut String, line: &str, columns: usize) {
+    use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+    if line.width() <= columns {
+        out.push_str(line);
+        return;
+    }
+    let continued_room = columns.saturating_sub(CONTINUED.width()).max(1);
+    let (mut used, mut room) = (0, columns.max(1));
+    let next_line = |out: &mut String, used: &mut usize, room: &mut usize| {
+        out.push('\n');
+        out.push_str(CONTINUED);
+        *used = 0;
+        *room = continued_room;
+    };
+    for word in line.split(' ').filter(|w| !w.is_empty()) {
+        if used > 0 && used + 1 + word.width() <= room {
+            out.push(' ');
+            used += 1;
+        } else if used > 0 {
+            next_line(out, &mut used, &mut room);
+        }
+        // A word wider than a line is cut where the line ends.
+        for c in word.chars() {
+            let width = c.width().unwrap_or(0);
+            if used > 0 && used + width > room {
+                next_line(out, &mut used, &mut room);
+            }
+            out.push(c);
+            used += width;
+        }
+    }
 }
 
 /// One process under its GPU: its MIG device (`place`, as [`mig_place`] writes it) when it
@@ -256,7 +306,8 @@ fn torch_line(
     let torch = process.torch.as_deref()?;
     let mut line = format!(
         "              PyTorch {}",
-        escape(torch.torch.as_deref().unwrap_or("N/A"))
+        // The agent's to write: a version padded past the edge would wrap like a forged line.
+        crate::format::cut_to_cells(&escape(torch.torch.as_deref().unwrap_or("N/A")), 24)
     );
     if let Some(rank) = torch.rank {
         let _ = write!(line, "  rank {rank}");
@@ -570,5 +621,60 @@ mod tests {
         );
         // Into a pipe or a file, the whole command line.
         assert!(text(&snapshot).contains(forged));
+        // A terminal that says 0 columns: nothing is cut.
+        assert!(text_within(&snapshot, Some(0)).contains(forged));
+    }
+
+    /// A review: what a warning quotes (a command line, an agent's error) and an agent's torch
+    /// version could be padded as a command line could.
+    #[test]
+    fn a_warning_wraps_with_a_mark_and_a_torch_version_is_cut() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.gpus.push(GpuSample {
+            index: 0,
+            ..Default::default()
+        });
+        let forged = "1 root 70.0GiB /usr/bin/python3 /root/FORGED_ROW.py";
+        let padded = format!("x{}{forged}", " ".repeat(300));
+        let mut agent = GpuProcess::new(7, 0, crate::model::ProcessKind::Compute);
+        let torch = crate::model::TorchInfo {
+            torch: Some(padded.clone()),
+            ..Default::default()
+        };
+        agent.torch = Some(torch.into());
+        snapshot.processes = vec![agent];
+        snapshot.warnings.push(crate::model::Warning {
+            id: "oom".into(),
+            severity: Severity::Critical,
+            subject: crate::model::Subject::Process { pid: 7 },
+            message: format!("pid 7 ran out of memory; no snapshot: {padded}"),
+            evidence: vec![],
+            remedy: String::new(),
+            since: String::new(),
+        });
+        let fitted = text_within(&snapshot, Some(80));
+        let warning = fitted.find("Critical oom").expect(&fitted);
+        let quoting = |line: &&str| line.contains("PyTorch") || fitted[warning..].contains(*line);
+        for line in fitted.lines().filter(quoting) {
+            assert!(
+                unicode_width::UnicodeWidthStr::width(line) <= 80,
+                "{line:?}"
+            );
+        }
+        assert!(
+            fitted
+                .lines()
+                .all(|l| !l.trim_start().starts_with("1 root")),
+            "{fitted}"
+        );
+        assert!(
+            fitted[warning..].contains(&format!("\n{CONTINUED}")),
+            "{fitted}"
+        );
+        assert!(fitted[warning..].contains("x 1 root 70.0GiB"), "{fitted}");
+        assert!(
+            !fitted[..warning].contains("FORGED"),
+            "the version is cut: {fitted}"
+        );
     }
 }
