@@ -195,7 +195,10 @@ pub(crate) mod shown {
     /// A span in words: see [`super::span`].
     pub(crate) fn span(seconds: f64) -> impl Display {
         shown(move |f| {
-            if seconds < 120.0 {
+            // Tenths under 10 s where they show: a stats age of 0.4 s is not "0 s".
+            if seconds < 9.95 && (seconds * 10.0).round() % 10.0 != 0.0 {
+                write!(f, "{seconds:.1} s")
+            } else if seconds < 120.0 {
                 write!(f, "{seconds:.0} s")
             } else if seconds < 7200.0 {
                 write!(f, "{:.0} min", seconds / 60.0)
@@ -498,6 +501,13 @@ mod tests {
         assert_eq!(bytes_f64(-512.0 * 1024.0 * 1024.0), "-512.0MiB");
         assert_eq!(bytes_f64(f64::NAN), "N/A");
         assert_eq!(span(45.0), "45 s");
+        assert_eq!(
+            span(0.4),
+            "0.4 s",
+            "a review: a stats age of 0.4 s read 0 s"
+        );
+        assert_eq!(span(2.0), "2 s");
+        assert_eq!(span(9.97), "10 s");
         assert_eq!(span(300.0), "5 min");
         assert_eq!(bytes(1010 * 1024), "0.99MiB");
         assert_eq!(bytes(999 * 1024 * 1024), "999.0MiB");

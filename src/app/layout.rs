@@ -249,16 +249,18 @@ fn heights(area: Rect, needs: &LayoutNeeds) -> Heights {
     let gpu_base = gpu_base(needs);
     // Less the header and the status line; MIN_HEIGHT leaves the table its least below them.
     let mut left = area.height - 2;
-    // The MIG sub-rows come with the GPU lines, or (when the table would get less than its
-    // least) not at all, leaving the GPU lines their rows.
-    let mig_rows = needs.gpu_mig_lines > 0 && gpu_base <= left - MIN_PROCESS_HEIGHT;
+    // The MIG sub-rows come with the GPU lines when the table keeps its first rows, or not at
+    // all, leaving the GPU lines their rows (a review: 2 GPUs of 7 instances each left 3 of 14
+    // processes at 80x24).
+    let first_rows = first_table_height(area.height, needs);
+    let mig_rows = needs.gpu_mig_lines > 0 && gpu_base.saturating_add(first_rows) <= left;
     let gpus = if mig_rows {
         gpu_base
     } else {
         (gpu_base - needs.gpu_mig_lines).min(left - MIN_PROCESS_HEIGHT)
     };
     left -= gpus;
-    let processes = first_table_height(area.height, needs).min(left);
+    let processes = first_rows.min(left);
     left -= processes;
     let mut h = Heights {
         gpus,
@@ -302,7 +304,9 @@ fn gpu_base(needs: &LayoutNeeds) -> u16 {
             .gpu_message_lines
             .clamp(MIN_GPU_MESSAGE_LINES, MAX_GPU_MESSAGE_LINES)
     } else {
-        1 + needs.gpu_count + needs.gpu_mig_lines
+        // Saturating: a crafted recording may list any number of MIG devices.
+        1u16.saturating_add(needs.gpu_count)
+            .saturating_add(needs.gpu_mig_lines)
     }
 }
 

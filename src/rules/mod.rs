@@ -252,7 +252,7 @@ impl Engine {
                 .processes
                 .entry((process.pid, process.gpu))
                 .or_default();
-            let before = tracked.window.latest().copied();
+            let before = tracked.latest_of(process.start_ticks).copied();
             tracked.push_once(
                 sample,
                 process.start_ticks,

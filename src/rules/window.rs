@@ -207,6 +207,14 @@ pub(crate) struct Tracked<T> {
 }
 
 impl<T> Tracked<T> {
+    /// The newest point, when it is of the process that started at `start_ticks` (a point of
+    /// a process whose pid was reused since is no one's "before").
+    pub(super) fn latest_of(&self, start_ticks: Option<u64>) -> Option<&Point<T>> {
+        let reused =
+            matches!((self.start_ticks, start_ticks), (Some(old), Some(new)) if old != new);
+        (!reused).then(|| self.window.latest()).flatten()
+    }
+
     /// Records the first point of sample `sample`; later ones of the same sample are ignored.
     pub(super) fn push_once(
         &mut self,
@@ -411,5 +419,20 @@ mod tests {
         });
         assert_eq!(found, 4);
         assert!(newest_read.get() <= 8, "read up to {}", newest_read.get());
+    }
+
+    /// A review: a reused pid's first point took the old process's point as its "before"
+    /// (zombie-memory's "missing for" counted from when the old one was last seen).
+    #[test]
+    fn a_reused_pids_process_has_no_point_before_it() {
+        let mut tracked: Tracked<u32> = Tracked::default();
+        tracked.push_once(1, Some(100), 1.0, || 7, 60.0);
+        assert_eq!(tracked.latest_of(Some(100)).map(|p| p.v), Some(7));
+        assert_eq!(
+            tracked.latest_of(None).map(|p| p.v),
+            Some(7),
+            "start unknown"
+        );
+        assert!(tracked.latest_of(Some(200)).is_none(), "another process");
     }
 }

@@ -103,3 +103,37 @@ fn mig_sub_rows_come_with_the_gpu_lines_at_80x24() {
         );
     }
 }
+
+/// A review: two GPUs of seven instances each took 17 rows at 80x24 and left the table 3 of
+/// its 14 processes. The sub-rows come only while the table keeps its first rows.
+#[test]
+fn mig_sub_rows_never_take_the_tables_first_rows() {
+    let mut snapshot = mig_snapshot();
+    let mut second = snapshot.gpus[0].clone();
+    second.index = 1;
+    snapshot.gpus.push(second);
+    for gpu in &mut snapshot.gpus {
+        let template = gpu.mig_devices[2].clone();
+        gpu.mig_devices = (0..7)
+            .map(|i| MigDevice {
+                index: i,
+                pids: vec![],
+                ..template.clone()
+            })
+            .collect();
+    }
+    snapshot
+        .processes
+        .extend((3..14).map(|k| process(k, k % 2)));
+    let app = sized(app_with(snapshot.clone()), 80, 24);
+    let s = screen(&app, 80, 24);
+    assert!(!s.contains("MIG 0:0"), "{s}");
+    let rows = (0..14)
+        .filter(|&k| s.contains(&format!("{} ", 20_000 + k)))
+        .count();
+    assert!(rows >= 7, "{rows} process rows:\n{s}");
+    // With room, they come.
+    let app = sized(app_with(snapshot), 120, 50);
+    let s = screen(&app, 120, 50);
+    assert!(s.contains("MIG 1:6"), "{s}");
+}
