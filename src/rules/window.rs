@@ -435,4 +435,14 @@ mod tests {
         );
         assert!(tracked.latest_of(Some(200)).is_none(), "another process");
     }
+
+    /// The README's table of what torchtop keeps gives these sizes: a review's new field
+    /// (zombie-memory's missing-since) grew the process point from 104 to 120 bytes.
+    #[test]
+    fn points_are_the_size_the_readme_gives() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Point<GpuPoint>>(), 72);
+        assert_eq!(size_of::<Point<ProcPoint>>(), 120);
+        assert_eq!(size_of::<Point<AllocPoint>>(), 88);
+    }
 }
