@@ -163,8 +163,9 @@ pub enum Command {
         #[arg(long, value_name = "D", allow_hyphen_values = true,
               value_parser = crate::record::headless::parse_duration)]
         duration: Option<std::time::Duration>,
-        /// Keep the recording's files under this size in all (500M, 2G): it is split into 4
-        /// files, and the oldest is deleted when a new one starts.
+        /// Keep the recording's files under this size in all (500M, 2G): FILE moves on to
+        /// FILE.1 at a quarter of it, and the oldest numbered files go while they take more
+        /// than three quarters.
         #[arg(long = "max-size", value_name = "SIZE",
               value_parser = crate::record::headless::parse_size)]
         max_size: Option<u64>,

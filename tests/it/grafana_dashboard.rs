@@ -212,3 +212,60 @@ fn every_dashboard_query_parses_as_promql() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// An ops review: the headroom panel's query failed ("many-to-many matching not allowed")
+/// whenever two ranks shared a GPU, as on a shared development box. promtool evaluates the
+/// panel's own query on two ranks of one GPU.
+#[test]
+fn the_headroom_panel_answers_for_two_ranks_on_one_gpu() {
+    if !common::require_program("promtool") {
+        return;
+    }
+    let mut exprs = Vec::new();
+    expressions(&dashboard(), &mut exprs);
+    let expr = (exprs.iter())
+        .find(|e| e.contains("DCGM_FI_DEV_FB_FREE") && e.contains("training_job"))
+        .expect("the headroom query")
+        .replace("$Hostname", ".*");
+    let series = |labels: &str, values: &str| {
+        format!("      - series: '{labels}'\n        values: '{values}'\n")
+    };
+    let mut test = String::from(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n",
+    );
+    test += &series(
+        r#"DCGM_FI_DEV_FB_FREE{Hostname="n1",gpu="0",job="torchtop"}"#,
+        "1000x5",
+    );
+    for rank in 0..2 {
+        test += &series(
+            &format!(
+                r#"torchtop_process_gpu_memory_bytes{{Hostname="n1",gpu="0",pid="1{rank}",rank="{rank}",training_job="j",job="torchtop"}}"#
+            ),
+            "5x5",
+        );
+    }
+    test += &format!(
+        "    promql_expr_test:\n      - expr: {}\n        eval_time: 2m\n        exp_samples:\n",
+        serde_json::to_string(&expr).unwrap()
+    );
+    for rank in 0..2 {
+        test += &format!(
+            "          - labels: '{{Hostname=\"n1\", gpu=\"0\", rank=\"{rank}\", training_job=\"j\"}}'\n            value: 1048576000\n"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("headroom.yml");
+    std::fs::write(&path, test).unwrap();
+    let output = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
