@@ -85,7 +85,16 @@ struct Tally {
     warnings: BTreeMap<(String, String, Severity), WarningSeen>,
     /// OOMs and state changes: when, and what.
     events: Vec<(f64, String)>,
+    /// The recording's interval, to tell a gap from a late frame.
+    interval: f64,
+    /// Stretches with no frame (a full disk, a suspended machine): from, to; the first
+    /// [`MAX_GAPS`] of them, and how many in all.
+    gaps: Vec<(f64, f64)>,
+    gap_count: u64,
 }
+
+/// The gaps the summary lists one by one; past them it counts.
+const MAX_GAPS: usize = 50;
 
 fn subject(subject: &Subject) -> String {
     match subject {
@@ -99,6 +108,12 @@ fn subject(subject: &Subject) -> String {
 impl Tally {
     fn add(&mut self, before: Option<&Snapshot>, now: &Snapshot) {
         let t = now.unix_seconds;
+        if self.first.is_some() && t - self.last > (3.0 * self.interval).max(self.interval + 2.0) {
+            self.gap_count += 1;
+            if self.gaps.len() < MAX_GAPS {
+                self.gaps.push((self.last, t));
+            }
+        }
         self.first.get_or_insert(t);
         self.last = t;
         self.frames += 1;
@@ -193,7 +208,10 @@ pub(crate) fn summary(
     range: std::ops::Range<usize>,
     zone: &TimeZone,
 ) -> Result<String, RecordError> {
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        interval: recording.meta.interval_seconds,
+        ..Tally::default()
+    };
     let mut cursor = Cursor::default();
     let mut before: Option<Snapshot> = None;
     for i in range {
@@ -264,8 +282,28 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
         .map(|(t, sentence)| format!("  {}  {sentence}", clock(*t, zone)))
         .collect();
     section(&mut out, "OOMs and GPU state changes", &events);
+    render_gaps(&mut out, tally, zone);
     render_came_and_went(&mut out, tally, zone);
     out
+}
+
+/// "05:28:12 to 05:28:30 (0:18): no frame": what an incident review must not read past.
+fn render_gaps(out: &mut String, tally: &Tally, zone: &TimeZone) {
+    let mut lines: Vec<String> = (tally.gaps.iter())
+        .map(|&(from, to)| {
+            format!(
+                "  {} to {} ({}): no frame",
+                clock(from, zone),
+                clock(to, zone),
+                crate::format::duration((to - from).round())
+            )
+        })
+        .collect();
+    let more = tally.gap_count.saturating_sub(tally.gaps.len() as u64);
+    if more > 0 {
+        lines.push(format!("  and {more} more"));
+    }
+    section(out, "Gaps in the recording", &lines);
 }
 
 fn at(peak: &Peak, zone: &TimeZone, show: impl Fn(f64) -> String) -> String {
@@ -410,7 +448,7 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{frames, held, render_came_and_went, Tally};
+    use super::{frames, held, render_came_and_went, render_gaps, Tally};
     use crate::model::process::NO_GPU;
     use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
@@ -483,5 +521,30 @@ mod tests {
         assert_eq!(held(&[0, 3]), "GPU 0,3");
         assert_eq!(held(&[NO_GPU]), "no GPU");
         assert_eq!(held(&[NO_GPU, 2]), "GPU 2");
+    }
+
+    /// An ops review: a recording that paused 18 s for a full disk summed up as if it ran on.
+    #[test]
+    fn a_stretch_without_frames_is_named() {
+        let mut tally = Tally {
+            interval: 1.0,
+            ..Tally::default()
+        };
+        let times = [0.0, 1.0, 2.1, 20.0, 21.0, 22.9];
+        let frames: Vec<Snapshot> = times.iter().map(|&t| at(t, vec![])).collect();
+        for (i, frame) in frames.iter().enumerate() {
+            tally.add(i.checked_sub(1).map(|b| &frames[b]), frame);
+        }
+        let mut out = String::new();
+        render_gaps(&mut out, &tally, &crate::format::clock::zone(true));
+        assert!(
+            out.contains("00:00:02 to 00:00:20 (0:18): no frame"),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("no frame").count(),
+            1,
+            "a late frame is no gap: {out}"
+        );
     }
 }
