@@ -21,9 +21,10 @@ Devices reported: once CUDA is initialized, every device index below
 ``torch.cuda.device_count()`` whose allocator has ever held memory in this process (reserved
 bytes current or peak, or a cumulative segment/allocation count above zero). Reading a device's
 statistics only reads the allocator's counters; it creates no CUDA context. A device that was
-reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish. With the
-cudaMallocAsync backend (whose statistics come from the driver) only the current device and
-devices already seen in use are read.
+reported once stays reported, so a device emptied by ``empty_cache()`` does not vanish. The
+cudaMallocAsync backend is read the same way: its statistics of a device this process has not
+used are zeros, read without creating a context. (``torch.cuda.current_device()`` cannot tell
+which device a rank uses: it is per thread, and reads 0 on the agent's.)
 
 What is read and sent: only the figures torchtop reads (``SENT_STATS``), picked straight out of
 ``torch.cuda.memory_stats_as_nested_dict(i)``, the dict torch's C++ binding builds. The public
@@ -49,7 +50,10 @@ Process life (see the "Processes" section below):
 
 Memory post-mortems: the record_history command (or TORCHTOP_RECORD_HISTORY, which
 `torchtop run --record-history` sets) starts torch's memory history recording, never before the
-program has initialized CUDA itself (the start is queued with torch.cuda._lazy_call). While it
+program has initialized CUDA itself (the start is queued with torch.cuda._lazy_call). A
+record_history command with ``until_snapshot`` (the monitor's `S` key) records only until the
+next snapshot command has written its file, and changes nothing when recording is already on
+(the program's own, or the agent's lasting one). While it
 records, PyTorch's OOM observer writes a snapshot `<pid>-oom-<time>.pickle` (0600, O_EXCL, the
 oldest pruned over a cap) before the OutOfMemoryError is raised, and the oom event names it.
 """
@@ -850,7 +854,9 @@ class _Agent:
         except Exception:
             return []
         devices = []
-        for index in self._candidate_devices(torch, count):
+        # Every device, whatever the allocator backend: cudaMallocAsync's getDeviceStats returns
+        # zeros for a device without a pool yet (no context created), which _ever_used skips.
+        for index in range(count):
             try:
                 stats = self._read_figures(torch.cuda, index)
             except Exception:  # a torch that fails on this device: skip it this time
@@ -896,19 +902,6 @@ class _Agent:
                 uuid = None
             self.device_uuids[index] = uuid
         return self.device_uuids[index]
-
-    def _candidate_devices(self, torch, count):
-        conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))
-        if "cudaMallocAsync" not in conf:
-            return range(count)
-        # The cudaMallocAsync backend asks the driver for its figures, which may touch the
-        # device: stay on the current device and those already known to be in use.
-        candidates = set(self.used_devices)
-        try:
-            candidates.add(int(torch.cuda.current_device()))
-        except Exception:
-            pass
-        return sorted(i for i in candidates if 0 <= i < count)
 
     def _stats(self):
         self.seq += 1
@@ -1051,7 +1044,12 @@ class _Agent:
 
     def _snapshot(self):
         torch = self._require_cuda()
-        return self._dump("snapshot", torch.cuda.memory._snapshot())
+        try:
+            return self._dump("snapshot", torch.cuda.memory._snapshot())
+        finally:
+            # Recording started only for this snapshot stops, written or not: left on, every
+            # allocation of the program would pay for its stack capture.
+            self._guarded(self.history.end_for_snapshot)
 
     def _dump(self, kind, snapshot):
         """Pickles a snapshot into a new 0600 file `<pid>-<kind>-<time>[-n].pickle` beside the
@@ -1140,6 +1138,8 @@ class _History:
         self.wanted = None  # the settings asked for, or None
         self.active = None  # the settings torch records with, or None
         self.queued = False
+        # The agent started the recording in force for the next snapshot only (until_snapshot).
+        self.for_snapshot = False
 
     def recording(self):
         return self.active is not None
@@ -1149,17 +1149,44 @@ class _History:
         out = {"enabled": None} if wanted is None else dict(wanted)
         out["recording"] = self.active is not None
         out["pending"] = wanted is not None and wanted != self.active
+        out["until_snapshot"] = self.for_snapshot
         return out
 
     def command(self, msg):
         """The record_history command; returns the reply's fields or raises with a sentence."""
         settings = _history_settings(msg)
         torch = _torch()
+        if settings is not None and msg.get("until_snapshot") is True:
+            self.start_for_snapshot(settings, torch)
+            return self.describe()
+        with self.lock:
+            self.for_snapshot = False  # a lasting request: the next snapshot leaves it on
         if torch is None and settings is not None:
             raise RuntimeError("torch is not imported in this process yet; ask again once it is, "
                                "or start it under `torchtop run --record-history`")
         self.want(settings, torch)
         return self.describe()
+
+    def start_for_snapshot(self, settings, torch):
+        """Starts recording until the next snapshot, unless it is on already: the program's own
+        recording (its settings are kept) or a lasting one of the agent's. Before CUDA is
+        initialized nothing is queued: the snapshot that follows would fail anyway."""
+        if torch is None or not _cuda_ready(torch):
+            return
+        if self.wanted is not None or self.active is not None or _program_records_history(torch):
+            return
+        self.want(settings, torch)
+        with self.lock:
+            self.for_snapshot = self.active is not None
+
+    def end_for_snapshot(self):
+        """After a snapshot: stops the recording that start_for_snapshot started."""
+        with self.lock:
+            if not self.for_snapshot:
+                return
+            self.for_snapshot = False
+            self.wanted = None
+        self.apply()
 
     def want(self, settings, torch):
         with self.lock:
@@ -1304,6 +1331,19 @@ def _unwatch(watcher):
         sys.meta_path.remove(watcher)
     except ValueError:
         pass
+
+
+def _program_records_history(torch):
+    """Whether torch records memory history now (the program may have started it itself).
+    torch._C._cuda_isHistoryEnabled asks the current device's allocator, and recording is
+    switched on every device's at once; it creates no context. False where torch lacks it."""
+    enabled = getattr(getattr(torch, "_C", None), "_cuda_isHistoryEnabled", None)
+    if enabled is None:
+        return False
+    try:
+        return bool(enabled())
+    except Exception:
+        return False
 
 
 def _unlink_quietly(path):

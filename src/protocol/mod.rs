@@ -57,19 +57,21 @@ pub(crate) enum AgentCommand {
     ResetPeak,
     /// Dump `torch.cuda.memory._snapshot()` to a 0600 file beside the socket.
     Snapshot,
-    /// Start recording memory history (stack traces of allocations) with [`HISTORY`]'s
-    /// settings; while it records, an OOM also writes a snapshot.
+    /// Record memory history (stack traces of allocations) with [`HISTORY`]'s settings until
+    /// the next snapshot is written, unless it is on already (then nothing changes).
     RecordHistory,
 }
 
 /// What `record_history` asks for: every event, a bounded trace (recent torch versions keep an
-/// unbounded one by default), Python stacks only (C++ unwinding costs far more).
+/// unbounded one by default), Python stacks only (C++ unwinding costs far more), and only until
+/// the next snapshot: left on, every allocation of the program pays for its stack capture.
 #[derive(Debug, Serialize)]
 pub(crate) struct HistorySettings {
     enabled: &'static str,
     max_entries: u64,
     stacks: &'static str,
     context: &'static str,
+    until_snapshot: bool,
 }
 
 /// The settings torchtop's `S` key records with.
@@ -78,6 +80,7 @@ pub(crate) const HISTORY: HistorySettings = HistorySettings {
     max_entries: 100_000,
     stacks: "python",
     context: "all",
+    until_snapshot: true,
 };
 
 impl AgentCommand {
@@ -153,7 +156,7 @@ mod tests {
             line,
             serde_json::json!({"v": 1, "type": "cmd", "id": 5, "cmd": "record_history",
                                "enabled": "all", "max_entries": 100000, "stacks": "python",
-                               "context": "all"})
+                               "context": "all", "until_snapshot": true})
         );
     }
 }

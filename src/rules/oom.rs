@@ -25,9 +25,9 @@ the memory (the Holders view), then shrink the batch or sequence length, free wh
 show is kept alive, enable activation checkpointing, or set \
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the summary shows fragmentation.";
 
-const REMEDY_WITHOUT_FILE: &str = "Run the job under `torchtop run --record-history` (or press S \
-on it in the monitor) so that the next OOM writes a memory snapshot with the stacks that held the \
-memory; meanwhile shrink the batch or sequence length.";
+const REMEDY_WITHOUT_FILE: &str = "Run the job under `torchtop run --record-history` so that \
+the next OOM writes a memory snapshot with the stacks that held the memory; meanwhile shrink the \
+batch or sequence length.";
 
 pub(crate) fn check(inputs: &Inputs) -> Vec<Warning> {
     let now = inputs.snapshot.unix_seconds;

@@ -85,8 +85,8 @@ pub(crate) enum SamplerRequest {
         wanted: bool,
         visible: Option<Vec<u32>>,
     },
-    /// `S`: make the agent of `pid` record memory history and write a snapshot, to be opened
-    /// in the viewer once written.
+    /// `S`: make the agent of `pid` write a snapshot (recording memory history until then,
+    /// unless it records already), to be opened in the viewer once written.
     MemoryView { pid: u32 },
     /// The detail view of `pid` opened (read its cwd, environ, cgroup and children each
     /// tick), or closed with `None`.
@@ -417,8 +417,8 @@ impl Sampler {
         }
     }
 
-    /// Recording first, so the snapshot (and any later OOM) carries stacks; the agent runs
-    /// the two commands in order.
+    /// Recording first, until the snapshot only (see [`crate::protocol::HISTORY`]); the agent
+    /// runs the two commands in order.
     fn ask_for_memory_view(&mut self, pid: u32) {
         let sent = self
             .agents
@@ -428,7 +428,7 @@ impl Sampler {
             Ok(id) => {
                 self.memory_views.insert(id, pid);
                 self.notices.push(format!(
-                    "asked the agent of {pid} to record memory history and write a snapshot; \
+                    "asked the agent of {pid} for a memory snapshot; \
                      the viewer opens when it is written"
                 ));
             }

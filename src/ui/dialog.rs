@@ -86,6 +86,7 @@ fn confirm_peak_reset(
             theme.warn(),
         ),
         Line::raw("PyTorch's peak allocated and reserved bytes start again from now."),
+        Line::raw("The program's own torch.cuda.max_memory_allocated() resets too."),
         Line::raw(""),
         target_header(theme),
     ];

@@ -267,6 +267,10 @@ fn p_asks_before_it_resets_the_peaks_and_names_the_rank() {
         s.contains("peak allocated and reserved bytes start again"),
         "{s}"
     );
+    assert!(
+        s.contains("The program's own torch.cuda.max_memory_allocated() resets too."),
+        "{s}"
+    );
     assert!(s.contains(" 30001  "), "{s}");
     assert!(s.contains("rank 1/3 of job 127.0.0.1:29500"), "{s}");
     assert!(s.contains("y or Enter: reset   n or Esc: cancel"), "{s}");

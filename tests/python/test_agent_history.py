@@ -108,6 +108,81 @@ class RecordHistoryTests(AgentCase):
         self.assertIn("has no torch.cuda.memory._record_memory_history", reply["error"])
 
 
+class SnapshotKeyTests(AgentCase):
+    """The monitor's `S` key: record_history with until_snapshot, then snapshot."""
+
+    def press_s(self, c, first_id=1):
+        c.send({"v": 1, "type": "cmd", "id": first_id, "cmd": "record_history", "enabled": "all",
+                "max_entries": 100000, "stacks": "python", "context": "all", "until_snapshot": True})
+        started = c.read_until(lambda m: m["type"] == "reply" and m["id"] == first_id)
+        c.send({"v": 1, "type": "cmd", "id": first_id + 1, "cmd": "snapshot"})
+        snap = c.read_until(lambda m: m["type"] == "reply" and m["id"] == first_id + 1)
+        self.assertTrue(started["ok"], started)
+        self.assertTrue(snap["ok"], snap)
+        return started, snap
+
+    def test_recording_started_for_the_snapshot_stops_once_it_is_written(self):
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        started, _ = self.press_s(c)
+        self.assertIsNone(torch.cuda.memory._history,
+                          "recording must stop after the snapshot, or every allocation pays for "
+                          "its stack capture for the rest of the run")
+        self.assertEqual((started["recording"], started.get("until_snapshot")), (True, True))
+        self.assertEqual([call[0] for call in torch.cuda.memory._history_calls], ["all", None])
+        torch.cuda._fake_malloc(0, 1 << 20)  # the program goes on allocating
+        self.assertEqual(torch.cuda.memory._traces, [], "no stack is captured any more")
+        status = self.command_reply(c, 9, "record_history", enabled=None)
+        self.assertEqual((status["recording"], status["until_snapshot"]), (False, False))
+
+    def test_the_programs_own_recording_is_left_as_it_was(self):
+        torch.cuda._fake_init([0])
+        torch.cuda.memory._record_memory_history("state", context="alloc", stacks="all",
+                                                 max_entries=7)
+        del torch.cuda.memory._history_calls[:]
+        c = self.connect(self.start())
+        started, _ = self.press_s(c)
+        self.assertEqual(torch.cuda.memory._history_calls, [],
+                         "the agent neither changes nor stops the program's recording")
+        self.assertEqual(torch.cuda.memory._history,
+                         {"enabled": "state", "context": "alloc", "stacks": "all", "max_entries": 7})
+        self.assertEqual(started.get("until_snapshot"), False)
+
+    def test_a_lasting_recording_stays_on(self):
+        # What `torchtop run --record-history` (TORCHTOP_RECORD_HISTORY) and a plain
+        # record_history command start: OOM snapshots depend on it.
+        torch.cuda._fake_init([0])
+        c = self.connect(self.start())
+        self.assertTrue(self.command_reply(c, 1, "record_history")["recording"])
+        self.press_s(c, first_id=2)
+        self.assertIsNotNone(torch.cuda.memory._history)
+        self.assertEqual(len(torch.cuda.memory._history_calls), 1)
+        self.assertTrue(torchtop_agent._agent.history.recording(), "OOM snapshots still written")
+
+    def test_the_environments_recording_stays_on(self):
+        os.environ["TORCHTOP_RECORD_HISTORY"] = "all"
+        try:
+            c = self.connect(self.start())
+        finally:
+            os.environ.pop("TORCHTOP_RECORD_HISTORY")
+        torch.cuda._fake_init([0])  # the queued start runs here
+        self.press_s(c)
+        self.assertIsNotNone(torch.cuda.memory._history)
+        self.assertEqual([call[0] for call in torch.cuda.memory._history_calls], ["all"])
+
+    def test_before_cuda_init_nothing_is_queued(self):
+        c = self.connect(self.start())
+        c.send({"v": 1, "type": "cmd", "id": 1, "cmd": "record_history", "until_snapshot": True})
+        started = c.read_until(lambda m: m["type"] == "reply" and m["id"] == 1)
+        self.assertEqual((started["recording"], started["pending"]), (False, False))
+        torch.cuda._fake_init([0])
+        self.assertEqual(torch.cuda.memory._history_calls, [])
+
+    def command_reply(self, c, cmd_id, cmd, **extra):
+        c.send(dict({"v": 1, "type": "cmd", "id": cmd_id, "cmd": cmd}, **extra))
+        return c.read_until(lambda m: m["type"] == "reply" and m["id"] == cmd_id)
+
+
 class OomSnapshotTests(AgentCase):
     def recording(self):
         torch.cuda._fake_init([0])

@@ -10,6 +10,8 @@ Like the real torch.cuda, _lazy_call queues a callable until CUDA is initialized
 _fake_init runs the queue right after initializing.
 """
 
+import threading
+
 from . import memory
 # Re-exported as the real torch.cuda does (`from .memory import *`): the flattening memory_stats
 # looks its nested function up in torch.cuda.memory, so a test can hide torch.cuda's copy (an
@@ -97,9 +99,15 @@ def reset_peak_memory_stats(device=None):
     _peak_resets.append(device)
 
 
-_current = 0
+# The current device is per thread, as CUDA's is: a rank's set_device(local_rank) leaves every
+# other thread (the agent's among them) on device 0.
+_current = threading.local()
+
+
+def set_device(device):
+    _current.index = int(device)
 
 
 def current_device():
     _calls.append("current_device")
-    return _current
+    return getattr(_current, "index", 0)
