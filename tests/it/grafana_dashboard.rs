@@ -184,7 +184,6 @@ fn every_dashboard_query_parses_as_promql() {
     }
     let mut exprs = Vec::new();
     expressions(&dashboard(), &mut exprs);
-    let dir = tempfile::tempdir().unwrap();
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, expr) in exprs
         .iter()
@@ -197,11 +196,16 @@ fn every_dashboard_query_parses_as_promql() {
             serde_json::to_string(&expr).unwrap()
         ));
     }
-    let path = dir.path().join("rules.yml");
-    std::fs::write(&path, rules).unwrap();
+    promtool_passes(&["check", "rules"], &rules);
+}
+
+/// Runs `promtool ARGS FILE` on `text` written to a file, and asserts it passes.
+fn promtool_passes(args: &[&str], text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("promtool.yml");
+    std::fs::write(&path, text).unwrap();
     let output = Command::new("promtool")
-        .arg("check")
-        .arg("rules")
+        .args(args)
         .arg(&path)
         .output()
         .unwrap();
@@ -254,18 +258,5 @@ fn the_headroom_panel_answers_for_two_ranks_on_one_gpu() {
             "          - labels: '{{Hostname=\"n1\", gpu=\"0\", rank=\"{rank}\", training_job=\"j\"}}'\n            value: 1048576000\n"
         );
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("headroom.yml");
-    std::fs::write(&path, test).unwrap();
-    let output = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    promtool_passes(&["test", "rules"], &test);
 }
