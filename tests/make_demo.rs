@@ -39,7 +39,7 @@ use torchtop::record::{RecordOptions, Recording};
 const SECONDS: f64 = 240.0;
 const GIB: f64 = (1u64 << 30) as f64;
 const TOTAL_MIB: f64 = 81_559.0;
-/// NVML's memory for a rank beyond PyTorch's reserved: CUDA context, cuBLAS, NCCL.
+/// NVML's memory for a rank beyond PyTorch's reserved: the CUDA context and NCCL's buffers.
 const CONTEXT_MIB: f64 = 1_434.0;
 
 fn repo() -> &'static Path {

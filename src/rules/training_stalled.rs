@@ -238,7 +238,10 @@ mod tests {
         }
         // A review: the watchdog aborts a hung collective after the process group's timeout,
         // and no flight-recorder dump is written without TORCH_NCCL_DUMP_ON_TIMEOUT=1.
-        for claim in ["waiting forever", "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 turns on"] {
+        for claim in [
+            "waiting forever",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 turns on",
+        ] {
             assert!(!w.remedy.contains(claim), "{claim}: {}", w.remedy);
         }
     }
