@@ -93,11 +93,14 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
             })
             .collect();
         // Servers fill a GPU on purpose; a process with an agent is judged on its allocator
-        // above, its cache being no sign of trouble.
+        // above, its cache being no sign of trouble; unless memory no holder accounts for
+        // (another container's) fills the GPU.
         let judged = |p: &GpuProcess| {
             super::training::looks_like_server(p) || torch_device_on(p, &snapshot.gpus).is_some()
         };
-        let all_judged = holders().next().is_some() && holders().all(judged);
+        let all_judged = holders().next().is_some()
+            && holders().all(judged)
+            && !unlisted_fills(gpu, holders(), config);
         if by_process.is_empty() && !all_judged {
             found.extend(gpu_near_full(gpu, holders(), config));
         }
@@ -129,6 +132,23 @@ fn reported_by_its_agent(
             && report.device.is_none_or(|device| device == index)
             && report.unix_seconds >= since
     })
+}
+
+/// Whether the GPU's used memory that its listed holders do not account for alone reaches the
+/// fraction's complement of its total (unknown figures count as reaching it).
+fn unlisted_fills<'a>(
+    gpu: &GpuSample,
+    mut holders: impl Iterator<Item = &'a GpuProcess>,
+    config: &OomRiskConfig,
+) -> bool {
+    let listed: Option<u64> = holders.try_fold(0u64, |sum, p| Some(sum + p.gpu_memory_bytes?));
+    match (gpu.memory_used_bytes, gpu.memory_total_bytes, listed) {
+        (Some(used), Some(total), Some(listed)) => {
+            used.saturating_sub(listed) as f64
+                >= total as f64 * (1.0 - config.memory_fraction.get())
+        }
+        _ => true,
+    }
 }
 
 /// A process near what it can have on its GPU: its allocator's peak use (peak allocated, else
