@@ -11,8 +11,8 @@
 //! - from 100 s: GPU 6 heats up, and from 110 s its clocks are held down (thermal slowdown):
 //!   it runs at 99% while the others wait for it at 60%, and every step takes 0.66 s, not 0.42;
 //! - 180 s to 215 s: an evaluation job shares GPU 7;
-//! - about 212 s: rank 5's reserved memory passes 95% of the GPU; at 225 s it hits CUDA out of
-//!   memory.
+//! - about 212 s: rank 5's reserved memory passes 95% of the GPU; from 205 s its allocator has to
+//!   free its cache and retry cudaMalloc (oom-risk warns); at 225 s it hits CUDA out of memory.
 //!
 //! `torchtop record` records it; then the host part is dressed as a production node (the build
 //! machine has 2 cores and no GPU, in a container): host name, RAM, CPUs and load, no
@@ -39,7 +39,7 @@ use torchtop::record::{RecordOptions, Recording};
 const SECONDS: f64 = 240.0;
 const GIB: f64 = (1u64 << 30) as f64;
 const TOTAL_MIB: f64 = 81_559.0;
-/// NVML's memory for a rank beyond PyTorch's reserved: CUDA context, cuBLAS, NCCL.
+/// NVML's memory for a rank beyond PyTorch's reserved: the CUDA context and NCCL's buffers.
 const CONTEXT_MIB: f64 = 1_434.0;
 
 fn repo() -> &'static Path {
@@ -97,6 +97,8 @@ fn rank_state(rank: u32, t: f64, j: &mut Jitter) -> RankState {
             s.allocated = 44.6 * GIB + 26.5 * GIB * f;
         }
         s.reserved = s.reserved.max(s.allocated + 6.6 * GIB);
+        // Near the GPU's limit cudaMalloc fails and the allocator frees its cache to retry.
+        s.retries = [205.0, 214.0, 221.0].iter().filter(|&&at| t >= at).count() as u64;
         if t >= 225.0 {
             s.ooms = 1;
             s.allocated = 50.2 * GIB + j.next() * 0.1 * GIB;

@@ -17,7 +17,8 @@ pub struct DeviceAllocatorStats {
     pub segments: Option<u64>,
     pub alloc_retries: Option<u64>,
     pub ooms: Option<u64>,
-    /// NVML's memory for the process on this GPU minus reserved: CUDA context, cuBLAS, NCCL.
+    /// NVML's memory for the process on this GPU minus reserved: the CUDA context, NCCL's
+    /// buffers, other libraries' own cudaMalloc (cuBLAS and cuDNN workspaces are inside reserved).
     pub non_pytorch_bytes: Option<u64>,
     /// `reserved_bytes.all.peak`.
     #[serde(default)]

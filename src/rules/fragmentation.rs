@@ -1,11 +1,14 @@
 //! `fragmentation`: cached memory the allocator cannot hand out or give back.
 //!
 //! Fires for one process's allocator on one device when its inactive-split memory (free pieces
-//! of partly used segments: reused only for requests that fit a piece, never released by
-//! `empty_cache()`) is both a large share of reserved memory and large in absolute terms
-//! (`info`: memory held idle), or when `num_alloc_retries` (cache flushed and cudaMalloc retried
-//! after a failure) rose within the window (`warn`: steps stalled on it). Skipped under the
-//! `cudaMallocAsync` backend, whose counters are zero by construction.
+//! of partly used segments: reused only for requests that fit a piece, released by
+//! `empty_cache()` only under `expandable_segments:True`, which unmaps free pages inside
+//! segments) stays both a large share of reserved memory and large in absolute terms over the
+//! whole window (`info`: memory held idle; a sample taken mid-step catches normal caching), or
+//! when `num_alloc_retries` (cache flushed and cudaMalloc retried after a failure) rose within
+//! the window (`warn`: steps stalled on it, from fragmentation or from a job simply near the
+//! GPU's capacity). Skipped under the `cudaMallocAsync` backend, whose counters are zero by
+//! construction.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,11 +26,13 @@ use super::{
 pub(crate) struct FragmentationConfig {
     /// Default true.
     pub(crate) enabled: bool,
-    /// Share of reserved memory that inactive-split memory must reach. Default 0.3.
+    /// Share of reserved memory that inactive-split memory must hold at over the window.
+    /// Default 0.3.
     pub(crate) inactive_split_fraction: Fraction,
     /// The least inactive-split memory that counts, in MiB. Default 1024.
     pub(crate) min_inactive_split_mib: NonNegative,
-    /// Warn while num_alloc_retries rose within this many seconds. Default 60.
+    /// Warn while num_alloc_retries rose within this many seconds; the inactive-split share must
+    /// hold over as long. Default 60.
     pub(crate) retries_window_seconds: Seconds,
 }
 
@@ -51,14 +56,26 @@ const STEADY_SHAPES: &str = "Keep tensor shapes steady (pad or bucket variable-l
 freed blocks fit the next request; call torch.cuda.empty_cache() only where it helps, after a \
 one-off peak such as evaluation, not every step.";
 
-/// The remedy, noting when expandable segments are already on.
-fn remedy(alloc_conf: Option<&str>) -> String {
-    match alloc_conf {
-        Some(conf) if conf.contains("expandable_segments:True") => {
+const LOWER_PEAK: &str = "Retries also come from a job simply near the GPU's capacity: reduce \
+its peak memory (a smaller batch, activation checkpointing, mixed precision).";
+
+fn expandable(alloc_conf: Option<&str>) -> bool {
+    alloc_conf.is_some_and(|c| c.contains("expandable_segments:True"))
+}
+
+/// The remedy, noting when expandable segments are already on, and peak memory after retries.
+fn remedy(alloc_conf: Option<&str>, retried: bool) -> String {
+    let mut remedy = match alloc_conf {
+        Some(conf) if expandable(alloc_conf) => {
             format!("expandable_segments is already on ({conf}). {STEADY_SHAPES}")
         }
         _ => format!("{EXPANDABLE} {STEADY_SHAPES}"),
+    };
+    if retried {
+        remedy.push(' ');
+        remedy.push_str(LOWER_PEAK);
     }
+    remedy
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &FragmentationConfig) -> Vec<Warning> {
@@ -67,8 +84,10 @@ pub(crate) fn check(inputs: &Inputs, config: &FragmentationConfig) -> Vec<Warnin
         .iter()
         .filter_map(|(&(pid, index), tracked)| {
             let alloc_conf = inputs.process(pid).and_then(alloc_conf);
-            let points = tracked.window.recent(config.retries_window_seconds.get());
-            fragmented(pid, index, points, alloc_conf, config)
+            let seconds = config.retries_window_seconds.get();
+            let watched = tracked.window.covering(seconds);
+            let points = tracked.window.recent(seconds);
+            fragmented(pid, index, points, watched, alloc_conf, config)
         })
         .collect()
 }
@@ -80,10 +99,13 @@ fn alloc_conf(process: &crate::model::GpuProcess) -> Option<&str> {
     from_agent.or_else(|| process.env.as_ref()?.pytorch_cuda_alloc_conf.as_deref())
 }
 
+/// `points` are the window's recent points, `watched` those covering all of it (None while it
+/// has not been watched that long).
 fn fragmented(
     pid: u32,
     index: u32,
     points: &[Point<AllocPoint>],
+    watched: Option<&[Point<AllocPoint>]>,
     alloc_conf: Option<&str>,
     config: &FragmentationConfig,
 ) -> Option<Warning> {
@@ -91,7 +113,7 @@ fn fragmented(
         return None;
     }
     let latest = points.last()?.v;
-    let split = split_share(&latest, config);
+    let split = watched.and_then(|w| held_share(w, config));
     let retries = counter_rise(points, |a| a.alloc_retries).filter(|&(rise, _)| rise > 0);
     if split.is_none() && retries.is_none() {
         return None;
@@ -99,11 +121,17 @@ fn fragmented(
     let mut reasons = Vec::new();
     if let Some(share) = split {
         reasons.push(format!(
-            "{} of its {} reserved is free space inside partly used segments ({}): it serves \
-             only requests that fit a piece, and empty_cache() cannot release it",
+            "{} of its {} reserved is free space inside partly used segments (at least {} over \
+             the last {}): it serves only requests that fit a piece, and {}",
             fmt_opt_bytes(latest.inactive_split_bytes),
             fmt_opt_bytes(latest.reserved_bytes),
             fmt_percent(share * 100.0),
+            fmt_seconds(config.retries_window_seconds.get()),
+            if expandable(alloc_conf) {
+                "empty_cache() releases only its whole free pages"
+            } else {
+                "empty_cache() cannot release it"
+            },
         ));
     }
     if let Some((rise, _)) = retries {
@@ -114,7 +142,12 @@ fn fragmented(
         ));
     }
     let message = format!(
-        "pid {pid}'s allocator on cuda:{index} is fragmented: {}",
+        "pid {pid}'s allocator on cuda:{index} {}: {}",
+        if retries.is_some() {
+            "shows fragmentation or memory pressure"
+        } else {
+            "is fragmented"
+        },
         reasons.join("; ")
     );
     let evidence = vec![
@@ -150,7 +183,7 @@ fn fragmented(
         evidence,
         "",
     );
-    found.remedy = remedy(alloc_conf);
+    found.remedy = remedy(alloc_conf, retries.is_some());
     Some(found)
 }
 
@@ -166,6 +199,15 @@ fn split_share(point: &AllocPoint, config: &FragmentationConfig) -> Option<f64> 
     let large_enough =
         point.inactive_split_bytes? as f64 >= config.min_inactive_split_mib.get() * BYTES_PER_MIB;
     (share >= config.inactive_split_fraction.get() && large_enough).then_some(share)
+}
+
+/// The least inactive-split share over the points, when every point passes both thresholds:
+/// split memory that comes and goes within a step is the cache at work.
+fn held_share(points: &[Point<AllocPoint>], config: &FragmentationConfig) -> Option<f64> {
+    (points.iter())
+        .map(|p| split_share(&p.v, config))
+        .try_fold(f64::INFINITY, |least, share| Some(least.min(share?)))
+        .filter(|s| s.is_finite())
 }
 
 #[cfg(test)]
@@ -193,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_large_inactive_split_share_fires_and_names_expandable_segments() {
-        let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), None));
+        let warnings = replay_default(60, |s| with_stats(s, split(20 * GIB, 8 * GIB), None));
         let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
         assert_eq!(evidence(w, "split share"), "40%");
         assert_eq!(evidence(w, "inactive split"), "8.0GiB");
@@ -232,6 +274,13 @@ mod tests {
         let rising = replay_default(4, |s| with_stats(s, retries(u64::from(s / 2)), None));
         let w = find(&rising, "fragmentation", &Subject::Process { pid: 9 });
         assert!(w.message.contains("retried"), "{}", w.message);
+        // A review: retries equally mean a job near the GPU's capacity.
+        assert!(
+            w.message.contains("shows fragmentation or memory pressure"),
+            "{}",
+            w.message
+        );
+        assert!(w.remedy.contains("reduce its peak memory"), "{}", w.remedy);
         assert_eq!(evidence(w, "num_alloc_retries"), "2");
         assert_eq!(
             w.severity,
@@ -245,15 +294,22 @@ mod tests {
     #[test]
     fn the_remedy_notices_expandable_segments_already_on_and_async_is_skipped() {
         let on = Some("expandable_segments:True");
-        let warnings = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), on));
+        let warnings = replay_default(60, |s| with_stats(s, split(20 * GIB, 8 * GIB), on));
         let w = find(&warnings, "fragmentation", &Subject::Process { pid: 9 });
         assert!(
             w.remedy.starts_with("expandable_segments is already on"),
             "{}",
             w.remedy
         );
+        // A review: expandable segments let empty_cache() unmap free pages inside segments.
+        assert!(
+            w.message
+                .contains("empty_cache() releases only its whole free pages"),
+            "{}",
+            w.message
+        );
         let r#async = Some("backend:cudaMallocAsync");
-        let quiet = replay_default(0, |s| with_stats(s, split(20 * GIB, 8 * GIB), r#async));
+        let quiet = replay_default(60, |s| with_stats(s, split(20 * GIB, 8 * GIB), r#async));
         assert!(with_id(&quiet, "fragmentation").is_empty());
     }
 
@@ -261,9 +317,29 @@ mod tests {
     fn a_lower_minimum_makes_a_small_process_fire() {
         let mut config = RulesConfig::default();
         config.fragmentation.min_inactive_split_mib = crate::config::NonNegative::new(50.0);
-        let warnings = replay(config, 0, |s| {
+        let warnings = replay(config, 60, |s| {
             with_stats(s, split(200 * MIB, 100 * MIB), None)
         });
         assert_eq!(with_id(&warnings, "fragmentation").len(), 1);
+    }
+
+    /// A review: the share was judged on the latest sample, taken mid-step, and 24 of 77 GiB
+    /// (31%) of normal caching fired. It must hold over the whole window, watched that long.
+    #[test]
+    fn a_split_share_must_hold_over_the_window() {
+        let mid_step = replay_default(60, |s| {
+            let inactive = if s == 60 { 24 * GIB } else { 5 * GIB };
+            with_stats(s, split(77 * GIB, inactive), None)
+        });
+        assert!(
+            with_id(&mid_step, "fragmentation").is_empty(),
+            "{mid_step:#?}"
+        );
+        let not_watched_long =
+            replay_default(30, |s| with_stats(s, split(77 * GIB, 24 * GIB), None));
+        assert!(with_id(&not_watched_long, "fragmentation").is_empty());
+        let held = replay_default(60, |s| with_stats(s, split(77 * GIB, 24 * GIB), None));
+        let w = find(&held, "fragmentation", &Subject::Process { pid: 9 });
+        assert_eq!(evidence(w, "split share"), "31%");
     }
 }

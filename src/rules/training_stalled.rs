@@ -51,10 +51,13 @@ const STEP_TIMES_KEPT: usize = 64;
 
 const REMEDY: &str = "See where every rank is stuck: py-spy dump --pid PID (add --native for \
 C++ frames) on each rank; a rank missing from a collective, or one stuck elsewhere, is the \
-cause. Run with NCCL_DEBUG=INFO to see the collectives, and with \
-TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (with a timeout in init_process_group) so a hung collective \
-ends the job instead of waiting forever; TORCH_NCCL_TRACE_BUFFER_SIZE=2000 turns on the NCCL \
-flight recorder, whose dump on timeout names the last collective of each rank.";
+cause. Run with NCCL_DEBUG=INFO to see the collectives. The NCCL watchdog aborts a hung \
+collective only after the process group's timeout (10 min by default; recent PyTorch turns on \
+TORCH_NCCL_ASYNC_ERROR_HANDLING and the flight recorder's TORCH_NCCL_TRACE_BUFFER_SIZE by \
+default, set them on older ones): pass a shorter timeout= to init_process_group for a faster \
+abort, and set TORCH_NCCL_DUMP_ON_TIMEOUT=1 (TORCH_NCCL_DEBUG_INFO_TEMP_FILE says where) so the \
+flight recorder dumps each rank's last collectives on timeout; PyTorch's analyzer \
+(torchfrtrace, tools/flight_recorder) reads the dumps.";
 
 /// What the engine remembers of one process's steps.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -226,8 +229,20 @@ mod tests {
             "NCCL_DEBUG=INFO",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING",
             "TORCH_NCCL_TRACE_BUFFER_SIZE",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1",
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+            "torchfrtrace",
+            "timeout= to init_process_group",
         ] {
             assert!(w.remedy.contains(name), "{name}");
+        }
+        // A review: the watchdog aborts a hung collective after the process group's timeout,
+        // and no flight-recorder dump is written without TORCH_NCCL_DUMP_ON_TIMEOUT=1.
+        for claim in [
+            "waiting forever",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 turns on",
+        ] {
+            assert!(!w.remedy.contains(claim), "{claim}: {}", w.remedy);
         }
     }
 

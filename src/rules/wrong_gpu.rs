@@ -6,6 +6,11 @@
 //! launched (/proc/PID/environ), so a script that changes it in `os.environ` before importing
 //! torch is judged on the launch value. Left alone: an unset, empty or `-1` variable, and lists
 //! with MIG instances or anything else that is neither an index nor a `GPU-` UUID.
+//!
+//! An index entry is CUDA's number, and CUDA numbers devices fastest first unless
+//! CUDA_DEVICE_ORDER=PCI_BUS_ID, while NVML numbers them by PCI bus: the two agree only when
+//! every GPU is the same model. So index entries are judged only on a machine of one model
+//! (every GPU with the same name); `GPU-` UUID entries always.
 
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +80,10 @@ fn outside(process: &GpuProcess, gpus: &[GpuSample], config: &WrongGpuConfig) ->
     if uuid.is_none() && entries.iter().any(|e| e.starts_with("GPU-")) {
         return None;
     }
+    // Nor can an index entry where CUDA's order may differ from NVML's.
+    if !orders_agree(gpus) && entries.iter().any(|e| e.parse::<u32>().is_ok()) {
+        return None;
+    }
     let listed = entries.iter().any(|e| {
         e.parse::<u32>().ok() == Some(process.gpu) || uuid.is_some_and(|u| u.starts_with(e))
     });
@@ -99,6 +108,13 @@ fn outside(process: &GpuProcess, gpus: &[GpuSample], config: &WrongGpuConfig) ->
         ],
         REMEDY,
     ))
+}
+
+/// Whether CUDA's default order (fastest first) is NVML's (PCI bus): so when every GPU is the
+/// same model, named alike.
+fn orders_agree(gpus: &[GpuSample]) -> bool {
+    let first = gpus.first().and_then(|g| g.name.as_deref());
+    first.is_some() && gpus.iter().all(|g| g.name.as_deref() == first)
 }
 
 #[cfg(test)]
@@ -153,5 +169,25 @@ mod tests {
                 "{visible:?}: {warnings:#?}"
             );
         }
+    }
+
+    /// A review: CUDA numbers devices fastest first by default, NVML by PCI bus. With an RTX
+    /// A2000 as NVML's GPU 0 and an RTX 6000 Ada as GPU 1, CUDA_VISIBLE_DEVICES=0 is the Ada,
+    /// and a process there was warned of being on a GPU it was not given.
+    #[test]
+    fn index_entries_are_not_judged_on_a_machine_of_mixed_models() {
+        let mixed = |visible: &'static str| {
+            move |step| {
+                let mut snap = on_gpu(1, Some(visible))(step);
+                snap.gpus.truncate(2);
+                snap.gpus[0].name = Some("NVIDIA RTX A2000".into());
+                snap.gpus[1].name = Some("NVIDIA RTX 6000 Ada Generation".into());
+                snap
+            }
+        };
+        let by_index = replay_default(0, mixed("0"));
+        assert!(with_id(&by_index, "wrong-gpu").is_empty(), "{by_index:#?}");
+        let by_uuid = replay_default(0, mixed("GPU-00000000"));
+        find(&by_uuid, "wrong-gpu", &Subject::Process { pid: 9 });
     }
 }

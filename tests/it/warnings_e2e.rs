@@ -360,7 +360,8 @@ fn a_healthy_machine_exits_0_and_warn_level_fails_only_when_asked() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}");
 
-    // A process on GPU 1 whose CUDA_VISIBLE_DEVICES says 0: wrong-gpu, at warn level.
+    // A process on GPU 1 whose CUDA_VISIBLE_DEVICES says 0: wrong-gpu, at warn level. Both
+    // GPUs one model: on mixed models CUDA's index 0 may be NVML's GPU 1.
     let stray = Command::new("sleep")
         .arg("600")
         .env("CUDA_VISIBLE_DEVICES", "0")
@@ -369,7 +370,7 @@ fn a_healthy_machine_exits_0_and_warn_level_fails_only_when_asked() {
         .unwrap();
     let mut stray = KillOnDrop(stray);
     let scenario = ScenarioFile::new(&format!(
-        "[[gpu]]\nname = \"A\"\n[[gpu]]\nname = \"B\"\nmemory_used_mib = 3000\n\
+        "[[gpu]]\nname = \"A\"\n[[gpu]]\nname = \"A\"\nmemory_used_mib = 3000\n\
          [[gpu.process]]\npid = {}\nused_memory_mib = 2048\n",
         stray.0.id()
     ));
