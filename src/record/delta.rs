@@ -97,6 +97,39 @@ pub(crate) struct Decoder {
 /// The most entities, or tokens in one entity, a frame may claim: far above any machine.
 const MAX_COUNT: u64 = 1 << 24;
 
+/// The most entities and tokens one frame may hold in all: about ten times a frame of 16 GPUs,
+/// 1,000 GPU processes and the tree view's 10,000 host processes. A token takes a byte of a
+/// block and 24 in memory: a review's 3 KB file of one group of 3 million null entities took
+/// 786 MB to read.
+const MAX_FRAME_ENTITIES: usize = 1 << 18;
+const MAX_FRAME_TOKENS: usize = 1 << 22;
+
+/// What a frame has decoded so far, against [`MAX_FRAME_ENTITIES`] and [`MAX_FRAME_TOKENS`].
+#[derive(Default)]
+struct Budget {
+    entities: usize,
+    tokens: usize,
+}
+
+impl Budget {
+    fn take(&mut self, tokens: usize) -> Result<()> {
+        self.entities += 1;
+        self.tokens += tokens;
+        self.check(0)
+    }
+
+    /// Refuses a frame that would pass either bound with `more` entities.
+    fn check(&self, more: usize) -> Result<()> {
+        if self.entities + more > MAX_FRAME_ENTITIES || self.tokens > MAX_FRAME_TOKENS {
+            return Err(Corrupt(format!(
+                "a frame holds more than {MAX_FRAME_ENTITIES} entities or {MAX_FRAME_TOKENS} \
+                 values, far more than any machine's"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Decoder {
     /// The last frame decoded.
     pub(crate) fn state(&self) -> Option<&State> {
@@ -131,7 +164,8 @@ impl Decoder {
         }
         let previous = previous.as_ref();
         let input = &mut input;
-        let head = get_entity(input, previous.map(|p| &p.head))?;
+        let budget = &mut Budget::default();
+        let head = get_entity(input, previous.map(|p| &p.head), budget)?;
         let count = get_count(input)?;
         let mut groups = Vec::new();
         for _ in 0..count {
@@ -147,7 +181,7 @@ impl Decoder {
                 Some(g) => g.name.clone(),
                 None => Text::from(codec::get_str(input)?),
             };
-            let nodes = get_group(input, reference.map_or(&[][..], |g| &g.nodes[..]))?;
+            let nodes = get_group(input, reference.map_or(&[][..], |g| &g.nodes[..]), budget)?;
             groups.push(GroupState { name, nodes });
         }
         if !input.is_empty() {
@@ -166,8 +200,9 @@ fn get_count(input: &mut &[u8]) -> Result<usize> {
     Ok(n as usize)
 }
 
-fn get_group(input: &mut &[u8], reference: &[Node]) -> Result<Vec<Node>> {
+fn get_group(input: &mut &[u8], reference: &[Node], budget: &mut Budget) -> Result<Vec<Node>> {
     let count = get_count(input)?;
+    budget.check(count)?;
     let refs: Vec<Option<usize>> = match codec::get_u8(input)? {
         SAME_ORDER if count == reference.len() => (0..count).map(Some).collect(),
         REFERENCED => (0..count)
@@ -180,14 +215,15 @@ fn get_group(input: &mut &[u8], reference: &[Node]) -> Result<Vec<Node>> {
         _ => return Err(Corrupt("a group's order is unreadable".into())),
     };
     refs.into_iter()
-        .map(|r| get_entity(input, r.map(|r| &reference[r])))
+        .map(|r| get_entity(input, r.map(|r| &reference[r]), budget))
         .collect()
 }
 
-fn get_entity(input: &mut &[u8], reference: Option<&Node>) -> Result<Node> {
+fn get_entity(input: &mut &[u8], reference: Option<&Node>, budget: &mut Budget) -> Result<Node> {
     match (codec::get_u8(input)?, reference) {
         (FULL, _) => {
             let count = get_count(input)?;
+            budget.take(count)?;
             let toks = (0..count)
                 .map(|_| codec::get_tok(input))
                 .collect::<Result<Vec<Tok>>>()?;
@@ -196,11 +232,14 @@ fn get_entity(input: &mut &[u8], reference: Option<&Node>) -> Result<Node> {
                 prev: None,
             })
         }
-        (SAME, Some(reference)) => Ok(Node {
+        (SAME, Some(reference)) => budget.take(reference.toks.len()).map(|()| Node {
             toks: reference.toks.clone(),
             prev: Some(reference.toks.clone()),
         }),
-        (PATCH, Some(reference)) => get_patch(input, reference),
+        (PATCH, Some(reference)) => {
+            budget.take(reference.toks.len())?;
+            get_patch(input, reference)
+        }
         _ => Err(Corrupt(
             "an entity is written against one that is not there".into(),
         )),
@@ -340,5 +379,30 @@ mod tests {
         garbage.push(0);
         assert!(decoder.clone().decode(false, &garbage).is_err());
         decoder.decode(false, &change).unwrap();
+    }
+
+    /// A review: a 3 KB file of one group of 3 million one-null entities took 786 MB to read.
+    #[test]
+    fn a_frame_past_any_machine_is_refused_before_it_is_held() {
+        // A key frame: a head of one null, then one group of `n` entities of one null each.
+        let frame = |n: u64| {
+            let mut out = vec![FULL, 1, 0];
+            codec::put_varint(&mut out, 1);
+            out.push(0);
+            codec::put_str(&mut out, "processes");
+            codec::put_varint(&mut out, n);
+            out.push(REFERENCED);
+            out.extend(std::iter::repeat_n(0u8, n as usize));
+            for _ in 0..n {
+                out.extend([FULL, 1, 0]);
+            }
+            out
+        };
+        let fits = MAX_FRAME_ENTITIES as u64 - 1;
+        assert!(Decoder::default().decode(true, &frame(fits)).is_ok());
+        let err = Decoder::default()
+            .decode(true, &frame(fits + 1))
+            .unwrap_err();
+        assert!(err.0.contains("more than 262144 entities"), "{err:?}");
     }
 }

@@ -259,6 +259,8 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
             "no frame in that range; {}",
             span_sentence(recording, zone)
         );
+        // Why, when frames were there and could not be read.
+        write_notes(&mut out, recording, tally);
         return out;
     };
     // Frames are taken a little under or over a second apart: the length is rounded, not cut.
@@ -271,9 +273,7 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
         frames(tally.frames),
         zone_name(first, zone)
     );
-    for issue in recording.issues.iter().chain(&tally.skipped) {
-        let _ = writeln!(out, "note: {issue}");
-    }
+    write_notes(&mut out, recording, tally);
     render_peaks(&mut out, tally, zone);
     render_warnings(&mut out, tally, zone);
     let events: Vec<String> = tally
@@ -285,6 +285,13 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
     render_gaps(&mut out, tally, zone);
     render_came_and_went(&mut out, tally, zone);
     out
+}
+
+/// The recording's issues and the frames that could not be read, one "note:" line each.
+fn write_notes(out: &mut String, recording: &Recording, tally: &Tally) {
+    for issue in recording.issues.iter().chain(&tally.skipped) {
+        let _ = writeln!(out, "note: {issue}");
+    }
 }
 
 /// "05:28:12 to 05:28:30 (0:18): no frame": what an incident review must not read past.
