@@ -320,4 +320,16 @@ mod tests {
         let err = from_tokens::<Nothing, _>(&unknown, &groups).unwrap_err();
         assert!(err.0.contains("group 0 twice"), "{err:?}");
     }
+
+    /// What `--summary` and the TUI show of a frame that cannot be read quotes the file, so
+    /// they escape it (replay::summary's `a_frame_s_error_is_escaped`).
+    #[test]
+    fn a_decoding_error_quotes_the_file() {
+        let head = [Tok::Str(super::super::tokens::Text::from(
+            "\x1b]0;PWNED\x07",
+        ))];
+        let none: [&[Vec<Tok>]; 0] = [];
+        let err = from_tokens::<crate::model::GpuState, _>(&head, &none).unwrap_err();
+        assert!(err.0.contains('\x1b'), "{err:?}");
+    }
 }

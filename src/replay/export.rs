@@ -24,7 +24,11 @@ pub(crate) fn json_lines(
         let mut snapshot = match recording.snapshot(&mut cursor, i) {
             Ok(snapshot) => snapshot,
             Err(error) => {
-                let _ = writeln!(errors, "torchtop replay: {error}; left out");
+                let _ = writeln!(
+                    errors,
+                    "torchtop replay: {}; left out",
+                    crate::format::escape(&error.to_string())
+                );
                 continue;
             }
         };

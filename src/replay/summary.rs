@@ -289,8 +289,14 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
 
 /// The recording's issues and the frames that could not be read, one "note:" line each.
 fn write_notes(out: &mut String, recording: &Recording, tally: &Tally) {
-    for issue in recording.issues.iter().chain(&tally.skipped) {
-        let _ = writeln!(out, "note: {issue}");
+    write_issues(out, recording.issues.iter().chain(&tally.skipped));
+}
+
+/// Escaped: a frame's decoding error quotes what the file says ("unknown variant `...`"), and
+/// a recording is anyone's to craft.
+fn write_issues<'a>(out: &mut String, issues: impl Iterator<Item = &'a String>) {
+    for issue in issues {
+        let _ = writeln!(out, "note: {}", escape(issue));
     }
 }
 
@@ -455,7 +461,7 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{frames, held, render_came_and_went, render_gaps, Tally};
+    use super::{frames, held, render_came_and_went, render_gaps, write_issues, Tally};
     use crate::model::process::NO_GPU;
     use crate::model::{GpuProcess, ProcessKind, Snapshot};
 
@@ -552,6 +558,20 @@ mod tests {
             out.matches("no frame").count(),
             1,
             "a late frame is no gap: {out}"
+        );
+    }
+
+    /// A frame's decoding error quotes the file (record::de's
+    /// `a_decoding_error_quotes_the_file`): a crafted value reached the terminal raw.
+    #[test]
+    fn a_frame_s_error_is_escaped() {
+        let error =
+            "a frame does not make a snapshot: unknown variant `\x1b]0;PWNED\x07`".to_string();
+        let mut out = String::new();
+        write_issues(&mut out, [error].iter());
+        assert!(
+            out.starts_with("note: ") && !out.contains('\x1b'),
+            "{out:?}"
         );
     }
 }

@@ -127,16 +127,22 @@ fn assert_agent_series(text: &str, cpu_rank: u32, cuda_rank: u32) {
     assert!(cpu_allocator.is_none(), "{text}");
 }
 
-#[test]
-fn ranks_nvml_does_not_list_have_their_agent_series_in_once_and_serve() {
-    if !common::require_program("python3") {
-        return;
-    }
+/// A scratch directory (dropped with the test) and the agents' socket directory inside it.
+fn agent_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     let scratch = tempfile::Builder::new()
         .prefix("torchtop-serve-agents-")
         .tempdir()
         .expect("a scratch directory");
     let agents = scratch.path().join("agents");
+    (scratch, agents)
+}
+
+#[test]
+fn ranks_nvml_does_not_list_have_their_agent_series_in_once_and_serve() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
     let cpu_rank = Rank::start(&agents, 0, None);
     let cuda_rank = Rank::start(&agents, 1, Some("(0,)"));
     // One GPU whose process list names neither rank.
@@ -178,11 +184,7 @@ fn a_rank_whose_cuda_device_nvml_places_elsewhere_keeps_its_allocator_series() {
     if !common::require_program("python3") {
         return;
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("torchtop-serve-agents-")
-        .tempdir()
-        .expect("a scratch directory");
-    let agents = scratch.path().join("agents");
+    let (_scratch, agents) = agent_dir();
     let ranks = [
         Rank::start(&agents, 0, Some("(0,)")),
         Rank::start(&agents, 1, Some("(0,)")),
