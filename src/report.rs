@@ -37,12 +37,29 @@ pub struct ProcessFilter {
 
 impl ProcessFilter {
     /// Leaves in `snapshot` only the processes the filter shows; a process with an agent that
-    /// holds no GPU is shown only while no `--gpus` is given.
+    /// holds no GPU is shown only while no `--gpus` is given. Under `--gpus`, a shown
+    /// process's allocator devices on other GPUs go too: they are those GPUs' figures (a rank
+    /// on GPUs 0 and 1 shown with `--gpus 1` keeps its `cuda:` device on GPU 1 and any device
+    /// not mapped to a GPU).
     pub fn apply(&self, snapshot: &mut Snapshot) {
         if self.user.is_none() && self.gpus.is_none() {
             return;
         }
         snapshot.processes.retain(|p| self.shows(p));
+        let Some(gpus) = self.gpus.as_deref() else {
+            return;
+        };
+        let elsewhere = |d: &DeviceAllocatorStats| d.gpu.is_some_and(|g| !gpus.contains(&g));
+        for process in &mut snapshot.processes {
+            let Some(torch) = process.torch.as_mut() else {
+                continue;
+            };
+            if torch.devices.iter().any(elsewhere) {
+                std::sync::Arc::make_mut(torch)
+                    .devices
+                    .retain(|d| !elsewhere(d));
+            }
+        }
     }
 
     fn shows(&self, process: &GpuProcess) -> bool {
@@ -533,6 +550,50 @@ mod tests {
             assert!(lines[0].ends_with("cuda:0 allocated 1.0GiB reserved N/A peak N/A"));
             assert!(!lines[1].contains("cuda:"), "{gpu:?}: {text}");
         }
+    }
+
+    /// A review: `--once --format prometheus --gpus 1` exported a rank's `cuda:0` on GPU 0
+    /// with `gpu="0"`, a GPU the filter had left out.
+    #[test]
+    fn gpus_leaves_out_a_shown_process_s_devices_on_other_gpus() {
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        for index in 0..2 {
+            snapshot.gpus.push(GpuSample {
+                index,
+                ..Default::default()
+            });
+        }
+        let device = |index, gpu| DeviceAllocatorStats {
+            index,
+            gpu,
+            allocated_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        let torch = std::sync::Arc::new(crate::model::TorchInfo {
+            devices: vec![device(0, Some(0)), device(1, Some(1)), device(2, None)],
+            ..Default::default()
+        });
+        for on in [0, 1] {
+            let mut row = GpuProcess::new(41, on, crate::model::ProcessKind::Compute);
+            row.torch = Some(torch.clone());
+            snapshot.processes.push(row);
+        }
+        let filter = ProcessFilter {
+            user: None,
+            gpus: Some(vec![1]),
+        };
+        filter.apply(&mut snapshot);
+        assert_eq!(snapshot.processes.len(), 1);
+        let kept = &snapshot.processes[0].torch.as_ref().unwrap().devices;
+        assert_eq!(kept.iter().map(|d| d.index).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            torch.devices.len(),
+            3,
+            "the sampler's figures are not changed"
+        );
+        let text = crate::serve::exposition_text(&snapshot, None);
+        assert!(!text.contains("cuda_device=\"0\""), "{text}");
+        assert!(text.contains("cuda_device=\"1\""), "{text}");
     }
 
     /// A user's review: the monitor labels a process on a MIG device `0:1` and lists the
