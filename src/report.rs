@@ -591,9 +591,6 @@ mod tests {
             3,
             "the sampler's figures are not changed"
         );
-        let text = crate::serve::exposition_text(&snapshot, None);
-        assert!(!text.contains("cuda_device=\"0\""), "{text}");
-        assert!(text.contains("cuda_device=\"1\""), "{text}");
     }
 
     /// A user's review: the monitor labels a process on a MIG device `0:1` and lists the
