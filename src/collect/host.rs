@@ -356,11 +356,15 @@ impl HostCollector {
         any_read.then_some(children)
     }
 
-    /// How many of `children` are still there, and their summed CPU% (`None` while none of
-    /// them has two samples yet).
+    /// How many of `children` are DataLoader workers, and their summed CPU% (`None` while none
+    /// of them has two samples yet). PyTorch names its workers' threads `pt_data_worker`
+    /// (`torch.multiprocessing._set_thread_name`), which names the process: where any child
+    /// has that name, only those are workers, so that torch.compile's compile workers or a
+    /// logger's child do not count as data loading; else (a torch before the name, or no
+    /// torch) every child does.
     fn children_cpu(&mut self, children: &[u32], now: Instant) -> (u32, Option<f64>) {
-        let mut count = 0;
-        let mut total: Option<f64> = None;
+        let mut all = Workers::default();
+        let mut named = Workers::default();
         let mut stat = std::mem::take(&mut self.scratch_stats[1]);
         for &child in children {
             if self
@@ -370,7 +374,6 @@ impl HostCollector {
             {
                 continue;
             }
-            count += 1;
             let rss = Some(stat.rss_pages.saturating_mul(self.page_size));
             let comm = &stat.comm;
             self.placement
@@ -380,15 +383,20 @@ impl HostCollector {
                 start_ticks: stat.start_ticks,
                 rss_bytes: rss,
             });
-            if let Some(percent) = self.cpu_percent(&stat, now) {
-                total = Some(total.unwrap_or(0.0) + percent);
+            let percent = self.cpu_percent(&stat, now);
+            all.add(percent);
+            if stat.comm == DATALOADER_WORKER_NAME {
+                named.add(percent);
             }
         }
         self.scratch_stats[1] = stat;
-        if count == 0 {
-            total = Some(0.0);
-        }
-        (count, total)
+        let workers = if named.count > 0 { named } else { all };
+        let total = if workers.count == 0 {
+            Some(0.0)
+        } else {
+            workers.cpu
+        };
+        (workers.count, total)
     }
 
     fn evict_stale(&mut self, now: Instant) {
@@ -407,6 +415,25 @@ impl HostCollector {
         self.stat_files
             .retain(|pid| identities.contains_key(&pid) || samples.contains_key(&pid));
         self.off_screen.retain(|pid| identities.contains_key(&pid));
+    }
+}
+
+/// The name PyTorch gives its DataLoader workers (`torch/utils/data/_utils/worker.py`).
+const DATALOADER_WORKER_NAME: &str = "pt_data_worker";
+
+/// A count of children and their summed CPU%, `None` until one has two samples.
+#[derive(Default)]
+struct Workers {
+    count: u32,
+    cpu: Option<f64>,
+}
+
+impl Workers {
+    fn add(&mut self, percent: Option<f64>) {
+        self.count += 1;
+        if let Some(percent) = percent {
+            self.cpu = Some(self.cpu.unwrap_or(0.0) + percent);
+        }
     }
 }
 

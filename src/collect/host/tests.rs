@@ -48,8 +48,13 @@ impl TempProc {
     }
 
     fn write_pid_stat(&self, pid: u32, ppid: u32, cpu_ticks: u64, start_ticks: u64) {
+        self.write_named_stat(pid, "worker", ppid, cpu_ticks, start_ticks);
+    }
+
+    fn write_named_stat(&self, pid: u32, comm: &str, ppid: u32, cpu_ticks: u64, start: u64) {
+        let start_ticks = start;
         let text = format!(
-            "{pid} (worker) S {ppid} {pid} {ppid} 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 \
+            "{pid} ({comm}) S {ppid} {pid} {ppid} 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 \
              {start_ticks} 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0\n"
         );
         self.write(&format!("{pid}/stat"), &text);
@@ -448,6 +453,42 @@ fn children_are_found_at_the_next_walk_of_every_thread() {
         Refresh::New,
         None,
     );
+    assert_eq!(rows[0].children_count, Some(3));
+}
+
+/// The PyTorch review: every child counted as a DataLoader worker (torch.compile's compile
+/// workers, a logger), so gpu-starved, shm-small and cpu-oversubscribed counted them too.
+#[test]
+fn children_torch_names_as_dataloader_workers_are_the_only_workers() {
+    let tree = TempProc::new();
+    tree.write("uptime", "100.00 50.00\n");
+    tree.write_pid_stat(800, 1, 0, 500);
+    tree.write("800/status", "Uid:\t0\t0\t0\t0\n");
+    tree.write("800/cmdline", "python\0train.py\0");
+    tree.write("800/task/800/children", "801 802 803 ");
+    let write = |ticks| {
+        tree.write_named_stat(801, "pt_data_worker", 800, ticks, 600);
+        tree.write_named_stat(802, "pt_data_worker", 800, ticks, 600);
+        tree.write_named_stat(803, "python", 800, 10 * ticks, 600);
+    };
+    write(0);
+    let mut collector = HostCollector::with_units(tree.0.clone(), tree.0.clone(), 100, 4096);
+    let t0 = Instant::now();
+    let mut rows = vec![row(800, 0)];
+    collector.join_processes_at(&mut rows, t0, Refresh::New, None);
+    write(50);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(1), Refresh::New, None);
+    assert_eq!(rows[0].children_count, Some(2));
+    let cpu = rows[0].children_cpu_percent.unwrap();
+    assert!(
+        (cpu - 100.0).abs() < 1.0,
+        "two workers at 50% each, not the compiler: {cpu}"
+    );
+
+    // Without the name (a torch before it, or no torch), every child is a worker.
+    tree.write_named_stat(801, "python", 800, 100, 600);
+    tree.write_named_stat(802, "python", 800, 100, 600);
+    collector.join_processes_at(&mut rows, t0 + Duration::from_secs(2), Refresh::New, None);
     assert_eq!(rows[0].children_count, Some(3));
 }
 
