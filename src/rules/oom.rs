@@ -1,6 +1,7 @@
-//! `oom`: a process ran out of CUDA memory, as its agent reported it. Critical, and it names the
-//! process, the size asked for, what was free, and the snapshot file the agent wrote at that
-//! moment, which `torchtop snapshot FILE` opens.
+//! `oom`: a process ran out of CUDA memory, as its agent reported it. Critical (a warning once
+//! its step counter has moved since, the error caught), and it names the process, the size
+//! asked for, what was free, and the snapshot file the agent wrote at that moment, which
+//! `torchtop snapshot FILE` opens.
 //!
 //! It reads [`Snapshot::ooms`](crate::model::Snapshot), which the sampler keeps after the process
 //! has exited (an OOM usually ends the job), and holds for [`HOLD_SECONDS`] after the OOM: a
@@ -45,10 +46,29 @@ pub(crate) fn check(inputs: &Inputs) -> Vec<Warning> {
             latest.insert(report.pid, report);
         }
     }
-    latest.into_values().map(oom_warning).collect()
+    latest
+        .into_values()
+        .map(|report| oom_warning(report, went_on(inputs, report)))
+        .collect()
 }
 
-fn oom_warning(report: &OomReport) -> Warning {
+/// Whether the process's step counter moved after its OOM, while the process that had it still
+/// runs: the program caught the error and went on (a batch-size finder, a retry with a smaller
+/// batch). The process must have started before the OOM, so that a new process given the
+/// same pid does not pass for it.
+fn went_on(inputs: &Inputs, report: &OomReport) -> bool {
+    let Some(process) = inputs.process(report.pid) else {
+        return false;
+    };
+    let started = process
+        .running_seconds
+        .map(|r| inputs.snapshot.unix_seconds - r);
+    let moved = (inputs.steps.get(&report.pid)).and_then(|track| track.still_since());
+    started.is_some_and(|at| at <= report.unix_seconds)
+        && moved.is_some_and(|at| at > report.unix_seconds)
+}
+
+fn oom_warning(report: &OomReport, went_on: bool) -> Warning {
     let who = match report.command.as_deref().map(short_command) {
         Some(command) => format!("pid {} ({command})", report.pid),
         None => format!("pid {}", report.pid),
@@ -78,6 +98,17 @@ fn oom_warning(report: &OomReport) -> Warning {
             REMEDY_WITHOUT_FILE
         }
     };
+    // Caught and gone on from: still worth knowing (the job runs near its limit), but no
+    // longer the critical state that `--once`'s exit status and a pager act on.
+    let severity = if went_on {
+        message.push_str(
+            "; it went on training after it (its step counter has moved since), so the \
+             program caught the error",
+        );
+        Severity::Warn
+    } else {
+        Severity::Critical
+    };
     let evidence = vec![
         ("requested", fmt_opt_bytes(report.requested_bytes)),
         (
@@ -94,7 +125,7 @@ fn oom_warning(report: &OomReport) -> Warning {
     ];
     warning(
         ID,
-        Severity::Critical,
+        severity,
         Subject::Process { pid: report.pid },
         message,
         evidence,
@@ -191,6 +222,47 @@ mod tests {
         let old = report(9, T0 - HOLD_SECONDS - 10.0, Some("/a"));
         let warnings = replay_default(2, with(vec![old, report(3, f64::NAN, None)]));
         assert!(with_id(&warnings, "oom").is_empty(), "{warnings:#?}");
+    }
+
+    /// A process of pid 9, started 100 s before T0, that stepped every second until `stop`
+    /// and had its OOM at T0 + 5.
+    fn caught(stop: u32, running_seconds: f64) -> impl Fn(u32) -> Snapshot {
+        move |t| {
+            let mut snap = with(vec![report(9, T0 + 5.0, None)])(t);
+            let mut p = process(9, 0, GIB);
+            p.running_seconds = Some(running_seconds + f64::from(t));
+            p.torch = Some(std::sync::Arc::new(crate::model::TorchInfo {
+                step: Some(u64::from(t.min(stop))),
+                ..Default::default()
+            }));
+            snap.processes = vec![p];
+            snap
+        }
+    }
+
+    /// A review: a batch-size finder's caught OOM stayed critical for an hour, and `--once`
+    /// exited 2 while the job trained on.
+    #[test]
+    fn an_oom_the_program_went_on_from_is_a_warning() {
+        let warnings = replay_default(10, caught(10, 100.0));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 9 });
+        assert_eq!(w.severity, Severity::Warn, "{}", w.message);
+        assert!(
+            w.message
+                .ends_with("(its step counter has moved since), so the program caught the error"),
+            "{}",
+            w.message
+        );
+        assert_written_as_panels(w);
+
+        // Its steps stopped at the OOM: it is stuck in it, or dying of it.
+        let warnings = replay_default(10, caught(5, 100.0));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 9 });
+        assert_eq!(w.severity, Severity::Critical, "{}", w.message);
+        // A process that started after the OOM has its pid, not its error.
+        let warnings = replay_default(10, caught(10, -7.0));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 9 });
+        assert_eq!(w.severity, Severity::Critical, "{}", w.message);
     }
 
     #[test]
