@@ -63,7 +63,8 @@ fn went_on(inputs: &Inputs, report: &OomReport) -> bool {
     let started = process
         .running_seconds
         .map(|r| inputs.snapshot.unix_seconds - r);
-    let moved = (inputs.steps.get(&report.pid)).and_then(|track| track.still_since());
+    let moved =
+        (inputs.steps.get(&report.pid)).and_then(super::training_stalled::StepTrack::still_since);
     started.is_some_and(|at| at <= report.unix_seconds)
         && moved.is_some_and(|at| at > report.unix_seconds)
 }
