@@ -242,7 +242,7 @@ mod tests {
     }
 
     /// A review: a batch-size finder's caught OOM stayed critical for an hour, and `--once`
-    /// exited 2 while the job trained on.
+    /// exited 4 (critical) while the job trained on.
     #[test]
     fn an_oom_the_program_went_on_from_is_a_warning() {
         let warnings = replay_default(10, caught(10, 100.0));
