@@ -78,6 +78,7 @@ fn run(app: App, source: Source) -> io::Result<()> {
     match end? {
         End::Quit => Ok(()),
         End::Die(signal) => signals::die_of(signal),
+        End::Lost(why) => Err(io::Error::other(why)),
     }
 }
 
@@ -94,6 +95,9 @@ struct Wakers {
 enum End {
     Quit,
     Die(i32),
+    /// The sampler or the replay's player stopped, which neither does while the loop runs:
+    /// it panicked (its message is above), and the exit status says so.
+    Lost(&'static str),
 }
 
 /// What the loop does after handling what woke it, most pressing last.
@@ -165,7 +169,7 @@ async fn event_loop(
                     }
                     screen.snapshot_step()
                 }
-                None => Step::End(End::Quit),
+                None => Step::End(End::Lost(feed.lost())),
             },
             Some(report) = reports.recv() => {
                 screen.app.on_action_done(&report);

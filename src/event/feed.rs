@@ -75,6 +75,15 @@ impl Feed {
         }
     }
 
+    /// Why the source ended, when [`Feed::next`] says it has: neither source ends while the
+    /// loop holds it, so it failed.
+    pub(super) fn lost(&self) -> &'static str {
+        match self {
+            Feed::Live { .. } => "the sampler stopped; the monitor cannot go on without it",
+            Feed::Replay(_) => "the replay's player stopped before the end of the recording",
+        }
+    }
+
     pub(super) fn apply(&mut self, app: &mut App, arrival: Arrival) {
         match (self, arrival) {
             (

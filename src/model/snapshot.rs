@@ -69,6 +69,24 @@ impl Snapshot {
         Some(hidden.len()).filter(|&n| n > 0)
     }
 
+    /// Replaces each GPU figure no GPU reports, and each process's GPU memory beyond its GPU's,
+    /// by `None`, as the collectors do with what a driver says: for a snapshot read back from
+    /// a file, which anyone can write (a replayed power of 1e308 W printed 309 digits).
+    pub fn drop_implausible(&mut self) {
+        for gpu in &mut self.gpus {
+            gpu.drop_implausible();
+        }
+        let gpus = &self.gpus;
+        for row in &mut self.processes {
+            let Some(gpu) = gpus.iter().find(|g| g.index == row.gpu) else {
+                continue;
+            };
+            if (row.gpu_memory_bytes).is_some_and(|b| !gpu.plausible_process_memory(b)) {
+                row.gpu_memory_bytes = None;
+            }
+        }
+    }
+
     pub fn at(time: std::time::SystemTime) -> Self {
         let mut snapshot = Snapshot::default();
         snapshot.reuse_at(time);

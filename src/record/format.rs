@@ -21,6 +21,12 @@ pub(crate) const TRAILER_LEN: usize = 24;
 pub(crate) const MAX_BLOCK_BYTES: usize = 64 << 20;
 /// One frame record may be at most this long.
 pub(crate) const MAX_FRAME_BYTES: usize = 32 << 20;
+/// The refresh intervals `record -d` accepts, 0.1 s to a day.
+pub(crate) const INTERVALS: std::ops::RangeInclusive<f64> = 0.1..=86_400.0;
+/// The times a frame may carry, in seconds since the epoch: up to the year 5138. A time
+/// outside them (NaN, negative, 1e300) is damage, and no frame time may reach a `Duration`
+/// it cannot hold.
+const FRAME_TIMES: std::ops::RangeInclusive<f64> = 0.0..=1e11;
 
 /// What the header says about the recording, as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -236,6 +242,9 @@ fn read_frame_head(payload: &[u8]) -> Result<(FrameHead, usize)> {
         return Err(Corrupt(format!("unknown frame kind {kind}")));
     }
     let time = f64::from_bits(le64(codec::get_bytes(&mut input, 8)?));
+    if !FRAME_TIMES.contains(&time) {
+        return Err(Corrupt(format!("a frame's time, {time}, is not a date")));
+    }
     let marks = codec::get_varint(&mut input)?;
     let head = FrameHead {
         key: kind == 0,
@@ -310,5 +319,24 @@ mod tests {
         let mut bad = trailer(t);
         bad[5] ^= 1;
         assert_eq!(read_trailer(&bad), None);
+    }
+
+    /// The robustness review: a frame time of NaN (or 1e300) reached the player, whose
+    /// `Duration::from_secs_f64` panicked; a frame's time must be a date.
+    #[test]
+    fn a_frame_whose_time_is_no_date_is_damage() {
+        for time in [f64::NAN, f64::INFINITY, -1.0, 1e300] {
+            let mut bytes = Vec::new();
+            let head = FrameHead {
+                key: true,
+                time,
+                marks: 0,
+            };
+            put_frame(&mut bytes, head, b"body");
+            let Next::Damaged(why) = next_frame(&bytes, 0) else {
+                panic!("{time} was read as a frame time");
+            };
+            assert!(why.ends_with("is not a date"), "{why}");
+        }
     }
 }

@@ -179,13 +179,24 @@ impl Recording {
                 escape(&meta.torchtop)
             )));
         }
+        let mut meta = meta;
+        let mut issues = Vec::new();
+        if !format::INTERVALS.contains(&meta.interval_seconds) {
+            // Only a hand-made file says this; its frames are still worth showing.
+            issues.push(format!(
+                "its header gives a refresh interval of {} s, which torchtop never writes \
+                 (0.1 s to a day): it is played as 1 s",
+                meta.interval_seconds
+            ));
+            meta.interval_seconds = 1.0;
+        }
         let mut recording = Recording {
             source,
             name,
             meta,
             frames: Vec::new(),
             blocks: Vec::new(),
-            issues: Vec::new(),
+            issues,
             cache: Vec::new(),
             checkpoints: Checkpoints::default(),
             work: Work::default(),
@@ -227,10 +238,12 @@ impl Recording {
         self.checkpoints.aim(i);
     }
 
-    /// The snapshot of frame `i`.
+    /// The snapshot of frame `i`, its figures no machine reports dropped to N/A.
     pub fn snapshot(&mut self, cursor: &mut Cursor, i: usize) -> Result<Snapshot, RecordError> {
         self.work.snapshots += 1;
-        self.read(cursor, i)
+        let mut snapshot: Snapshot = self.read(cursor, i)?;
+        snapshot.drop_implausible();
+        Ok(snapshot)
     }
 
     /// Frame `i` read as a `T`: a [`Snapshot`], or only the parts of one a reader needs, which

@@ -184,10 +184,13 @@ impl Player {
         }
         let frames = self.recording.frames();
         let interval = self.recording.meta.interval_seconds.max(0.01);
-        // A gap (torchtop was stopped, the machine slept) is played as a few intervals.
+        // A gap (torchtop was stopped, the machine slept) is played as a few intervals. The
+        // reader refuses frame times and intervals no `Duration` holds; a gap that is still
+        // no number of seconds plays as one interval rather than stopping the player.
         let gap =
             (frames[self.index + 1].time - frames[self.index].time).clamp(0.0, 5.0 * interval);
-        Some(Duration::from_secs_f64(gap / SPEEDS[self.speed]))
+        let wait = Duration::try_from_secs_f64(gap / SPEEDS[self.speed]);
+        Some(wait.unwrap_or(Duration::from_secs(1)))
     }
 
     fn advance(&mut self) -> bool {

@@ -127,3 +127,64 @@ fn a_reader_that_reads_on_and_on_keeps_no_states() {
     }
     assert_eq!(recording.checkpoints.len(), 0);
 }
+
+/// The robustness review: a header's interval of 1e300 let a gap between two frames reach
+/// `Duration::from_secs_f64` too big; the frames are kept and the interval played as 1 s.
+#[test]
+fn an_interval_torchtop_never_writes_is_named_and_played_as_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("interval.ttrec");
+    write(&path, 5, 1);
+    let bytes = std::fs::read(&path).unwrap();
+    // (JSON has no NaN: serde writes null, and the header is refused as unreadable.)
+    for interval in [1e300, 0.0, -1.0, 1e-300] {
+        let (mut meta, len) = crate::record::format::read_header(&bytes).unwrap();
+        meta.interval_seconds = interval;
+        let mut patched = Vec::new();
+        crate::record::format::put_header(&mut patched, &meta);
+        patched.extend_from_slice(&bytes[len..]);
+        std::fs::write(&path, &patched).unwrap();
+        let recording = Recording::open(&path).unwrap();
+        assert_eq!(recording.meta.interval_seconds, 1.0, "{interval}");
+        assert_eq!(recording.frames().len(), 5);
+        assert!(
+            recording.issues[0].contains("which torchtop never writes"),
+            "{:?}",
+            recording.issues
+        );
+    }
+}
+
+/// The robustness review: replayed GPU figures skipped the checks live readings pass, so a
+/// crafted file's 1e308 W printed 309 digits and NaN printed "NaNW".
+#[test]
+fn a_replayed_figure_no_gpu_reports_is_not_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("implausible.ttrec");
+    let mut writer = FileWriter::create(RecordOptions {
+        path: path.clone(),
+        max_size: None,
+        interval_seconds: 1.0,
+    })
+    .unwrap();
+    let mut s = Snapshot::at(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 30));
+    s.gpus.push(GpuSample {
+        index: 0,
+        power_w: Some(1e308),
+        power_limit_w: Some(-1.0),
+        temperature_c: Some(64),
+        memory_total_bytes: Some(80 << 30),
+        ..Default::default()
+    });
+    let mut p = GpuProcess::new(100, 0, ProcessKind::Compute);
+    p.gpu_memory_bytes = Some(1 << 50);
+    s.processes.push(p);
+    writer.write(&Arc::new(s)).unwrap();
+    writer.finish().unwrap();
+    let mut recording = Recording::open(&path).unwrap();
+    let got = recording.snapshot(&mut Cursor::default(), 0).unwrap();
+    assert_eq!(got.gpus[0].power_w, None);
+    assert_eq!(got.gpus[0].power_limit_w, None);
+    assert_eq!(got.gpus[0].temperature_c, Some(64));
+    assert_eq!(got.processes[0].gpu_memory_bytes, None);
+}
