@@ -800,6 +800,20 @@ fn stale_socket_files_are_removed() {
     assert!(logged(&hub, "nothing listens"), "{:?}", hub.log());
 }
 
+/// A README review: a torchtop in a pid namespace of its own (`unshare --pid --fork
+/// --mount-proc torchtop --once`) sees none of the host's pids, and removed the sockets of live
+/// training jobs, which never came back. A socket someone listens on is never stale.
+#[test]
+fn a_socket_someone_listens_on_is_kept_whatever_its_pid() {
+    let dir = TempDir::new();
+    let unseen = 999_999_997u32; // above pid_max: a pid this /proc cannot show
+    let _listener = UnixListener::bind(dir.sock(unseen)).unwrap();
+    let mut hub = AgentHub::new(dir.0.clone());
+    hub.poll();
+    assert!(dir.sock(unseen).exists(), "{:?}", hub.log());
+    assert!(!logged(&hub, "removed stale socket"), "{:?}", hub.log());
+}
+
 #[test]
 fn a_symlink_named_like_a_socket_is_not_followed() {
     let dir = TempDir::new();

@@ -88,7 +88,7 @@ impl AgentHub {
                 continue;
             }
             let socket = listing.socket(&self.dirs[i].path, name);
-            if !self.dirs[i].file_pid_alive(file_pid) {
+            if !self.dirs[i].file_pid_alive(file_pid) && nobody_listens(&socket.through) {
                 self.stale(&listing, &socket, (dir, file_pid), owner, now);
                 continue;
             }
@@ -272,6 +272,15 @@ impl AgentHub {
             )),
         }
     }
+}
+
+/// Whether the kernel refuses a connection to the socket: nothing listens on it. A pid this
+/// monitor's /proc does not show is not proof of that: a monitor in a pid namespace of its own
+/// (`unshare --pid`, a container sharing the agent directory) sees none of the host's
+/// processes, and removing their sockets cut live training jobs off from every monitor.
+fn nobody_listens(through: &Path) -> bool {
+    let refused = crate::sys::connect_unix_nonblocking(through).map_err(|e| e.raw_os_error());
+    matches!(refused, Err(Some(libc::ECONNREFUSED | libc::ENOENT)))
 }
 
 /// A directory opened for one listing: what was checked, and the entries read from it.
