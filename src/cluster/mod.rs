@@ -153,24 +153,24 @@ pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
 /// Where Prometheus is and the straggler bar, from the flags and the config file: every error
 /// here is a usage error.
 fn settings(globals: &Globals, args: &ClusterArgs) -> Result<(String, f64), String> {
-    let config = match &globals.config {
-        Some(path) => crate::settings::load(path)?.cluster,
-        None => crate::config::ClusterConfig::default(),
-    };
+    // `--config`, else the default file when there is one, as the monitor reads it.
+    let config = crate::settings::MonitorConfig::load(globals.config.as_deref())?
+        .config
+        .cluster;
     let url = args
         .prometheus
         .clone()
         .or(config.prometheus)
         .ok_or_else(|| {
             "say where Prometheus is: --prometheus http://HOST:9090, TORCHTOP_PROMETHEUS, or \
-         `prometheus = \"...\"` in the [cluster] table of --config"
+         `prometheus = \"...\"` in the [cluster] table of the config file"
                 .to_string()
         })?;
     promql::check_url(&url)?;
     let straggler = args.straggler_percent.unwrap_or(config.straggler_percent);
     if !valid_percent(straggler) {
         return Err(format!(
-            "straggler_percent in the [cluster] table of --config is {straggler}; give a \
+            "straggler_percent in the [cluster] table of the config file is {straggler}; give a \
              percentage from 0 to {MAX_STRAGGLER_PERCENT:.0}"
         ));
     }

@@ -125,15 +125,14 @@ fn encode_with_timing(
 
 /// Runs `torchtop serve` until SIGTERM or SIGINT.
 pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
-    let rules = match &globals.config {
-        Some(path) => match crate::settings::load(path) {
-            Ok(config) => config.rules,
-            Err(error) => {
-                eprintln!("torchtop serve: {error}");
-                return ExitCode::from(2);
-            }
-        },
-        None => crate::rules::RulesConfig::default(),
+    // `--config`, else the default file when there is one, as the monitor and `--once` read
+    // it: alerts built on `serve` must judge as they do.
+    let rules = match crate::settings::MonitorConfig::load(globals.config.as_deref()) {
+        Ok(monitor) => monitor.config.rules,
+        Err(error) => {
+            eprintln!("torchtop serve: {error}");
+            return ExitCode::from(2);
+        }
     };
     let mut config = SamplerConfig::for_interval(
         Duration::from_secs_f64(args.delay.unwrap_or(globals.delay)),

@@ -67,3 +67,37 @@ fn malformed_flag_values_of_every_subcommand_exit_2_with_a_sentence() {
     let output = torchtop(&["cluster", "--prometheus", "http://127.0.0.1:1", "--once"]);
     assert_eq!(output.status.code(), Some(1));
 }
+
+/// A README review: `serve` and `cluster` read only `--config`, never the default file that
+/// the monitor, `--once` and `record` read, so a rule turned off there still alerted from
+/// `serve`, and a typo in it went unsaid.
+#[test]
+fn serve_and_cluster_read_the_default_config_file() {
+    let home = tempfile::tempdir().expect("a scratch directory");
+    let dir = home.path().join("torchtop");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("config.toml");
+    std::fs::write(&file, "[rules.leek]\nenabled = false\n").unwrap();
+    let with_home = |args: &[&str]| {
+        output_within_patience(
+            Command::new(common::torchtop_binary())
+                .args(args)
+                .env_remove("TORCHTOP_PROMETHEUS")
+                .env("XDG_CONFIG_HOME", home.path()),
+        )
+    };
+    let output = with_home(&["serve", "--listen", "127.0.0.1:0"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("leek"), "{stderr}");
+
+    std::fs::write(&file, "[cluster]\nprometheus = \"http://127.0.0.1:1\"\n").unwrap();
+    let output = with_home(&["cluster", "--once"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "read, then unreachable: {stderr}"
+    );
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
