@@ -54,6 +54,16 @@
 //! A hung driver call stalls at most the thread inside it: the sampler publishes what it has, and the
 //! event loop never waits on anything but its channels, so a key is handled at once.
 
+/// `eprintln!` that never panics: a closed stderr (a pipe whose reader went away, a lost
+/// journald stream) turned `torchtop record`'s clean stop on SIGTERM into a panic, exit
+/// status 101, which no table of exit statuses names. What cannot be said is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod actions;
 pub mod app;
 pub mod cli;

@@ -110,7 +110,7 @@ fn record(cli: &Cli, command: &Command) -> ExitCode {
     let loader = nvml_loader(cli.nvml_lib.clone());
     match torchtop::record::headless::run(options, config, loader) {
         Ok(recorded) => {
-            eprintln!("torchtop record: {recorded}");
+            tell(&format!("torchtop record: {recorded}"));
             exit_now(ExitCode::SUCCESS)
         }
         Err(error) => {
@@ -278,7 +278,14 @@ fn print_bytes(bytes: std::io::Result<Vec<u8>>) -> ExitCode {
 /// Prints an error on stderr. Errors quote paths, command lines and tools' output that other
 /// users control, so every line goes through the one escaping function.
 fn complain(prefix: &str, error: &dyn std::fmt::Display) {
-    eprintln!("{prefix}: {}", escape_lines(&error.to_string()));
+    tell(&format!("{prefix}: {}", escape_lines(&error.to_string())));
+}
+
+/// One line on stderr, or nothing where stderr is closed: `eprintln!` panics there, and a
+/// recording stopped cleanly by SIGTERM exited 101 when its stderr pipe had gone.
+fn tell(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Leaves without waiting for collector threads, which may be stuck in the driver. Keeps the

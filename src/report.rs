@@ -115,7 +115,7 @@ pub fn stream_json(
             .then(|| filter.unknown_gpus(snapshot.gpus.len()))
             .flatten()
         {
-            eprintln!("torchtop: {why}");
+            say!("torchtop: {why}");
         }
         told = true;
         filter.apply(&mut snapshot);

@@ -146,7 +146,7 @@ pub fn main(globals: &Globals, args: &ClusterArgs) -> ExitCode {
         Err(Failure::Usage(error)) => (error, 2),
         Err(Failure::Other(error)) => (error, 1),
     };
-    eprintln!("torchtop cluster: {}", model::printable(&error));
+    say!("torchtop cluster: {}", model::printable(&error));
     ExitCode::from(code)
 }
 
@@ -212,13 +212,13 @@ fn print_once(app: &ClusterApp, json: bool, fail_on: FailOn) -> ExitCode {
         };
         match crate::format::json::pretty(&document) {
             Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("torchtop cluster: cannot write JSON: {e}"),
+            Err(e) => say!("torchtop cluster: cannot write JSON: {e}"),
         }
     } else {
         println!("{}", render::once_text(app));
     }
     for problem in &app.problems {
-        eprintln!("torchtop cluster: {}", model::printable(problem));
+        say!("torchtop cluster: {}", model::printable(problem));
     }
     ExitCode::from(warnings::once_status(app, fail_on.threshold()))
 }

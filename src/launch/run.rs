@@ -68,7 +68,7 @@ pub const RECORD_HISTORY_ENV: &str = "TORCHTOP_RECORD_HISTORY";
 pub fn run(command: &[String], record_history: bool) -> Result<Infallible, String> {
     let mut prepared = prepare_run_recording(command, record_history)?;
     for warning in &prepared.warnings {
-        eprintln!("torchtop run: {warning}");
+        say!("torchtop run: {warning}");
     }
     let err = prepared.command.exec();
     Err(format!("Cannot run {}: {err}.", command[0]))

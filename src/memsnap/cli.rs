@@ -44,7 +44,7 @@ pub fn run(args: &SnapshotArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.kind == ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("torchtop snapshot: {}", error.message);
+            say!("torchtop snapshot: {}", error.message);
             ExitCode::FAILURE
         }
     }

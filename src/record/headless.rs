@@ -92,7 +92,7 @@ pub fn run(
 ) -> Result<Recorded, RecordError> {
     let started = Instant::now();
     let recorder = Recorder::start(options.record.clone())?;
-    eprintln!(
+    say!(
         "torchtop record: writing {} every {:.1} s{}; stop with Ctrl-C or SIGTERM",
         escape(&options.record.path.display().to_string()),
         options.record.interval_seconds,
@@ -137,12 +137,19 @@ fn tell_disk_events(status: &RecorderStatus, utc: bool) {
     }
     let zone = crate::format::clock::zone(utc);
     for event in events {
-        eprintln!("torchtop record: {}", event.sentence(&zone));
+        say!("torchtop record: {}", event.sentence(&zone));
     }
 }
 
+/// Watches SIGINT, SIGTERM and SIGHUP, each unless it came ignored: under `nohup` (SIGHUP
+/// ignored) or a shell's `&` without job control (SIGINT), the recording must outlive the
+/// login, as every program run that way does.
 fn watch_signals(stops: mpsc::Sender<Stop>) -> Result<(), RecordError> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+    let watched: Vec<i32> = [SIGINT, SIGTERM, SIGHUP]
+        .into_iter()
+        .filter(|&signal| !crate::sys::ignored(signal))
+        .collect();
+    let mut signals = signal_hook::iterator::Signals::new(watched)
         .map_err(|e| RecordError(format!("could not watch for signals: {e}")))?;
     std::thread::Builder::new()
         .name("torchtop-signals".into())
@@ -171,7 +178,7 @@ fn publisher(
     let mut driver_told = None;
     move |snapshot| {
         if let Some(news) = crate::model::gpu::driver_news(&mut driver_told, &snapshot.driver) {
-            eprintln!("torchtop record: {}", escape(&news));
+            say!("torchtop record: {}", escape(&news));
         }
         let wanted = schedule.want(&snapshot);
         if let Some(requests) = requests.get() {
@@ -184,7 +191,7 @@ fn publisher(
         // (`| head`) ends the lines, not the recording.
         if json && print_json(&snapshot).is_err() {
             json = false;
-            eprintln!("torchtop record: stdout was closed; recording goes on without --json lines");
+            say!("torchtop record: stdout was closed; recording goes on without --json lines");
         }
         feeder.push(snapshot);
         tell_disk_events(feeder.status(), utc);

@@ -165,7 +165,7 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, ReplayError> {
     }
     if options.json || options.summary {
         for issue in &recording.issues {
-            eprintln!("torchtop replay: {}", crate::format::escape(issue));
+            say!("torchtop replay: {}", crate::format::escape(issue));
         }
     }
     if options.json {

@@ -130,7 +130,7 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
     let rules = match crate::settings::MonitorConfig::load(globals.config.as_deref()) {
         Ok(monitor) => monitor.config.rules,
         Err(error) => {
-            eprintln!("torchtop serve: {error}");
+            say!("torchtop serve: {error}");
             return ExitCode::from(2);
         }
     };
@@ -144,7 +144,7 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
         Some(path) => match webconfig::load(path) {
             Ok(web) => web,
             Err(error) => {
-                eprintln!("torchtop serve: {error}");
+                say!("torchtop serve: {error}");
                 return ExitCode::from(2);
             }
         },
@@ -153,7 +153,7 @@ pub fn main(globals: &Globals, args: &ServeArgs) -> ExitCode {
     match run(args, web, config, nvml_loader(globals.nvml_lib.clone())) {
         Ok(()) => exit_now(0),
         Err(error) => {
-            eprintln!("torchtop serve: {error}");
+            say!("torchtop serve: {error}");
             exit_now(1)
         }
     }
@@ -186,13 +186,13 @@ fn run(
             .local_addr()
             .map_err(|e| format!("cannot read the listening address: {e}"))?;
         let scheme = if web.tls.is_some() { "https" } else { "http" };
-        eprintln!("torchtop serve: listening on {scheme}://{address}/metrics");
+        say!("torchtop serve: listening on {scheme}://{address}/metrics");
         let (snapshots_tx, snapshots) = watch::channel(None);
         // Kept alive for as long as we serve: the sampler paces itself by waiting on it.
         let mut driver_told = None;
         let _requests = sampler::spawn_shared_loop(config, loader, move |snapshot| {
             if let Some(news) = crate::model::gpu::driver_news(&mut driver_told, &snapshot.driver) {
-                eprintln!("torchtop serve: {}", crate::format::escape(&news));
+                say!("torchtop serve: {}", crate::format::escape(&news));
             }
             snapshots_tx.send(Some(snapshot)).is_ok()
         });

@@ -47,6 +47,18 @@ pub(crate) fn user_exists(name: &str) -> bool {
     nix::unistd::User::from_name(name).ok().flatten().is_some()
 }
 
+/// Whether `signal` was ignored (SIG_IGN) when this process started, as `nohup` leaves
+/// SIGHUP: a program run that way must leave it ignored, or it dies at logout after all.
+pub(crate) fn ignored(signal: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `current`, a
+    // zeroed sigaction (a valid value of that C struct).
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &raw mut current) == 0
+            && current.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// The effective uid of this process.
 pub(crate) fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()

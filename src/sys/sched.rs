@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn a_woken_thread_runs_on_the_wakers_core_until_freed() {
         let Some(handover) = Handover::of_this_thread() else {
-            eprintln!("skipped: this test thread may run on one core only");
+            say!("skipped: this test thread may run on one core only");
             return;
         };
         let all = cores_of(handover.tid);

@@ -198,7 +198,7 @@ mod global {
                 Some(path)
             }
             Err(why) => {
-                eprintln!("torchtop agent: not started: {why}");
+                say!("torchtop agent: not started: {why}");
                 None
             }
         }

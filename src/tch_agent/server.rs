@@ -465,7 +465,7 @@ impl Server {
     /// Says each distinct problem once on stderr: the host program's output is not ours to flood.
     fn log(&mut self, message: &str) {
         if self.logged.len() < 100 && self.logged.insert(message.to_string()) {
-            eprintln!("torchtop agent: {message}");
+            say!("torchtop agent: {message}");
         }
     }
 }

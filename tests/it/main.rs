@@ -34,6 +34,7 @@ mod oom_memsnap;
 mod record_full_disk;
 mod record_replay;
 mod record_replay_times;
+mod record_signals;
 mod root_reads_users_agents;
 mod run_launch;
 mod serve_agents;
