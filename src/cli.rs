@@ -236,7 +236,15 @@ use crate::settings::{parse_delay, parse_seconds};
 /// a name here, as processes of a container's users show.
 fn parse_user(text: &str) -> Result<String, String> {
     let uid = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    if uid || crate::sys::user_exists(text) {
+    // Rows name their user by login name where the uid has one, so a uid (from `squeue -o
+    // %U`, SLURM_JOB_UID) is taken as that name: `--user 1000` matched nothing beside a
+    // user named for 1000. A uid without a name is one, as rows show it.
+    let named = uid
+        .then(|| text.parse().ok().and_then(crate::sys::user_name))
+        .flatten();
+    if let Some(name) = named {
+        Ok(name)
+    } else if uid || crate::sys::user_exists(text) {
         Ok(text.to_string())
     } else {
         Err(format!(
@@ -405,6 +413,10 @@ mod tests {
             Some("4242"),
             "a uid without a name here"
         );
+        // The admin review: `--user 1000` matched nothing where uid 1000 has a login name,
+        // which rows show instead of the uid.
+        let named = Cli::try_parse_from(["torchtop", "--user", "0"]).unwrap();
+        assert_eq!(named.user.as_deref(), Some("root"));
         let error = Cli::try_parse_from(["torchtop", "--user", "nosuch\x1b[2J"])
             .unwrap_err()
             .to_string();
