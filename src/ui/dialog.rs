@@ -65,11 +65,68 @@ fn confirm(
     };
     let mut lines = vec![Line::styled(question, theme.warn()), Line::raw("")];
     lines.extend(target_table(targets, theme, |pid| rank_of(app, pid)));
+    lines.extend(namespace_inits(app, signal, targets, theme));
     let popup = Popup {
         title: format!(" {signal} "),
         hint: " y or Enter: send   n or Esc: cancel ",
     };
     popup.draw(frame, screen, lines);
+}
+
+/// What a signal does to a target that is pid 1 of a PID namespace of its own (a container's
+/// init): the kernel drops a signal sent from outside the namespace that the init does not
+/// handle, SIGKILL and SIGSTOP apart, and the init's death ends every process in it. An admin
+/// was told "sent SIGTERM" to a container's init that went on running.
+fn namespace_inits(
+    app: &App,
+    signal: Signal,
+    targets: &[ActionTarget],
+    theme: Theme,
+) -> Vec<Line<'static>> {
+    let is_init = |pid: u32| {
+        let row = app.snapshot.processes.iter().find(|p| p.pid == pid);
+        let ns_pids = row.and_then(|p| p.ns_pids.as_deref());
+        ns_pids.is_some_and(|ns| ns.len() > 1 && ns.last() == Some(&1))
+    };
+    let inits: Vec<String> = (targets.iter().map(ActionTarget::pid))
+        .filter(|&pid| is_init(pid))
+        .map(|pid| pid.to_string())
+        .collect();
+    if inits.is_empty() {
+        return Vec::new();
+    }
+    let effect = match signal {
+        Signal::Kill => "SIGKILL ends every process in its namespace (its container)".to_string(),
+        Signal::Stop => "SIGSTOP stops it; the processes under it go on".to_string(),
+        other => format!(
+            "the kernel drops {other} sent from outside unless it handles {other}, and it \
+             then goes on running"
+        ),
+    };
+    let text = format!(
+        "{} {} pid 1 of a PID namespace of its own (a container's init): {effect}.",
+        inits.join(", "),
+        if inits.len() == 1 { "is" } else { "are each" },
+    );
+    let width = usize::from(MAX_WIDTH) - 4;
+    let mut lines = vec![Line::raw("")];
+    lines.extend(wrap_words(&text, width).map(|line| Line::styled(line, theme.warn())));
+    lines
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces.
+fn wrap_words(text: &str, width: usize) -> impl Iterator<Item = String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split(' ') {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    lines.into_iter()
 }
 
 /// `P`: the peaks PyTorch's allocator kept cannot be had back once reset.

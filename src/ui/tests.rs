@@ -978,6 +978,35 @@ fn confirm_dialog_names_pid_user_and_command_of_each_target() {
     );
 }
 
+/// The admin review: SIGTERM to a container's init (pid 1 of its PID namespace) said "sent"
+/// and nothing happened; the dialog never said what the process was.
+#[test]
+fn confirm_dialog_says_a_target_is_a_namespace_s_init() {
+    use crossterm::event::KeyCode;
+    let mut snapshot = busy_snapshot(1, 2, 0);
+    snapshot.processes[0].ns_pids = Some(vec![snapshot.processes[0].pid, 1].into());
+    snapshot.processes[1].ns_pids = Some(vec![snapshot.processes[1].pid, 7].into());
+    let pid = snapshot.processes[0].pid;
+    let mut app = sized(app_with(snapshot), 80, 24);
+    key(&mut app, KeyCode::Char('T'));
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains(&format!("{pid} is pid 1 of a PID namespace")),
+        "{s}"
+    );
+    assert!(s.contains("drops SIGTERM sent from outside"), "{s}");
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::Char('K'));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("SIGKILL ends every process"), "{s}");
+    // Not an init (pid 7 inside): no such line.
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Char('T'));
+    let s = screen(&app, 80, 24);
+    assert!(!s.contains("PID namespace"), "{s}");
+}
+
 #[test]
 fn tagged_rows_carry_a_marker() {
     use crossterm::event::KeyCode;
