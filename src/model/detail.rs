@@ -13,6 +13,15 @@ pub const DETAIL_ENV_NAMES: &[&str] = &[
     "MASTER_ADDR",
     "MASTER_PORT",
     "OMP_NUM_THREADS",
+    // The Slurm task, whose rank and job the table shows (its other variables are many).
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_USER",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
 ];
 
 /// The environment variables the detail view shows, by prefix.

@@ -164,6 +164,18 @@ fn identity_lines(
     if let Some(cgroup) = first.and_then(|p| p.cgroup.as_deref()) {
         lines.push(labelled("mem limit", memory_limit_text(cgroup), theme));
     }
+    if let Some(inner) = first.and_then(|p| ns_pid_text(p.ns_pids.as_deref()?)) {
+        lines.push(labelled("pid inside", inner, theme));
+    }
+}
+
+/// A containerized process's pid as `ps` shows it inside each nested PID namespace, innermost
+/// last: "1 (its PID namespace's init)", or "412 in one, then 7".
+fn ns_pid_text(ns_pids: &[u32]) -> Option<String> {
+    let inner = ns_pids.get(1..).filter(|inner| !inner.is_empty())?;
+    let list: Vec<String> = inner.iter().map(u32::to_string).collect();
+    let init = (inner.last() == Some(&1)).then_some(" (its PID namespace's init)");
+    Some(format!("{}{}", list.join(", then "), init.unwrap_or("")))
 }
 
 /// The memory limit that binds the process's cgroup, the use it applies to, and the cgroup
@@ -222,7 +234,7 @@ fn recorded_identity_lines(lines: &mut Vec<Line<'static>>, rows: &[&GpuProcess],
 fn environment_lines(lines: &mut Vec<Line<'static>>, detail: Option<&ProcessDetail>, theme: Theme) {
     section(
         lines,
-        "Environment (launcher, CUDA, NCCL, PyTorch, OpenMP)",
+        "Environment (launcher, Slurm, CUDA, ROCm, NCCL, PyTorch, OpenMP)",
         theme,
     );
     match detail.map(|d| &d.env) {

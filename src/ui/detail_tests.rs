@@ -140,6 +140,31 @@ fn detail_view_names_the_limit_that_binds_and_where_it_is_set() {
     );
 }
 
+/// The admin review: the detail view gave no Slurm variable ("none of these is set" beside a
+/// RANK column read from SLURM_PROCID) and not the pid a container's `ps` shows.
+#[test]
+fn detail_view_gives_the_slurm_task_and_the_pid_inside_its_container() {
+    assert!(crate::model::detail::detail_env_wanted("SLURM_PROCID"));
+    assert!(crate::model::detail::detail_env_wanted(
+        "HIP_VISIBLE_DEVICES"
+    ));
+    assert!(!crate::model::detail::detail_env_wanted(
+        "SLURM_CPUS_ON_NODE"
+    ));
+    let mut app = detail_app();
+    let pid = app.detail.as_ref().unwrap().pid;
+    let mut snapshot = (*app.snapshot).clone();
+    for row in snapshot.processes.iter_mut().filter(|p| p.pid == pid) {
+        row.ns_pids = Some(vec![pid, 412, 1].into());
+    }
+    app.on_snapshot(Arc::new(snapshot));
+    let s = screen(&app, 200, 50);
+    assert!(
+        s.contains("pid inside  412, then 1 (its PID namespace's init)"),
+        "{s}"
+    );
+}
+
 #[test]
 fn detail_view_scrolls_and_says_so_before_the_first_read() {
     let mut app = torch_app();
