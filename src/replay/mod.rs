@@ -171,6 +171,9 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, ReplayError> {
     if options.json {
         let stdout = &mut std::io::stdout().lock();
         let range = time::frames_between(recording.frames(), from, to);
+        if let Some(note) = nearest_note(&recording, from, to, &zone) {
+            say!("torchtop replay: {note}");
+        }
         export::json_lines(&mut recording, range, &zone, stdout, stderr)?;
         return Ok(None);
     }
@@ -180,6 +183,25 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, ReplayError> {
         return Ok(None);
     }
     Ok(tui(recording, &options, from, zone).map(Some)?)
+}
+
+/// When `--from` and `--to` name one moment that falls in a gap of the recording, the frame
+/// given for it is the nearest, seconds or hours away: a sentence says so.
+fn nearest_note(
+    recording: &Recording,
+    from: Option<Moment>,
+    to: Option<Moment>,
+    zone: &TimeZone,
+) -> Option<String> {
+    let moment = from.filter(|_| from == to)?;
+    let interval = recording.meta.interval_seconds;
+    let (a, b) = time::gap_around(recording.frames(), moment, interval)?;
+    let clock = |t| crate::format::clock::clock(t, zone);
+    Some(format!(
+        "nothing was recorded from {} to {}: the nearest frame to that moment is given",
+        clock(a),
+        clock(b)
+    ))
 }
 
 fn tui(

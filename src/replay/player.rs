@@ -253,6 +253,11 @@ impl Player {
             format!("that is before the recording starts: at its first frame, {at}")
         } else if moment.at > last {
             format!("that is after the recording ends: at its last frame, {at}")
+        } else if let Some((a, b)) =
+            time::gap_around(frames, moment, self.recording.meta.interval_seconds)
+        {
+            let (a, b) = (clock(a, &self.zone), clock(b, &self.zone));
+            format!("at {at}, the nearest frame: nothing was recorded from {a} to {b}")
         } else {
             format!("at {at}")
         }

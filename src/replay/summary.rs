@@ -108,7 +108,7 @@ fn subject(subject: &Subject) -> String {
 impl Tally {
     fn add(&mut self, before: Option<&Snapshot>, now: &Snapshot) {
         let t = now.unix_seconds;
-        if self.first.is_some() && t - self.last > (3.0 * self.interval).max(self.interval + 2.0) {
+        if self.first.is_some() && super::time::is_gap(t - self.last, self.interval) {
             self.gap_count += 1;
             if self.gaps.len() < MAX_GAPS {
                 self.gaps.push((self.last, t));

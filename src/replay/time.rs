@@ -191,6 +191,29 @@ pub(crate) fn frames_between(
     first..first
 }
 
+/// Whether frames `span` seconds apart, recorded every `interval`, have a gap between them:
+/// more than three intervals, and more than one interval and two seconds (a late frame is no
+/// gap).
+pub(crate) fn is_gap(span: f64, interval: f64) -> bool {
+    span > (3.0 * interval).max(interval + 2.0)
+}
+
+/// The gap in the recording `moment` falls in, as the times of the frames on either side of
+/// it; `None` when a frame lies within the moment, or the frames around it are no gap apart.
+/// The nearest frame stands for such a moment, and the reader must be told how far it is.
+pub(crate) fn gap_around(
+    frames: &[FrameInfo],
+    moment: Moment,
+    interval: f64,
+) -> Option<(f64, f64)> {
+    let after = frames.partition_point(|f| f.time < moment.at);
+    let (before, next) = (frames.get(after.checked_sub(1)?)?, frames.get(after)?);
+    if next.time == moment.at || next.time < moment.at + moment.width {
+        return None;
+    }
+    is_gap(next.time - before.time, interval).then_some((before.time, next.time))
+}
+
 /// The frame `g` goes to: the first within the moment, else the one nearest to it (the first
 /// frame for a moment before the recording, the last for one after it).
 pub(crate) fn nearest(frames: &[FrameInfo], moment: Moment) -> usize {

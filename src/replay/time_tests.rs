@@ -118,3 +118,24 @@ fn g_goes_to_the_nearest_frame_and_stops_at_the_ends() {
     assert_eq!(go("+10m"), 12, "past the end: the last frame");
     assert_eq!(go("07:30"), 0, "before the start: the first frame");
 }
+
+/// The admin review: `--from 10:23:00 --to 10:23:00` gave the frame of 10:22:47 across a
+/// 27 s gap without a word, as did `g 10:23:00`.
+#[test]
+fn a_moment_in_a_gap_names_the_gap_and_one_with_a_frame_does_not() {
+    let mut f = frames(10);
+    let gap_end = f[9].time + 27.0;
+    f.push(FrameInfo::at(gap_end));
+    let before = f[9].time;
+    let inside = Moment::second((before + 13.0).floor());
+    assert_eq!(gap_around(&f, inside, 1.0), Some((before, gap_end)));
+    assert_eq!(frames_between(&f, Some(inside), Some(inside)), 9..10);
+    // A moment with a frame in it, or between two frames a second apart: no gap.
+    assert_eq!(gap_around(&f, Moment::second(f[3].time.floor()), 1.0), None);
+    assert_eq!(gap_around(&f, Moment::instant(f[3].time + 0.5), 1.0), None);
+    // Outside the recording: the ends are said otherwise.
+    assert_eq!(gap_around(&f, Moment::instant(START - 100.0), 1.0), None);
+    assert_eq!(gap_around(&f, Moment::instant(gap_end + 100.0), 1.0), None);
+    // At a 10 s interval, 27 s is under three intervals: a late frame, not a gap.
+    assert_eq!(gap_around(&f, inside, 10.0), None);
+}
