@@ -122,9 +122,8 @@ fn near_limit(
     let limit = cgroup.memory_limit()?;
     let subject = subject_of(inputs, processes);
     let mut message = format!(
-        "The {} of {} uses {} of its {} memory limit ({})",
-        kind_of(cgroup),
-        cgroup.label(),
+        "{} uses {} of its {} memory limit ({})",
+        named(cgroup),
         fmt_opt_bytes(limit.used_bytes),
         fmt_opt_bytes(Some(limit.max_bytes)),
         fmt_percent(share * 100.0),
@@ -164,16 +163,15 @@ fn near_limit(
     ))
 }
 
-/// "container", "pod", "Slurm job" or "cgroup".
-pub(super) fn kind_of(cgroup: &Cgroup) -> &'static str {
-    if cgroup.pod.is_some() {
-        "pod"
-    } else if cgroup.container.is_some() {
-        "container"
-    } else if cgroup.slurm_job.is_some() {
-        "Slurm job"
+/// What a message calls the cgroup: its label, which names a pod, a container or a Slurm job
+/// as such ("slurm job 42"), else "cgroup" and its path. "The Slurm job of slurm job 42" said
+/// the kind twice.
+pub(super) fn named(cgroup: &Cgroup) -> String {
+    let label = cgroup.label();
+    if cgroup.pod.is_some() || cgroup.container.is_some() || cgroup.slurm_job.is_some() {
+        label.to_string()
     } else {
-        "cgroup"
+        format!("cgroup {label}")
     }
 }
 
@@ -273,7 +271,7 @@ mod tests {
         let w = find(&warnings, "cgroup-memory", &Subject::Process { pid: 40 });
         assert!(
             w.message
-                .contains("container of docker 3f2a1b9c0d4e uses 7.5GiB of its 8.0GiB"),
+                .starts_with("docker 3f2a1b9c0d4e uses 7.5GiB of its 8.0GiB"),
             "{}",
             w.message
         );
@@ -339,7 +337,7 @@ mod tests {
         let w = warnings[0];
         assert!(
             w.message.contains(
-                "Slurm job of slurm job 42 uses 7.6GiB of its 8.0GiB memory limit (95%), set on \
+                "slurm job 42 uses 7.6GiB of its 8.0GiB memory limit (95%), set on \
                  /slurm/uid_1000/job_42"
             ),
             "{}",

@@ -13,7 +13,7 @@ use std::fmt;
 
 use crate::model::{Cgroup, GpuProcess, ProcessKind, Severity};
 
-use super::cgroup_memory::{is_job_process, kind_of};
+use super::cgroup_memory::{is_job_process, named};
 use super::order::Rows;
 use super::slots::{Na, Slots, SubjectRef};
 use super::Inputs;
@@ -129,10 +129,9 @@ fn oversubscribed<'a, I: Iterator<Item = &'a GpuProcess> + Clone>(
     };
     let mut warning = found.write(ID, Severity::Warn, subject, REMEDY);
     warning.message(format_args!(
-        "The {} of {} allows {} CPUs, but its {count} training process{} run {workers} DataLoader \
+        "{} allows {} CPUs, but its {count} training process{} run {workers} DataLoader \
          workers and {threads} OpenMP threads{threads_said}",
-        kind_of(cgroup),
-        cgroup.label(),
+        named(cgroup),
         Cpus(allowed),
         if count == 1 { "" } else { "es" },
     ));

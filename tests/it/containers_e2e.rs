@@ -226,9 +226,7 @@ fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
     let memory = warning(&doc, "cgroup-memory").unwrap_or_else(|| panic!("{doc:#}"));
     let message = memory["message"].as_str().unwrap();
     assert!(
-        message.contains(
-            "container of docker 3f2a1b9c0d4e uses 7.6GiB of its 8.0GiB memory limit (95%)"
-        ),
+        message.contains("docker 3f2a1b9c0d4e uses 7.6GiB of its 8.0GiB memory limit (95%)"),
         "{message}"
     );
     assert!(
