@@ -3,18 +3,27 @@
 //! straggler and missing ranks; the warnings are [`super::warnings`]'.
 //!
 //! Everything Prometheus returns is text other people chose (host names, job ids from
-//! environments): it goes through [`printable`] before it is kept.
+//! environments): it goes through [`printable`] before it is kept. Its numbers are as
+//! untrusted: a figure outside what a GPU or a training job can have (the local collector's
+//! [`limits`], the agent protocol's bounds) is unknown, as NVML's implausible readings are.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use serde::Serialize;
 
 use super::fetch::{NODE_DOWN, RANK_LOST};
 use super::promql::{Range, Sample};
 use super::warnings::ClusterWarning;
+use crate::model::gpu::limits;
+use crate::protocol::{MAX_STEP_TIME_S, MAX_WORLD_SIZE};
 use crate::serve::torchtop::JOB_LABEL;
 
 const MIB: f64 = 1048576.0;
+/// The most bytes of memory one GPU, or one process on it, can have.
+const MAX_BYTES: f64 = limits::MEMORY_BYTES as f64;
+/// The oldest "last seen" believed: the down query looks back [`super::fetch::DOWN_WINDOW`].
+const MAX_AGE_SECONDS: f64 = 86_400.0;
 
 /// One GPU of a node.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -119,8 +128,14 @@ fn number<T: std::str::FromStr>(sample: &Sample, name: &str) -> Option<T> {
     sample.label(name)?.parse().ok()
 }
 
-fn finite(value: f64) -> Option<f64> {
-    value.is_finite().then_some(value)
+/// `value` if it lies in `plausible`; NaN and infinities never do.
+fn within(value: f64, plausible: RangeInclusive<f64>) -> Option<f64> {
+    plausible.contains(&value).then_some(value)
+}
+
+/// A rank label, unknown when no job could have it.
+fn rank_label(sample: &Sample) -> Option<u32> {
+    number(sample, "rank").filter(|&r: &u32| r < MAX_WORLD_SIZE)
 }
 
 /// Nodes from the GPU panel's answer, with sparklines joined in, and the nodes that are down
@@ -147,7 +162,7 @@ fn down_nodes(samples: &[Sample]) -> Vec<Node> {
         let Some(host) = label(sample, "Hostname") else {
             continue;
         };
-        let ago = finite(sample.value).map(|v| v.max(0.0));
+        let ago = within(sample.value, 0.0..=MAX_AGE_SECONDS);
         let node = by_host.entry(host.clone()).or_insert_with(|| Node {
             hostname: host,
             down: true,
@@ -177,13 +192,16 @@ fn reporting_nodes(gpus: &[Sample], history: &[Range]) -> Vec<Node> {
         gpu.gpu = index;
         gpu.model = gpu.model.take().or_else(|| label(sample, "modelName"));
         gpu.uuid = gpu.uuid.take().or_else(|| label(sample, "UUID"));
-        let value = finite(sample.value);
+        let value = sample.value;
+        let mib = || within(value * MIB, 0.0..=MAX_BYTES);
         match sample.name() {
-            "DCGM_FI_DEV_GPU_UTIL" => gpu.utilization_percent = value,
-            "DCGM_FI_DEV_FB_USED" => gpu.memory_used_bytes = value.map(|v| v * MIB),
-            "DCGM_FI_DEV_FB_FREE" => gpu.memory_free_bytes = value.map(|v| v * MIB),
-            "DCGM_FI_DEV_GPU_TEMP" => gpu.temperature_c = value,
-            "DCGM_FI_DEV_POWER_USAGE" => gpu.power_w = value,
+            "DCGM_FI_DEV_GPU_UTIL" => gpu.utilization_percent = within(value, 0.0..=100.0),
+            "DCGM_FI_DEV_FB_USED" => gpu.memory_used_bytes = mib(),
+            "DCGM_FI_DEV_FB_FREE" => gpu.memory_free_bytes = mib(),
+            "DCGM_FI_DEV_GPU_TEMP" => {
+                gpu.temperature_c = within(value, 0.0..=f64::from(limits::TEMPERATURE_C));
+            }
+            "DCGM_FI_DEV_POWER_USAGE" => gpu.power_w = within(value, 0.0..=limits::POWER_W),
             "torchtop_gpu_state" if sample.value == 1.0 => gpu.state = label(sample, "state"),
             _ => {}
         }
@@ -201,8 +219,7 @@ fn reporting_nodes(gpus: &[Sample], history: &[Range]) -> Vec<Node> {
                 .map(|r| {
                     r.points
                         .iter()
-                        .map(|p| p.1)
-                        .filter(|v| v.is_finite())
+                        .filter_map(|p| within(p.1, 0.0..=100.0))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -267,7 +284,7 @@ fn lost_ranks(samples: &[Sample]) -> BTreeMap<String, Vec<MissingRank>> {
             continue;
         };
         by_job.entry(job).or_default().push(MissingRank {
-            rank: number(sample, "rank"),
+            rank: rank_label(sample),
             hostname: label(sample, "Hostname"),
             pid: number(sample, "pid"),
         });
@@ -275,11 +292,14 @@ fn lost_ranks(samples: &[Sample]) -> BTreeMap<String, Vec<MissingRank>> {
     by_job
 }
 
-/// The largest `world_size` label of each job's samples, reporting or lost.
+/// The largest `world_size` label of each job's samples, reporting or lost, of those a job
+/// can have.
 fn world_sizes(samples: &[Sample]) -> BTreeMap<String, u32> {
     let mut by_job: BTreeMap<String, u32> = BTreeMap::new();
     for sample in samples {
-        if let (Some(job), Some(size)) = (label(sample, JOB_LABEL), number(sample, "world_size")) {
+        let size =
+            number(sample, "world_size").filter(|&w: &u32| (1..=MAX_WORLD_SIZE).contains(&w));
+        if let (Some(job), Some(size)) = (label(sample, JOB_LABEL), size) {
             let known = by_job.entry(job).or_default();
             *known = (*known).max(size);
         }
@@ -380,14 +400,19 @@ fn reporting_ranks(samples: &[Sample]) -> BTreeMap<String, BTreeMap<(String, u32
             .or_default();
         rank.hostname = host;
         rank.pid = pid;
-        rank.rank = rank.rank.or(number(sample, "rank"));
-        let value = finite(sample.value);
+        rank.rank = rank.rank.or(rank_label(sample));
         match sample.name() {
             "torchtop_process_gpu_memory_bytes" => {
-                rank.memory_bytes = Some(rank.memory_bytes.unwrap_or(0.0) + value.unwrap_or(0.0));
+                let bytes = within(sample.value, 0.0..=MAX_BYTES);
+                rank.memory_bytes = [rank.memory_bytes, bytes]
+                    .into_iter()
+                    .flatten()
+                    .reduce(|a, b| a + b);
                 rank.gpu = rank.gpu.or(number(sample, "gpu"));
             }
-            "torchtop_step_time_seconds" => rank.step_time_seconds = value,
+            "torchtop_step_time_seconds" => {
+                rank.step_time_seconds = within(sample.value, 0.0..=MAX_STEP_TIME_S);
+            }
             _ => {}
         }
     }
@@ -431,9 +456,10 @@ fn mark_stragglers(job: &mut Job, straggler_percent: f64) {
         let Some(time) = rank.step_time_seconds else {
             continue;
         };
-        let above = (time / median - 1.0) * 100.0;
-        rank.above_median_percent = Some(above);
-        rank.straggler = above > straggler_percent;
+        // A median of a few subnormal seconds makes any other time infinitely far above it.
+        let above = Some((time / median - 1.0) * 100.0).filter(|a| a.is_finite());
+        rank.above_median_percent = above;
+        rank.straggler = above.is_some_and(|a| a > straggler_percent);
     }
 }
 
@@ -656,6 +682,19 @@ mod tests {
         let jobs = super::jobs(&huge, &[], 20.0);
         let missing: Vec<_> = jobs[0].missing_ranks.iter().map(|m| m.rank).collect();
         assert_eq!(missing, [Some(0)], "the gap below rank 1 only");
+    }
+
+    #[test]
+    fn no_rank_is_infinitely_far_above_a_median_of_subnormal_seconds() {
+        let mut answer = Vec::new();
+        for (pid, step) in [("10", 1e-320), ("11", 1e-320), ("12", 0.4)] {
+            let l = [("Hostname", "a"), ("pid", pid), (JOB_LABEL, "j")];
+            answer.push(sample("torchtop_step_time_seconds", &l, step));
+        }
+        let jobs = jobs(&answer, &[], 20.0);
+        let slow = &jobs[0].ranks[2];
+        assert_eq!(slow.step_time_seconds, Some(0.4));
+        assert_eq!((slow.above_median_percent, slow.straggler), (None, false));
     }
 
     #[test]

@@ -523,3 +523,85 @@ fn one_of_a_thing_is_singular() {
     );
     assert!(two.contains("4 ranks on 2 nodes  "), "{two}");
 }
+
+/// What the review's fake Prometheus answered: every figure of node-a's GPUs, node-c's
+/// "last seen", a rank's step time and world size at 1.7e308 or other values no exporter can
+/// say. Each is unknown, as NVML's implausible readings are; none reaches the text as digits.
+fn fetched_with_absurd_figures() -> Fetched {
+    let mut fetched = fetched_with_node_c_down();
+    for sample in fetched.nodes.as_mut().unwrap().iter_mut() {
+        if sample.name() != "torchtop_gpu_state" {
+            sample.value = 1.7e308;
+        }
+    }
+    fetched.history = Ok(vec![Range {
+        labels: [("Hostname".into(), "node-a".into())].into_iter().collect(),
+        points: vec![(0.0, 1e308), (1.0, -1e308), (2.0, 40.0)],
+    }]);
+    for sample in fetched.jobs.as_mut().unwrap().iter_mut() {
+        let rank = sample.label("rank").unwrap_or_default().to_string();
+        if sample.name() == "torchtop_step_time_seconds" && rank == "1" {
+            sample.value = 1.7e308;
+        }
+        if sample.name() == "torchtop_step_time_seconds" && rank == "2" {
+            sample.value = -5.0;
+        }
+        if sample.name() == "torchtop_process_gpu_memory_bytes" {
+            sample.value = 1.7e308;
+        }
+        if sample.name() == RANK_LOST && rank == "5" {
+            sample.labels.insert("rank".into(), "4294967295".into());
+            sample
+                .labels
+                .insert("world_size".into(), "4294967295".into());
+        }
+    }
+    fetched
+}
+
+#[test]
+fn figures_no_exporter_can_say_are_unknown() {
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched_with_absurd_figures(), "12:00:01 UTC".into());
+    let text = render::once_text(&app);
+    assert!(
+        !text.contains("inf") && !text.contains("99999") && !text.contains("4294967295"),
+        "{text}"
+    );
+    let row = |start: &str| {
+        let line = text.lines().find(|l| l.starts_with(start));
+        line.unwrap_or_else(|| panic!("no row {start:?}:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("  node-a")[..6],
+        ["node-a", "2", "N/A", "N/A", "N/A/N/A", "N/A"]
+    );
+    assert!(
+        text.contains("node-c is down: not seen in the last 10 min"),
+        "{text}"
+    );
+    let view = &app.view;
+    assert_eq!(view.nodes[0].utilization_history, [40.0]);
+    let gpu = &view.nodes[0].gpus[0];
+    assert_eq!(
+        (
+            gpu.utilization_percent,
+            gpu.memory_used_bytes,
+            gpu.temperature_c,
+            gpu.power_w
+        ),
+        (None, None, None, None)
+    );
+    let job = &view.jobs[0];
+    assert_eq!(job.world_size, None, "{job:?}");
+    let steps: Vec<_> = job.ranks.iter().map(|r| r.step_time_seconds).collect();
+    assert_eq!(steps, [Some(0.412), None, None, Some(0.731)]);
+    assert!(
+        job.ranks.iter().all(|r| r.memory_bytes.is_none()),
+        "{job:?}"
+    );
+    let lost: Vec<_> = job.missing_ranks.iter().map(|m| m.rank).collect();
+    assert_eq!(lost, [Some(4), None]);
+}

@@ -19,6 +19,9 @@ const TOP_STACKS: usize = 20;
 const TEXT_STACKS: usize = 10;
 /// Frames shown for a stack on one line, innermost last.
 const SHORT_FRAMES: usize = 4;
+/// The most live bytes a flame graph is drawn for: 4 EiB, far above any device's memory.
+/// inferno adds the stacks' counts in `usize` and wraps (or panics) past it; this leaves room.
+const MAX_FLAME_BYTES: u64 = 1 << 62;
 
 /// One line of the top stacks: device then frames (outermost first), live bytes, blocks, and
 /// one stack that reads as the line.
@@ -263,10 +266,19 @@ pub(crate) fn folded(loaded: &LoadedSnapshot, out: &mut impl Write) -> io::Resul
 
 /// An SVG flame graph of live bytes by stack; its root weighs the allocated bytes.
 pub(crate) fn flamegraph(loaded: &LoadedSnapshot, out: impl Write) -> Result<(), String> {
-    let lines = paths::folded_lines(&loaded.snapshot);
-    if lines.is_empty() {
+    let stacks = paths::folded_stacks(&loaded.snapshot);
+    if stacks.is_empty() {
         return Err("holds no live allocations: there is nothing to draw".to_string());
     }
+    let total = (stacks.values()).try_fold(0u64, |sum, held| sum.checked_add(held.bytes));
+    if total.is_none_or(|t| t > MAX_FLAME_BYTES) {
+        return Err(
+            "holds live allocations whose sizes add up to more than 4 EiB (2^62 bytes), \
+                    more than any device holds: it cannot be drawn as a flame graph"
+                .to_string(),
+        );
+    }
+    let lines = paths::lines_of(stacks);
     let mut options = inferno::flamegraph::Options::default();
     options.title = format!("Live CUDA memory by stack: {}", loaded.name());
     options.count_name = "bytes".to_string();

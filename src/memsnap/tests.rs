@@ -289,3 +289,47 @@ fn a_v1_memory_limit_applies_too() {
     let found = room(None, Some("4:memory:/slurm/uid_0/job_7\n"), scratch.path()).unwrap();
     assert_eq!(found.bytes, 750_000);
 }
+
+/// Two live blocks of 2^63 bytes each, as mkfg.py in the review wrote them: their sum wraps
+/// a `usize`, which inferno adds counts in.
+#[test]
+fn a_flame_graph_whose_sizes_add_past_any_device_is_refused_with_a_sentence() {
+    let size = 1u64 << 63;
+    let segment = |address: u64| {
+        format!(
+            "{{'device': 0, 'address': {address}, 'total_size': {size}, 'blocks': [{{'size': \
+             {size}, 'state': 'active_allocated', 'address': {address}, 'frames': \
+             [{{'filename': 'train.py', 'line': {address}, 'name': 'f{address}'}}]}}]}}"
+        )
+    };
+    let body = format!(
+        "{{'segments': [{}, {}], 'device_traces': [[]]}}",
+        segment(0),
+        segment(1)
+    );
+    let script =
+        format!("import pickle, sys\nsys.stdout.buffer.write(pickle.dumps({body}, protocol=4))");
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pickle = crate::memsnap::pickle::Pickle::read(out.stdout.as_slice(), None).unwrap();
+    let snapshot = crate::memsnap::model::from_pickle(&pickle).unwrap();
+    let loaded = super::LoadedSnapshot {
+        path: "overflow.pickle".into(),
+        file_bytes: out.stdout.len() as u64,
+        analysis: crate::memsnap::analysis::Analysis::new(&snapshot),
+        snapshot,
+    };
+    let error = crate::memsnap::output::flamegraph(&loaded, Vec::new()).unwrap_err();
+    assert_eq!(
+        error,
+        "holds live allocations whose sizes add up to more than 4 EiB (2^62 bytes), more than any device \
+         holds: it cannot be drawn as a flame graph"
+    );
+}

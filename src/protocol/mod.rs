@@ -25,6 +25,13 @@ pub(crate) use sockets::{default_socket_dir, socket_dir_from};
 pub(crate) const PROTOCOL_VERSION: u64 = 1;
 /// The longest line either side may send, newline excluded.
 pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
+/// The largest `world_size` believed (and every rank is below it): about ten times the largest
+/// training jobs run so far. A hello's larger world size, or a rank not below its world size,
+/// is unknown; so is such a label in `torchtop cluster`.
+pub(crate) const MAX_WORLD_SIZE: u32 = 1 << 20;
+/// The longest `step_time_s` believed, in seconds: a day. A longer one is unknown, in an
+/// agent's stats and in `torchtop cluster` alike.
+pub(crate) const MAX_STEP_TIME_S: f64 = 86_400.0;
 
 /// The `memory_stats` keys torchtop reads from a device's `stats`, in the order of
 /// [`crate::model::DeviceAllocatorStats`]' fields (the hub's parser relies on it). Agents send

@@ -17,6 +17,7 @@ use super::json::{
 };
 use super::PROTOCOL_VERSION;
 use crate::model::DeviceAllocatorStats;
+use crate::protocol::{MAX_STEP_TIME_S, MAX_WORLD_SIZE};
 
 /// The longest version or allocator setting kept from a hello, which every snapshot repeats.
 const MAX_HELLO_TEXT_BYTES: usize = 256;
@@ -262,12 +263,17 @@ impl Fields {
                 .map(|t| cut(t, MAX_HELLO_TEXT_BYTES))
         };
         let number = |s: &Option<Scalar>| s.as_ref().and_then(Scalar::as_u32);
+        // A rank is below the world size: with a world size of 0 or past the bound, no rank
+        // is believed either.
+        let world_size = number(&self.world_size);
+        let ranks = world_size.map_or(MAX_WORLD_SIZE, |w| w.min(MAX_WORLD_SIZE));
+        let rank = |s: &Option<Scalar>| number(s).filter(|&r| r < ranks);
         Hello {
             python: text(&self.python),
             torch: text(&self.torch),
-            rank: number(&self.rank),
-            local_rank: number(&self.local_rank),
-            world_size: number(&self.world_size),
+            rank: rank(&self.rank),
+            local_rank: rank(&self.local_rank),
+            world_size: world_size.filter(|w| (1..=MAX_WORLD_SIZE).contains(w)),
             alloc_conf: text(&self.alloc_conf),
             cuda_visible_devices: text(&self.cuda_visible_devices),
         }
@@ -287,7 +293,7 @@ impl Fields {
                 .step_time_s
                 .as_ref()
                 .and_then(Scalar::as_f64)
-                .filter(|t| t.is_finite() && *t >= 0.0),
+                .filter(|t| (0.0..=MAX_STEP_TIME_S).contains(t)),
             ts: self
                 .ts
                 .as_ref()
@@ -389,6 +395,48 @@ mod tests {
                 error: None,
             }
         );
+    }
+
+    fn hello(rank: &str, world_size: &str) -> Hello {
+        let line = format!(
+            r#"{{"v":1,"type":"hello","rank":{rank},"local_rank":{rank},"world_size":{world_size}}}"#
+        );
+        let Ok(Incoming::Hello(hello)) = parse_line(line.as_bytes()) else {
+            panic!("not a hello: {line}");
+        };
+        hello
+    }
+
+    #[test]
+    fn a_rank_not_below_its_world_size_is_unknown() {
+        let ranks = |h: Hello| (h.rank, h.local_rank, h.world_size);
+        assert_eq!(ranks(hello("3", "8")), (Some(3), Some(3), Some(8)));
+        assert_eq!(ranks(hello("8", "8")), (None, None, Some(8)));
+        assert_eq!(ranks(hello("4294967295", "0")), (None, None, None));
+        assert_eq!(ranks(hello("0", "0")), (None, None, None));
+        assert_eq!(ranks(hello("4294967295", "null")), (None, None, None));
+        assert_eq!(ranks(hello("5", "4294967295")), (Some(5), Some(5), None));
+        let most = MAX_WORLD_SIZE.to_string();
+        assert_eq!(
+            ranks(hello("0", &most)),
+            (Some(0), Some(0), Some(MAX_WORLD_SIZE))
+        );
+    }
+
+    #[test]
+    fn a_step_time_over_a_day_is_unknown() {
+        let step_time = |t: &str| {
+            let line = format!(r#"{{"v":1,"type":"stats","step":1,"step_time_s":{t}}}"#);
+            let Ok(Incoming::Stats(stats)) = parse_line(line.as_bytes()) else {
+                panic!("not stats: {line}");
+            };
+            stats.step_time_seconds
+        };
+        assert_eq!(step_time("0.41"), Some(0.41));
+        assert_eq!(step_time("86400"), Some(86_400.0));
+        for absurd in ["86401", "1e308", "-1", "\"slow\""] {
+            assert_eq!(step_time(absurd), None, "{absurd}");
+        }
     }
 
     #[test]

@@ -112,7 +112,12 @@ pub(crate) fn folded_stacks(snapshot: &Snapshot) -> HashMap<String, Held> {
 /// Folded-stack lines ("frame;frame;frame bytes"), sorted, for flamegraph.pl, inferno and
 /// speedscope. Their weights add up to the allocated bytes.
 pub(crate) fn folded_lines(snapshot: &Snapshot) -> Vec<String> {
-    let mut lines: Vec<String> = folded_stacks(snapshot)
+    lines_of(folded_stacks(snapshot))
+}
+
+/// [`folded_lines`] of stacks already folded.
+pub(crate) fn lines_of(stacks: HashMap<String, Held>) -> Vec<String> {
+    let mut lines: Vec<String> = stacks
         .into_iter()
         .map(|(path, held)| format!("{path} {}", held.bytes))
         .collect();
