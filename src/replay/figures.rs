@@ -51,6 +51,9 @@ pub(crate) struct Figures {
 #[derive(Debug, Deserialize)]
 struct Row {
     pid: u32,
+    /// The GPU of the row, to check its memory against; `None` for a row without one.
+    #[serde(default)]
+    gpu: Option<u32>,
     #[serde(default)]
     start_ticks: Option<u64>,
     #[serde(default)]
@@ -104,6 +107,21 @@ impl Figures {
     /// Drops what the history would not read: past its first [`MAX_PROCESS_HISTORIES`] pids,
     /// it reads a row only for the agent's allocator figures.
     pub(crate) fn trim(&mut self) {
+        // The history's figures pass the checks the frame's snapshot passes
+        // ([`crate::model::Snapshot::drop_implausible`]): a crafted 1e308 W would else
+        // scale the power plot of a replay while the panel said N/A.
+        for gpu in &mut self.gpus {
+            gpu.drop_implausible();
+        }
+        let gpus = &self.gpus;
+        for row in &mut self.processes {
+            let gpu = gpus.iter().find(|g| Some(g.index) == row.gpu);
+            if let (Some(gpu), Some(bytes)) = (gpu, row.gpu_memory_bytes) {
+                if !gpu.plausible_process_memory(bytes) {
+                    row.gpu_memory_bytes = None;
+                }
+            }
+        }
         let mut pids: Vec<u32> = self.processes.iter().map(|r| r.pid).collect();
         pids.sort_unstable();
         pids.dedup();

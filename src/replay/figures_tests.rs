@@ -159,6 +159,7 @@ fn the_history_from_figures_is_that_of_the_demo() {
 fn figures(rows: usize) -> Option<Arc<Figures>> {
     let row = |pid| Row {
         pid,
+        gpu: Some(0),
         start_ticks: Some(1),
         gpu_memory_bytes: None,
         sm_percent: None,

@@ -16,7 +16,8 @@ fn a_speed_is_one_of_the_steps_the_player_plays_at() {
     assert!(parse_speed("fast").unwrap_err().contains("not a speed"));
 }
 
-/// A recording whose GPU 0 utilization at frame t is t.
+/// A recording whose GPU 0 SM clock at frame t is t MHz (a counter the plausibility checks
+/// let through, as utilization past 100% is not).
 fn recording(dir: &std::path::Path, frames: u32) -> Recording {
     let path = dir.join("h.ttrec");
     let mut writer = FileWriter::create(RecordOptions {
@@ -30,7 +31,7 @@ fn recording(dir: &std::path::Path, frames: u32) -> Recording {
         let mut s = Snapshot::at(at);
         s.gpus.push(GpuSample {
             index: 0,
-            utilization_percent: Some(t),
+            sm_clock_mhz: Some(t),
             ..Default::default()
         });
         writer.write(&Arc::new(s)).unwrap();
@@ -41,7 +42,7 @@ fn recording(dir: &std::path::Path, frames: u32) -> Recording {
 
 fn utilization(history: &History) -> Vec<u32> {
     history.gpus[&0]
-        .utilization_percent
+        .sm_clock_mhz
         .iter()
         .map(|v| v.unwrap() as u32)
         .collect()
