@@ -3,6 +3,7 @@
 //! pipe has closed still stops it cleanly, exit status 0.
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 
@@ -27,6 +28,28 @@ fn lines_of(stdout: ChildStdout) -> Receiver<String> {
     rx
 }
 
+/// `command` (torchtop, or a program that runs it) with `record` into `file` every 0.2 s,
+/// and its JSON lines.
+fn record(mut command: Command, scenario: &ScenarioFile, file: &Path) -> (Child, Receiver<String>) {
+    let mut child = command
+        .args([
+            "record",
+            "-o",
+            file.to_str().unwrap(),
+            "-d",
+            "0.2",
+            "--json",
+        ])
+        .envs(scenario.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    (child, lines)
+}
+
 fn take_lines(lines: &Receiver<String>, child: &mut Child, n: usize, what: &str) {
     for i in 0..n {
         if lines.recv_timeout(PATIENCE).is_err() {
@@ -49,23 +72,9 @@ fn record_under_nohup_outlives_the_hangup() {
     let scenario = one_gpu();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nohup.ttrec");
-    let mut child = Command::new("nohup")
-        .arg(common::torchtop_binary())
-        .args([
-            "record",
-            "-o",
-            file.to_str().unwrap(),
-            "-d",
-            "0.2",
-            "--json",
-        ])
-        .envs(scenario.env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
+    let mut nohup = Command::new("nohup");
+    nohup.arg(common::torchtop_binary());
+    let (mut child, lines) = record(nohup, &scenario, &file);
     take_lines(&lines, &mut child, 2, "before SIGHUP");
     signal(&child, libc::SIGHUP);
     take_lines(&lines, &mut child, 3, "after SIGHUP");
@@ -89,22 +98,8 @@ fn record_stops_cleanly_when_its_stderr_has_closed() {
     let scenario = one_gpu();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("closed.ttrec");
-    let mut child = Command::new(common::torchtop_binary())
-        .args([
-            "record",
-            "-o",
-            file.to_str().unwrap(),
-            "-d",
-            "0.2",
-            "--json",
-        ])
-        .envs(scenario.env())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
+    let command = Command::new(common::torchtop_binary());
+    let (mut child, lines) = record(command, &scenario, &file);
     take_lines(&lines, &mut child, 2, "before closing stderr");
     drop(child.stderr.take());
     signal(&child, libc::SIGTERM);
