@@ -91,7 +91,12 @@ impl<'a> TaskView<'a> {
                 proc_id: env.slurm_procid,
                 local_id: env.slurm_localid,
                 ntasks: env.slurm_ntasks,
-                user: env.slurm_job_user.as_deref(),
+                // SLURM_JOB_USER names a user; only slurmd's cgroup of the same job vouches
+                // for it, else it is the process's own word about someone else.
+                user: env
+                    .slurm_job_user
+                    .as_deref()
+                    .filter(|_| cgroup_job.is_some()),
             });
         }
         Some(TaskView {
@@ -207,6 +212,25 @@ mod tests {
         let task = slurm_task(Some(&env), Some(&cgroup)).unwrap();
         assert_eq!(task.job_id, "4242");
         assert_eq!((task.proc_id, task.user.as_deref()), (None, None));
+    }
+
+    /// The admin review: a process of `nobody` outside any Slurm cgroup, its environment
+    /// saying SLURM_JOB_USER=cloudsdk, was listed as cloudsdk's task in the JSON.
+    #[test]
+    fn the_job_s_user_is_named_only_where_slurmd_s_cgroup_vouches_for_the_job() {
+        let env = LaunchEnv {
+            slurm_job_id: Some("42".into()),
+            slurm_job_user: Some("cloudsdk".into()),
+            ..Default::default()
+        };
+        let alone = slurm_task(Some(&env), None).unwrap();
+        assert_eq!(alone.user.as_deref(), None);
+        let cgroup = Cgroup {
+            slurm_job: Some("42".into()),
+            ..Default::default()
+        };
+        let vouched = slurm_task(Some(&env), Some(&cgroup)).unwrap();
+        assert_eq!(vouched.user.as_deref(), Some("cloudsdk"));
     }
 
     #[test]
