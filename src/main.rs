@@ -8,6 +8,7 @@ use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
 use torchtop::collect::nvml_loader;
 use torchtop::format::escape_lines;
+use torchtop::report::StreamEnd;
 use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
@@ -33,7 +34,11 @@ fn main() -> ExitCode {
         let filter = process_filter(&cli);
         return match torchtop::report::stream_json(config, loader, cli.samples, cli.compact, filter)
         {
-            Ok(()) => exit_now(ExitCode::SUCCESS),
+            Ok(StreamEnd::Done) => exit_now(ExitCode::SUCCESS),
+            Ok(StreamEnd::UnknownGpus(why)) => {
+                complain("torchtop", &why);
+                exit_now(ExitCode::from(2))
+            }
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
                 exit_now(ExitCode::SUCCESS)
             }
