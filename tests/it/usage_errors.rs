@@ -1,11 +1,13 @@
 //! Malformed flag values of the subcommands exit 2, the usage error of the README's exit status
 //! table, whether clap reads them or the subcommand does after it; a well-formed value that
-//! fails later (an unreachable Prometheus) stays 1.
+//! fails later (an unreachable Prometheus) stays 1. An environment variable set but empty is
+//! no flag given an empty value: it counts as unset.
 
 use crate::common;
 
 use std::process::{Command, Output};
 
+use common::fake_nvml::{fake_nvml_library_dir, ScenarioFile};
 use common::output_within_patience;
 
 fn torchtop(args: &[&str]) -> Output {
@@ -66,4 +68,40 @@ fn malformed_flag_values_of_every_subcommand_exit_2_with_a_sentence() {
     // Well formed and unreachable is not a usage error.
     let output = torchtop(&["cluster", "--prometheus", "http://127.0.0.1:1", "--once"]);
     assert_eq!(output.status.code(), Some(1));
+}
+
+/// A review: `TORCHTOP_READONLY= torchtop --once` stopped with "invalid value '' for
+/// '--readonly'", and `TORCHTOP_NVML_LIB=` with "a value is required for '--nvml-lib <PATH>'":
+/// flags never typed. Empty, as `NO_COLOR=`, they count as unset.
+#[test]
+fn an_empty_environment_variable_counts_as_unset() {
+    let scenario = ScenarioFile::new("[[gpu]]\nname = \"Fake One\"\n");
+    let once = |name: &str| {
+        let mut command = Command::new(common::torchtop_binary());
+        command
+            .args(["--once", "--json"])
+            .envs(scenario.env())
+            .env("XDG_CONFIG_HOME", "/nonexistent/torchtop-usage-errors")
+            // The default library name finds the fake one where TORCHTOP_NVML_LIB is unset.
+            .env("LD_LIBRARY_PATH", fake_nvml_library_dir())
+            .env(name, "");
+        output_within_patience(&mut command)
+    };
+    for name in ["TORCHTOP_READONLY", "TORCHTOP_NVML_LIB"] {
+        let output = once(name);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{name}=: {stderr}");
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(doc["gpus"][0]["name"], "Fake One", "{name}=: {doc}");
+    }
+    // A subcommand's variable too: the sentence for no Prometheus, not an empty URL's.
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(["cluster", "--once"])
+            .env("TORCHTOP_PROMETHEUS", "")
+            .env("XDG_CONFIG_HOME", "/nonexistent/torchtop-usage-errors"),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("say where Prometheus is"), "{stderr}");
 }
