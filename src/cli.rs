@@ -49,8 +49,11 @@ pub struct Cli {
     pub timeout: f64,
 
     /// Turn off every action key (signals, renice, snapshots).
-    #[arg(long, env = "TORCHTOP_READONLY", value_parser = clap::builder::BoolishValueParser::new(),
-          default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    // A flag that takes no value: an optional one swallowed the subcommand after it
+    // (`--readonly replay --demo`). TORCHTOP_READONLY's value says yes (1, true, yes, on) or
+    // no (0, false, no, off).
+    #[arg(long, env = "TORCHTOP_READONLY", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub readonly: bool,
 
     /// With --once: which warnings make the exit status non-zero: `critical` (the default) exits
@@ -534,6 +537,18 @@ mod tests {
         }
         let kept = without_empty_env(Cli::command(), &|_| false);
         assert_eq!(envs(&kept), envs(&Cli::command()));
+    }
+
+    /// A review: `torchtop --readonly replay --demo` took `replay` as the flag's value.
+    #[test]
+    fn readonly_takes_no_value_and_a_subcommand_may_follow() {
+        let cli = parse(&["torchtop", "--readonly", "replay", "--demo"]);
+        assert!(cli.readonly);
+        assert!(matches!(
+            cli.command,
+            Some(Command::Replay { demo: true, .. })
+        ));
+        assert!(Cli::try_parse_from(["torchtop", "--readonly=false"]).is_err());
     }
 
     #[test]

@@ -134,6 +134,21 @@ fn starts_without_a_driver_and_quits_on_q() {
     let _ = session.wait_exit(Duration::from_millis(10));
 }
 
+/// `--readonly` takes no value (it swallowed a subcommand); TORCHTOP_READONLY's says yes or no.
+#[test]
+fn readonly_variable_says_yes_or_no() {
+    for (value, readonly) in [("yes", true), ("1", true), ("no", false), ("0", false)] {
+        let mut session = spawn_wrapped(&[("TORCHTOP_READONLY", value)]);
+        wait_for_first_frame(&session);
+        // The status line's badge is drawn in the frame of the no-driver message.
+        let screen = session.screen();
+        assert_eq!(screen.contains("READ-ONLY"), readonly, "{value}:\n{screen}");
+        session.send(b"q");
+        assert_restored(&session, "EXIT=0");
+        let _ = session.wait_exit(Duration::from_millis(10));
+    }
+}
+
 /// F10 as xterm sends it.
 const F10: &[u8] = b"\x1b[21~";
 

@@ -105,3 +105,31 @@ fn an_empty_environment_variable_counts_as_unset() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("say where Prometheus is"), "{stderr}");
 }
+
+/// A review: `torchtop --readonly replay --demo` said "unexpected argument '--demo'": the flag
+/// took an optional value and swallowed the subcommand, so an alias `torchtop --readonly`
+/// broke every one. It takes none now.
+#[test]
+fn readonly_before_a_subcommand_leaves_it_a_subcommand() {
+    let output = torchtop(&["--readonly", "replay", "--demo", "--summary"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!output.stdout.is_empty());
+    // Refused by the subcommand itself, past clap.
+    for (args, sentence) in [
+        (
+            &["--readonly", "serve", "--listen", "nowhere:port"][..],
+            "not an address to listen on",
+        ),
+        (&["--readonly", "record", "--duration", "soon"], "soon"),
+    ] {
+        let output = torchtop(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(sentence), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
