@@ -194,7 +194,9 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     let status = torchtop::report::exit_status(&snapshot, fail_at);
     filter.apply(&mut snapshot);
     let out = if prometheus {
-        torchtop::serve::exposition_text(&snapshot, None)
+        // TORCHTOP_HOSTNAME, as `serve` reads it: one machine, one name in both.
+        let host = torchtop::serve::hostname_from_env();
+        torchtop::serve::exposition_text(&snapshot, host.as_deref())
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {
