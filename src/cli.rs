@@ -49,8 +49,11 @@ pub struct Cli {
     pub timeout: f64,
 
     /// Turn off every action key (signals, renice, snapshots).
-    #[arg(long, env = "TORCHTOP_READONLY", value_parser = clap::builder::BoolishValueParser::new(),
-          default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    // A flag that takes no value: an optional one swallowed the subcommand after it
+    // (`--readonly replay --demo`). TORCHTOP_READONLY's value says yes (1, true, yes, on) or
+    // no (0, false, no, off).
+    #[arg(long, env = "TORCHTOP_READONLY", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub readonly: bool,
 
     /// With --once: which warnings make the exit status non-zero: `critical` (the default) exits
@@ -293,9 +296,12 @@ fn parse_timeout(text: &str) -> Result<f64, String> {
 
 impl Cli {
     /// Parses the process's arguments as `Cli::parse` does, noting whether --delay was given.
+    /// An environment variable set but empty counts as unset (see [`without_empty_env`]).
     pub fn parse_args() -> Cli {
-        use clap::CommandFactory;
-        Cli::from_matches(&Cli::command().get_matches()).unwrap_or_else(|e| e.exit())
+        let is_empty =
+            |name: &std::ffi::OsStr| std::env::var_os(name).is_some_and(|v| v.is_empty());
+        let command = without_empty_env(Cli::command(), &is_empty);
+        Cli::from_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
     }
 
     fn from_matches(matches: &clap::ArgMatches) -> Result<Cli, clap::Error> {
@@ -320,6 +326,30 @@ impl Cli {
             colors: !self.colors_disabled(),
         }
     }
+}
+
+/// `command` with the environment variables its arguments (and its subcommands') read left
+/// unread where `is_empty` says they are set but empty: `TORCHTOP_NVML_LIB=` means unset, as
+/// `NO_COLOR=` does, not a flag given no value (a review: "a value is required for
+/// '--nvml-lib <PATH>'", a flag never typed).
+fn without_empty_env(
+    mut command: clap::Command,
+    is_empty: &dyn Fn(&std::ffi::OsStr) -> bool,
+) -> clap::Command {
+    let empty: Vec<clap::Id> = (command.get_arguments())
+        .filter(|arg| arg.get_env().is_some_and(is_empty))
+        .map(|arg| arg.get_id().clone())
+        .collect();
+    for id in empty {
+        command = command.mut_arg(id, |arg| arg.env(None::<&'static str>));
+    }
+    let subcommands: Vec<String> = (command.get_subcommands())
+        .map(|sub| sub.get_name().to_string())
+        .collect();
+    for name in subcommands {
+        command = command.mut_subcommand(name, |sub| without_empty_env(sub, is_empty));
+    }
+    command
 }
 
 /// The completion script for `shell`, generated from the argument definitions above.
@@ -492,6 +522,45 @@ mod tests {
             .to_string();
         assert!(!error.contains("unexpected argument"), "{error}");
         assert!(Cli::try_parse_from(["torchtop", "--once", "--json", "--samples", "3"]).is_err());
+    }
+
+    /// The variables are read when the command is built; the test names them empty instead.
+    #[test]
+    fn an_empty_environment_variable_counts_as_unset() {
+        let empty =
+            |name: &std::ffi::OsStr| name.to_str().is_some_and(|n| n.starts_with("TORCHTOP_"));
+        let command = without_empty_env(Cli::command(), &empty);
+        let envs = |command: &clap::Command| -> Vec<String> {
+            (command.get_arguments())
+                .filter_map(|arg| arg.get_env())
+                .map(|name| name.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert!(envs(&Cli::command()).contains(&"TORCHTOP_NVML_LIB".to_string()));
+        assert_eq!(envs(&command), Vec::<String>::new());
+        for sub in ["serve", "cluster"] {
+            let before = Cli::command();
+            let before = before.find_subcommand(sub).unwrap();
+            assert!(!envs(before).is_empty(), "{sub} reads a variable");
+            assert_eq!(
+                envs(command.find_subcommand(sub).unwrap()),
+                Vec::<String>::new()
+            );
+        }
+        let kept = without_empty_env(Cli::command(), &|_| false);
+        assert_eq!(envs(&kept), envs(&Cli::command()));
+    }
+
+    /// A review: `torchtop --readonly replay --demo` took `replay` as the flag's value.
+    #[test]
+    fn readonly_takes_no_value_and_a_subcommand_may_follow() {
+        let cli = parse(&["torchtop", "--readonly", "replay", "--demo"]);
+        assert!(cli.readonly);
+        assert!(matches!(
+            cli.command,
+            Some(Command::Replay { demo: true, .. })
+        ));
+        assert!(Cli::try_parse_from(["torchtop", "--readonly=false"]).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use torchtop::app::App;
 use torchtop::cli::{Cli, Command, OnceFormat};
 use torchtop::collect::nvml_loader;
 use torchtop::format::escape_lines;
+use torchtop::report::StreamEnd;
 use torchtop::sampler::{Sampler, SamplerConfig};
 
 fn main() -> ExitCode {
@@ -33,7 +34,11 @@ fn main() -> ExitCode {
         let filter = process_filter(&cli);
         return match torchtop::report::stream_json(config, loader, cli.samples, cli.compact, filter)
         {
-            Ok(()) => exit_now(ExitCode::SUCCESS),
+            Ok(StreamEnd::Done) => exit_now(ExitCode::SUCCESS),
+            Ok(StreamEnd::UnknownGpus(why)) => {
+                complain("torchtop", &why);
+                exit_now(ExitCode::from(2))
+            }
             Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
                 exit_now(ExitCode::SUCCESS)
             }
@@ -189,7 +194,9 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
     let status = torchtop::report::exit_status(&snapshot, fail_at);
     filter.apply(&mut snapshot);
     let out = if prometheus {
-        torchtop::serve::exposition_text(&snapshot, None)
+        // TORCHTOP_HOSTNAME, as `serve` reads it: one machine, one name in both.
+        let host = torchtop::serve::hostname_from_env();
+        torchtop::serve::exposition_text(&snapshot, host.as_deref())
     } else if cli.json || cli.format == Some(OnceFormat::Json) {
         torchtop::report::json(&snapshot)
     } else {

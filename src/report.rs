@@ -96,6 +96,16 @@ impl ProcessFilter {
     }
 }
 
+/// How [`stream_json`] ended, when stdout did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// `--samples` documents were written, or the sampler stopped.
+    Done,
+    /// `--gpus` names a GPU the machine does not have: the sentence, said before any document,
+    /// as `--once` refuses it (a review saw the stream go on with no process in it, exit 0).
+    UnknownGpus(String),
+}
+
 /// Writes one JSON document per line for each snapshot the sampler publishes, until `samples`
 /// have been written or stdout is closed (a pipe into `head`, say). With `compact`, each line
 /// leaves out what earlier lines said (see [`compact`]).
@@ -105,19 +115,17 @@ pub fn stream_json(
     samples: Option<u64>,
     compact: bool,
     filter: ProcessFilter,
-) -> std::io::Result<()> {
-    let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<()>>();
+) -> std::io::Result<StreamEnd> {
+    let (done_tx, done) = std::sync::mpsc::channel::<std::io::Result<StreamEnd>>();
     let mut written = 0u64;
     let mut compactor = compact::Compactor::default();
-    let mut told = false;
     let _requests = sampler::spawn_loop(config, loader, move |mut snapshot| {
-        if let Some(why) = (!told)
-            .then(|| filter.unknown_gpus(snapshot.gpus.len()))
-            .flatten()
-        {
-            say!("torchtop: {why}");
+        if written == 0 {
+            if let Some(why) = filter.unknown_gpus(snapshot.gpus.len()) {
+                let _ = done_tx.send(Ok(StreamEnd::UnknownGpus(why)));
+                return false;
+            }
         }
-        told = true;
         filter.apply(&mut snapshot);
         let line = if compact {
             compactor.line(&snapshot)
@@ -131,12 +139,12 @@ pub fn stream_json(
         }
         written += 1;
         if samples.is_some_and(|n| written >= n) {
-            let _ = done_tx.send(Ok(()));
+            let _ = done_tx.send(Ok(StreamEnd::Done));
             return false;
         }
         true
     });
-    done.recv().unwrap_or(Ok(()))
+    done.recv().unwrap_or(Ok(StreamEnd::Done))
 }
 
 /// The JSON document, as documented in README.md.

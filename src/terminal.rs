@@ -69,6 +69,21 @@ enum NoTty {
     NotStdout,
     /// Standard input is not one and there is no controlling terminal.
     NoKeys,
+    /// `TERM=dumb` (Emacs' shell, some CI runners): no cursor movement, no alternate screen.
+    Dumb,
+    /// No `TERM` (or an empty one): nothing says what the terminal understands.
+    NoTerm,
+}
+
+/// Why the terminal `TERM` names cannot draw a full screen; `None` when it can. A dumb one
+/// got the alternate screen, mouse reporting and 256 colours all the same (a review).
+fn cannot_draw(term: Option<&std::ffi::OsStr>) -> Option<NoTty> {
+    match term {
+        None => Some(NoTty::NoTerm),
+        Some(term) if term.is_empty() => Some(NoTty::NoTerm),
+        Some(term) if term == "dumb" => Some(NoTty::Dumb),
+        Some(_) => None,
+    }
 }
 
 /// What the monitor offers instead of a terminal, for the sentence that says there is none.
@@ -89,6 +104,9 @@ pub(crate) fn tty_or(instead: &str) -> io::Result<&'static Tty> {
         if !rustix::termios::isatty(rustix::stdio::stdout()) {
             return Err(NoTty::NotStdout);
         }
+        if let Some(why) = cannot_draw(std::env::var_os("TERM").as_deref()) {
+            return Err(why);
+        }
         if rustix::termios::isatty(rustix::stdio::stdin()) {
             return Ok(Tty::Stdin);
         }
@@ -108,6 +126,14 @@ pub(crate) fn tty_or(instead: &str) -> io::Result<&'static Tty> {
             NoTty::NoKeys => format!(
                 "the monitor needs a terminal to read keys from, and there is none here (no \
                  controlling terminal); run it in one, or {instead}"
+            ),
+            NoTty::Dumb => format!(
+                "the monitor draws a full screen, and this terminal cannot (TERM=dumb); \
+                 {instead}"
+            ),
+            NoTty::NoTerm => format!(
+                "the monitor draws a full screen, and TERM is not set, so nothing says what \
+                 this terminal can do; set it (TERM=xterm-256color, say), or {instead}"
             ),
         };
         io::Error::new(io::ErrorKind::NotFound, sentence)
@@ -268,6 +294,29 @@ fn install_panic_hook() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dumb_terminal_or_none_named_cannot_draw() {
+        use std::ffi::OsStr;
+        assert!(matches!(
+            cannot_draw(Some(OsStr::new("dumb"))),
+            Some(NoTty::Dumb)
+        ));
+        assert!(matches!(cannot_draw(None), Some(NoTty::NoTerm)));
+        assert!(matches!(
+            cannot_draw(Some(OsStr::new(""))),
+            Some(NoTty::NoTerm)
+        ));
+        for term in [
+            "xterm-256color",
+            "screen",
+            "linux",
+            "tmux-256color",
+            "vt100",
+        ] {
+            assert!(cannot_draw(Some(OsStr::new(term))).is_none(), "{term}");
+        }
+    }
 
     #[test]
     fn the_leave_sequence_ends_every_mode_torchtop_turns_on() {

@@ -62,13 +62,26 @@ pub struct ServeArgs {
     pub(crate) expose_commands: bool,
 
     /// The `Hostname` label (default: this machine's hostname).
-    #[arg(long, value_name = "NAME", env = "TORCHTOP_HOSTNAME")]
+    #[arg(long, value_name = "NAME", env = HOSTNAME_ENV)]
     pub(crate) hostname: Option<String>,
 
     /// Sampling interval in seconds (0.1 to 86400; default: the monitor's -d, 1).
     #[arg(short = 'd', long = "delay", value_name = "SECONDS",
           value_parser = crate::settings::parse_delay)]
     pub(crate) delay: Option<f64>,
+}
+
+/// The variable that names the `Hostname` label: `serve`'s `--hostname`, and the only way to
+/// name it for `--once --format prometheus`.
+pub const HOSTNAME_ENV: &str = "TORCHTOP_HOSTNAME";
+
+/// The `Hostname` label [`HOSTNAME_ENV`] names, where it is set and not empty, for
+/// `--once --format prometheus`: the series of one machine carry the name `serve` gives them
+/// (a review saw the textfile's series labelled with the machine's own name instead).
+pub fn hostname_from_env() -> Option<String> {
+    std::env::var(HOSTNAME_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
 }
 
 /// The exposition of one snapshot in Prometheus' text format, for node exporter's textfile

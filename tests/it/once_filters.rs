@@ -1,7 +1,7 @@
 //! `--user` and `--gpus` outside the monitor: `--once` (text, JSON, Prometheus) and the `--json`
 //! stream show only the processes they name, as the monitor's table does; an index the machine
-//! does not have is a sentence, not an empty list; and `--once` into a pipe that closes early
-//! (`| head`) ends quietly, with the exit status of its warnings.
+//! does not have is a sentence and exit status 2, not an empty list; and `--once` into a pipe
+//! that closes early (`| head`) ends quietly, with the exit status of its warnings.
 
 use crate::common;
 
@@ -100,6 +100,31 @@ fn a_gpu_index_the_machine_does_not_have_is_a_sentence() {
         "{stderr}"
     );
     assert!(output.stdout.is_empty());
+}
+
+/// A review: the `--json` stream said the sentence, then went on with documents without a
+/// process in them and exited 0; the README makes it an error there too, exit status 2.
+#[test]
+fn the_json_stream_refuses_a_gpu_index_the_machine_does_not_have() {
+    let scenario = ScenarioFile::new("[[gpu]]\nname = \"One\"\n");
+    let output = output_within_patience(
+        torchtop(
+            &scenario,
+            &["--json", "-d", "0.2", "--samples", "2", "--gpus", "3"],
+        )
+        .stdin(Stdio::null()),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--gpus names GPU 3 that this machine does not have (it has one GPU, 0)"),
+        "{stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
 
 /// The 8-GPU document is far larger than a pipe holds, so torchtop is still writing when the

@@ -1,8 +1,8 @@
 //! `torchtop serve` and `--once --format prometheus` against the fake NVML: the exposition
 //! passes `promtool check metrics` (but for the camelCase label dcgm-exporter itself uses), a
 //! missing figure is left out, command lines appear only with `--expose-commands`, OpenMetrics
-//! comes by content negotiation, a hung GPU leaves scrapes answering, and the web config's TLS
-//! and basic auth work with curl.
+//! comes by content negotiation, a hung GPU leaves scrapes answering, the web config's TLS
+//! and basic auth work with curl, and TORCHTOP_HOSTNAME names the host for both.
 
 use crate::common;
 
@@ -145,6 +145,51 @@ fn the_exposition_passes_promtool_and_leaves_missing_values_out() {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+/// A review: `TORCHTOP_HOSTNAME=myhost torchtop --once --format prometheus` labelled every
+/// series with the machine's own name while `serve` said `myhost`: the textfile's series and
+/// the exporter's named one machine two ways.
+#[test]
+fn once_prometheus_takes_the_host_name_serve_takes() {
+    let scenario = ScenarioFile::from_fixture("one_gpu.toml", &[std::process::id()]);
+    let env = [
+        &scenario.env()[..],
+        &[("TORCHTOP_HOSTNAME".to_string(), "myhost".to_string())],
+    ]
+    .concat();
+    let output = Command::new(common::torchtop_binary())
+        .args(["--once", "--format", "prometheus"])
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let util = |text: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL{"));
+        line.unwrap_or_else(|| panic!("no utilization series in:\n{text}"))
+            .to_string()
+    };
+    let hostnames: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split("Hostname=\"").nth(1))
+        .collect();
+    assert!(!hostnames.is_empty(), "{text}");
+    assert!(
+        hostnames.iter().all(|h| h.starts_with("myhost\"")),
+        "{text}"
+    );
+    let serve = Serve::start(&["-d", "0.2"], &[], &env);
+    let body = serve.wait_for_metrics(PATIENCE, |m| m.contains("DCGM_FI_DEV_GPU_UTIL{"));
+    assert!(util(&body).contains("Hostname=\"myhost\""), "{body}");
+    assert!(util(&text).contains("Hostname=\"myhost\""), "{text}");
 }
 
 /// Xid errors come as NVML events: 0 until the first one (as dcgm-exporter reports it), then the

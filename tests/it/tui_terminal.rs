@@ -2,7 +2,8 @@
 //! Esc), answers
 //! each key at once whatever the refresh, leaves the terminal as it found it after a normal
 //! exit, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and a panic, suspends on Ctrl-Z, ends when its
-//! terminal goes away, and says what to do when there is no terminal at all.
+//! terminal goes away, and says what to do when there is no terminal at all, or one that cannot
+//! draw a screen (TERM=dumb, or none).
 
 use crate::common;
 
@@ -132,6 +133,21 @@ fn starts_without_a_driver_and_quits_on_q() {
     session.send(b"q");
     assert_restored(&session, "EXIT=0");
     let _ = session.wait_exit(Duration::from_millis(10));
+}
+
+/// `--readonly` takes no value (it swallowed a subcommand); TORCHTOP_READONLY's says yes or no.
+#[test]
+fn readonly_variable_says_yes_or_no() {
+    for (value, readonly) in [("yes", true), ("1", true), ("no", false), ("0", false)] {
+        let mut session = spawn_wrapped(&[("TORCHTOP_READONLY", value)]);
+        wait_for_first_frame(&session);
+        // The status line's badge is drawn in the frame of the no-driver message.
+        let screen = session.screen();
+        assert_eq!(screen.contains("READ-ONLY"), readonly, "{value}:\n{screen}");
+        session.send(b"q");
+        assert_restored(&session, "EXIT=0");
+        let _ = session.wait_exit(Duration::from_millis(10));
+    }
 }
 
 /// F10 as xterm sends it.
@@ -447,6 +463,36 @@ fn without_a_terminal_it_says_to_use_once_or_json() {
         "{stderr}"
     );
     assert!(!stderr.contains("os error"), "{stderr}");
+}
+
+/// A review: `TERM=dumb` (Emacs' shell, some CI runners) got the alternate screen, mouse
+/// reporting and 256 colours. With it, or with no TERM, the monitor and a replay refuse as
+/// without a terminal: a sentence, exit status 1, no escape code written.
+#[test]
+fn a_dumb_terminal_or_none_named_gets_a_sentence_not_the_screen() {
+    let binary = common::torchtop_binary();
+    let cases: [(&str, &[&str], &str); 3] = [
+        ("export TERM=dumb", &["--nvml-lib", NO_DRIVER], "TERM=dumb"),
+        ("unset TERM", &["--nvml-lib", NO_DRIVER], "TERM is not set"),
+        ("export TERM=dumb", &["replay", "--demo"], "--summary"),
+    ];
+    for (term, args, sentence) in cases {
+        // The shell prints the exit status, then holds the terminal open for the reading.
+        let script = format!(r#"{term}; "$0" "$@"; echo "EXIT=$?"; exec sleep 600"#);
+        let mut argv = vec!["-c", script.as_str(), binary.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        let session = PtySession::spawn(Path::new("/bin/sh"), &argv, &[], 100, 30);
+        assert!(
+            session.wait_for(PATIENCE, |s| s.contains("EXIT=")),
+            "{term} {args:?}: it did not end:\n{}",
+            session.screen()
+        );
+        let screen = session.screen();
+        assert!(screen.contains("EXIT=1"), "{term} {args:?}:\n{screen}");
+        assert!(screen.contains(sentence), "{term} {args:?}:\n{screen}");
+        assert!(screen.contains("--json"), "{term} {args:?}:\n{screen}");
+        assert!(!session.on_alternate_screen() && !session.mouse_reporting());
+    }
 }
 
 /// A command line with terminal escapes and a newline that forges a row.

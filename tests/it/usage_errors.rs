@@ -1,11 +1,13 @@
 //! Malformed flag values of the subcommands exit 2, the usage error of the README's exit status
 //! table, whether clap reads them or the subcommand does after it; a well-formed value that
-//! fails later (an unreachable Prometheus) stays 1.
+//! fails later (an unreachable Prometheus) stays 1. An environment variable set but empty is
+//! no flag given an empty value: it counts as unset.
 
 use crate::common;
 
 use std::process::{Command, Output};
 
+use common::fake_nvml::{fake_nvml_library_dir, ScenarioFile};
 use common::output_within_patience;
 
 fn torchtop(args: &[&str]) -> Output {
@@ -100,4 +102,68 @@ fn serve_and_cluster_read_the_default_config_file() {
         "read, then unreachable: {stderr}"
     );
     assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
+
+/// A review: `TORCHTOP_READONLY= torchtop --once` stopped with "invalid value '' for
+/// '--readonly'", and `TORCHTOP_NVML_LIB=` with "a value is required for '--nvml-lib <PATH>'":
+/// flags never typed. Empty, as `NO_COLOR=`, they count as unset.
+#[test]
+fn an_empty_environment_variable_counts_as_unset() {
+    let scenario = ScenarioFile::new("[[gpu]]\nname = \"Fake One\"\n");
+    let once = |name: &str| {
+        let mut command = Command::new(common::torchtop_binary());
+        command
+            .args(["--once", "--json"])
+            .envs(scenario.env())
+            .env("XDG_CONFIG_HOME", "/nonexistent/torchtop-usage-errors")
+            // The default library name finds the fake one where TORCHTOP_NVML_LIB is unset.
+            .env("LD_LIBRARY_PATH", fake_nvml_library_dir())
+            .env(name, "");
+        output_within_patience(&mut command)
+    };
+    for name in ["TORCHTOP_READONLY", "TORCHTOP_NVML_LIB"] {
+        let output = once(name);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{name}=: {stderr}");
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(doc["gpus"][0]["name"], "Fake One", "{name}=: {doc}");
+    }
+    // A subcommand's variable too: the sentence for no Prometheus, not an empty URL's.
+    let output = output_within_patience(
+        Command::new(common::torchtop_binary())
+            .args(["cluster", "--once"])
+            .env("TORCHTOP_PROMETHEUS", "")
+            .env("XDG_CONFIG_HOME", "/nonexistent/torchtop-usage-errors"),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("say where Prometheus is"), "{stderr}");
+}
+
+/// A review: `torchtop --readonly replay --demo` said "unexpected argument '--demo'": the flag
+/// took an optional value and swallowed the subcommand, so an alias `torchtop --readonly`
+/// broke every one. It takes none now.
+#[test]
+fn readonly_before_a_subcommand_leaves_it_a_subcommand() {
+    let output = torchtop(&["--readonly", "replay", "--demo", "--summary"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!output.stdout.is_empty());
+    // Refused by the subcommand itself, past clap.
+    for (args, sentence) in [
+        (
+            &["--readonly", "serve", "--listen", "nowhere:port"][..],
+            "not an address to listen on",
+        ),
+        (&["--readonly", "record", "--duration", "soon"], "soon"),
+    ] {
+        let output = torchtop(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(sentence), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
