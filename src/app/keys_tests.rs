@@ -154,6 +154,34 @@ fn q_closes_the_help_and_the_detail_view_and_f10_or_ctrl_c_quit_from_them() {
     );
 }
 
+/// The README says `q` closes the menus (F6, `u`, F9) as it closes the help; only Esc did.
+/// Where text is typed, `q` stays text: the filter takes it, and a signal number is digits.
+#[test]
+fn q_closes_the_sort_user_and_signal_menus_but_is_typed_in_the_filter() {
+    let mut app = super::tests::app();
+    select(&mut app, 300);
+    for open in [KeyCode::F(6), KeyCode::Char('u'), KeyCode::F(9)] {
+        assert_eq!(press(&mut app, open), Effect::Redraw);
+        assert_ne!(app.mode, Mode::Normal, "{open:?} opens its menu");
+        assert_eq!(
+            press(&mut app, KeyCode::Char('q')),
+            Effect::Redraw,
+            "{open:?}"
+        );
+        assert_eq!(app.mode, Mode::Normal, "q closes the menu of {open:?}");
+    }
+    // A digit typed in the signal menu, then q: the menu closes, nothing is sent.
+    press(&mut app, KeyCode::F(9));
+    press(&mut app, KeyCode::Char('1'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Normal);
+
+    press(&mut app, KeyCode::Char('/'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Filter, "q is typed");
+    assert_eq!(app.settings.filter, "q");
+}
+
 /// Below the smallest size the screen says only "q quits", so q does, whatever is open
 /// behind it.
 #[test]
