@@ -183,26 +183,60 @@ fn q_closes_the_sort_user_and_signal_menus_but_is_typed_in_the_filter() {
 }
 
 /// Below the smallest size the screen says only "q quits", so q does, whatever is open
-/// behind it.
+/// behind it: an overlay, a menu, a confirmation (left unanswered), the nice dialog or the
+/// filter prompt. A review found F6 then q at 50x12 doing nothing.
 #[test]
 fn q_quits_while_the_screen_is_too_small_whatever_is_open() {
-    let mut app = super::tests::app();
+    let mut app = with_an_agent();
     super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
     assert!(app.view.plan.screen_hidden());
     press(&mut app, KeyCode::Char('?'));
     assert!(!app.view.show_help, "keys wait");
-    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
-    for open in [KeyCode::Char('?'), KeyCode::Enter, KeyCode::Char('w')] {
-        let mut app = super::tests::app();
+    for open in [
+        KeyCode::Char('?'),
+        KeyCode::Enter,
+        KeyCode::Char('w'),
+        KeyCode::F(6),
+        KeyCode::Char('u'),
+        KeyCode::F(9),
+        KeyCode::Char('K'),
+        KeyCode::Char('P'),
+        KeyCode::Char('n'),
+        KeyCode::Char('/'),
+    ] {
+        let mut app = with_an_agent();
+        select(&mut app, 100);
         super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
         press(&mut app, open);
-        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
+        let opened = app.mode != Mode::Normal
+            || app.view.show_help
+            || app.detail.is_some()
+            || app.warnings_view.is_open();
+        assert!(opened, "{open:?} opens something");
+        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 50, 12));
         assert_eq!(
             press(&mut app, KeyCode::Char('q')),
             Effect::Quit,
             "{open:?}"
         );
     }
+}
+
+/// The setup screen keeps what its own q does, saving what changed, and then quits.
+#[test]
+fn q_while_the_screen_is_too_small_saves_the_setup_screen_and_quits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let mut app =
+        super::tests::app().with_ui(crate::config::UiConfig::default(), Some(path.clone()), None);
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
+    press(&mut app, KeyCode::F(2));
+    press(&mut app, KeyCode::Char(' '));
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 50, 12));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
+    assert!(app.setup.is_none());
+    let saved = std::fs::read_to_string(&path).expect("the changed settings were saved");
+    assert!(saved.contains("[ui]"), "{saved}");
 }
 
 /// htop's function keys: F1 help, F3 search and F4 filter (the one filter here), F5 tree.
@@ -325,7 +359,7 @@ fn the_p_confirmation_waits_while_the_screen_is_too_small_but_n_cancels() {
     select(&mut app, 100);
     press(&mut app, KeyCode::Char('P'));
     super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
-    for code in [KeyCode::Char('y'), KeyCode::Enter, KeyCode::Char('q')] {
+    for code in [KeyCode::Char('y'), KeyCode::Enter] {
         assert_eq!(press(&mut app, code), Effect::None, "{code:?}");
     }
     assert!(matches!(app.mode, Mode::ConfirmPeakReset { .. }));
