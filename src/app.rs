@@ -148,6 +148,9 @@ pub struct App {
     pub(crate) utc: bool,
     /// The uid whose processes `m` ("only mine") shows: the user running torchtop.
     pub(crate) my_uid: u32,
+    /// The effective uid torchtop runs as: unless it is root, it reads only its own user's
+    /// agents, so another user's process shows none whether it has one or not.
+    pub(crate) effective_uid: u32,
     /// The setup screen (F2), while open.
     pub(crate) setup: Option<setup::SetupScreen>,
     /// What the setup screen chooses: panels, history metrics, columns, refresh, theme.
@@ -186,6 +189,7 @@ impl App {
             detail: None,
             utc: false,
             my_uid: crate::sys::invoking_uid(),
+            effective_uid: crate::sys::effective_uid(),
             setup: None,
             ui: crate::config::UiConfig::default(),
             config_path: None,

@@ -1,5 +1,6 @@
 //! The keys an htop user reaches for without reading the help: `t` (and F5) keep the selected
-//! process, `q` leaves a sub-screen, F1 F3 F4 F5 do what htop's do, and `P` asks first.
+//! process, `q` leaves a sub-screen or a menu, F1 F3 F4 F5 do what htop's do, `P` asks first,
+//! and `s` `S` `P` on another user's process point to sudo.
 
 use std::sync::Arc;
 
@@ -365,4 +366,43 @@ fn the_p_confirmation_waits_while_the_screen_is_too_small_but_n_cancels() {
     assert!(matches!(app.mode, Mode::ConfirmPeakReset { .. }));
     press(&mut app, KeyCode::Char('n'));
     assert_eq!(app.mode, Mode::Normal);
+}
+
+/// A review: as a user, `s` on another user's process said "use `torchtop attach`", which
+/// cannot attach to it, while its agent, if any, serves a directory only root's monitor reads.
+#[test]
+fn s_p_and_capital_s_on_another_users_process_say_sudo_not_attach() {
+    let mut snapshot = snapshot();
+    for p in &mut snapshot.processes {
+        p.uid = Some(if p.pid == 300 { 1001 } else { 1000 });
+    }
+    let mut app = app_on(snapshot);
+    app.effective_uid = 1000;
+    for key in ['s', 'S', 'P'] {
+        select(&mut app, 300);
+        app.status = None;
+        assert_eq!(press(&mut app, KeyCode::Char(key)), Effect::Redraw, "{key}");
+        assert_eq!(app.mode, Mode::Normal, "{key} opened no dialog");
+        let status = app.status.clone().unwrap();
+        assert!(
+            status.contains("process 300 belongs to another user")
+                && status.contains("run torchtop with sudo"),
+            "{key}: {status}"
+        );
+        assert!(!status.contains("attach"), "{key}: {status}");
+        // One's own process without an agent still gets the way to start one.
+        select(&mut app, 100);
+        press(&mut app, KeyCode::Char(key));
+        let status = app.status.clone().unwrap();
+        assert!(status.contains("torchtop attach 100"), "{key}: {status}");
+    }
+    // Root reads every user's agents: there a process without one has none.
+    app.effective_uid = 0;
+    select(&mut app, 300);
+    press(&mut app, KeyCode::Char('s'));
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.contains("process 300 has no torchtop agent"),
+        "{status}"
+    );
 }
