@@ -148,6 +148,9 @@ pub struct App {
     pub(crate) utc: bool,
     /// The uid whose processes `m` ("only mine") shows: the user running torchtop.
     pub(crate) my_uid: u32,
+    /// The effective uid torchtop runs as: unless it is root, it reads only its own user's
+    /// agents, so another user's process shows none whether it has one or not.
+    pub(crate) effective_uid: u32,
     /// The setup screen (F2), while open.
     pub(crate) setup: Option<setup::SetupScreen>,
     /// What the setup screen chooses: panels, history metrics, columns, refresh, theme.
@@ -186,6 +189,7 @@ impl App {
             detail: None,
             utc: false,
             my_uid: crate::sys::invoking_uid(),
+            effective_uid: crate::sys::effective_uid(),
             setup: None,
             ui: crate::config::UiConfig::default(),
             config_path: None,
@@ -353,10 +357,13 @@ impl App {
             return Effect::Quit;
         }
         if self.view.plan.screen_hidden() {
-            // All that is drawn says "q quits": it does, whatever sub-screen waits behind.
-            // Setup is left to its own q, which saves it.
-            let quits = key.code == KeyCode::Char('q') && self.setup.is_none();
-            if quits && self.mode == Mode::Normal {
+            // All that is drawn says "q quits": it does, whatever waits behind, a menu, a
+            // confirmation (which it leaves unanswered) or the filter prompt, whose text no
+            // one can see. The setup screen first saves what changed, as its own q does.
+            if key.code == KeyCode::Char('q') {
+                if self.setup.is_some() {
+                    self.close_setup();
+                }
                 return Effect::Quit;
             }
             if !self.key_works_unseen(key) {
@@ -385,13 +392,12 @@ impl App {
         }
     }
 
-    /// Whether a key still acts while the terminal is too small to draw the screen. Only what
-    /// quits or closes does: a key that moved the unseen selection, or answered a
+    /// Whether a key other than `q` still acts while the terminal is too small to draw the
+    /// screen. Only what closes does: a key that moved the unseen selection, or answered a
     /// confirmation the user could not read, could signal the wrong process.
     fn key_works_unseen(&self, key: KeyEvent) -> bool {
         match key.code {
             KeyCode::Esc => true,
-            KeyCode::Char('q') => matches!(self.mode, Mode::Normal),
             KeyCode::Char('n' | 'N') => {
                 matches!(
                     self.mode,

@@ -170,7 +170,8 @@ impl App {
         let count = Signal::ALL.len();
         let mut next_typed = None;
         let selected = match key.code {
-            KeyCode::Esc | KeyCode::F(9) => {
+            // Only digits are typed here, so `q` is free to close, as in the other menus.
+            KeyCode::Esc | KeyCode::F(9) | KeyCode::Char('q') => {
                 self.mode = Mode::Normal;
                 return Effect::Redraw;
             }

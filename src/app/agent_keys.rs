@@ -89,6 +89,16 @@ impl App {
             self.status = Some(super::action_keys::not_visible(pid));
             return Err(Effect::Redraw);
         }
+        let others = row.uid().is_some_and(|uid| uid != self.effective_uid);
+        if !has_agent && others && self.effective_uid != 0 {
+            // Not "use torchtop attach": attaching to another user's process is refused, and
+            // an agent it has serves a directory this monitor does not read.
+            self.status = Some(format!(
+                "process {pid} belongs to another user: its agent, if it has one, speaks only \
+                 to root's torchtop or its own user's; run torchtop with sudo"
+            ));
+            return Err(Effect::Redraw);
+        }
         if !has_agent {
             self.status = Some(format!(
                 "process {pid} has no torchtop agent: start it under `torchtop run` or use `torchtop attach {pid}`"

@@ -1,5 +1,6 @@
 //! The keys an htop user reaches for without reading the help: `t` (and F5) keep the selected
-//! process, `q` leaves a sub-screen, F1 F3 F4 F5 do what htop's do, and `P` asks first.
+//! process, `q` leaves a sub-screen or a menu, F1 F3 F4 F5 do what htop's do, `P` asks first,
+//! and `s` `S` `P` on another user's process point to sudo.
 
 use std::sync::Arc;
 
@@ -154,27 +155,89 @@ fn q_closes_the_help_and_the_detail_view_and_f10_or_ctrl_c_quit_from_them() {
     );
 }
 
+/// The README says `q` closes the menus (F6, `u`, F9) as it closes the help; only Esc did.
+/// Where text is typed, `q` stays text: the filter takes it, and a signal number is digits.
+#[test]
+fn q_closes_the_sort_user_and_signal_menus_but_is_typed_in_the_filter() {
+    let mut app = super::tests::app();
+    select(&mut app, 300);
+    for open in [KeyCode::F(6), KeyCode::Char('u'), KeyCode::F(9)] {
+        assert_eq!(press(&mut app, open), Effect::Redraw);
+        assert_ne!(app.mode, Mode::Normal, "{open:?} opens its menu");
+        assert_eq!(
+            press(&mut app, KeyCode::Char('q')),
+            Effect::Redraw,
+            "{open:?}"
+        );
+        assert_eq!(app.mode, Mode::Normal, "q closes the menu of {open:?}");
+    }
+    // A digit typed in the signal menu, then q: the menu closes, nothing is sent.
+    press(&mut app, KeyCode::F(9));
+    press(&mut app, KeyCode::Char('1'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Normal);
+
+    press(&mut app, KeyCode::Char('/'));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Redraw);
+    assert_eq!(app.mode, Mode::Filter, "q is typed");
+    assert_eq!(app.settings.filter, "q");
+}
+
 /// Below the smallest size the screen says only "q quits", so q does, whatever is open
-/// behind it.
+/// behind it: an overlay, a menu, a confirmation (left unanswered), the nice dialog or the
+/// filter prompt. A review found F6 then q at 50x12 doing nothing.
 #[test]
 fn q_quits_while_the_screen_is_too_small_whatever_is_open() {
-    let mut app = super::tests::app();
+    let mut app = with_an_agent();
     super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
     assert!(app.view.plan.screen_hidden());
     press(&mut app, KeyCode::Char('?'));
     assert!(!app.view.show_help, "keys wait");
-    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
-    for open in [KeyCode::Char('?'), KeyCode::Enter, KeyCode::Char('w')] {
-        let mut app = super::tests::app();
+    for open in [
+        KeyCode::Char('?'),
+        KeyCode::Enter,
+        KeyCode::Char('w'),
+        KeyCode::F(6),
+        KeyCode::Char('u'),
+        KeyCode::F(9),
+        KeyCode::Char('K'),
+        KeyCode::Char('P'),
+        KeyCode::Char('n'),
+        KeyCode::Char('/'),
+    ] {
+        let mut app = with_an_agent();
+        select(&mut app, 100);
         super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
         press(&mut app, open);
-        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
+        let opened = app.mode != Mode::Normal
+            || app.view.show_help
+            || app.detail.is_some()
+            || app.warnings_view.is_open();
+        assert!(opened, "{open:?} opens something");
+        super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 50, 12));
         assert_eq!(
             press(&mut app, KeyCode::Char('q')),
             Effect::Quit,
             "{open:?}"
         );
     }
+}
+
+/// The setup screen keeps what its own q does, saving what changed, and then quits.
+#[test]
+fn q_while_the_screen_is_too_small_saves_the_setup_screen_and_quits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let mut app =
+        super::tests::app().with_ui(crate::config::UiConfig::default(), Some(path.clone()), None);
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 120, 40));
+    press(&mut app, KeyCode::F(2));
+    press(&mut app, KeyCode::Char(' '));
+    super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 50, 12));
+    assert_eq!(press(&mut app, KeyCode::Char('q')), Effect::Quit);
+    assert!(app.setup.is_none());
+    let saved = std::fs::read_to_string(&path).expect("the changed settings were saved");
+    assert!(saved.contains("[ui]"), "{saved}");
 }
 
 /// htop's function keys: F1 help, F3 search and F4 filter (the one filter here), F5 tree.
@@ -297,10 +360,49 @@ fn the_p_confirmation_waits_while_the_screen_is_too_small_but_n_cancels() {
     select(&mut app, 100);
     press(&mut app, KeyCode::Char('P'));
     super::tests::lay_out(&mut app, ratatui::layout::Rect::new(0, 0, 20, 5));
-    for code in [KeyCode::Char('y'), KeyCode::Enter, KeyCode::Char('q')] {
+    for code in [KeyCode::Char('y'), KeyCode::Enter] {
         assert_eq!(press(&mut app, code), Effect::None, "{code:?}");
     }
     assert!(matches!(app.mode, Mode::ConfirmPeakReset { .. }));
     press(&mut app, KeyCode::Char('n'));
     assert_eq!(app.mode, Mode::Normal);
+}
+
+/// A review: as a user, `s` on another user's process said "use `torchtop attach`", which
+/// cannot attach to it, while its agent, if any, serves a directory only root's monitor reads.
+#[test]
+fn s_p_and_capital_s_on_another_users_process_say_sudo_not_attach() {
+    let mut snapshot = snapshot();
+    for p in &mut snapshot.processes {
+        p.uid = Some(if p.pid == 300 { 1001 } else { 1000 });
+    }
+    let mut app = app_on(snapshot);
+    app.effective_uid = 1000;
+    for key in ['s', 'S', 'P'] {
+        select(&mut app, 300);
+        app.status = None;
+        assert_eq!(press(&mut app, KeyCode::Char(key)), Effect::Redraw, "{key}");
+        assert_eq!(app.mode, Mode::Normal, "{key} opened no dialog");
+        let status = app.status.clone().unwrap();
+        assert!(
+            status.contains("process 300 belongs to another user")
+                && status.contains("run torchtop with sudo"),
+            "{key}: {status}"
+        );
+        assert!(!status.contains("attach"), "{key}: {status}");
+        // One's own process without an agent still gets the way to start one.
+        select(&mut app, 100);
+        press(&mut app, KeyCode::Char(key));
+        let status = app.status.clone().unwrap();
+        assert!(status.contains("torchtop attach 100"), "{key}: {status}");
+    }
+    // Root reads every user's agents: there a process without one has none.
+    app.effective_uid = 0;
+    select(&mut app, 300);
+    press(&mut app, KeyCode::Char('s'));
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.contains("process 300 has no torchtop agent"),
+        "{status}"
+    );
 }

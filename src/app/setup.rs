@@ -272,7 +272,7 @@ impl App {
 
     /// Closes the screen and saves its choices: only when they changed, and never over a
     /// `[ui]` table that could not be read (saving would replace what the user wrote there).
-    fn close_setup(&mut self) -> Effect {
+    pub(super) fn close_setup(&mut self) -> Effect {
         let opened_with = self.setup.take().map(|s| s.opened_with);
         if opened_with.as_ref() == Some(&self.ui) {
             self.status = Some("settings unchanged; nothing saved".to_string());

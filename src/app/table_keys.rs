@@ -168,7 +168,7 @@ impl App {
     pub(super) fn on_sort_menu_key(&mut self, key: KeyEvent, selected: usize) -> Effect {
         let count = SortKey::ALL.len();
         let selected = match key.code {
-            KeyCode::Esc | KeyCode::F(6) => {
+            KeyCode::Esc | KeyCode::F(6) | KeyCode::Char('q') => {
                 self.mode = Mode::Normal;
                 return Effect::Redraw;
             }
@@ -218,7 +218,7 @@ impl App {
     ) -> Effect {
         let last = users.len();
         let selected = match key.code {
-            KeyCode::Esc | KeyCode::Char('u') => {
+            KeyCode::Esc | KeyCode::Char('u' | 'q') => {
                 self.mode = Mode::Normal;
                 return Effect::Redraw;
             }

@@ -182,13 +182,21 @@ fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
     }
 }
 
+/// Why the table is empty, naming the filter that emptied it: "no processes on the GPUs"
+/// under `m` would say the GPUs are idle when only others' processes are on them.
 fn empty_message(app: &App) -> String {
-    if app.settings.filter.trim().is_empty() {
-        let missing = (app.settings.gpus.as_deref())
+    let settings = &app.settings;
+    if settings.filter.trim().is_empty() {
+        let missing = (settings.gpus.as_deref())
             .and_then(|gpus| format::missing_gpus(gpus, app.snapshot.gpus.len()));
+        let chosen = settings.user.is_some() || settings.gpus.is_some();
         if let Some(missing) = missing {
             format!(" {missing}; g chooses another")
-        } else if app.settings.user.is_some() || app.settings.gpus.is_some() {
+        } else if settings.mine.is_some() && chosen {
+            " no process of yours among the chosen user or GPUs (m shows everyone's)".to_string()
+        } else if settings.mine.is_some() {
+            " no process of yours on the GPUs (m shows everyone's)".to_string()
+        } else if chosen {
             " no process of the chosen user or GPUs (u chooses the user)".to_string()
         } else {
             " no processes on the GPUs".to_string()

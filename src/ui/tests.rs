@@ -1388,6 +1388,22 @@ fn the_user_menu_and_the_user_and_gpu_filters_show() {
     let app = app.with_filters(Some("nobody-here".to_string()), None);
     let s = screen(&app, 120, 40);
     assert!(s.contains("no process of the chosen user or GPUs"), "{s}");
+    // `m` with none of one's own: a review saw "no processes on the GPUs" over 2 of them.
+    let mut app = app.with_filters(None, None);
+    app.my_uid = 65534;
+    key(&mut app, KeyCode::Char('m'));
+    let s = screen(&app, 120, 40);
+    assert!(
+        s.contains("no process of yours on the GPUs (m shows everyone's)"),
+        "{s}"
+    );
+    assert!(!s.contains("no processes on the GPUs"), "{s}");
+    let app = app.with_filters(Some("bob".to_string()), None);
+    let s = screen(&app, 120, 40);
+    assert!(
+        s.contains("no process of yours among the chosen user or GPUs"),
+        "{s}"
+    );
     // A GPU the machine does not have is named as such, not as an empty choice.
     let app = app.with_filters(None, Some(vec![9]));
     let s = screen(&app, 120, 40);
