@@ -70,7 +70,7 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let process = selected_process(app);
     let Some((process, torch)) = process.and_then(|p| Some((p, p.torch.as_ref()?))) else {
-        render_without_agent(frame, area, process, theme);
+        render_without_agent(frame, area, process, app.effective_uid, theme);
         return;
     };
     let mut scratch = super::scratch::take();
@@ -141,8 +141,22 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
 }
 
 /// The panel's line for a row without an agent: the pid, and why there is no panel.
-fn render_without_agent(frame: &mut Frame, area: Rect, process: Option<&GpuProcess>, theme: Theme) {
+/// Another user's process under a monitor that is not root's may well have an agent: it
+/// speaks only to root's monitor or its own user's, so the advice is sudo, not `torchtop run`
+/// (as `s`, `S` and `P` say on such a row).
+fn render_without_agent(
+    frame: &mut Frame,
+    area: Rect,
+    process: Option<&GpuProcess>,
+    effective_uid: u32,
+    theme: Theme,
+) {
+    let others = |p: &GpuProcess| effective_uid != 0 && p.uid.is_some_and(|u| u != effective_uid);
     let (title, text) = match process {
+        Some(p) if others(p) => (
+            format!(" PYTORCH pid {}", p.pid),
+            "  another user's process: its agent, if it has one, speaks only to root's torchtop or its own user's",
+        ),
         Some(p) => (
             format!(" PYTORCH pid {}", p.pid),
             "  no torchtop agent in this process: start it with `torchtop run -- …` to see its allocator",

@@ -206,6 +206,16 @@ fn the_pytorch_panel_keeps_its_size_among_agent_rows_and_is_one_line_on_a_plain_
                 line_with(&s, "PYTORCH pid 40000").contains("no torchtop agent in this process"),
                 "{s}"
             );
+            // The keys' review: under a monitor not root's, another user's process may have
+            // an agent that speaks only to root's; `torchtop run` is no advice there.
+            let saved = app.effective_uid;
+            app.effective_uid = 4242;
+            let s = screen(&app, width, height);
+            app.effective_uid = saved;
+            assert!(
+                line_with(&s, "PYTORCH pid 40000").contains("another user's process"),
+                "{s}"
+            );
         }
         assert!(saw_plain, "the row without an agent was visited");
     }
