@@ -331,7 +331,7 @@ impl Cli {
 /// `command` with the environment variables its arguments (and its subcommands') read left
 /// unread where `is_empty` says they are set but empty: `TORCHTOP_NVML_LIB=` means unset, as
 /// `NO_COLOR=` does, not a flag given no value (a review: "a value is required for
-/// '--nvml-lib <PATH>'", a flag never typed).
+/// '--nvml-lib `<PATH>`'", a flag never typed).
 fn without_empty_env(
     mut command: clap::Command,
     is_empty: &dyn Fn(&std::ffi::OsStr) -> bool,
