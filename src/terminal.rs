@@ -86,6 +86,12 @@ fn cannot_draw(term: Option<&std::ffi::OsStr>) -> Option<NoTty> {
     }
 }
 
+/// Whether the terminal `TERM` names can draw a full screen: for a command that has a plain
+/// text output to give instead (`torchtop snapshot FILE`'s summary).
+pub(crate) fn can_draw_full_screen() -> bool {
+    cannot_draw(std::env::var_os("TERM").as_deref()).is_none()
+}
+
 /// What the monitor offers instead of a terminal, for the sentence that says there is none.
 pub(crate) const MONITOR_INSTEAD: &str =
     "use --once for one summary, or --json for a stream of JSON lines";

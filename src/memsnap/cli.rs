@@ -115,7 +115,8 @@ fn execute(args: &SnapshotArgs) -> Result<(), Failure> {
     } else if args.folded {
         output::folded(&loaded, &mut out)?;
     } else if args.flamegraph.is_none() {
-        if io::stdout().is_terminal() {
+        // A dumb terminal (TERM=dumb or unset) gets the text a pipe gets, not a refusal.
+        if io::stdout().is_terminal() && crate::terminal::can_draw_full_screen() {
             drop(out);
             let colors =
                 !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());

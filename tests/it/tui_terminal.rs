@@ -493,6 +493,26 @@ fn a_dumb_terminal_or_none_named_gets_a_sentence_not_the_screen() {
         assert!(screen.contains("--json"), "{term} {args:?}:\n{screen}");
         assert!(!session.on_alternate_screen() && !session.mouse_reporting());
     }
+    // `torchtop snapshot FILE` has its text summary to give instead of the viewer.
+    let pickle = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/memsnap/oom.pickle");
+    let script = r#"export TERM=dumb; "$0" "$@"; echo "EXIT=$?"; exec sleep 600"#;
+    let argv = [
+        "-c",
+        script,
+        binary.to_str().unwrap(),
+        "snapshot",
+        pickle.to_str().unwrap(),
+    ];
+    let session = PtySession::spawn(Path::new("/bin/sh"), &argv, &[], 100, 30);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("EXIT=")),
+        "snapshot: it did not end:\n{}",
+        session.screen()
+    );
+    let screen = session.screen();
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert!(screen.contains("who holds the memory"), "{screen}");
+    assert!(!session.on_alternate_screen() && !session.mouse_reporting());
 }
 
 /// A command line with terminal escapes and a newline that forges a row.
