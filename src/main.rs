@@ -182,7 +182,7 @@ fn print_once(cli: &Cli, config: SamplerConfig, loader: torchtop::sampler::GpuLo
         Duration::from_millis(40),
     );
     let filter = process_filter(cli);
-    if let Some(why) = filter.unknown_gpus(snapshot.gpus.len()) {
+    if let Some(why) = filter.unknown_gpus(&snapshot) {
         complain("torchtop", &why);
         return exit_now(ExitCode::from(2));
     }

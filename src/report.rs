@@ -90,9 +90,16 @@ impl ProcessFilter {
         ))
     }
 
-    /// A sentence for each `--gpus` index the machine does not have (`gpus` is its count).
-    pub fn unknown_gpus(&self, gpus: usize) -> Option<String> {
-        crate::format::missing_gpus(self.gpus.as_deref()?, gpus)
+    /// A sentence for each `--gpus` index the machine does not have; `None` while no driver
+    /// has said how many GPUs there are: NVML still loading (a driver without persistence mode
+    /// takes seconds) or not loaded lists none, and "it has no GPU" was then said of a machine
+    /// with eight.
+    pub fn unknown_gpus(&self, snapshot: &Snapshot) -> Option<String> {
+        let driver = &snapshot.driver;
+        if driver.gpu_count.is_none() && driver.amd_gpu_count.is_none() {
+            return None;
+        }
+        crate::format::missing_gpus(self.gpus.as_deref()?, snapshot.gpus.len())
     }
 }
 
@@ -101,8 +108,9 @@ impl ProcessFilter {
 pub enum StreamEnd {
     /// `--samples` documents were written, or the sampler stopped.
     Done,
-    /// `--gpus` names a GPU the machine does not have: the sentence, said before any document,
-    /// as `--once` refuses it (a review saw the stream go on with no process in it, exit 0).
+    /// `--gpus` names a GPU the machine does not have: the sentence, said before any document
+    /// where the driver counts the GPUs from the start, as `--once` refuses it (a review saw
+    /// the stream go on with no process in it, exit 0).
     UnknownGpus(String),
 }
 
@@ -120,11 +128,11 @@ pub fn stream_json(
     let mut written = 0u64;
     let mut compactor = compact::Compactor::default();
     let _requests = sampler::spawn_loop(config, loader, move |mut snapshot| {
-        if written == 0 {
-            if let Some(why) = filter.unknown_gpus(snapshot.gpus.len()) {
-                let _ = done_tx.send(Ok(StreamEnd::UnknownGpus(why)));
-                return false;
-            }
+        // Judged at each document until the driver has counted the GPUs: before any document
+        // where it has from the start, as `--once` does.
+        if let Some(why) = filter.unknown_gpus(&snapshot) {
+            let _ = done_tx.send(Ok(StreamEnd::UnknownGpus(why)));
+            return false;
         }
         filter.apply(&mut snapshot);
         let line = if compact {

@@ -187,7 +187,11 @@ fn put(buf: &mut Buffer, area: Rect, text: &str, column: Column) {
 fn empty_message(app: &App) -> String {
     let settings = &app.settings;
     if settings.filter.trim().is_empty() {
+        // Only once a driver has counted the GPUs: while NVML loads, none is listed yet.
+        let driver = &app.snapshot.driver;
+        let counted = driver.gpu_count.is_some() || driver.amd_gpu_count.is_some();
         let missing = (settings.gpus.as_deref())
+            .filter(|_| counted)
             .and_then(|gpus| format::missing_gpus(gpus, app.snapshot.gpus.len()));
         let chosen = settings.user.is_some() || settings.gpus.is_some();
         if let Some(missing) = missing {

@@ -18,9 +18,11 @@ fn torchtop(scenario: &ScenarioFile, args: &[&str]) -> Command {
     command
 }
 
+/// The GPUs of the document's process rows. A row without a GPU is an agent's that holds
+/// none: on a machine running other tests as root, another test's agent may be listed.
 fn gpus_of(doc: &Value) -> Vec<u64> {
     let mut gpus: Vec<u64> = (doc["processes"].as_array().unwrap().iter())
-        .map(|p| p["gpu"].as_u64().unwrap())
+        .filter_map(|p| p["gpu"].as_u64())
         .collect();
     gpus.dedup();
     gpus
@@ -125,6 +127,28 @@ fn the_json_stream_refuses_a_gpu_index_the_machine_does_not_have() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
+}
+
+/// While NVML is still loading (a driver without persistence mode takes seconds) no GPU is
+/// listed yet: `--gpus 0` was refused with "it has no GPU", exit 2, on a machine with one.
+#[test]
+fn a_gpu_the_driver_has_not_counted_yet_is_not_missing() {
+    let scenario = ScenarioFile::new("[init]\ndelay_s = 3\n[[gpu]]\nname = \"One\"\n");
+    let output = output_within_patience(
+        torchtop(&scenario, &["--once", "--gpus", "0"]).stdin(Stdio::null()),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_ne!(output.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("does not have"), "{stderr}");
+    // The stream goes on, and lists the GPU once the driver has loaded.
+    let output = output_within_patience(
+        torchtop(&scenario, &["--json", "--samples", "6", "--gpus", "0"]).stdin(Stdio::null()),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let last = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(last["gpus"].as_array().unwrap().len(), 1, "{last}");
 }
 
 /// The 8-GPU document is far larger than a pipe holds, so torchtop is still writing when the
