@@ -64,6 +64,16 @@ macro_rules! say {
     }};
 }
 
+/// `println!` that never panics: `torchtop replay --summary | true` closed the pipe before the
+/// summary was written, and `println!` panicked (exit status 101). A reader that has gone
+/// wants nothing more.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod actions;
 pub mod app;
 pub mod cli;

@@ -14,8 +14,7 @@ use torchtop::sampler::{Sampler, SamplerConfig};
 fn main() -> ExitCode {
     let cli = Cli::parse_args();
     if cli.print_config {
-        print!("{}", torchtop::settings::print_default());
-        return ExitCode::SUCCESS;
+        return print_bytes(Ok(torchtop::settings::print_default().as_bytes().to_vec()));
     }
     if let Some(command) = &cli.command {
         return run_command(&cli, command);
@@ -244,10 +243,7 @@ fn run_command(cli: &Cli, command: &Command) -> ExitCode {
         },
         Command::Snapshot(args) => torchtop::memsnap::cli::run(args),
         Command::Attach { pid } => match torchtop::launch::attach(*pid) {
-            Ok(message) => {
-                println!("{}", escape_lines(&message.clone()));
-                ExitCode::SUCCESS
-            }
+            Ok(message) => print_bytes(Ok(format!("{}\n", escape_lines(&message)).into_bytes())),
             Err(error) => {
                 complain("torchtop attach", &error);
                 ExitCode::FAILURE

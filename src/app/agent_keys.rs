@@ -94,8 +94,7 @@ impl App {
             // Not "use torchtop attach": attaching to another user's process is refused, and
             // an agent it has serves a directory this monitor does not read.
             self.status = Some(format!(
-                "process {pid} belongs to another user: its agent, if it has one, speaks only \
-                 to root's torchtop or its own user's; run torchtop with sudo"
+                "process {pid} is another user's: run torchtop with sudo to reach its agent"
             ));
             return Err(Effect::Redraw);
         }

@@ -211,11 +211,11 @@ fn print_once(app: &ClusterApp, json: bool, fail_on: FailOn) -> ExitCode {
             view: &app.view,
         };
         match crate::format::json::pretty(&document) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => tell!("{text}"),
             Err(e) => say!("torchtop cluster: cannot write JSON: {e}"),
         }
     } else {
-        println!("{}", render::once_text(app));
+        tell!("{}", render::once_text(app));
     }
     for problem in &app.problems {
         say!("torchtop cluster: {}", model::printable(problem));
@@ -225,6 +225,9 @@ fn print_once(app: &ClusterApp, json: bool, fail_on: FailOn) -> ExitCode {
 
 /// The one place this view touches the terminal guard (whose API may change).
 fn with_terminal<T>(body: impl FnOnce(&mut crate::terminal::Tui) -> T) -> io::Result<T> {
+    // Without a terminal that draws, what this command offers instead (it has no `--json`
+    // stream, which the monitor's sentence names).
+    crate::terminal::tty_or("use --once for one summary, or --once --json for one JSON document")?;
     let mut guard = crate::terminal::TerminalGuard::enter()?;
     Ok(body(&mut guard.terminal))
 }

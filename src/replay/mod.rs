@@ -179,7 +179,8 @@ pub fn run(options: ReplayOptions) -> Result<Option<Tui>, ReplayError> {
     }
     if options.summary {
         let range = time::frames_between(recording.frames(), from, to);
-        print!("{}", summary::summary(&mut recording, range, &zone)?);
+        let summary = summary::summary(&mut recording, range, &zone)?;
+        tell!("{}", summary.trim_end_matches('\n'));
         return Ok(None);
     }
     Ok(tui(recording, &options, from, zone).map(Some)?)

@@ -155,7 +155,7 @@ fn render_without_agent(
     let (title, text) = match process {
         Some(p) if others(p) => (
             format!(" PYTORCH pid {}", p.pid),
-            "  another user's process: its agent, if it has one, speaks only to root's torchtop or its own user's",
+            "  another user's process: run torchtop with sudo to reach its agent, if it has one",
         ),
         Some(p) => (
             format!(" PYTORCH pid {}", p.pid),

@@ -1,6 +1,7 @@
 //! `torchtop record` and the signals an admin's shell and service manager send: run under
 //! `nohup` it outlives the login (its SIGHUP stays ignored), and a SIGTERM after its stderr
-//! pipe has closed still stops it cleanly, exit status 0.
+//! pipe has closed still stops it cleanly, exit status 0; a summary written into a closed pipe
+//! ends quietly.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -105,4 +106,34 @@ fn record_stops_cleanly_when_its_stderr_has_closed() {
     signal(&child, libc::SIGTERM);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{status}");
+}
+
+/// The diff review: `torchtop replay --demo --summary | true` panicked writing to the closed
+/// pipe ("failed printing to stdout: Broken pipe"), exit status 101; a reader that has gone
+/// wants nothing more, and the command ends quietly.
+#[test]
+fn a_summary_into_a_closed_pipe_ends_quietly() {
+    for args in [
+        &["replay", "--demo", "--summary"][..],
+        &["--print-config"][..],
+    ] {
+        let mut child = Command::new(common::torchtop_binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
 }

@@ -471,10 +471,16 @@ fn without_a_terminal_it_says_to_use_once_or_json() {
 #[test]
 fn a_dumb_terminal_or_none_named_gets_a_sentence_not_the_screen() {
     let binary = common::torchtop_binary();
-    let cases: [(&str, &[&str], &str); 3] = [
+    let cases: [(&str, &[&str], &str); 4] = [
         ("export TERM=dumb", &["--nvml-lib", NO_DRIVER], "TERM=dumb"),
         ("unset TERM", &["--nvml-lib", NO_DRIVER], "TERM is not set"),
         ("export TERM=dumb", &["replay", "--demo"], "--summary"),
+        // `cluster` has no `--json` stream: its sentence names what it has.
+        (
+            "export TERM=dumb",
+            &["cluster", "--prometheus", "http://127.0.0.1:9"],
+            "--once --json",
+        ),
     ];
     for (term, args, sentence) in cases {
         // The shell prints the exit status, then holds the terminal open for the reading.
