@@ -950,7 +950,8 @@ class _Agent:
                     continue
                 self._queue_event({
                     "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
-                    "device": index, "num_ooms": count, "source": "num_ooms"})
+                    "device": index, "num_ooms": count, "source": "num_ooms",
+                    "step": self.step_count})
 
     def _attach_oom_observer(self, torch):
         with self.observer_lock:
@@ -980,7 +981,10 @@ class _Agent:
         self.observer_fired.add(device)
         event = {"v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
                  "device": device, "requested_bytes": alloc, "device_allocated": device_allocated,
-                 "device_free": device_free, "source": "observer"}
+                 "device_free": device_free, "source": "observer",
+                 # The step() count now: a count that moves on later says the program caught
+                 # the error (a plain int read; the observer must not take the agent's lock).
+                 "step": self.step_count}
         if self.history.recording():
             try:
                 event["path"], event["bytes"] = self._dump("oom", _torch().cuda.memory._snapshot())

@@ -22,6 +22,10 @@ pub struct OomReport {
     pub snapshot_error: Option<String>,
     /// When it happened, seconds since the epoch (the agent's clock, else the time it arrived).
     pub unix_seconds: f64,
+    /// The program's `step()` count when it happened, where its agent said; a later count from
+    /// the same process says it caught the error and went on.
+    #[serde(default)]
+    pub step: Option<u64>,
 }
 
 /// A snapshot file an agent wrote because the user asked for the memory viewer (`S`), ready

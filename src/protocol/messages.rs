@@ -60,6 +60,8 @@ pub(crate) struct Event {
     pub(crate) num_ooms: i64,
     /// How the agent noticed: `num_ooms` rising between two readings.
     pub(crate) source: &'static str,
+    /// The program's step count when it was noticed: a later, larger count says it went on.
+    pub(crate) step: Option<u64>,
 }
 
 /// `{"type": "reply"}`: the answer to one command, echoing its id and name.

@@ -52,10 +52,12 @@ pub(crate) fn check(inputs: &Inputs) -> Vec<Warning> {
         .collect()
 }
 
-/// Whether the process's step counter moved after its OOM, while the process that had it still
-/// runs: the program caught the error and went on (a batch-size finder, a retry with a smaller
-/// batch). The process must have started before the OOM, so that a new process given the
-/// same pid does not pass for it.
+/// Whether the process that had the OOM has stepped since: its agent's `step()` count now is
+/// past the count its OOM event gave. The program caught the error and went on (a batch-size
+/// finder, a retry with a smaller batch). The process must have started before the OOM, so that
+/// a new process given the same pid does not pass for it. One snapshot is enough (`--once`);
+/// a count the monitor saw move around the OOM's time is not, since a step taken just before
+/// the OOM is seen a refresh later.
 fn went_on(inputs: &Inputs, report: &OomReport) -> bool {
     let Some(process) = inputs.process(report.pid) else {
         return false;
@@ -63,10 +65,9 @@ fn went_on(inputs: &Inputs, report: &OomReport) -> bool {
     let started = process
         .running_seconds
         .map(|r| inputs.snapshot.unix_seconds - r);
-    let moved =
-        (inputs.steps.get(&report.pid)).and_then(super::training_stalled::StepTrack::still_since);
+    let now = process.torch.as_ref().and_then(|t| t.step);
     started.is_some_and(|at| at <= report.unix_seconds)
-        && moved.is_some_and(|at| at > report.unix_seconds)
+        && matches!((report.step, now), (Some(then), Some(now)) if now > then)
 }
 
 fn oom_warning(report: &OomReport, went_on: bool) -> Warning {
@@ -160,6 +161,7 @@ mod tests {
             snapshot_path: path.map(str::to_string),
             snapshot_error: None,
             unix_seconds: t,
+            step: None,
         }
     }
 
@@ -225,11 +227,15 @@ mod tests {
         assert!(with_id(&warnings, "oom").is_empty(), "{warnings:#?}");
     }
 
-    /// A process of pid 9, started 100 s before T0, that stepped every second until `stop`
-    /// and had its OOM at T0 + 5.
+    /// A process of pid 9, started `running_seconds` before T0, that stepped every second
+    /// until `stop` and had its OOM at T0 + 5, at step 5 by its agent's count.
     fn caught(stop: u32, running_seconds: f64) -> impl Fn(u32) -> Snapshot {
         move |t| {
-            let mut snap = with(vec![report(9, T0 + 5.0, None)])(t);
+            let oom = OomReport {
+                step: Some(5),
+                ..report(9, T0 + 5.0, None)
+            };
+            let mut snap = with(vec![oom])(t);
             let mut p = process(9, 0, GIB);
             p.running_seconds = Some(running_seconds + f64::from(t));
             p.torch = Some(std::sync::Arc::new(crate::model::TorchInfo {
@@ -256,9 +262,28 @@ mod tests {
         );
         assert_written_as_panels(w);
 
-        // Its steps stopped at the OOM: it is stuck in it, or dying of it.
+        // Its steps stopped at the OOM: it is stuck in it, or dying of it. The diff review:
+        // a step the monitor saw a refresh after it was taken, just before the OOM, made
+        // this "caught"; the count the OOM event gave tells.
         let warnings = replay_default(10, caught(5, 100.0));
         let w = find(&warnings, "oom", &Subject::Process { pid: 9 });
+        assert_eq!(w.severity, Severity::Critical, "{}", w.message);
+        // One snapshot is enough, as `--once` has (the review: it stayed critical there).
+        let warnings = replay_default(0, |t| caught(10, 100.0)(t + 8));
+        let w = find(&warnings, "oom", &Subject::Process { pid: 9 });
+        assert_eq!(w.severity, Severity::Warn, "{}", w.message);
+        // An agent that gave no count (an older one): nothing tells, critical.
+        let without = |t| {
+            let mut snap = caught(10, 100.0)(t);
+            snap.ooms[0].step = None;
+            snap
+        };
+        let w = find(
+            &replay_default(10, without),
+            "oom",
+            &Subject::Process { pid: 9 },
+        )
+        .clone();
         assert_eq!(w.severity, Severity::Critical, "{}", w.message);
         // A process that started after the OOM has its pid, not its error.
         let warnings = replay_default(10, caught(10, -7.0));

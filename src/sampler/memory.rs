@@ -33,8 +33,9 @@ pub(crate) fn remember_oom(
     if known {
         return;
     }
-    if ooms.len() == MAX_OOMS {
-        ooms.pop_front();
+    if ooms.len() >= MAX_OOMS {
+        let at = evicted(ooms);
+        ooms.remove(at);
     }
     ooms.push_back(OomReport {
         pid,
@@ -49,7 +50,23 @@ pub(crate) fn remember_oom(
         snapshot_path: event.path.clone(),
         snapshot_error: event.error.clone(),
         unix_seconds,
+        step: event.step,
     });
+}
+
+/// Which report goes when the list is full: the oldest of the process that holds the most. A
+/// process that runs out of memory again and again (or a user's that does it on purpose:
+/// `torch.cuda` OOMs are cheap to cause) then pushes out only its own reports, not another
+/// user's OOM that root's monitor is there to tell. Counts only when full.
+fn evicted(ooms: &VecDeque<OomReport>) -> usize {
+    let mut counts: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for report in ooms {
+        *counts.entry(report.pid).or_default() += 1;
+    }
+    let most = counts.values().copied().max().unwrap_or(0);
+    (ooms.iter())
+        .position(|r| counts.get(&r.pid) == Some(&most))
+        .unwrap_or(0)
 }
 
 fn now() -> f64 {
@@ -299,5 +316,29 @@ mod tests {
         }
         assert_eq!(ooms.len(), MAX_OOMS, "bounded");
         assert_eq!(ooms.back().unwrap().unix_seconds, 2099.0);
+    }
+
+    /// The diff review: uid 65534 caused 40 OOMs in its own process and pushed root's job's
+    /// OOM out of the list, and its `oom` warning off root's monitor.
+    #[test]
+    fn a_process_that_floods_oom_reports_pushes_out_only_its_own() {
+        let mut ooms = VecDeque::new();
+        let event = |ts: f64| AgentEvent {
+            kind: "oom".into(),
+            device: Some(0),
+            ts: Some(ts),
+            ..Default::default()
+        };
+        remember_oom(&mut ooms, 7, &event(1.0), &[]);
+        for i in 0..40 {
+            remember_oom(&mut ooms, 666, &event(2.0 + f64::from(i)), &[]);
+        }
+        assert_eq!(ooms.len(), MAX_OOMS);
+        assert!(ooms.iter().any(|r| r.pid == 7), "the victim's OOM is kept");
+        assert_eq!(
+            ooms.back().unwrap().unix_seconds,
+            41.0,
+            "the newest is kept"
+        );
     }
 }

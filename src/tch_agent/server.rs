@@ -411,6 +411,7 @@ impl Server {
                     device: *index,
                     num_ooms: count,
                     source: "num_ooms",
+                    step: self.steps.read().0,
                 };
                 self.broadcast(&message_line("event", &event));
             }

@@ -157,6 +157,51 @@ fn an_oom_under_record_history_leaves_a_private_snapshot_and_a_critical_warning(
     );
 }
 
+/// A review: a batch-size finder's caught OOM stayed critical for an hour, `--once` exiting 4
+/// while the job trained on; then the diff review: the first fix judged from the steps the
+/// monitor saw move, which `--once` never sees. The OOM event gives the step count it came
+/// at, and one `--once` compares it with the count now.
+#[test]
+fn an_oom_the_program_steps_on_from_is_a_warning_in_once() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = OOM_SCRIPT
+        .replace(
+            "WAIT_FOR_MONITOR",
+            "import torchtop_agent\nfor _ in range(3): torchtop_agent.step()",
+        )
+        .replace(
+            "AFTER",
+            "while True:\n        torchtop_agent.step()\n        time.sleep(0.05)",
+        );
+    // Under --record-history, as the other tests here: the agent attaches PyTorch's OOM
+    // observer at start, before any monitor has connected.
+    let child = Killed(run_script(&agents, true, &script));
+    let pid = child.0.id();
+    let scenario = one_gpu_with(pid);
+    let once = || {
+        output_within_patience(
+            Command::new(common::torchtop_binary())
+                .args(["--once", "--json"])
+                .envs(scenario.env())
+                .env("TORCHTOP_AGENT_DIR", &agents),
+        )
+    };
+    let mut last = String::new();
+    wait_until("the caught OOM as a warning in --once", || {
+        let output = once();
+        let Ok(doc) = serde_json::from_slice::<Value>(&output.stdout) else {
+            return false;
+        };
+        last = doc["warnings"].to_string();
+        let warned = oom_warning(&doc).is_some_and(|w| w["severity"] == "warn");
+        warned && output.status.code() != Some(4)
+    });
+    assert!(last.contains("so the program caught the error"), "{last}");
+}
+
 #[test]
 fn the_oom_warning_outlives_the_process_it_killed() {
     if !common::require_program("python3") {

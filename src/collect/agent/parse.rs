@@ -77,6 +77,9 @@ pub(crate) struct AgentEvent {
     pub(crate) path: Option<String>,
     /// Why no snapshot was written.
     pub(crate) error: Option<String>,
+    /// The program's `step()` count when it happened: a count that moves on after it says the
+    /// program caught the error.
+    pub(crate) step: Option<u64>,
 }
 
 /// One parsed line.
@@ -318,6 +321,7 @@ impl Fields {
             requested_bytes: bytes(&self.requested_bytes),
             device_allocated: bytes(&self.device_allocated),
             device_free: bytes(&self.device_free),
+            step: bytes(&self.step),
             path: text(&self.path),
             error: text(&self.error),
         }
@@ -378,7 +382,7 @@ mod tests {
 
     #[test]
     fn an_oom_event_keeps_its_sizes_path_and_time() {
-        let line = br#"{"v":1,"type":"event","kind":"oom","ts":1767225601.5,"device":1,"source":"observer","requested_bytes":2147483648,"device_allocated":81000000000,"device_free":12345,"path":"/run/t/42-oom-20260101-120001.pickle","bytes":9,"extra":{"a":[1]}}"#;
+        let line = br#"{"v":1,"type":"event","kind":"oom","ts":1767225601.5,"device":1,"source":"observer","requested_bytes":2147483648,"device_allocated":81000000000,"device_free":12345,"path":"/run/t/42-oom-20260101-120001.pickle","bytes":9,"step":17,"extra":{"a":[1]}}"#;
         let Ok(Incoming::Event(event)) = parse_line(line) else {
             panic!("not an event");
         };
@@ -393,6 +397,7 @@ mod tests {
                 device_free: Some(12345),
                 path: Some("/run/t/42-oom-20260101-120001.pickle".into()),
                 error: None,
+                step: Some(17),
             }
         );
     }
