@@ -127,6 +127,22 @@ fn a_snapshot_with_bytes_changed_reads_or_fails_with_a_sentence() {
     }
 }
 
+/// `body`, a Python expression, pickled by Python (protocol 4, as torch writes snapshots).
+fn pickled(body: &str) -> Vec<u8> {
+    let script =
+        format!("import pickle, sys\nsys.stdout.buffer.write(pickle.dumps({body}, protocol=4))");
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[test]
 fn sizes_at_the_edge_of_u64_do_not_overflow() {
     let max = u64::MAX;
@@ -139,18 +155,8 @@ fn sizes_at_the_edge_of_u64_do_not_overflow() {
             {{'action': 'segment_alloc', 'addr': 1, 'size': {max}}}, {{'action': 'segment_unmap', 'addr': 1, 'size': {max}}},\
             {{'action': 'free_completed', 'addr': 9, 'size': {max}}}, {{'action': 'oom', 'device_free': {max}, 'size': {max}}}]]}}"
     );
-    let script =
-        format!("import pickle, sys\nsys.stdout.buffer.write(pickle.dumps({body}, protocol=4))");
-    let out = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    everything(&out.stdout);
+    let pickled = pickled(&body);
+    everything(&pickled);
 }
 
 /// The text summary of a loaded snapshot.
@@ -307,22 +313,12 @@ fn a_flame_graph_whose_sizes_add_past_any_device_is_refused_with_a_sentence() {
         segment(0),
         segment(1)
     );
-    let script =
-        format!("import pickle, sys\nsys.stdout.buffer.write(pickle.dumps({body}, protocol=4))");
-    let out = std::process::Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pickle = crate::memsnap::pickle::Pickle::read(out.stdout.as_slice(), None).unwrap();
+    let pickled = pickled(&body);
+    let pickle = crate::memsnap::pickle::Pickle::read(pickled.as_slice(), None).unwrap();
     let snapshot = crate::memsnap::model::from_pickle(&pickle).unwrap();
     let loaded = super::LoadedSnapshot {
         path: "overflow.pickle".into(),
-        file_bytes: out.stdout.len() as u64,
+        file_bytes: pickled.len() as u64,
         analysis: crate::memsnap::analysis::Analysis::new(&snapshot),
         snapshot,
     };

@@ -17,6 +17,7 @@
 mod blocks;
 pub(crate) mod checkpoints;
 mod issues;
+pub(crate) mod plausible;
 mod scan;
 mod source;
 #[cfg(test)]
@@ -242,7 +243,7 @@ impl Recording {
     pub fn snapshot(&mut self, cursor: &mut Cursor, i: usize) -> Result<Snapshot, RecordError> {
         self.work.snapshots += 1;
         let mut snapshot: Snapshot = self.read(cursor, i)?;
-        snapshot.drop_implausible();
+        plausible::drop_implausible(&mut snapshot);
         Ok(snapshot)
     }
 

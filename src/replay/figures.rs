@@ -115,6 +115,7 @@ impl Figures {
         }
         let gpus = &self.gpus;
         for row in &mut self.processes {
+            row.cpu_percent = crate::record::reader::plausible::process_cpu(row.cpu_percent);
             let gpu = gpus.iter().find(|g| Some(g.index) == row.gpu);
             if let (Some(gpu), Some(bytes)) = (gpu, row.gpu_memory_bytes) {
                 if !gpu.plausible_process_memory(bytes) {

@@ -60,6 +60,15 @@ fn take_lines(lines: &Receiver<String>, child: &mut Child, n: usize, what: &str)
     }
 }
 
+/// How `child` ended, and what it said on stderr.
+fn ended(mut child: Child) -> (std::process::ExitStatus, String) {
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    (child.wait().unwrap(), stderr)
+}
+
 fn signal(child: &Child, signal: i32) {
     let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: kill(2) with a pid this test spawned and has not waited for.
@@ -80,14 +89,7 @@ fn record_under_nohup_outlives_the_hangup() {
     signal(&child, libc::SIGHUP);
     take_lines(&lines, &mut child, 3, "after SIGHUP");
     signal(&child, libc::SIGTERM);
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let status = child.wait().unwrap();
+    let (status, stderr) = ended(child);
     assert!(status.success(), "{status}: {stderr}");
     assert!(stderr.contains("stopped by signal 15"), "{stderr}");
 }
@@ -125,14 +127,7 @@ fn a_summary_into_a_closed_pipe_ends_quietly() {
             .spawn()
             .unwrap();
         drop(child.stdout.take());
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        let status = child.wait().unwrap();
+        let (status, stderr) = ended(child);
         assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }

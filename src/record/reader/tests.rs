@@ -178,7 +178,17 @@ fn a_replayed_figure_no_gpu_reports_is_not_known() {
     });
     let mut p = GpuProcess::new(100, 0, ProcessKind::Compute);
     p.gpu_memory_bytes = Some(1 << 50);
+    // The diff review: host and process CPU, an agent's step time and ranks of 309 digits.
+    p.cpu_percent = Some(1e308);
+    p.torch = Some(Arc::new(crate::model::TorchInfo {
+        step_time_seconds: Some(1e308),
+        rank: Some(u32::MAX),
+        local_rank: Some(3),
+        world_size: Some(0),
+        ..Default::default()
+    }));
     s.processes.push(p);
+    s.host.cpu_percent = Some(f64::INFINITY);
     writer.write(&Arc::new(s)).unwrap();
     writer.finish().unwrap();
     let mut recording = Recording::open(&path).unwrap();
@@ -187,4 +197,10 @@ fn a_replayed_figure_no_gpu_reports_is_not_known() {
     assert_eq!(got.gpus[0].power_limit_w, None);
     assert_eq!(got.gpus[0].temperature_c, Some(64));
     assert_eq!(got.processes[0].gpu_memory_bytes, None);
+    assert_eq!(got.processes[0].cpu_percent, None);
+    assert_eq!(got.host.cpu_percent, None);
+    let torch = got.processes[0].torch.as_deref().unwrap();
+    let figures = (torch.step_time_seconds, torch.rank, torch.world_size);
+    assert_eq!(figures, (None, None, None));
+    assert_eq!(torch.local_rank, Some(3), "below 2^20 without a world size");
 }
