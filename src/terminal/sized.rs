@@ -57,6 +57,15 @@ fn ask_terminal() -> io::Result<Size> {
     Ok(Size::new(width, height))
 }
 
+/// Whether a write failed because the terminal is no longer there (an SSH session or a tmux
+/// pane that closed): the kernel answers EIO once the terminal has hung up.
+fn terminal_gone(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EIO | libc::ENXIO | libc::EPIPE)
+    )
+}
+
 /// crossterm's backend writing to `W`, with the terminal's size remembered between SIGWINCHes.
 pub(crate) struct SizedBackend<W: Write> {
     inner: CrosstermBackend<W>,
@@ -128,7 +137,13 @@ impl<W: Write> Backend for SizedBackend<W> {
     }
 
     fn show_cursor(&mut self) -> io::Result<()> {
-        self.inner.show_cursor()
+        match self.inner.show_cursor() {
+            // ratatui shows the cursor again as it is dropped and prints a failure with
+            // `eprintln!`, which panics (exit 101) when stderr is the same hung-up terminal.
+            // A terminal that has hung up has no cursor to show.
+            Err(e) if terminal_gone(&e) => Ok(()),
+            shown => shown,
+        }
     }
 
     fn get_cursor_position(&mut self) -> io::Result<Position> {

@@ -347,10 +347,18 @@ fn closing_the_terminal_of_a_session_leader_ends_it() {
     wait_for_first_frame(&session);
     let pid = session.pid().unwrap();
     session.close_terminal();
+    let status = session.wait_exit(PATIENCE);
+    let Some(status) = status else {
+        panic!(
+            "torchtop still runs after its terminal closed, state {:?}",
+            process_state(pid)
+        );
+    };
+    // Its stderr is the terminal that hung up: ratatui's message that it could not show the
+    // cursor again was printed with `eprintln!`, which panicked (exit 101).
     assert!(
-        session.wait_exit(PATIENCE).is_some(),
-        "torchtop still runs after its terminal closed, state {:?}",
-        process_state(pid)
+        status.success(),
+        "torchtop ended with {status:?} after its terminal closed"
     );
 }
 
