@@ -48,7 +48,8 @@ pub struct Cli {
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = parse_timeout)]
     pub timeout: f64,
 
-    /// Turn off every action key (signals, renice, snapshots).
+    /// Turn off every key that acts on a process (signals, renice, the agent's snapshots and
+    /// memory history); recording and saving the settings stay.
     // A flag that takes no value: an optional one swallowed the subcommand after it
     // (`--readonly replay --demo`). TORCHTOP_READONLY's value says yes (1, true, yes, on) or
     // no (0, false, no, off).

@@ -187,7 +187,7 @@ fn signal_menu(
     lines.push(Line::styled(format!("to {}", who(targets)), theme.label()));
     let popup = Popup {
         title: " Send a signal ".to_string(),
-        hint: " number or arrows, Enter: choose   Esc: close ",
+        hint: " number or arrows, Enter: choose   q or Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }
@@ -273,7 +273,7 @@ fn sort_menu(frame: &mut Frame, screen: Rect, app: &App, selected: usize, theme:
     }
     let popup = Popup {
         title: " Sort by ".to_string(),
-        hint: " Enter: sort   r: reverse   Esc: close ",
+        hint: " Enter: sort   r: reverse   q or Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }
@@ -297,7 +297,7 @@ fn user_menu(frame: &mut Frame, screen: Rect, selected: usize, users: &[String],
     lines.truncate(usize::from(screen.height.saturating_sub(6)).max(1));
     let popup = Popup {
         title: " Show the processes of ".to_string(),
-        hint: " Enter: choose   Esc: close ",
+        hint: " Enter: choose   q or Esc: close ",
     };
     popup.draw(frame, screen, lines);
 }
