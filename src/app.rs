@@ -125,6 +125,9 @@ pub struct App {
     /// The status is an action's outcome, kept over the sampler's notices until the next key
     /// (as htop keeps its own): other users' agents coming and going must not hide it.
     status_held: bool,
+    /// A sentence for stderr once the terminal is restored: what the last key did where no
+    /// frame could show it.
+    pub(crate) farewell: Option<String>,
     pub(crate) mode: Mode,
     /// Filter, sort order and tree view.
     pub(crate) settings: RowSettings,
@@ -177,6 +180,7 @@ impl App {
             delay_seconds,
             status: None,
             status_held: false,
+            farewell: None,
             mode: Mode::Normal,
             settings: RowSettings::default(),
             tags: Tags::new(),
@@ -363,6 +367,9 @@ impl App {
             if key.code == KeyCode::Char('q') {
                 if self.setup.is_some() {
                     self.close_setup();
+                    // Whether the settings were saved, and why not, was never seen: no status
+                    // line is drawn at this size, and the monitor ends.
+                    self.farewell = self.status.take();
                 }
                 return Effect::Quit;
             }

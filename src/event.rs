@@ -75,7 +75,11 @@ fn run(app: App, source: Source) -> io::Result<()> {
     drop(guard);
     // Collector threads may be stuck in the driver; they are never joined.
     runtime.shutdown_timeout(Duration::from_millis(10));
-    match end? {
+    let (end, farewell) = end?;
+    if let Some(farewell) = farewell {
+        say!("torchtop: {farewell}");
+    }
+    match end {
         End::Quit => Ok(()),
         End::Die(signal) => signals::die_of(signal),
         End::Lost(why) => Err(io::Error::other(why)),
@@ -147,7 +151,7 @@ async fn event_loop(
     app: App,
     source: Source,
     mut wakers: Wakers,
-) -> io::Result<End> {
+) -> io::Result<(End, Option<String>)> {
     let mut feed = Feed::start(source, &app, wakers.handover.take());
     let (reports_tx, mut reports) = mpsc::unbounded_channel::<ActionReport>();
     let (loaded_tx, mut loaded) = mpsc::unbounded_channel::<Result<LoadedSnapshot, String>>();
@@ -186,7 +190,7 @@ async fn event_loop(
             step = step.merge(screen.on_input(input, &mut feed, &reports_tx));
         }
         match step {
-            Step::End(end) => return Ok(end),
+            Step::End(end) => return Ok((end, screen.app.farewell.take())),
             Step::Suspend => {
                 terminal::suspend(terminal)?;
                 screen.draw(terminal, &feed)?;

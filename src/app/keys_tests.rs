@@ -238,6 +238,9 @@ fn q_while_the_screen_is_too_small_saves_the_setup_screen_and_quits() {
     assert!(app.setup.is_none());
     let saved = std::fs::read_to_string(&path).expect("the changed settings were saved");
     assert!(saved.contains("[ui]"), "{saved}");
+    // No status line shows at this size: the outcome is said once the terminal is restored.
+    let farewell = app.farewell.as_deref().unwrap_or_default();
+    assert!(farewell.starts_with("settings saved to "), "{farewell:?}");
 }
 
 /// htop's function keys: F1 help, F3 search and F4 filter (the one filter here), F5 tree.

@@ -169,3 +169,38 @@ fn an_unwritable_config_gets_a_sentence_and_a_garbled_ui_table_the_defaults() {
     session.send(b"q");
     assert!(session.wait_exit(PATIENCE).expect("still quits").success());
 }
+
+/// `q` while the terminal is too small to draw closes the setup screen, saving what changed,
+/// and quits: a save that failed there said so only on a status line no frame showed.
+#[test]
+fn a_failed_save_on_q_at_a_too_small_size_is_said_after_the_exit() {
+    let home = tempfile::tempdir().expect("a temporary config home");
+    let dir = home.path().join("torchtop");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = ScenarioFile::new(SCENARIO);
+    let mut session = start(&scenario, home.path());
+    // Once the monitor has read its (missing) config, a directory in the file's place: even
+    // root cannot save over it.
+    std::fs::create_dir(dir.join("config.toml")).unwrap();
+    session.send(F2);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
+        "{}",
+        session.screen()
+    );
+    session.send(b" ");
+    session.resize(40, 10);
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("needs at least")),
+        "no 'too small' message:\n{}",
+        session.screen()
+    );
+    session.send(b"q");
+    let status = session.wait_exit(PATIENCE).expect("q quits");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains("torchtop: settings not saved")),
+        "the failed save was not said after the exit:\n{}",
+        session.screen()
+    );
+}
