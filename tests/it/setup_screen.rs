@@ -38,9 +38,14 @@ fn start(scenario: &ScenarioFile, config_home: &std::path::Path) -> PtySession {
     session
 }
 
-/// Whether the HOST panel's title line is on screen.
 /// Opens the setup screen, changes its first item and closes it again.
 fn change_a_setting(session: &mut PtySession) {
+    change_a_setting_in_f2(session);
+    session.send(ESC);
+}
+
+/// Opens the setup screen and changes its first item, leaving the screen open.
+fn change_a_setting_in_f2(session: &mut PtySession) {
     session.send(F2);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
@@ -48,9 +53,9 @@ fn change_a_setting(session: &mut PtySession) {
         session.screen()
     );
     session.send(b" ");
-    session.send(ESC);
 }
 
+/// Whether the HOST panel's title line is on screen.
 fn host_panel_shown(screen: &str) -> bool {
     screen.lines().any(|l| l.contains(" HOST"))
 }
@@ -182,13 +187,7 @@ fn a_failed_save_on_q_at_a_too_small_size_is_said_after_the_exit() {
     // Once the monitor has read its (missing) config, a directory in the file's place: even
     // root cannot save over it.
     std::fs::create_dir(dir.join("config.toml")).unwrap();
-    session.send(F2);
-    assert!(
-        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
-        "{}",
-        session.screen()
-    );
-    session.send(b" ");
+    change_a_setting_in_f2(&mut session);
     session.resize(40, 10);
     assert!(
         session.wait_for(PATIENCE, |s| s.contains("needs at least")),
