@@ -192,6 +192,10 @@ fn a_hostile_environment_is_cut_and_rid_of_control_characters() {
     environ.extend(std::iter::repeat_n(b'y', 10_000));
     environ.push(0);
     let dir = tree(42, &environ);
+    // Kept no longer than a path can be, as parsed.
+    let env = procfs::read_environ(dir.path(), 42).unwrap();
+    let kept = env.container_vars.apptainer_container.unwrap();
+    assert!(kept.len() <= ContainerVars::MOST_BYTES, "{}", kept.len());
     let container = found(dir.path(), 42).unwrap();
     let name = container.name.unwrap();
     let path = container.path.unwrap();
