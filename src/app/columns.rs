@@ -34,7 +34,7 @@ pub(crate) enum Column {
     Start,
     /// rank/world of a torch process.
     Rank,
-    /// The container, pod, Slurm job or cgroup of a GPU process (`Cgroup::label`).
+    /// The container, pod, Slurm job or cgroup of a GPU process (`GpuProcess::placement_label`).
     Container,
     /// The command line; takes the room the others leave.
     Command,

@@ -7,6 +7,9 @@
 //!   `.../crio-ID.scope`, `/kubepods/QOS/podUID/ID`;
 //! - Podman: `libpod-ID.scope`, `/libpod_parent/libpod-ID`.
 //!
+//! The HPC runtimes, whose containers have no cgroup of their own (Apptainer, enroot), are
+//! named per process in [`hpc`].
+//!
 //! `/dev/shm` is opened through /proc/PID/root with `openat2(RESOLVE_IN_ROOT)`, so symlinks in
 //! the process's tree resolve inside that tree and never onto the host's; only `fstatfs` is
 //! done on it. Where that is not a tmpfs (or openat2 is missing, before Linux 5.6), the size
@@ -24,6 +27,8 @@ use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
 use crate::model::{ContainerRef, PodRef, ShmInfo};
 use crate::sys::cgroup as cg;
 use crate::sys::proc as procfs;
+
+pub(crate) mod hpc;
 
 /// The container and the pod a cgroup path names, each where it names one.
 pub(crate) fn classify_path(path: &str) -> (Option<ContainerRef>, Option<PodRef>) {
@@ -94,15 +99,21 @@ fn container_id(name: &str) -> Option<(&'static str, String)> {
 }
 
 /// The container torchtop runs in, if any: `/.dockerenv` (Docker), `/run/.containerenv`
-/// (Podman), `container=` in pid 1's environment (systemd-nspawn, LXC, Podman), or a container
-/// or pod in its own cgroup path (cgroup v1, or v2 without a cgroup namespace); "unknown" for
-/// a PID namespace below the host's with none of those.
+/// (Podman), Apptainer or enroot ([`hpc::own_runtime`]), `container=` in pid 1's environment
+/// (systemd-nspawn, LXC, Podman), or a container or pod in its own cgroup path (cgroup v1, or
+/// v2 without a cgroup namespace); "unknown" for a PID namespace below the host's with none of
+/// those.
 pub(crate) fn detect_own_container(fs_root: &Path, proc_root: &Path) -> Option<String> {
     if fs_root.join(".dockerenv").exists() {
         return Some("docker".to_string());
     }
     if fs_root.join("run/.containerenv").exists() {
         return Some("podman".to_string());
+    }
+    // Before pid 1's environment and the cgroup: without a PID namespace those are the host's
+    // (or the Slurm job's), which say nothing of the container.
+    if let Some(runtime) = hpc::own_runtime(fs_root, proc_root) {
+        return Some(runtime.to_string());
     }
     if let Ok(Some(value)) = procfs::read_environ_var(proc_root, 1, "container") {
         let value = value.to_string_lossy();
@@ -225,22 +236,28 @@ const MOUNTINFO_BYTES: u64 = 4 << 20;
 /// only when it is a mount of its own (its device differs from `/dev`'s), so that a plain
 /// directory is never taken for the file system around it.
 fn open_shm(pid_dir: &Path) -> Option<OwnedFd> {
+    let directory = OFlag::O_PATH | OFlag::O_DIRECTORY;
+    let dev = open_in_root(pid_dir, "dev", directory)?;
+    let shm = open_in_root(pid_dir, "dev/shm", directory)?;
+    let device = |fd: &OwnedFd| nix::sys::stat::fstat(fd).ok().map(|s| s.st_dev);
+    (device(&dev)? != device(&shm)?).then_some(shm)
+}
+
+/// `path` inside the root of the process whose /proc directory is `pid_dir`, opened with
+/// `flags` (and `O_CLOEXEC`) through `openat2(RESOLVE_IN_ROOT)`: its symlinks, absolute ones
+/// and `..` included, resolve inside that root and never onto the host's files. `None` where
+/// it is missing, refused, or openat2 is (before Linux 5.6).
+fn open_in_root(pid_dir: &Path, path: &str, flags: OFlag) -> Option<OwnedFd> {
     let root = nix::fcntl::open(
         &pid_dir.join("root"),
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .ok()?;
-    let open_in_root = |path: &str| {
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        nix::fcntl::openat2(&root, path, how).ok()
-    };
-    let dev = open_in_root("dev")?;
-    let shm = open_in_root("dev/shm")?;
-    let device = |fd: &OwnedFd| nix::sys::stat::fstat(fd).ok().map(|s| s.st_dev);
-    (device(&dev)? != device(&shm)?).then_some(shm)
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    nix::fcntl::openat2(&root, path, how).ok()
 }
 
 #[cfg(test)]

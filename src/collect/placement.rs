@@ -1,6 +1,7 @@
 //! Where the GPU processes run below the host, joined onto their rows once per refresh: their
 //! cgroup and limits ([`super::cgroup`]), container or pod ([`super::container`]), Slurm task
-//! ([`super::scheduler`]), `/dev/shm`, nested pids (NSpid), and the OOM kills seen
+//! ([`super::scheduler`]), `/dev/shm`, nested pids (NSpid), the Apptainer or enroot container
+//! its cgroup does not name ([`super::container::hpc`]), and the OOM kills seen
 //! ([`super::oom_watch`]); and on the host snapshot, the container torchtop itself runs in.
 //!
 //! Roots: the proc root (`/proc`) and the file system root (`/`, for `/sys/fs/cgroup`,
@@ -10,13 +11,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::model::{Cgroup, GpuProcess, HostSnapshot, ProcessKind, SlurmTask};
+use crate::model::{
+    Cgroup, GpuProcess, HostSnapshot, LaunchEnv, ProcessContainer, ProcessKind, SlurmTask,
+};
 use crate::sys::cgroup as cg;
 use crate::sys::proc as procfs;
 use crate::sys::PidMap;
 
 use super::cgroup::CgroupReader;
-use super::container::{detect_own_container, ShmReader};
+use super::container::{detect_own_container, hpc, ShmReader};
 use super::oom_watch::OomWatch;
 use super::scheduler::{pod_name, shared_slurm_task};
 
@@ -35,6 +38,8 @@ pub(crate) struct Placement {
     oom: OomWatch,
     /// `Some(None)`: looked, not in a container.
     own_container: Option<Option<Arc<str>>>,
+    /// The host's mount namespace ([`hpc::host_mount_namespace`]), read on first use.
+    host_mount_ns: Option<Option<u64>>,
     /// NSpid and the Slurm task by (pid, start ticks): NSpid read once per process, the
     /// task kept to be shared again while it is the same.
     known: HashMap<(u32, u64), Known>,
@@ -61,6 +66,7 @@ impl Placement {
             fs_root,
             oom: OomWatch::default(),
             own_container: None,
+            host_mount_ns: None,
             known: HashMap::new(),
             named_pods: Vec::new(),
             refresh: 0,
@@ -119,17 +125,19 @@ impl Placement {
         let now = std::time::Instant::now();
         for i in 0..rows.len() {
             if let Some(&first) = self.done.get(&rows[i].pid) {
-                let (cgroup, shm, slurm, ns) = {
+                let (cgroup, shm, slurm, ns, container) = {
                     let r = &rows[first];
                     (
                         r.cgroup.clone(),
                         r.shm.clone(),
                         r.slurm.clone(),
                         r.ns_pids.clone(),
+                        r.container.clone(),
                     )
                 };
                 let row = &mut rows[i];
                 (row.cgroup, row.shm, row.slurm, row.ns_pids) = (cgroup, shm, slurm, ns);
+                row.container = container;
                 continue;
             }
             self.done.insert(rows[i].pid, i);
@@ -166,6 +174,7 @@ impl Placement {
         row.shm = None;
         row.slurm = None;
         row.ns_pids = None;
+        row.container = None;
         let (true, Some(start_ticks)) = (row.visible, row.start_ticks) else {
             return;
         };
@@ -188,28 +197,43 @@ impl Placement {
         if row.children_count.is_some_and(|n| n > 0) && row.kind != ProcessKind::Graphics {
             row.shm = self.shm.of_process(row.pid);
         }
-        let known = self.known(row.pid, start_ticks);
+        let cgroup_names_one =
+            (row.cgroup.as_deref()).is_some_and(|c| c.container.is_some() || c.pod.is_some());
+        let known = self.known(row.pid, start_ticks, env, cgroup_names_one);
         known.slurm = shared_slurm_task(env, row.cgroup.as_deref(), known.slurm.as_ref());
         row.slurm = known.slurm.clone();
         row.ns_pids = known.ns_pids.clone();
+        row.container = known.container.clone();
         let command = row.command.as_deref();
         self.oom.see(row.pid, start_ticks, row.rss_bytes, || {
             command.map(short_command).unwrap_or_default()
         });
     }
 
-    /// What is kept of the process (`pid`, `start_ticks`), its NSpid read on first sight.
-    fn known(&mut self, pid: u32, start_ticks: u64) -> &mut Known {
+    /// What is kept of the process (`pid`, `start_ticks`), its NSpid and its Apptainer or
+    /// enroot container read on first sight: a GPU process is seen after its runtime has
+    /// switched its root and environment.
+    fn known(
+        &mut self,
+        pid: u32,
+        start_ticks: u64,
+        env: Option<&LaunchEnv>,
+        cgroup_names_one: bool,
+    ) -> &mut Known {
         let proc_root = self.proc_root.as_path();
         let refresh = self.refresh;
-        let known = self
-            .known
-            .entry((pid, start_ticks))
-            .or_insert_with(|| Known {
+        let host_mount_ns = &mut self.host_mount_ns;
+        let known = self.known.entry((pid, start_ticks)).or_insert_with(|| {
+            let host_ns =
+                *host_mount_ns.get_or_insert_with(|| hpc::host_mount_namespace(proc_root));
+            let container = hpc::of_process(proc_root, pid, env, host_ns, cgroup_names_one);
+            Known {
                 ns_pids: read_nested_pids(proc_root, pid).map(Arc::from),
                 slurm: None,
+                container: container.map(Arc::new),
                 seen_in: refresh,
-            });
+            }
+        });
         known.seen_in = refresh;
         known
     }
@@ -219,6 +243,7 @@ impl Placement {
 struct Known {
     ns_pids: Option<Arc<[u32]>>,
     slurm: Option<Arc<SlurmTask>>,
+    container: Option<Arc<ProcessContainer>>,
     /// The refresh that last joined it.
     seen_in: u64,
 }

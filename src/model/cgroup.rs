@@ -1,6 +1,7 @@
 //! Where a process runs below the host: its control group and the limits it sets, the container
-//! or Kubernetes pod it belongs to, its Slurm job, its `/dev/shm`, and the OOM kills seen in
-//! its group. The collectors in `crate::collect` fill these in; the rules read them.
+//! or Kubernetes pod it belongs to (named by the cgroup, or, for the HPC runtimes that make no
+//! cgroup of their own, by the process), its Slurm job, its `/dev/shm`, and the OOM kills seen
+//! in its group. The collectors in `crate::collect` fill these in; the rules read them.
 
 use std::fmt;
 
@@ -72,6 +73,20 @@ pub struct ContainerRef {
     pub runtime: String,
     /// The container id (64 hex digits for Docker and containerd).
     pub id: String,
+}
+
+/// The container of one process that its cgroup does not name: Apptainer (Singularity) and
+/// enroot run a Slurm job's tasks in the job's own cgroup, which processes outside the
+/// container share, so this belongs to the process, not to its [`Cgroup`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessContainer {
+    /// `apptainer`, `singularity` or `enroot`.
+    pub runtime: String,
+    /// The image's file name (Apptainer) or the container's (enroot: its root directory's
+    /// name, `pyxis_42_train`); `None` where neither is known.
+    pub name: Option<String>,
+    /// The image path (Apptainer) or the root directory as the mount table gives it (enroot).
+    pub path: Option<String>,
 }
 
 /// A Kubernetes pod, from the kubelet's cgroup path and, where readable, the environment.
@@ -226,6 +241,43 @@ impl fmt::Display for CgroupLabel<'_> {
     }
 }
 
+/// Where one process runs, for the CONTAINER column: its cgroup's label, but where the cgroup
+/// names no container or pod and the process is in one of its own (Apptainer, enroot), that
+/// container, after its Slurm job when it is a task of one: "job 4242 pytorch.sif".
+#[derive(Debug, Clone, Copy)]
+pub struct PlacementLabel<'a> {
+    pub cgroup: Option<&'a Cgroup>,
+    pub container: Option<&'a ProcessContainer>,
+    pub slurm: Option<&'a SlurmTask>,
+}
+
+impl PlacementLabel<'_> {
+    /// Whether there is anything to write.
+    pub fn is_known(&self) -> bool {
+        self.cgroup.is_some() || self.container.is_some()
+    }
+}
+
+impl fmt::Display for PlacementLabel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let named_by_cgroup = self
+            .cgroup
+            .is_some_and(|c| c.pod.is_some() || c.container.is_some());
+        let (Some(container), false) = (self.container, named_by_cgroup) else {
+            return self.cgroup.map_or(Ok(()), |c| c.label().fmt(f));
+        };
+        // The job first: the column is narrow, and on a cluster the job is what is looked for.
+        let job = (self.cgroup.and_then(|c| c.slurm_job.as_deref()))
+            .or_else(|| self.slurm.map(|task| task.job_id.as_str()));
+        match job {
+            Some(job) => write!(f, "job {job} ")?,
+            None if container.name.is_some() => write!(f, "{} ", container.runtime)?,
+            None => {}
+        }
+        f.write_str(container.name.as_deref().unwrap_or(&container.runtime))
+    }
+}
+
 /// The first 12 characters of an id, as `docker ps` shows it.
 struct ShortId<'a>(&'a str);
 
@@ -331,5 +383,58 @@ mod tests {
                 "/",
             ]
         );
+    }
+
+    #[test]
+    fn a_placement_label_keeps_the_job_and_the_cgroups_own_container_first() {
+        let job = Cgroup {
+            slurm_job: Some("4242".into()),
+            ..Default::default()
+        };
+        let docker = Cgroup {
+            container: Some(ContainerRef {
+                runtime: "docker".into(),
+                id: "3f2a1b9c0d4e5f60718293a4b5c6d7e8".into(),
+            }),
+            ..Default::default()
+        };
+        let sif = ProcessContainer {
+            runtime: "apptainer".into(),
+            name: Some("pytorch.sif".into()),
+            path: None,
+        };
+        let enroot = ProcessContainer {
+            runtime: "enroot".into(),
+            name: None,
+            path: None,
+        };
+        let task = SlurmTask {
+            job_id: "77".into(),
+            ..Default::default()
+        };
+        let label = |cgroup, container, slurm| {
+            PlacementLabel {
+                cgroup,
+                container,
+                slurm,
+            }
+            .to_string()
+        };
+        assert_eq!(label(Some(&job), Some(&sif), None), "job 4242 pytorch.sif");
+        assert_eq!(label(Some(&job), Some(&enroot), None), "job 4242 enroot");
+        assert_eq!(label(None, Some(&sif), Some(&task)), "job 77 pytorch.sif");
+        assert_eq!(label(None, Some(&sif), None), "apptainer pytorch.sif");
+        assert_eq!(label(None, Some(&enroot), None), "enroot");
+        assert_eq!(
+            label(Some(&docker), Some(&sif), None),
+            "docker 3f2a1b9c0d4e"
+        );
+        assert_eq!(label(Some(&job), None, Some(&task)), "slurm job 4242");
+        assert!(!PlacementLabel {
+            cgroup: None,
+            container: None,
+            slurm: Some(&task)
+        }
+        .is_known());
     }
 }

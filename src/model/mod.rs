@@ -19,8 +19,8 @@ pub(crate) mod tree;
 pub mod warning;
 
 pub use cgroup::{
-    Cgroup, CgroupMember, ContainerRef, CpuMax, Limit, OomKillEvent, PodRef, ShmInfo, SlurmTask,
-    VanishedProcess,
+    Cgroup, CgroupMember, ContainerRef, CpuMax, Limit, OomKillEvent, PlacementLabel, PodRef,
+    ProcessContainer, ShmInfo, SlurmTask, VanishedProcess,
 };
 pub use detail::{ChildProcess, ProcessDetail};
 pub use gpu::{DriverInfo, GpuSample, GpuState, GpuVendor, Implausible, MigDevice};
@@ -29,7 +29,9 @@ pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;
 pub use job::{Job, JobRank};
 pub use oom::{MemsnapReady, OomReport, OpenedFile};
-pub use process::{AgentDirVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU};
+pub use process::{
+    AgentDirVars, ContainerVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU,
+};
 pub use snapshot::Snapshot;
 pub use torch::{DeviceAllocatorStats, TorchInfo};
 pub use warning::{

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::cgroup::{Cgroup, ShmInfo, SlurmTask};
+use super::cgroup::{Cgroup, PlacementLabel, ProcessContainer, ShmInfo, SlurmTask};
 use super::torch::TorchInfo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +99,11 @@ pub struct GpuProcess {
     /// collector's cache of the process.
     #[serde(default)]
     pub ns_pids: Option<Arc<[u32]>>,
+    /// Its Apptainer (Singularity) or enroot container, which its cgroup (a Slurm job's,
+    /// shared with processes outside the container) does not name; `None` outside one, or
+    /// where its environ and root are unreadable. Shared with the collector's cache.
+    #[serde(default)]
+    pub container: Option<Arc<ProcessContainer>>,
 }
 
 impl GpuProcess {
@@ -134,6 +139,16 @@ impl GpuProcess {
             shm: None,
             slurm: None,
             ns_pids: None,
+            container: None,
+        }
+    }
+
+    /// Where it runs, as the CONTAINER column writes it ([`PlacementLabel`]).
+    pub fn placement_label(&self) -> PlacementLabel<'_> {
+        PlacementLabel {
+            cgroup: self.cgroup.as_deref(),
+            container: self.container.as_deref(),
+            slurm: self.slurm.as_deref(),
         }
     }
 
@@ -243,6 +258,26 @@ pub struct LaunchEnv {
     /// connects to no agent.
     #[serde(skip)]
     pub agent_dir_vars: AgentDirVars,
+    /// What Apptainer (Singularity) sets inside its containers, from which the collector names
+    /// the process's container (`GpuProcess::container`); not recorded here.
+    #[serde(skip)]
+    pub container_vars: ContainerVars,
+}
+
+/// APPTAINER_CONTAINER, APPTAINER_NAME, SINGULARITY_CONTAINER and SINGULARITY_NAME as the
+/// process's environment holds them, cut to [`ContainerVars::MOST_BYTES`]: the process's own
+/// text, not yet cleaned for display.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerVars {
+    pub apptainer_container: Option<String>,
+    pub apptainer_name: Option<String>,
+    pub singularity_container: Option<String>,
+    pub singularity_name: Option<String>,
+}
+
+impl ContainerVars {
+    /// The most kept of one value: a path is at most 4,096 bytes (PATH_MAX).
+    pub const MOST_BYTES: usize = 4096;
 }
 
 /// What, with its uid, names the directory a process's agent serves in

@@ -1,7 +1,8 @@
 //! The detail view (`Enter`) over the panels: one process's full command line, cwd, cgroup
 //! and the memory limit that binds it (with the cgroup that sets it, when an ancestor does),
-//! launcher and CUDA environment, the GPUs it holds, history lines of its GPU memory, SM%,
-//! CPU%, RSS and allocator figures, and its children. Every text from /proc is escaped.
+//! the Apptainer or enroot container its cgroup does not name, launcher and CUDA environment,
+//! the GPUs it holds, history lines of its GPU memory, SM%, CPU%, RSS and allocator figures,
+//! and its children. Every text from /proc is escaped.
 //!
 //! In a replay it shows what the recording holds (the command line, user, state, GPUs and
 //! history of that moment) and says which parts a recording does not keep: /proc is read for
@@ -19,7 +20,7 @@ use crate::app::layout::Areas;
 use crate::app::App;
 use crate::format::{self, escape};
 use crate::model::history::{ProcessHistory, Series};
-use crate::model::{Cgroup, GpuProcess, Limit, ProcessDetail};
+use crate::model::{Cgroup, GpuProcess, Limit, ProcessContainer, ProcessDetail};
 use crate::terminal::theme::Theme;
 use crate::ui::balance::LEVELS;
 use crate::ui::history::{bucket_size, newest_first_buckets};
@@ -167,6 +168,23 @@ fn identity_lines(
     if let Some(inner) = first.and_then(|p| ns_pid_text(p.ns_pids.as_deref()?)) {
         lines.push(labelled("pid inside", inner, theme));
     }
+    if let Some(container) = first.and_then(|p| p.container.as_deref()) {
+        lines.push(labelled("container", container_text(container), theme));
+    }
+}
+
+/// "apptainer pytorch.sif (/scratch/img/pytorch.sif)", "enroot pyxis_42_train (/var/lib/...)",
+/// or the runtime alone where nothing else is known.
+fn container_text(container: &ProcessContainer) -> String {
+    let mut text = escape(&container.runtime).into_owned();
+    if let Some(name) = &container.name {
+        text.push(' ');
+        text.push_str(&escape(name));
+    }
+    if let Some(path) = &container.path {
+        text.push_str(&format!(" ({})", escape(path)));
+    }
+    text
 }
 
 /// A containerized process's pid as `ps` shows it inside each nested PID namespace, innermost
@@ -225,6 +243,9 @@ fn recorded_identity_lines(lines: &mut Vec<Line<'static>>, rows: &[&GpuProcess],
     ));
     let command = format::text(first.and_then(|p| p.command.as_deref()));
     lines.push(labelled("command", escape(&command).into_owned(), theme));
+    if let Some(container) = first.and_then(|p| p.container.as_deref()) {
+        lines.push(labelled("container", container_text(container), theme));
+    }
     lines.push(Line::styled(
         "a recording does not keep a process's cwd, cgroup, environment or children",
         theme.dim(),

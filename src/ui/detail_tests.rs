@@ -165,6 +165,38 @@ fn detail_view_gives_the_slurm_task_and_the_pid_inside_its_container() {
     );
 }
 
+/// An Apptainer or enroot container, which the Slurm job's cgroup does not name, shows in the
+/// detail view, its (hostile) name escaped, and in the CONTAINER column after the job.
+#[test]
+fn detail_view_and_the_container_column_name_an_hpc_container() {
+    let mut app = detail_app();
+    let pid = app.detail.as_ref().unwrap().pid;
+    let mut snapshot = (*app.snapshot).clone();
+    for row in snapshot.processes.iter_mut().filter(|p| p.pid == pid) {
+        row.container = Some(Arc::new(crate::model::ProcessContainer {
+            runtime: "enroot".into(),
+            name: Some("pyxis_42_train".into()),
+            path: Some("/var/lib/enroot/data/pyxis_42_train\u{1b}[2J".into()),
+        }));
+        row.cgroup = Some(Arc::new(crate::model::Cgroup {
+            path: "/slurm/uid_1000/job_42/step_0/task_0".into(),
+            slurm_job: Some("42".into()),
+            ..Default::default()
+        }));
+    }
+    app.on_snapshot(Arc::new(snapshot));
+    let s = screen(&app, 200, 50);
+    assert!(
+        s.contains("container   enroot pyxis_42_train (/var/lib/enroot/data/pyxis_42_train"),
+        "{s}"
+    );
+    assert!(!s.contains('\u{1b}'), "{s}");
+    press(&mut app, KeyCode::Esc);
+    app.ui.hidden_columns.clear();
+    let s = screen(&app, 320, 50);
+    assert!(s.contains("job 42 pyxis_42_t…"), "{s}");
+}
+
 #[test]
 fn detail_view_scrolls_and_says_so_before_the_first_read() {
     let mut app = torch_app();

@@ -23,7 +23,7 @@ use crate::app::view::first_visible_row;
 use crate::app::{App, ProcessRow};
 use crate::format::{self, NA};
 use crate::model::tree::TreeRole;
-use crate::model::{GpuProcess, Snapshot};
+use crate::model::{GpuProcess, PlacementLabel, Snapshot};
 use crate::terminal::theme::Theme;
 
 const NOT_VISIBLE: &str = "not visible here (another container, or exited)";
@@ -316,10 +316,12 @@ fn row_text(
         }
         Column::Container => opt(
             out,
-            row.gpus.iter().find_map(|g| g.cgroup.as_ref()),
-            |out, c| {
+            (row.gpus.iter())
+                .map(|g| g.placement_label())
+                .find(PlacementLabel::is_known),
+            |out, label| {
                 let start = out.len();
-                let _ = write!(out, "{}", c.label());
+                let _ = write!(out, "{label}");
                 fit_written(out, start, 18);
             },
         ),

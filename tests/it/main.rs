@@ -24,6 +24,7 @@ mod cluster_prometheus;
 mod container_pids_e2e;
 mod containers_e2e;
 mod grafana_dashboard;
+mod hpc_containers_e2e;
 mod json_contract;
 mod kubernetes_e2e;
 mod memsnap;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::host::parse_kib_value;
 use super::{pid_dir, read_bytes, read_parsed, ParseError, ProcError};
-use crate::model::LaunchEnv;
+use crate::model::{ContainerVars, LaunchEnv};
 
 /// The fields of /proc/PID/stat torchtop uses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -186,6 +186,7 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
             continue;
         };
         let text = || Some(value.to_string());
+        let cut = || Some(cut_to(value, ContainerVars::MOST_BYTES).to_string());
         let number = || value.trim().parse::<u32>().ok();
         match key {
             "CUDA_VISIBLE_DEVICES" => env.cuda_visible_devices = text(),
@@ -206,6 +207,10 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
             "SLURM_JOB_USER" => env.slurm_job_user = text(),
             "POD_NAME" => env.pod_name = text(),
             "HOSTNAME" => env.hostname = text(),
+            "APPTAINER_CONTAINER" => env.container_vars.apptainer_container = cut(),
+            "APPTAINER_NAME" => env.container_vars.apptainer_name = cut(),
+            "SINGULARITY_CONTAINER" => env.container_vars.singularity_container = cut(),
+            "SINGULARITY_NAME" => env.container_vars.singularity_name = cut(),
             "OMP_NUM_THREADS" => env.omp_num_threads = number(),
             "TORCHTOP_AGENT_DIR" => env.agent_dir_vars.torchtop_agent_dir = text(),
             "XDG_RUNTIME_DIR" => env.agent_dir_vars.xdg_runtime_dir = text(),
@@ -213,6 +218,18 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
         }
     }
     env
+}
+
+/// `text` cut to at most `most` bytes, at a character's boundary.
+fn cut_to(text: &str, most: usize) -> &str {
+    if text.len() <= most {
+        return text;
+    }
+    let mut end = most;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// /proc/PID/task/TID/children: the pids the thread forked, space-separated.
@@ -363,6 +380,12 @@ pub(crate) fn environ_lookup(environ: &[u8], name: &str) -> Option<OsString> {
 /// filesystem its paths name. `None` where the link cannot be read.
 pub(crate) fn read_mount_namespace(root: &Path, pid: u32) -> Option<u64> {
     mount_namespace_at(&pid_dir(root, pid))
+}
+
+/// The mount namespace of the process reading `root` (its `self`), as [`read_mount_namespace`]
+/// reads another's: a fixture tree gives its own.
+pub(crate) fn read_self_mount_namespace(root: &Path) -> Option<u64> {
+    mount_namespace_at(&root.join("self"))
 }
 
 /// This process's mount namespace, as [`read_mount_namespace`] reads another's.
