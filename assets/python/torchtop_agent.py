@@ -8,9 +8,11 @@ Usage::
     torchtop_agent.step()       # optional, once per training step
 
 The agent is a daemon thread serving protocol v1 (see agent-protocol.md) on a Unix socket
-``<dir>/<pid>.sock``. It uses only the standard library, never imports torch (it reads
-``sys.modules``), and never initializes CUDA: statistics are read only once the program itself
-has initialized CUDA.
+``<dir>/<pid>.sock`` (``<dir>/<pid>.<pid namespace inode>.sock`` where the live agent of a process
+with the same pid in another PID namespace, a container sharing the directory, holds that name).
+It never removes a socket something listens on, and at exit removes only the one it bound. It
+uses only the standard library, never imports torch (it reads ``sys.modules``), and never
+initializes CUDA: statistics are read only once the program itself has initialized CUDA.
 
 Wake-ups: with no monitor connected the thread sleeps until one connects. While one is, stats go
 out every interval; a program that calls ``step()`` has them read and sent by the first
@@ -59,6 +61,7 @@ oldest pruned over a cap) before the OutOfMemoryError is raised, and the oom eve
 """
 
 import atexit
+import errno
 import json
 import os
 import pickle
@@ -355,6 +358,92 @@ def _ever_used(stats):
     return False
 
 
+def _pid_namespace():
+    """The inode of this process's PID namespace, or None where /proc cannot tell."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    match = re.fullmatch(r"pid:\[([1-9][0-9]{0,19})\]", link)
+    return int(match.group(1)) if match else None
+
+
+def _socket_names(path, pid_ns):
+    """The names to serve under, most wanted first (``path``, ``<pid>.sock``; then
+    ``<pid>.<pid_ns>.sock``), and the staging name to bind under: ``<pid>.<pid_ns>.sock.new``,
+    unique among live processes, so that no agent takes another's for a leftover."""
+    if pid_ns is None:
+        return [path], path + ".new"
+    tagged = "%s.%d.sock" % (path[:-len(".sock")], pid_ns)
+    return [path, tagged], tagged + ".new"
+
+
+def _listened(path):
+    """Whether something listens on the socket at ``path``. Only a refused connection says
+    not: a full backlog, or an error that tells nothing, counts as a live listener's."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.setblocking(False)
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
+
+
+def _make_room(path):
+    """Removes a stale socket of ours at ``path`` (left by an earlier process that had our pid,
+    one that nothing listens on). Returns False when a live listener holds the name. Anything
+    else there is left alone: the link (or bind) into its place then fails."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    if not (stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid()):
+        return True
+    if _listened(path):
+        return False
+    try:
+        again = os.lstat(path)
+        # Still the socket found refused, not one another agent has put there since.
+        if (again.st_dev, again.st_ino) == (st.st_dev, st.st_ino):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def _put_in_place(staging, names):
+    """Gives the socket bound at ``staging`` the first of ``names`` that no live listener holds,
+    and returns it. A link, unlike a rename, never replaces what is at a name: a file there that
+    is not a stale socket of ours is left alone, as a bind there would have failed."""
+    for i, path in enumerate(names):
+        last = i == len(names) - 1
+        if not _make_room(path):
+            if last:
+                raise OSError(errno.EADDRINUSE, "the agent of another process of our pid (in "
+                              "another PID namespace) listens on %s" % " and on ".join(names))
+            continue
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            # Another agent of our pid took it since: the next name, if it is live.
+            if last or not _listened(path):
+                raise
+            continue
+        except OSError:  # a filesystem that makes no links
+            if os.path.lexists(path):
+                raise
+            os.rename(staging, path)
+            return path
+        os.unlink(staging)
+        return path
+    raise OSError(errno.EINVAL, "no socket name to serve under")
+
+
 class _Client:
     __slots__ = ("sock", "inbuf", "outbuf", "writing")
 
@@ -403,6 +492,8 @@ class _Agent:
         # child, and a child closing its copies could unregister the parent's clients from it.
         self.selector = selectors.PollSelector() if hasattr(selectors, "PollSelector") else selectors.DefaultSelector()
         self.listener = None
+        # The device and inode of the socket file bound, so that exit removes only that one.
+        self.bound_id = None
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -418,50 +509,41 @@ class _Agent:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def bind(self):
-        try:
-            st = os.lstat(self.path)
-            if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
-                os.unlink(self.path)  # left by an earlier process that had our pid
-        except FileNotFoundError:
-            pass
-        # Bound and listening under a name torchtop does not take for an agent's, then renamed
+        """Listens on ``<pid>.sock``, or on ``<pid>.<pid namespace inode>.sock`` where the live
+        agent of another PID namespace (a container sharing the directory, whose process has our
+        pid there) holds the first. A socket something listens on is never removed: that agent
+        vanished from every monitor, and removed ours in turn at its exit."""
+        names, staging = _socket_names(self.path, _pid_namespace())
+        # Bound and listening under a name torchtop does not take for an agent's, then linked
         # into place: a monitor that lists the directory between bind() and listen() was
         # refused, and waited seconds to try again (a `torchtop --once` never did).
-        staging = self.path + ".new"
         if len(os.fsencode(staging)) >= 108:  # sun_path: bind the name itself, as before
-            staging = self.path
-        if staging != self.path:
-            try:
-                os.unlink(staging)  # left by an earlier process that had our pid
-            except FileNotFoundError:
-                pass
+            staging = None
+            names = names[:1]
+        if staging is not None:
+            # Left by an earlier process of our pid and namespace, which no live process shares.
+            _unlink_quietly(staging)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(staging)
+            if staging is None:
+                _make_room(names[0])
+                listener.bind(names[0])
+            else:
+                listener.bind(staging)
+            bound = staging or names[0]
             # The directory is 0700 already; the chmod closes the socket itself too.
-            os.chmod(staging, 0o600)
+            os.chmod(bound, 0o600)
+            st = os.lstat(bound)
             listener.listen(16)
             listener.setblocking(False)
-            if staging != self.path:
-                # A link, unlike a rename, never replaces what is at the path: a file there that
-                # is not our socket is left alone, as a bind there would have failed.
-                try:
-                    os.link(staging, self.path)
-                    os.unlink(staging)
-                except FileExistsError:
-                    raise
-                except OSError:  # a filesystem that makes no links
-                    if os.path.lexists(self.path):
-                        raise
-                    os.rename(staging, self.path)
+            self.path = names[0] if staging is None else _put_in_place(staging, names)
+            self.bound_id = (st.st_dev, st.st_ino)
         except Exception:
             listener.close()
-            if staging != self.path:
-                try:
-                    os.unlink(staging)
-                except OSError:
-                    pass
+            if staging is not None:
+                _unlink_quietly(staging)
             raise
+        self.dir = os.path.dirname(self.path)
         self.listener = listener
         self.selector.register(listener, selectors.EVENT_READ, "listener")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
@@ -499,10 +581,14 @@ class _Agent:
             self.run_thread()
 
     def unlink_socket(self):
-        if os.getpid() != self.pid:
+        """Removes the socket this process bound, only while the file at its path is that very
+        socket: once gone, the path may be another agent's (a process of our pid in another PID
+        namespace), and removing that one made it vanish from every monitor."""
+        if os.getpid() != self.pid or self.bound_id is None:
             return
         try:
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+            st = os.lstat(self.path)
+            if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self.bound_id:
                 os.unlink(self.path)
         except OSError:
             pass
@@ -534,6 +620,10 @@ class _Agent:
         self.close_all(unlink)
 
     def close_all(self, unlink):
+        # Removed while it still listens: a socket nothing listens on is stale to another agent
+        # of our pid, which may take its name between our check and our unlink.
+        if unlink:
+            self.unlink_socket()
         # A tick from step() on another thread may be sending: let it end, but never let an exit
         # wait on it for long.
         locked = self.io_lock.acquire(timeout=1.0)
@@ -553,8 +643,6 @@ class _Agent:
             self.selector.close()
         except Exception:
             pass
-        if unlink:
-            self.unlink_socket()
 
     # ---- main loop -------------------------------------------------------------------------
     def _run(self):
@@ -1674,6 +1762,7 @@ def _start(interval_ms, socket_dir):
             agent.close_all(unlink=False)
             _warn("not started: cannot listen on %s: %s" % (path, e))
             return None
+        path = agent.path  # <pid>.<pid namespace>.sock where another agent holds <pid>.sock
         if not _fork_hook_installed and hasattr(os, "register_at_fork"):
             os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                                 after_in_child=_after_fork_in_child)

@@ -39,6 +39,52 @@ pub(crate) fn default_socket_dir() -> PathBuf {
     socket_dir_from(agent_dir.as_deref(), runtime.as_deref(), effective_uid())
 }
 
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`); `None` where it cannot be
+/// read (no `/proc`, no `CONFIG_PID_NS`). It names an agent's socket when another PID
+/// namespace's agent already serves under the agent's pid ([`agent_socket_names`]): two
+/// processes of the same pid in different namespaces share a directory (containers that mount
+/// one volume), and the inode, unique among live namespaces, tells their sockets apart.
+#[cfg(any(feature = "torch", test))]
+pub(crate) fn own_pid_namespace() -> Option<u64> {
+    // The link's target, `pid:[N]`, rather than a stat through it: the same number, without
+    // following a magic link.
+    let link = fs::read_link("/proc/self/ns/pid").ok()?;
+    let inode = link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?;
+    inode.parse().ok().filter(|&inode| inode > 0)
+}
+
+/// The socket names an agent of process `pid` (as its own PID namespace numbers it) may serve
+/// under in `dir`, most wanted first, and the name it binds and listens under before it takes
+/// one of them.
+#[cfg(any(feature = "torch", test))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AgentSocketNames {
+    /// `<pid>.sock`, then, when the PID namespace is known, `<pid>.<namespace inode>.sock`: the
+    /// name taken when a live agent of another namespace (with the same pid there) holds the
+    /// first. The monitor reads both forms.
+    pub(crate) names: Vec<PathBuf>,
+    /// `<pid>.<namespace inode>.sock.new` (`<pid>.sock.new` when the namespace is not known):
+    /// unique among live processes, so one agent never takes another's for a leftover. The
+    /// monitor takes no name ending in `.new` for an agent's.
+    pub(crate) staging: PathBuf,
+}
+
+/// [`AgentSocketNames`] of process `pid` in PID namespace `pid_ns` (`None`: unknown).
+#[cfg(any(feature = "torch", test))]
+pub(crate) fn agent_socket_names(dir: &Path, pid: u32, pid_ns: Option<u64>) -> AgentSocketNames {
+    let plain = dir.join(format!("{pid}.sock"));
+    match pid_ns {
+        Some(ns) => AgentSocketNames {
+            names: vec![plain, dir.join(format!("{pid}.{ns}.sock"))],
+            staging: dir.join(format!("{pid}.{ns}.sock.new")),
+        },
+        None => AgentSocketNames {
+            names: vec![plain],
+            staging: dir.join(format!("{pid}.sock.new")),
+        },
+    }
+}
+
 /// A socket directory that passed [`check_socket_dir`]: its owner, and which directory it is
 /// (device and inode), since two paths can lead to one directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +230,29 @@ mod tests {
             socket_dir_from(None, None, 0),
             PathBuf::from("/tmp/torchtop-0")
         );
+    }
+
+    #[test]
+    fn own_pid_namespace_is_the_inode_of_the_namespace_file() {
+        let Ok(meta) = fs::metadata("/proc/self/ns/pid") else {
+            println!("skipped: /proc/self/ns/pid cannot be read here");
+            return;
+        };
+        assert_eq!(own_pid_namespace(), Some(meta.ino()));
+    }
+
+    #[test]
+    fn an_agents_names_carry_its_pid_namespace_only_when_it_is_known() {
+        let dir = Path::new("/run/user/7/torchtop");
+        let known = agent_socket_names(dir, 42, Some(4_026_532_175));
+        assert_eq!(
+            known.names,
+            [dir.join("42.sock"), dir.join("42.4026532175.sock")]
+        );
+        assert_eq!(known.staging, dir.join("42.4026532175.sock.new"));
+        let unknown = agent_socket_names(dir, 42, None);
+        assert_eq!(unknown.names, [dir.join("42.sock")]);
+        assert_eq!(unknown.staging, dir.join("42.sock.new"));
     }
 
     #[test]

@@ -160,6 +160,7 @@ mod global {
     use super::libtorch::LibtorchSource;
     use super::AllocatorStatsSource;
     use super::{global_steps, Agent, HelloFacts};
+    use crate::protocol::sockets::{agent_socket_names, own_pid_namespace};
     use crate::protocol::{default_socket_dir, ensure_own_socket_dir};
 
     struct Running {
@@ -188,13 +189,13 @@ mod global {
         }
         match launch(interval, dir) {
             Ok(agent) => {
-                let path = agent.socket_path().to_path_buf();
+                let (path, file) = (agent.socket_path().to_path_buf(), agent.socket_file());
                 *slot = Some(Running {
                     agent,
                     pid: std::process::id(),
                 });
                 register_exit_hook();
-                super::on_sigterm::arm(&path);
+                super::on_sigterm::arm(&path, file);
                 Some(path)
             }
             Err(why) => {
@@ -214,18 +215,18 @@ mod global {
     fn launch(interval: Duration, dir: Option<PathBuf>) -> Result<Agent, String> {
         let dir = dir.unwrap_or_else(default_socket_dir);
         ensure_own_socket_dir(&dir)?;
-        let path = dir.join(format!("{}.sock", std::process::id()));
+        let names = agent_socket_names(&dir, std::process::id(), own_pid_namespace());
         let source = LibtorchSource::new();
         let var = |name: &str| std::env::var(name).ok();
         let facts = HelloFacts::gather(var, source.torch_version());
         Agent::serve(
-            &path,
+            &names,
             interval,
             facts,
             Box::new(source),
             global_steps().clone(),
         )
-        .map_err(|e| format!("cannot serve {}: {e}", path.display()))
+        .map_err(|e| format!("cannot serve {}: {e}", names.names[0].display()))
     }
 
     fn register_exit_hook() {
@@ -243,7 +244,8 @@ mod global {
             return;
         };
         if let Some(running) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
-            super::socket::remove_socket(running.agent.socket_path());
+            let agent = &running.agent;
+            super::socket::remove_socket(agent.socket_path(), agent.socket_file());
         }
     }
 }

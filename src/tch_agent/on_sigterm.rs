@@ -9,27 +9,35 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use super::socket::FileId;
 
 /// The socket the handler removes (a leaked, NUL-terminated path), null while no agent runs.
 static SOCKET: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 /// The process that created the socket: a forked child that dies of SIGTERM leaves it alone.
 static OWNER: AtomicU32 = AtomicU32::new(0);
+/// The socket file bound (device, inode): a file at the path that is not that one (another
+/// agent's, of our pid in another PID namespace, once ours was gone) is left alone.
+static FILE_DEV: AtomicU64 = AtomicU64::new(0);
+static FILE_INO: AtomicU64 = AtomicU64::new(0);
 
-/// The socket at `path`, made by this process, is removed if SIGTERM ends it. Installs the
-/// handler only where SIGTERM has its default disposition; a path with a NUL byte in it (which
-/// no socket has) is not armed.
-pub(super) fn arm(path: &Path) {
+/// The socket `file` at `path`, made by this process, is removed if SIGTERM ends it. Installs
+/// the handler only where SIGTERM has its default disposition; a path with a NUL byte in it
+/// (which no socket has) is not armed.
+pub(super) fn arm(path: &Path, file: FileId) {
     if let Ok(path) = CString::new(path.as_os_str().as_bytes()) {
         // Leaked: a handler may read it at any moment, so it is never freed. One path per start.
-        arm_raw(path.into_raw());
+        arm_raw(path.into_raw(), file);
     }
 }
 
 /// [`arm`] with the path already made, using only async-signal-safe calls (for a forked test
 /// child).
-fn arm_raw(path: *mut libc::c_char) {
+fn arm_raw(path: *mut libc::c_char, file: FileId) {
     OWNER.store(std::process::id(), Ordering::Release);
+    FILE_DEV.store(file.0, Ordering::Release);
+    FILE_INO.store(file.1, Ordering::Release);
     SOCKET.store(path, Ordering::Release);
     install();
 }
@@ -64,7 +72,8 @@ fn install() {
     }
 }
 
-/// Removes the socket if this process made it and it is still a socket, then dies of SIGTERM.
+/// Removes the socket if this process made it and it is still the file bound, then dies of
+/// SIGTERM.
 /// Called by a handler installed after it (tokio's and signal-hook's call the one they found),
 /// it does nothing: that program handles SIGTERM itself, and a SIGTERM raised under its
 /// handler would come straight back to it, for ever.
@@ -83,8 +92,13 @@ extern "C" fn on_sigterm(_signal: libc::c_int) {
         }
         if !path.is_null() && libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
             let mut stat: libc::stat = std::mem::zeroed();
+            let bound = (
+                FILE_DEV.load(Ordering::Acquire),
+                FILE_INO.load(Ordering::Acquire),
+            );
             if libc::lstat(path, &raw mut stat) == 0
                 && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+                && (stat.st_dev, stat.st_ino) == bound
             {
                 libc::unlink(path);
             }
@@ -95,6 +109,7 @@ extern "C" fn on_sigterm(_signal: libc::c_int) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::net::UnixListener;
     use std::path::PathBuf;
 
@@ -114,14 +129,26 @@ mod tests {
     }
 
     /// A bound socket in a fresh directory, and its path as the handler takes it.
-    fn socket() -> (tempfile::TempDir, PathBuf, UnixListener, *mut libc::c_char) {
+    fn socket() -> (tempfile::TempDir, PathBuf, UnixListener, Armed) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("4242.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let raw = CString::new(path.as_os_str().as_bytes())
             .unwrap()
             .into_raw();
-        (dir, path, listener, raw)
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let armed = Armed(raw, (meta.dev(), meta.ino()));
+        (dir, path, listener, armed)
+    }
+
+    /// What [`arm_raw`] takes: the path and the file bound there.
+    #[derive(Clone, Copy)]
+    struct Armed(*mut libc::c_char, FileId);
+
+    impl Armed {
+        fn arm(self) {
+            arm_raw(self.0, self.1);
+        }
     }
 
     /// Runs `body` in a forked child, which then exits with the code `body` returns, and says
@@ -140,18 +167,18 @@ mod tests {
         reap(child)
     }
 
-    /// Arms the handler for `path` and raises SIGTERM.
-    fn arm_and_raise(path: *mut libc::c_char) {
-        arm_raw(path);
+    /// Arms the handler for `armed` and raises SIGTERM.
+    fn arm_and_raise(armed: Armed) {
+        armed.arm();
         // SAFETY: raise has no preconditions.
         unsafe { libc::raise(libc::SIGTERM) };
     }
 
     #[test]
     fn sigterm_removes_the_socket_and_still_ends_the_process() {
-        let (_dir, path, _listener, raw) = socket();
+        let (_dir, path, _listener, armed) = socket();
         let ended = in_child(|| {
-            arm_and_raise(raw);
+            arm_and_raise(armed);
             0
         });
         assert_eq!(ended, Ok(libc::SIGTERM), "it dies of SIGTERM");
@@ -160,11 +187,11 @@ mod tests {
 
     #[test]
     fn a_program_that_ignores_sigterm_keeps_its_way_and_its_socket() {
-        let (_dir, path, _listener, raw) = socket();
+        let (_dir, path, _listener, armed) = socket();
         let ended = in_child(|| {
             // SAFETY: signal(2) with SIG_IGN.
             unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-            arm_and_raise(raw);
+            arm_and_raise(armed);
             0
         });
         assert_eq!(ended, Err(0), "SIGTERM stays ignored");
@@ -174,9 +201,9 @@ mod tests {
     /// A forked child of the agent's process shares the handler but not the socket.
     #[test]
     fn a_forked_child_dying_of_sigterm_leaves_its_parents_socket() {
-        let (_dir, path, _listener, raw) = socket();
+        let (_dir, path, _listener, armed) = socket();
         let ended = in_child(|| {
-            arm_raw(raw);
+            armed.arm();
             let forked = in_child(|| {
                 // SAFETY: raise has no preconditions.
                 unsafe { libc::raise(libc::SIGTERM) };
@@ -184,11 +211,11 @@ mod tests {
             });
             let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
             // SAFETY: lstat fills `stat`, which is not read.
-            let kept = unsafe { libc::lstat(raw, stat.as_mut_ptr()) } == 0;
+            let kept = unsafe { libc::lstat(armed.0, stat.as_mut_ptr()) } == 0;
             if forked != Ok(libc::SIGTERM) || !kept {
                 return 3;
             }
-            arm_and_raise(raw);
+            arm_and_raise(armed);
             0
         });
         assert_eq!(
@@ -213,14 +240,14 @@ mod tests {
     /// called it again, for ever (a thread spinning, the program's shutdown never done).
     #[test]
     fn a_later_handler_that_calls_the_agents_keeps_its_process_and_socket() {
-        let (_dir, path, _listener, raw) = socket();
+        let (_dir, path, _listener, armed) = socket();
         let ended = in_child(|| {
             let chaining = chaining as extern "C" fn(libc::c_int) as libc::sighandler_t;
             // SAFETY: alarm ends a child that loops; signal installs a handler that makes only
             // async-signal-safe calls.
             unsafe {
                 libc::alarm(10);
-                arm_raw(raw);
+                armed.arm();
                 libc::signal(libc::SIGTERM, chaining);
                 libc::raise(libc::SIGTERM);
             }
@@ -239,9 +266,9 @@ mod tests {
 
     #[test]
     fn a_stopped_agent_leaves_the_file_at_its_path_alone() {
-        let (_dir, path, _listener, raw) = socket();
+        let (_dir, path, _listener, armed) = socket();
         let ended = in_child(|| {
-            arm_raw(raw);
+            armed.arm();
             disarm();
             // SAFETY: raise has no preconditions.
             unsafe { libc::raise(libc::SIGTERM) };
@@ -249,5 +276,22 @@ mod tests {
         });
         assert_eq!(ended, Ok(libc::SIGTERM));
         assert!(path.exists(), "a later agent's socket at that path stays");
+    }
+
+    /// Another agent of our pid (in another PID namespace) took the path once ours was gone
+    /// from it: SIGTERM removed that one, which vanished from every monitor.
+    #[test]
+    fn sigterm_leaves_a_socket_at_the_path_that_is_not_the_one_bound() {
+        let (dir, path, listener, armed) = socket();
+        drop(listener);
+        // Moved away rather than removed, so that the new socket cannot get its inode number.
+        std::fs::rename(&path, dir.path().join("gone")).unwrap();
+        let _theirs = UnixListener::bind(&path).unwrap();
+        let ended = in_child(|| {
+            arm_and_raise(armed);
+            0
+        });
+        assert_eq!(ended, Ok(libc::SIGTERM), "it dies of SIGTERM");
+        assert!(path.exists(), "the other agent's socket was removed");
     }
 }

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::socket::{bind, peer_allowed, remove_socket};
+use super::socket::{bind, peer_allowed, remove_socket, FileId};
 use super::{AllocatorStatsSource, HelloFacts, StepCounter};
+use crate::protocol::sockets::AgentSocketNames;
 use crate::protocol::{
     message_line, DeviceStats, Event, Hello, Reply, Stats, MAX_INTERVAL_MS, MAX_LINE_BYTES,
     MIN_INTERVAL_MS, PROTOCOL_VERSION,
@@ -29,24 +30,29 @@ const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// connection and removes the socket file.
 pub(crate) struct Agent {
     path: PathBuf,
+    /// The socket file bound, which alone is ever removed.
+    file: FileId,
     stopping: Arc<AtomicBool>,
     waker: UnixStream,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Agent {
-    /// Binds `path` (0600) and serves protocol v1 from a background thread.
+    /// Binds the first of `names` no live listener holds (0600) and serves protocol v1 from a
+    /// background thread.
     ///
-    /// The directory must already be safe (see [`crate::protocol::ensure_own_socket_dir`]); a stale socket of ours
-    /// at `path` (a previous process with the same pid) is replaced.
+    /// The directory must already be safe (see [`crate::protocol::ensure_own_socket_dir`]); a
+    /// stale socket of ours at a name (a previous process with the same pid, nothing listening)
+    /// is replaced.
     pub(crate) fn serve(
-        path: &Path,
+        names: &AgentSocketNames,
         interval: Duration,
         facts: HelloFacts,
         source: Box<dyn AllocatorStatsSource>,
         steps: Arc<StepCounter>,
     ) -> io::Result<Agent> {
-        let listener = bind(path)?;
+        let bound = bind(names)?;
+        let (listener, path) = (bound.listener, bound.path);
         let (waker, wake_read) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;
         wake_read.set_nonblocking(true)?;
@@ -70,7 +76,8 @@ impl Agent {
             .name("torchtop-agent".into())
             .spawn(move || server.run())?;
         Ok(Agent {
-            path: path.to_path_buf(),
+            path,
+            file: bound.id,
             stopping,
             waker,
             thread: Some(thread),
@@ -81,16 +88,23 @@ impl Agent {
     pub(crate) fn socket_path(&self) -> &Path {
         &self.path
     }
+
+    /// The socket file bound (device and inode).
+    pub(crate) fn socket_file(&self) -> FileId {
+        self.file
+    }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        // Removed while it still listens: a socket nothing listens on is stale to another
+        // agent of our pid, which may take its name between our check and our removal.
+        remove_socket(&self.path, self.file);
         self.stopping.store(true, Ordering::SeqCst);
         let _ = (&self.waker).write(b"x");
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        remove_socket(&self.path);
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::protocol::sockets::{agent_socket_names, AgentSocketNames};
 use crate::protocol::{MAX_INTERVAL_MS, MAX_LINE_BYTES};
 use crate::test_ci::PATIENCE;
 
@@ -71,10 +72,18 @@ fn facts() -> HelloFacts {
     }
 }
 
+/// The PID namespace the tests' agents say they are in.
+const PID_NS: u64 = 4_026_532_999;
+
+/// The socket names of an agent of pid 4242 in [`PID_NS`], in `dir`.
+fn names(dir: &Path) -> AgentSocketNames {
+    agent_socket_names(dir, 4242, Some(PID_NS))
+}
+
 fn serve(dir: &Path, interval_ms: u64, source: FakeSource) -> (Agent, Arc<StepCounter>) {
     let steps = Arc::new(StepCounter::default());
     let agent = Agent::serve(
-        &dir.join("4242.sock"),
+        &names(dir),
         Duration::from_millis(interval_ms),
         facts(),
         Box::new(source),
@@ -359,6 +368,68 @@ fn a_stale_socket_of_ours_is_replaced() {
     assert_eq!(Peer::connect(&agent).next().unwrap()["type"], "hello");
 }
 
+/// Two processes of pid 4242 in two PID namespaces share the directory (containers that mount
+/// one volume): the second agent removed the first's live socket, which vanished from every
+/// monitor, and took its name.
+#[test]
+fn a_live_socket_of_another_namespace_is_left_alone_and_the_tagged_name_taken() {
+    let dir = TempDir::new();
+    let plain = dir.0.join("4242.sock");
+    let theirs = std::os::unix::net::UnixListener::bind(&plain).unwrap();
+    let (agent, _) = serve(&dir.0, 1000, FakeSource::default());
+    let tagged = dir.0.join(format!("4242.{PID_NS}.sock"));
+    assert_eq!(agent.socket_path(), tagged);
+    assert_eq!(Peer::connect(&agent).next().unwrap()["type"], "hello");
+    UnixStream::connect(&plain).expect("the first agent's socket still leads to it");
+    theirs.set_nonblocking(true).unwrap();
+    assert!(
+        theirs.accept().is_ok(),
+        "the connection went to the first agent"
+    );
+    let mut left: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["4242.4026532999.sock", "4242.sock"],
+        "no staging name left"
+    );
+}
+
+#[test]
+fn with_both_names_held_by_live_agents_it_does_not_start_and_removes_neither() {
+    let dir = TempDir::new();
+    let names = names(&dir.0);
+    let _held: Vec<_> = (names.names.iter())
+        .map(|path| std::os::unix::net::UnixListener::bind(path).unwrap())
+        .collect();
+    let steps = Arc::new(StepCounter::default());
+    let source = Box::new(FakeSource::default());
+    let served = Agent::serve(&names, Duration::from_secs(1), facts(), source, steps);
+    let error = served.err().expect("no name was free").to_string();
+    assert!(error.contains("listens on"), "{error}");
+    for path in &names.names {
+        UnixStream::connect(path).expect("a live agent's socket was removed");
+    }
+    assert!(!names.staging.exists());
+}
+
+/// Once its socket was gone, another agent of our pid took the path: dropping ours removed
+/// that one too.
+#[test]
+fn drop_leaves_a_socket_at_its_path_that_it_did_not_bind() {
+    let dir = TempDir::new();
+    let (agent, _) = serve(&dir.0, 1000, FakeSource::default());
+    let path = agent.socket_path().to_path_buf();
+    // Moved away rather than removed, so that the new socket cannot get its inode number.
+    std::fs::rename(&path, dir.0.join("gone")).unwrap();
+    let _theirs = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(agent);
+    UnixStream::connect(&path).expect("the other agent's socket was removed");
+}
+
 #[test]
 fn a_regular_file_at_the_socket_path_is_not_clobbered() {
     let dir = TempDir::new();
@@ -366,7 +437,7 @@ fn a_regular_file_at_the_socket_path_is_not_clobbered() {
     std::fs::write(&path, "precious").unwrap();
     let steps = Arc::new(StepCounter::default());
     let served = Agent::serve(
-        &path,
+        &agent_socket_names(&dir.0, 4242, None),
         Duration::from_secs(1),
         facts(),
         Box::new(FakeSource::default()),

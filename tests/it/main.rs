@@ -17,6 +17,7 @@ use common::ci;
 
 mod agent_and_rules_e2e;
 mod agent_python;
+mod agents_in_pid_namespaces;
 mod amd_node;
 mod amd_smi;
 mod attach_injector;

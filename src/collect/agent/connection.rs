@@ -12,17 +12,43 @@ use crate::format::path::named;
 use crate::sys::peer_credentials;
 use crate::sys::proc::{read_pid_stat, read_pid_status};
 
-/// The pid in a socket file's name, `<decimal pid>.sock`; `None` for any other name.
-pub(crate) fn socket_file_pid(name: &OsStr) -> Option<u32> {
-    let digits = name.as_bytes().strip_suffix(b".sock")?;
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+/// An agent socket's name, parsed: `<decimal pid>.sock`, or `<decimal pid>.<decimal pid
+/// namespace inode>.sock`, the name an agent takes when the live agent of a process with the
+/// same pid in another PID namespace holds `<pid>.sock` (containers that share one directory).
+/// The pid is the one the agent's own namespace gives it, as in the plain form. The hub keys
+/// sockets by directory and this whole name, so two such agents are two connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SocketName {
+    pub(crate) pid: u32,
+    /// The inode of the agent's PID namespace, when the name carries one.
+    pub(crate) pid_ns: Option<u64>,
+}
+
+/// The longest namespace inode in a name: `u64::MAX` has 20 digits.
+const MAX_NAMESPACE_DIGITS: usize = 20;
+
+/// [`SocketName`] of a directory entry; `None` for any other name (a name form this monitor
+/// does not know included), which the hub ignores.
+pub(crate) fn socket_file_name(name: &OsStr) -> Option<SocketName> {
+    let stem = name.as_bytes().strip_suffix(b".sock")?;
+    let (pid, pid_ns) = match stem.iter().position(|&b| b == b'.') {
+        None => (stem, None),
+        Some(dot) => (&stem[..dot], Some(namespace_inode(&stem[dot + 1..])?)),
+    };
+    if pid.is_empty() || !pid.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(digits)
-        .ok()?
-        .parse()
-        .ok()
-        .filter(|&pid| pid > 0)
+    let pid = std::str::from_utf8(pid).ok()?.parse().ok()?;
+    (pid > 0).then_some(SocketName { pid, pid_ns })
+}
+
+/// A namespace inode as an agent writes it: digits without a leading zero, so that one socket
+/// has one name, and no more of them than a `u64` holds.
+fn namespace_inode(digits: &[u8]) -> Option<u64> {
+    let canonical = digits.first().is_some_and(|&d| d != b'0')
+        && digits.len() <= MAX_NAMESPACE_DIGITS
+        && digits.iter().all(u8::is_ascii_digit);
+    canonical.then(|| std::str::from_utf8(digits).ok()?.parse().ok())?
 }
 
 /// Why a connection could not be opened.
@@ -136,9 +162,17 @@ fn connect_nonblocking(path: &Path, through: &Path) -> Result<UnixStream, String
 mod tests {
     use super::*;
 
+    fn parsed(name: &str) -> Option<SocketName> {
+        socket_file_name(OsStr::new(name))
+    }
+
     #[test]
     fn socket_file_names() {
-        assert_eq!(socket_file_pid(OsStr::new("123.sock")), Some(123));
+        let plain = |pid| Some(SocketName { pid, pid_ns: None });
+        assert_eq!(parsed("123.sock"), plain(123));
+        // As before the namespace form: leading zeros in a pid are read.
+        assert_eq!(parsed("0123.sock"), plain(123));
+        assert_eq!(parsed("4294967295.sock"), plain(u32::MAX));
         for bad in [
             "x.sock",
             ".sock",
@@ -146,10 +180,66 @@ mod tests {
             "123.sock.tmp",
             "123",
             "-1.sock",
+            "+1.sock",
+            " 1.sock",
             "99999999999.sock",
+            "4294967296.sock",
+            "123.sock.new",
+            "1.SOCK",
         ] {
-            assert_eq!(socket_file_pid(OsStr::new(bad)), None, "{bad}");
+            assert_eq!(parsed(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn socket_file_names_with_a_pid_namespace() {
+        let tagged = |pid, ns| {
+            Some(SocketName {
+                pid,
+                pid_ns: Some(ns),
+            })
+        };
+        assert_eq!(parsed("1.4026532175.sock"), tagged(1, 4_026_532_175));
+        assert_eq!(parsed("7.4026531836.sock"), tagged(7, 4_026_531_836));
+        assert_eq!(
+            parsed("1.18446744073709551615.sock"),
+            tagged(1, u64::MAX),
+            "the largest inode a name can carry"
+        );
+        assert_ne!(parsed("1.4026532175.sock"), parsed("1.sock"));
+        assert_ne!(parsed("1.4026532175.sock"), parsed("1.4026532176.sock"));
+        for bad in [
+            "1.18446744073709551616.sock",
+            "1.000000000000000000001.sock",
+            "1.04026532175.sock",
+            "1.0.sock",
+            "1..sock",
+            ".4026532175.sock",
+            "0.4026532175.sock",
+            "x.4026532175.sock",
+            "1.x.sock",
+            "1.-4.sock",
+            "1.2.3.sock",
+            "1.4026532175.sock.new",
+            "1.4026532175 .sock",
+            "99999999999.4026532175.sock",
+        ] {
+            assert_eq!(parsed(bad), None, "{bad}");
+        }
+    }
+
+    /// The names the agents make (the tch agent's, in the protocol module) are the names the
+    /// hub reads.
+    #[test]
+    fn the_agents_names_are_read_back() {
+        let dir = Path::new("/run/user/1000/torchtop");
+        let names = crate::protocol::sockets::agent_socket_names(dir, 7, Some(4_026_532_175));
+        let read: Vec<_> = (names.names.iter())
+            .map(|path| socket_file_name(path.file_name().unwrap()))
+            .collect();
+        let name = |pid_ns| Some(SocketName { pid: 7, pid_ns });
+        assert_eq!(read, [name(None), name(Some(4_026_532_175))]);
+        assert_eq!(socket_file_name(names.staging.file_name().unwrap()), None);
     }
 
     /// A process of two users at once (here real uid 65534, effective root, as after a

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::connection::SocketName;
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
 use super::state::{lock, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
@@ -88,7 +89,9 @@ struct HubConn {
     dir: DirId,
     /// The uid that serves it (the directory's owner).
     owner: u32,
-    file_pid: u32,
+    /// The socket's name: the pid it names (its agent's, in that agent's PID namespace) and
+    /// the namespace it names, if any.
+    file: SocketName,
     pid: u32,
     stream: Arc<UnixStream>,
 }
@@ -118,12 +121,12 @@ pub struct AgentHub {
     conns: HashMap<ConnId, HubConn>,
     next_conn: ConnId,
     next_command: u64,
-    /// Sockets not to try again before the time: (directory, file pid).
-    retry_at: HashMap<(DirId, u32), Instant>,
+    /// Sockets not to try again before the time: (directory, socket name).
+    retry_at: HashMap<(DirId, SocketName), Instant>,
     outcomes: Vec<CommandOutcome>,
     events: VecDeque<(u32, AgentEvent)>,
-    /// The file pids of the open connections, refilled at each listing.
-    connected: HashSet<u32>,
+    /// The socket names of the open connections, refilled at each listing.
+    connected: HashSet<SocketName>,
 }
 
 impl AgentHub {
@@ -412,7 +415,7 @@ impl AgentHub {
                 } else {
                     RETRY_AFTER_END
                 };
-                self.retry_at.insert((conn.dir, conn.file_pid), now + wait);
+                self.retry_at.insert((conn.dir, conn.file), now + wait);
             }
         }
     }
@@ -468,7 +471,7 @@ impl AgentHub {
             reader.remove(id);
         }
         let _ = conn.stream.shutdown(std::net::Shutdown::Both);
-        (self.retry_at).insert((conn.dir, conn.file_pid), Instant::now() + wait);
+        (self.retry_at).insert((conn.dir, conn.file), Instant::now() + wait);
         self.push_log(format!("pid {}: closed the connection: {reason}", conn.pid));
     }
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use rustix::fs::{AtFlags, Dir, FileType};
 
-use super::super::connection::{self, socket_file_pid, Refusal};
+use super::super::connection::{self, socket_file_name, Refusal, SocketName};
 use super::super::reader::Reader;
 use super::super::state::{lock, ConnState};
 use super::dirs::MAX_NAMED_ENTRIES;
@@ -44,7 +44,7 @@ impl AgentHub {
         connected.clear();
         // A twin may have connected some of its sockets while it was listed on its own.
         let conns = self.conns.values().filter(|c| self.same_dir(dir, c.dir));
-        connected.extend(conns.map(|c| c.file_pid));
+        connected.extend(conns.map(|c| c.file));
         let complete = self.connect_listed(i, listing, &connected, checked.owner, now);
         self.connected = connected;
         complete
@@ -54,7 +54,7 @@ impl AgentHub {
         &mut self,
         i: usize,
         mut listing: Listing,
-        connected: &HashSet<u32>,
+        connected: &HashSet<SocketName>,
         owner: u32,
         now: Instant,
     ) -> bool {
@@ -78,25 +78,28 @@ impl AgentHub {
                 return complete;
             }
             let name = OsStr::from_bytes(entry.file_name().to_bytes());
-            let Some(file_pid) = socket_file_pid(name) else {
+            let Some(file) = socket_file_name(name) else {
                 continue;
             };
             // The entry's own type: a symlink named like a socket is not followed.
             let is_socket = entry.file_type() == FileType::Socket;
-            let waiting = self.retry_at.contains_key(&(dir, file_pid));
-            if !is_socket || connected.contains(&file_pid) || waiting {
+            let waiting = self.retry_at.contains_key(&(dir, file));
+            if !is_socket || connected.contains(&file) || waiting {
                 continue;
             }
             let socket = listing.socket(&self.dirs[i].path, name);
-            if !self.dirs[i].file_pid_alive(file_pid) && nobody_listens(&socket.through) {
-                self.stale(&listing, &socket, (dir, file_pid), owner, now);
+            // A name with a PID namespace names a pid of that namespace, which no /proc here
+            // may show: its pid is looked up all the same, since only a refused connect, the
+            // second test, makes any socket stale.
+            if !self.dirs[i].file_pid_alive(file.pid) && nobody_listens(&socket.through) {
+                self.stale(&listing, &socket, (dir, file), owner, now);
                 continue;
             }
             if opened == self.limits.max_new_per_poll {
                 return false;
             }
             opened += 1;
-            self.connect(&socket, (dir, file_pid), owner, now);
+            self.connect(&socket, (dir, file), owner, now);
         }
         complete
     }
@@ -123,10 +126,10 @@ impl AgentHub {
         }
     }
 
-    /// Connects to `socket`, whose name carries `key`'s file pid.
-    fn connect(&mut self, socket: &Socket, key: (DirId, u32), owner: u32, now: Instant) {
-        let (dir, file_pid) = key;
-        let opened = match connection::open(&socket.shown, &socket.through, file_pid, owner) {
+    /// Connects to `socket`, whose name is `key`'s.
+    fn connect(&mut self, socket: &Socket, key: (DirId, SocketName), owner: u32, now: Instant) {
+        let (dir, file) = key;
+        let opened = match connection::open(&socket.shown, &socket.through, file.pid, owner) {
             Ok(opened) => opened,
             Err(refusal) => return self.refuse(key, refusal, now),
         };
@@ -160,7 +163,7 @@ impl AgentHub {
             HubConn {
                 dir,
                 owner,
-                file_pid,
+                file,
                 pid,
                 stream: Arc::clone(&stream),
             },
@@ -182,7 +185,7 @@ impl AgentHub {
         Ok(())
     }
 
-    fn refuse(&mut self, key: (DirId, u32), refusal: Refusal, now: Instant) {
+    fn refuse(&mut self, key: (DirId, SocketName), refusal: Refusal, now: Instant) {
         let (wait, verb) = if refusal.bad_input {
             (RETRY_AFTER_BAD_INPUT, "refused")
         } else {
@@ -192,7 +195,7 @@ impl AgentHub {
         if self.is_named_by_a_process(key.0) && !self.may_log_refusal(key.0, &refusal, now) {
             return;
         }
-        self.push_log(format!("pid {}: {verb}: {}", key.1, refusal.reason));
+        self.push_log(format!("pid {}: {verb}: {}", key.1.pid, refusal.reason));
     }
 
     /// Whether a refusal in user directory `dir` is worth a line in the log (which the monitor
@@ -254,11 +257,11 @@ impl AgentHub {
         &mut self,
         listing: &Listing,
         socket: &Socket,
-        key: (DirId, u32),
+        key: (DirId, SocketName),
         owner: u32,
         now: Instant,
     ) {
-        let pid = key.1;
+        let pid = key.1.pid;
         self.retry_at.insert(key, now + RETRY_AFTER_FAILURE);
         if owner != effective_uid() || self.is_named_by_a_process(key.0) {
             return;
@@ -406,5 +409,36 @@ mod tests {
         hub.check_dir(0);
         hub.list_if_due(0, Instant::now());
         assert_eq!(hub.conns.len(), 1, "{:?}", hub.log());
+    }
+
+    /// An agent whose `<pid>.sock` the live agent of another PID namespace holds serves under
+    /// `<pid>.<namespace inode>.sock`: read like any other agent's, and removed like any other
+    /// once stale. A name of a form the hub does not know is ignored, never connected to.
+    #[test]
+    fn a_socket_named_with_a_pid_namespace_is_read_and_removed_once_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let me = std::process::id();
+        let served = dir.path().join(format!("{me}.4026532175.sock"));
+        let _agent = std::os::unix::net::UnixListener::bind(&served).unwrap();
+        let stale = dir.path().join("999999999.4026532175.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let unknown = dir.path().join(format!("{me}.04026532175.sock"));
+        let _other = std::os::unix::net::UnixListener::bind(&unknown).unwrap();
+        let mut hub = AgentHub::new(dir.path().to_path_buf());
+        hub.poll();
+        assert_eq!(hub.connections(), 1, "{:?}", hub.log());
+        let file = hub.conns.values().next().unwrap().file;
+        assert_eq!(file.pid, me);
+        assert_eq!(file.pid_ns, Some(4_026_532_175));
+        assert!(!stale.exists(), "{:?}", hub.log());
+        assert!(served.exists() && unknown.exists());
+        assert_eq!(
+            hub.log(),
+            [format!(
+                "removed stale socket {} (pid 999999999 is gone)",
+                named(&stale)
+            )]
+        );
     }
 }
