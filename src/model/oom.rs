@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct OomReport {
     pub pid: u32,
+    /// The user the process's agent serves (the owner of its socket directory), where known.
+    #[serde(default)]
+    pub uid: Option<u32>,
     /// The process's command line when the report arrived, where known.
     pub command: Option<String>,
     /// The torch device (`cuda:N`, the process's own numbering).

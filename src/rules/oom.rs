@@ -153,6 +153,7 @@ mod tests {
     fn report(pid: u32, t: f64, path: Option<&str>) -> OomReport {
         OomReport {
             pid,
+            uid: None,
             command: Some("python train.py --batch 512".into()),
             device: Some(0),
             requested_bytes: Some(5 * GIB),

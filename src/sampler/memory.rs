@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{describe_outcome, Sampler};
-use crate::collect::agent::{AgentEvent, CommandOutcome};
+use crate::collect::agent::{AgentNews, CommandOutcome};
 use crate::format::path::named;
 use crate::model::{GpuProcess, MemsnapReady, OomReport, OpenedFile};
 use crate::protocol::sockets::{open_checked_dir, CheckedDir};
@@ -22,10 +22,10 @@ pub(crate) const MAX_OOMS: usize = 32;
 /// every new connection, with the same time.
 pub(crate) fn remember_oom(
     ooms: &mut VecDeque<OomReport>,
-    pid: u32,
-    event: &AgentEvent,
+    news: &AgentNews,
     processes: &[GpuProcess],
 ) {
+    let (pid, event) = (news.pid, &news.event);
     let unix_seconds = event.ts.unwrap_or_else(now);
     let known = ooms
         .iter()
@@ -39,6 +39,7 @@ pub(crate) fn remember_oom(
     }
     ooms.push_back(OomReport {
         pid,
+        uid: news.uid,
         command: processes
             .iter()
             .find(|p| p.pid == pid)
@@ -54,18 +55,27 @@ pub(crate) fn remember_oom(
     });
 }
 
-/// Which report goes when the list is full: the oldest of the process that holds the most. A
-/// process that runs out of memory again and again (or a user's that does it on purpose:
-/// `torch.cuda` OOMs are cheap to cause) then pushes out only its own reports, not another
+/// Which report goes when the list is full: of the user who holds the most, the oldest of
+/// their process that holds the most. A process that runs out of memory again and again, or a
+/// user's many processes that do it on purpose (`torch.cuda` OOMs are cheap to cause, one per
+/// process as well as forty in one), then push out only that user's own reports, not another
 /// user's OOM that root's monitor is there to tell. Counts only when full.
 fn evicted(ooms: &VecDeque<OomReport>) -> usize {
-    let mut counts: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    use std::collections::HashMap;
+    let mut by_user: HashMap<Option<u32>, usize> = HashMap::new();
+    let mut by_process: HashMap<u32, usize> = HashMap::new();
     for report in ooms {
-        *counts.entry(report.pid).or_default() += 1;
+        *by_user.entry(report.uid).or_default() += 1;
+        *by_process.entry(report.pid).or_default() += 1;
     }
-    let most = counts.values().copied().max().unwrap_or(0);
+    let user_most = by_user.values().copied().max().unwrap_or(0);
+    let theirs = |r: &&OomReport| by_user.get(&r.uid) == Some(&user_most);
+    let process_most = (ooms.iter().filter(theirs))
+        .filter_map(|r| by_process.get(&r.pid).copied())
+        .max()
+        .unwrap_or(0);
     (ooms.iter())
-        .position(|r| counts.get(&r.pid) == Some(&most))
+        .position(|r| theirs(&r) && by_process.get(&r.pid) == Some(&process_most))
         .unwrap_or(0)
 }
 
@@ -192,6 +202,7 @@ fn is_snapshot_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::agent::AgentEvent;
     use crate::protocol::sockets::check_socket_dir;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 
@@ -289,6 +300,15 @@ mod tests {
         );
     }
 
+    /// An event from the agent of `pid`, whose socket directory is `uid`'s.
+    fn news(pid: u32, uid: u32, event: &AgentEvent) -> AgentNews {
+        AgentNews {
+            pid,
+            uid: Some(uid),
+            event: event.clone(),
+        }
+    }
+
     #[test]
     fn an_oom_sent_again_to_a_new_connection_is_kept_once() {
         let mut ooms = VecDeque::new();
@@ -302,8 +322,8 @@ mod tests {
         };
         let mut process = GpuProcess::new(42, 0, crate::model::ProcessKind::Compute);
         process.command = Some("python train.py".into());
-        remember_oom(&mut ooms, 42, &event, &[process]);
-        remember_oom(&mut ooms, 42, &event, &[]);
+        remember_oom(&mut ooms, &news(42, 0, &event), &[process]);
+        remember_oom(&mut ooms, &news(42, 0, &event), &[]);
         assert_eq!(ooms.len(), 1);
         assert_eq!(ooms[0].command.as_deref(), Some("python train.py"));
         assert_eq!(ooms[0].unix_seconds, 1000.5);
@@ -312,7 +332,7 @@ mod tests {
                 ts: Some(2000.0 + f64::from(i)),
                 ..event.clone()
             };
-            remember_oom(&mut ooms, 42, &later, &[]);
+            remember_oom(&mut ooms, &news(42, 0, &later), &[]);
         }
         assert_eq!(ooms.len(), MAX_OOMS, "bounded");
         assert_eq!(ooms.back().unwrap().unix_seconds, 2099.0);
@@ -329,9 +349,13 @@ mod tests {
             ts: Some(ts),
             ..Default::default()
         };
-        remember_oom(&mut ooms, 7, &event(1.0), &[]);
+        remember_oom(&mut ooms, &news(7, 0, &event(1.0)), &[]);
         for i in 0..40 {
-            remember_oom(&mut ooms, 666, &event(2.0 + f64::from(i)), &[]);
+            remember_oom(
+                &mut ooms,
+                &news(666, 65534, &event(2.0 + f64::from(i))),
+                &[],
+            );
         }
         assert_eq!(ooms.len(), MAX_OOMS);
         assert!(ooms.iter().any(|r| r.pid == 7), "the victim's OOM is kept");
@@ -340,5 +364,33 @@ mod tests {
             41.0,
             "the newest is kept"
         );
+    }
+
+    /// One OOM from each of 40 processes of one user (each holds as few as the victim's) must
+    /// not push out another user's: a user's reports count together.
+    #[test]
+    fn a_user_whose_many_processes_each_report_an_oom_pushes_out_only_their_own() {
+        let mut ooms = VecDeque::new();
+        let event = |ts: f64| AgentEvent {
+            kind: "oom".into(),
+            device: Some(0),
+            ts: Some(ts),
+            ..Default::default()
+        };
+        remember_oom(&mut ooms, &news(7, 0, &event(1.0)), &[]);
+        for i in 0..40 {
+            let flood = news(1000 + i, 65534, &event(2.0 + f64::from(i)));
+            remember_oom(&mut ooms, &flood, &[]);
+        }
+        assert_eq!(ooms.len(), MAX_OOMS);
+        let victim = ooms.iter().find(|r| r.pid == 7);
+        assert_eq!(
+            victim.map(|r| r.uid),
+            Some(Some(0)),
+            "the victim's OOM is kept"
+        );
+        let flooder = ooms.iter().filter(|r| r.uid == Some(65534)).count();
+        assert_eq!(flooder, MAX_OOMS - 1);
+        assert_eq!(ooms.back().unwrap().pid, 1039, "the newest is kept");
     }
 }

@@ -441,11 +441,11 @@ impl Sampler {
             let notice = self.on_outcome(&outcome);
             self.notices.push(notice);
         }
-        for (pid, event) in self.agents.take_events() {
-            if event.kind == "oom" {
-                memory::remember_oom(&mut self.ooms, pid, &event, processes);
+        for news in self.agents.take_events() {
+            if news.event.kind == "oom" {
+                memory::remember_oom(&mut self.ooms, &news, processes);
             }
-            self.notices.extend(describe_event(pid, &event));
+            self.notices.extend(describe_event(news.pid, &news.event));
         }
         let (fresh, total) = self.agents.log_since(self.agent_log_seen);
         self.agent_log_seen = total;

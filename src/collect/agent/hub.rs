@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::connection::SocketName;
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
-use super::state::{lock, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
+use super::state::{lock, AgentNews, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
 use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
 use crate::protocol::sockets::check_socket_dir;
@@ -124,7 +124,7 @@ pub struct AgentHub {
     /// Sockets not to try again before the time: (directory, socket name).
     retry_at: HashMap<(DirId, SocketName), Instant>,
     outcomes: Vec<CommandOutcome>,
-    events: VecDeque<(u32, AgentEvent)>,
+    events: VecDeque<AgentNews>,
     /// The socket names of the open connections, refilled at each listing.
     connected: HashSet<SocketName>,
 }
@@ -325,25 +325,25 @@ impl AgentHub {
         std::mem::take(&mut self.outcomes)
     }
 
-    /// Events (such as `oom`) received since the last call, with the pid of the agent. Takes
-    /// those the reader has parsed since the last poll too, so an event an agent sent before
-    /// the stats a poll returned is never left for later.
-    pub(crate) fn take_events(&mut self) -> Vec<(u32, AgentEvent)> {
+    /// Events (such as `oom`) received since the last call, with the pid of the agent and the
+    /// user it serves. Takes those the reader has parsed since the last poll too, so an event an
+    /// agent sent before the stats a poll returned is never left for later.
+    pub(crate) fn take_events(&mut self) -> Vec<AgentNews> {
         let shared = Arc::clone(&self.shared);
-        for state in lock(&shared).conns.values_mut() {
-            let pid = state.pid;
+        for (id, state) in &mut lock(&shared).conns {
+            let uid = self.conns.get(id).map(|c| c.owner);
             for event in state.events.drain(..) {
-                self.push_event(pid, event);
+                self.push_event(state.pid, uid, event);
             }
         }
         self.events.drain(..).collect()
     }
 
-    fn push_event(&mut self, pid: u32, event: AgentEvent) {
+    fn push_event(&mut self, pid: u32, uid: Option<u32>, event: AgentEvent) {
         if self.events.len() == EVENT_CAPACITY {
             self.events.pop_front();
         }
-        self.events.push_back((pid, event));
+        self.events.push_back(AgentNews { pid, uid, event });
     }
 
     /// Recent reasons for refused or dropped connections and removed stale sockets, oldest first.
@@ -383,7 +383,8 @@ impl AgentHub {
         let mut shared = lock(&shared);
         let mut ended = Vec::new();
         for (&id, state) in &mut shared.conns {
-            self.collect(state, now);
+            let uid = self.conns.get(&id).map(|c| c.owner);
+            self.collect(state, uid, now);
             if state.ended.is_some() {
                 ended.push(id);
             }
@@ -420,7 +421,7 @@ impl AgentHub {
         }
     }
 
-    fn collect(&mut self, state: &mut ConnState, now: Instant) {
+    fn collect(&mut self, state: &mut ConnState, uid: Option<u32>, now: Instant) {
         let pid = state.pid;
         for (awaiting, reply) in state.replies.drain(..) {
             let command = awaiting.command;
@@ -444,7 +445,7 @@ impl AgentHub {
             !late
         });
         for event in state.events.drain(..) {
-            self.push_event(pid, event);
+            self.push_event(pid, uid, event);
         }
     }
 

@@ -259,6 +259,15 @@ pub(crate) fn torch_info(hello: &Hello, stats: Option<&Stats>) -> TorchInfo {
     }
 }
 
+/// An event an agent sent: the pid it serves and the user whose directory its socket is in
+/// (who the hub checked serves it; `None` only for a connection the hub no longer holds).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AgentNews {
+    pub(crate) pid: u32,
+    pub(crate) uid: Option<u32>,
+    pub(crate) event: AgentEvent,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

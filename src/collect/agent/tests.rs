@@ -405,8 +405,13 @@ fn valid_agent_stream_commands_and_replies() {
     let events = hub.take_events();
     assert_eq!(events.len(), 1);
     assert_eq!(
-        (events[0].1.kind.as_str(), events[0].1.device),
+        (events[0].event.kind.as_str(), events[0].event.device),
         ("oom", Some(0))
+    );
+    assert_eq!(
+        events[0].uid,
+        Some(crate::sys::effective_uid()),
+        "the user it serves"
     );
     assert!(hub
         .request(4_000_000, AgentCommand::ResetPeak)
