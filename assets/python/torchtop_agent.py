@@ -1032,7 +1032,10 @@ class _Agent:
                 continue
             before = self.seen_ooms.get(index)
             self.seen_ooms[index] = count
-            if before is not None and count > before:
+            if before is None:
+                # An OOM the observer saw before this first reading is in the count already.
+                self.observer_fired.discard(index)
+            elif count > before:
                 if index in self.observer_fired:
                     self.observer_fired.discard(index)
                     continue
@@ -1040,6 +1043,38 @@ class _Agent:
                     "v": PROTOCOL_VERSION, "type": "event", "kind": "oom", "ts": time.time(),
                     "device": index, "num_ooms": count, "source": "num_ooms",
                     "step": self.step_count})
+
+    def arm_oom_observer(self):
+        """Attaches the OOM observer as soon as the program has initialized CUDA (torch's
+        allocator has no devices to attach it to before), whether or not a monitor is connected:
+        attached at the first stats reading only, it missed the most common OOM, the first
+        allocations of a model too big for its GPU, and the counter then read 1 from the start,
+        never rising. Before `import torch`, the import hook arms it once torch is imported."""
+        torch = _torch()
+        if torch is None:
+            _watch_torch_import(self._arm_after_import)
+            return
+        if _cuda_ready(torch):
+            self._attach_oom_observer(torch)
+            return
+        lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
+        if lazy_call is None:
+            return  # the first stats reading attaches it, as before
+        agent, pid = self, os.getpid()
+
+        def attach_after_cuda_init():
+            # Any exception here would reach the program as a DeferredCudaCallError.
+            try:
+                if os.getpid() == pid:
+                    agent._attach_oom_observer(_torch())
+            except Exception:
+                pass
+
+        lazy_call(attach_after_cuda_init)
+
+    def _arm_after_import(self):
+        if _torch() is not None and not self.stopping:
+            self.arm_oom_observer()
 
     def _attach_oom_observer(self, torch):
         with self.observer_lock:
@@ -1375,11 +1410,11 @@ class _History:
 
 
 class _TorchImportWatcher:
-    """A one-shot sys.meta_path entry: finds torch with the finders after it, and runs a
-    callback once `import torch` has finished executing. It never changes what is imported."""
+    """A one-shot sys.meta_path entry: finds torch with the finders after it, and runs its
+    callbacks once `import torch` has finished executing. It never changes what is imported."""
 
     def __init__(self, callback):
-        self.callback = callback
+        self.callbacks = [callback]
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
@@ -1397,14 +1432,15 @@ class _TorchImportWatcher:
             run_module = getattr(loader, "exec_module", None)
             if run_module is None:
                 return spec
-            callback = self.callback
+            callbacks = list(self.callbacks)
 
             def exec_module(module):
                 run_module(module)
-                try:
-                    callback()
-                except Exception:
-                    pass
+                for callback in callbacks:
+                    try:
+                        callback()
+                    except Exception:
+                        pass
 
             loader.exec_module = exec_module
             return spec
@@ -1413,8 +1449,11 @@ class _TorchImportWatcher:
 
 
 def _watch_torch_import(callback):
-    if any(isinstance(f, _TorchImportWatcher) for f in sys.meta_path):
-        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _TorchImportWatcher):
+            if callback not in finder.callbacks:
+                finder.callbacks.append(callback)
+            return
     sys.meta_path.insert(0, _TorchImportWatcher(callback))
 
 
@@ -1781,6 +1820,10 @@ def _start(interval_ms, socket_dir):
             agent.close_all(unlink=True)
             raise
         _record_history_from_env(agent)
+        try:
+            agent.arm_oom_observer()
+        except Exception as e:
+            _warn("the OOM observer is attached at the first stats reading instead: %r" % (e,))
         return path
 
 

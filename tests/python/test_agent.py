@@ -269,6 +269,23 @@ class MessageTests(AgentCase):
         nxt = c.read_until(lambda m: m["type"] in ("stats", "event") and m.get("seq", 0) > after["seq"] + 2)
         self.assertEqual(nxt["type"], "stats")
 
+    def test_an_oom_before_any_monitor_connects_is_reported(self):
+        """The commonest OOM comes with a model's first allocations: the observer is attached at
+        the program's CUDA initialization, not at the first stats reading a monitor gets."""
+        path = self.start()
+        torch.cuda._fake_init([0])
+        self.assertEqual(len(torch._C._oom_observers), 1, "attached at CUDA initialization")
+        torch.cuda._fake_oom(0, requested=123)
+        c = self.connect(path)
+        event = c.read_until(lambda m: m["type"] == "event")
+        self.assertEqual((event["kind"], event["source"], event["requested_bytes"]),
+                         ("oom", "observer", 123))
+        # The counter's first reading already holds it: no second event for the same OOM.
+        torch.cuda._fake_set(0, "num_ooms", 1)
+        first = c.read_until(lambda m: m["type"] == "stats" and m["devices"])
+        nxt = c.read_until(lambda m: m["type"] in ("stats", "event") and m.get("seq", 0) > first["seq"] + 2)
+        self.assertEqual(nxt["type"], "stats")
+
     def test_oom_event_from_counter(self):
         torch.cuda._fake_init([0])
         c = self.connect(self.start())

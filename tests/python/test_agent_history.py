@@ -325,6 +325,25 @@ class RecordFromStartTests(TempDirMixin, unittest.TestCase):
         self.assertEqual(result["history"]["max_entries"], 500)
         self.assertEqual(len(result["oom_files"]), 1, "the first OOM is captured")
 
+    def test_an_oom_is_caught_when_torch_is_imported_after_the_agent_without_recording(self):
+        program = """
+            import json
+            import torchtop_agent
+            assert torchtop_agent.socket_path(), torchtop_agent.last_error
+            import torch
+            try:
+                torch.cuda._fake_alloc(0, 1 << 40)
+            except torch.cuda.OutOfMemoryError:
+                pass
+            oom = torchtop_agent._agent.last_oom
+            print(json.dumps({"oom": oom}))
+        """
+        out = run_python(program, self.site_env([FAKE_TORCH_DIR]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        oom = json.loads(out.stdout)["oom"]
+        self.assertIsNotNone(oom, "the OOM before any stats reading was not observed")
+        self.assertEqual((oom["kind"], oom["source"]), ("oom", "observer"))
+
     def test_a_bad_value_is_said_on_stderr_and_the_program_runs(self):
         result, stderr = self.run_program("everything")
         self.assertIsNone(result["history"])
