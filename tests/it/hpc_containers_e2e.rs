@@ -15,10 +15,8 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::fake_nvml::ScenarioFile;
-use common::output_within_patience;
 use serde_json::{json, Value};
 
 const APPTAINER: u32 = 3100;
@@ -175,18 +173,7 @@ fn scenario() -> ScenarioFile {
 }
 
 fn once(root: &Path) -> Value {
-    let output = output_within_patience(
-        Command::new(common::torchtop_binary())
-            .args(["--once", "--json"])
-            .envs(scenario().env())
-            .env("TORCHTOP_FS_ROOT", root),
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::once_json_in(root, &scenario())
 }
 
 #[test]
