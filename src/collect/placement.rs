@@ -323,19 +323,8 @@ fn short_command(command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::container::hpc::tests::{mount_namespace, write};
     use crate::model::{PodRef, ProcessKind};
-
-    fn write(root: &Path, path: &str, bytes: &[u8]) {
-        let path = root.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, bytes).unwrap();
-    }
-
-    fn mount_namespace(proc_root: &Path, pid: &str, link: &str) {
-        let path = proc_root.join(pid).join("ns/mnt");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(link, path).unwrap();
-    }
 
     #[test]
     fn a_container_read_before_its_cgroup_is_read_again_with_it() {

@@ -109,14 +109,14 @@ fn node() -> tempfile::TempDir {
     write(root, "proc/1/root/.lock", b"");
     mount_namespace(root, "self", "mnt:[4026531841]");
     let slurm = "SLURM_JOB_ID=4242\0SLURM_STEP_ID=0\0SLURM_PROCID=0\0";
+    let apptainer_env = format!(
+        "PATH=/usr/bin\0{slurm}APPTAINER_CONTAINER=/scratch/img/pytorch-24.05.sif\0\
+         APPTAINER_NAME=pytorch-24.05.sif\0"
+    );
     task(
         root,
         APPTAINER,
-        format!(
-            "PATH=/usr/bin\0{slurm}APPTAINER_CONTAINER=/scratch/img/pytorch-24.05.sif\0\
-             APPTAINER_NAME=pytorch-24.05.sif\0"
-        )
-        .as_bytes(),
+        apptainer_env.as_bytes(),
         "mnt:[4026532101]",
     );
     task(
@@ -138,16 +138,7 @@ fn node() -> tempfile::TempDir {
         format!("PATH=/usr/bin\0{slurm}").as_bytes(),
         "mnt:[4026531841]",
     );
-    task(
-        root,
-        EXPORTED,
-        format!(
-            "PATH=/usr/bin\0{slurm}APPTAINER_CONTAINER=/scratch/img/pytorch-24.05.sif\0\
-             APPTAINER_NAME=pytorch-24.05.sif\0"
-        )
-        .as_bytes(),
-        "mnt:[4026531841]",
-    );
+    task(root, EXPORTED, apptainer_env.as_bytes(), "mnt:[4026531841]");
     host_root(root, EXPORTED);
     task(
         root,

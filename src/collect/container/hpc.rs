@@ -277,4 +277,4 @@ fn clean(text: &str, most: usize) -> Option<String> {
 
 #[cfg(test)]
 #[path = "hpc_tests.rs"]
-mod tests;
+pub(crate) mod tests;

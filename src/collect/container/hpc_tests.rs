@@ -8,14 +8,15 @@ use super::*;
 const HOST_NS: &str = "mnt:[4026531841]";
 const JOB_NS: &str = "mnt:[4026532999]";
 
-fn write(root: &Path, path: &str, bytes: &[u8]) {
+/// Writes `bytes` to `path` below `root`, making its directories.
+pub(crate) fn write(root: &Path, path: &str, bytes: &[u8]) {
     let path = root.join(path);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
 
 /// `proc/PID/ns/mnt` as the kernel shows it: a link to nowhere that names the namespace.
-fn mount_namespace(proc_root: &Path, pid: &str, link: &str) {
+pub(crate) fn mount_namespace(proc_root: &Path, pid: &str, link: &str) {
     let path = proc_root.join(pid).join("ns/mnt");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(link, path).unwrap();
