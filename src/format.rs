@@ -276,7 +276,9 @@ pub fn escape_lines(text: &str) -> String {
     text.split('\n').map(escape).collect::<Vec<_>>().join("\n")
 }
 
-fn needs_escape(c: char) -> bool {
+/// Whether [`escape`] writes `c` out as an escape: a control character, or one that reorders
+/// text.
+pub(crate) fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

@@ -38,8 +38,8 @@ pub(crate) struct Placement {
     oom: OomWatch,
     /// `Some(None)`: looked, not in a container.
     own_container: Option<Option<Arc<str>>>,
-    /// The host's mount namespace ([`hpc::host_mount_namespace`]), read on first use.
-    host_mount_ns: Option<Option<u64>>,
+    /// The host's mount namespace and root ([`hpc::HostRefs`]), read on first use.
+    host: Option<hpc::HostRefs>,
     /// NSpid and the Slurm task by (pid, start ticks): NSpid read once per process, the
     /// task kept to be shared again while it is the same.
     known: HashMap<(u32, u64), Known>,
@@ -66,7 +66,7 @@ impl Placement {
             fs_root,
             oom: OomWatch::default(),
             own_container: None,
-            host_mount_ns: None,
+            host: None,
             known: HashMap::new(),
             named_pods: Vec::new(),
             refresh: 0,
@@ -211,8 +211,9 @@ impl Placement {
     }
 
     /// What is kept of the process (`pid`, `start_ticks`), its NSpid and its Apptainer or
-    /// enroot container read on first sight: a GPU process is seen after its runtime has
-    /// switched its root and environment.
+    /// enroot container read on first sight (a GPU process is seen after its runtime has
+    /// switched its root and environment); the container again when `cgroup_names_one`
+    /// changes (a cgroup unread at first sight, read since).
     fn known(
         &mut self,
         pid: u32,
@@ -220,20 +221,29 @@ impl Placement {
         env: Option<&LaunchEnv>,
         cgroup_names_one: bool,
     ) -> &mut Known {
-        let proc_root = self.proc_root.as_path();
+        let (proc_root, fs_root) = (self.proc_root.as_path(), self.fs_root.as_path());
+        let host = *self
+            .host
+            .get_or_insert_with(|| hpc::HostRefs::read(proc_root, fs_root));
+        let container = || {
+            let found = hpc::of_process(proc_root, pid, env, &host, cgroup_names_one);
+            found.map(Arc::new)
+        };
         let refresh = self.refresh;
-        let host_mount_ns = &mut self.host_mount_ns;
-        let known = self.known.entry((pid, start_ticks)).or_insert_with(|| {
-            let host_ns =
-                *host_mount_ns.get_or_insert_with(|| hpc::host_mount_namespace(proc_root));
-            let container = hpc::of_process(proc_root, pid, env, host_ns, cgroup_names_one);
-            Known {
+        let known = self
+            .known
+            .entry((pid, start_ticks))
+            .or_insert_with(|| Known {
                 ns_pids: read_nested_pids(proc_root, pid).map(Arc::from),
                 slurm: None,
-                container: container.map(Arc::new),
+                container: container(),
+                cgroup_names_one,
                 seen_in: refresh,
-            }
-        });
+            });
+        if known.cgroup_names_one != cgroup_names_one {
+            known.container = container();
+            known.cgroup_names_one = cgroup_names_one;
+        }
         known.seen_in = refresh;
         known
     }
@@ -244,6 +254,8 @@ struct Known {
     ns_pids: Option<Arc<[u32]>>,
     slurm: Option<Arc<SlurmTask>>,
     container: Option<Arc<ProcessContainer>>,
+    /// Whether its cgroup named a container or pod when `container` was read.
+    cgroup_names_one: bool,
     /// The refresh that last joined it.
     seen_in: u64,
 }
@@ -311,7 +323,46 @@ fn short_command(command: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PodRef;
+    use crate::collect::container::hpc::tests::{mount_namespace, write};
+    use crate::model::{PodRef, ProcessKind};
+
+    #[test]
+    fn a_container_read_before_its_cgroup_is_read_again_with_it() {
+        // Pid 7 in a mount namespace and root of its own holding `/.lock`, its cgroup not yet
+        // readable: enroot, by its root.
+        let dir = tempfile::tempdir().unwrap();
+        let (fs_root, proc_root) = (dir.path(), dir.path().join("proc"));
+        mount_namespace(&proc_root, "1", "mnt:[4026531841]");
+        std::fs::create_dir_all(proc_root.join("1/root")).unwrap();
+        mount_namespace(&proc_root, "7", "mnt:[4026532999]");
+        write(&proc_root, "7/root/.lock", b"");
+        write(
+            fs_root,
+            "sys/fs/cgroup/cgroup.controllers",
+            b"memory pids\n",
+        );
+        let mut placement = Placement::new(proc_root.clone(), fs_root.to_path_buf(), 4096);
+        let mut row = GpuProcess::new(7, 0, ProcessKind::Compute);
+        (row.visible, row.start_ticks) = (true, Some(100));
+        let mut rows = [row];
+        placement.begin(Refresh::New);
+        placement.join(&mut rows, Refresh::New);
+        assert_eq!(rows[0].container.as_ref().unwrap().runtime, "enroot");
+        // Its cgroup read since names a Docker container: that is its name, and the `/.lock`
+        // its image holds no enroot.
+        let scope = format!("system.slice/docker-{}.scope", "ab".repeat(32));
+        write(&proc_root, "7/cgroup", format!("0::/{scope}\n").as_bytes());
+        write(
+            fs_root,
+            &format!("sys/fs/cgroup/{scope}/memory.max"),
+            b"max\n",
+        );
+        placement.begin(Refresh::New);
+        placement.join(&mut rows, Refresh::New);
+        let cgroup = rows[0].cgroup.as_ref().expect("its cgroup, read");
+        assert_eq!(cgroup.container.as_ref().unwrap().runtime, "docker");
+        assert_eq!(rows[0].container, None);
+    }
 
     #[test]
     fn rows_of_a_pod_share_its_named_cgroup_until_a_new_reading() {

@@ -85,7 +85,10 @@ pub struct ProcessContainer {
     /// The image's file name (Apptainer) or the container's (enroot: its root directory's
     /// name, `pyxis_42_train`); `None` where neither is known.
     pub name: Option<String>,
-    /// The image path (Apptainer) or the root directory as the mount table gives it (enroot).
+    /// The image path (Apptainer), or the root directory as the process's mount table gives
+    /// it (enroot): within the file system that holds it, which is the host's path only where
+    /// that file system is mounted at the host's `/` (a rootfs under a `/dev/shm` or `/raid`
+    /// mount reads without that prefix).
     pub path: Option<String>,
 }
 

@@ -101,7 +101,8 @@ pub struct GpuProcess {
     pub ns_pids: Option<Arc<[u32]>>,
     /// Its Apptainer (Singularity) or enroot container, which its cgroup (a Slurm job's,
     /// shared with processes outside the container) does not name; `None` outside one, or
-    /// where its environ and root are unreadable. Shared with the collector's cache.
+    /// where it cannot be told (its environ and root unreadable, as another user's are when
+    /// torchtop is not root). Shared with the collector's cache.
     #[serde(default)]
     pub container: Option<Arc<ProcessContainer>>,
 }

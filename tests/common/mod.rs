@@ -12,7 +12,7 @@ pub mod pty;
 pub mod synthetic;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -31,12 +31,6 @@ pub fn torchtop_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_torchtop"))
 }
 
-/// Runs `torchtop`, a command that streams one JSON document a line (`--json` without
-/// `--once`), and reads its documents until `enough` holds on all read so far; then ends it.
-/// A test that waits for a warning reads until it comes, however slowly the samples come on a
-/// loaded machine. Fails if that takes more than [`PATIENCE`].
-/// The row of `pid` in a `--once --json` document (its first, for a process on several GPUs);
-/// the panic shows the whole document.
 /// A job id as torchtop writes it for processes the tests start: an id from the environment
 /// names their user, the one running the tests (`job 127.0.0.1:29500 (root)` in CI).
 pub fn job_of_mine(id: &str) -> String {
@@ -48,6 +42,8 @@ pub fn job_of_mine(id: &str) -> String {
     format!("{id} ({user})")
 }
 
+/// The row of `pid` in a `--once --json` document (its first, for a process on several GPUs);
+/// the panic shows the whole document.
 pub fn process_row(doc: &Value, pid: u32) -> &Value {
     doc["processes"]
         .as_array()
@@ -55,6 +51,27 @@ pub fn process_row(doc: &Value, pid: u32) -> &Value {
         .unwrap_or_else(|| panic!("pid {pid} not in {doc:#}"))
 }
 
+/// `torchtop --once --json` over the fixture tree `fs_root` (`TORCHTOP_FS_ROOT`), with the
+/// fake NVML playing `scenario`; it must succeed, and the panic shows its stderr.
+pub fn once_json_in(fs_root: &Path, scenario: &fake_nvml::ScenarioFile) -> Value {
+    let output = output_within_patience(
+        Command::new(torchtop_binary())
+            .args(["--once", "--json"])
+            .envs(scenario.env())
+            .env("TORCHTOP_FS_ROOT", fs_root),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Runs `torchtop`, a command that streams one JSON document a line (`--json` without
+/// `--once`), and reads its documents until `enough` holds on all read so far; then ends it.
+/// A test that waits for a warning reads until it comes, however slowly the samples come on a
+/// loaded machine. Fails if that takes more than [`PATIENCE`].
 pub fn json_stream_until(torchtop: &mut Command, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let mut child = torchtop
         .stdin(Stdio::null())

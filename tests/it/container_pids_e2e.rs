@@ -111,21 +111,6 @@ fn scenario() -> ScenarioFile {
     ScenarioFile::new(&text)
 }
 
-fn once(root: &Path, scenario: &ScenarioFile) -> Value {
-    let output = output_within_patience(
-        Command::new(common::torchtop_binary())
-            .args(["--once", "--json"])
-            .envs(scenario.env())
-            .env("TORCHTOP_FS_ROOT", root),
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 fn assert_without_host_details(row: &Value) {
     assert_eq!(row["visible"], false, "{row:#}");
     assert_eq!(
@@ -144,7 +129,7 @@ fn own_procfs_host_pids_show_without_host_details() {
     let root = container(INNER_PID, &[INNER_PID]);
     pid_namespace(root.path(), "pid:[4026532871]");
     let scenario = scenario();
-    let doc = once(root.path(), &scenario);
+    let doc = common::once_json_in(root.path(), &scenario);
     assert_eq!(doc["host"]["container"], "docker");
     assert_eq!(doc["host"]["pids_foreign"], true);
     assert_without_host_details(common::process_row(&doc, HOST_PID));
@@ -179,7 +164,7 @@ fn host_procfs_finds_the_process_and_its_pid_inside_the_container() {
     // The host's procfs: the trainer is listed under its host pid, NSpid down to 7.
     let root = container(HOST_PID, &[HOST_PID, INNER_PID]);
     pid_namespace(root.path(), "pid:[4026531836]");
-    let doc = once(root.path(), &scenario());
+    let doc = common::once_json_in(root.path(), &scenario());
     // A review: in a container with `--pid=host`, a GPU process this /proc lacks (one that
     // has ended) was counted as a host pid the container could not see.
     assert_eq!(doc["host"]["container"], "docker");
@@ -217,7 +202,7 @@ fn a_host_pid_is_never_taken_for_the_containers_process_of_that_number() {
     let root = container(HOST_PID, &[HOST_PID]);
     let doc_host = {
         pid_namespace(root.path(), "pid:[4026531836]");
-        once(root.path(), &scenario())
+        common::once_json_in(root.path(), &scenario())
     };
     assert_eq!(
         common::process_row(&doc_host, HOST_PID)["visible"],
@@ -226,7 +211,7 @@ fn a_host_pid_is_never_taken_for_the_containers_process_of_that_number() {
     );
     std::fs::remove_file(root.path().join("proc/self/ns/pid")).unwrap();
     pid_namespace(root.path(), "pid:[4026532871]");
-    let doc = once(root.path(), &scenario());
+    let doc = common::once_json_in(root.path(), &scenario());
     assert_without_host_details(common::process_row(&doc, HOST_PID));
     assert_without_host_details(common::process_row(&doc, OTHER_HOST_PID));
 }
@@ -238,7 +223,7 @@ fn a_pid_namespace_without_a_runtimes_mark_counts_as_a_container() {
     let root = container(INNER_PID, &[INNER_PID]);
     std::fs::remove_file(root.path().join(".dockerenv")).unwrap();
     pid_namespace(root.path(), "pid:[4026532871]");
-    let doc = once(root.path(), &scenario());
+    let doc = common::once_json_in(root.path(), &scenario());
     assert_eq!(doc["host"]["container"], "unknown", "{:#}", doc["host"]);
 }
 

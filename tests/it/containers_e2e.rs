@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::fake_nvml::ScenarioFile;
-use common::{json_stream_until, output_within_patience};
+use common::json_stream_until;
 use serde_json::Value;
 
 const DOCKER_ID: &str = "3f2a1b9c0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
@@ -177,17 +177,6 @@ fn torchtop(fixture: &Fixture, scenario: &ScenarioFile, args: &[&str]) -> Comman
     command
 }
 
-/// `torchtop --once --json` over the fixture, which must succeed.
-fn once_json(fixture: &Fixture, scenario: &ScenarioFile) -> Value {
-    let output = output_within_patience(&mut torchtop(fixture, scenario, &["--once", "--json"]));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 fn warning<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
     doc["warnings"].as_array()?.iter().find(|w| w["id"] == id)
 }
@@ -196,7 +185,7 @@ fn warning<'a>(doc: &'a Value, id: &str) -> Option<&'a Value> {
 fn once_json_shows_the_container_its_limits_and_the_slurm_job() {
     let fixture = Fixture::new();
     let scenario = scenario();
-    let doc = once_json(&fixture, &scenario);
+    let doc = common::once_json_in(fixture.root(), &scenario);
 
     assert_eq!(doc["host"]["container"], "docker");
     assert_eq!(doc["host"]["oom_kill_count"], 3);
@@ -348,7 +337,7 @@ fn a_slurm_job_s_limit_above_its_tasks_binds_them() {
         );
     }
     let scenario = scenario();
-    let doc = once_json(&fixture, &scenario);
+    let doc = common::once_json_in(fixture.root(), &scenario);
 
     let about_the_job = doc["warnings"]
         .as_array()

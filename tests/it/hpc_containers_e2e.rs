@@ -5,22 +5,25 @@
 //! - one in an Apptainer container (APPTAINER_* in its environment);
 //! - one in an enroot container started by pyxis (`/.lock` at its root, its own mount
 //!   namespace, its root directory `/var/lib/enroot/data/pyxis_4242_train` in mountinfo);
-//! - one in neither, beside them in the job.
+//! - one in neither, beside them in the job;
+//! - one on the host carrying APPTAINER_* (Slurm's `--export=ALL` from an `apptainer shell`),
+//!   and one in a private mount namespace over the host's root, which holds a `/.lock`
+//!   (`unshare -m`): neither is in a container.
 //!
 //! And torchtop itself inside each (`host.container`).
 
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::fake_nvml::ScenarioFile;
-use common::output_within_patience;
 use serde_json::{json, Value};
 
 const APPTAINER: u32 = 3100;
 const ENROOT: u32 = 3200;
 const PLAIN: u32 = 3300;
+const EXPORTED: u32 = 3400;
+const PRIVATE: u32 = 3500;
 const JOB_CGROUP: &str = "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0";
 
 fn write(root: &Path, path: &str, bytes: &[u8]) {
@@ -65,7 +68,14 @@ fn task(root: &Path, pid: u32, environ: &[u8], mount_ns: &str) {
     mount_namespace(root, &pid.to_string(), mount_ns);
 }
 
-/// The node: pid 1 in the host's mount namespace, the three tasks, the job's cgroup.
+/// Makes `proc/PID/root` a link to pid 1's: a process whose root is the host's.
+fn host_root(root: &Path, pid: u32) {
+    let path = root.join(format!("proc/{pid}/root"));
+    std::fs::remove_dir(&path).unwrap();
+    std::os::unix::fs::symlink(root.join("proc/1/root"), path).unwrap();
+}
+
+/// The node: pid 1 in the host's mount namespace and root, the tasks, the job's cgroup.
 fn node() -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("torchtop-hpc-")
@@ -96,16 +106,17 @@ fn node() -> tempfile::TempDir {
         b"max\n",
     );
     mount_namespace(root, "1", "mnt:[4026531841]");
+    write(root, "proc/1/root/.lock", b"");
     mount_namespace(root, "self", "mnt:[4026531841]");
     let slurm = "SLURM_JOB_ID=4242\0SLURM_STEP_ID=0\0SLURM_PROCID=0\0";
+    let apptainer_env = format!(
+        "PATH=/usr/bin\0{slurm}APPTAINER_CONTAINER=/scratch/img/pytorch-24.05.sif\0\
+         APPTAINER_NAME=pytorch-24.05.sif\0"
+    );
     task(
         root,
         APPTAINER,
-        format!(
-            "PATH=/usr/bin\0{slurm}APPTAINER_CONTAINER=/scratch/img/pytorch-24.05.sif\0\
-             APPTAINER_NAME=pytorch-24.05.sif\0"
-        )
-        .as_bytes(),
+        apptainer_env.as_bytes(),
         "mnt:[4026532101]",
     );
     task(
@@ -127,6 +138,15 @@ fn node() -> tempfile::TempDir {
         format!("PATH=/usr/bin\0{slurm}").as_bytes(),
         "mnt:[4026531841]",
     );
+    task(root, EXPORTED, apptainer_env.as_bytes(), "mnt:[4026531841]");
+    host_root(root, EXPORTED);
+    task(
+        root,
+        PRIVATE,
+        format!("PATH=/usr/bin\0{slurm}").as_bytes(),
+        "mnt:[4026532301]",
+    );
+    host_root(root, PRIVATE);
     dir
 }
 
@@ -135,7 +155,7 @@ fn scenario() -> ScenarioFile {
         "[system]\ndriver_version = \"550.54.15\"\n\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
          memory_total_mib = 81559\nmemory_used_mib = 40960\nutilization_gpu = 90\n\n",
     );
-    for pid in [APPTAINER, ENROOT, PLAIN] {
+    for pid in [APPTAINER, ENROOT, PLAIN, EXPORTED, PRIVATE] {
         text.push_str(&format!(
             "[[gpu.process]]\npid = {pid}\ntype = \"compute\"\nused_memory_mib = 8192\n\n"
         ));
@@ -144,18 +164,7 @@ fn scenario() -> ScenarioFile {
 }
 
 fn once(root: &Path) -> Value {
-    let output = output_within_patience(
-        Command::new(common::torchtop_binary())
-            .args(["--once", "--json"])
-            .envs(scenario().env())
-            .env("TORCHTOP_FS_ROOT", root),
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    common::once_json_in(root, &scenario())
 }
 
 #[test]
@@ -184,7 +193,11 @@ fn apptainer_and_enroot_tasks_name_their_container_beside_the_slurm_job() {
     );
     let plain = common::process_row(&doc, PLAIN);
     assert_eq!(plain["container"], Value::Null, "{plain:#}");
-    for row in [apptainer, enroot, plain] {
+    let exported = common::process_row(&doc, EXPORTED);
+    assert_eq!(exported["container"], Value::Null, "{exported:#}");
+    let private = common::process_row(&doc, PRIVATE);
+    assert_eq!(private["container"], Value::Null, "{private:#}");
+    for row in [apptainer, enroot, plain, exported, private] {
         // The cgroup stays the job's, naming no container, and the task keeps its job.
         assert_eq!(row["cgroup"]["path"], JOB_CGROUP, "{row:#}");
         assert_eq!(row["cgroup"]["container"], Value::Null, "{row:#}");
@@ -209,6 +222,16 @@ fn torchtop_inside_apptainer_or_enroot_names_the_runtime() {
     );
     std::fs::remove_file(root.path().join("proc/self/ns/mnt")).unwrap();
     mount_namespace(root.path(), "self", "mnt:[4026532201]");
+    let host = root.path().join("proc/1/root");
+    std::fs::rename(&host, root.path().join("host-root")).unwrap();
+    std::os::unix::fs::symlink(root.path(), &host).unwrap();
+    assert_eq!(
+        once(root.path())["host"]["container"],
+        Value::Null,
+        "a mount namespace of its own over the host's root (PrivateTmp=)"
+    );
+    std::fs::remove_file(&host).unwrap();
+    std::fs::rename(root.path().join("host-root"), &host).unwrap();
     let doc = once(root.path());
     assert_eq!(doc["host"]["container"], "enroot");
     // No PID namespace: the driver's pids are this /proc's, found with their details.

@@ -10,15 +10,23 @@
 //! - enroot sets no variable. As `enroot list --fancy` does, a process is in one when its root
 //!   holds the file `/.lock`, and the container is named after its root directory: the root
 //!   field of the `/` mount in /proc/PID/mountinfo (`/var/lib/enroot/data/pyxis_42_train`).
+//!   That field is the directory within its file system, not a host path: a rootfs on a file
+//!   system of its own (`/dev/shm`, `/raid`) reads without that mount point. The name is right
+//!   either way; the path is given as read ([`crate::model::ProcessContainer::path`]).
 //!
-//! A root's marker counts only for a process in another mount namespace than the host's (pid
-//! 1's; torchtop's own where pid 1's cannot be read, as for a user other than root): a `/.lock`
-//! on the host's own root is not a container. Files in the process's root are opened through
-//! `openat2(RESOLVE_IN_ROOT)` ([`super::open_in_root`]), so a symlink in another user's tree
-//! never leads onto the host's files; they are only `fstat`ed.
+//! Both runtimes give the container a mount namespace and a root of its own, so nothing here
+//! counts for a process that shares either with the host ([`HostRefs`]): not the variables
+//! (Slurm's `--export=ALL` passes them from an `apptainer shell` to the host tasks `srun`
+//! starts), nor a `/.lock` seen through a private mount namespace over the host's own root
+//! (`unshare -m`, a systemd unit's `PrivateTmp=`). Where the host's namespace or root cannot
+//! be read, nothing is said rather than a guess. Files in the process's root are opened
+//! through `openat2(RESOLVE_IN_ROOT)` ([`super::open_in_root`]), so a symlink in another
+//! user's tree never leads onto the host's files; they are only `fstat`ed.
 //!
-//! The environment is the process's own word, text any user controls: its values are cut to a
-//! bound when read and rid of control characters here, before anything shows them.
+//! The environment and the markers are the process's own word (any user can make a directory
+//! holding `.lock` and chroot into it in a user namespace): its values are cut to a bound when
+//! read and rid here of what [`crate::format::escape`] would escape (control characters, bidi
+//! controls), before anything shows them.
 
 use std::path::Path;
 
@@ -35,34 +43,72 @@ const NAME_CHARS: usize = 255;
 /// The most characters kept of its path.
 const PATH_CHARS: usize = ContainerVars::MOST_BYTES;
 
-/// The mount namespace a process must differ from for its root's markers to count: pid 1's,
-/// else torchtop's own. Read once: neither changes while torchtop runs.
-pub(crate) fn host_mount_namespace(proc_root: &Path) -> Option<u64> {
-    procfs::read_mount_namespace(proc_root, 1)
-        .or_else(|| procfs::read_self_mount_namespace(proc_root))
+/// What a process is compared with to tell whether it shares the host's files: pid 1's mount
+/// namespace and root, read once (neither changes while torchtop runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct HostRefs {
+    /// Pid 1's mount namespace; torchtop's own where that cannot be read (any user but root).
+    pub(crate) mount_ns: Option<u64>,
+    /// (st_dev, st_ino) of pid 1's root; of `fs_root`, torchtop's own, where that cannot be
+    /// read.
+    pub(crate) root: Option<(u64, u64)>,
+}
+
+impl HostRefs {
+    pub(crate) fn read(proc_root: &Path, fs_root: &Path) -> HostRefs {
+        HostRefs {
+            mount_ns: procfs::read_mount_namespace(proc_root, 1)
+                .or_else(|| procfs::read_self_mount_namespace(proc_root)),
+            root: dir_id(&procfs::pid_dir(proc_root, 1).join("root")).or_else(|| dir_id(fs_root)),
+        }
+    }
+
+    /// Whether the process of `pid_dir`, in mount namespace `own_ns`, has both a mount
+    /// namespace and a root other than the host's; false where any of them is unknown.
+    fn apart(&self, own_ns: Option<u64>, pid_dir: &Path) -> bool {
+        differ(own_ns, self.mount_ns) && differ(dir_id(&pid_dir.join("root")), self.root)
+    }
+}
+
+/// Whether both are known and not the same.
+fn differ<T: PartialEq>(own: Option<T>, host: Option<T>) -> bool {
+    own.zip(host).is_some_and(|(own, host)| own != host)
+}
+
+/// (st_dev, st_ino) of the directory at `path`; `stat` follows /proc/PID/root to the
+/// process's root.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// The Apptainer or enroot container of process `pid`, from its environment and, unless its
 /// cgroup already names a container or pod (`cgroup_names_one`: that name is the better one,
-/// and a `/.lock` some image happens to hold is no enroot), from its root.
+/// and a `/.lock` some image happens to hold is no enroot), from its root. `env` is the
+/// process's as the host collector read it, with its mount namespace.
 pub(crate) fn of_process(
     proc_root: &Path,
     pid: u32,
     env: Option<&LaunchEnv>,
-    host_mount_ns: Option<u64>,
+    host: &HostRefs,
     cgroup_names_one: bool,
 ) -> Option<ProcessContainer> {
-    if let Some(found) = env.and_then(|env| from_environment(&env.container_vars)) {
-        return Some(found);
-    }
-    if cgroup_names_one {
-        return None;
-    }
-    let own = procfs::read_mount_namespace(proc_root, pid)?;
-    if host_mount_ns.is_none_or(|host| host == own) {
-        return None;
-    }
     let pid_dir = procfs::pid_dir(proc_root, pid);
+    // The host collector read the namespace with environ; without environ, read it here.
+    let own_ns = match env {
+        Some(env) => env.agent_dir_vars.mount_ns,
+        None => procfs::read_mount_namespace(proc_root, pid),
+    };
+    let apart = host.apart(own_ns, &pid_dir);
+    if let Some(found) = env.and_then(|env| from_environment(&env.container_vars)) {
+        // `/.singularity.d` stands in where the host's namespace is torchtop's own and torchtop
+        // runs in the same container.
+        let inside = apart || holds(&pid_dir, ".singularity.d", SFlag::S_IFDIR);
+        return inside.then_some(found);
+    }
+    if cgroup_names_one || !apart {
+        return None;
+    }
     if holds(&pid_dir, ".lock", SFlag::S_IFREG) {
         let root = cg::read_small_bounded(&pid_dir.join("mountinfo"), MOUNTINFO_BYTES)
             .and_then(|mountinfo| root_of_root_mount(&mountinfo))
@@ -112,40 +158,47 @@ pub(crate) fn from_environment(vars: &ContainerVars) -> Option<ProcessContainer>
 }
 
 /// The HPC runtime torchtop itself runs in: `apptainer` or `singularity` from its own
-/// environment (or `apptainer` from `/.singularity.d`, which both make), `enroot` for a `/.lock`
-/// at its root in a mount namespace of its own. Without a PID namespace (the default of both)
-/// the driver's pids are this /proc's, so nothing else changes inside one.
+/// environment where `/.singularity.d` (which both make) is at its root or torchtop is apart
+/// from the host (a mount namespace and a root of its own, as for a process); `apptainer` from
+/// `/.singularity.d` alone; `enroot` for a `/.lock` at its root, apart from the host. Without a
+/// PID namespace (the default of both) the driver's pids are this /proc's, so nothing else
+/// changes inside one.
 ///
 /// What the enroot test misses, or takes wrongly: a container whose root is not enroot's (a
-/// `/.lock` an image holds, under another runtime), and a host whose root holds a `/.lock` when
-/// torchtop runs in a mount namespace of its own (a systemd unit with `PrivateTmp=`). Where pid
-/// 1's namespace cannot be read (any user but root), a user namespace stands in for the mount
-/// namespace: unprivileged enroot always makes one, enroot as root need not.
+/// `/.lock` an image holds, under another runtime). Where pid 1's namespace cannot be read (any
+/// user but root), a user namespace stands in for being apart: unprivileged enroot always makes
+/// one, enroot as root need not.
 pub(crate) fn own_runtime(fs_root: &Path, proc_root: &Path) -> Option<&'static str> {
-    if let Ok(environ) = procfs::read_bytes(&proc_root.join("self/environ")) {
-        let set = |name| procfs::environ_lookup(&environ, name).is_some();
-        if set("APPTAINER_CONTAINER") || set("APPTAINER_NAME") {
-            return Some("apptainer");
-        }
-        if set("SINGULARITY_CONTAINER") || set("SINGULARITY_NAME") {
-            return Some("singularity");
-        }
-    }
     let kind = |name: &str| std::fs::symlink_metadata(fs_root.join(name)).ok();
-    if kind(".singularity.d").is_some_and(|m| m.is_dir()) {
-        return Some("apptainer");
-    }
-    if !kind(".lock").is_some_and(|m| m.is_file()) {
-        return None;
-    }
-    let apart = match (
+    let singularity_d = kind(".singularity.d").is_some_and(|m| m.is_dir());
+    let apart = || match (
         procfs::read_self_mount_namespace(proc_root),
         procfs::read_mount_namespace(proc_root, 1),
     ) {
-        (Some(own), Some(host)) => own != host,
+        (Some(own), Some(host)) => {
+            let host_root = dir_id(&procfs::pid_dir(proc_root, 1).join("root"));
+            own != host && differ(dir_id(fs_root), host_root)
+        }
         _ => in_user_namespace(proc_root),
     };
-    apart.then_some("enroot")
+    if let Ok(environ) = procfs::read_bytes(&proc_root.join("self/environ")) {
+        let set = |name| procfs::environ_lookup(&environ, name).is_some();
+        let runtime = if set("APPTAINER_CONTAINER") || set("APPTAINER_NAME") {
+            Some("apptainer")
+        } else if set("SINGULARITY_CONTAINER") || set("SINGULARITY_NAME") {
+            Some("singularity")
+        } else {
+            None
+        };
+        // Passed on to a host process (`srun --export=ALL`), they name no container.
+        if runtime.is_some() && (singularity_d || apart()) {
+            return runtime;
+        }
+    }
+    if singularity_d {
+        return Some("apptainer");
+    }
+    (kind(".lock").is_some_and(|m| m.is_file()) && apart()).then_some("enroot")
 }
 
 /// Whether torchtop runs in a user namespace below the initial one, whose uid_map maps every
@@ -210,12 +263,13 @@ fn base_name(path: &str) -> Option<String> {
     clean(last, NAME_CHARS)
 }
 
-/// `text` without control characters (escape sequences, newlines), cut to `most` characters;
-/// `None` where nothing but blanks is left.
+/// `text` without what [`crate::format::escape`] would escape (control characters, escape
+/// sequences, newlines, bidi controls), cut to `most` characters; `None` where nothing but
+/// blanks is left.
 fn clean(text: &str, most: usize) -> Option<String> {
     let kept: String = text
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| !crate::format::needs_escape(c))
         .take(most)
         .collect();
     (!kept.trim().is_empty()).then_some(kept)
@@ -223,4 +277,4 @@ fn clean(text: &str, most: usize) -> Option<String> {
 
 #[cfg(test)]
 #[path = "hpc_tests.rs"]
-mod tests;
+pub(crate) mod tests;

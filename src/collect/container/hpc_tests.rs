@@ -8,35 +8,56 @@ use super::*;
 const HOST_NS: &str = "mnt:[4026531841]";
 const JOB_NS: &str = "mnt:[4026532999]";
 
-fn write(root: &Path, path: &str, bytes: &[u8]) {
+/// Writes `bytes` to `path` below `root`, making its directories.
+pub(crate) fn write(root: &Path, path: &str, bytes: &[u8]) {
     let path = root.join(path);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
 
 /// `proc/PID/ns/mnt` as the kernel shows it: a link to nowhere that names the namespace.
-fn mount_namespace(proc_root: &Path, pid: &str, link: &str) {
+pub(crate) fn mount_namespace(proc_root: &Path, pid: &str, link: &str) {
     let path = proc_root.join(pid).join("ns/mnt");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(link, path).unwrap();
 }
 
-/// A proc root whose pid 1 is in the host's mount namespace, and process `pid` in a Slurm
-/// job's, with `environ` and a root directory of its own.
+/// A proc root whose pid 1 is in the host's mount namespace and root, and process `pid` in a
+/// Slurm job's, with `environ` and a root directory of its own.
 fn tree(pid: u32, environ: &[u8]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     mount_namespace(dir.path(), "1", HOST_NS);
+    std::fs::create_dir_all(dir.path().join("1/root")).unwrap();
     mount_namespace(dir.path(), &pid.to_string(), JOB_NS);
     write(dir.path(), &format!("{pid}/environ"), environ);
     std::fs::create_dir_all(dir.path().join(format!("{pid}/root"))).unwrap();
     dir
 }
 
-/// What the collector finds for `pid`: its environ read and parsed as the host collector does.
+/// Its environ read and parsed as the host collector does, with its mount namespace.
+fn environ(proc_root: &Path, pid: u32) -> Option<LaunchEnv> {
+    let mut env = procfs::read_environ(proc_root, pid).ok()?;
+    env.agent_dir_vars.mount_ns = procfs::read_mount_namespace(proc_root, pid);
+    Some(env)
+}
+
+/// The host as the collector reads it: the proc root stands for the file system root, which
+/// is torchtop's root where pid 1's cannot be read.
+fn host(proc_root: &Path) -> HostRefs {
+    HostRefs::read(proc_root, proc_root)
+}
+
+/// What the collector finds for `pid`.
 fn found(proc_root: &Path, pid: u32) -> Option<ProcessContainer> {
-    let env = procfs::read_environ(proc_root, pid).ok();
-    let host = host_mount_namespace(proc_root);
-    of_process(proc_root, pid, env.as_ref(), host, false)
+    let env = environ(proc_root, pid);
+    of_process(proc_root, pid, env.as_ref(), &host(proc_root), false)
+}
+
+/// Makes `PID/root` a link to `target`, as /proc shows a process whose root is that directory.
+fn root_at(proc_root: &Path, pid: u32, target: &Path) {
+    let root = proc_root.join(format!("{pid}/root"));
+    std::fs::remove_dir_all(&root).unwrap();
+    std::os::unix::fs::symlink(target, root).unwrap();
 }
 
 /// An enroot container as pyxis starts it: the rootfs directory in `ENROOT_DATA_PATH`, made
@@ -71,8 +92,8 @@ fn an_apptainer_process_is_named_by_its_image() {
         })
     );
     // Its environment is read even where its cgroup names a container (Apptainer in a pod).
-    let env = procfs::read_environ(dir.path(), 42).ok();
-    assert!(of_process(dir.path(), 42, env.as_ref(), None, true).is_some());
+    let env = environ(dir.path(), 42);
+    assert!(of_process(dir.path(), 42, env.as_ref(), &host(dir.path()), true).is_some());
 }
 
 #[test]
@@ -149,15 +170,66 @@ fn a_lock_on_the_hosts_root_or_under_a_named_container_is_not_enroot() {
     mount_namespace(dir.path(), "43", HOST_NS);
     assert_eq!(found(dir.path(), 43), None);
     let dir = enroot_tree(43);
-    let env = procfs::read_environ(dir.path(), 43).ok();
-    let host = host_mount_namespace(dir.path());
-    assert_eq!(of_process(dir.path(), 43, env.as_ref(), host, true), None);
+    let env = environ(dir.path(), 43);
+    let host = host(dir.path());
+    assert_eq!(of_process(dir.path(), 43, env.as_ref(), &host, true), None);
     // Without pid 1's namespace, torchtop's own stands in.
     let dir = enroot_tree(43);
     std::fs::remove_file(dir.path().join("1/ns/mnt")).unwrap();
     assert_eq!(found(dir.path(), 43), None, "no namespace to compare with");
     mount_namespace(dir.path(), "self", HOST_NS);
     assert_eq!(found(dir.path(), 43).unwrap().runtime, "enroot");
+}
+
+#[test]
+fn apptainer_variables_on_a_host_process_name_no_container() {
+    // `srun --export=ALL` from an `apptainer shell`: a host task carries the variables.
+    let environ = b"APPTAINER_CONTAINER=/scratch/img/pytorch.sif\0APPTAINER_NAME=pytorch.sif\0";
+    let dir = tree(42, environ);
+    std::fs::remove_file(dir.path().join("42/ns/mnt")).unwrap();
+    mount_namespace(dir.path(), "42", HOST_NS);
+    root_at(dir.path(), 42, &dir.path().join("1/root"));
+    assert_eq!(found(dir.path(), 42), None, "the host's namespace and root");
+    // A mount namespace of its own over the host's root (`unshare -m`) is no container either.
+    std::fs::remove_file(dir.path().join("42/ns/mnt")).unwrap();
+    mount_namespace(dir.path(), "42", JOB_NS);
+    assert_eq!(found(dir.path(), 42), None, "the host's root");
+    // Nothing to compare with: nothing said.
+    let dir = tree(42, environ);
+    std::fs::remove_file(dir.path().join("1/ns/mnt")).unwrap();
+    assert_eq!(found(dir.path(), 42), None, "the host's namespace unknown");
+    // Where torchtop shares the container (its own namespace stands in for the host's), the
+    // root's `/.singularity.d` confirms the variables.
+    mount_namespace(dir.path(), "self", JOB_NS);
+    assert_eq!(found(dir.path(), 42), None);
+    std::fs::create_dir_all(dir.path().join("42/root/.singularity.d")).unwrap();
+    assert_eq!(found(dir.path(), 42).unwrap().runtime, "apptainer");
+}
+
+#[test]
+fn a_private_mount_namespace_over_the_hosts_root_is_not_enroot() {
+    // `touch /.lock; unshare -m sleep 300`: its own namespace, the host's root.
+    let dir = enroot_tree(43);
+    write(dir.path(), "1/root/.lock", b"");
+    root_at(dir.path(), 43, &dir.path().join("1/root"));
+    assert_eq!(found(dir.path(), 43), None);
+    // Where pid 1's root is unreadable, torchtop's own stands in.
+    std::fs::remove_dir_all(dir.path().join("1/root")).unwrap();
+    write(dir.path(), ".lock", b"");
+    root_at(dir.path(), 43, dir.path());
+    assert_eq!(found(dir.path(), 43), None);
+}
+
+#[test]
+fn names_lose_the_characters_that_reorder_text() {
+    let dir = tree(
+        42,
+        "APPTAINER_NAME=evil\u{202e}fis.exe\u{2066}\u{200f}\0APPTAINER_CONTAINER=/img/\u{202d}a.sif\0"
+            .as_bytes(),
+    );
+    let container = found(dir.path(), 42).unwrap();
+    assert_eq!(container.name.as_deref(), Some("evilfis.exe"));
+    assert_eq!(container.path.as_deref(), Some("/img/a.sif"));
 }
 
 #[test]
@@ -236,21 +308,27 @@ fn the_root_of_the_root_mount_undoes_the_kernels_escapes() {
 fn torchtop_itself_in_apptainer_or_enroot() {
     let dir = tempfile::tempdir().unwrap();
     let (fs_root, proc_root) = (dir.path(), dir.path().join("proc"));
-    std::fs::create_dir_all(&proc_root).unwrap();
+    std::fs::create_dir_all(proc_root.join("1/root")).unwrap();
     assert_eq!(own_runtime(fs_root, &proc_root), None);
+    // The variables alone, on the host (`srun --export=ALL`): none.
+    mount_namespace(&proc_root, "1", HOST_NS);
+    mount_namespace(&proc_root, "self", HOST_NS);
     write(&proc_root, "self/environ", b"SINGULARITY_NAME=a.sif\0");
+    assert_eq!(
+        own_runtime(fs_root, &proc_root),
+        None,
+        "passed on to the host"
+    );
+    std::fs::create_dir(fs_root.join(".singularity.d")).unwrap();
     assert_eq!(own_runtime(fs_root, &proc_root), Some("singularity"));
     write(&proc_root, "self/environ", b"APPTAINER_CONTAINER=/a.sif\0");
     assert_eq!(own_runtime(fs_root, &proc_root), Some("apptainer"));
     write(&proc_root, "self/environ", b"PATH=/bin\0");
-    std::fs::create_dir(fs_root.join(".singularity.d")).unwrap();
     assert_eq!(own_runtime(fs_root, &proc_root), Some("apptainer"));
     std::fs::remove_dir(fs_root.join(".singularity.d")).unwrap();
 
-    // enroot: /.lock, and a mount namespace other than pid 1's.
+    // enroot: /.lock, and a mount namespace and root other than pid 1's.
     write(fs_root, ".lock", b"");
-    mount_namespace(&proc_root, "1", HOST_NS);
-    mount_namespace(&proc_root, "self", HOST_NS);
     assert_eq!(
         own_runtime(fs_root, &proc_root),
         None,
@@ -259,6 +337,14 @@ fn torchtop_itself_in_apptainer_or_enroot() {
     std::fs::remove_file(proc_root.join("self/ns/mnt")).unwrap();
     mount_namespace(&proc_root, "self", JOB_NS);
     assert_eq!(own_runtime(fs_root, &proc_root), Some("enroot"));
+    // The variables count apart from the host without `/.singularity.d`.
+    write(&proc_root, "self/environ", b"APPTAINER_NAME=a.sif\0");
+    assert_eq!(own_runtime(fs_root, &proc_root), Some("apptainer"));
+    write(&proc_root, "self/environ", b"PATH=/bin\0");
+    // A private mount namespace over the host's root (`PrivateTmp=`): not enroot.
+    std::fs::remove_dir(proc_root.join("1/root")).unwrap();
+    std::os::unix::fs::symlink(fs_root, proc_root.join("1/root")).unwrap();
+    assert_eq!(own_runtime(fs_root, &proc_root), None, "the host's root");
     // Pid 1's namespace unreadable (not root): a user namespace stands in.
     std::fs::remove_file(proc_root.join("1/ns/mnt")).unwrap();
     write(
