@@ -241,6 +241,18 @@ def _cuda_ready(torch):
         return False
 
 
+def _cuda_initializing(torch):
+    """Whether some thread is inside torch.cuda._lazy_init now (it holds the lock that
+    _lazy_call takes). A torch without that lock has nothing to wait for; an error counts as
+    yes: the caller then hands its call to the agent's thread, which may wait where the program
+    must not."""
+    try:
+        lock = getattr(torch.cuda, "_initialization_lock", None)
+        return lock is not None and bool(lock.locked())
+    except Exception:
+        return True
+
+
 def _argv():
     try:
         return [str(a) for a in sys.argv]
@@ -506,6 +518,9 @@ class _Agent:
         # and by a tick from step(), which never waits for it.
         self.io_lock = threading.Lock()
         self.step_tick_ns = 0  # the training thread's CPU time in those ticks (for benchmarks)
+        # Work for this thread that another thread could not do safely (queueing a call with
+        # torch.cuda._lazy_call while CUDA initializes): run before the next select().
+        self.handed_over = deque(maxlen=8)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def bind(self):
@@ -612,6 +627,15 @@ class _Agent:
         except OSError:
             pass
 
+    def on_agent_thread(self):
+        return self.thread is not None and self.thread is threading.current_thread()
+
+    def hand_over(self, fn):
+        """Runs ``fn`` on the agent's thread, soon."""
+        if fn not in self.handed_over:
+            self.handed_over.append(fn)
+        self.wake()
+
     def shutdown(self, unlink):
         self.stopping = True
         self.wake()
@@ -665,6 +689,8 @@ class _Agent:
                 self.failed = True
                 self._note("select failed: %r" % (e,))
                 return
+            while self.handed_over:
+                self._guarded(self.handed_over.popleft())
             with self.io_lock:
                 for key, mask in events:
                     self._guarded(self._dispatch, key, mask)
@@ -1060,12 +1086,19 @@ class _Agent:
         lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
         if lazy_call is None:
             return  # the first stats reading attaches it, as before
+        if _cuda_initializing(torch) and not self.on_agent_thread():
+            # _lazy_call takes the lock _lazy_init holds (torch 2.7 on), and this thread may be
+            # the one initializing: `torchtop attach` runs the agent's start at any bytecode
+            # boundary of the main thread. Queued from here, the program would wait for good;
+            # the agent's thread only waits for the initialization to end.
+            self.hand_over(self.arm_oom_observer)
+            return
         agent, pid = self, os.getpid()
 
         def attach_after_cuda_init():
             # Any exception here would reach the program as a DeferredCudaCallError.
             try:
-                if os.getpid() == pid:
+                if os.getpid() == pid and not agent.stopping:
                     agent._attach_oom_observer(_torch())
             except Exception:
                 pass
@@ -1350,6 +1383,13 @@ class _History:
         lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
         if lazy_call is None:
             return
+        if _cuda_initializing(torch) and not self.agent.on_agent_thread():
+            # As for the OOM observer: queued from a thread that may hold torch's init lock,
+            # the program would wait for good.
+            with self.lock:
+                self.queued = False
+            self.agent.hand_over(lambda: self.queue(torch))
+            return
         history, pid = self, os.getpid()
 
         def start_recording_after_cuda_init():
@@ -1410,19 +1450,25 @@ class _History:
 
 
 class _TorchImportWatcher:
-    """A one-shot sys.meta_path entry: finds torch with the finders after it, and runs its
-    callbacks once `import torch` has finished executing. It never changes what is imported."""
+    """A sys.meta_path entry: finds torch with the finders after it, and runs its callbacks
+    once `import torch` has finished executing. It never changes what is imported.
+
+    It stays until torch has run: a probe (`importlib.util.find_spec("torch")`, as transformers,
+    accelerate and lightning make when imported) asks for a spec that is then thrown away, and a
+    watcher that left at the first question never saw the import that followed."""
 
     def __init__(self, callback):
         self.callbacks = [callback]
+        self.fired = False
+        self.asking = False  # a finder after us that asks sys.meta_path again
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or self.fired or self.asking:
             return None
-        _unwatch(self)
+        self.asking = True
         try:
             for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
+                find = getattr(finder, "find_spec", None) if finder is not self else None
                 spec = find(name, path, target) if find is not None else None
                 if spec is not None:
                     break
@@ -1430,22 +1476,34 @@ class _TorchImportWatcher:
                 return None
             loader = spec.loader
             run_module = getattr(loader, "exec_module", None)
-            if run_module is None:
+            if run_module is None or getattr(run_module, "_torchtop_watch", None) is self:
                 return spec
-            callbacks = list(self.callbacks)
+            watcher = self
 
             def exec_module(module):
                 run_module(module)
-                for callback in callbacks:
-                    try:
-                        callback()
-                    except Exception:
-                        pass
+                # A loader may be shared (a zip's): only torch itself ends the watch.
+                if getattr(module, "__name__", None) == "torch":
+                    watcher.fire()
 
+            exec_module._torchtop_watch = self
             loader.exec_module = exec_module
             return spec
         except Exception:
             return None
+        finally:
+            self.asking = False
+
+    def fire(self):
+        if self.fired:
+            return
+        self.fired = True
+        _unwatch(self)
+        for callback in list(self.callbacks):
+            try:
+                callback()
+            except Exception:
+                pass
 
 
 def _watch_torch_import(callback):

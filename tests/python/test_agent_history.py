@@ -10,6 +10,7 @@ import json
 import os
 import pickle
 import stat
+import subprocess
 import time
 import unittest
 
@@ -343,6 +344,59 @@ class RecordFromStartTests(TempDirMixin, unittest.TestCase):
         oom = json.loads(out.stdout)["oom"]
         self.assertIsNotNone(oom, "the OOM before any stats reading was not observed")
         self.assertEqual((oom["kind"], oom["source"]), ("oom", "observer"))
+
+    def test_a_probe_for_torch_before_its_import_does_not_end_the_watch(self):
+        """transformers, accelerate and lightning ask importlib.util.find_spec("torch") as they
+        are imported: the watcher left at that question and never saw `import torch`."""
+        program = """
+            import importlib.util, json
+            import torchtop_agent
+            assert torchtop_agent.socket_path(), torchtop_agent.last_error
+            assert importlib.util.find_spec("torch") is not None
+            import torch
+            try:
+                torch.cuda._fake_alloc(0, 1 << 40)
+            except torch.cuda.OutOfMemoryError:
+                pass
+            print(json.dumps({"oom": torchtop_agent._agent.last_oom,
+                              "history": torch.cuda.memory._history}))
+        """
+        env = dict(self.site_env([FAKE_TORCH_DIR]), TORCHTOP_RECORD_HISTORY="all")
+        out = run_python(program, env)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertIsNotNone(result["oom"], "the OOM observer was never attached")
+        self.assertIsNotNone(result["history"], "the recording never started")
+
+    def test_an_agent_started_while_cuda_initializes_does_not_hang_the_program(self):
+        """`torchtop attach` runs the agent's start at a bytecode boundary of the main thread,
+        which may fall inside torch.cuda._lazy_init: queueing a call there waited for good on
+        the lock _lazy_init holds (torch 2.7 on). The start is run as one of the queued calls."""
+        program = """
+            import json, os, subprocess, sys, time
+            import torch
+            import torchtop_agent
+            started = []
+            torch.cuda._lazy_call(lambda: started.append(torchtop_agent.start()))
+            torch.cuda._fake_init([0])
+            deadline = time.monotonic() + 30
+            while not torch._C._oom_observers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            try:
+                torch.cuda._fake_alloc(0, 1 << 40)
+            except torch.cuda.OutOfMemoryError:
+                pass
+            print(json.dumps({"started": started, "oom": torchtop_agent._agent.last_oom}))
+        """
+        try:
+            # -S: no sitecustomize, so the agent starts only where the program starts it.
+            out = run_python(program, self.site_env([FAKE_TORCH_DIR]), timeout=20, args=("-S",))
+        except subprocess.TimeoutExpired:
+            self.fail("the program hung while the agent started during CUDA initialization")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        result = json.loads(out.stdout)
+        self.assertTrue(result["started"] and result["started"][0], result)
+        self.assertIsNotNone(result["oom"], "the observer was attached after the initialization")
 
     def test_a_bad_value_is_said_on_stderr_and_the_program_runs(self):
         result, stderr = self.run_program("everything")

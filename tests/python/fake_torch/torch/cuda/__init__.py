@@ -47,23 +47,37 @@ class OutOfMemoryError(RuntimeError):
     pass
 
 
+# As in torch 2.7 and later: _lazy_call takes the lock that _lazy_init holds while it runs the
+# queued calls (a plain Lock: the same thread cannot take it twice), and is_initialized() stays
+# False until they have run.
+_initialization_lock = threading.Lock()
+_tls = threading.local()
+
+
 def _lazy_call(callable, **kwargs):
-    if _initialized:
-        callable()
-    else:
-        _queued_calls.append(callable)
+    with _initialization_lock:
+        if _initialized:
+            callable()
+        else:
+            _queued_calls.append(callable)
 
 
 def _fake_init(devices=(0,)):
     """What the program's first CUDA use would do: initialize (running the queued calls, as
-    torch.cuda._lazy_init does) and allocate on these devices."""
+    torch.cuda._lazy_init does, under its lock and before is_initialized() turns True) and
+    allocate on these devices."""
     global _initialized
-    if not _initialized:
-        _initialized = True
-        queued = list(_queued_calls)
-        del _queued_calls[:]
-        for call in queued:
-            call()
+    # A queued call that initializes again (as _record_memory_history does) returns at once.
+    if not _initialized and not getattr(_tls, "is_initializing", False):
+        with _initialization_lock:
+            _tls.is_initializing = True
+            try:
+                for call in _queued_calls:  # a call queued meanwhile runs too, as in torch
+                    call()
+                del _queued_calls[:]
+            finally:
+                del _tls.is_initializing
+            _initialized = True
     _used.update(devices)
 
 
