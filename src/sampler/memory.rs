@@ -27,9 +27,12 @@ pub(crate) fn remember_oom(
 ) {
     let (pid, event) = (news.pid, &news.event);
     let unix_seconds = event.ts.unwrap_or_else(now);
-    let known = ooms
-        .iter()
-        .any(|r| r.pid == pid && r.device == event.device && event.ts == Some(r.unix_seconds));
+    // Two users' processes may share a pid (each pid 1 of its container): the user tells them.
+    let known = ooms.iter().any(|r| {
+        (r.uid, r.pid) == (news.uid, pid)
+            && r.device == event.device
+            && event.ts == Some(r.unix_seconds)
+    });
     if known {
         return;
     }
@@ -63,19 +66,17 @@ pub(crate) fn remember_oom(
 fn evicted(ooms: &VecDeque<OomReport>) -> usize {
     use std::collections::HashMap;
     let mut by_user: HashMap<Option<u32>, usize> = HashMap::new();
-    let mut by_process: HashMap<u32, usize> = HashMap::new();
+    let mut by_process: HashMap<(Option<u32>, u32), usize> = HashMap::new();
     for report in ooms {
         *by_user.entry(report.uid).or_default() += 1;
-        *by_process.entry(report.pid).or_default() += 1;
+        *by_process.entry((report.uid, report.pid)).or_default() += 1;
     }
     let user_most = by_user.values().copied().max().unwrap_or(0);
     let theirs = |r: &&OomReport| by_user.get(&r.uid) == Some(&user_most);
-    let process_most = (ooms.iter().filter(theirs))
-        .filter_map(|r| by_process.get(&r.pid).copied())
-        .max()
-        .unwrap_or(0);
+    let held = |r: &OomReport| by_process.get(&(r.uid, r.pid)).copied();
+    let process_most = (ooms.iter().filter(theirs)).filter_map(held).max();
     (ooms.iter())
-        .position(|r| theirs(&r) && by_process.get(&r.pid) == Some(&process_most))
+        .position(|r| theirs(&r) && held(r) == process_most)
         .unwrap_or(0)
 }
 
@@ -364,6 +365,24 @@ mod tests {
             41.0,
             "the newest is kept"
         );
+    }
+
+    /// Two containers' processes, both pid 1, of two users, with OOMs at the same second: two
+    /// reports, not one taken for the other's repeat.
+    #[test]
+    fn two_users_processes_of_one_pid_keep_their_own_reports() {
+        let mut ooms = VecDeque::new();
+        let event = AgentEvent {
+            kind: "oom".into(),
+            device: Some(0),
+            ts: Some(1000.0),
+            ..Default::default()
+        };
+        remember_oom(&mut ooms, &news(1, 1000, &event), &[]);
+        remember_oom(&mut ooms, &news(1, 1001, &event), &[]);
+        remember_oom(&mut ooms, &news(1, 1001, &event), &[]);
+        let users: Vec<Option<u32>> = ooms.iter().map(|r| r.uid).collect();
+        assert_eq!(users, [Some(1000), Some(1001)]);
     }
 
     /// One OOM from each of 40 processes of one user (each holds as few as the victim's) must

@@ -145,3 +145,50 @@ fn two_agents_of_pid_1_in_two_pid_namespaces_both_show() {
     });
     assert!(first_path.exists() && second_path.exists(), "{doc}");
 }
+
+/// A monitor in a PID namespace of its own sees neither agent's process (SO_PEERCRED says pid
+/// 0): a name with a namespace gives a pid of that namespace, not one NVML reports, and taken
+/// as one it put the agent's figures on the monitor's own pid 1 (a review).
+#[test]
+fn a_monitor_in_its_own_pid_namespace_does_not_take_a_namespaced_name_for_its_pid() {
+    if !is_root() {
+        println!("skipped: unshare --pid needs root");
+        return;
+    }
+    if !crate::ci::require_program("python3") || !crate::ci::require_program("unshare") {
+        return;
+    }
+    let base = open_base();
+    let shared = dir_of(&base.path().join("agents"), 0, 0o700);
+    // Something of ours listens on 1.sock (no agent: it never says hello), so the agent of
+    // pid 1 in its namespace serves under 1.<inode>.sock.
+    let _plain = std::os::unix::net::UnixListener::bind(shared.join("1.sock")).unwrap();
+    let Some((_agent, pid, path)) = agent_in_own_pid_namespace(&shared) else {
+        return;
+    };
+    assert_eq!(pid, 1);
+    assert_ne!(path, shared.join("1.sock"), "{}", path.display());
+    // Only the namespaced name is left to read.
+    std::fs::remove_file(shared.join("1.sock")).unwrap();
+    // NVML (the stand-in) reports pid 1, as it would for the monitor's own namespace's init.
+    let scenario = gpu_with(&[1]);
+    for _ in 0..3 {
+        let output = output_within_patience(
+            Command::new("unshare")
+                .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+                .arg(crate::common::torchtop_binary())
+                .args(["--once", "--json"])
+                .envs(scenario.env())
+                .env("TORCHTOP_AGENT_DIR", &shared)
+                .env_remove("XDG_RUNTIME_DIR"),
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+        assert!(!has_agent(&doc, 1), "the agent's figures on pid 1: {doc}");
+    }
+    assert!(path.exists());
+}

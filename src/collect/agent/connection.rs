@@ -74,7 +74,7 @@ pub(crate) struct Opened {
 pub(crate) fn open(
     path: &Path,
     through: &Path,
-    file_pid: u32,
+    file: SocketName,
     owner: u32,
 ) -> Result<Opened, Refusal> {
     let unreachable = |reason: String| Refusal {
@@ -94,10 +94,20 @@ pub(crate) fn open(
         });
     }
     if peer_pid == 0 {
-        // The server is in a pid namespace this one cannot see: its own name is all there is.
+        if file.pid_ns.is_some() {
+            // A name with a namespace carries a pid of that namespace, not one of the host's
+            // (NVML's): taken as a pid here, it put one process's figures on another's row.
+            return Err(unreachable(format!(
+                "{} is served from a PID namespace this monitor cannot see, and its name \
+                 gives no pid here (run torchtop in the host's PID namespace to read it)",
+                named(path)
+            )));
+        }
+        // The server is in a pid namespace this one cannot see: its own name is all there is
+        // (the host's pid, which NVML reports, when the agent runs on the host).
         return Ok(Opened {
             stream,
-            peer_pid: file_pid,
+            peer_pid: file.pid,
             start_ticks: None,
         });
     }

@@ -88,12 +88,17 @@ impl AgentHub {
                 continue;
             }
             let socket = listing.socket(&self.dirs[i].path, name);
-            // A name with a PID namespace names a pid of that namespace, which no /proc here
-            // may show: its pid is looked up all the same, since only a refused connect, the
-            // second test, makes any socket stale.
-            if !self.dirs[i].file_pid_alive(file.pid) && nobody_listens(&socket.through) {
-                self.stale(&listing, &socket, (dir, file), owner, now);
-                continue;
+            // A name with a PID namespace names a pid of that namespace, which this /proc says
+            // nothing of (pid 1 is always alive here: a dead container's socket stayed for
+            // good), so a refused connect alone decides; the agents link such a name into place
+            // only once it listens.
+            let pid_gone = file.pid_ns.is_some() || !self.dirs[i].file_pid_alive(file.pid);
+            if pid_gone {
+                let probed = listing.identity(&socket.name);
+                if probed.is_some() && nobody_listens(&socket.through) {
+                    self.stale(&listing, &socket, (dir, file), probed, now, owner);
+                    continue;
+                }
             }
             if opened == self.limits.max_new_per_poll {
                 return false;
@@ -129,7 +134,7 @@ impl AgentHub {
     /// Connects to `socket`, whose name is `key`'s.
     fn connect(&mut self, socket: &Socket, key: (DirId, SocketName), owner: u32, now: Instant) {
         let (dir, file) = key;
-        let opened = match connection::open(&socket.shown, &socket.through, file.pid, owner) {
+        let opened = match connection::open(&socket.shown, &socket.through, file, owner) {
             Ok(opened) => opened,
             Err(refusal) => return self.refuse(key, refusal, now),
         };
@@ -258,17 +263,28 @@ impl AgentHub {
         listing: &Listing,
         socket: &Socket,
         key: (DirId, SocketName),
-        owner: u32,
+        probed: Option<(u64, u64)>,
         now: Instant,
+        owner: u32,
     ) {
         let pid = key.1.pid;
         self.retry_at.insert(key, now + RETRY_AFTER_FAILURE);
         if owner != effective_uid() || self.is_named_by_a_process(key.0) {
             return;
         }
+        // An agent of that pid may have put its live socket there since the probe (taking the
+        // refused one for a leftover, as the hub did): that one is not ours to remove.
+        if listing.identity(&socket.name) != probed {
+            return;
+        }
         let shown = named(&socket.shown);
+        let why = if key.1.pid_ns.is_some() {
+            "nothing listens on it".to_string()
+        } else {
+            format!("pid {pid} is gone")
+        };
         match rustix::fs::unlinkat(&listing.fd, socket.name.as_os_str(), AtFlags::empty()) {
-            Ok(()) => self.push_log(format!("removed stale socket {shown} (pid {pid} is gone)")),
+            Ok(()) => self.push_log(format!("removed stale socket {shown} ({why})")),
             Err(e) => self.push_log(format!(
                 "could not remove stale socket {shown}: {}",
                 std::io::Error::from(e)
@@ -301,6 +317,12 @@ struct Socket {
 }
 
 impl Listing {
+    /// The device and inode of the entry `name` itself (a link is not followed).
+    fn identity(&self, name: &Path) -> Option<(u64, u64)> {
+        let stat = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        Some((stat.st_dev, stat.st_ino))
+    }
+
     fn open(fd: OwnedFd) -> std::io::Result<Self> {
         let dir = Dir::read_from(&fd)?;
         Ok(Listing { fd, dir })
@@ -436,9 +458,29 @@ mod tests {
         assert_eq!(
             hub.log(),
             [format!(
-                "removed stale socket {} (pid 999999999 is gone)",
+                "removed stale socket {} (nothing listens on it)",
                 named(&stale)
             )]
         );
+    }
+
+    /// A dead container's `1.<inode>.sock`: pid 1 is always alive in the monitor's /proc, so
+    /// the pid told nothing and the socket stayed for good (a review). The refused connection
+    /// alone makes it stale; a live one of the same form stays.
+    #[test]
+    fn a_namespaced_socket_nothing_listens_on_is_removed_whatever_its_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let dead = dir.path().join("1.4026532175.sock");
+        drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+        let plain = dir.path().join("1.sock");
+        drop(std::os::unix::net::UnixListener::bind(&plain).unwrap());
+        let live = dir.path().join("1.4026532176.sock");
+        let _agent = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let mut hub = AgentHub::new(dir.path().to_path_buf());
+        hub.poll();
+        assert!(!dead.exists(), "{:?}", hub.log());
+        assert!(live.exists(), "{:?}", hub.log());
+        assert!(plain.exists(), "pid 1 is alive here: a plain name is kept");
     }
 }
