@@ -301,6 +301,16 @@ mod tests {
         );
     }
 
+    /// An `oom` event on device 0 at `ts`.
+    fn oom_at(ts: f64) -> AgentEvent {
+        AgentEvent {
+            kind: "oom".into(),
+            device: Some(0),
+            ts: Some(ts),
+            ..Default::default()
+        }
+    }
+
     /// An event from the agent of `pid`, whose socket directory is `uid`'s.
     fn news(pid: u32, uid: u32, event: &AgentEvent) -> AgentNews {
         AgentNews {
@@ -344,12 +354,7 @@ mod tests {
     #[test]
     fn a_process_that_floods_oom_reports_pushes_out_only_its_own() {
         let mut ooms = VecDeque::new();
-        let event = |ts: f64| AgentEvent {
-            kind: "oom".into(),
-            device: Some(0),
-            ts: Some(ts),
-            ..Default::default()
-        };
+        let event = oom_at;
         remember_oom(&mut ooms, &news(7, 0, &event(1.0)), &[]);
         for i in 0..40 {
             remember_oom(
@@ -390,12 +395,7 @@ mod tests {
     #[test]
     fn a_user_whose_many_processes_each_report_an_oom_pushes_out_only_their_own() {
         let mut ooms = VecDeque::new();
-        let event = |ts: f64| AgentEvent {
-            kind: "oom".into(),
-            device: Some(0),
-            ts: Some(ts),
-            ..Default::default()
-        };
+        let event = oom_at;
         remember_oom(&mut ooms, &news(7, 0, &event(1.0)), &[]);
         for i in 0..40 {
             let flood = news(1000 + i, 65534, &event(2.0 + f64::from(i)));

@@ -54,18 +54,23 @@ pub fn process_row(doc: &Value, pid: u32) -> &Value {
 /// `torchtop --once --json` over the fixture tree `fs_root` (`TORCHTOP_FS_ROOT`), with the
 /// fake NVML playing `scenario`; it must succeed, and the panic shows its stderr.
 pub fn once_json_in(fs_root: &Path, scenario: &fake_nvml::ScenarioFile) -> Value {
-    let output = output_within_patience(
+    once_json_of(
         Command::new(torchtop_binary())
-            .args(["--once", "--json"])
             .envs(scenario.env())
             .env("TORCHTOP_FS_ROOT", fs_root),
-    );
+    )
+}
+
+/// `command` (torchtop, or a wrapper with torchtop last) with `--once --json` added: its one
+/// document. It must succeed, and the panic shows its stderr.
+pub fn once_json_of(command: &mut Command) -> Value {
+    let output = output_within_patience(command.args(["--once", "--json"]));
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).unwrap()
+    serde_json::from_slice(&output.stdout).expect("one JSON document")
 }
 
 /// Runs `torchtop`, a command that streams one JSON document a line (`--json` without

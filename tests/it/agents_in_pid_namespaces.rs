@@ -12,7 +12,7 @@ use std::process::{ChildStdout, Command, Stdio};
 use serde_json::Value;
 
 use crate::common::fake_nvml::ScenarioFile;
-use crate::common::{output_within_patience, wait_until};
+use crate::common::wait_until;
 use crate::launch_support::{dir_of, fake_torch_dir, first_line, is_root, open_base, Killed};
 
 /// Starts the agent (interval 100 ms) with the stand-in torch on GPU 0, prints its pid and
@@ -85,6 +85,17 @@ fn gpu_with(pids: &[u32]) -> ScenarioFile {
     ScenarioFile::new(&text)
 }
 
+/// `torchtop --once --json`, run by `command` (the binary, or a wrapper before it), reading the
+/// agents in `dir`: its document.
+fn once_json(mut command: Command, scenario: &ScenarioFile, dir: &Path) -> Value {
+    crate::common::once_json_of(
+        command
+            .envs(scenario.env())
+            .env("TORCHTOP_AGENT_DIR", dir)
+            .env_remove("XDG_RUNTIME_DIR"),
+    )
+}
+
 /// Whether `doc` shows the agent's figures on the row of `pid`.
 fn has_agent(doc: &Value, pid: u32) -> bool {
     let rows = doc["processes"].as_array().unwrap();
@@ -92,17 +103,26 @@ fn has_agent(doc: &Value, pid: u32) -> bool {
     row.is_some_and(|r| r["torch"]["devices"][0]["allocated_bytes"].is_u64())
 }
 
-#[test]
-fn two_agents_of_pid_1_in_two_pid_namespaces_both_show() {
+/// A directory of root's for agents to share, where this machine lets the test unshare PID
+/// namespaces; `None` (having said why) where it does not. The first value keeps it.
+fn shared_agent_dir() -> Option<(tempfile::TempDir, PathBuf)> {
     if !is_root() {
         println!("skipped: unshare --pid needs root");
-        return;
+        return None;
     }
     if !crate::ci::require_program("python3") || !crate::ci::require_program("unshare") {
-        return;
+        return None;
     }
     let base = open_base();
     let shared = dir_of(&base.path().join("agents"), 0, 0o700);
+    Some((base, shared))
+}
+
+#[test]
+fn two_agents_of_pid_1_in_two_pid_namespaces_both_show() {
+    let Some((_base, shared)) = shared_agent_dir() else {
+        return;
+    };
     let Some((_first, first_pid, first_path)) = agent_in_own_pid_namespace(&shared) else {
         return;
     };
@@ -128,19 +148,11 @@ fn two_agents_of_pid_1_in_two_pid_namespaces_both_show() {
     let scenario = gpu_with(&pids);
     let mut doc = Value::Null;
     wait_until("the monitor to show both agents' figures", || {
-        let output = output_within_patience(
-            Command::new(crate::common::torchtop_binary())
-                .args(["--once", "--json"])
-                .envs(scenario.env())
-                .env("TORCHTOP_AGENT_DIR", &shared)
-                .env_remove("XDG_RUNTIME_DIR"),
+        doc = once_json(
+            Command::new(crate::common::torchtop_binary()),
+            &scenario,
+            &shared,
         );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        doc = serde_json::from_slice(&output.stdout).expect("one JSON document");
         pids.iter().all(|&pid| has_agent(&doc, pid))
     });
     assert!(first_path.exists() && second_path.exists(), "{doc}");
@@ -151,15 +163,9 @@ fn two_agents_of_pid_1_in_two_pid_namespaces_both_show() {
 /// as one it put the agent's figures on the monitor's own pid 1 (a review).
 #[test]
 fn a_monitor_in_its_own_pid_namespace_does_not_take_a_namespaced_name_for_its_pid() {
-    if !is_root() {
-        println!("skipped: unshare --pid needs root");
+    let Some((_base, shared)) = shared_agent_dir() else {
         return;
-    }
-    if !crate::ci::require_program("python3") || !crate::ci::require_program("unshare") {
-        return;
-    }
-    let base = open_base();
-    let shared = dir_of(&base.path().join("agents"), 0, 0o700);
+    };
     // Something of ours listens on 1.sock (no agent: it never says hello), so the agent of
     // pid 1 in its namespace serves under 1.<inode>.sock.
     let _plain = std::os::unix::net::UnixListener::bind(shared.join("1.sock")).unwrap();
@@ -173,21 +179,11 @@ fn a_monitor_in_its_own_pid_namespace_does_not_take_a_namespaced_name_for_its_pi
     // NVML (the stand-in) reports pid 1, as it would for the monitor's own namespace's init.
     let scenario = gpu_with(&[1]);
     for _ in 0..3 {
-        let output = output_within_patience(
-            Command::new("unshare")
-                .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
-                .arg(crate::common::torchtop_binary())
-                .args(["--once", "--json"])
-                .envs(scenario.env())
-                .env("TORCHTOP_AGENT_DIR", &shared)
-                .env_remove("XDG_RUNTIME_DIR"),
-        );
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let doc: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+        let mut unshare = Command::new("unshare");
+        unshare
+            .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+            .arg(crate::common::torchtop_binary());
+        let doc = once_json(unshare, &scenario, &shared);
         assert!(!has_agent(&doc, 1), "the agent's figures on pid 1: {doc}");
     }
     assert!(path.exists());

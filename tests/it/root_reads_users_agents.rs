@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common::fake_nvml::ScenarioFile;
-use crate::common::{output_within_patience, wait_until};
+use crate::common::wait_until;
 use crate::launch_support::{
     dir_of, fake_torch_dir, is_root, listing, nobody_python, open_base, python_as,
     python_for_nobody, spawn_python, Killed, NOBODY,
@@ -41,19 +41,12 @@ fn gpu_with(pids: &[u32]) -> ScenarioFile {
 
 /// `torchtop --once --json` as root, reading its own agents from `own` (empty).
 fn once(scenario: &ScenarioFile, own: &Path) -> Value {
-    let output = output_within_patience(
+    crate::common::once_json_of(
         Command::new(crate::common::torchtop_binary())
-            .args(["--once", "--json"])
             .envs(scenario.env())
             .env("TORCHTOP_AGENT_DIR", own)
             .env_remove("XDG_RUNTIME_DIR"),
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("one JSON document")
+    )
 }
 
 fn row(doc: &Value, pid: u32) -> Option<&Value> {
