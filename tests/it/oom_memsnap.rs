@@ -28,6 +28,13 @@ except torch.cuda.OutOfMemoryError:
     AFTER
 ";
 
+/// [`OOM_SCRIPT`] with what comes before the allocation (`wait`) and after the error.
+fn oom_script(wait: &str, after: &str) -> String {
+    OOM_SCRIPT
+        .replace("WAIT_FOR_MONITOR", wait)
+        .replace("AFTER", after)
+}
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -104,9 +111,7 @@ fn an_oom_under_record_history_leaves_a_private_snapshot_and_a_critical_warning(
         return;
     }
     let (_scratch, agents) = agent_dir();
-    let script = OOM_SCRIPT
-        .replace("WAIT_FOR_MONITOR", "")
-        .replace("AFTER", "while True: time.sleep(0.05)");
+    let script = oom_script("", "while True: time.sleep(0.05)");
     let child = Killed(run_script(&agents, true, &script));
     let pid = child.0.id();
     wait_until("the OOM snapshot file", || oom_files(&agents).len() == 1);
@@ -167,17 +172,11 @@ fn an_oom_the_program_steps_on_from_is_a_warning_in_once() {
         return;
     }
     let (_scratch, agents) = agent_dir();
-    let script = OOM_SCRIPT
-        .replace(
-            "WAIT_FOR_MONITOR",
-            "import torchtop_agent\nfor _ in range(3): torchtop_agent.step()",
-        )
-        .replace(
-            "AFTER",
-            "while True:\n        torchtop_agent.step()\n        time.sleep(0.05)",
-        );
-    // Under --record-history, as the other tests here: the agent attaches PyTorch's OOM
-    // observer at start, before any monitor has connected.
+    let script = oom_script(
+        "import torchtop_agent\nfor _ in range(3): torchtop_agent.step()",
+        "while True:\n        torchtop_agent.step()\n        time.sleep(0.05)",
+    );
+    // Under --record-history, as the other tests here.
     let child = Killed(run_script(&agents, true, &script));
     let pid = child.0.id();
     let scenario = one_gpu_with(pid);
@@ -209,12 +208,10 @@ fn the_oom_warning_outlives_the_process_it_killed() {
     }
     let (_scratch, agents) = agent_dir();
     // The program waits for the monitor to connect, then dies of the OOM, as a job does.
-    let script = OOM_SCRIPT
-        .replace(
-            "WAIT_FOR_MONITOR",
-            "import torchtop_agent\nwhile not torchtop_agent._agent.clients: time.sleep(0.01)",
-        )
-        .replace("AFTER", "raise");
+    let script = oom_script(
+        "import torchtop_agent\nwhile not torchtop_agent._agent.clients: time.sleep(0.01)",
+        "raise",
+    );
     let child = Arc::new(Mutex::new(run_script(&agents, true, &script)));
     let pid = child.lock().unwrap().id();
     let scenario = one_gpu_with(pid);
