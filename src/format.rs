@@ -328,6 +328,19 @@ pub(crate) fn missing_gpus(chosen: &[u32], count: usize) -> Option<String> {
     })
 }
 
+/// The longest start of `text` of at most `bytes` bytes that ends on a character: the bound
+/// put on text from another process (a label, a log line, an environment value).
+pub(crate) fn within_bytes(text: &str, bytes: usize) -> &str {
+    if text.len() <= bytes {
+        return text;
+    }
+    let mut end = bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Cuts `text` to at most `width` characters, marking the cut with "…".
 pub(crate) fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -489,6 +502,15 @@ pub(crate) fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_bytes_ends_on_a_character() {
+        assert_eq!(within_bytes("abc", 3), "abc");
+        // 'é' is two bytes: a cut inside it keeps the text before it.
+        assert_eq!(within_bytes("aéb", 2), "a");
+        assert_eq!(within_bytes("aéb", 3), "aé");
+        assert_eq!(within_bytes("é", 0), "");
+    }
 
     #[test]
     fn bytes_use_binary_units() {

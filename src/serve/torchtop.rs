@@ -43,11 +43,7 @@ impl OwnFigures {
 }
 
 fn truncated(text: &str) -> String {
-    let mut end = text.len().min(MAX_LABEL_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    crate::format::within_bytes(text, MAX_LABEL_BYTES).to_string()
 }
 
 /// Host, pid and job labels of a process; `gpu` is added where a row is about one GPU.

@@ -156,14 +156,8 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 
 /// The first `max` bytes of `text` (fewer, to end on a character), and whether that cut any.
 fn cut_at(text: &str, max: usize) -> (&str, bool) {
-    if text.len() <= max {
-        return (text, false);
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&text[..end], true)
+    let kept = crate::format::within_bytes(text, max);
+    (kept, kept.len() < text.len())
 }
 
 impl<'de> de::Deserialize<'de> for Scalar {

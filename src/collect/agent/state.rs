@@ -146,10 +146,7 @@ impl Log {
     /// Adds a line, cut to [`MAX_LOG_LINE`] bytes: a line can carry a path a user chose.
     pub(crate) fn push(&mut self, mut line: String) {
         if line.len() > MAX_LOG_LINE {
-            let mut end = MAX_LOG_LINE;
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = crate::format::within_bytes(&line, MAX_LOG_LINE).len();
             line.truncate(end);
             line.push('…');
         }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use super::host::parse_kib_value;
 use super::{pid_dir, read_bytes, read_parsed, ParseError, ProcError};
+use crate::format::within_bytes;
 use crate::model::{ContainerVars, LaunchEnv};
 
 /// The fields of /proc/PID/stat torchtop uses.
@@ -186,7 +187,7 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
             continue;
         };
         let text = || Some(value.to_string());
-        let cut = || Some(cut_to(value, ContainerVars::MOST_BYTES).to_string());
+        let cut = || Some(within_bytes(value, ContainerVars::MOST_BYTES).to_string());
         let number = || value.trim().parse::<u32>().ok();
         match key {
             "CUDA_VISIBLE_DEVICES" => env.cuda_visible_devices = text(),
@@ -218,18 +219,6 @@ pub(crate) fn parse_environ(text: &str) -> LaunchEnv {
         }
     }
     env
-}
-
-/// `text` cut to at most `most` bytes, at a character's boundary.
-fn cut_to(text: &str, most: usize) -> &str {
-    if text.len() <= most {
-        return text;
-    }
-    let mut end = most;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// /proc/PID/task/TID/children: the pids the thread forked, space-separated.
