@@ -1083,27 +1083,39 @@ class _Agent:
         if _cuda_ready(torch):
             self._attach_oom_observer(torch)
             return
+        # Without torch.cuda._lazy_call, the first stats reading attaches it, as before.
+        self.after_cuda_init(torch, self._attach_oom_observer_now, again=self.arm_oom_observer)
+
+    def _attach_oom_observer_now(self):
+        self._attach_oom_observer(_torch())
+
+    def after_cuda_init(self, torch, call, again):
+        """Has torch run ``call`` right after the program's CUDA initialization
+        (torch.cuda._lazy_call), in this process only and never raising into torch, where an
+        exception reaches the program as a DeferredCudaCallError. From a thread that may be the
+        one initializing, ``again`` goes to the agent's thread instead: _lazy_call takes the lock
+        _lazy_init holds (torch 2.7 on), and `torchtop attach` runs the agent's start at any
+        bytecode boundary of the main thread, so queued from there the program would wait for
+        good, where the agent's thread only waits the initialization out. True when queued."""
         lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
         if lazy_call is None:
-            return  # the first stats reading attaches it, as before
+            return False
         if _cuda_initializing(torch) and not self.on_agent_thread():
-            # _lazy_call takes the lock _lazy_init holds (torch 2.7 on), and this thread may be
-            # the one initializing: `torchtop attach` runs the agent's start at any bytecode
-            # boundary of the main thread. Queued from here, the program would wait for good;
-            # the agent's thread only waits for the initialization to end.
-            self.hand_over(self.arm_oom_observer)
-            return
+            self.hand_over(again)
+            return False
         agent, pid = self, os.getpid()
 
-        def attach_after_cuda_init():
-            # Any exception here would reach the program as a DeferredCudaCallError.
+        def after_cuda_init():
             try:
                 if os.getpid() == pid and not agent.stopping:
-                    agent._attach_oom_observer(_torch())
+                    call()
             except Exception:
                 pass
 
-        lazy_call(attach_after_cuda_init)
+        # Named after what it runs: torch's queue (and a test) can tell which is which.
+        after_cuda_init.__name__ = "after_cuda_init_" + getattr(call, "__name__", "call")
+        lazy_call(after_cuda_init)
+        return True
 
     def _arm_after_import(self):
         if _torch() is not None and not self.stopping:
@@ -1380,27 +1392,11 @@ class _History:
             if self.queued:
                 return
             self.queued = True
-        lazy_call = getattr(getattr(torch, "cuda", None), "_lazy_call", None)
-        if lazy_call is None:
-            return
-        if _cuda_initializing(torch) and not self.agent.on_agent_thread():
-            # As for the OOM observer: queued from a thread that may hold torch's init lock,
-            # the program would wait for good.
+        queued = self.agent.after_cuda_init(torch, self.apply_deferred,
+                                            again=lambda: self.queue(torch))
+        if not queued:
             with self.lock:
                 self.queued = False
-            self.agent.hand_over(lambda: self.queue(torch))
-            return
-        history, pid = self, os.getpid()
-
-        def start_recording_after_cuda_init():
-            # Any exception here would reach the program as a DeferredCudaCallError.
-            try:
-                if os.getpid() == pid:
-                    history.apply_deferred()
-            except Exception:
-                pass
-
-        lazy_call(start_recording_after_cuda_init)
 
     def apply(self):
         """Makes torch record as wanted (CUDA is initialized). True when something changed;

@@ -130,7 +130,7 @@ import torchtop_agent  # started by the sitecustomize, before torch is imported
 import torch
 
 out = {"initialized_after_import": torch.cuda.is_initialized()}
-ours = [c for c, _ in torch.cuda._queued_calls if "start_recording" in getattr(c, "__name__", "")]
+ours = [c for c, _ in torch.cuda._queued_calls if "apply_deferred" in getattr(c, "__name__", "")]
 out["queued_by_the_import_hook"] = len(ours)
 try:
     inspect.signature(torch.cuda.memory._record_memory_history).bind(
