@@ -85,6 +85,17 @@ pub(crate) fn agent_socket_names(dir: &Path, pid: u32, pid_ns: Option<u64>) -> A
     }
 }
 
+/// Whether the kernel refuses a connection to the socket at `path`: nothing listens on it, the
+/// one proof that a socket is stale, for the hub and the agents alike. A full backlog, or an
+/// error that tells nothing, counts as a live listener's. A pid the reader's /proc does not
+/// show is no such proof: a monitor in a pid namespace of its own (`unshare --pid`, a container
+/// sharing the agent directory) sees none of the host's processes, and removing their sockets
+/// cut live training jobs off from every monitor.
+pub(crate) fn nobody_listens(path: &Path) -> bool {
+    let refused = crate::sys::connect_unix_nonblocking(path).map_err(|e| e.raw_os_error());
+    matches!(refused, Err(Some(libc::ECONNREFUSED | libc::ENOENT)))
+}
+
 /// A socket directory that passed [`check_socket_dir`]: its owner, and which directory it is
 /// (device and inode), since two paths can lead to one directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

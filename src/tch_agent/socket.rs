@@ -10,8 +10,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-use crate::protocol::sockets::AgentSocketNames;
-use crate::sys::{connect_unix_nonblocking, effective_uid, peer_credentials};
+use crate::protocol::sockets::{nobody_listens, AgentSocketNames};
+use crate::sys::{effective_uid, peer_credentials};
 
 /// A socket file's device and inode: which file a path led to when it was bound.
 pub(crate) type FileId = (u64, u64);
@@ -83,12 +83,10 @@ fn remove_any_socket(path: &Path) {
     }
 }
 
-/// Whether something listens on the socket at `path`. Only a refused connection says not: a
-/// full backlog, or an error that tells nothing, counts as a live listener's, which is never
-/// removed.
+/// Whether something listens on the socket at `path` ([`nobody_listens`]): a live listener's
+/// socket is never removed.
 fn listened(path: &Path) -> bool {
-    let refused = connect_unix_nonblocking(path).map_err(|e| e.raw_os_error());
-    !matches!(refused, Err(Some(libc::ECONNREFUSED | libc::ENOENT)))
+    !nobody_listens(path)
 }
 
 /// Removes a stale socket of ours at `path` (left by an earlier process that had our pid, one

@@ -19,7 +19,7 @@ use super::dirs::MAX_NAMED_ENTRIES;
 use super::evict::{self, Held};
 use super::{AgentHub, DirId, HubConn, RETRY_AFTER_BAD_INPUT, RETRY_AFTER_FAILURE};
 use crate::format::path::named;
-use crate::protocol::sockets::{open_checked_dir, CheckedDir};
+use crate::protocol::sockets::{nobody_listens, open_checked_dir, CheckedDir};
 use crate::sys::effective_uid;
 
 /// Directory entries looked at per poll: a directory of a million files costs a bounded scan.
@@ -291,15 +291,6 @@ impl AgentHub {
             )),
         }
     }
-}
-
-/// Whether the kernel refuses a connection to the socket: nothing listens on it. A pid this
-/// monitor's /proc does not show is not proof of that: a monitor in a pid namespace of its own
-/// (`unshare --pid`, a container sharing the agent directory) sees none of the host's
-/// processes, and removing their sockets cut live training jobs off from every monitor.
-fn nobody_listens(through: &Path) -> bool {
-    let refused = crate::sys::connect_unix_nonblocking(through).map_err(|e| e.raw_os_error());
-    matches!(refused, Err(Some(libc::ECONNREFUSED | libc::ENOENT)))
 }
 
 /// A directory opened for one listing: what was checked, and the entries read from it.
