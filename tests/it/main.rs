@@ -30,6 +30,7 @@ mod json_contract;
 mod kubernetes_e2e;
 mod memsnap;
 mod mig_fake_nvml;
+mod nvml_call_counts;
 mod once_fake_nvml;
 mod once_filters;
 mod oom_memsnap;

@@ -99,7 +99,7 @@ impl<'de> Deserialize<'de> for ReturnCode {
 }
 
 /// One NVML query family; used to mark a GPU's fields unsupported or hanging.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Field {
     Name,

@@ -14,6 +14,10 @@ use crate::scenario::{Field, GpuSpec, Scenario, TimeOrigin, MAX_GPUS};
 
 /// Names the scenario file; read again by every init call.
 pub const SCENARIO_ENV: &str = "TORCHTOP_FAKE_NVML_SCENARIO";
+/// Names a file that, when set, holds how many device calls of each query family were made so
+/// far (one `Field count` line each, rewritten at every call), so that a test can tell how
+/// often torchtop asks for something.
+pub const CALL_COUNTS_ENV: &str = "TORCHTOP_FAKE_NVML_CALL_COUNTS";
 /// Least time between two checks of the scenario file's modification stamp.
 const RELOAD_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -25,6 +29,8 @@ struct Runtime {
     source: Option<WatchedFile>,
     /// Process-list calls so far, per (GPU slot, graphics list?).
     list_calls: HashMap<(usize, bool), u64>,
+    /// Device calls so far per query family, kept only while [`CALL_COUNTS_ENV`] names a file.
+    call_counts: Option<(PathBuf, HashMap<Field, u64>)>,
 }
 
 struct WatchedFile {
@@ -116,6 +122,7 @@ pub fn init() -> nvmlReturn_t {
         scenario: Arc::new(scenario),
         source,
         list_calls: HashMap::new(),
+        call_counts: std::env::var_os(CALL_COUNTS_ENV).map(|path| (path.into(), HashMap::new())),
     });
     abi::NVML_SUCCESS
 }
@@ -187,6 +194,18 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// Counts a device call and rewrites the counts' file (see [`CALL_COUNTS_ENV`]).
+    fn count_call(&mut self, field: Field) {
+        let Some((path, counts)) = self.call_counts.as_mut() else {
+            return;
+        };
+        *counts.entry(field).or_insert(0) += 1;
+        let mut lines: Vec<String> = counts.iter().map(|(f, n)| format!("{f:?} {n}\n")).collect();
+        lines.sort();
+        // A test reads the file once torchtop has exited; a failed write only loses the count.
+        let _ = std::fs::write(path, lines.concat());
     }
 
     /// Slots of the GPUs present at t, in index order.
@@ -282,6 +301,7 @@ pub fn device_call(
         let Some(slot) = slot_of(handle) else {
             return abi::NVML_ERROR_INVALID_ARGUMENT;
         };
+        rt.count_call(field);
         let t = rt.t();
         let present = rt.present_slots(t);
         let Some(index) = present.iter().position(|s| *s == slot) else {
