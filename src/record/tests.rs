@@ -394,3 +394,29 @@ fn a_fifo_is_refused_without_waiting() {
         .unwrap_err();
     assert!(error.0.contains("is not a regular file"), "{}", error.0);
 }
+
+#[test]
+fn an_oom_report_that_comes_after_the_first_frame_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("oom.ttrec");
+    let mut writer = FileWriter::create(options(&path)).unwrap();
+    let mut frames = vec![snapshot(0), snapshot(1), snapshot(2)];
+    for frame in &mut frames[1..] {
+        Arc::make_mut(frame).ooms.push(crate::model::OomReport {
+            pid: 556,
+            requested_bytes: Some(200 << 30),
+            unix_seconds: 1_800_000_000.5,
+            ..Default::default()
+        });
+    }
+    for frame in &frames {
+        writer.write(frame).unwrap();
+    }
+    writer.finish().unwrap();
+    let mut recording = Recording::open(&path).unwrap();
+    let mut cursor = Cursor::default();
+    for (i, frame) in frames.iter().enumerate() {
+        let got = recording.snapshot(&mut cursor, i).unwrap();
+        assert_eq!(json(&got), json(frame), "frame {i}");
+    }
+}

@@ -9,7 +9,7 @@ use jiff::tz::TimeZone;
 
 use crate::format::clock::{clock, rfc3339, zone_name};
 use crate::format::{bytes, escape};
-use crate::model::{Severity, Snapshot, Subject, NO_GPU};
+use crate::model::{OomReport, Severity, Snapshot, Subject, NO_GPU};
 use crate::record::marks;
 use crate::record::reader::Cursor;
 use crate::record::{RecordError, Recording};
@@ -85,6 +85,8 @@ struct Tally {
     warnings: BTreeMap<(String, String, Severity), WarningSeen>,
     /// OOMs and state changes: when, and what.
     events: Vec<(f64, String)>,
+    /// The OOM reports from before the first frame listed so far: (uid, pid, time's bits).
+    earlier_ooms: Vec<(Option<u32>, u32, u64)>,
     /// The recording's interval, to tell a gap from a late frame.
     interval: f64,
     /// Stretches with no frame (a full disk, a suspended machine): from, to; the first
@@ -189,6 +191,16 @@ impl Tally {
             seen.last = t;
             seen.frames += 1;
         }
+        // An OOM before the first frame shows in no rise of a counter between frames, and its
+        // report may come a frame or two late (the agent repeats it to a new monitor).
+        let first = self.first.unwrap_or(t);
+        for report in now.ooms.iter().filter(|r| r.unix_seconds < first) {
+            let key = (report.uid, report.pid, report.unix_seconds.to_bits());
+            if !self.earlier_ooms.contains(&key) {
+                self.earlier_ooms.push(key);
+                self.events.push((report.unix_seconds, earlier_oom(report)));
+            }
+        }
         if let Some(before) = before {
             let mask = marks::OOM | marks::GPU_STATE;
             if marks::marks(Some(before), now) & mask != 0 {
@@ -200,6 +212,27 @@ impl Tally {
             }
         }
     }
+}
+
+/// An OOM that its agent reported before the recording's first frame.
+fn earlier_oom(report: &OomReport) -> String {
+    let mut sentence = format!("out of memory before the first frame: pid {}", report.pid);
+    if let Some(command) = &report.command {
+        let _ = write!(sentence, " ({})", escape(command));
+    }
+    if let Some(device) = report.device {
+        let _ = write!(sentence, " on cuda:{device}");
+    }
+    if let Some(asked) = report.requested_bytes {
+        let _ = write!(sentence, " asking for {}", bytes(asked));
+    }
+    if let Some(free) = report.device_free_bytes {
+        let _ = write!(sentence, " with {} free", bytes(free));
+    }
+    if let Some(path) = &report.snapshot_path {
+        let _ = write!(sentence, "; snapshot: {}", escape(path));
+    }
+    sentence
 }
 
 /// Reads the frames of `range` and writes the summary, its times in `zone`.
@@ -279,7 +312,15 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
     let events: Vec<String> = tally
         .events
         .iter()
-        .map(|(t, sentence)| format!("  {}  {sentence}", clock(*t, zone)))
+        .map(|(t, sentence)| {
+            // Before the recording: maybe another day.
+            let when = if *t < first {
+                rfc3339(*t, zone)
+            } else {
+                clock(*t, zone)
+            };
+            format!("  {when}  {sentence}")
+        })
         .collect();
     section(&mut out, "OOMs and GPU state changes", &events);
     render_gaps(&mut out, tally, zone);

@@ -637,3 +637,30 @@ fn a_json_reader_that_goes_away_ends_the_lines_not_the_recording() {
     assert!(ok, "{stderr}");
     assert!(replayed.len() >= 3, "{} frames: {stderr}", replayed.len());
 }
+
+/// A recording torchtop made on an H200 (2026-12-04, 21 frames, a model training beside a
+/// program that had run out of memory 16 s before the first frame): a recording of an older
+/// build still replays, and the summary names the OOM although no counter rose while recording.
+#[test]
+fn a_recording_made_on_an_h200_summarizes_the_oom_from_before_its_first_frame() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings/h200_train.ttrec");
+    let out = torchtop(&["--utc", "replay", path_str(&file), "--summary"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    assert!(summary.contains("(0:20, 21 frames)"), "{summary}");
+    assert!(
+        summary.contains("GPU 0 NVIDIA H200: utilization 100%"),
+        "{summary}"
+    );
+    let ooms = summary
+        .split("OOMs and GPU state changes")
+        .nth(1)
+        .and_then(|rest| rest.split("Gaps in the recording").next())
+        .expect("the OOM section");
+    assert!(
+        ooms.contains("2026-12-04T16:03:17Z  out of memory before the first frame: pid 556")
+            && ooms.contains("asking for 200.0GiB with 138.3GiB free; snapshot: /tmp/torchtop-gpu.SUujWi/agents/556-oom-20261204-160323.pickle"),
+        "{summary}"
+    );
+}
