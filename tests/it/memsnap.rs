@@ -18,7 +18,8 @@ use common::PATIENCE;
 use serde_json::Value;
 
 /// Fixtures that must read the same in torchtop and in _memory_viz.
-const SNAPSHOTS: [&str; 7] = [
+const SNAPSHOTS: [&str; 8] = [
+    "h200_torch_2_11_oom.pickle",
     "oom.pickle",
     "oom_protocol2.pickle",
     "oom_protocol5.pickle",
@@ -187,6 +188,30 @@ fn trace_events_and_the_oom_match_memory_viz_trace() {
             }
         }
     }
+}
+
+/// The one snapshot here that real CUDA torch wrote: the agent's OOM observer on an H200
+/// (torch 2.11.0+cu130, 2026-12-04), for a program that held four 256 MiB blocks and asked for
+/// 200 GiB (`tests/bench/on_a_gpu.sh`'s oom.py).
+#[test]
+fn a_snapshot_torch_wrote_on_an_h200_at_an_oom_reads_as_it_happened() {
+    let doc = json("h200_torch_2_11_oom.pickle");
+    let device = &doc["devices"][0];
+    assert_eq!(device["segments"], 4, "{device}");
+    assert_eq!(device["allocated_bytes"], 1u64 << 30, "{device}");
+    let oom = &device["oom"];
+    assert_eq!(oom["requested_bytes"], 200u64 << 30, "{oom}");
+    assert_eq!(oom["device_free_bytes"], 148_483_670_016u64, "{oom}");
+    assert_eq!(
+        oom["stack"],
+        serde_json::json!(["<module> (oom.py:6)", "too_big (oom.py:4)"])
+    );
+    assert_eq!(doc["stacks_recorded"], true);
+    assert_eq!(
+        doc["top_stacks"][0]["frames"],
+        serde_json::json!(["<module> (oom.py:2)"])
+    );
+    assert_eq!(doc["top_stacks"][0]["blocks"], 4);
 }
 
 #[test]
