@@ -15,9 +15,13 @@ use crate::scenario::{Field, GpuSpec, Scenario, TimeOrigin, MAX_GPUS};
 /// Names the scenario file; read again by every init call.
 pub const SCENARIO_ENV: &str = "TORCHTOP_FAKE_NVML_SCENARIO";
 /// Names a file that, when set, holds how many device calls of each query family were made so
-/// far (one `Field count` line each, rewritten at every call), so that a test can tell how
-/// often torchtop asks for something.
+/// far (one `Field count` line each), so that a test can tell how often torchtop asks for
+/// something. It is replaced whole (written beside, then renamed) at most every
+/// [`CALL_COUNTS_EVERY`]: a write at every call slowed a loaded machine's readings enough to
+/// leave GPUs stale.
 pub const CALL_COUNTS_ENV: &str = "TORCHTOP_FAKE_NVML_CALL_COUNTS";
+/// Least time between two rewrites of the call counts' file.
+const CALL_COUNTS_EVERY: Duration = Duration::from_millis(50);
 /// Least time between two checks of the scenario file's modification stamp.
 const RELOAD_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -30,7 +34,15 @@ struct Runtime {
     /// Process-list calls so far, per (GPU slot, graphics list?).
     list_calls: HashMap<(usize, bool), u64>,
     /// Device calls so far per query family, kept only while [`CALL_COUNTS_ENV`] names a file.
-    call_counts: Option<(PathBuf, HashMap<Field, u64>)>,
+    call_counts: Option<CallCounts>,
+}
+
+/// See [`CALL_COUNTS_ENV`].
+struct CallCounts {
+    path: PathBuf,
+    counts: HashMap<Field, u64>,
+    /// When the file was last replaced.
+    written: Option<Instant>,
 }
 
 struct WatchedFile {
@@ -122,7 +134,11 @@ pub fn init() -> nvmlReturn_t {
         scenario: Arc::new(scenario),
         source,
         list_calls: HashMap::new(),
-        call_counts: std::env::var_os(CALL_COUNTS_ENV).map(|path| (path.into(), HashMap::new())),
+        call_counts: std::env::var_os(CALL_COUNTS_ENV).map(|path| CallCounts {
+            path: path.into(),
+            counts: HashMap::new(),
+            written: None,
+        }),
     });
     abi::NVML_SUCCESS
 }
@@ -198,14 +214,26 @@ impl Runtime {
 
     /// Counts a device call and rewrites the counts' file (see [`CALL_COUNTS_ENV`]).
     fn count_call(&mut self, field: Field) {
-        let Some((path, counts)) = self.call_counts.as_mut() else {
+        let Some(calls) = self.call_counts.as_mut() else {
             return;
         };
-        *counts.entry(field).or_insert(0) += 1;
-        let mut lines: Vec<String> = counts.iter().map(|(f, n)| format!("{f:?} {n}\n")).collect();
+        *calls.counts.entry(field).or_insert(0) += 1;
+        if calls
+            .written
+            .is_some_and(|at| at.elapsed() < CALL_COUNTS_EVERY)
+        {
+            return;
+        }
+        calls.written = Some(Instant::now());
+        let mut lines: Vec<String> = (calls.counts.iter())
+            .map(|(f, n)| format!("{f:?} {n}\n"))
+            .collect();
         lines.sort();
-        // A test reads the file once torchtop has exited; a failed write only loses the count.
-        let _ = std::fs::write(path, lines.concat());
+        // A failed write only loses this count: the next one writes them all.
+        let beside = calls.path.with_extension("writing");
+        if std::fs::write(&beside, lines.concat()).is_ok() {
+            let _ = std::fs::rename(&beside, &calls.path);
+        }
     }
 
     /// Slots of the GPUs present at t, in index order.
