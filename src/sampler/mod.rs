@@ -225,10 +225,15 @@ impl Sampler {
     /// The GPU half of [`Sampler::tick`]: asks every idle GPU for a reading and waits up to
     /// `gpu_wait` for the answers.
     fn read_gpus_now(&mut self) {
+        self.read_gpus_within(self.config.gpu_wait);
+    }
+
+    /// As [`Sampler::read_gpus_now`], waiting up to `wait` for the answers.
+    pub(crate) fn read_gpus_within(&mut self, wait: Duration) {
         let started = Instant::now();
         self.gpus.drain_driver_events();
         self.gpus.request_count_if_due(started);
-        self.gpus.request_readings(started + self.config.gpu_wait);
+        self.gpus.request_readings(started + wait);
         self.collect_gpus();
     }
 

@@ -11,7 +11,8 @@ use super::publish::Publish;
 use super::{gpu_worker, ticker, GpuLoader, Sampler, SamplerConfig, SamplerRequest};
 use crate::model::Snapshot;
 
-/// How long the first snapshot waits for the GPU library before going out without GPUs.
+/// How long the first snapshot waits for the GPU library before going out without GPUs, and
+/// then, at least, for the GPUs' first readings.
 const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
 
 /// Runs the sampler on its own thread, calling `publish` with each snapshot until it returns
@@ -63,7 +64,12 @@ fn run_loop(config: SamplerConfig, loader: GpuLoader, publish: Publish) -> Sende
                 .wait_for_driver(Instant::now() + FIRST_LOAD_WAIT);
             let first = Instant::now();
             let mut publish = publish;
-            sampler.read_gpus_now();
+            // Nor are GPUs shown stale that were only slow to be read the first time: the
+            // shared worker reads them in turn, and on a real H200 each reading takes 48 ms
+            // (its two PCIe counters sample over 20 ms each), 0.8 s for 16 of them. Later
+            // rounds overlap the clock's ticks; this one waits, as `--once` does.
+            let wait = sampler.config.gpu_wait.max(FIRST_LOAD_WAIT);
+            sampler.read_gpus_within(wait);
             if !sampler.publish_now(&mut publish) {
                 return;
             }
