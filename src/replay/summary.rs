@@ -85,8 +85,10 @@ struct Tally {
     warnings: BTreeMap<(String, String, Severity), WarningSeen>,
     /// OOMs and state changes: when, and what.
     events: Vec<(f64, String)>,
-    /// The OOM reports from before the first frame listed so far: (uid, pid, time's bits).
+    /// The OOM reports from before the first frame listed so far: (uid, pid, time's bits);
+    /// the first [`MAX_EARLIER_OOMS`], and how many more distinct ones came.
     earlier_ooms: Vec<(Option<u32>, u32, u64)>,
+    earlier_ooms_more: u64,
     /// The recording's interval, to tell a gap from a late frame.
     interval: f64,
     /// Stretches with no frame (a full disk, a suspended machine): from, to; the first
@@ -97,6 +99,9 @@ struct Tally {
 
 /// The gaps the summary lists one by one; past them it counts.
 const MAX_GAPS: usize = 50;
+
+/// The OOMs from before the first frame the summary lists; past them it counts.
+const MAX_EARLIER_OOMS: usize = 32;
 
 fn subject(subject: &Subject) -> String {
     match subject {
@@ -191,16 +196,7 @@ impl Tally {
             seen.last = t;
             seen.frames += 1;
         }
-        // An OOM before the first frame shows in no rise of a counter between frames, and its
-        // report may come a frame or two late (the agent repeats it to a new monitor).
-        let first = self.first.unwrap_or(t);
-        for report in now.ooms.iter().filter(|r| r.unix_seconds < first) {
-            let key = (report.uid, report.pid, report.unix_seconds.to_bits());
-            if !self.earlier_ooms.contains(&key) {
-                self.earlier_ooms.push(key);
-                self.events.push((report.unix_seconds, earlier_oom(report)));
-            }
-        }
+        self.add_earlier_ooms(now, t);
         if let Some(before) = before {
             let mask = marks::OOM | marks::GPU_STATE;
             if marks::marks(Some(before), now) & mask != 0 {
@@ -210,6 +206,25 @@ impl Tally {
                     }
                 }
             }
+        }
+    }
+
+    /// An OOM before the first frame shows in no rise of a counter between frames, and its
+    /// report may come a frame or two late (the agent repeats it to a new monitor).
+    fn add_earlier_ooms(&mut self, now: &Snapshot, t: f64) {
+        let first = self.first.unwrap_or(t);
+        for report in now.ooms.iter().filter(|r| r.unix_seconds < first) {
+            let key = (report.uid, report.pid, report.unix_seconds.to_bits());
+            if self.earlier_ooms.contains(&key) {
+                continue;
+            }
+            // A monitor keeps 32 reports; a crafted file could hold any number.
+            if self.earlier_ooms.len() == MAX_EARLIER_OOMS {
+                self.earlier_ooms_more += 1;
+                continue;
+            }
+            self.earlier_ooms.push(key);
+            self.events.push((report.unix_seconds, earlier_oom(report)));
         }
     }
 }
@@ -309,7 +324,7 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
     write_notes(&mut out, recording, tally);
     render_peaks(&mut out, tally, zone);
     render_warnings(&mut out, tally, zone);
-    let events: Vec<String> = tally
+    let mut events: Vec<String> = tally
         .events
         .iter()
         .map(|(t, sentence)| {
@@ -322,6 +337,12 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
             format!("  {when}  {sentence}")
         })
         .collect();
+    if tally.earlier_ooms_more > 0 {
+        events.push(format!(
+            "  and {} more OOM reports from before the first frame",
+            tally.earlier_ooms_more
+        ));
+    }
     section(&mut out, "OOMs and GPU state changes", &events);
     render_gaps(&mut out, tally, zone);
     render_came_and_went(&mut out, tally, zone);
@@ -613,6 +634,36 @@ mod tests {
         assert!(
             out.starts_with("note: ") && !out.contains('\x1b'),
             "{out:?}"
+        );
+    }
+
+    /// A crafted recording whose frames each name new OOMs from before the first frame: the
+    /// summary lists 32 and counts the rest, with the command escaped.
+    #[test]
+    fn the_ooms_from_before_the_first_frame_are_bounded_and_escaped() {
+        let mut tally = Tally::default();
+        let frames: Vec<Snapshot> = (0..5)
+            .map(|f| Snapshot {
+                ooms: (0..20)
+                    .map(|i| crate::model::OomReport {
+                        pid: f * 100 + i,
+                        command: Some("python\x1b]0;PWNED\x07".into()),
+                        unix_seconds: 10.0,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..at(1000.0 + f64::from(f), vec![])
+            })
+            .collect();
+        for (i, frame) in frames.iter().enumerate() {
+            tally.add(i.checked_sub(1).map(|b| &frames[b]), frame);
+        }
+        assert_eq!(tally.events.len(), 32);
+        assert_eq!(tally.earlier_ooms_more, 68);
+        assert!(
+            tally.events.iter().all(|(_, e)| !e.contains('\x1b')),
+            "{:?}",
+            tally.events[0]
         );
     }
 }
