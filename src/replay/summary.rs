@@ -86,7 +86,8 @@ struct Tally {
     /// OOMs and state changes: when, and what.
     events: Vec<(f64, String)>,
     /// The OOM reports from before the first frame listed so far: (uid, pid, time's bits);
-    /// the first [`MAX_EARLIER_OOMS`], and how many more distinct ones came.
+    /// the first [`MAX_EARLIER_OOMS`], and the most that one frame held beyond them (a frame
+    /// repeats its reports, and those not listed are not remembered).
     earlier_ooms: Vec<(Option<u32>, u32, u64)>,
     earlier_ooms_more: u64,
     /// The recording's interval, to tell a gap from a late frame.
@@ -213,6 +214,7 @@ impl Tally {
     /// report may come a frame or two late (the agent repeats it to a new monitor).
     fn add_earlier_ooms(&mut self, now: &Snapshot, t: f64) {
         let first = self.first.unwrap_or(t);
+        let mut unlisted = 0;
         for report in now.ooms.iter().filter(|r| r.unix_seconds < first) {
             let key = (report.uid, report.pid, report.unix_seconds.to_bits());
             if self.earlier_ooms.contains(&key) {
@@ -220,12 +222,13 @@ impl Tally {
             }
             // A monitor keeps 32 reports; a crafted file could hold any number.
             if self.earlier_ooms.len() == MAX_EARLIER_OOMS {
-                self.earlier_ooms_more += 1;
+                unlisted += 1;
                 continue;
             }
             self.earlier_ooms.push(key);
             self.events.push((report.unix_seconds, earlier_oom(report)));
         }
+        self.earlier_ooms_more = self.earlier_ooms_more.max(unlisted);
     }
 }
 
@@ -339,7 +342,7 @@ fn render(recording: &Recording, tally: &Tally, zone: &TimeZone) -> String {
         .collect();
     if tally.earlier_ooms_more > 0 {
         events.push(format!(
-            "  and {} more OOM reports from before the first frame",
+            "  and at least {} more OOM reports from before the first frame",
             tally.earlier_ooms_more
         ));
     }
@@ -659,7 +662,8 @@ mod tests {
             tally.add(i.checked_sub(1).map(|b| &frames[b]), frame);
         }
         assert_eq!(tally.events.len(), 32);
-        assert_eq!(tally.earlier_ooms_more, 68);
+        // Frames 3 to 5 each held 20 beyond the 32 listed.
+        assert_eq!(tally.earlier_ooms_more, 20);
         assert!(
             tally.events.iter().all(|(_, e)| !e.contains('\x1b')),
             "{:?}",
