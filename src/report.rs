@@ -297,10 +297,17 @@ fn wrap_marked(out: &mut String, line: &str, columns: usize) {
 }
 
 /// One process under its GPU: its MIG device (`place`, as [`mig_place`] writes it) when it
-/// runs on one, pid, user, GPU memory, command line (escaped).
+/// runs on one, pid, user, GPU memory, where it runs when that is a container, a pod or a
+/// Slurm job (as the CONTAINER column writes it, in brackets), command line (escaped).
 fn process_line(process: &GpuProcess, place: Option<&str>) -> String {
+    let label = process.placement_label();
+    let runs_in = if label.names_a_place() {
+        format!("[{}] ", escape(&label.to_string()))
+    } else {
+        String::new()
+    };
     format!(
-        "{:>5} {:>7} {:<10} {:>9}  {}",
+        "{:>5} {:>7} {:<10} {:>9}  {runs_in}{}",
         place.unwrap_or(""),
         process.pid,
         or_na(process.user.as_deref()),
@@ -749,6 +756,50 @@ mod tests {
         assert!(
             !fitted[..warning].contains("FORGED"),
             "the version is cut: {fitted}"
+        );
+    }
+
+    /// A review: `--once` named no container, where the monitor's CONTAINER column and the JSON
+    /// did. A host process's cgroup (`session-3.scope`) is left out: it names no place.
+    #[test]
+    fn a_process_line_names_its_container_or_job_and_not_a_host_cgroup() {
+        use crate::model::{Cgroup, ContainerRef, ProcessContainer};
+        let mut snapshot = Snapshot::at(std::time::SystemTime::UNIX_EPOCH);
+        snapshot.gpus.push(GpuSample::default());
+        let mut docker = GpuProcess::new(11, 0, crate::model::ProcessKind::Compute);
+        docker.cgroup = Some(std::sync::Arc::new(Cgroup {
+            path: "/system.slice/docker-0123456789abcdef.scope".into(),
+            container: Some(ContainerRef {
+                runtime: "docker".into(),
+                id: "0123456789abcdef".into(),
+            }),
+            ..Cgroup::default()
+        }));
+        let mut sif = GpuProcess::new(12, 0, crate::model::ProcessKind::Compute);
+        sif.container = Some(std::sync::Arc::new(ProcessContainer {
+            runtime: "apptainer".into(),
+            name: Some("pytorch\x1b[2J.sif".into()),
+            path: None,
+        }));
+        let mut host = GpuProcess::new(13, 0, crate::model::ProcessKind::Compute);
+        host.cgroup = Some(std::sync::Arc::new(Cgroup {
+            path: "/user.slice/user-1000.slice/session-3.scope".into(),
+            ..Cgroup::default()
+        }));
+        snapshot.processes = vec![docker, sif, host];
+        let out = text(&snapshot);
+        let line = |pid: &str| {
+            out.lines()
+                .find(|l| l.contains(pid))
+                .expect(&out)
+                .to_string()
+        };
+        assert!(line(" 11 ").contains("[docker 0123456789ab] "), "{out}");
+        assert!(line(" 12 ").contains("[apptainer pytorch"), "{out}");
+        assert!(!out.contains('\x1b'), "{out:?}");
+        assert!(
+            !line(" 13 ").contains('[') && !out.contains("session-3"),
+            "{out}"
         );
     }
 }

@@ -259,6 +259,16 @@ impl PlacementLabel<'_> {
     pub fn is_known(&self) -> bool {
         self.cgroup.is_some() || self.container.is_some()
     }
+
+    /// Whether it names a container, a pod or a Slurm job, rather than only the host's cgroup
+    /// (`session-3.scope`): what a one-line summary has room for.
+    pub fn names_a_place(&self) -> bool {
+        self.container.is_some()
+            || self.slurm.is_some()
+            || self
+                .cgroup
+                .is_some_and(|c| c.pod.is_some() || c.container.is_some() || c.slurm_job.is_some())
+    }
 }
 
 impl fmt::Display for PlacementLabel<'_> {
