@@ -46,13 +46,23 @@ fn change_a_setting(session: &mut PtySession) {
 
 /// Opens the setup screen and changes its first item, leaving the screen open.
 fn change_a_setting_in_f2(session: &mut PtySession) {
+    const FIRST: &str = "GPU detail rows";
     session.send(F2);
     assert!(
-        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)")),
+        session.wait_for(PATIENCE, |s| s.contains("Setup (F2)") && s.contains(FIRST)),
         "{}",
         session.screen()
     );
+    let was_on = session.screen().contains(&format!("[x] {FIRST}"));
+    let now = format!("{} {FIRST}", if was_on { "[ ]" } else { "[x]" });
     session.send(b" ");
+    // Drawn before anything else is sent: a resize that overtook the key under load made the
+    // too-small screen drop it (CI, 2026-12-04: "settings unchanged; nothing saved").
+    assert!(
+        session.wait_for(PATIENCE, |s| s.contains(&now)),
+        "Space did not change the first item:\n{}",
+        session.screen()
+    );
 }
 
 /// Whether the HOST panel's title line is on screen.
