@@ -556,20 +556,22 @@ fn sane_values_count_no_implausible_ones() {
 /// On a real H200 a reading takes 48 ms, 42 of them in the two PCIe counters (each samples over
 /// 20 ms), and the shared worker reads the GPUs in turn: 16 of them took longer than the
 /// 0.5 s a tick waits at `-d 1`, and the stream's first document called the last five
-/// "stale". Here 16 GPUs take about 0.4 s to read, twice the 0.2 s a tick waits at `-d 0.4`.
+/// "stale". Here 6 GPUs take about 0.15 s to read, more than the 0.1 s a tick waits at
+/// `-d 0.2` and a seventh of the first snapshot's 1 s, so that a loaded machine fails the old
+/// behaviour the more surely and the new one not.
 #[test]
 fn the_first_json_document_waits_for_gpus_that_are_slow_to_read() {
     let gpu = "[[gpu]]\nname = \"H200\"\nmemory_total_mib = 143771\n\
                hang = { after_s = 0, block_s = 0.012, fields = [\"pcie_throughput\"] }\n";
-    let scenario = ScenarioFile::new(&gpu.repeat(16));
+    let scenario = ScenarioFile::new(&gpu.repeat(6));
     let docs = json_stream_until(
         Command::new(common::torchtop_binary())
-            .args(["--json", "-d", "0.4", "--samples", "1"])
+            .args(["--json", "-d", "0.2", "--samples", "1"])
             .envs(scenario.env()),
         |docs| !docs.is_empty(),
     );
     let states: Vec<&str> = (docs[0]["gpus"].as_array().expect("gpus").iter())
         .map(|g| g["state"].as_str().unwrap_or("?"))
         .collect();
-    assert_eq!(states, ["ok"; 16], "{}", docs[0]);
+    assert_eq!(states, ["ok"; 6], "{}", docs[0]);
 }
