@@ -1,8 +1,8 @@
 //! How often torchtop asks the driver for what costs the most. On an H200 (2026-12-04) the energy
 //! counter took 3.2 ms of CPU a call and the per-process utilization samples 2.8 ms, more than
 //! all of a reading's other calls together but the PCIe counters: the energy counter is read
-//! every tenth reading, and the samples in one call a reading, only while the GPU has
-//! processes. The fake NVML counts the calls (`TORCHTOP_FAKE_NVML_CALL_COUNTS`).
+//! every tenth reading (with the MIG mode, 153 µs, which changes only with a GPU reset), and
+//! the samples in one call a reading, only while the GPU has processes. The fake NVML counts the calls (`TORCHTOP_FAKE_NVML_CALL_COUNTS`).
 
 use crate::common;
 
@@ -44,16 +44,21 @@ fn count(counts: &HashMap<String, u64>, field: &str) -> u64 {
 }
 
 #[test]
-fn the_energy_counter_is_read_every_tenth_reading_and_still_shown() {
+fn the_energy_counter_and_the_mig_mode_are_read_every_tenth_reading_and_still_shown() {
     let scenario = ScenarioFile::new(
         "[[gpu]]\nname = \"H200\"\nmemory_total_mib = 143771\nenergy_mj = 5000\n",
     );
     let (docs, counts) = stream_and_count(&scenario, 25);
     let readings = count(&counts, "Utilization");
     let energy = count(&counts, "Energy");
+    let mig_mode = count(&counts, "MigMode");
     assert!(
         (1..=readings.div_ceil(10) + 1).contains(&energy),
         "the energy counter was read {energy} times in {readings} readings: {counts:?}"
+    );
+    assert!(
+        (1..=readings.div_ceil(10) + 1).contains(&mig_mode),
+        "the MIG mode was read {mig_mode} times in {readings} readings: {counts:?}"
     );
     let last = docs.last().expect("documents");
     assert_eq!(last["gpus"][0]["energy_millijoules"], 5000, "{last}");

@@ -12,7 +12,7 @@ use nvml_wrapper::enum_wrappers::device::{
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::mig::{merge_mig_processes, read_mig};
+use super::mig::{merge_mig_processes, read_mig, read_mode};
 use super::process_lists::{ListFns, ProcessLists};
 use super::processes::merge_process_lists;
 use super::util_samples::UtilSamples;
@@ -21,8 +21,8 @@ use crate::collect::gpu::{DeviceError, DeviceReader, DeviceReading};
 use crate::collect::xid::XidWatch;
 use crate::model::{GpuProcess, GpuSample, Implausible};
 
-/// Fields that change rarely (the power limit, ECC error counts) or cost much to read (the
-/// energy counter) are read on every this many readings, and the last value is reported in
+/// Fields that change rarely (the power limit, ECC error counts, the MIG mode) or cost much to
+/// read (the energy counter) are read on every this many readings, and the last value is reported in
 /// between.
 const SLOW_EVERY: u32 = 10;
 
@@ -46,6 +46,8 @@ struct SlowFields {
     /// took 3.2 ms of CPU (the median of 50), more than all of a reading's other calls together
     /// but the two PCIe counters'.
     energy_millijoules: Option<u64>,
+    /// Whether MIG is on (it changes only with a GPU reset).
+    mig_enabled: Option<bool>,
     ecc_volatile_corrected: Option<u64>,
     ecc_volatile_uncorrected: Option<u64>,
     remapped_rows: Option<RemappedRows>,
@@ -173,7 +175,7 @@ impl NvmlDevice {
         }
         let processes = &mut reading.processes;
         self.read_processes(device, &mut reader, processes);
-        let mig = read_mig(device, &mut reader.lost);
+        let mig = read_mig(device, self.slow.mig_enabled);
         sample.mig_enabled = mig.enabled;
         sample.mig_devices = mig.devices;
         merge_mig_processes(self.index, processes, &mig.processes);
@@ -317,6 +319,7 @@ fn read_slow(device: &Device, reader: &mut Reader, fixed: &FixedFields) -> SlowF
             .get(device.enforced_power_limit())
             .map(milliwatts_to_watts),
         energy_millijoules: reader.get(device.total_energy_consumption()),
+        mig_enabled: read_mode(device, &mut reader.lost),
         remapped_rows: remapped_rows(device),
         // Page retirement is the pre-Ampere scheme; a GPU that remaps rows answers
         // NOT_SUPPORTED, which the reader keeps as `None`.
