@@ -575,3 +575,49 @@ fn the_first_json_document_waits_for_gpus_that_are_slow_to_read() {
         .collect();
     assert_eq!(states, ["ok"; 6], "{}", docs[0]);
 }
+
+/// NVML samples only processes that ran work since the last reading. While the driver answers
+/// for a GPU, a process it has no sample for ran none: its shares are 0, as nvitop shows them.
+/// Where the driver cannot sample at all, or the GPU is in MIG mode, they are N/A.
+#[test]
+fn a_process_without_a_utilization_sample_is_idle_unless_the_driver_cannot_sample() {
+    let sleepers = Sleepers::spawn(5);
+    let [busy, idle, unsampled, mig_busy, mig_idle] = [0, 1, 2, 3, 4].map(|i| sleepers.pid(i));
+    let text = format!(
+        "{}[[gpu.process]]\npid = {busy}\nused_memory_mib = 1000\nsm_percent = 60\n\
+         [[gpu.process]]\npid = {idle}\nused_memory_mib = 500\n\
+         {}[[gpu.process]]\npid = {unsampled}\nused_memory_mib = 500\n\
+         {}[[gpu.process]]\npid = {mig_busy}\nused_memory_mib = 500\nsm_percent = 30\n\
+         [[gpu.process]]\npid = {mig_idle}\nused_memory_mib = 500\n",
+        gpu_block("A", ""),
+        gpu_block("B", "unsupported = [\"process_utilization\"]"),
+        gpu_block("C", "mig_mode = true"),
+    );
+    let scenario = ScenarioFile::new(&text);
+    let (doc, _) = once_json(&scenario, &[]);
+    let row = |pid: u32| {
+        (doc["processes"].as_array().expect("processes").iter())
+            .find(|p| p["pid"] == pid)
+            .unwrap_or_else(|| panic!("pid {pid} not listed: {doc}"))
+            .clone()
+    };
+    assert_eq!(row(busy)["sm_percent"], 60, "{doc}");
+    let idle = row(idle);
+    assert_eq!(
+        [
+            &idle["sm_percent"],
+            &idle["memory_bandwidth_percent"],
+            &idle["encoder_percent"]
+        ],
+        [0, 0, 0],
+        "{idle}"
+    );
+    for pid in [unsampled, mig_idle] {
+        let row = row(pid);
+        assert!(
+            row["sm_percent"].is_null() && row["encoder_percent"].is_null(),
+            "{row}"
+        );
+    }
+    assert_eq!(row(mig_busy)["sm_percent"], 30, "{doc}");
+}

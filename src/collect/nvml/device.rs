@@ -38,6 +38,17 @@ struct ProcessUtil {
     decoder: Option<u32>,
 }
 
+impl ProcessUtil {
+    /// The shares of a process the driver has no recent sample for while it answered for the
+    /// GPU: the driver samples only processes that ran work, so none ran (nvitop shows 0 too).
+    const IDLE: ProcessUtil = ProcessUtil {
+        sm: 0,
+        memory: Some(0),
+        encoder: Some(0),
+        decoder: Some(0),
+    };
+}
+
 /// What is read every [`SLOW_EVERY`] readings.
 #[derive(Default, Clone)]
 struct SlowFields {
@@ -242,16 +253,18 @@ impl NvmlDevice {
         }
         merge_process_lists(self.index, &lists.compute, &lists.graphics, rows);
         // No process, no share to give one: the call costs milliseconds on recent GPUs.
-        if !rows.is_empty() {
-            self.update_process_sm(device, reader, rows.len());
-        }
+        let answered = !rows.is_empty() && self.update_process_sm(device, reader, rows.len());
+        // In MIG mode the whole GPU's samples need not cover the MIG devices' processes.
+        let idle_unless_sampled = answered && self.slow.mig_enabled != Some(true);
         let now = Instant::now();
         for row in rows {
-            let util = self
+            let sampled = self
                 .process_sm
                 .get(&row.pid)
                 .filter(|(_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR)
                 .map(|(util, _)| *util);
+            // A driver that cannot sample errs, and that stays N/A.
+            let util = sampled.or(idle_unless_sampled.then_some(ProcessUtil::IDLE));
             row.sm_percent = util.map(|u| u.sm);
             row.memory_bandwidth_percent = util.and_then(|u| u.memory);
             row.encoder_percent = util.and_then(|u| u.encoder);
@@ -259,14 +272,21 @@ impl NvmlDevice {
         }
     }
 
-    fn update_process_sm(&mut self, device: &Device, reader: &mut Reader, processes: usize) {
+    /// Takes in the samples newer than the last reading's; false when the driver gave none
+    /// because it could not, rather than because no process ran work.
+    fn update_process_sm(
+        &mut self,
+        device: &Device,
+        reader: &mut Reader,
+        processes: usize,
+    ) -> bool {
         let last_seen = self.last_util_timestamp;
         let samples = match self.util_samples.read(device, last_seen, processes) {
             Ok(samples) => samples,
             Err(NvmlError::NotFound) => &[],
             Err(e) => {
                 reader.get::<()>(Err(e));
-                return;
+                return false;
             }
         };
         let now = Instant::now();
@@ -287,6 +307,7 @@ impl NvmlDevice {
         }
         self.process_sm
             .retain(|_, (_, when)| now.duration_since(*when) < PROCESS_UTIL_FRESH_FOR);
+        true
     }
 }
 
