@@ -497,22 +497,44 @@ fn print_allocations_with_agents(library: &Path) {
     }
 }
 
-/// Each key's latency, median / worst of 5 rounds, with two cores busy.
+/// Each key's latency, median / worst of 5 rounds, with two cores busy: at each scale the
+/// issue names, the last with 10,000 host processes in the open tree view.
 fn print_key_latencies(tools: &Tools) {
     println!();
-    for (name, fixture, processes) in [
-        ("8 GPUs, 64 procs", EIGHT, 64),
-        ("16 GPUs, 1000 procs", SIXTEEN, 1000),
+    for (name, fixture, processes, idle) in [
+        ("8 GPUs, 64 procs", EIGHT, 64, 0),
+        ("16 GPUs, 1000 procs", SIXTEEN, 1000, 0),
+        (
+            "4 GPUs, 20 procs + 10000 host procs, tree view",
+            FOUR,
+            20,
+            10_000,
+        ),
     ] {
         let procs = Sleepers::spawn(processes);
+        let _idle = Sleepers::spawn(idle);
         let file = ScenarioFile::new(&scenario_text(fixture, processes, &procs.pids()));
         let (mut torchtop, _) = tools.start(&tools.env(&file));
+        let keys = if idle > 0 {
+            open_tree(&mut torchtop);
+            keys::KEYS_IN_TREE
+        } else {
+            keys::KEYS
+        };
         let _busy = keys::BusyCores::spin(2);
         std::thread::sleep(Duration::from_secs(2));
         println!("key latency, {name}, 2 busy cores (ms, median / worst of 5):");
-        for (key, times) in keys::latencies(&mut torchtop, 5) {
+        for (key, times) in keys::latencies(&mut torchtop, keys, 5) {
             println!("  {key}: {}", keys::summary(&times));
         }
+    }
+}
+
+/// Opens the tree view and waits until its title shows.
+fn open_tree(session: &mut PtySession) {
+    session.send(b"t");
+    if !session.wait_for(Duration::from_secs(10), |s| s.contains("(tree,")) {
+        println!("(the tree view did not open within 10 s)");
     }
 }
 

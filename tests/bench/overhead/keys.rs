@@ -10,10 +10,28 @@ use std::time::{Duration, Instant};
 
 use crate::common::pty::PtySession;
 
+/// A key's name and its bytes.
+pub(crate) type Key = (&'static str, &'static [u8]);
+
 /// The keys timed, in the order sent: each pair leaves the screen as it found it.
-pub(crate) const KEYS: &[(&str, &[u8])] = &[
+pub(crate) const KEYS: &[Key] = &[
     ("t (tree on)", b"t"),
     ("t (tree off)", b"t"),
+    ("? (help)", b"?"),
+    ("Esc (help off)", b"\x1b"),
+    ("> (next sort)", b">"),
+    ("< (previous sort)", b"<"),
+    ("r (reverse)", b"r"),
+    ("r (reverse back)", b"r"),
+    ("/ (filter)", b"/"),
+    ("Esc (filter off)", b"\x1b"),
+];
+
+/// The same keys for a screen whose tree view is already open: the tree is closed and opened
+/// again first, and the rest act on the tree.
+pub(crate) const KEYS_IN_TREE: &[Key] = &[
+    ("t (tree off)", b"t"),
+    ("t (tree on)", b"t"),
     ("? (help)", b"?"),
     ("Esc (help off)", b"\x1b"),
     ("> (next sort)", b">"),
@@ -74,12 +92,13 @@ fn after_a_tick(session: &PtySession) {
 /// Each key's latency in ms over `rounds` rounds (`None` where nothing changed within 900 ms).
 pub(crate) fn latencies(
     session: &mut PtySession,
+    keys: &[Key],
     rounds: usize,
 ) -> Vec<(&'static str, Vec<Option<f64>>)> {
     let mut results: Vec<(&str, Vec<Option<f64>>)> =
-        KEYS.iter().map(|(name, _)| (*name, Vec::new())).collect();
+        keys.iter().map(|(name, _)| (*name, Vec::new())).collect();
     for _ in 0..rounds {
-        for (i, (_, bytes)) in KEYS.iter().enumerate() {
+        for (i, (_, bytes)) in keys.iter().enumerate() {
             after_a_tick(session);
             let before = session.screen();
             session.send(bytes);
