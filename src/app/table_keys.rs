@@ -241,6 +241,15 @@ impl App {
     pub(super) fn set_sort(&mut self, key: SortKey, reverse: bool) -> Effect {
         self.settings.sort = key;
         self.settings.reverse = reverse;
+        if self.settings.tree {
+            // The tree keeps its order and shows no sort arrow, so without a word the key
+            // would seem to do nothing.
+            let arrow = if reverse { '▼' } else { '▲' };
+            self.status = Some(format!(
+                "sorted by {}{arrow} in the flat table (t); the tree keeps its own order",
+                key.label()
+            ));
+        }
         self.refresh_rows();
         Effect::Redraw
     }
