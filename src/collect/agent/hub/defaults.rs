@@ -18,8 +18,11 @@
 //! process names any more. A directory an agent left behind when its process ended is read
 //! too: it is listed again only when it changes.
 
+use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir};
 
 use super::dirs::Watched;
 use super::AgentHub;
@@ -34,6 +37,8 @@ const MAX_CENSUS_ENTRIES: usize = 16_384;
 /// The uids whose default directories are looked at, lowest first: the machine's users come
 /// before the ranges of uids that user namespaces map (100000 and up, usually).
 pub(super) const MAX_CENSUS_UIDS: usize = 1024;
+/// The room for directory entries read at once (an entry of `/tmp` takes 24 to 50 bytes).
+const DIRENT_BYTES: usize = 8192;
 
 /// The two default places of a uid's agent directory.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +61,9 @@ pub(super) struct Census {
     /// The places found with more than [`MAX_CENSUS_ENTRIES`] entries, each said once.
     cut_short: Vec<PathBuf>,
     told: usize,
+    /// The listings' buffer, kept: `std::fs::read_dir` copies each entry's name, and a `/tmp`
+    /// of 140 entries made the census most of a steady monitor's allocations.
+    dirents: Vec<MaybeUninit<u8>>,
 }
 
 impl Default for Census {
@@ -74,6 +82,7 @@ impl Census {
             next_at: None,
             cut_short: Vec::new(),
             told: 0,
+            dirents: Vec::new(),
         }
     }
 
@@ -85,8 +94,9 @@ impl Census {
     /// census.
     fn take(&mut self, now: Instant) {
         self.uids.clear();
-        let run_user = uids_named_in(&self.run_user, "", &mut self.uids);
-        let tmp = uids_named_in(&self.tmp, "torchtop-", &mut self.uids);
+        let (dirents, uids) = (&mut self.dirents, &mut self.uids);
+        let run_user = uids_named_in(&self.run_user, "", dirents, uids);
+        let tmp = uids_named_in(&self.tmp, "torchtop-", dirents, uids);
         for (complete, place) in [(run_user, &self.run_user), (tmp, &self.tmp)] {
             if !complete && !self.cut_short.contains(place) {
                 self.cut_short.push(place.clone());
@@ -123,25 +133,48 @@ impl Census {
 /// census only finds where to look. Anyone can make `/tmp/torchtop-<any number>`, and the
 /// lowest [`MAX_CENSUS_UIDS`] are kept: without the owner a user who made a thousand of them
 /// took every place, and other users' agents that hold no GPU went unseen.
-fn uids_named_in(dir: &Path, prefix: &str, uids: &mut Vec<u32>) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(mut entries) = std::fs::read_dir(dir) else {
+fn uids_named_in(
+    dir: &Path,
+    prefix: &str,
+    dirents: &mut Vec<MaybeUninit<u8>>,
+    uids: &mut Vec<u32>,
+) -> bool {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::open(dir, flags, Mode::empty()) else {
         return true;
     };
-    for entry in entries.by_ref().take(MAX_CENSUS_ENTRIES).flatten() {
-        let name = entry.file_name();
-        let uid = (name.to_str())
+    dirents.resize(DIRENT_BYTES, MaybeUninit::uninit());
+    let mut entries = RawDir::new(&fd, dirents);
+    let mut read = 0;
+    while let Some(entry) = entries.next() {
+        let Ok(entry) = entry else {
+            return true;
+        };
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if read == MAX_CENSUS_ENTRIES {
+            return false;
+        }
+        read += 1;
+        let uid = (std::str::from_utf8(name).ok())
             .and_then(|name| name.strip_prefix(prefix))
             .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|digits| digits.parse::<u32>().ok());
         // The entry's own type, then one `lstat` for a name that passed.
         let own = |uid: &u32| {
-            entry.file_type().is_ok_and(|t| t.is_dir())
-                && entry.metadata().is_ok_and(|m| m.uid() == *uid)
+            matches!(entry.file_type(), FileType::Directory | FileType::Unknown)
+                && rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(
+                    |st| {
+                        FileType::from_raw_mode(st.st_mode) == FileType::Directory
+                            && st.st_uid == *uid
+                    },
+                )
         };
         uids.extend(uid.filter(own));
     }
-    entries.next().is_none()
+    true
 }
 
 impl AgentHub {
@@ -318,6 +351,25 @@ mod tests {
         hub.watch_users(std::iter::empty(), next);
         assert_eq!(users_dirs(&hub), [(tmp, Some(me), true)]);
         assert_eq!(hub.census.uids, [me]);
+    }
+
+    /// A place is read up to the bound and no further, and one past it is named once.
+    #[test]
+    fn a_place_with_more_entries_than_the_bound_is_cut_short() {
+        let root = tempfile::tempdir().unwrap();
+        let tmp = root.path().join("tmp");
+        agent_dir(&tmp.join(format!("torchtop-{}", me())), 0o700);
+        for i in 1..MAX_CENSUS_ENTRIES {
+            std::fs::File::create(tmp.join(format!("f{i}"))).unwrap();
+        }
+        let mut census = Census::under(root.path());
+        census.take(Instant::now());
+        assert_eq!(census.uids, [me()], "every entry read");
+        assert!(census.cut_short.is_empty(), "{:?}", census.cut_short);
+        std::fs::File::create(tmp.join("one_more")).unwrap();
+        census.take(Instant::now());
+        census.take(Instant::now());
+        assert_eq!(census.cut_short, [tmp]);
     }
 
     /// Only entries shaped as the default places name a uid; the lowest uids come first.
