@@ -515,16 +515,14 @@ fn print_key_latencies(tools: &Tools) {
         let _idle = Sleepers::spawn(idle);
         let file = ScenarioFile::new(&scenario_text(fixture, processes, &procs.pids()));
         let (mut torchtop, _) = tools.start(&tools.env(&file));
-        let keys = if idle > 0 {
+        if idle > 0 {
             open_tree(&mut torchtop);
-            keys::KEYS_IN_TREE
-        } else {
-            keys::KEYS
-        };
+        }
+        let keys = keys::keys(idle > 0);
         let _busy = keys::BusyCores::spin(2);
         std::thread::sleep(Duration::from_secs(2));
         println!("key latency, {name}, 2 busy cores (ms, median / worst of 5):");
-        for (key, times) in keys::latencies(&mut torchtop, keys, 5) {
+        for (key, times) in keys::latencies(&mut torchtop, &keys, 5) {
             println!("  {key}: {}", keys::summary(&times));
         }
     }

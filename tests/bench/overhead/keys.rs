@@ -13,10 +13,12 @@ use crate::common::pty::PtySession;
 /// A key's name and its bytes.
 pub(crate) type Key = (&'static str, &'static [u8]);
 
-/// The keys timed, in the order sent: each pair leaves the screen as it found it.
-pub(crate) const KEYS: &[Key] = &[
-    ("t (tree on)", b"t"),
-    ("t (tree off)", b"t"),
+/// The tree view's key, timed as it opens the tree and as it closes it.
+const TREE_ON: Key = ("t (tree on)", b"t");
+const TREE_OFF: Key = ("t (tree off)", b"t");
+
+/// The other keys timed, in the order sent: each pair leaves the screen as it found it.
+const OTHERS: &[Key] = &[
     ("? (help)", b"?"),
     ("Esc (help off)", b"\x1b"),
     ("> (next sort)", b">"),
@@ -27,20 +29,16 @@ pub(crate) const KEYS: &[Key] = &[
     ("Esc (filter off)", b"\x1b"),
 ];
 
-/// The same keys for a screen whose tree view is already open: the tree is closed and opened
-/// again first, and the rest act on the tree.
-pub(crate) const KEYS_IN_TREE: &[Key] = &[
-    ("t (tree off)", b"t"),
-    ("t (tree on)", b"t"),
-    ("? (help)", b"?"),
-    ("Esc (help off)", b"\x1b"),
-    ("> (next sort)", b">"),
-    ("< (previous sort)", b"<"),
-    ("r (reverse)", b"r"),
-    ("r (reverse back)", b"r"),
-    ("/ (filter)", b"/"),
-    ("Esc (filter off)", b"\x1b"),
-];
+/// The keys timed: `t` twice first, closing the tree and opening it again where it is open
+/// (so that the rest act on the tree), else the other way round.
+pub(crate) fn keys(tree_open: bool) -> Vec<Key> {
+    let tree = if tree_open {
+        [TREE_OFF, TREE_ON]
+    } else {
+        [TREE_ON, TREE_OFF]
+    };
+    tree.into_iter().chain(OTHERS.iter().copied()).collect()
+}
 
 /// Processes that spin until dropped.
 pub(crate) struct BusyCores(Vec<Child>);
