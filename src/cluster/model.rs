@@ -56,9 +56,15 @@ pub(crate) struct Node {
     /// Whether the node stopped reporting: Prometheus cannot scrape its exporter now, though
     /// it did a few minutes ago. Such a node has no GPUs and no figures.
     pub(crate) down: bool,
-    /// For a node that is down: how long ago its exporter last answered a scrape.
+    /// Whether torchtop's exporter on a node that another exporter still reports (dcgm-exporter
+    /// beside it) cannot be scraped now: the GPUs' figures are the other exporter's, and the
+    /// node's warnings and ranks are not known.
+    pub(crate) exporter_down: bool,
+    /// For a node that is down, or whose exporter is: how long ago torchtop's exporter last
+    /// answered a scrape.
     pub(crate) last_seen_seconds_ago: Option<f64>,
-    /// For a node that is down: the exporter's address, as Prometheus' `instance`.
+    /// For a node that is down, or whose exporter is: torchtop's exporter's address, as
+    /// Prometheus' `instance`.
     pub(crate) instance: Option<String>,
 }
 
@@ -139,17 +145,31 @@ fn rank_label(sample: &Sample) -> Option<u32> {
 }
 
 /// Nodes from the GPU panel's answer, with sparklines joined in, and the nodes that are down
-/// in their place among them (by host name). Their warnings are counted once the warnings are
-/// known ([`super::warnings::count`]): a node that is down raises one.
+/// in their place among them (by host name); a node another exporter still reports, whose
+/// torchtop exporter is down, is marked so. Their warnings are counted once the warnings are
+/// known ([`super::warnings::count`]): a node that is down, or whose exporter is, raises one.
 pub(crate) fn nodes(gpus: &[Sample], history: &[Range]) -> Vec<Node> {
     let mut nodes: BTreeMap<String, Node> = reporting_nodes(gpus, history)
         .into_iter()
         .map(|node| (node.hostname.clone(), node))
         .collect();
-    for node in down_nodes(gpus) {
-        // A host another exporter still reports (dcgm-exporter beside a dead `torchtop
-        // serve`, say) is not down.
-        nodes.entry(node.hostname.clone()).or_insert(node);
+    for down in down_nodes(gpus) {
+        match nodes.get_mut(&down.hostname) {
+            // A host another exporter still reports (dcgm-exporter beside a dead `torchtop
+            // serve`) is not down. Unless another torchtop exporter of it is up (one restarted
+            // on a new port: its GPUs have a torchtop state), nothing watches it: its warnings
+            // and ranks went with the exporter.
+            Some(reporting) => {
+                if reporting.gpus.iter().all(|gpu| gpu.state.is_none()) {
+                    reporting.exporter_down = true;
+                    reporting.last_seen_seconds_ago = down.last_seen_seconds_ago;
+                    reporting.instance = down.instance;
+                }
+            }
+            None => {
+                nodes.insert(down.hostname.clone(), down);
+            }
+        }
     }
     nodes.into_values().collect()
 }
@@ -576,20 +596,35 @@ mod tests {
     #[test]
     fn a_node_whose_exporter_is_down_is_listed_down_in_its_place() {
         let mut answer = gpu_samples("a", "0", 90.0, 1000.0, 3000.0, 60.0);
+        let a_state = [("Hostname", "a"), ("gpu", "0"), ("state", "ok")];
+        answer.push(sample("torchtop_gpu_state", &a_state, 1.0));
         answer.extend(gpu_samples("c", "0", 90.0, 1000.0, 3000.0, 60.0));
         answer.push(down("b", "10.0.0.2:9400", 42.5));
-        // Another exporter of host "a" died, but "a" still reports through the first.
+        // Another torchtop exporter of host "a" died, but "a" still reports through the first.
         answer.push(down("a", "10.0.0.1:9401", 10.0));
+        // Host "c"'s torchtop died; dcgm-exporter still reports its GPUs.
+        answer.push(down("c", "10.0.0.3:9400", 7.0));
         let nodes = nodes(&answer, &[]);
-        let hosts: Vec<(&str, bool)> = nodes
+        let hosts: Vec<(&str, bool, bool)> = nodes
             .iter()
-            .map(|n| (n.hostname.as_str(), n.down))
+            .map(|n| (n.hostname.as_str(), n.down, n.exporter_down))
             .collect();
-        assert_eq!(hosts, [("a", false), ("b", true), ("c", false)]);
+        assert_eq!(
+            hosts,
+            [("a", false, false), ("b", true, false), ("c", false, true)]
+        );
         let b = &nodes[1];
         assert_eq!(b.last_seen_seconds_ago, Some(42.5));
         assert_eq!(b.instance.as_deref(), Some("10.0.0.2:9400"));
         assert!(b.gpus.is_empty(), "a node that is down has no figures");
+        assert_eq!(
+            (nodes[0].last_seen_seconds_ago, &nodes[0].instance),
+            (None, &None)
+        );
+        let c = &nodes[2];
+        assert_eq!(c.last_seen_seconds_ago, Some(7.0));
+        assert_eq!(c.instance.as_deref(), Some("10.0.0.3:9400"));
+        assert_eq!(c.gpus.len(), 1, "dcgm-exporter's figures stay");
     }
 
     fn rank_samples(host: &str, pid: &str, rank: &str) -> Vec<Sample> {

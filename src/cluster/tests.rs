@@ -240,6 +240,54 @@ fn a_node_that_stopped_reporting_is_down_and_its_job_says_what_is_missing() {
     insta::assert_snapshot!("cluster_down_120x40", large);
 }
 
+/// A review: node-c's `torchtop serve` died while dcgm-exporter on node-c went on: the row kept
+/// dcgm's figures with WARN 0, and nothing said that torchtop no longer watched the node.
+#[test]
+fn a_node_whose_torchtop_is_down_while_dcgm_reports_it_says_so_and_warns() {
+    let mut fetched = fetched();
+    let dcgm_only = gpus("node-c", 2)
+        .into_iter()
+        .filter(|s| s.labels["__name__"] != "torchtop_gpu_state");
+    let nodes = fetched.nodes.as_mut().unwrap();
+    nodes.extend(dcgm_only);
+    let down = [
+        ("Hostname", "node-c"),
+        ("instance", "10.0.0.3:9400"),
+        ("job", "torchtop"),
+    ];
+    nodes.push(sample(NODE_DOWN, &down, 7.0));
+    let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);
+    app.on_fetch(fetched, "12:00:01 UTC".into());
+    for (width, height) in [(120, 40), (80, 24)] {
+        let text = screen(&app, width, height);
+        let row = text.lines().find(|l| l.contains("node-c")).unwrap_or("");
+        assert!(row.contains("   2 "), "dcgm's GPUs stay: {text}");
+        assert!(row.ends_with("torchtop DOWN"), "{text}");
+        assert!(text.contains("3 nodes  6 GPUs"), "not a node down: {text}");
+    }
+    let text = render::once_text(&app);
+    let warning = text.lines().find(|l| l.contains("exporter-down"));
+    assert!(
+        warning.is_some_and(|l| l.starts_with("  CRIT node-c")
+            && l.contains("torchtop's exporter on node-c is down: last seen 7 s ago")),
+        "{text}"
+    );
+    let doc = serde_json::to_value(&app.view).unwrap();
+    let c = &doc["nodes"][2];
+    assert_eq!(
+        (
+            &c["hostname"],
+            &c["down"],
+            &c["exporter_down"],
+            &c["warnings"]
+        ),
+        (&"node-c".into(), &false.into(), &true.into(), &1.into()),
+        "{doc:#}"
+    );
+    let critical = Some(crate::model::Severity::Critical);
+    assert_eq!(super::warnings::once_status(&app, critical), 4);
+}
+
 #[test]
 fn once_text_is_plain_and_sized_to_its_content() {
     let mut app = ClusterApp::new("http://prometheus:9090".into(), 20.0, true);

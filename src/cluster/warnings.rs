@@ -1,7 +1,9 @@
 //! The warnings of every node, without I/O: those each node's exporter exports as
-//! `torchtop_warning`, and a critical `node-down` for each node whose exporter Prometheus
-//! cannot scrape (its own warnings vanish with it, so without one nothing would say the node
-//! is down), with the exit status of `--once` that they make.
+//! `torchtop_warning`, a critical `node-down` for each node whose exporter Prometheus cannot
+//! scrape (its own warnings vanish with it, so without one nothing would say the node is down),
+//! and a critical `exporter-down` for a node whose torchtop exporter is down while another
+//! exporter (dcgm-exporter) still reports its GPUs (its figures show, but nothing watches it),
+//! with the exit status of `--once` that they make.
 //!
 //! `torchtop serve` labels each warning with its id, severity and subject only: a warning a
 //! node exports has no message here (`None`, printed as N/A), and none is made up. Its message,
@@ -17,6 +19,9 @@ use crate::model::Severity;
 
 /// The id of the warning this view raises for a node that is down.
 pub(crate) const NODE_DOWN_ID: &str = "node-down";
+/// The id of the warning this view raises for a node whose torchtop exporter is down while
+/// another exporter reports its GPUs.
+pub(crate) const EXPORTER_DOWN_ID: &str = "exporter-down";
 
 /// One warning of one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -26,10 +31,11 @@ pub(crate) struct ClusterWarning {
     /// "critical", "warn" or "info", as the exporter's `severity` label says.
     pub(crate) severity: String,
     pub(crate) subject: String,
-    /// What holds, in a sentence: this view's own for `node-down`; `None` for a warning a
-    /// node exports, whose message the exporter does not export.
+    /// What holds, in a sentence: this view's own for `node-down` and `exporter-down`; `None`
+    /// for a warning a node exports, whose message the exporter does not export.
     pub(crate) message: Option<String>,
-    /// For `node-down`: how long ago the node's exporter last answered a scrape.
+    /// For `node-down` and `exporter-down`: how long ago the node's torchtop exporter last
+    /// answered a scrape.
     pub(crate) last_seen_seconds_ago: Option<f64>,
 }
 
@@ -45,8 +51,8 @@ impl ClusterWarning {
     }
 }
 
-/// The warnings the nodes export (from the warnings panel's answer) and a `node-down` for each
-/// node that is down, most severe first.
+/// The warnings the nodes export (from the warnings panel's answer), a `node-down` for each
+/// node that is down and an `exporter-down` for each node whose exporter is, most severe first.
 pub(crate) fn warnings(samples: &[Sample], nodes: &[Node]) -> Vec<ClusterWarning> {
     let label = |s: &Sample, name: &str| s.label(name).map(printable).unwrap_or_default();
     let mut out: Vec<ClusterWarning> = samples
@@ -61,6 +67,7 @@ pub(crate) fn warnings(samples: &[Sample], nodes: &[Node]) -> Vec<ClusterWarning
         })
         .collect();
     out.extend(nodes.iter().filter(|n| n.down).map(node_down));
+    out.extend(nodes.iter().filter(|n| n.exporter_down).map(exporter_down));
     // Most severe first; a severity torchtop does not write last, as the least known.
     let weight = |w: &ClusterWarning| std::cmp::Reverse(w.severity());
     out.sort_by(|a, b| {
@@ -87,19 +94,42 @@ fn node_down(node: &Node) -> ClusterWarning {
     }
 }
 
+/// The critical warning of a node whose GPUs another exporter reports while torchtop's
+/// exporter there is down: its figures are current, but none of torchtop's checks is.
+fn exporter_down(node: &Node) -> ClusterWarning {
+    ClusterWarning {
+        hostname: node.hostname.clone(),
+        id: EXPORTER_DOWN_ID.to_string(),
+        severity: "critical".to_string(),
+        subject: "host".to_string(),
+        message: Some(format!(
+            "torchtop's exporter on {} is down: {}; its GPUs' figures are another exporter's, \
+             its warnings and ranks are unknown",
+            node.hostname,
+            down_reason(node)
+        )),
+        last_seen_seconds_ago: node.last_seen_seconds_ago,
+    }
+}
+
 /// Why a node is listed down, from what Prometheus knows: "last seen 42 s ago; Prometheus
 /// cannot scrape its exporter at 10.0.0.3:9400". The nodes panel's DOWN row says the same.
 pub(crate) fn down_reason(node: &Node) -> String {
-    let seen = node.last_seen_seconds_ago.map_or_else(
-        || format!("not seen in the last {}", super::fetch::DOWN_WINDOW),
-        |s| format!("last seen {} ago", span(s)),
-    );
+    let seen = last_seen(node);
     let exporter = node
         .instance
         .as_deref()
         .map(|i| format!("; Prometheus cannot scrape its exporter at {i}"))
         .unwrap_or_default();
     format!("{seen}{exporter}")
+}
+
+/// When a node's torchtop exporter last answered a scrape: "last seen 42 s ago".
+fn last_seen(node: &Node) -> String {
+    node.last_seen_seconds_ago.map_or_else(
+        || format!("not seen in the last {}", super::fetch::DOWN_WINDOW),
+        |s| format!("last seen {} ago", span(s)),
+    )
 }
 
 /// How many of `warnings` each node has.
@@ -192,6 +222,39 @@ mod tests {
         assert_eq!(warnings[1].message, None, "the exporter exports no message");
         count(&mut nodes, &warnings);
         assert_eq!((nodes[0].warnings, nodes[1].warnings), (1, 1));
+    }
+
+    /// A review: with dcgm-exporter beside it, a node whose torchtop died kept its GPU rows and
+    /// lost its warnings, and nothing said so: the view read as a node with none.
+    #[test]
+    fn a_node_whose_torchtop_exporter_is_down_is_a_critical_warning_while_dcgm_reports_it() {
+        let watched_by_dcgm_only = Node {
+            hostname: "node-c".into(),
+            exporter_down: true,
+            last_seen_seconds_ago: Some(7.0),
+            instance: Some("10.0.0.3:9400".into()),
+            ..Default::default()
+        };
+        let mut nodes = vec![watched_by_dcgm_only];
+        let warnings = warnings(&[], &nodes);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let w = &warnings[0];
+        assert_eq!(
+            (w.hostname.as_str(), w.id.as_str(), w.severity.as_str()),
+            ("node-c", EXPORTER_DOWN_ID, "critical")
+        );
+        assert_eq!(
+            w.message.as_deref(),
+            Some(
+                "torchtop's exporter on node-c is down: last seen 7 s ago; Prometheus cannot \
+                 scrape its exporter at 10.0.0.3:9400; its GPUs' figures are another exporter's, \
+                 its warnings and ranks are unknown"
+            )
+        );
+        assert_eq!(w.last_seen_seconds_ago, Some(7.0));
+        count(&mut nodes, &warnings);
+        assert_eq!(nodes[0].warnings, 1);
+        assert_eq!(exit_status(&warnings, Some(Severity::Critical)), 4);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod agents_in_pid_namespaces;
 mod amd_node;
 mod amd_smi;
 mod attach_injector;
+mod cluster_dcgm_beside;
 mod cluster_prometheus;
 mod container_pids_e2e;
 mod containers_e2e;

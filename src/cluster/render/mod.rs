@@ -341,13 +341,17 @@ fn node_line(
     } else {
         theme.plain()
     };
-    Line::from(vec![
-        Span::styled(text, style),
+    // Where torchtop's exporter is down, the figures are dcgm-exporter's and nothing else is
+    // known: the row says so where the sparkline was (since when, in its warning's row).
+    let tail = if node.exporter_down {
+        Span::styled("torchtop DOWN", theme.critical())
+    } else {
         Span::styled(
             sparkline(&node.utilization_history, spark_width),
             theme.utilization_bar(),
-        ),
-    ])
+        )
+    };
+    Line::from(vec![Span::styled(text, style), tail])
 }
 
 /// A node that stopped reporting: when it was last seen, and the exporter to look at.
