@@ -46,6 +46,11 @@ use publish::Recycler;
 pub(crate) use spawn::{spawn_loop, spawn_shared_loop};
 use torch_join::{join_torch, TorchJoin};
 
+/// How long the monitor's first snapshot waits for the agents it found to send their figures:
+/// an agent answers its connection at once, and one that does not (a stopped process) holds
+/// only this first snapshot back, on the sampler's thread, never a key.
+const FIRST_AGENTS_WAIT: Duration = Duration::from_millis(500);
+
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
     /// Time between snapshots.
@@ -151,6 +156,8 @@ pub struct Sampler {
     detail: detail::DetailReader,
     /// The agents' figures as of the latest poll, shared with the hub; kept for their room.
     heard: HashMap<u32, Heard>,
+    /// Whether a snapshot already waited for the agents it found ([`FIRST_AGENTS_WAIT`]).
+    agents_awaited: bool,
     /// The joined figures kept between ticks, and the allocation churn.
     torch_join: TorchJoin,
     /// The rows of agents whose processes hold no GPU, kept for its room.
@@ -198,6 +205,7 @@ impl Sampler {
             ooms: VecDeque::new(),
             memory_views: HashMap::new(),
             memsnap_ready: None,
+            agents_awaited: false,
             detail: detail::DetailReader::default(),
             heard: HashMap::new(),
             torch_join: TorchJoin::default(),
@@ -282,7 +290,15 @@ impl Sampler {
         self.host
             .join_processes_on_screen(&mut processes, on_screen);
         self.watch_users_agents(&processes);
-        self.agents.poll_into(&mut self.heard);
+        if self.agents_awaited {
+            self.agents.poll_into(&mut self.heard);
+        } else {
+            // As `--once` does: the first snapshot's rules judged the processes of the agents
+            // it had just found without their figures (a GPU full of a training process's
+            // cache warned oom-risk at start and cleared a tick later).
+            self.agents_awaited = true;
+            self.poll_agents_until_heard(Instant::now() + FIRST_AGENTS_WAIT);
+        }
         self.assemble_into(snapshot, host, processes);
         snapshot.detail = self.detail.read(&self.config.proc_root);
         let mut warnings = std::mem::take(&mut snapshot.warnings);

@@ -177,6 +177,36 @@ fn a_script_under_torchtop_run_shows_its_allocator_in_the_json() {
     });
 }
 
+/// Found by trying it beside a running job: the stream's first snapshot came before the agent's
+/// figures, so a GPU filled by a training process's cache warned oom-risk (judged on NVML alone)
+/// and cleared a tick later, leaving "the ones shown have cleared" in the TUI. The monitor's
+/// first snapshot now waits for the agents it found, as `--once` does.
+#[test]
+fn the_first_snapshot_of_a_stream_has_the_agents_figures_and_no_passing_warning() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = TrainingScript::start(&agents);
+    // 78 of 80 GiB in use, all of it the script's: NVML alone says the GPU is nearly full.
+    let scenario = ScenarioFile::new(&format!(
+        "[[gpu]]\nname = \"Agent GPU\"\nmemory_total_mib = 81920\nmemory_used_mib = 79872\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 79000\nsm_percent = 80\n",
+        script.pid()
+    ));
+    let docs = torchtop(
+        &scenario,
+        &agents,
+        &["--json", "-d", "0.5", "--samples", "3"],
+    );
+    assert_eq!(docs.len(), 3);
+    for (i, doc) in docs.iter().enumerate() {
+        let process = &doc["processes"][0];
+        assert!(process["torch"].is_object(), "sample {i}: {process}");
+        assert_eq!(warning_ids(doc), Vec::<String>::new(), "sample {i}: {doc}");
+    }
+}
+
 #[test]
 fn a_script_under_torchtop_run_shows_its_allocator_in_the_tui() {
     if !common::require_program("python3") {
