@@ -6,7 +6,9 @@
 //! share of the largest rank and the absolute minimum, or the utilization spread reaches its
 //! threshold. Ranks without a full window are left out; at least two must remain. Jobs of
 //! servers (sharded inference launchers set RANK too) are left alone: the remedy is about
-//! training data and batches.
+//! training data and batches. Where the agents of the two ranks at the memory spread's ends
+//! report, the message says whether the spread is in PyTorch's allocator (their reserved memory
+//! differs by at least half of it) or outside it, where batches and samplers are not the cause.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +16,8 @@ use crate::config::{Fraction, NonNegative, Percent, Seconds};
 use crate::model::{Severity, Subject, Warning};
 
 use super::{
-    fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, warning, Inputs, Point, ProcPoint,
-    BYTES_PER_MIB,
+    fmt_bytes, fmt_opt, fmt_percent, fmt_seconds, mean, torch_device_on, warning, Inputs, Point,
+    ProcPoint, BYTES_PER_MIB,
 };
 use crate::model::{Job, JobRank};
 
@@ -54,6 +56,14 @@ dataset) and initialize DDP/FSDP the same way on every rank; move work done only
 (logging, evaluation, checkpoint saving, torch.load without map_location, which loads onto \
 GPU 0) off the training path; for a model that does not fit evenly, consider FSDP.";
 
+/// For a memory spread outside PyTorch's allocator: what holds GPU memory beside it.
+const OUTSIDE_REMEDY: &str = "The difference is memory PyTorch's caching allocator does not \
+hold, so batches and samplers are not its cause: look on the heavier rank for NCCL's buffers \
+(more communicators or process groups there, NCCL_BUFFSIZE), a library that allocates on its own \
+(CuPy, JAX, TensorRT, a custom CUDA extension), or a larger CUDA context (more kernels loaded); \
+torch.cuda.memory_reserved() against nvidia-smi on each rank shows how much, and a run without \
+the suspect shows which.";
+
 /// One rank's means over the window.
 #[derive(Debug, Clone, PartialEq)]
 struct RankLoad<'a> {
@@ -81,7 +91,7 @@ pub(crate) fn check(inputs: &Inputs, config: &ImbalanceConfig) -> Vec<Warning> {
                 return None;
             }
             let loads: Vec<RankLoad> = loads().collect();
-            imbalanced(job, &loads, config)
+            imbalanced(inputs, job, &loads, config)
         })
         .collect()
 }
@@ -190,21 +200,59 @@ fn rank_name(rank: &JobRank) -> String {
     }
 }
 
-fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option<Warning> {
+/// A rank's reserved memory on its GPU as its agent last said; `None` without one.
+fn reserved_of(inputs: &Inputs, rank: &JobRank) -> Option<f64> {
+    let row = inputs.rows_of(rank.pid).find(|p| p.gpu == rank.gpu)?;
+    let device = torch_device_on(row, &inputs.snapshot.gpus)?;
+    device.reserved_bytes.map(|b| b as f64)
+}
+
+/// Where a memory spread of `spread` between the ranks `low` and `high` lies, when both their
+/// agents report: whether outside PyTorch's allocator (its reserved memory differs by less than
+/// half of it), and the words that say so.
+fn where_spread_lies(
+    inputs: &Inputs,
+    low: &JobRank,
+    high: &JobRank,
+    spread: f64,
+) -> Option<(bool, String)> {
+    let (low_reserved, high_reserved) = (reserved_of(inputs, low)?, reserved_of(inputs, high)?);
+    let outside = high_reserved - low_reserved < spread / 2.0;
+    let place = if outside { "outside" } else { "in" };
+    let words = format!(
+        ", {place} PyTorch's allocator (it reserves {} against {})",
+        fmt_bytes(high_reserved),
+        fmt_bytes(low_reserved)
+    );
+    Some((outside, words))
+}
+
+fn imbalanced(
+    inputs: &Inputs,
+    job: &Job,
+    loads: &[RankLoad],
+    config: &ImbalanceConfig,
+) -> Option<Warning> {
     let mut findings = Vec::new();
     let mut spreads = Vec::new();
+    let mut remedy = REMEDY;
     if let Some(((low, low_v), (high, high_v))) = extremes(loads, |l| l.memory) {
         let spread = high_v - low_v;
         spreads.push(("memory spread", fmt_bytes(spread)));
         let wide = spread >= config.memory_spread_fraction.get() * high_v
             && spread >= config.min_memory_spread_mib.get() * BYTES_PER_MIB;
         if wide && spread > 0.0 {
+            let lies = where_spread_lies(inputs, low.rank, high.rank, spread);
+            if lies.as_ref().is_some_and(|(outside, _)| *outside) {
+                remedy = OUTSIDE_REMEDY;
+            }
             findings.push(format!(
-                "{} uses {} of GPU memory against {} on {}",
+                "{} uses {} of GPU memory against {} on {}{}",
                 rank_name(high.rank),
                 fmt_bytes(high_v),
                 fmt_bytes(low_v),
                 rank_name(low.rank),
+                lies.map(|(_, words)| words).unwrap_or_default(),
             ));
         }
     }
@@ -257,7 +305,7 @@ fn imbalanced(job: &Job, loads: &[RankLoad], config: &ImbalanceConfig) -> Option
         Subject::Job { id: job.id.clone() },
         message,
         evidence,
-        REMEDY,
+        remedy,
     );
     found.evidence.extend(per_rank);
     Some(found)
@@ -313,6 +361,51 @@ mod tests {
         assert_eq!(evidence(w, "ranks"), "8");
         assert_eq!(evidence(w, "rank 0 (pid 100, GPU 0)"), "60.0GiB, 95%");
         assert!(w.remedy.contains("DistributedSampler"));
+    }
+
+    /// Found beside a real job: rank 1's GPU memory was 55 GiB above rank 0's while both
+    /// allocators reserved the same, and the remedy spoke of batches and samplers.
+    #[test]
+    fn a_spread_the_allocators_do_not_share_is_said_to_lie_outside_them() {
+        let heavy_rank0 = |r: u32| if r == 0 { 60 * GIB } else { 30 * GIB };
+        let with_agents = |reserved: fn(u32) -> u64| {
+            move |step: u32| {
+                let mut snap = job(heavy_rank0, |_| 95)(step);
+                for (r, p) in (0u32..).zip(&mut snap.processes) {
+                    let mut on_its_gpu = device(0, reserved(r) / 2, reserved(r));
+                    on_its_gpu.gpu = Some(r);
+                    p.torch = Some(std::sync::Arc::new(torch_on(vec![on_its_gpu])));
+                }
+                snap
+            }
+        };
+        let even = replay_default(30, with_agents(|_| 20 * GIB));
+        let w = with_id(&even, "imbalance");
+        assert_eq!(w.len(), 1, "{even:#?}");
+        assert!(
+            w[0].message.ends_with(
+                "rank 0 uses 60.0GiB of GPU memory against 30.0GiB on rank 1, outside \
+                 PyTorch's allocator (it reserves 20.0GiB against 20.0GiB)"
+            ),
+            "{}",
+            w[0].message
+        );
+        assert!(w[0].remedy.contains("NCCL"), "{}", w[0].remedy);
+        assert!(!w[0].remedy.contains("DistributedSampler"));
+
+        let uneven = replay_default(
+            30,
+            with_agents(|r| if r == 0 { 48 * GIB } else { 18 * GIB }),
+        );
+        let w = with_id(&uneven, "imbalance");
+        assert_eq!(w.len(), 1, "{uneven:#?}");
+        assert!(
+            w[0].message
+                .ends_with(", in PyTorch's allocator (it reserves 48.0GiB against 18.0GiB)"),
+            "{}",
+            w[0].message
+        );
+        assert!(w[0].remedy.contains("DistributedSampler"));
     }
 
     #[test]
