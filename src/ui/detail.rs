@@ -65,9 +65,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, view: &DetailView
         ));
     }
     if app.replay {
-        recorded_identity_lines(&mut lines, &rows, theme);
+        recorded_identity_lines(&mut lines, &rows, inner_width, theme);
     } else {
-        identity_lines(&mut lines, app, view.pid, &rows, detail, theme);
+        identity_lines(&mut lines, app, view.pid, &rows, detail, inner_width, theme);
         environment_lines(&mut lines, detail, theme);
     }
     gpu_lines(&mut lines, app, &rows, theme);
@@ -98,11 +98,51 @@ fn section(lines: &mut Vec<Line<'static>>, title: &str, theme: Theme) {
     lines.push(Line::styled(title.to_string(), theme.title()));
 }
 
-fn labelled(label: &str, value: String, theme: Theme) -> Line<'static> {
-    Line::from(vec![
+/// `label`, then `value` wrapped to a frame `width` wide, each further line under the first's
+/// value: a long command line or cgroup list reads as one column, not from the frame's edge.
+fn labelled(width: usize, label: &str, value: String, theme: Theme) -> Vec<Line<'static>> {
+    let mut pieces = wrap_to(&value, width.saturating_sub(LABEL).max(MIN_VALUE_WIDTH)).into_iter();
+    let first = pieces.next().unwrap_or_default();
+    let mut out = vec![Line::from(vec![
         Span::styled(format!("{label:<LABEL$}"), theme.label()),
-        Span::raw(value),
-    ])
+        Span::raw(first),
+    ])];
+    out.extend(pieces.map(|piece| Line::raw(format!("{:LABEL$}{piece}", ""))));
+    out
+}
+
+/// The narrowest a labelled value is wrapped to, however narrow the frame.
+const MIN_VALUE_WIDTH: usize = 16;
+
+/// `text` in lines of at most `width` columns, broken after the line's last space, else (a
+/// word longer than a line) at the width.
+fn wrap_to(text: &str, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut line = String::new();
+    let mut columns = 0;
+    // Where `line` may be broken: after its last space, with the columns up to there.
+    let mut space: Option<(usize, usize)> = None;
+    for c in text.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if columns + w > width && !line.is_empty() {
+            if let Some((at, cols)) = space {
+                let rest = line.split_off(at);
+                out.push(std::mem::replace(&mut line, rest));
+                columns -= cols;
+            } else {
+                out.push(std::mem::take(&mut line));
+                columns = 0;
+            }
+            space = None;
+        }
+        line.push(c);
+        columns += w;
+        if c == ' ' {
+            space = Some((line.len(), columns));
+        }
+    }
+    out.push(line);
+    out
 }
 
 /// A `Result` from the detail read: the value, "reading..." before the first read, or the
@@ -125,6 +165,7 @@ fn identity_lines(
     pid: u32,
     rows: &[&GpuProcess],
     detail: Option<&ProcessDetail>,
+    width: usize,
     theme: Theme,
 ) {
     let host = app.snapshot.host_processes.iter().find(|h| h.pid == pid);
@@ -136,7 +177,8 @@ fn identity_lines(
         .and_then(|p| p.state)
         .or_else(|| host.map(|h| h.state));
     let running = first.and_then(|p| p.running_seconds);
-    lines.push(labelled(
+    lines.extend(labelled(
+        width,
         "user",
         format!(
             "{}   state {}   nice {}   running {}",
@@ -157,19 +199,34 @@ fn identity_lines(
         |d| &d.command,
         |c| format::text(c.as_deref().or(known.as_deref())),
     );
-    lines.push(labelled("command", escape(&command).into_owned(), theme));
+    lines.extend(labelled(
+        width,
+        "command",
+        escape(&command).into_owned(),
+        theme,
+    ));
     let (cwd, _) = read_or_reason(detail, |d| &d.cwd, |c| escape(c).into_owned());
-    lines.push(labelled("cwd", cwd, theme));
+    lines.extend(labelled(width, "cwd", cwd, theme));
     let (cgroup, _) = read_or_reason(detail, |d| &d.cgroup, |c| escape(c).into_owned());
-    lines.push(labelled("cgroup", cgroup, theme));
+    lines.extend(labelled(width, "cgroup", cgroup, theme));
     if let Some(cgroup) = first.and_then(|p| p.cgroup.as_deref()) {
-        lines.push(labelled("mem limit", memory_limit_text(cgroup), theme));
+        lines.extend(labelled(
+            width,
+            "mem limit",
+            memory_limit_text(cgroup),
+            theme,
+        ));
     }
     if let Some(inner) = first.and_then(|p| ns_pid_text(p.ns_pids.as_deref()?)) {
-        lines.push(labelled("pid inside", inner, theme));
+        lines.extend(labelled(width, "pid inside", inner, theme));
     }
     if let Some(container) = first.and_then(|p| p.container.as_deref()) {
-        lines.push(labelled("container", container_text(container), theme));
+        lines.extend(labelled(
+            width,
+            "container",
+            container_text(container),
+            theme,
+        ));
     }
 }
 
@@ -223,10 +280,16 @@ fn memory_limit_text(cgroup: &Cgroup) -> String {
 /// A replay's identity lines: the figures the frame recorded for the process's row (a state
 /// it did not record is N/A, not the state of a later process table), and a plain sentence on
 /// what a recording leaves out.
-fn recorded_identity_lines(lines: &mut Vec<Line<'static>>, rows: &[&GpuProcess], theme: Theme) {
+fn recorded_identity_lines(
+    lines: &mut Vec<Line<'static>>,
+    rows: &[&GpuProcess],
+    width: usize,
+    theme: Theme,
+) {
     let first = rows.first();
     let na = || "N/A".to_string();
-    lines.push(labelled(
+    lines.extend(labelled(
+        width,
         "user",
         format!(
             "{}   state {}   nice {}   running {}",
@@ -242,9 +305,19 @@ fn recorded_identity_lines(lines: &mut Vec<Line<'static>>, rows: &[&GpuProcess],
         theme,
     ));
     let command = format::text(first.and_then(|p| p.command.as_deref()));
-    lines.push(labelled("command", escape(&command).into_owned(), theme));
+    lines.extend(labelled(
+        width,
+        "command",
+        escape(&command).into_owned(),
+        theme,
+    ));
     if let Some(container) = first.and_then(|p| p.container.as_deref()) {
-        lines.push(labelled("container", container_text(container), theme));
+        lines.extend(labelled(
+            width,
+            "container",
+            container_text(container),
+            theme,
+        ));
     }
     lines.push(Line::styled(
         "a recording does not keep a process's cwd, cgroup, environment or children",

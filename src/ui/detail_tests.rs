@@ -82,6 +82,52 @@ fn detail_view_at_three_sizes() {
     }
 }
 
+/// Found trying the monitor beside a job: a cgroup v1 list (one path per controller) wrapped
+/// to the frame's edge, under the labels; each further line now starts under the value.
+#[test]
+fn a_long_value_wraps_under_its_own_column() {
+    let mut app = detail_app();
+    let mut snapshot = (*app.snapshot).clone();
+    let detail = snapshot.detail.as_mut().unwrap();
+    let controllers = [
+        "name=systemd",
+        "pids",
+        "blkio",
+        "freezer",
+        "devices",
+        "memory",
+    ];
+    let list: Vec<String> = (controllers.iter().enumerate())
+        .map(|(i, c)| format!("{}:{c}:/kubepods/burstable/pod-{i:04}", 9 - i))
+        .collect();
+    detail.cgroup = Ok(list.join("; "));
+    app.on_snapshot(Arc::new(snapshot));
+    let s = screen(&app, 80, 24);
+    let at = s.lines().position(|l| l.contains("│cgroup")).unwrap();
+    let below: Vec<&str> = s
+        .lines()
+        .skip(at + 1)
+        .take_while(|l| !l.contains("Environment"))
+        .collect();
+    assert!(below.len() >= 2, "{s}");
+    for line in &below {
+        assert!(
+            line.starts_with("│            ") && !line.starts_with("│             "),
+            "{s}"
+        );
+    }
+    assert!(
+        s.contains("│cgroup      9:name=systemd:/kubepods/burstable/pod-0000; "),
+        "{s}"
+    );
+    let text: String = std::iter::once(s.lines().nth(at).unwrap())
+        .chain(below.iter().copied())
+        .map(|l| l.trim_start_matches("│cgroup").trim_matches('│').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(text, list.join("; "), "nothing lost or doubled in the wrap");
+}
+
 /// A review: each history row's sparkline was right-aligned against figures of its own width,
 /// so the newest sample of "GPU memory" ended near column 89, "SM%" near 98 and
 /// "cuda:0 alloc" near 86. Every row's newest sample is now in one column.
