@@ -5,6 +5,7 @@
 pub(crate) mod clock;
 pub(crate) mod json;
 pub(crate) mod path;
+pub(crate) mod wrap;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

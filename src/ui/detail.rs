@@ -101,7 +101,8 @@ fn section(lines: &mut Vec<Line<'static>>, title: &str, theme: Theme) {
 /// `label`, then `value` wrapped to a frame `width` wide, each further line under the first's
 /// value: a long command line or cgroup list reads as one column, not from the frame's edge.
 fn labelled(width: usize, label: &str, value: String, theme: Theme) -> Vec<Line<'static>> {
-    let mut pieces = wrap_to(&value, width.saturating_sub(LABEL).max(MIN_VALUE_WIDTH)).into_iter();
+    let room = width.saturating_sub(LABEL).max(MIN_VALUE_WIDTH);
+    let mut pieces = crate::format::wrap::lines(&value, room).into_iter();
     let first = pieces.next().unwrap_or_default();
     let mut out = vec![Line::from(vec![
         Span::styled(format!("{label:<LABEL$}"), theme.label()),
@@ -113,37 +114,6 @@ fn labelled(width: usize, label: &str, value: String, theme: Theme) -> Vec<Line<
 
 /// The narrowest a labelled value is wrapped to, however narrow the frame.
 const MIN_VALUE_WIDTH: usize = 16;
-
-/// `text` in lines of at most `width` columns, broken after the line's last space, else (a
-/// word longer than a line) at the width.
-fn wrap_to(text: &str, width: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut line = String::new();
-    let mut columns = 0;
-    // Where `line` may be broken: after its last space, with the columns up to there.
-    let mut space: Option<(usize, usize)> = None;
-    for c in text.chars() {
-        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
-        if columns + w > width && !line.is_empty() {
-            if let Some((at, cols)) = space {
-                let rest = line.split_off(at);
-                out.push(std::mem::replace(&mut line, rest));
-                columns -= cols;
-            } else {
-                out.push(std::mem::take(&mut line));
-                columns = 0;
-            }
-            space = None;
-        }
-        line.push(c);
-        columns += w;
-        if c == ' ' {
-            space = Some((line.len(), columns));
-        }
-    }
-    out.push(line);
-    out
-}
 
 /// A `Result` from the detail read: the value, "reading..." before the first read, or the
 /// reason in a dim sentence.
