@@ -66,6 +66,7 @@ fn confirm(
     let mut lines = vec![Line::styled(question, theme.warn()), Line::raw("")];
     lines.extend(target_table(targets, theme, |pid| rank_of(app, pid)));
     lines.extend(namespace_inits(app, signal, targets, theme));
+    lines.extend(jobs_cut_short(app, signal, targets, theme));
     let popup = Popup {
         title: format!(" {signal} "),
         hint: " y or Enter: send   n or Esc: cancel ",
@@ -110,23 +111,48 @@ fn namespace_inits(
     );
     let width = usize::from(MAX_WIDTH) - 4;
     let mut lines = vec![Line::raw("")];
-    lines.extend(wrap_words(&text, width).map(|line| Line::styled(line, theme.warn())));
+    let wrapped = format::wrap::lines(&text, width).into_iter();
+    lines.extend(wrapped.map(|line| Line::styled(line, theme.warn())));
     lines
 }
 
-/// `text` in lines of at most `width` characters, broken at spaces.
-fn wrap_words(text: &str, width: usize) -> impl Iterator<Item = String> {
-    let mut lines: Vec<String> = Vec::new();
-    for word in text.split(' ') {
-        match lines.last_mut() {
-            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
-                line.push(' ');
-                line.push_str(word);
-            }
-            _ => lines.push(word.to_string()),
-        }
+/// What a signal to some ranks of a distributed job, not all, does to the rest: a stopped or
+/// ended rank leaves the others waiting in their next collective until its timeout. A user
+/// who killed one runaway rank from the monitor held every other GPU of the job for that long.
+fn jobs_cut_short(
+    app: &App,
+    signal: Signal,
+    targets: &[ActionTarget],
+    theme: Theme,
+) -> Vec<Line<'static>> {
+    if signal == Signal::Cont {
+        return Vec::new();
     }
-    lines.into_iter()
+    let targeted = |pid: u32| targets.iter().any(|t| t.pid() == pid);
+    let mut lines = Vec::new();
+    for job in &app.snapshot.jobs {
+        let hit = job.ranks.iter().filter(|r| targeted(r.pid)).count();
+        let left = job.ranks.len() - hit;
+        if hit == 0 || left == 0 {
+            continue;
+        }
+        let (ranks, are, they, wait, their) = if left == 1 {
+            ("rank", "is", "it", "waits", "its GPU")
+        } else {
+            ("ranks", "are", "they", "wait", "their GPUs")
+        };
+        let text = format!(
+            "{left} other {ranks} of {} {are} not in this: in the next collective {they} \
+             {wait} for the ranks signalled until its timeout (NCCL's default is 10 minutes), \
+             holding {their}. Tag every rank with Space to signal the whole job.",
+            format::escape(&job.id),
+        );
+        lines.push(Line::raw(""));
+        let width = usize::from(MAX_WIDTH) - 4;
+        let wrapped = format::wrap::lines(&text, width);
+        lines.extend(wrapped.into_iter().map(|l| Line::styled(l, theme.warn())));
+    }
+    lines
 }
 
 /// `P`: the peaks PyTorch's allocator kept cannot be had back once reset.

@@ -1007,6 +1007,51 @@ fn confirm_dialog_says_a_target_is_a_namespace_s_init() {
     assert!(!s.contains("PID namespace"), "{s}");
 }
 
+/// Found trying the monitor beside a two-rank job: SIGTERM to one rank asked only "this
+/// process?", and the other rank then waited in its collective for NCCL's timeout.
+#[test]
+fn confirm_dialog_says_what_a_signal_to_part_of_a_job_leaves_waiting() {
+    use crossterm::event::KeyCode;
+    let mut snapshot = busy_snapshot(1, 3, 0);
+    let pids: Vec<u32> = snapshot.processes.iter().map(|p| p.pid).collect();
+    snapshot.jobs = vec![crate::model::Job {
+        id: "job 127.0.0.1:29500".into(),
+        ranks: (0..2u32)
+            .map(|r| crate::model::JobRank {
+                pid: pids[r as usize],
+                gpu: 0,
+                rank: Some(r),
+                local_rank: Some(r),
+                world_size: Some(2),
+            })
+            .collect(),
+    }];
+    let mut app = sized(app_with(snapshot), 80, 24);
+    key(&mut app, KeyCode::Char('T'));
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains("1 other rank of job 127.0.0.1:29500 is not in this"),
+        "{s}"
+    );
+    assert!(s.contains("Tag every rank with Space"), "{s}");
+    key(&mut app, KeyCode::Esc);
+    // Both ranks tagged: the whole job, nothing left waiting.
+    key(&mut app, KeyCode::Char(' '));
+    key(&mut app, KeyCode::Char(' '));
+    key(&mut app, KeyCode::Char('T'));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("Send SIGTERM to these 2 processes?"), "{s}");
+    assert!(!s.contains("not in this"), "{s}");
+    key(&mut app, KeyCode::Esc);
+    key(&mut app, KeyCode::Char('U'));
+    // A process of no job: no such line.
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Char('T'));
+    let s = screen(&app, 80, 24);
+    assert!(!s.contains("not in this"), "{s}");
+}
+
 #[test]
 fn tagged_rows_carry_a_marker() {
     use crossterm::event::KeyCode;
