@@ -5,10 +5,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
@@ -209,5 +211,45 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// `torchtop cluster --prometheus URL --once` with `extra` arguments: (exit status, stdout,
+/// stderr).
+pub fn cluster_once(url: &str, extra: &[&str]) -> (ExitStatus, String, String) {
+    let output = Command::new(super::torchtop_binary())
+        .args(["cluster", "--prometheus", url, "--once"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run torchtop cluster");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status, text(&output.stdout), text(&output.stderr))
+}
+
+/// Polls `torchtop cluster --once --json` (with `extra` arguments) until `condition` holds on
+/// its document, for at most 90 s; fails saying `what` it waited for, with the last document.
+pub fn wait_for_cluster(
+    prometheus: &Prometheus,
+    extra: &[&str],
+    what: &str,
+    condition: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let args: Vec<&str> = std::iter::once("--json")
+        .chain(extra.iter().copied())
+        .collect();
+    loop {
+        let (_, stdout, _) = cluster_once(&prometheus.url, &args);
+        let doc: Option<Value> = serde_json::from_str(&stdout).ok();
+        if let Some(doc) = doc.as_ref().filter(|doc| condition(doc)) {
+            return doc.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster view never showed {what}; last answer:\n{doc:#?}\nPrometheus log:\n{}",
+            prometheus.log()
+        );
+        thread::sleep(Duration::from_millis(500));
     }
 }

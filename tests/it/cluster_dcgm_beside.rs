@@ -9,11 +9,10 @@ use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fake_nvml::ScenarioFile;
-use common::prometheus::{Prometheus, Serve};
+use common::prometheus::{cluster_once, wait_for_cluster, Prometheus, Serve};
 use common::{require_program, PATIENCE};
 use serde_json::Value;
 
@@ -58,37 +57,11 @@ fn dcgm_stand_in() -> SocketAddr {
     addr
 }
 
-fn cluster_once(url: &str) -> (Option<i32>, Value) {
-    let output = Command::new(common::torchtop_binary())
-        .args(["cluster", "--prometheus", url, "--once", "--json"])
-        .output()
-        .expect("run torchtop cluster --once --json");
-    let doc = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    (output.status.code(), doc)
-}
-
 fn node_d(doc: &Value) -> Option<&Value> {
     doc["nodes"]
         .as_array()?
         .iter()
         .find(|n| n["hostname"] == HOST)
-}
-
-/// Polls `torchtop cluster --once --json` until `condition` holds of its answer.
-fn wait_for(prometheus: &Prometheus, what: &str, condition: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE * 2;
-    loop {
-        let (_, doc) = cluster_once(&prometheus.url);
-        if condition(&doc) {
-            return doc;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster view never showed {what}; last answer:\n{doc:#}\nPrometheus:\n{}",
-            prometheus.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 #[test]
@@ -119,10 +92,10 @@ fn a_node_whose_torchtop_died_beside_dcgm_exporter_is_an_exporter_down_warning()
                 && n["exporter_down"] == false
         })
     };
-    wait_for(&prometheus, "node-d watched by torchtop", watched);
+    wait_for_cluster(&prometheus, &[], "node-d watched by torchtop", watched);
 
     drop(serve);
-    let doc = wait_for(&prometheus, "node-d's torchtop down", |doc| {
+    let doc = wait_for_cluster(&prometheus, &[], "node-d's torchtop down", |doc| {
         node_d(doc).is_some_and(|n| n["exporter_down"] == true)
     });
     let node = node_d(&doc).unwrap();
@@ -149,6 +122,10 @@ fn a_node_whose_torchtop_died_beside_dcgm_exporter_is_an_exporter_down_warning()
             && message.contains(&torchtop_addr),
         "{message}"
     );
-    let (status, _) = cluster_once(&prometheus.url);
-    assert_eq!(status, Some(4), "a critical warning, as for a node down");
+    let (status, _, _) = cluster_once(&prometheus.url, &[]);
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "a critical warning, as for a node down"
+    );
 }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fake_nvml::{env_refs, ScenarioFile};
-use common::prometheus::{Prometheus, Serve};
+use common::prometheus::{cluster_once, wait_for_cluster, Prometheus, Serve};
 use common::pty::PtySession;
 use common::{require_program, PATIENCE};
 use serde_json::Value;
@@ -129,18 +129,6 @@ fn node(hostname: &str, first_rank: u32, periods: [f64; 2]) -> Node {
     }
 }
 
-/// `torchtop cluster --once` with `extra` arguments: (exit status, stdout, stderr).
-fn cluster_once(url: &str, extra: &[&str]) -> (std::process::ExitStatus, String, String) {
-    let output = Command::new(common::torchtop_binary())
-        .args(["cluster", "--prometheus", url, "--once"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run torchtop cluster");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    (output.status, text(&output.stdout), text(&output.stderr))
-}
-
 fn cluster_json(url: &str) -> Option<Value> {
     let (_, stdout, _) = cluster_once(url, &["--json", "--straggler-percent", STRAGGLER_PERCENT]);
     serde_json::from_str(&stdout).ok()
@@ -148,18 +136,8 @@ fn cluster_json(url: &str) -> Option<Value> {
 
 /// Polls `--once --json` until `condition` holds on the document, for at most 90 s.
 fn wait_for_json(prometheus: &Prometheus, what: &str, condition: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(doc) = cluster_json(&prometheus.url).filter(&condition) {
-            return doc;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster view never showed {what}; Prometheus log:\n{}",
-            prometheus.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let straggler = ["--straggler-percent", STRAGGLER_PERCENT];
+    wait_for_cluster(prometheus, &straggler, what, condition)
 }
 
 /// Whether the document shows everything the test waits for: 2 nodes, 4 GPUs, one job whose
