@@ -8,7 +8,8 @@
 //! by several processes is not starved however small each share) must be below the threshold.
 //! The message then says where the time likely goes, from the processes' CPU and their
 //! DataLoader workers' (their children's): saturated workers, data loaded in the main process,
-//! a saturated host, or none of these (I/O, synchronization, another rank, or idle).
+//! a training loop bound by its own CPU while its workers have room, a saturated host, or none
+//! of these (I/O, synchronization, another rank, or idle).
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +66,14 @@ const HOST_REMEDY: &str = "The host's CPUs are all busy, so more DataLoader work
 compete for them: see what else runs (htop sorted by CPU%) and move it off this machine, keep \
 num_workers within the cores this job is given (its cgroup's cpu.max and cpuset), and move \
 per-sample work off the CPU (decode or augment on the GPU, or preprocess the dataset once).";
+
+/// For a training process whose own core is full while its workers have room: the step's host
+/// side is the bottleneck.
+const LOOP_REMEDY: &str = "Profile one step (torch.profiler): many short kernels with gaps \
+between them mean the GPU waits on the launches, so do more work per launch (a larger batch, \
+fused ops, torch.compile, whose mode=\"reduce-overhead\" adds CUDA graphs); per-step host work \
+(Python loops over tensors, .item() or .cpu() on every step, logging tensors) belongs every N \
+steps or off the step. More DataLoader workers would not help: they already have room.";
 
 /// For GPUs that wait while the data pipeline does not look saturated: no DataLoader advice.
 const WAIT_REMEDY: &str = "The data pipeline does not look saturated, so find what the GPUs wait \
@@ -323,6 +332,19 @@ fn verdict(cpu: &CpuSide, config: &GpuStarvedConfig) -> (String, &'static str) {
             ),
             REMEDY,
         ),
+        // Workers with room while the training process's own core is full: the loop itself
+        // (Python, kernel launches, a sync that spins) keeps the GPU waiting, not the data.
+        (Some(n), Some(_), Some(main)) if n > 0 && main >= config.main_busy_percent.get() => (
+            format!(
+                "its own CPU is saturated ({}) while its {n} DataLoader worker{} {} not{host_note}: \
+                 the training loop itself is CPU-bound (Python and kernel-launch overhead, or a \
+                 host-device sync that spins), not data loading",
+                fmt_percent(main),
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "is" } else { "are" },
+            ),
+            LOOP_REMEDY,
+        ),
         _ => match host_busy {
             Some(c) => (
                 format!(
@@ -460,6 +482,44 @@ mod tests {
         );
         let w = find(&warnings, "gpu-starved", &Subject::Gpu { index: 0 });
         assert!(w.message.contains("num_workers=0"), "{}", w.message);
+    }
+
+    /// Found trying the monitor beside a job: a training process at 99% of its core with idle
+    /// workers was told that nothing looked saturated, so that it likely waited on I/O.
+    #[test]
+    fn a_busy_main_process_with_idle_workers_blames_the_loop_not_the_data() {
+        let warnings = replay_default(
+            60,
+            history(low, |_, p| {
+                p.children_cpu_percent = Some(40.0);
+                p.cpu_percent = Some(99.0);
+            }),
+        );
+        let w = find(&warnings, "gpu-starved", &Subject::Gpu { index: 0 });
+        assert!(
+            w.message.contains(
+                "its own CPU is saturated (99%) while its 4 DataLoader workers are not: the \
+                 training loop itself is CPU-bound"
+            ),
+            "{}",
+            w.message
+        );
+        assert!(w.remedy.contains("torch.compile"), "{}", w.remedy);
+        assert!(!w.remedy.contains("pin_memory"), "{}", w.remedy);
+        // Below the bar (90%), the wait is elsewhere, as before.
+        let calm = replay_default(
+            60,
+            history(low, |_, p| {
+                p.children_cpu_percent = Some(40.0);
+                p.cpu_percent = Some(60.0);
+            }),
+        );
+        let w = find(&calm, "gpu-starved", &Subject::Gpu { index: 0 });
+        assert!(
+            w.message.contains("neither its DataLoader workers"),
+            "{}",
+            w.message
+        );
     }
 
     #[test]
