@@ -33,6 +33,7 @@ mod oom;
 mod oom_killed;
 mod oom_risk;
 mod order;
+mod seen;
 mod shm_small;
 mod slots;
 mod swap;
@@ -59,6 +60,8 @@ use crate::model::{
 pub(crate) use jobs::group_jobs;
 pub(crate) use jobs::group_jobs_into;
 use order::{JobIndex, PidIndex, Rows};
+pub(crate) use seen::Held;
+use seen::{FirstSeen, SeenKey};
 use slots::Slots;
 pub use thresholds::RulesConfig;
 pub(crate) use torch_device::torch_device_on;
@@ -207,6 +210,7 @@ impl Engine {
         self.job_index.fill(&snapshot.jobs);
         self.pid_index.fill(&snapshot.processes);
         let inputs = Inputs {
+            held: Held::new(&self.first_seen, self.samples - 1),
             snapshot,
             gpus: &self.gpus,
             processes: &self.processes,
@@ -344,14 +348,6 @@ impl Engine {
         }
         self.first_seen.retain(|_, seen| seen.stamp == stamp);
     }
-}
-
-/// When a warning was first seen, and the sample that last saw it.
-#[derive(Debug, Clone)]
-struct FirstSeen {
-    id: String,
-    since: String,
-    stamp: u64,
 }
 
 /// Names the cause of each process warning in its evidence, for [`Warning::group`]: a `job` row
@@ -498,35 +494,12 @@ fn snapshot_time(snapshot: &Snapshot) -> String {
 }
 
 /// Orders subjects GPU, process, job, host, each by number or name.
-fn subject_order(subject: &Subject) -> (u8, u32, &str) {
+pub(super) fn subject_order(subject: &Subject) -> (u8, u32, &str) {
     match subject {
         Subject::Gpu { index } => (0, *index, ""),
         Subject::Process { pid } => (1, *pid, ""),
         Subject::Job { id } => (2, 0, id),
         Subject::Host => (3, 0, ""),
-    }
-}
-
-/// The first-seen key: an id's place in [`IMPACT`] and the subject as [`subject_order`] has it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-struct SeenKey {
-    rank: usize,
-    kind: u8,
-    number: u32,
-    name: String,
-}
-
-impl SeenKey {
-    /// Rewrites the key in place, in its name's room.
-    fn set(&mut self, rank: usize, subject: &Subject) {
-        let (kind, number, name) = subject_order(subject);
-        self.rank = rank;
-        self.kind = kind;
-        self.number = number;
-        if self.name != name {
-            self.name.clear();
-            self.name.push_str(name);
-        }
     }
 }
 

@@ -57,6 +57,9 @@ impl Default for OomRiskConfig {
 
 pub(crate) const ID: &str = "oom-risk";
 
+/// How far below `memory_fraction` a GPU's memory must fall before its warning clears.
+const CLEAR_MARGIN: f64 = 0.03;
+
 /// For a training process: make the model and its batch fit.
 const TRAINING_REMEDY: &str = "Lower the batch size; train in mixed precision \
 (torch.autocast in bfloat16 where the GPU supports it; float16 also needs a GradScaler); keep \
@@ -98,11 +101,19 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
         let judged = |p: &GpuProcess| {
             super::training::looks_like_server(p) || torch_device_on(p, &snapshot.gpus).is_some()
         };
+        // Once warned, a GPU stays warned until its memory falls clearly below the bar: a cache
+        // that wavers at 95 % raised and cleared the warning every tick.
+        let subject = Subject::Gpu { index: gpu.index };
+        let bar = if inputs.held.holds(ID, &subject) {
+            config.memory_fraction.get() - CLEAR_MARGIN
+        } else {
+            config.memory_fraction.get()
+        };
         let all_judged = holders().next().is_some()
             && holders().all(judged)
-            && !unlisted_fills(gpu, holders(), config);
+            && !unlisted_fills(gpu, holders(), bar);
         if by_process.is_empty() && !all_judged {
-            found.extend(gpu_near_full(gpu, holders(), config));
+            found.extend(gpu_near_full(gpu, holders(), bar, config));
         }
         found.extend(by_process);
     }
@@ -139,13 +150,12 @@ fn reported_by_its_agent(
 fn unlisted_fills<'a>(
     gpu: &GpuSample,
     mut holders: impl Iterator<Item = &'a GpuProcess>,
-    config: &OomRiskConfig,
+    bar: f64,
 ) -> bool {
     let listed: Option<u64> = holders.try_fold(0u64, |sum, p| Some(sum + p.gpu_memory_bytes?));
     match (gpu.memory_used_bytes, gpu.memory_total_bytes, listed) {
         (Some(used), Some(total), Some(listed)) => {
-            used.saturating_sub(listed) as f64
-                >= total as f64 * (1.0 - config.memory_fraction.get())
+            used.saturating_sub(listed) as f64 >= total as f64 * (1.0 - bar)
         }
         _ => true,
     }
@@ -212,7 +222,11 @@ fn near_capacity(
         ("use share", fmt_opt(share.map(|s| fmt_percent(s * 100.0)))),
         (
             "threshold",
-            fmt_percent(config.memory_fraction.get() * 100.0),
+            format!(
+                "{} (clears below {})",
+                fmt_percent(config.memory_fraction.get() * 100.0),
+                fmt_percent((config.memory_fraction.get() - CLEAR_MARGIN) * 100.0)
+            ),
         ),
         (
             "num_alloc_retries",
@@ -279,12 +293,13 @@ fn gpu_remedy<'a>(holders: impl Iterator<Item = &'a GpuProcess>) -> String {
 fn gpu_near_full<'a>(
     gpu: &GpuSample,
     holders: impl Iterator<Item = &'a GpuProcess> + Clone,
+    bar: f64,
     config: &OomRiskConfig,
 ) -> Option<Warning> {
     let total = gpu.memory_total_bytes.filter(|&t| t > 0)?;
     let free = gpu.memory_headroom_bytes()?;
     let fraction = total.saturating_sub(free) as f64 / total as f64;
-    if fraction < config.memory_fraction.get() {
+    if fraction < bar {
         return None;
     }
     let largest = (holders.clone())
@@ -308,7 +323,11 @@ fn gpu_near_full<'a>(
         ("unavailable share", fmt_percent(fraction * 100.0)),
         (
             "threshold",
-            fmt_percent(config.memory_fraction.get() * 100.0),
+            format!(
+                "{} (clears below {})",
+                fmt_percent(config.memory_fraction.get() * 100.0),
+                fmt_percent((config.memory_fraction.get() - CLEAR_MARGIN) * 100.0)
+            ),
         ),
         ("processes", holders.count().to_string()),
         ("largest holder", largest_holder),
@@ -726,6 +745,31 @@ mod tests {
         assert!(with_id(&warnings, "oom-risk").is_empty(), "{warnings:#?}");
     }
 
+    /// Found trying the monitor: a GPU whose memory wavered between 94 % and 96 % raised and
+    /// cleared oom-risk every tick, each time with a new "since".
+    #[test]
+    fn a_gpu_wavering_at_the_bar_keeps_one_warning_until_it_falls_clearly_below() {
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        let mut sinces = Vec::new();
+        for (step, used) in [96, 94, 96, 94, 93, 96, 91, 94].into_iter().enumerate() {
+            let mut snap = one_gpu(used);
+            snap.unix_seconds = T0 + step as f64;
+            let warnings = engine.evaluate(&snap);
+            let held = with_id(&warnings, "oom-risk");
+            sinces.push(held.first().map(|w| (used, w.since.clone())));
+        }
+        let first = sinces[0].clone().map(|(_, since)| since);
+        for (step, seen) in sinces.iter().enumerate().take(6) {
+            assert_eq!(
+                seen.as_ref().map(|(_, since)| since.clone()),
+                first,
+                "step {step}: held since the first, down to 93 %: {sinces:?}"
+            );
+        }
+        assert_eq!(sinces[6], None, "91 % is clearly below: cleared");
+        assert_eq!(sinces[7], None, "94 % does not raise it again: {sinces:?}");
+    }
+
     #[test]
     fn a_lower_threshold_fires_where_the_default_does_not() {
         let mut config = RulesConfig::default();
@@ -733,7 +777,7 @@ mod tests {
         assert!(with_id(&replay_default(0, |_| one_gpu(80)), "oom-risk").is_empty());
         let warnings = replay(config, 0, |_| one_gpu(80));
         let w = find(&warnings, "oom-risk", &Subject::Gpu { index: 0 });
-        assert_eq!(evidence(w, "threshold"), "75%");
+        assert_eq!(evidence(w, "threshold"), "75% (clears below 72%)");
     }
 
     #[test]

@@ -288,9 +288,11 @@ pub(crate) struct HostPoint {
     pub(crate) memory_total_bytes: Option<u64>,
 }
 
-/// Everything a rule may read: the current snapshot and the windows. Read-only.
+/// Everything a rule may read: the current snapshot, the windows, and what the last evaluation
+/// held. Read-only.
 pub(crate) struct Inputs<'a> {
     pub(crate) snapshot: &'a Snapshot,
+    pub(crate) held: super::Held<'a>,
     pub(crate) gpus: &'a BTreeMap<u32, Window<GpuPoint>>,
     /// Keyed by (pid, NVML GPU index).
     pub(crate) processes: &'a BTreeMap<(u32, u32), Tracked<ProcPoint>>,
