@@ -220,9 +220,11 @@ fn where_spread_lies(
     let outside = high_reserved - low_reserved < spread / 2.0;
     let place = if outside { "outside" } else { "in" };
     let words = format!(
-        ", {place} PyTorch's allocator (it reserves {} against {})",
+        ", {place} PyTorch's allocator, which reserves {} on {} and {} on {}",
         fmt_bytes(high_reserved),
-        fmt_bytes(low_reserved)
+        rank_name(high),
+        fmt_bytes(low_reserved),
+        rank_name(low),
     );
     Some((outside, words))
 }
@@ -385,7 +387,7 @@ mod tests {
         assert!(
             w[0].message.ends_with(
                 "rank 0 uses 60.0GiB of GPU memory against 30.0GiB on rank 1, outside \
-                 PyTorch's allocator (it reserves 20.0GiB against 20.0GiB)"
+                 PyTorch's allocator, which reserves 20.0GiB on rank 0 and 20.0GiB on rank 1"
             ),
             "{}",
             w[0].message
@@ -400,8 +402,9 @@ mod tests {
         let w = with_id(&uneven, "imbalance");
         assert_eq!(w.len(), 1, "{uneven:#?}");
         assert!(
-            w[0].message
-                .ends_with(", in PyTorch's allocator (it reserves 48.0GiB against 18.0GiB)"),
+            w[0].message.ends_with(
+                ", in PyTorch's allocator, which reserves 48.0GiB on rank 0 and 18.0GiB on rank 1"
+            ),
             "{}",
             w[0].message
         );
