@@ -48,8 +48,13 @@ lighter DataLoader workers (each holds its own copy of the dataset object), a sm
 prefetch_factor, and data loaded lazily or memory-mapped instead of held in lists. At the limit \
 the kernel kills a process in the group, usually a DataLoader worker.";
 
+/// How far below `memory_fraction` a cgroup's use must fall before its warning clears: page
+/// cache and workers coming and going waver at the bar.
+const CLEAR_MARGIN: f64 = 0.03;
+
 pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning> {
-    let threshold = config.memory_fraction.get();
+    // The lower bar, that of a warning already held: [`near_limit`] picks each group's.
+    let threshold = config.memory_fraction.get() - CLEAR_MARGIN;
     let near = |process: &GpuProcess| {
         let fraction = process.cgroup.as_ref().and_then(|c| c.memory_fraction());
         fraction.is_some_and(|f| f >= threshold)
@@ -116,11 +121,17 @@ fn near_limit(
 ) -> Option<Warning> {
     let cgroup = processes.first()?.cgroup.as_ref()?;
     let share = cgroup.memory_fraction()?;
-    if share < config.memory_fraction.get() {
+    let subject = subject_of(inputs, processes);
+    // Once warned, a group stays warned until its use falls clearly below the bar.
+    let bar = if inputs.held.holds(ID, &subject) {
+        config.memory_fraction.get() - CLEAR_MARGIN
+    } else {
+        config.memory_fraction.get()
+    };
+    if share < bar {
         return None;
     }
     let limit = cgroup.memory_limit()?;
-    let subject = subject_of(inputs, processes);
     let mut message = format!(
         "{} uses {} of its {} memory limit ({})",
         named(cgroup),
@@ -355,6 +366,22 @@ mod tests {
             "{}",
             w.message
         );
+    }
+
+    /// As oom-risk's: a container wavering at 90 % of its limit raised and cleared the warning
+    /// every tick.
+    #[test]
+    fn a_cgroup_wavering_at_the_bar_keeps_one_warning_until_it_falls_clearly_below() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let held: Vec<bool> = [91, 89, 91, 88, 86, 89]
+            .into_iter()
+            .enumerate()
+            .map(|(step, percent)| {
+                let snap = job(8 * GIB * percent / 100)(u32::try_from(step).unwrap());
+                !with_id(&engine.evaluate(&snap), "cgroup-memory").is_empty()
+            })
+            .collect();
+        assert_eq!(held, [true, true, true, true, false, false]);
     }
 
     #[test]
