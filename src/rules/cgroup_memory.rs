@@ -48,13 +48,9 @@ lighter DataLoader workers (each holds its own copy of the dataset object), a sm
 prefetch_factor, and data loaded lazily or memory-mapped instead of held in lists. At the limit \
 the kernel kills a process in the group, usually a DataLoader worker.";
 
-/// How far below `memory_fraction` a cgroup's use must fall before its warning clears: page
-/// cache and workers coming and going waver at the bar.
-const CLEAR_MARGIN: f64 = 0.03;
-
 pub(crate) fn check(inputs: &Inputs, config: &CgroupMemoryConfig) -> Vec<Warning> {
     // The lower bar, that of a warning already held: [`near_limit`] picks each group's.
-    let threshold = config.memory_fraction.get() - CLEAR_MARGIN;
+    let threshold = config.memory_fraction.get() - super::seen::CLEAR_MARGIN;
     let near = |process: &GpuProcess| {
         let fraction = process.cgroup.as_ref().and_then(|c| c.memory_fraction());
         fraction.is_some_and(|f| f >= threshold)
@@ -123,11 +119,7 @@ fn near_limit(
     let share = cgroup.memory_fraction()?;
     let subject = subject_of(inputs, processes);
     // Once warned, a group stays warned until its use falls clearly below the bar.
-    let bar = if inputs.held.holds(ID, &subject) {
-        config.memory_fraction.get() - CLEAR_MARGIN
-    } else {
-        config.memory_fraction.get()
-    };
+    let bar = (inputs.held).bar(ID, &subject, config.memory_fraction.get());
     if share < bar {
         return None;
     }

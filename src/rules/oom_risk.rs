@@ -57,9 +57,6 @@ impl Default for OomRiskConfig {
 
 pub(crate) const ID: &str = "oom-risk";
 
-/// How far below `memory_fraction` a GPU's memory must fall before its warning clears.
-const CLEAR_MARGIN: f64 = 0.03;
-
 /// For a training process: make the model and its batch fit.
 const TRAINING_REMEDY: &str = "Lower the batch size; train in mixed precision \
 (torch.autocast in bfloat16 where the GPU supports it; float16 also needs a GradScaler); keep \
@@ -104,11 +101,7 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
         // Once warned, a GPU stays warned until its memory falls clearly below the bar: a cache
         // that wavers at 95 % raised and cleared the warning every tick.
         let subject = Subject::Gpu { index: gpu.index };
-        let bar = if inputs.held.holds(ID, &subject) {
-            config.memory_fraction.get() - CLEAR_MARGIN
-        } else {
-            config.memory_fraction.get()
-        };
+        let bar = (inputs.held).bar(ID, &subject, config.memory_fraction.get());
         let all_judged = holders().next().is_some()
             && holders().all(judged)
             && !unlisted_fills(gpu, holders(), bar);
@@ -225,7 +218,7 @@ fn near_capacity(
             format!(
                 "{} (clears below {})",
                 fmt_percent(config.memory_fraction.get() * 100.0),
-                fmt_percent((config.memory_fraction.get() - CLEAR_MARGIN) * 100.0)
+                fmt_percent((config.memory_fraction.get() - super::seen::CLEAR_MARGIN) * 100.0)
             ),
         ),
         (
@@ -326,7 +319,7 @@ fn gpu_near_full<'a>(
             format!(
                 "{} (clears below {})",
                 fmt_percent(config.memory_fraction.get() * 100.0),
-                fmt_percent((config.memory_fraction.get() - CLEAR_MARGIN) * 100.0)
+                fmt_percent((config.memory_fraction.get() - super::seen::CLEAR_MARGIN) * 100.0)
             ),
         ),
         ("processes", holders.count().to_string()),

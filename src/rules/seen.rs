@@ -39,6 +39,10 @@ impl SeenKey {
     }
 }
 
+/// How far below its bar a share must fall before a warning raised on it clears (3 points of
+/// 100 %): memory, a cgroup's use and `/dev/shm` waver at a bar with each step.
+pub(super) const CLEAR_MARGIN: f64 = 0.03;
+
 /// The warnings the last evaluation held, for a rule that clears at a lower bar than it raises
 /// at (hysteresis): a figure that wavers at the bar raised and cleared its warning every tick,
 /// with a new `since` each time, and an alert on its series never held long enough to fire.
@@ -52,6 +56,16 @@ pub(crate) struct Held<'a> {
 impl<'a> Held<'a> {
     pub(super) fn new(first_seen: &'a HashMap<SeenKey, FirstSeen>, last: u64) -> Self {
         Held { first_seen, last }
+    }
+
+    /// `bar`, or `bar` less [`CLEAR_MARGIN`] while the warning `id` on `subject` holds: once
+    /// raised, a warning clears only clearly below the bar that raised it.
+    pub(crate) fn bar(&self, id: &str, subject: &Subject, bar: f64) -> f64 {
+        if self.holds(id, subject) {
+            bar - CLEAR_MARGIN
+        } else {
+            bar
+        }
     }
 
     /// Whether the last evaluation held the warning `id` on `subject`.

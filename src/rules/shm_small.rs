@@ -55,12 +55,16 @@ pub(crate) fn check(inputs: &Inputs, config: &ShmSmallConfig) -> Vec<Warning> {
         {
             continue;
         }
-        found.extend(short_of_shm(process, config));
+        let subject = Subject::Process { pid: process.pid };
+        let bar = (inputs.held).bar(ID, &subject, config.full_fraction.get());
+        found.extend(short_of_shm(process, bar, config));
     }
     found
 }
 
-fn short_of_shm(process: &GpuProcess, config: &ShmSmallConfig) -> Option<Warning> {
+/// `full_bar`: the share of `/dev/shm` in use from which it is nearly full (lower while the
+/// warning holds: batches come and go in it every step).
+fn short_of_shm(process: &GpuProcess, full_bar: f64, config: &ShmSmallConfig) -> Option<Warning> {
     if !process.visible || process.kind == ProcessKind::Graphics {
         return None;
     }
@@ -72,7 +76,7 @@ fn short_of_shm(process: &GpuProcess, config: &ShmSmallConfig) -> Option<Warning
         (Some(used), Some(size)) if size > 0 => Some(used as f64 / size as f64),
         _ => None,
     };
-    let full = full_share.filter(|&s| s >= config.full_fraction.get());
+    let full = full_share.filter(|&s| s >= full_bar);
     let mut findings = Vec::new();
     if small.is_some() {
         findings.push(format!(
@@ -157,5 +161,22 @@ mod tests {
         )
         .is_empty());
         assert!(with_id(&replay_default(0, with_shm(0, 64 * MIB, None)), "shm-small").is_empty());
+    }
+
+    /// As oom-risk's: batches coming and going in a /dev/shm at 90 % raised and cleared the
+    /// warning every tick.
+    #[test]
+    fn a_shm_wavering_at_the_bar_keeps_one_warning_until_it_falls_clearly_below() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let held: Vec<bool> = [91, 89, 91, 88, 86, 89]
+            .into_iter()
+            .enumerate()
+            .map(|(step, percent)| {
+                let used = 8 * GIB * percent / 100;
+                let snap = with_shm(2, 8 * GIB, Some(used))(u32::try_from(step).unwrap());
+                !with_id(&engine.evaluate(&snap), "shm-small").is_empty()
+            })
+            .collect();
+        assert_eq!(held, [true, true, true, true, false, false]);
     }
 }
