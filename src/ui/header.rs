@@ -61,6 +61,9 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         let _ = match (driver.nvml_loaded, driver.gpu_count) {
             (true, Some(n)) => write!(t, "{n} GPU{}", if n == 1 { "" } else { "s" }),
             (true, None) => write!(t, "{} GPUs", snapshot.gpus.len()),
+            // Before the first sample nothing is known of the library yet (the first one
+            // waits up to 0.5 s for the agents it found).
+            (false, _) if snapshot.time.is_empty() => write!(t, "GPUs {NA}"),
             (false, _) => write!(t, "no NVML"),
         };
     });

@@ -553,6 +553,8 @@ fn before_the_first_sample() {
     let s = screen(&app, 80, 24);
     assert!(s.contains("waiting for the first sample..."), "{s}");
     assert!(s.contains("N/A"));
+    // Not loaded yet is not "no NVML": the first sample has not said.
+    assert!(s.contains("GPUs N/A") && !s.contains("no NVML"), "{s}");
 }
 
 #[test]
