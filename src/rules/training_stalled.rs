@@ -5,8 +5,11 @@
 //! The engine keeps, per process, the last step it saw, when it last moved, and the agent's step
 //! times. The rule fires when the step has not moved for `step_time_factor` median step times
 //! and for at least `min_seconds` (evaluation and checkpointing pause the counter too), while
-//! the agent's stats are fresh. Processes that never reported a step (no `torchtop_agent.step()`
-//! calls) are left alone.
+//! the agent's stats are fresh. It also fires, with another sentence, when the agent of a
+//! process that was stepping has sent nothing for [`FROZEN_SECONDS`] while the process is still
+//! listed: the whole process is frozen (stopped, in uninterruptible sleep, or its interpreter
+//! held by native code), which no pause does, since the agent's thread reports through one.
+//! Processes that never reported a step (no `torchtop_agent.step()` calls) are left alone.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -43,8 +46,18 @@ impl Default for TrainingStalledConfig {
 pub(crate) const ID: &str = "training-stalled";
 
 /// Stats older than this mean the agent itself is not reporting: the process is gone or
-/// frozen, which this rule does not judge.
+/// frozen, which the step counter cannot tell.
 const FRESH_STATS_SECONDS: f64 = 30.0;
+
+/// Stats this old from the agent of a process still listed: the process is frozen. An
+/// evaluation or a checkpoint pauses the steps, not the agent's thread.
+const FROZEN_SECONDS: f64 = 60.0;
+
+const FROZEN_REMEDY: &str = "See where it is: py-spy dump --pid PID --native reads its stacks \
+without running it, and /proc/PID/stack shows what the kernel waits on (state D: a disk or a \
+network filesystem). A stopped process resumes on SIGCONT (kill -CONT PID, or fg in the shell \
+that stopped it with Ctrl-Z). In a distributed job the other ranks wait on this one in their \
+next collective.";
 
 /// The step times kept per process, for the median.
 const STEP_TIMES_KEPT: usize = 64;
@@ -145,8 +158,11 @@ fn stalled(
     let step = track.step?;
     let torch = inputs.process(pid)?.torch.as_ref()?;
     let fresh = torch.age_seconds.is_some_and(|a| a < FRESH_STATS_SECONDS);
-    if track.moves == 0 || !fresh {
+    if track.moves == 0 {
         return None;
+    }
+    if !fresh {
+        return frozen(inputs, pid, step, torch.age_seconds?);
     }
     let median = median(&track.step_times)?;
     let still = now - track.changed_at;
@@ -176,6 +192,48 @@ fn stalled(
         message,
         evidence,
         REMEDY,
+    ))
+}
+
+/// A process that was stepping whose agent has sent nothing for `age` seconds, and why, from
+/// its state: stopped, in uninterruptible sleep, or its interpreter held.
+fn frozen(inputs: &Inputs, pid: u32, step: u64, age: f64) -> Option<Warning> {
+    let row = inputs.process(pid)?;
+    if age < FROZEN_SECONDS || !row.visible {
+        return None;
+    }
+    let why = match row.state {
+        Some('T' | 't') => {
+            "it is stopped (state T): a signal (SIGSTOP, Ctrl-Z) or a debugger holds it"
+        }
+        Some('D') => {
+            "it is in uninterruptible sleep (state D), waiting on a disk or a network \
+             filesystem that does not answer"
+        }
+        _ => {
+            "its agent's thread cannot run: native code holds Python's GIL without returning, \
+             or the interpreter is deadlocked"
+        }
+    };
+    let message = format!(
+        "pid {pid}'s agent has sent nothing for {} at step {step} while the process is still \
+         listed: {why}",
+        fmt_seconds(age),
+    );
+    let state = row.state.map_or("N/A".to_string(), |s| s.to_string());
+    let evidence = vec![
+        ("step", step.to_string()),
+        ("stats age", fmt_seconds(age)),
+        ("state", state),
+        ("threshold", fmt_seconds(FROZEN_SECONDS)),
+    ];
+    Some(warning(
+        ID,
+        Severity::Warn,
+        Subject::Process { pid },
+        message,
+        evidence,
+        FROZEN_REMEDY,
     ))
 }
 
@@ -273,5 +331,46 @@ mod tests {
         );
         let never = replay(quick(), 60, stepping(0));
         assert!(with_id(&never, "training-stalled").is_empty(), "{never:#?}");
+    }
+
+    /// Found trying the monitor beside a job: a rank stopped with SIGSTOP raised nothing, its
+    /// agent silent, as "frozen, which this rule does not judge".
+    #[test]
+    fn an_agent_silent_for_a_minute_in_a_listed_process_is_a_frozen_process() {
+        let silent_from = |state: char| {
+            move |t: u32| {
+                let mut snap = stepping(30)(t);
+                let p = &mut snap.processes[0];
+                if t > 30 {
+                    p.state = Some(state);
+                    std::sync::Arc::make_mut(p.torch.as_mut().unwrap()).age_seconds =
+                        Some(f64::from(t - 30));
+                }
+                snap
+            }
+        };
+        let stopped = replay_default(100, silent_from('T'));
+        let w = find(&stopped, "training-stalled", &Subject::Process { pid: 4 });
+        assert!(
+            w.message.starts_with(
+                "pid 4's agent has sent nothing for 70 s at step 30 while the process is \
+                 still listed: it is stopped (state T)"
+            ),
+            "{}",
+            w.message
+        );
+        assert_eq!(evidence(w, "state"), "T");
+        assert!(w.remedy.contains("SIGCONT") && w.remedy.contains("py-spy dump"));
+        let held = replay_default(100, silent_from('S'));
+        let w = find(&held, "training-stalled", &Subject::Process { pid: 4 });
+        assert!(w.message.contains("holds Python's GIL"), "{}", w.message);
+        // Under a minute, or a process no longer listed: quiet.
+        assert!(with_id(&replay_default(80, silent_from('T')), "training-stalled").is_empty());
+        let gone = replay_default(100, |t| {
+            let mut snap = silent_from('T')(t);
+            snap.processes[0].visible = t <= 30;
+            snap
+        });
+        assert!(with_id(&gone, "training-stalled").is_empty(), "{gone:#?}");
     }
 }
