@@ -93,10 +93,14 @@ pub(crate) fn render(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let mut y = area.y + 1;
     let rest = |y: u16| Rect::new(area.x, y, area.width, area.bottom().saturating_sub(y));
     if torch.devices.is_empty() {
+        // The agent reads no device before the program has initialized CUDA itself (it never
+        // does so on its own), so a CPU-only process never has one: not a pending report.
         let text = if process.no_gpu {
-            " no GPU memory: the agent has not reported any CUDA device yet (CPU-only?)"
+            " no GPU memory: no CUDA device in use (the agent reports one once the program has \
+             initialized CUDA)"
         } else {
-            " the agent has not reported any CUDA device yet"
+            " no CUDA device reported yet: the agent reports one once the program has \
+             initialized CUDA"
         };
         y += line(frame, rest(y), Line::styled(text, theme.dim()));
     }

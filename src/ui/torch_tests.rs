@@ -252,7 +252,7 @@ fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
     key(&mut app, crossterm::event::KeyCode::Down);
     let s = screen(&app, 120, 40);
     assert!(s.contains("PYTORCH pid 50000  rank 0/2"), "{s}");
-    assert!(s.contains("no GPU memory"), "{s}");
+    assert!(s.contains("no GPU memory: no CUDA device in use"), "{s}");
 }
 
 #[test]

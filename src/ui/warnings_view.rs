@@ -30,7 +30,9 @@ pub(crate) fn render(frame: &mut Frame, area: WarningsViewArea, app: &App, theme
     match &view.level {
         Level::Closed => {}
         Level::List => render_list(frame, area, view, &app.snapshot, theme),
-        Level::Detail(detail) => render_detail(frame, area, detail, theme),
+        Level::Detail(detail) => {
+            render_detail(frame, area, detail, app.snapshot.unix_seconds, theme)
+        }
     }
 }
 
@@ -106,7 +108,13 @@ fn entry_line(
     }
 }
 
-fn render_detail(frame: &mut Frame, area: WarningsViewArea, detail: &Detail, theme: Theme) {
+fn render_detail(
+    frame: &mut Frame,
+    area: WarningsViewArea,
+    detail: &Detail,
+    now: f64,
+    theme: Theme,
+) {
     let warning = &detail.warning;
     let title = format!(
         " {} {} on {} ",
@@ -126,12 +134,20 @@ fn render_detail(frame: &mut Frame, area: WarningsViewArea, detail: &Detail, the
             "{more} j k: scroll  g: go to  Esc: back to the list "
         ));
     frame.render_widget(block, area.frame);
-    let lines: Vec<Line> = detail_lines(detail, usize::from(area.body.width), theme)
+    let lines: Vec<Line> = detail_lines(detail, usize::from(area.body.width), now, theme)
         .into_iter()
         .skip(usize::from(detail.scroll.min(area.detail_max_scroll)))
         .take(usize::from(area.body.height))
         .collect();
     frame.render_widget(Label::new(lines), area.body);
+}
+
+/// Seconds from `since` (RFC 3339, as the engine writes it) to `now`; `None` for a time that
+/// does not read (N/A) or lies ahead (a clock set back).
+fn age_of(since: &str, now: f64) -> Option<f64> {
+    let at = humantime::parse_rfc3339(since).ok()?;
+    let at = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+    Some(now - at).filter(|age| (0.0..1e9).contains(age))
 }
 
 /// How many lines the open warning's detail takes in a view on a screen `width` columns wide;
@@ -142,22 +158,29 @@ pub(crate) fn detail_line_count(view: &WarningsView, width: u16) -> u16 {
     };
     let screen = Rect::new(0, 0, width, layout::MIN_HEIGHT);
     let body = layout::warnings_view_area(screen, 0).body;
-    let lines = detail_lines(detail, usize::from(body.width), Theme::new(false)).len();
+    let lines = detail_lines(detail, usize::from(body.width), 0.0, Theme::new(false)).len();
     u16::try_from(lines).unwrap_or(u16::MAX)
 }
 
 /// The message, when it started, the evidence and the remedy, wrapped to `width`.
-fn detail_lines(detail: &Detail, width: usize, theme: Theme) -> Vec<Line<'static>> {
+/// `now` (the snapshot's time) gives the `since` its age, "(2 min 5 s ago)".
+fn detail_lines(detail: &Detail, width: usize, now: f64, theme: Theme) -> Vec<Line<'static>> {
     let warning = &detail.warning;
     let mut lines = Vec::new();
     let text = |lines: &mut Vec<Line<'static>>, indent: &str, text: &str| {
         lines.extend(wrap(text, indent, width).into_iter().map(Line::from));
     };
     text(&mut lines, "", &escape(&warning.message));
+    let ago = age_of(&warning.since, now).map_or_else(String::new, |age| {
+        format!(" ({} ago)", crate::format::span(age))
+    });
     let since = if detail.cleared {
-        format!("since {}; it has cleared since", escape(&warning.since))
+        format!(
+            "since {}{ago}; it has cleared since",
+            escape(&warning.since)
+        )
     } else {
-        format!("since {}", escape(&warning.since))
+        format!("since {}{ago}", escape(&warning.since))
     };
     lines.push(Line::styled(since, theme.dim()));
     lines.push(Line::default());
@@ -210,7 +233,7 @@ fn wrap(text: &str, indent: &str, width: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::wrap;
+    use super::{age_of, wrap};
 
     #[test]
     fn wrapping_keeps_words_and_indents_continuations() {
@@ -223,5 +246,16 @@ mod tests {
         let long = wrap("x".repeat(25).as_str(), "", 10);
         assert_eq!(long, ["x".repeat(10), "x".repeat(10), "x".repeat(5)]);
         assert_eq!(wrap("", "", 10), [""]);
+    }
+
+    /// A review: "since 2026-12-04T21:26:29Z" left the reader to work out how long ago that was.
+    #[test]
+    fn a_since_reads_with_its_age_and_an_unreadable_or_future_one_without() {
+        let since = "2026-12-04T21:26:29Z";
+        let at = 1_796_419_589.0;
+        assert_eq!(age_of(since, at + 131.0), Some(131.0));
+        assert_eq!(crate::format::span(131.0), "2 min");
+        assert_eq!(age_of("N/A", at), None);
+        assert_eq!(age_of(since, at - 5.0), None, "a clock set back");
     }
 }
