@@ -31,7 +31,7 @@ pub(crate) fn render(frame: &mut Frame, area: WarningsViewArea, app: &App, theme
         Level::Closed => {}
         Level::List => render_list(frame, area, view, &app.snapshot, theme),
         Level::Detail(detail) => {
-            render_detail(frame, area, detail, app.snapshot.unix_seconds, theme)
+            render_detail(frame, area, detail, app.snapshot.unix_seconds, theme);
         }
     }
 }
