@@ -89,7 +89,11 @@ pub(crate) fn check(inputs: &Inputs, config: &OomRiskConfig) -> Vec<Warning> {
                 let points = window.map_or(&[][..], |tracked| {
                     tracked.window.recent(config.oom_window_seconds.get())
                 });
-                near_capacity(p, device, gpu, points, config)
+                // Held, a process's warning too clears only clearly below the bar (its
+                // allocated and active memory, where the peak is not known, waver with steps).
+                let subject = Subject::Process { pid: p.pid };
+                let bar = (inputs.held).bar(ID, &subject, config.memory_fraction.get());
+                near_capacity(p, device, gpu, points, bar, config)
             })
             .collect();
         // Servers fill a GPU on purpose; a process with an agent is judged on its allocator
@@ -154,6 +158,16 @@ fn unlisted_fills<'a>(
     }
 }
 
+/// The bar and where a warning held on it clears: "95% (clears below 92%)".
+fn threshold_text(config: &OomRiskConfig) -> String {
+    let bar = config.memory_fraction.get();
+    format!(
+        "{} (clears below {})",
+        fmt_percent(bar * 100.0),
+        fmt_percent((bar - super::seen::CLEAR_MARGIN) * 100.0)
+    )
+}
+
 /// A process near what it can have on its GPU: its allocator's peak use (peak allocated, else
 /// the larger of allocated and active) at or above the fraction of the GPU's total less the
 /// memory outside PyTorch's allocator (where known), or allocation retries within the window.
@@ -164,6 +178,7 @@ fn near_capacity(
     device: &DeviceAllocatorStats,
     gpu: &GpuSample,
     points: &[Point<AllocPoint>],
+    bar: f64,
     config: &OomRiskConfig,
 ) -> Option<Warning> {
     let total = gpu.memory_total_bytes.filter(|&t| t > 0)?;
@@ -173,7 +188,7 @@ fn near_capacity(
     let share = used
         .filter(|_| capacity > 0)
         .map(|u| u as f64 / capacity as f64);
-    let near = share.filter(|&s| s >= config.memory_fraction.get());
+    let near = share.filter(|&s| s >= bar);
     let retries = counter_rise(points, |a| a.alloc_retries).filter(|&(rise, _)| rise > 0);
     if near.is_none() && retries.is_none() {
         return None;
@@ -213,14 +228,7 @@ fn near_capacity(
         ("outside PyTorch", fmt_opt_bytes(device.non_pytorch_bytes)),
         ("can have", fmt_bytes(capacity as f64)),
         ("use share", fmt_opt(share.map(|s| fmt_percent(s * 100.0)))),
-        (
-            "threshold",
-            format!(
-                "{} (clears below {})",
-                fmt_percent(config.memory_fraction.get() * 100.0),
-                fmt_percent((config.memory_fraction.get() - super::seen::CLEAR_MARGIN) * 100.0)
-            ),
-        ),
+        ("threshold", threshold_text(config)),
         (
             "num_alloc_retries",
             fmt_opt(retries.map(|(_, now)| now).or(device.alloc_retries)),
@@ -314,14 +322,7 @@ fn gpu_near_full<'a>(
         ("free", fmt_bytes(free as f64)),
         ("total", fmt_bytes(total as f64)),
         ("unavailable share", fmt_percent(fraction * 100.0)),
-        (
-            "threshold",
-            format!(
-                "{} (clears below {})",
-                fmt_percent(config.memory_fraction.get() * 100.0),
-                fmt_percent((config.memory_fraction.get() - super::seen::CLEAR_MARGIN) * 100.0)
-            ),
-        ),
+        ("threshold", threshold_text(config)),
         ("processes", holders.count().to_string()),
         ("largest holder", largest_holder),
     ];
@@ -761,6 +762,29 @@ mod tests {
         }
         assert_eq!(sinces[6], None, "91 % is clearly below: cleared");
         assert_eq!(sinces[7], None, "94 % does not raise it again: {sinces:?}");
+    }
+
+    /// The process's own warning, judged on allocated memory where the peak is not known,
+    /// wavered the same way.
+    #[test]
+    fn a_process_wavering_at_the_bar_keeps_one_warning_until_it_falls_clearly_below() {
+        let mut engine = crate::rules::Engine::new(RulesConfig::default());
+        let held: Vec<bool> = [96, 94, 96, 93, 91, 94]
+            .into_iter()
+            .enumerate()
+            .map(|(step, percent)| {
+                let mut snap = one_gpu(50);
+                snap.unix_seconds = T0 + step as f64;
+                let mut on_gpu = device(0, 80 * GIB * percent / 100, 80 * GIB * percent / 100);
+                on_gpu.gpu = Some(0);
+                on_gpu.non_pytorch_bytes = Some(0);
+                snap.processes[0].torch = Some(std::sync::Arc::new(torch_on(vec![on_gpu])));
+                let warnings = engine.evaluate(&snap);
+                let subject = Subject::Process { pid: 42 };
+                (warnings.iter()).any(|w| w.id == "oom-risk" && w.subject == subject)
+            })
+            .collect();
+        assert_eq!(held, [true, true, true, true, false, false]);
     }
 
     #[test]
