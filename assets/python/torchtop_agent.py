@@ -102,6 +102,8 @@ HELLO_RECHECK_TICKS = 10
 
 _lock = threading.Lock()
 _agent = None
+# The agent whose socket start() is putting in place, for a SIGTERM that comes meanwhile.
+_binding = None
 _fork_hook_installed = False
 _exit_hook_installed = False
 # Why the last start() returned None, for callers that cannot see stderr (torchtop attach).
@@ -506,6 +508,7 @@ class _Agent:
         self.listener = None
         # The device and inode of the socket file bound, so that exit removes only that one.
         self.bound_id = None
+        self.names = []  # every name it may have while it is put in place
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -551,8 +554,11 @@ class _Agent:
             st = os.lstat(bound)
             listener.listen(16)
             listener.setblocking(False)
-            self.path = names[0] if staging is None else _put_in_place(staging, names)
+            # Known before the socket is put in place, so that a SIGTERM as soon as a launcher
+            # can find it removes it under whichever name it has by then.
             self.bound_id = (st.st_dev, st.st_ino)
+            self.names = [bound] + [n for n in names if n != bound]
+            self.path = names[0] if staging is None else _put_in_place(staging, names)
         except Exception:
             listener.close()
             if staging is not None:
@@ -601,12 +607,14 @@ class _Agent:
         namespace), and removing that one made it vanish from every monitor."""
         if os.getpid() != self.pid or self.bound_id is None:
             return
-        try:
-            st = os.lstat(self.path)
-            if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self.bound_id:
-                os.unlink(self.path)
-        except OSError:
-            pass
+        # While it is put in place, the socket may be under its staging name or a later one.
+        for path in dict.fromkeys([self.path] + self.names):
+            try:
+                st = os.lstat(path)
+                if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self.bound_id:
+                    os.unlink(path)
+            except OSError:
+                pass
 
     def abandon(self):
         """In a forked child: close the copies of our fds, and change nothing that the parent
@@ -1587,7 +1595,7 @@ def _on_sigterm(signum, frame):
 
 def _die_of_sigterm(in_main_thread):
     """Removes the socket, then dies of SIGTERM as the default disposition would have."""
-    agent = _agent
+    agent = _agent if _agent is not None else _binding
     if agent is not None:
         agent.unlink_socket()
     if in_main_thread:
@@ -1830,7 +1838,7 @@ def start(interval_ms=1000, socket_dir=None):
 
 
 def _start(interval_ms, socket_dir):
-    global _agent, _fork_hook_installed, _exit_hook_installed
+    global _agent, _binding, _fork_hook_installed, _exit_hook_installed
     with _lock:
         if _agent is not None and _agent.pid == os.getpid():
             return _agent.path
@@ -1849,9 +1857,14 @@ def _start(interval_ms, socket_dir):
             _warn("not started: socket path %s is too long for a Unix socket" % path)
             return None
         agent = _Agent(path, interval_ms)
+        # The handler before the socket can be found: a launcher's SIGTERM may follow at once.
+        _binding = agent
+        signals = _install_sigterm_handler()
         try:
             agent.bind()
-        except OSError as e:
+        except Exception as e:
+            _binding = None
+            _remove_sigterm_handler()
             agent.close_all(unlink=False)
             _warn("not started: cannot listen on %s: %s" % (path, e))
             return None
@@ -1863,10 +1876,10 @@ def _start(interval_ms, socket_dir):
         if not _exit_hook_installed:
             atexit.register(_at_exit)
             _exit_hook_installed = True
-        signals = _install_sigterm_handler()
         if signals is not None:
             agent.watch_signals(signals)
         _agent = agent
+        _binding = None
         try:
             agent.run_thread()
         except Exception:

@@ -189,16 +189,16 @@ mod global {
         }
         match launch(interval, dir) {
             Ok(agent) => {
-                let (path, file) = (agent.socket_path().to_path_buf(), agent.socket_file());
+                let path = agent.socket_path().to_path_buf();
                 *slot = Some(Running {
                     agent,
                     pid: std::process::id(),
                 });
                 register_exit_hook();
-                super::on_sigterm::arm(&path, file);
                 Some(path)
             }
             Err(why) => {
+                super::on_sigterm::disarm();
                 say!("torchtop agent: not started: {why}");
                 None
             }
@@ -225,6 +225,8 @@ mod global {
             facts,
             Box::new(source),
             global_steps().clone(),
+            // Armed before the socket can be found: a launcher's SIGTERM may follow at once.
+            super::on_sigterm::arm,
         )
         .map_err(|e| format!("cannot serve {}: {e}", names.names[0].display()))
     }

@@ -4,7 +4,8 @@
 //! the Python agent does. Where SIGTERM still has its default disposition when the agent
 //! starts, a handler removes the socket and the process then dies of SIGTERM as it would have;
 //! a program that handles or ignores SIGTERM keeps its own way, whether it set it before the
-//! agent started or after.
+//! agent started or after. The handler is armed before the socket is put where a launcher can
+//! find it: a SIGTERM sent as soon as the socket appeared (a test does that) left it behind.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -13,8 +14,12 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use super::socket::FileId;
 
-/// The socket the handler removes (a leaked, NUL-terminated path), null while no agent runs.
-static SOCKET: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// The most names the socket may have: its staging name and the two it is put in place under.
+const NAMES: usize = 3;
+/// The names under which the handler removes the socket (leaked, NUL-terminated paths), null
+/// while no agent runs. Armed before the socket is put in place, it may be under any of them.
+static SOCKETS: [AtomicPtr<libc::c_char>; NAMES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; NAMES];
 /// The process that created the socket: a forked child that dies of SIGTERM leaves it alone.
 static OWNER: AtomicU32 = AtomicU32::new(0);
 /// The socket file bound (device, inode): a file at the path that is not that one (another
@@ -22,29 +27,39 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 static FILE_DEV: AtomicU64 = AtomicU64::new(0);
 static FILE_INO: AtomicU64 = AtomicU64::new(0);
 
-/// The socket `file` at `path`, made by this process, is removed if SIGTERM ends it. Installs
-/// the handler only where SIGTERM has its default disposition; a path with a NUL byte in it
-/// (which no socket has) is not armed.
-pub(super) fn arm(path: &Path, file: FileId) {
-    if let Ok(path) = CString::new(path.as_os_str().as_bytes()) {
-        // Leaked: a handler may read it at any moment, so it is never freed. One path per start.
-        arm_raw(path.into_raw(), file);
+/// The socket `file`, made by this process, is removed if SIGTERM ends it, under whichever of
+/// `paths` it is then (at most [`NAMES`]; the file alone is removed, never another at a path).
+/// Installs the handler only where SIGTERM has its default disposition; a path with a NUL byte
+/// in it (which no socket has) is not armed. Fits [`super::socket::BeforePlacing`].
+pub(super) fn arm(paths: &[&Path], file: FileId) {
+    let mut raw = [std::ptr::null_mut(); NAMES];
+    for (slot, path) in raw.iter_mut().zip(paths) {
+        if let Ok(path) = CString::new(path.as_os_str().as_bytes()) {
+            // Leaked: a handler may read it at any moment, so it is never freed. A few paths per
+            // start.
+            *slot = path.into_raw();
+        }
     }
+    arm_raw(raw, file);
 }
 
-/// [`arm`] with the path already made, using only async-signal-safe calls (for a forked test
+/// [`arm`] with the paths already made, using only async-signal-safe calls (for a forked test
 /// child).
-fn arm_raw(path: *mut libc::c_char, file: FileId) {
+fn arm_raw(paths: [*mut libc::c_char; NAMES], file: FileId) {
     OWNER.store(std::process::id(), Ordering::Release);
     FILE_DEV.store(file.0, Ordering::Release);
     FILE_INO.store(file.1, Ordering::Release);
-    SOCKET.store(path, Ordering::Release);
+    for (slot, path) in SOCKETS.iter().zip(paths) {
+        slot.store(path, Ordering::Release);
+    }
     install();
 }
 
 /// The agent stopped and removed its socket itself: the handler, if installed, only dies.
 pub(super) fn disarm() {
-    SOCKET.store(std::ptr::null_mut(), Ordering::Release);
+    for slot in &SOCKETS {
+        slot.store(std::ptr::null_mut(), Ordering::Release);
+    }
 }
 
 /// Installs [`on_sigterm`] where SIGTERM has its default disposition.
@@ -78,10 +93,8 @@ fn install() {
 /// it does nothing: that program handles SIGTERM itself, and a SIGTERM raised under its
 /// handler would come straight back to it, for ever.
 extern "C" fn on_sigterm(_signal: libc::c_int) {
-    let path = SOCKET.load(Ordering::Acquire);
-    // SAFETY: sigaction, getpid, lstat, unlink and raise are async-signal-safe; `current` and
-    // `stat` are zeroed C structs the calls fill; `path`, when not null, is a NUL-terminated
-    // string that is never freed.
+    // SAFETY: sigaction, getpid and raise are async-signal-safe; `current` is a zeroed C struct
+    // the call fills.
     unsafe {
         // Entered from the kernel, SA_RESETHAND has put the default back already.
         let mut current: libc::sigaction = std::mem::zeroed();
@@ -90,20 +103,34 @@ extern "C" fn on_sigterm(_signal: libc::c_int) {
         if !ours {
             return;
         }
-        if !path.is_null() && libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
-            let mut stat: libc::stat = std::mem::zeroed();
-            let bound = (
-                FILE_DEV.load(Ordering::Acquire),
-                FILE_INO.load(Ordering::Acquire),
-            );
-            if libc::lstat(path, &raw mut stat) == 0
-                && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
-                && (stat.st_dev, stat.st_ino) == bound
-            {
-                libc::unlink(path);
+        if libc::getpid() as u32 == OWNER.load(Ordering::Acquire) {
+            for slot in &SOCKETS {
+                remove_if_bound(slot.load(Ordering::Acquire));
             }
         }
         libc::raise(libc::SIGTERM);
+    }
+}
+
+/// Unlinks `path` if it is the socket file bound; nothing for a null path. Async-signal-safe.
+fn remove_if_bound(path: *const libc::c_char) {
+    if path.is_null() {
+        return;
+    }
+    let bound = (
+        FILE_DEV.load(Ordering::Acquire),
+        FILE_INO.load(Ordering::Acquire),
+    );
+    // SAFETY: lstat and unlink are async-signal-safe; `stat` is a zeroed C struct lstat fills;
+    // `path` is a NUL-terminated string that is never freed.
+    unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        if libc::lstat(path, &raw mut stat) == 0
+            && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK
+            && (stat.st_dev, stat.st_ino) == bound
+        {
+            libc::unlink(path);
+        }
     }
 }
 
@@ -147,7 +174,7 @@ mod tests {
 
     impl Armed {
         fn arm(self) {
-            arm_raw(self.0, self.1);
+            arm_raw([std::ptr::null_mut(), self.0, std::ptr::null_mut()], self.1);
         }
     }
 
@@ -262,6 +289,41 @@ mod tests {
             path.exists(),
             "the program's own shutdown removes it, at exit"
         );
+    }
+
+    /// Armed while the socket still had its staging name, as the agent now arms: SIGTERM once
+    /// it was put in place removes it there, and leaves another socket at the third name.
+    #[test]
+    fn armed_before_placing_it_removes_the_socket_under_the_name_it_got() {
+        let (dir, staging, _listener, armed) = socket();
+        let placed = dir.path().join("4242.9.sock");
+        let other = dir.path().join("4243.sock");
+        let _theirs = UnixListener::bind(&other).unwrap();
+        let raw = |path: &PathBuf| {
+            CString::new(path.as_os_str().as_bytes())
+                .unwrap()
+                .into_raw()
+        };
+        let paths = [armed.0, raw(&other), raw(&placed)];
+        let ended = in_child(|| {
+            arm_raw(paths, armed.1);
+            // SAFETY: link and unlink on NUL-terminated paths; raise has no preconditions.
+            unsafe {
+                if libc::link(paths[0], paths[2]) != 0 || libc::unlink(paths[0]) != 0 {
+                    return 6;
+                }
+                libc::raise(libc::SIGTERM);
+            }
+            0
+        });
+        assert_eq!(
+            ended,
+            Ok(libc::SIGTERM),
+            "exit 6: could not link it in place"
+        );
+        assert!(!placed.exists(), "the socket put in place outlived SIGTERM");
+        assert!(!staging.exists());
+        assert!(other.exists(), "another agent's socket was removed");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::socket::{bind, peer_allowed, remove_socket, FileId};
+use super::socket::{bind, peer_allowed, remove_socket, BeforePlacing, FileId};
 use super::{AllocatorStatsSource, HelloFacts, StepCounter};
 use crate::protocol::sockets::AgentSocketNames;
 use crate::protocol::{
@@ -43,15 +43,16 @@ impl Agent {
     ///
     /// The directory must already be safe (see [`crate::protocol::ensure_own_socket_dir`]); a
     /// stale socket of ours at a name (a previous process with the same pid, nothing listening)
-    /// is replaced.
+    /// is replaced. `before_placing` runs before the socket can be found under its name.
     pub(crate) fn serve(
         names: &AgentSocketNames,
         interval: Duration,
         facts: HelloFacts,
         source: Box<dyn AllocatorStatsSource>,
         steps: Arc<StepCounter>,
+        before_placing: BeforePlacing,
     ) -> io::Result<Agent> {
-        let bound = bind(names)?;
+        let bound = bind(names, before_placing)?;
         let (listener, path) = (bound.listener, bound.path);
         let (waker, wake_read) = UnixStream::pair()?;
         waker.set_nonblocking(true)?;

@@ -36,12 +36,17 @@ pub(crate) fn remove_socket(path: &Path, id: FileId) {
     }
 }
 
+/// Called with every name the socket may have (the staging name and each of `names.names`) and
+/// the file bound, before the socket is put in place under one of them: what must be ready
+/// when a monitor, or a launcher's SIGTERM, can first find it there.
+pub(crate) type BeforePlacing = fn(&[&Path], FileId);
+
 /// Binds and listens under `names.staging`, a name the monitor does not take for an agent's,
 /// then puts the socket in place under the first of `names.names` no live listener holds, as
 /// the Python agent does: a monitor that connects between a bind and its listen is refused,
 /// and tries again only seconds later. Where the staging name does not fit in a socket
-/// address, the first name is bound as it is.
-pub(super) fn bind(names: &AgentSocketNames) -> io::Result<Bound> {
+/// address, the first name is bound as it is (and `before_placing` runs just after).
+pub(super) fn bind(names: &AgentSocketNames, before_placing: BeforePlacing) -> io::Result<Bound> {
     let staging = &names.staging;
     let in_place = staging.as_os_str().len() >= SUN_PATH_BYTES;
     let bound_at = if in_place {
@@ -58,12 +63,16 @@ pub(super) fn bind(names: &AgentSocketNames) -> io::Result<Bound> {
         .and_then(|()| std::fs::symlink_metadata(bound_at))
         .and_then(|meta| {
             listener.set_nonblocking(true)?;
+            let id = (meta.dev(), meta.ino());
+            let mut all: Vec<&Path> = vec![staging];
+            all.extend(names.names.iter().map(PathBuf::as_path));
+            before_placing(&all, id);
             let path = if in_place {
                 bound_at.clone()
             } else {
                 put_in_place(staging, &names.names)?
             };
-            Ok((path, (meta.dev(), meta.ino())))
+            Ok((path, id))
         });
     match placed {
         Ok((path, id)) => Ok(Bound { listener, path, id }),

@@ -88,6 +88,7 @@ fn serve(dir: &Path, interval_ms: u64, source: FakeSource) -> (Agent, Arc<StepCo
         facts(),
         Box::new(source),
         steps.clone(),
+        |_, _| {},
     )
     .unwrap();
     (agent, steps)
@@ -407,7 +408,14 @@ fn with_both_names_held_by_live_agents_it_does_not_start_and_removes_neither() {
         .collect();
     let steps = Arc::new(StepCounter::default());
     let source = Box::new(FakeSource::default());
-    let served = Agent::serve(&names, Duration::from_secs(1), facts(), source, steps);
+    let served = Agent::serve(
+        &names,
+        Duration::from_secs(1),
+        facts(),
+        source,
+        steps,
+        |_, _| {},
+    );
     let error = served.err().expect("no name was free").to_string();
     assert!(error.contains("listens on"), "{error}");
     for path in &names.names {
@@ -442,6 +450,7 @@ fn a_regular_file_at_the_socket_path_is_not_clobbered() {
         facts(),
         Box::new(FakeSource::default()),
         steps,
+        |_, _| {},
     );
     assert!(served.is_err());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");

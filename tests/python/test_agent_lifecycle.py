@@ -294,6 +294,30 @@ class SigtermTests(TempDirMixin, unittest.TestCase):
         self.assertFalse(os.path.exists(path), "the socket outlived SIGTERM")
         self.assertEqual(err, "")
 
+    def test_sigterm_as_soon_as_the_socket_is_in_place_removes_it(self):
+        # A launcher (or a test) that signals the moment the socket appears: the handler used to
+        # be installed only after the socket was put in place, which left it behind.
+        code = (
+            "import os, signal, time, torchtop_agent\n"
+            "place = torchtop_agent._put_in_place\n"
+            "def placing(staging, names):\n"
+            "    path = place(staging, names)\n"
+            "    print(path, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30)\n"
+            "    return path\n"
+            "torchtop_agent._put_in_place = placing\n"
+            "torchtop_agent.start(socket_dir=%r)\n"
+            "time.sleep(30)\n" % self.dir)
+        env = clean_env(dict(self.site_env(), TORCHTOP_AGENT_DISABLE="1"))
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=WAIT)
+        self.assertEqual(exit_signal(proc.returncode), "SIGTERM", proc.stderr)
+        path = proc.stdout.strip()
+        self.assertTrue(path.endswith(".sock"), proc.stdout)
+        self.assertFalse(os.path.exists(path), "the socket outlived SIGTERM")
+        self.assertEqual(os.listdir(self.dir), [], "a staging name was left")
+
     def test_sigterm_while_the_main_thread_is_stuck_in_c(self):
         # A hung collective or CUDA sync: the main thread never returns to Python, so a Python
         # handler alone would never run and SIGTERM would stop killing the process.
