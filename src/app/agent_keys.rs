@@ -89,6 +89,16 @@ impl App {
             self.status = Some(super::action_keys::not_visible(pid));
             return Err(Effect::Redraw);
         }
+        let silent = row.gpus.iter().find(|g| g.agent_silent_seconds.is_some());
+        if let (false, Some(process)) = (has_agent, silent) {
+            self.status = Some(format!(
+                "process {pid}'s agent cannot answer: {}; it has said nothing for {} since \
+                 torchtop connected",
+                process.why_agent_silent(),
+                crate::format::span(process.agent_silent_seconds.unwrap_or_default().round()),
+            ));
+            return Err(Effect::Redraw);
+        }
         let others = row.uid().is_some_and(|uid| uid != self.effective_uid);
         if !has_agent && others && self.effective_uid != 0 {
             // Not "use torchtop attach": attaching to another user's process is refused, and

@@ -411,6 +411,28 @@ fn s_p_and_capital_s_on_another_users_process_say_sudo_not_attach() {
     );
 }
 
+/// Found trying the monitor: on a process stopped before the monitor started, whose agent
+/// never said hello, `s` said it had no agent and to start one.
+#[test]
+fn s_on_a_process_whose_agent_is_silent_says_why_it_cannot_answer() {
+    let mut snapshot = snapshot();
+    for p in snapshot.processes.iter_mut().filter(|p| p.pid == 300) {
+        p.state = Some('T');
+        p.agent_silent_seconds = Some(12.3);
+    }
+    let mut app = app_on(snapshot);
+    app.effective_uid = 0;
+    select(&mut app, 300);
+    assert_eq!(press(&mut app, KeyCode::Char('s')), Effect::Redraw);
+    assert_eq!(
+        app.status.as_deref(),
+        Some(
+            "process 300's agent cannot answer: the process is stopped (state T); it has said \
+             nothing for 12 s since torchtop connected"
+        )
+    );
+}
+
 /// The tree keeps its order by parent and pid and shows no sort arrow, so `>` `<` `r` and the
 /// sort menu there changed nothing on screen: the benchmark saw no change within 900 ms of
 /// `>` in the tree. They now say where the order went, and the tree's rows stay as they were.

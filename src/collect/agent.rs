@@ -37,7 +37,7 @@ pub(crate) use parse::AgentEvent;
 /// For tests that build a [`CommandOutcome::Replied`] by hand.
 #[cfg(test)]
 pub(crate) use parse::AgentReply;
-pub(crate) use state::{AgentNews, Heard};
+pub(crate) use state::{AgentNews, Heard, Silent};
 
 /// Most agent connections open at once; past it the one idle longest is dropped.
 pub(crate) const MAX_CONNECTIONS: usize = 256;

@@ -74,6 +74,11 @@ pub struct GpuProcess {
     /// Allocator figures published by an agent inside the process; `None` without one. Shared
     /// by the process's rows and kept by the sampler between ticks: a tick copies no text.
     pub torch: Option<Arc<TorchInfo>>,
+    /// Where `torch` is `None` but the process's agent socket accepted torchtop's connection:
+    /// how long the agent has said nothing since (it says hello at once when its process
+    /// runs, so the process is stopped or its interpreter held). `None` otherwise.
+    #[serde(default)]
+    pub agent_silent_seconds: Option<f64>,
     /// Listed for its agent only: it holds no GPU memory NVML knows of, and `gpu` is
     /// [`NO_GPU`]. JSON says so with `"gpu": null`.
     #[serde(skip)]
@@ -134,6 +139,7 @@ impl GpuProcess {
             children_cpu_percent: None,
             env: None,
             torch: None,
+            agent_silent_seconds: None,
             no_gpu: false,
             driver_pid: false,
             cgroup: None,
@@ -150,6 +156,16 @@ impl GpuProcess {
             cgroup: self.cgroup.as_deref(),
             container: self.container.as_deref(),
             slurm: self.slurm.as_deref(),
+        }
+    }
+
+    /// For a row with [`agent_silent_seconds`](Self::agent_silent_seconds): what its agent
+    /// says nothing of, from the process's state, as one clause.
+    pub fn why_agent_silent(&self) -> &'static str {
+        match self.state {
+            Some('T' | 't') => "the process is stopped (state T)",
+            Some('D') => "the process waits on a disk or a network filesystem (state D)",
+            _ => "native code holds its Python interpreter, or it is deadlocked",
         }
     }
 

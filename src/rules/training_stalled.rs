@@ -9,7 +9,10 @@
 //! process that was stepping has sent nothing for [`FROZEN_SECONDS`] while the process is still
 //! listed: the whole process is frozen (stopped, in uninterruptible sleep, or its interpreter
 //! held by native code), which no pause does, since the agent's thread reports through one.
-//! Processes that never reported a step (no `torchtop_agent.step()` calls) are left alone.
+//! A process that froze before the monitor started has never reported: its agent's socket
+//! accepts the connection (the kernel does) and the agent says nothing, not even its hello, for
+//! [`FROZEN_SECONDS`]; that is the same warning. Other processes that never reported a step
+//! (no `torchtop_agent.step()` calls) are left alone.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -141,11 +144,24 @@ pub(crate) fn record(
 
 pub(crate) fn check(inputs: &Inputs, config: &TrainingStalledConfig) -> Vec<Warning> {
     let now = inputs.snapshot.unix_seconds;
-    inputs
+    let tracked = inputs
         .steps
         .iter()
-        .filter_map(|(&pid, track)| stalled(inputs, pid, track, now, config))
-        .collect()
+        .filter_map(|(&pid, track)| stalled(inputs, pid, track, now, config));
+    let silent = (inputs.snapshot.processes.iter())
+        .filter(|p| !inputs.steps.contains_key(&p.pid))
+        .filter_map(|p| Some((p.pid, p.agent_silent_seconds?)));
+    let mut warnings: Vec<Warning> = tracked.collect();
+    for (pid, age) in silent {
+        // A process on two GPUs has a row on each.
+        if !warnings
+            .iter()
+            .any(|w| w.subject == Subject::Process { pid })
+        {
+            warnings.extend(frozen(inputs, pid, None, age));
+        }
+    }
+    warnings
 }
 
 fn stalled(
@@ -162,7 +178,7 @@ fn stalled(
         return None;
     }
     if !fresh {
-        return frozen(inputs, pid, step, torch.age_seconds?);
+        return frozen(inputs, pid, Some(step), torch.age_seconds?);
     }
     let median = median(&track.step_times)?;
     let still = now - track.changed_at;
@@ -195,9 +211,11 @@ fn stalled(
     ))
 }
 
-/// A process that was stepping whose agent has sent nothing for `age` seconds, and why, from
-/// its state: stopped, in uninterruptible sleep, or its interpreter held.
-fn frozen(inputs: &Inputs, pid: u32, step: u64, age: f64) -> Option<Warning> {
+/// A process that was stepping (at `step`) whose agent has sent nothing for `age` seconds, or
+/// whose agent has said nothing at all (`step` is `None`) for `age` seconds since torchtop
+/// connected, and why, from its state: stopped, in uninterruptible sleep, or its interpreter
+/// held.
+fn frozen(inputs: &Inputs, pid: u32, step: Option<u64>, age: f64) -> Option<Warning> {
     let row = inputs.process(pid)?;
     if age < FROZEN_SECONDS || !row.visible {
         return None;
@@ -215,15 +233,26 @@ fn frozen(inputs: &Inputs, pid: u32, step: u64, age: f64) -> Option<Warning> {
              or the interpreter is deadlocked"
         }
     };
-    let message = format!(
-        "pid {pid}'s agent has sent nothing for {} at step {step} while the process is still \
-         listed: {why}",
-        fmt_seconds(age),
-    );
+    let message = match step {
+        Some(step) => format!(
+            "pid {pid}'s agent has sent nothing for {} at step {step} while the process is \
+             still listed: {why}",
+            fmt_seconds(age),
+        ),
+        None => format!(
+            "pid {pid}'s agent has said nothing for {} since torchtop connected to it, while \
+             the process is still listed: {why}",
+            fmt_seconds(age),
+        ),
+    };
     let state = row.state.map_or("N/A".to_string(), |s| s.to_string());
+    let (age_label, step) = match step {
+        Some(step) => ("stats age", step.to_string()),
+        None => ("silent since connected", "N/A (never reported)".to_string()),
+    };
     let evidence = vec![
-        ("step", step.to_string()),
-        ("stats age", fmt_seconds(age)),
+        ("step", step),
+        (age_label, fmt_seconds(age)),
         ("state", state),
         ("threshold", fmt_seconds(FROZEN_SECONDS)),
     ];
@@ -372,5 +401,41 @@ mod tests {
             snap
         });
         assert!(with_id(&gone, "training-stalled").is_empty(), "{gone:#?}");
+    }
+
+    /// Found trying the monitor as a user: started after a rank had been stopped, the monitor
+    /// showed it as a process with no agent at all, and warned of nothing. Its agent's socket
+    /// accepts the connection and the agent never says hello.
+    #[test]
+    fn an_agent_silent_since_the_monitor_connected_is_a_frozen_process() {
+        let silent = |seconds: f64| {
+            move |t: u32| {
+                let mut snap = at(t);
+                snap.gpus = vec![gpu(0, GIB, 80 * GIB, 100)];
+                let mut p = process(4, 0, GIB);
+                p.state = Some('T');
+                p.agent_silent_seconds = Some(seconds + f64::from(t));
+                let mut again = p.clone();
+                again.gpu = 1;
+                snap.processes = vec![p, again];
+                snap
+            }
+        };
+        let stopped = replay_default(3, silent(60.0));
+        let w = find(&stopped, "training-stalled", &Subject::Process { pid: 4 });
+        assert_eq!(
+            w.message,
+            "pid 4's agent has said nothing for 63 s since torchtop connected to it, while the \
+             process is still listed: it is stopped (state T): a signal (SIGSTOP, Ctrl-Z) or a \
+             debugger holds it"
+        );
+        assert_eq!(evidence(w, "step"), "N/A (never reported)");
+        assert_eq!(
+            with_id(&stopped, "training-stalled").len(),
+            1,
+            "one per process"
+        );
+        // Under a minute: an agent busy starting (an import holding the GIL) is not frozen.
+        assert!(with_id(&replay_default(3, silent(50.0)), "training-stalled").is_empty());
     }
 }

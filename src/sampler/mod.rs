@@ -44,7 +44,7 @@ use gpus::GpuPool;
 use notices::{command_label, describe_event, describe_outcome};
 use publish::Recycler;
 pub(crate) use spawn::{spawn_loop, spawn_shared_loop};
-use torch_join::{join_torch, TorchJoin};
+use torch_join::{join_torch, mark_silent, TorchJoin};
 
 /// How long the monitor's first snapshot waits for the agents it found to send their figures:
 /// an agent answers its connection at once, and one that does not (a stopped process) holds
@@ -335,6 +335,7 @@ impl Sampler {
             join,
             &mut self.agent_only,
         );
+        mark_silent(&mut processes, self.agents.silent());
         self.host.join_more_processes(&mut self.agent_only);
         // The process /proc shows under an agent's pid may be a later one given that pid.
         let heard = &self.heard;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::collect::agent::Heard;
+use crate::collect::agent::{Heard, Silent};
 use crate::model::rocm_visible::rocm_ordinal;
 use crate::model::{
     DeviceAllocatorStats, GpuProcess, GpuSample, GpuState, GpuVendor, LaunchEnv, TorchInfo,
@@ -152,6 +152,26 @@ pub(crate) fn join_torch(
     }
     // Dropped now, so that only the snapshot holds them and the next tick may refill them.
     join.joined.clear();
+}
+
+/// Marks the rows of processes whose agent accepted the connection and has said nothing since
+/// (a process that froze before the monitor started): without it such a row read as a process
+/// with no agent at all. Rows with figures, and later processes given an agent's pid, are left
+/// alone.
+pub(crate) fn mark_silent(processes: &mut [GpuProcess], silent: &[Silent]) {
+    for process in processes.iter_mut() {
+        let of = |s: &&Silent| {
+            s.pid == process.pid
+                && match (s.start_ticks, process.start_ticks) {
+                    (Some(ours), Some(theirs)) => ours == theirs,
+                    _ => true,
+                }
+        };
+        process.agent_silent_seconds = match process.torch {
+            Some(_) => None,
+            None => silent.iter().find(of).map(|s| s.seconds),
+        };
+    }
 }
 
 /// The index in `kept` of figures nothing else holds, made (allocated) when none is free.

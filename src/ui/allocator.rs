@@ -156,7 +156,17 @@ fn render_without_agent(
     theme: Theme,
 ) {
     let others = |p: &GpuProcess| effective_uid != 0 && p.uid.is_some_and(|u| u != effective_uid);
+    let silent;
     let (title, text) = match process {
+        Some(p) if p.agent_silent_seconds.is_some() => {
+            let seconds = p.agent_silent_seconds.unwrap_or_default();
+            silent = format!(
+                "  its agent has said nothing for {} since torchtop connected: {}",
+                format::span(seconds.round()),
+                p.why_agent_silent()
+            );
+            (format!(" PYTORCH pid {}", p.pid), silent.as_str())
+        }
         Some(p) if others(p) => (
             format!(" PYTORCH pid {}", p.pid),
             "  another user's process: run torchtop with sudo to reach its agent, if it has one",

@@ -72,7 +72,9 @@ pub(crate) fn draw(frame: &mut Frame, screen: Rect, app: &App, plan: &Plan) {
 /// What the panels need of a screen `width` columns wide, for [`layout::plan`].
 pub(crate) fn layout_needs(app: &App, width: u16) -> LayoutNeeds {
     let panels = app.ui.panels;
-    let any_agent = app.snapshot.processes.iter().any(|p| p.torch.is_some());
+    // An agent that has said nothing since it was connected to (a frozen process) is one too.
+    let any_agent = (app.snapshot.processes.iter())
+        .any(|p| p.torch.is_some() || p.agent_silent_seconds.is_some());
     // The PyTorch panel is about the selected row: a row without an agent gets one line saying
     // so, rather than rows of blank that the process table needs.
     let selected_agent = processes::selected_process(app).is_some_and(|p| p.torch.is_some());

@@ -221,6 +221,29 @@ fn the_pytorch_panel_keeps_its_size_among_agent_rows_and_is_one_line_on_a_plain_
     }
 }
 
+/// A process stopped before the monitor started: its agent never said hello. The panel said
+/// "no torchtop agent in this process: start it with `torchtop run`".
+#[test]
+fn the_panel_of_a_process_whose_agent_is_silent_says_so_and_why() {
+    let mut snapshot = busy_snapshot(1, 1, 0);
+    for p in &mut snapshot.processes {
+        p.torch = None;
+        p.state = Some('T');
+        p.agent_silent_seconds = Some(75.0);
+    }
+    let pid = snapshot.processes[0].pid;
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot));
+    let s = screen(&app, 120, 40);
+    assert!(
+        line_with(&s, &format!("PYTORCH pid {pid}")).contains(
+            "its agent has said nothing for 75 s since torchtop connected: the process is \
+             stopped (state T)"
+        ),
+        "{s}"
+    );
+}
+
 #[test]
 fn a_process_with_an_agent_and_no_gpu_is_listed_with_its_torch_section() {
     let mut snapshot = busy_snapshot(1, 1, 0);

@@ -207,6 +207,36 @@ fn the_first_snapshot_of_a_stream_has_the_agents_figures_and_no_passing_warning(
     }
 }
 
+/// Found trying the monitor as a user: started after a rank had been stopped (SIGSTOP), the
+/// monitor listed the process as one with no agent. The agent's socket accepts the connection
+/// (the kernel does) and the agent says nothing: the row now says so, and how long.
+#[test]
+fn a_process_stopped_before_the_monitor_started_has_a_silent_agent() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let script = TrainingScript::start(&agents);
+    let scenario = ScenarioFile::new(&one_gpu_with(script.pid(), 2048));
+    let pid = i32::try_from(script.pid()).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let stopped = &torchtop(&scenario, &agents, &["--once", "--json"])[0]["processes"][0];
+    assert_eq!(stopped["state"], "T", "{stopped}");
+    assert_eq!(stopped["torch"], Value::Null, "{stopped}");
+    assert!(
+        stopped["agent_silent_seconds"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{stopped}"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let resumed = &torchtop(&scenario, &agents, &["--once", "--json"])[0]["processes"][0];
+    assert!(resumed["torch"].is_object(), "{resumed}");
+    assert_eq!(resumed["agent_silent_seconds"], Value::Null, "{resumed}");
+}
+
 #[test]
 fn a_script_under_torchtop_run_shows_its_allocator_in_the_tui() {
     if !common::require_program("python3") {

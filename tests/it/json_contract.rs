@@ -46,10 +46,14 @@ fn key_paths(value: &Value, prefix: &str, leaves: &[&str], out: &mut BTreeSet<St
 fn the_json_field_names_are_the_documented_contract() {
     let sleepers = Sleepers::spawn(2);
     let scenario = ScenarioFile::from_fixture("one_gpu.toml", &sleepers.pids());
+    // An empty agents' directory: an agent running on the machine (a user's, under the default
+    // directory) added its row and the torch fields to the listing.
+    let agents = tempfile::tempdir().unwrap();
     let output = output_within_patience(
         Command::new(common::torchtop_binary())
             .args(["--once", "--json"])
-            .envs(scenario.env()),
+            .envs(scenario.env())
+            .env("TORCHTOP_AGENT_DIR", agents.path().join("agents")),
     );
     assert!(
         output.status.success(),

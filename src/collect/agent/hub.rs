@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use super::connection::SocketName;
 use super::parse::{AgentEvent, AgentReply};
 use super::reader::Reader;
-use super::state::{lock, AgentNews, Awaiting, ConnId, ConnState, Heard, Shared, EVENT_CAPACITY};
+use super::state::{
+    lock, AgentNews, Awaiting, ConnId, ConnState, Heard, Shared, Silent, EVENT_CAPACITY,
+};
 use super::{COMMAND_TIMEOUT, MAX_CONNECTIONS, PENDING_BYTES_BUDGET};
 use crate::model::TorchInfo;
 use crate::protocol::sockets::check_socket_dir;
@@ -127,6 +129,9 @@ pub struct AgentHub {
     events: VecDeque<AgentNews>,
     /// The socket names of the open connections, refilled at each listing.
     connected: HashSet<SocketName>,
+    /// The agents that have said nothing since their socket accepted our connection, as of
+    /// the last poll.
+    silent: Vec<Silent>,
 }
 
 impl AgentHub {
@@ -165,6 +170,7 @@ impl AgentHub {
             outcomes: Vec::new(),
             events: VecDeque::new(),
             connected: HashSet::new(),
+            silent: Vec::new(),
         }
     }
 
@@ -197,11 +203,27 @@ impl AgentHub {
         for i in 0..self.dirs.len() {
             self.list_if_due(i, now);
         }
+        self.silent.clear();
         for state in lock(&self.shared).conns.values_mut() {
             if let Some(figures) = state.heard() {
                 heard.insert(state.pid, figures);
+            } else if let Some(silent) = state.silent_for(now) {
+                self.silent.push(Silent {
+                    pid: state.pid,
+                    start_ticks: state.start_ticks,
+                    seconds: silent.as_secs_f64(),
+                });
             }
         }
+        // A pid whose other connection has spoken is heard (a second one waits on its turn).
+        self.silent.retain(|s| !heard.contains_key(&s.pid));
+    }
+
+    /// The agents that have said nothing since their socket accepted the connection, as of the
+    /// last [`AgentHub::poll_into`]: each is in a process that is stopped or whose interpreter
+    /// is held (a process that froze before the monitor started never says hello).
+    pub(crate) fn silent(&self) -> &[Silent] {
+        &self.silent
     }
 
     /// Checks directory `i` (owner, mode, not a symlink) and logs a problem once it is new.

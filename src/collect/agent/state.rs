@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::parse::{AgentEvent, AgentReply, Hello, Stats};
 use crate::model::torch::{refill_devices, refill_text};
@@ -49,6 +49,8 @@ pub(crate) struct ConnState {
     pub(crate) stats_at: Option<Instant>,
     /// When the agent last completed a line (or when the connection opened): the idle clock.
     pub(crate) last_line_at: Instant,
+    /// When the connection opened.
+    opened_at: Instant,
     /// Commands this hub sent on this connection, by id, until answered or timed out.
     pub(crate) awaiting: HashMap<u64, Awaiting>,
     /// Answers to commands in `awaiting`, with the command they answer.
@@ -77,6 +79,15 @@ pub(crate) struct Heard {
     pub(crate) start_ticks: Option<u64>,
 }
 
+/// An agent whose socket accepted the hub's connection and which has said nothing since.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Silent {
+    pub(crate) pid: u32,
+    /// When its process started, as read when the connection opened.
+    pub(crate) start_ticks: Option<u64>,
+    pub(crate) seconds: f64,
+}
+
 impl Heard {
     /// Whether these figures may go on a process that started at `start_ticks`.
     pub(crate) fn is_of(&self, start_ticks: Option<u64>) -> bool {
@@ -101,6 +112,7 @@ impl ConnState {
             stats: None,
             stats_at: None,
             last_line_at: now,
+            opened_at: now,
             awaiting: HashMap::new(),
             replies: Vec::new(),
             events: VecDeque::new(),
@@ -110,6 +122,16 @@ impl ConnState {
             fresh: false,
             info: None,
         }
+    }
+
+    /// How long the agent has said nothing since its socket accepted the connection, as of
+    /// `now`: an agent sends its hello at once, and one that does not is in a process that is
+    /// stopped or whose interpreter is held. `None` once the hello came, or the connection ended.
+    pub(crate) fn silent_for(&self, now: Instant) -> Option<Duration> {
+        if self.hello.is_some() || self.ended.is_some() {
+            return None;
+        }
+        Some(now.saturating_duration_since(self.opened_at))
     }
 
     /// What this agent has said; `None` before its hello. The figures are built again only

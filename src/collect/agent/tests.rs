@@ -808,6 +808,29 @@ fn stale_socket_files_are_removed() {
 /// A README review: a torchtop in a pid namespace of its own (`unshare --pid --fork
 /// --mount-proc torchtop --once`) sees none of the host's pids, and removed the sockets of live
 /// training jobs, which never came back. A socket someone listens on is never stale.
+/// An agent whose process is stopped: the kernel accepts the connection, the agent says
+/// nothing. The hub lists it as silent until it speaks, then as heard.
+#[test]
+fn an_agent_that_says_nothing_is_listed_silent_until_its_hello() {
+    let dir = TempDir::new();
+    let (speak, spoken) = std::sync::mpsc::channel::<()>();
+    let _server = serve(&dir, move |mut stream| {
+        let _ = spoken.recv();
+        let _ = writeln!(stream, "{}\n{}", hello(), stats(1, 10));
+        thread::sleep(PATIENCE);
+    });
+    let mut hub = AgentHub::new(dir.0.clone());
+    poll_until(&mut hub, |_, hub| !hub.silent().is_empty());
+    let silent = hub.silent().to_vec();
+    assert_eq!(silent.len(), 1, "{silent:?}");
+    assert_eq!(silent[0].pid, my_pid());
+    assert!(silent[0].seconds >= 0.0);
+    speak.send(()).unwrap();
+    let infos = poll_until(&mut hub, |infos, _| infos.contains_key(&my_pid()));
+    assert!(infos.contains_key(&my_pid()), "{:?}", hub.log());
+    assert_eq!(hub.silent(), [], "heard, so not silent");
+}
+
 #[test]
 fn a_socket_someone_listens_on_is_kept_whatever_its_pid() {
     let dir = TempDir::new();
