@@ -33,6 +33,7 @@ mod oom;
 mod oom_killed;
 mod oom_risk;
 mod order;
+mod rank_gone;
 mod seen;
 mod shm_small;
 mod slots;
@@ -85,6 +86,7 @@ pub(crate) const IMPACT: &[&str] = &[
     health::DRIVER_MISSING,
     ecc::ID,
     training_stalled::ID,
+    rank_gone::ID,
     wrong_gpu::ID,
     oom::ID,
     oom_killed::ID,
@@ -158,6 +160,8 @@ pub(crate) struct Engine {
     steps: BTreeMap<u32, StepTrack>,
     /// Room for the pids `steps` met in a sample.
     step_pids: Vec<u32>,
+    /// The jobs seen and the ranks that left them, for rank-gone.
+    ranks: rank_gone::Memory,
     /// When each warning held now was first seen, by its id's place in [`IMPACT`] and its
     /// subject; kept from tick to tick, so a warning that goes on holding costs no new key.
     first_seen: HashMap<SeenKey, FirstSeen>,
@@ -184,6 +188,7 @@ impl Engine {
             host: Window::default(),
             steps: BTreeMap::new(),
             step_pids: Vec::new(),
+            ranks: rank_gone::Memory::default(),
             first_seen: HashMap::new(),
             seen_key: SeenKey::default(),
             slots: Slots::default(),
@@ -217,6 +222,7 @@ impl Engine {
             allocators: &self.allocators,
             host: &self.host,
             steps: &self.steps,
+            ranks: &self.ranks,
             job_index: &self.job_index,
             pid_index: &self.pid_index,
         };
@@ -289,6 +295,7 @@ impl Engine {
         };
         self.host.push(t, point, keep.host);
         training_stalled::record(&mut self.steps, &mut self.step_pids, snapshot);
+        self.ranks.record(snapshot);
     }
 
     fn finish(&mut self, snapshot: &Snapshot) {
@@ -391,6 +398,9 @@ fn run_rules(inputs: &Inputs, config: &RulesConfig, found: &mut Slots, rows: &mu
     }
     if config.training_stalled.enabled {
         found.extend(training_stalled::check(inputs, &config.training_stalled));
+    }
+    if config.rank_gone.enabled {
+        found.extend(rank_gone::check(inputs, &config.rank_gone));
     }
     if config.oom_risk.enabled {
         found.extend(oom_risk::check(inputs, &config.oom_risk));

@@ -15,6 +15,7 @@ use super::imbalance::ImbalanceConfig;
 use super::leak::LeakConfig;
 use super::oom_killed::OomKilledConfig;
 use super::oom_risk::OomRiskConfig;
+use super::rank_gone::RankGoneConfig;
 use super::shm_small::ShmSmallConfig;
 use super::swap::SwapConfig;
 use super::throttle::ThrottleConfig;
@@ -39,6 +40,7 @@ pub struct RulesConfig {
     pub(crate) health: HealthConfig,
     pub(crate) wrong_gpu: WrongGpuConfig,
     pub(crate) training_stalled: TrainingStalledConfig,
+    pub(crate) rank_gone: RankGoneConfig,
     pub(crate) cgroup_memory: CgroupMemoryConfig,
     pub(crate) oom_killed: OomKilledConfig,
     pub(crate) shm_small: ShmSmallConfig,

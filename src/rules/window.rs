@@ -301,6 +301,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) host: &'a Window<HostPoint>,
     /// Keyed by pid: the step counters of the processes with an agent.
     pub(crate) steps: &'a BTreeMap<u32, StepTrack>,
+    /// The jobs seen, with the ranks that have left them.
+    pub(crate) ranks: &'a super::rank_gone::Memory,
     /// The snapshot's jobs by their ranks' pids.
     pub(crate) job_index: &'a JobIndex,
     /// The snapshot's process rows by pid.

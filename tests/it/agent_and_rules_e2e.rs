@@ -42,14 +42,18 @@ impl TrainingScript {
     fn start(agent_dir: &Path) -> Self {
         let script =
             "import time, torch\ntorch.cuda._fake_init((0,))\nwhile True:\n    time.sleep(0.05)\n";
+        Self::run(agent_dir, script, &[("RANK", "0"), ("WORLD_SIZE", "1")])
+    }
+
+    /// `script` under `torchtop run`, with `env` besides.
+    fn run(agent_dir: &Path, script: &str, env: &[(&str, &str)]) -> Self {
         let child = Command::new(common::torchtop_binary())
             .args(["run", "--", "python3", "-c", script])
             .env("PYTHONPATH", repo().join("tests/python/fake_torch"))
             .env("TORCHTOP_AGENT_DIR", agent_dir)
             .env("TORCHTOP_AGENT_INTERVAL_MS", "100")
-            .env("RANK", "0")
             .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .expect("torchtop run");
@@ -235,6 +239,90 @@ fn a_process_stopped_before_the_monitor_started_has_a_silent_agent() {
     let resumed = &torchtop(&scenario, &agents, &["--once", "--json"])[0]["processes"][0];
     assert!(resumed["torch"].is_object(), "{resumed}");
     assert_eq!(resumed["agent_silent_seconds"], Value::Null, "{resumed}");
+}
+
+/// Tried as a user: one rank of a two-rank job killed while the other waited for it; nothing
+/// said so before training-stalled's five minutes, and then not why. Rank 0 here steps while
+/// rank 1 lives, as a rank stuck in its next collective would stop.
+#[test]
+fn a_rank_killed_while_the_other_waits_for_it_is_named() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (_scratch, agents) = agent_dir();
+    let job = [("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1")];
+    let job = |rank| [job[0], job[1], ("MASTER_PORT", "29561"), ("RANK", rank)];
+    let stepping = "import os, time, torch, torchtop_agent\ntorch.cuda._fake_init((0,))\n\
+                    while True:\n    time.sleep(0.1)\n    torchtop_agent.step()\n";
+    let rank1 = TrainingScript::run(&agents, stepping, &job("1"));
+    let peer = rank1.pid().to_string();
+    let waiting = "import os, time, torch, torchtop_agent\ntorch.cuda._fake_init((0,))\n\
+                   peer = int(os.environ['PEER'])\nwhile True:\n    time.sleep(0.1)\n    \
+                   try:\n        os.kill(peer, 0)\n    except ProcessLookupError:\n        \
+                   continue\n    torchtop_agent.step()\n";
+    let mut env = job("0").to_vec();
+    env.push(("PEER", &peer));
+    let rank0 = TrainingScript::run(&agents, waiting, &env);
+    let scenario = ScenarioFile::new(&format!(
+        "[[gpu]]\nname = \"A\"\nmemory_total_mib = 81920\nmemory_used_mib = 8192\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 4096\n\
+         [[gpu]]\nname = \"B\"\nmemory_total_mib = 81920\nmemory_used_mib = 8192\n\
+         [[gpu.process]]\npid = {}\nused_memory_mib = 4096\n",
+        rank0.pid(),
+        rank1.pid()
+    ));
+    let config = config_file("[rules.rank_gone]\nseconds = 2.0\n");
+    let rank1_pid = rank1.pid();
+    // The monitor sees the job whole and both ranks' steps move; then rank 1 is killed (and
+    // reaped).
+    let rank1 = std::cell::RefCell::new(Some(rank1));
+    // The steps of both ranks, once both have one.
+    let steps = |doc: &Value| -> Option<Vec<u64>> {
+        let processes = doc["processes"].as_array().unwrap();
+        (processes.iter())
+            .map(|p| p["torch"]["step"].as_u64())
+            .collect()
+    };
+    let stepped = |docs: &[Value]| match (docs.iter().find_map(steps), docs.last().and_then(steps))
+    {
+        (Some(first), Some(last)) => first.iter().zip(&last).all(|(a, b)| b > a),
+        _ => false,
+    };
+    let mut command = Command::new(common::torchtop_binary());
+    command
+        .args(["--json", "-d", "0.5", "--config"])
+        .arg(config.path())
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", &agents);
+    let docs = json_stream_until(&mut command, |docs| {
+        let Some(last) = docs.last() else {
+            return false;
+        };
+        if rank1.borrow().is_some() {
+            if last["jobs"].as_array().is_some_and(|j| j.len() == 1) && stepped(docs) {
+                drop(rank1.borrow_mut().take());
+            }
+            return false;
+        }
+        warning_ids(last).iter().any(|id| id == "rank-gone")
+    });
+    let last = docs.last().unwrap();
+    let gone = (last["warnings"].as_array().unwrap().iter())
+        .find(|w| w["id"] == "rank-gone")
+        .unwrap();
+    assert_eq!(gone["subject"]["kind"], "job");
+    let message = gone["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("rank 1 (pid {rank1_pid}) of job 127.0.0.1:29561")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!(
+            "rank 0 (pid {}) has not stepped since",
+            rank0.pid()
+        )),
+        "{message}"
+    );
 }
 
 #[test]

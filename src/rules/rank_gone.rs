@@ -1,0 +1,316 @@
+//! `rank-gone`: a rank of a distributed job has left (exited, or gone from /proc and the GPUs)
+//! while the job's other ranks on this host still run and have not stepped since. Those ranks
+//! wait for it in their next collective until the process group's timeout (NCCL's default is
+//! 10 minutes), each holding its GPU: the classic hang after one rank dies, named minutes
+//! before `training-stalled`'s own bar and with its cause.
+//!
+//! The engine remembers each job the snapshot groups (two ranks or more) with its ranks, by
+//! (pid, start time). A rank is gone once no visible row of that process remains. The rule
+//! judges only ranks left that report steps through an agent: without steps, a rank still
+//! running after another ended is as likely finishing its own work (rank 0 saving a
+//! checkpoint) as waiting. A job is forgotten once none of its ranks runs; a gone rank once
+//! another process holds its rank number (a launcher restarted the group).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::training_stalled::StepTrack;
+use super::{fmt_seconds, warning, Inputs};
+use crate::config::Seconds;
+use crate::model::{Severity, Snapshot, Subject, Warning};
+
+/// `rank-gone`: a rank left while the job's other ranks wait.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RankGoneConfig {
+    /// Default true.
+    pub(crate) enabled: bool,
+    /// Warn once a rank has been gone this long while no rank left has stepped. Default 30.
+    pub(crate) seconds: Seconds,
+}
+
+impl Default for RankGoneConfig {
+    fn default() -> Self {
+        RankGoneConfig {
+            enabled: true,
+            seconds: Seconds::new(30.0),
+        }
+    }
+}
+
+pub(crate) const ID: &str = "rank-gone";
+
+/// Jobs remembered at most; past it, new jobs are not (a host runs a handful).
+const MAX_JOBS: usize = 256;
+/// Ranks remembered per job at most (a host holds at most a few dozen of a job's ranks).
+const MAX_RANKS: usize = 1024;
+
+const REMEDY: &str = "Find why the rank ended: its own output or log, dmesg for the kernel's \
+OOM killer, and torchtop's oom and oom-killed warnings. The ranks left do not recover: end them \
+(tag each with Space, then T) and restart from the last checkpoint. torchrun ends and restarts \
+the whole group when a worker fails (--max-restarts); a launcher that starts each rank on its \
+own (srun, a shell loop) leaves the others waiting.";
+
+/// One rank of a remembered job.
+#[derive(Debug, Clone, PartialEq)]
+struct Rank {
+    pid: u32,
+    start_ticks: Option<u64>,
+    rank: Option<u32>,
+    gpu: u32,
+    /// The sample time it was first missed; `None` while it runs.
+    gone_at: Option<f64>,
+}
+
+/// The jobs seen, by id, with their ranks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Memory {
+    jobs: BTreeMap<String, Vec<Rank>>,
+}
+
+impl Memory {
+    /// Records this snapshot's jobs and which remembered ranks still run.
+    pub(crate) fn record(&mut self, snapshot: &Snapshot) {
+        let t = snapshot.unix_seconds;
+        for job in &snapshot.jobs {
+            if !self.jobs.contains_key(&job.id) {
+                if self.jobs.len() >= MAX_JOBS {
+                    continue;
+                }
+                // The id is copied once, when the job is first seen, not at every tick.
+                self.jobs.insert(job.id.clone(), Vec::new());
+            }
+            let Some(ranks) = self.jobs.get_mut(&job.id) else {
+                continue;
+            };
+            for seen in &job.ranks {
+                let start_ticks = (snapshot.processes.iter())
+                    .find(|p| p.pid == seen.pid)
+                    .and_then(|p| p.start_ticks);
+                let known = |r: &Rank| r.pid == seen.pid && r.start_ticks == start_ticks;
+                if ranks.iter().any(known) || ranks.len() >= MAX_RANKS {
+                    continue;
+                }
+                // A new process with a gone rank's number: the launcher restarted it.
+                ranks.retain(|r| r.gone_at.is_none() || r.rank != seen.rank || seen.rank.is_none());
+                ranks.push(Rank {
+                    pid: seen.pid,
+                    start_ticks,
+                    rank: seen.rank,
+                    gpu: seen.gpu,
+                    gone_at: None,
+                });
+            }
+        }
+        for ranks in self.jobs.values_mut() {
+            for rank in ranks.iter_mut() {
+                if !runs(snapshot, rank) {
+                    rank.gone_at.get_or_insert(t);
+                }
+            }
+        }
+        self.jobs
+            .retain(|_, ranks| ranks.iter().any(|r| r.gone_at.is_none()));
+    }
+}
+
+/// Whether a visible row of the rank's process is in the snapshot.
+fn runs(snapshot: &Snapshot, rank: &Rank) -> bool {
+    (snapshot.processes.iter()).any(|p| {
+        p.pid == rank.pid
+            && p.visible
+            && (p.start_ticks.is_none()
+                || rank.start_ticks.is_none()
+                || p.start_ticks == rank.start_ticks)
+    })
+}
+
+pub(crate) fn check(inputs: &Inputs, config: &RankGoneConfig) -> Vec<Warning> {
+    let now = inputs.snapshot.unix_seconds;
+    let mut found = Vec::new();
+    for (id, ranks) in &inputs.ranks.jobs {
+        // The rank gone longest.
+        let Some(gone) = (ranks.iter())
+            .filter_map(|r| Some((r, r.gone_at?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+        else {
+            continue;
+        };
+        let (gone, gone_at) = gone;
+        let left: Vec<&Rank> = ranks.iter().filter(|r| r.gone_at.is_none()).collect();
+        if now - gone_at < config.seconds.get() {
+            continue;
+        }
+        // Each rank left reports steps, and none has stepped since the rank went.
+        let tracks: Option<Vec<&StepTrack>> =
+            left.iter().map(|r| inputs.steps.get(&r.pid)).collect();
+        let Some(tracks) = tracks else {
+            continue;
+        };
+        let waiting = tracks
+            .iter()
+            .all(|t| t.still_since().is_some_and(|since| since <= gone_at));
+        if !waiting || left.is_empty() {
+            continue;
+        }
+        found.push(gone_warning(id, gone, &left, now - gone_at));
+    }
+    found
+}
+
+/// "rank 1 (pid 19580) of job X left 45 s ago, and rank 0 has not stepped since: ..."
+fn gone_warning(id: &str, gone: &Rank, left: &[&Rank], seconds: f64) -> Warning {
+    let name = |r: &Rank| match r.rank {
+        Some(rank) => format!("rank {rank} (pid {})", r.pid),
+        None => format!("pid {}", r.pid),
+    };
+    let names: Vec<String> = left.iter().map(|r| name(r)).collect();
+    let gpus: Vec<String> = (left.iter())
+        .filter(|r| r.gpu != crate::model::NO_GPU)
+        .map(|r| format!("GPU {}", r.gpu))
+        .collect();
+    let (verb, pronoun) = if left.len() == 1 {
+        ("has", "it waits")
+    } else {
+        ("have", "they wait")
+    };
+    let holding = if gpus.is_empty() {
+        String::new()
+    } else {
+        format!(", holding {}", gpus.join(", "))
+    };
+    let message = format!(
+        "{} of {id} left {} ago, and {} {verb} not stepped since: {pronoun} for it in the next \
+         collective until the process group's timeout (NCCL's default is 10 minutes){holding}",
+        name(gone),
+        fmt_seconds(seconds),
+        names.join(", "),
+    );
+    let evidence = vec![
+        ("gone", name(gone)),
+        ("gone for", fmt_seconds(seconds)),
+        ("ranks left", names.join(", ")),
+    ];
+    warning(
+        ID,
+        Severity::Warn,
+        Subject::Job { id: id.to_string() },
+        message,
+        evidence,
+        REMEDY,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{LaunchEnv, Snapshot, Subject, TorchInfo};
+    use crate::rules::testkit::{at, evidence, find, gpu, process, replay_default, with_id};
+
+    const GIB: u64 = 1 << 30;
+
+    /// A two-rank job; rank 1 exits at `exit` (never with `u32::MAX`); rank 0 steps until
+    /// `stop`, with an agent when `agent` holds.
+    fn job(exit: u32, stop: u32, agent: bool) -> impl Fn(u32) -> Snapshot {
+        move |t| {
+            let mut snap = at(t);
+            for r in 0..2 {
+                snap.gpus.push(gpu(r, 20 * GIB, 80 * GIB, 90));
+                if r == 1 && t >= exit {
+                    continue;
+                }
+                let mut p = process(100 + r, r, 18 * GIB);
+                p.env = Some(
+                    LaunchEnv {
+                        rank: Some(r),
+                        world_size: Some(2),
+                        torchelastic_run_id: Some("run7".into()),
+                        ..Default::default()
+                    }
+                    .into(),
+                );
+                if agent {
+                    p.torch = Some(std::sync::Arc::new(TorchInfo {
+                        step: Some(u64::from(t.min(stop))),
+                        step_time_seconds: Some(1.0),
+                        age_seconds: Some(0.2),
+                        ..Default::default()
+                    }));
+                }
+                snap.processes.push(p);
+            }
+            snap
+        }
+    }
+
+    fn subject() -> Subject {
+        Subject::Job {
+            id: "torchelastic run run7".into(),
+        }
+    }
+
+    /// Tried as a user: a rank of a two-rank job killed, the other waiting in its collective;
+    /// nothing said so until training-stalled's five minutes, and then without the cause.
+    #[test]
+    fn a_rank_gone_while_the_rank_left_stops_stepping_is_named() {
+        let warnings = replay_default(60, job(20, 20, true));
+        let w = find(&warnings, "rank-gone", &subject());
+        assert_eq!(
+            w.message,
+            "rank 1 (pid 101) of torchelastic run run7 left 40 s ago, and rank 0 (pid 100) has \
+             not stepped since: it waits for it in the next collective until the process \
+             group's timeout (NCCL's default is 10 minutes), holding GPU 0"
+        );
+        assert_eq!(evidence(w, "gone"), "rank 1 (pid 101)");
+        assert!(w.remedy.contains("dmesg") && w.remedy.contains("--max-restarts"));
+        // Under the 30 s: not yet.
+        assert!(with_id(&replay_default(45, job(20, 20, true)), "rank-gone").is_empty());
+    }
+
+    /// Rank 0 saving a checkpoint after the others ended steps on, or has no steps to judge:
+    /// no warning. Nor for a job whose ranks all run.
+    #[test]
+    fn a_rank_left_that_steps_or_reports_no_steps_or_a_whole_job_is_not_warned_of() {
+        let stepping = replay_default(60, job(20, u32::MAX, true));
+        assert!(with_id(&stepping, "rank-gone").is_empty(), "{stepping:#?}");
+        let no_agent = replay_default(60, job(20, 0, false));
+        assert!(with_id(&no_agent, "rank-gone").is_empty(), "{no_agent:#?}");
+        let whole = replay_default(60, job(u32::MAX, 20, true));
+        assert!(with_id(&whole, "rank-gone").is_empty(), "{whole:#?}");
+    }
+
+    /// A launcher that restarts the rank (a new process with its rank number) ends it: the
+    /// gone one is forgotten, so that a later loss names the rank that went then. So does the
+    /// end of the ranks left.
+    #[test]
+    fn a_restarted_rank_or_the_end_of_the_job_clears_it() {
+        let restarted = |t: u32| {
+            let mut snap = job(20, 20, true)(t);
+            if t >= 50 {
+                let mut again = job(u32::MAX, 20, true)(t).processes.remove(1);
+                again.pid = 201;
+                again.start_ticks = Some(5_000);
+                snap.processes.push(again);
+            }
+            snap.jobs = crate::rules::group_jobs(&snap.processes);
+            snap
+        };
+        let mut memory = super::Memory::default();
+        for t in 0..=60 {
+            memory.record(&restarted(t));
+        }
+        let ranks = &memory.jobs["torchelastic run run7"];
+        let pids: Vec<_> = ranks.iter().map(|r| (r.pid, r.gone_at)).collect();
+        assert_eq!(pids, [(100, None), (201, None)]);
+        let warnings = replay_default(60, restarted);
+        assert!(with_id(&warnings, "rank-gone").is_empty(), "{warnings:#?}");
+        let ended = replay_default(60, |t| {
+            let mut snap = job(20, 20, true)(t);
+            if t >= 55 {
+                snap.processes.clear();
+            }
+            snap
+        });
+        assert!(with_id(&ended, "rank-gone").is_empty(), "{ended:#?}");
+    }
+}
