@@ -1,12 +1,13 @@
 //! `rank-gone`: a rank of a distributed job has left (exited, or gone from /proc and the GPUs)
-//! while the job's other ranks on this host still run and have not stepped since. Those ranks
+//! while the job's other ranks on this host still run and have stopped stepping. Those ranks
 //! wait for it in their next collective until the process group's timeout (NCCL's default is
 //! 10 minutes), each holding its GPU: the classic hang after one rank dies, named minutes
 //! before `training-stalled`'s own bar and with its cause.
 //!
 //! The engine remembers each job the snapshot groups (two ranks or more) with its ranks, by
 //! (pid, start time). A rank is gone once no visible row of that process remains. The rule
-//! judges only ranks left that report steps through an agent: without steps, a rank still
+//! fires once it has been gone `seconds` and no rank left has stepped for as long; it judges
+//! only ranks left that report steps through an agent: without steps, a rank still
 //! running after another ended is as likely finishing its own work (rank 0 saving a
 //! checkpoint) as waiting. A job is forgotten once none of its ranks runs; a gone rank once
 //! another process holds its rank number (a launcher restarted the group).
@@ -15,7 +16,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::training_stalled::StepTrack;
 use super::{fmt_seconds, warning, Inputs};
 use crate::config::Seconds;
 use crate::model::{Severity, Snapshot, Subject, Warning};
@@ -142,25 +142,23 @@ pub(crate) fn check(inputs: &Inputs, config: &RankGoneConfig) -> Vec<Warning> {
         if now - gone_at < config.seconds.get() {
             continue;
         }
-        // Each rank left reports steps, and none has stepped since the rank went.
-        let tracks: Option<Vec<&StepTrack>> =
-            left.iter().map(|r| inputs.steps.get(&r.pid)).collect();
-        let Some(tracks) = tracks else {
+        // Each rank left reports steps, and none has stepped for as long. Not "since the rank
+        // went": an agent reports its step once an interval (1 s by default), so the last step
+        // a rank made before it stopped may reach the monitor after the loss did.
+        let still = (left.iter())
+            .map(|r| Some(now - inputs.steps.get(&r.pid)?.still_since()?))
+            .try_fold(f64::INFINITY, |least, still| Some(least.min(still?)));
+        let Some(still) = still.filter(|s| s.is_finite() && *s >= config.seconds.get()) else {
             continue;
         };
-        let waiting = tracks
-            .iter()
-            .all(|t| t.still_since().is_some_and(|since| since <= gone_at));
-        if !waiting || left.is_empty() {
-            continue;
-        }
-        found.push(gone_warning(id, gone, &left, now - gone_at));
+        found.push(gone_warning(id, gone, &left, now - gone_at, still));
     }
     found
 }
 
-/// "rank 1 (pid 19580) of job X left 45 s ago, and rank 0 has not stepped since: ..."
-fn gone_warning(id: &str, gone: &Rank, left: &[&Rank], seconds: f64) -> Warning {
+/// "rank 1 (pid 19580) of job X left 45 s ago, and rank 0 has not stepped for 44 s: ...",
+/// `still` being the least time any rank left has not stepped.
+fn gone_warning(id: &str, gone: &Rank, left: &[&Rank], seconds: f64, still: f64) -> Warning {
     let name = |r: &Rank| match r.rank {
         Some(rank) => format!("rank {rank} (pid {})", r.pid),
         None => format!("pid {}", r.pid),
@@ -171,9 +169,9 @@ fn gone_warning(id: &str, gone: &Rank, left: &[&Rank], seconds: f64) -> Warning 
         .map(|r| format!("GPU {}", r.gpu))
         .collect();
     let (verb, pronoun) = if left.len() == 1 {
-        ("has", "it waits")
+        ("has", "it most likely waits")
     } else {
-        ("have", "they wait")
+        ("have", "they most likely wait")
     };
     let holding = if gpus.is_empty() {
         String::new()
@@ -181,16 +179,19 @@ fn gone_warning(id: &str, gone: &Rank, left: &[&Rank], seconds: f64) -> Warning 
         format!(", holding {}", gpus.join(", "))
     };
     let message = format!(
-        "{} of {id} left {} ago, and {} {verb} not stepped since: {pronoun} for it in the next \
-         collective until the process group's timeout (NCCL's default is 10 minutes){holding}",
+        "{} of {id} left {} ago, and {} {verb} not stepped for {}: {pronoun} for it in the \
+         next collective until the process group's timeout (NCCL's default is 10 minutes)\
+         {holding}",
         name(gone),
         fmt_seconds(seconds),
         names.join(", "),
+        fmt_seconds(still),
     );
     let evidence = vec![
         ("gone", name(gone)),
         ("gone for", fmt_seconds(seconds)),
         ("ranks left", names.join(", ")),
+        ("no step for", fmt_seconds(still)),
     ];
     warning(
         ID,
@@ -258,13 +259,18 @@ mod tests {
         assert_eq!(
             w.message,
             "rank 1 (pid 101) of torchelastic run run7 left 40 s ago, and rank 0 (pid 100) has \
-             not stepped since: it waits for it in the next collective until the process \
-             group's timeout (NCCL's default is 10 minutes), holding GPU 0"
+             not stepped for 40 s: it most likely waits for it in the next collective until the \
+             process group's timeout (NCCL's default is 10 minutes), holding GPU 0"
         );
         assert_eq!(evidence(w, "gone"), "rank 1 (pid 101)");
         assert!(w.remedy.contains("dmesg") && w.remedy.contains("--max-restarts"));
         // Under the 30 s: not yet.
         assert!(with_id(&replay_default(45, job(20, 20, true)), "rank-gone").is_empty());
+        // Tried with the default 1 s stats: the last step made before the loss reached the
+        // monitor after it, and "not stepped since the loss" never held.
+        let late = replay_default(60, job(20, 22, true));
+        let w = find(&late, "rank-gone", &subject());
+        assert_eq!(evidence(w, "no step for"), "38 s");
     }
 
     /// Rank 0 saving a checkpoint after the others ended steps on, or has no steps to judge:
