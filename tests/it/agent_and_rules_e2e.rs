@@ -317,10 +317,7 @@ fn a_rank_killed_while_the_other_waits_for_it_is_named() {
         "{message}"
     );
     assert!(
-        message.contains(&format!(
-            "rank 0 (pid {}) has not stepped for",
-            rank0.pid()
-        )),
+        message.contains(&format!("rank 0 (pid {}) has not stepped for", rank0.pid())),
         "{message}"
     );
 }
