@@ -133,24 +133,36 @@ impl App {
                 }
             }
             Target::Job(id) => {
-                let pids: Vec<u32> = self
-                    .snapshot
-                    .jobs
-                    .iter()
-                    .find(|j| j.id == id)
-                    .map(|j| j.ranks.iter().map(|r| r.pid).collect())
-                    .unwrap_or_default();
-                let shown = crate::format::escape(&id).into_owned();
+                let pids = self.ranks_of(&id);
+                // Job ids that start with "job " are not prefixed twice ("job job 127.0.0.1:…").
+                let label = crate::model::Subject::Job { id: id.clone() }.label();
+                let shown = crate::format::escape(&label).into_owned();
                 self.view.mark = Some(Mark::Job(id));
                 match self.select_first_row(|row| pids.first() == Some(&row.pid)) {
-                    Some(pid) => format!("job {shown}: its first rank, pid {pid}, is selected"),
-                    None => format!("job {shown} has no listed process now"),
+                    Some(pid) => format!("{shown}: its first rank, pid {pid}, is selected"),
+                    None => format!("{shown} has no listed process now"),
                 }
             }
             Target::Host => "this warning is about the host: see the HOST panel".to_string(),
         };
         self.status = Some(sentence);
         Effect::Redraw
+    }
+
+    /// The pids of job `id`'s ranks, in rank order. A job down to one process (rank-gone: its
+    /// other rank has left) is no longer among the snapshot's jobs, which need two: its
+    /// processes are found by their job's id.
+    fn ranks_of(&self, id: &str) -> Vec<u32> {
+        if let Some(job) = self.snapshot.jobs.iter().find(|j| j.id == id) {
+            return job.ranks.iter().map(|r| r.pid).collect();
+        }
+        let mut ranks: Vec<(Option<u32>, u32)> = (self.snapshot.processes.iter())
+            .filter(|p| crate::rules::job_key(p).as_deref() == Some(id))
+            .map(|p| (crate::rules::job_rank(p).rank, p.pid))
+            .collect();
+        ranks.sort_unstable_by_key(|&(rank, pid)| (rank.unwrap_or(u32::MAX), pid));
+        ranks.dedup();
+        ranks.into_iter().map(|(_, pid)| pid).collect()
     }
 
     fn select_process(

@@ -257,6 +257,46 @@ fn g_selects_the_process_gpu_or_job_and_closes_the_view() {
     assert_eq!(selected_pid(&app), Some(100), "its first rank");
 }
 
+/// Tried as a user: `g` on rank-gone, whose job is down to one process and so no longer among
+/// the snapshot's jobs, said "job job 127.0.0.1:29577 (root) has no listed process now" while
+/// the rank left was listed.
+#[test]
+fn g_on_a_job_down_to_one_process_selects_the_rank_left() {
+    let mut survivor = gpu_process(300, 0);
+    survivor.env = Some(
+        crate::model::LaunchEnv {
+            rank: Some(0),
+            world_size: Some(2),
+            master_addr: Some("127.0.0.1".into()),
+            master_port: Some("29577".into()),
+            ..Default::default()
+        }
+        .into(),
+    );
+    survivor.user = Some("root".into());
+    let id = crate::rules::job_key(&survivor).unwrap();
+    assert_eq!(id, "job 127.0.0.1:29577 (root)");
+    let snapshot = Snapshot {
+        processes: vec![gpu_process(200, 0), survivor],
+        warnings: vec![warning(
+            "rank-gone",
+            Severity::Warn,
+            Subject::Job { id: id.clone() },
+        )],
+        ..Snapshot::default()
+    };
+    let mut app = in_gpu_order(App::new(1.0, true, false));
+    app.on_snapshot(Arc::new(snapshot));
+    lay_out(&mut app);
+    press(&mut app, KeyCode::Char('w'));
+    press(&mut app, KeyCode::Char('g'));
+    assert_eq!(selected_pid(&app), Some(300));
+    assert_eq!(
+        app.status.as_deref(),
+        Some("job 127.0.0.1:29577 (root): its first rank, pid 300, is selected")
+    );
+}
+
 #[test]
 fn g_clears_a_filter_that_hides_the_subject() {
     let mut app = app();

@@ -60,6 +60,7 @@ use crate::model::{
 #[cfg(test)]
 pub(crate) use jobs::group_jobs;
 pub(crate) use jobs::group_jobs_into;
+pub(crate) use jobs::{job_key, job_rank};
 use order::{JobIndex, PidIndex, Rows};
 pub(crate) use seen::Held;
 use seen::{FirstSeen, SeenKey};

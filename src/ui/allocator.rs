@@ -167,6 +167,11 @@ fn render_without_agent(
             );
             (format!(" PYTORCH pid {}", p.pid), silent.as_str())
         }
+        Some(p) if !p.visible => (
+            format!(" PYTORCH pid {}", p.pid),
+            "  not in this machine's /proc (it has exited, or runs in another container): no \
+             agent to reach",
+        ),
         Some(p) if others(p) => (
             format!(" PYTORCH pid {}", p.pid),
             "  another user's process: run torchtop with sudo to reach its agent, if it has one",

@@ -221,6 +221,28 @@ fn the_pytorch_panel_keeps_its_size_among_agent_rows_and_is_one_line_on_a_plain_
     }
 }
 
+/// Tried as a user: a rank that had exited, its memory still listed by the driver, was told to
+/// start an agent with `torchtop run`.
+#[test]
+fn the_panel_of_a_process_not_in_proc_does_not_offer_an_agent() {
+    let mut snapshot = busy_snapshot(1, 1, 0);
+    snapshot.processes[0].torch = Some(Arc::new(TorchInfo::default()));
+    let mut gone = snapshot.processes[0].clone();
+    (gone.pid, gone.torch, gone.visible) = (7, None, false);
+    snapshot.processes.push(gone);
+    let mut app = App::new(1.0, true, false);
+    app.on_snapshot(Arc::new(snapshot));
+    while crate::ui::processes::selected_process(&app).is_some_and(|p| p.pid != 7) {
+        key(&mut app, crossterm::event::KeyCode::Down);
+    }
+    let s = screen(&app, 120, 40);
+    let line = line_with(&s, "PYTORCH pid 7");
+    assert!(
+        line.contains("not in this machine's /proc (it has exited, or runs in another container)"),
+        "{s}"
+    );
+}
+
 /// A process stopped before the monitor started: its agent never said hello. The panel said
 /// "no torchtop agent in this process: start it with `torchtop run`".
 #[test]
