@@ -185,7 +185,11 @@ impl ScenarioFile {
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", self.path.display()));
     }
 
-    /// The environment that makes torchtop load the fake library with this scenario.
+    /// The environment that makes torchtop load the fake library with this scenario. Its
+    /// default agents' directory is one no agent serves in (under an `XDG_RUNTIME_DIR` that
+    /// does not exist), so that an agent running on the machine (a developer's job beside
+    /// `cargo test`) adds no row; a test that starts agents names their directory with
+    /// `TORCHTOP_AGENT_DIR`, which comes first.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             (
@@ -193,6 +197,13 @@ impl ScenarioFile {
                 fake_nvml_library().display().to_string(),
             ),
             (SCENARIO_ENV.to_string(), self.path.display().to_string()),
+            (
+                "XDG_RUNTIME_DIR".to_string(),
+                self.path
+                    .with_extension("no-runtime-dir")
+                    .display()
+                    .to_string(),
+            ),
         ]
     }
 }
