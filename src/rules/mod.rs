@@ -203,6 +203,13 @@ impl Engine {
     /// Records the snapshot and returns the warnings that hold now: most severe first, then by
     /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
     /// without a break.
+    /// The rows of processes that hold no GPU (an agent's process before its first CUDA
+    /// call, a CPU rank), which the sampler adds to the snapshot only after the rules ran:
+    /// still running, for the ranks of a job. Refilled in place before each evaluation.
+    pub(crate) fn note_rows_without_gpu(&mut self, rows: &[GpuProcess]) {
+        self.ranks.note_without_gpu(rows);
+    }
+
     pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
         let mut warnings = Vec::new();
         self.evaluate_into(snapshot, &mut warnings);

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{fmt_seconds, warning, Inputs};
 use crate::config::Seconds;
-use crate::model::{Severity, Snapshot, Subject, Warning};
+use crate::model::{GpuProcess, Severity, Snapshot, Subject, Warning};
 
 /// `rank-gone`: a rank left while the job's other ranks wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,9 +67,18 @@ struct Rank {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Memory {
     jobs: BTreeMap<String, Vec<Rank>>,
+    /// (pid, start time) of the processes running without a GPU row this tick.
+    without_gpu: Vec<(u32, Option<u64>)>,
 }
 
 impl Memory {
+    /// Notes the processes that run with no row in the snapshot the rules see (see
+    /// [`crate::rules::Engine::note_rows_without_gpu`]); a rank among them has not left.
+    pub(crate) fn note_without_gpu(&mut self, rows: &[GpuProcess]) {
+        self.without_gpu.clear();
+        (self.without_gpu).extend(rows.iter().map(|p| (p.pid, p.start_ticks)));
+    }
+
     /// Records this snapshot's jobs and which remembered ranks still run.
     pub(crate) fn record(&mut self, snapshot: &Snapshot) {
         let t = snapshot.unix_seconds;
@@ -86,8 +95,10 @@ impl Memory {
             };
             for seen in &job.ranks {
                 let start_ticks = (snapshot.processes.iter())
-                    .find(|p| p.pid == seen.pid)
-                    .and_then(|p| p.start_ticks);
+                    .map(|p| (p.pid, p.start_ticks))
+                    .chain(self.without_gpu.iter().copied())
+                    .find(|&(pid, _)| pid == seen.pid)
+                    .and_then(|(_, start)| start);
                 let known = |r: &Rank| r.pid == seen.pid && r.start_ticks == start_ticks;
                 if ranks.iter().any(known) || ranks.len() >= MAX_RANKS {
                     continue;
@@ -105,7 +116,7 @@ impl Memory {
         }
         for ranks in self.jobs.values_mut() {
             for rank in ranks.iter_mut() {
-                if !runs(snapshot, rank) {
+                if !runs(snapshot, &self.without_gpu, rank) {
                     rank.gone_at.get_or_insert(t);
                 }
             }
@@ -115,15 +126,15 @@ impl Memory {
     }
 }
 
-/// Whether a visible row of the rank's process is in the snapshot.
-fn runs(snapshot: &Snapshot, rank: &Rank) -> bool {
-    (snapshot.processes.iter()).any(|p| {
-        p.pid == rank.pid
-            && p.visible
-            && (p.start_ticks.is_none()
-                || rank.start_ticks.is_none()
-                || p.start_ticks == rank.start_ticks)
-    })
+/// Whether a visible row of the rank's process is in the snapshot, or its process runs
+/// without a GPU row.
+fn runs(snapshot: &Snapshot, without_gpu: &[(u32, Option<u64>)], rank: &Rank) -> bool {
+    let same = |pid: u32, start: Option<u64>| {
+        pid == rank.pid
+            && (start.is_none() || rank.start_ticks.is_none() || start == rank.start_ticks)
+    };
+    (snapshot.processes.iter()).any(|p| p.visible && same(p.pid, p.start_ticks))
+        || without_gpu.iter().any(|&(pid, start)| same(pid, start))
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &RankGoneConfig) -> Vec<Warning> {
@@ -138,10 +149,10 @@ pub(crate) fn check(inputs: &Inputs, config: &RankGoneConfig) -> Vec<Warning> {
             continue;
         };
         let (gone, gone_at) = gone;
-        let left: Vec<&Rank> = ranks.iter().filter(|r| r.gone_at.is_none()).collect();
         if now - gone_at < config.seconds.get() {
             continue;
         }
+        let left: Vec<&Rank> = ranks.iter().filter(|r| r.gone_at.is_none()).collect();
         // Each rank left reports steps, and none has stepped for as long. Not "since the rank
         // went": an agent reports its step once an interval (1 s by default), so the last step
         // a rank made before it stopped may reach the monitor after the loss did.
@@ -283,6 +294,28 @@ mod tests {
         assert!(with_id(&no_agent, "rank-gone").is_empty(), "{no_agent:#?}");
         let whole = replay_default(60, job(u32::MAX, 20, true));
         assert!(with_id(&whole, "rank-gone").is_empty(), "{whole:#?}");
+    }
+
+    /// Tried as a user: rank 1 before its first CUDA call (its agent's row holds no GPU, and
+    /// the sampler joins such rows to the snapshot only after the rules ran) while rank 0
+    /// waits for it in a collective. Rank 1 runs: nothing left the job.
+    #[test]
+    fn a_rank_that_holds_no_gpu_yet_has_not_left() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let mut last = Vec::new();
+        for t in 0..=60 {
+            let mut snap = job(u32::MAX, 20, true)(t);
+            let mut cpu_rank = snap.processes.remove(1);
+            cpu_rank.gpu = crate::model::NO_GPU;
+            cpu_rank.no_gpu = true;
+            let agent_only = [cpu_rank];
+            let all: Vec<_> = snap.processes.iter().chain(&agent_only).cloned().collect();
+            snap.jobs = crate::rules::group_jobs(&all);
+            assert_eq!(snap.jobs.len(), 1, "one job of two ranks");
+            engine.note_rows_without_gpu(&agent_only);
+            last = engine.evaluate(&snap);
+        }
+        assert!(with_id(&last, "rank-gone").is_empty(), "{last:#?}");
     }
 
     /// A launcher that restarts the rank (a new process with its rank number) ends it: the

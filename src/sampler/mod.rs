@@ -302,6 +302,7 @@ impl Sampler {
         self.assemble_into(snapshot, host, processes);
         snapshot.detail = self.detail.read(&self.config.proc_root);
         let mut warnings = std::mem::take(&mut snapshot.warnings);
+        self.rules.note_rows_without_gpu(&self.agent_only);
         self.rules.evaluate_into(snapshot, &mut warnings);
         snapshot.warnings = warnings;
         snapshot.processes.append(&mut self.agent_only);
@@ -382,6 +383,7 @@ impl Sampler {
         }
         let mut snapshot = Snapshot::default();
         self.assemble_into(&mut snapshot, host, processes);
+        self.rules.note_rows_without_gpu(&self.agent_only);
         snapshot.warnings = self.rules.evaluate(&snapshot);
         snapshot.processes.append(&mut self.agent_only);
         snapshot

@@ -322,6 +322,94 @@ fn a_rank_killed_while_the_other_waits_for_it_is_named() {
     );
 }
 
+/// Tried as a user: a rank whose agent runs before its first CUDA call (no GPU row, so the
+/// sampler adds its row after the rules ran) was taken for a rank that had left, and once
+/// rank 0 stood still for the bar (a collective waiting on it), rank-gone said "rank 1 left".
+#[test]
+fn a_rank_without_a_gpu_yet_is_not_taken_for_one_that_left() {
+    if !common::require_program("python3") {
+        return;
+    }
+    let (scratch, agents) = agent_dir();
+    let job = |rank| {
+        [
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29562"),
+            ("RANK", rank),
+        ]
+    };
+    let no_cuda = "import time, torchtop_agent\nwhile True:\n    time.sleep(0.1)\n    \
+                   torchtop_agent.step()\n";
+    let rank1 = TrainingScript::run(&agents, no_cuda, &job("1"));
+    // Rank 0 steps until the marker exists, then waits as in a collective.
+    let marker = scratch.path().join("stop-stepping");
+    let waiting = "import os, time, torch, torchtop_agent\ntorch.cuda._fake_init((0,))\n\
+                   while True:\n    time.sleep(0.1)\n    \
+                   if not os.path.exists(os.environ['MARKER']):\n        torchtop_agent.step()\n";
+    let marker_text = marker.display().to_string();
+    let mut env = job("0").to_vec();
+    env.push(("MARKER", &marker_text));
+    let rank0 = TrainingScript::run(&agents, waiting, &env);
+    let scenario = ScenarioFile::new(&one_gpu_with(rank0.pid(), 4096));
+    let config = config_file("[rules.rank_gone]\nseconds = 2.0\n");
+    let step0 = |doc: &Value| {
+        (doc["processes"].as_array().unwrap().iter())
+            .find(|p| p["pid"] == rank0.pid())
+            .and_then(|p| p["torch"]["step"].as_u64())
+    };
+    let whole = |doc: &Value| {
+        doc["jobs"].as_array().is_some_and(|jobs| {
+            jobs.len() == 1 && jobs[0]["ranks"].as_array().is_some_and(|r| r.len() == 2)
+        })
+    };
+    // The index of the snapshot after which rank 0 was told to stop stepping.
+    let stopped_at = std::cell::Cell::new(None);
+    let mut command = Command::new(common::torchtop_binary());
+    command
+        .args(["--json", "-d", "0.5", "--config"])
+        .arg(config.path())
+        .envs(scenario.env())
+        .env("TORCHTOP_AGENT_DIR", &agents);
+    let docs = json_stream_until(&mut command, |docs| {
+        let Some(last) = docs.last() else {
+            return false;
+        };
+        match stopped_at.get() {
+            None => {
+                let first = docs.iter().find_map(step0);
+                if whole(last) && first.is_some_and(|f| step0(last).is_some_and(|l| l > f)) {
+                    std::fs::write(&marker, b"").unwrap();
+                    stopped_at.set(Some(docs.len()));
+                }
+                false
+            }
+            // Rank 0 still for over twice the bar, its last steps' lag included.
+            Some(at) => docs.len() >= at + 12,
+        }
+    });
+    let tail = &docs[docs.len() - 4..];
+    let steps: Vec<_> = tail.iter().map(step0).collect();
+    assert!(
+        steps.windows(2).all(|w| w[0].is_some() && w[0] == w[1]),
+        "rank 0 stood still: {steps:?}"
+    );
+    assert!(whole(&tail[3]), "{}", tail[3]["jobs"]);
+    for doc in &docs {
+        let ids = warning_ids(doc);
+        assert!(
+            !ids.iter().any(|id| id == "rank-gone"),
+            "{}",
+            doc["warnings"]
+        );
+    }
+    assert!(
+        (tail[3]["processes"].as_array().unwrap().iter())
+            .any(|p| p["pid"] == rank1.pid() && p["gpu"].is_null()),
+        "rank 1 is listed without a GPU"
+    );
+}
+
 #[test]
 fn a_script_under_torchtop_run_shows_its_allocator_in_the_tui() {
     if !common::require_program("python3") {
