@@ -188,6 +188,7 @@ mod tests {
             });
         }
         let job = Job {
+            gone: Vec::new(),
             id: "job x".into(),
             ranks,
         };

@@ -64,6 +64,7 @@ fn snapshot() -> Snapshot {
             .chain((200..203).map(|pid| gpu_process(pid, 1)))
             .collect(),
         jobs: vec![Job {
+            gone: Vec::new(),
             id: "torchelastic run run7".to_string(),
             ranks: ranks.collect(),
         }],

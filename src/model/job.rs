@@ -16,13 +16,30 @@ pub struct JobRank {
 }
 
 /// The processes of one distributed job on this host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     /// Human-readable and stable while the job runs: "torchelastic run abc", "job
     /// localhost:29500", "job under pid 1234".
     pub id: String,
     /// Ordered by rank, then pid and GPU.
     pub ranks: Vec<JobRank>,
+    /// The ranks seen in this job that have left it (exited, or gone from /proc and the GPUs)
+    /// while others still run, in the order they were first seen; a job down to one process
+    /// stays listed for them. Recordings made before this field read as none gone.
+    #[serde(default)]
+    pub gone: Vec<GoneRank>,
+}
+
+/// A rank that left its job, as it was last seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoneRank {
+    pub pid: u32,
+    /// The GPU it held; [`super::NO_GPU`] for none (JSON: null).
+    #[serde(with = "gpu_or_null")]
+    pub gpu: u32,
+    pub rank: Option<u32>,
+    /// How long ago the monitor first missed it.
+    pub gone_seconds: f64,
 }
 
 /// [`JobRank::gpu`] in JSON: null for [`super::NO_GPU`], as a process row says it.

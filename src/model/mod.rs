@@ -27,7 +27,7 @@ pub use gpu::{DriverInfo, GpuSample, GpuState, GpuVendor, Implausible, MigDevice
 pub(crate) use history::History;
 pub use host::{HostSnapshot, LoadAverage, MemoryInfo, SwapInfo, VmSettings};
 pub use identity::ProcessIdentity;
-pub use job::{Job, JobRank};
+pub use job::{GoneRank, Job, JobRank};
 pub use oom::{MemsnapReady, OomReport, OpenedFile};
 pub use process::{
     AgentDirVars, ContainerVars, GpuProcess, HostProcess, LaunchEnv, ProcessKind, NO_GPU,

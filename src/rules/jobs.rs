@@ -43,6 +43,7 @@ pub(crate) fn group_jobs_into<'a>(
                     jobs.push(Job {
                         id: String::new(),
                         ranks: Vec::new(),
+                        gone: Vec::new(),
                     });
                 }
                 // The room past the jobs found (the last tick's, or new) moves into its place.
@@ -52,6 +53,7 @@ pub(crate) fn group_jobs_into<'a>(
                 // Writing into a String cannot fail.
                 let _ = write!(job.id, "{key}");
                 job.ranks.clear();
+                job.gone.clear();
                 used += 1;
                 at
             }

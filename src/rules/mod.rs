@@ -200,9 +200,6 @@ impl Engine {
         }
     }
 
-    /// Records the snapshot and returns the warnings that hold now: most severe first, then by
-    /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
-    /// without a break.
     /// The rows of processes that hold no GPU (an agent's process before its first CUDA
     /// call, a CPU rank), which the sampler adds to the snapshot only after the rules ran:
     /// still running, for the ranks of a job. Refilled in place before each evaluation.
@@ -210,6 +207,16 @@ impl Engine {
         self.ranks.note_without_gpu(rows);
     }
 
+    /// Writes the ranks that left each job into the snapshot's jobs (see
+    /// [`rank_gone::Memory::gone_into`]); after [`Engine::evaluate_into`], on the snapshot
+    /// with every row.
+    pub(crate) fn gone_ranks_into(&self, snapshot: &mut Snapshot) {
+        self.ranks.gone_into(snapshot);
+    }
+
+    /// Records the snapshot and returns the warnings that hold now: most severe first, then by
+    /// [`IMPACT`], then by subject; one per (id, subject), its `since` kept while it holds
+    /// without a break.
     pub(crate) fn evaluate(&mut self, snapshot: &Snapshot) -> Vec<Warning> {
         let mut warnings = Vec::new();
         self.evaluate_into(snapshot, &mut warnings);

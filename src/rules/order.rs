@@ -138,10 +138,12 @@ mod tests {
     fn a_pid_finds_its_job_and_a_stranger_none() {
         let jobs = [
             Job {
+                gone: Vec::new(),
                 id: "a".into(),
                 ranks: vec![rank(30), rank(10)],
             },
             Job {
+                gone: Vec::new(),
                 id: "b".into(),
                 ranks: vec![rank(20), rank(20)],
             },

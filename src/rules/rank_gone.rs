@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{fmt_seconds, warning, Inputs};
 use crate::config::Seconds;
-use crate::model::{GpuProcess, Severity, Snapshot, Subject, Warning};
+use crate::model::{GoneRank, GpuProcess, Job, JobRank, Severity, Snapshot, Subject, Warning};
 
 /// `rank-gone`: a rank left while the job's other ranks wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +124,57 @@ impl Memory {
         self.jobs
             .retain(|_, ranks| ranks.iter().any(|r| r.gone_at.is_none()));
     }
+}
+
+impl Memory {
+    /// Writes into the snapshot's jobs the ranks that left them (`Job::gone`), and puts back a
+    /// job down to one process, which grouping drops (a job needs two), so that the jobs panel
+    /// and the JSON say which rank went and when. Run after the rules, on the snapshot with
+    /// every row (those without a GPU included). Allocates only while a rank is gone.
+    pub(crate) fn gone_into(&self, snapshot: &mut Snapshot) {
+        let now = snapshot.unix_seconds;
+        for (id, ranks) in &self.jobs {
+            if ranks.iter().all(|r| r.gone_at.is_none()) {
+                continue;
+            }
+            let at = if let Some(at) = snapshot.jobs.iter().position(|j| j.id == *id) {
+                at
+            } else {
+                let live = live_ranks(snapshot, ranks);
+                if live.is_empty() {
+                    continue;
+                }
+                snapshot.jobs.push(Job {
+                    id: id.clone(),
+                    ranks: live,
+                    gone: Vec::new(),
+                });
+                snapshot.jobs.len() - 1
+            };
+            let gone = ranks.iter().filter_map(|r| {
+                Some(GoneRank {
+                    pid: r.pid,
+                    gpu: r.gpu,
+                    rank: r.rank,
+                    gone_seconds: (now - r.gone_at?).max(0.0),
+                })
+            });
+            let job = &mut snapshot.jobs[at];
+            job.gone.clear();
+            job.gone.extend(gone);
+        }
+    }
+}
+
+/// The rows of a remembered job's ranks that still run, as grouping writes them.
+fn live_ranks(snapshot: &Snapshot, ranks: &[Rank]) -> Vec<JobRank> {
+    let mut live: Vec<JobRank> = (snapshot.processes.iter())
+        .filter(|p| p.visible && ranks.iter().any(|r| r.gone_at.is_none() && r.pid == p.pid))
+        .map(super::jobs::job_rank)
+        .collect();
+    live.sort_unstable_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
+    live.dedup_by_key(|r| (r.pid, r.gpu));
+    live
 }
 
 /// Whether a visible row of the rank's process is in the snapshot, or its process runs
@@ -316,6 +367,37 @@ mod tests {
             last = engine.evaluate(&snap);
         }
         assert!(with_id(&last, "rank-gone").is_empty(), "{last:#?}");
+    }
+
+    /// The job down to rank 0 (grouping drops a job of one process) is put back after the
+    /// rules with the rank that left; a job whose ranks all run lists none gone.
+    #[test]
+    fn the_snapshot_lists_the_rank_that_left_and_keeps_the_job_of_one() {
+        let mut engine = crate::rules::Engine::new(crate::rules::RulesConfig::default());
+        let mut snap = Snapshot::default();
+        for t in 0..=40 {
+            snap = job(20, 20, true)(t);
+            snap.jobs = crate::rules::group_jobs(&snap.processes);
+            engine.evaluate(&snap);
+            engine.gone_ranks_into(&mut snap);
+            if t < 20 {
+                assert!(snap.jobs[0].gone.is_empty(), "{:?}", snap.jobs);
+            }
+        }
+        assert_eq!(snap.jobs.len(), 1, "{:?}", snap.jobs);
+        let job = &snap.jobs[0];
+        assert_eq!(job.id, "torchelastic run run7");
+        let live: Vec<_> = job.ranks.iter().map(|r| (r.pid, r.rank)).collect();
+        assert_eq!(live, [(100, Some(0))]);
+        assert_eq!(
+            job.gone,
+            [crate::model::GoneRank {
+                pid: 101,
+                gpu: 1,
+                rank: Some(1),
+                gone_seconds: 20.0,
+            }]
+        );
     }
 
     /// A launcher that restarts the rank (a new process with its rank number) ends it: the

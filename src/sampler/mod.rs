@@ -306,6 +306,7 @@ impl Sampler {
         self.rules.evaluate_into(snapshot, &mut warnings);
         snapshot.warnings = warnings;
         snapshot.processes.append(&mut self.agent_only);
+        self.rules.gone_ranks_into(snapshot);
         if self.want_process_table {
             let on_screen = self.table_on_screen.as_deref();
             snapshot.host_processes = self.host.tree_table(&snapshot.processes, on_screen);

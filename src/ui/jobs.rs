@@ -1,5 +1,6 @@
 //! Distributed jobs: one line per job with each rank's memory and utilization bar, so the rank
-//! that holds more memory or computes less than its peers stands out.
+//! that holds more memory or computes less than its peers stands out, then the ranks that left
+//! it ("r1 gone 34 s").
 
 use super::label::Runs;
 use ratatui::{layout::Rect, style::Style, Frame};
@@ -54,6 +55,14 @@ fn write_job_line(out: &mut Runs, job: &Job, snapshot: &Snapshot, theme: Theme) 
         }
         out.push(theme.memory_fill(memory), level(memory));
         out.push(theme.load(utilization), level(utilization));
+    }
+    // A rank that left stays on the line, so a job down to one process still says why.
+    for gone in &job.gone {
+        let ago = crate::format::shown::span(gone.gone_seconds);
+        match gone.rank {
+            Some(r) => out.push_fmt(theme.warn(), format_args!(" r{r} gone {ago}")),
+            None => out.push_fmt(theme.warn(), format_args!(" p{} gone {ago}", gone.pid)),
+        }
     }
 }
 

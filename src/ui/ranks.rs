@@ -69,9 +69,17 @@ pub(crate) fn render(
     let rows = rank_rows(snapshot, job);
     let fit = usize::from(area.height - 2).min(rows.len());
     let hidden = rows.len() - fit;
-    let mut title = format!(" {} ranks of {}", rows.len(), format::escape(&job.id));
+    let noun = if rows.len() == 1 { "rank" } else { "ranks" };
+    let mut title = format!(" {} {noun} of {}", rows.len(), format::escape(&job.id));
     if hidden > 0 {
         title.push_str(&format!(" ({hidden} not shown)"));
+    }
+    for gone in &job.gone {
+        let ago = format::shown::span(gone.gone_seconds);
+        match gone.rank {
+            Some(r) => title.push_str(&format!("; rank {r} gone {ago} ago")),
+            None => title.push_str(&format!("; pid {} gone {ago} ago", gone.pid)),
+        }
     }
     if rows.iter().any(|r| !r.outlier.is_empty()) {
         title.push_str("  ! stands out");

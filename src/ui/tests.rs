@@ -1017,6 +1017,7 @@ fn confirm_dialog_says_what_a_signal_to_part_of_a_job_leaves_waiting() {
     let mut snapshot = busy_snapshot(1, 3, 0);
     let pids: Vec<u32> = snapshot.processes.iter().map(|p| p.pid).collect();
     snapshot.jobs = vec![crate::model::Job {
+        gone: Vec::new(),
         id: "job 127.0.0.1:29500".into(),
         ranks: (0..2u32)
             .map(|r| crate::model::JobRank {
@@ -1230,6 +1231,7 @@ fn a_job_shows_each_rank_with_its_bars() {
     let mut app = eight_gpu_app();
     let mut snapshot = (*app.snapshot).clone();
     snapshot.jobs = vec![crate::model::Job {
+        gone: Vec::new(),
         id: "job 127.0.0.1:29500".into(),
         ranks: (0..8)
             .map(|r| crate::model::JobRank {
@@ -1368,6 +1370,7 @@ fn the_kill_confirmation_names_the_rank_and_job_of_a_torch_process() {
         p.torch = Some(std::sync::Arc::new(torch_info(rank as u32, 0)));
     }
     snapshot.jobs = vec![crate::model::Job {
+        gone: Vec::new(),
         id: "job 127.0.0.1:29500".to_string(),
         ranks: snapshot
             .processes

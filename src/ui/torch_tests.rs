@@ -87,6 +87,7 @@ fn job_snapshot(t: u32) -> Snapshot {
         world_size: Some(3),
     };
     snapshot.jobs = vec![Job {
+        gone: Vec::new(),
         id: "job 127.0.0.1:29500".to_string(),
         ranks: vec![
             rank(30_000, 2, 0),
@@ -358,5 +359,45 @@ fn the_sparklines_labels_are_the_samples_min_and_max_and_a_spike_shows() {
     assert!(
         spark.ends_with('█'),
         "the newest bucket holds the spike: {line}"
+    );
+}
+
+/// Tried as a user: rank 2 of a job killed; the JOB line and the ranks table now say so
+/// instead of leaving it out, and a job down to one rank keeps its line.
+#[test]
+fn a_rank_that_left_is_named_on_the_job_line_and_in_the_ranks_table() {
+    let left = |live: &[u32]| {
+        let live = live.to_vec();
+        app_after(move |t| {
+            let mut snapshot = job_snapshot(t);
+            let job = &mut snapshot.jobs[0];
+            job.ranks.retain(|r| live.contains(&r.pid));
+            job.gone = vec![crate::model::GoneRank {
+                pid: 30_002,
+                gpu: 1,
+                rank: Some(2),
+                gone_seconds: 34.0,
+            }];
+            snapshot
+        })
+    };
+    let s = screen(&left(&[30_000, 30_001]), 120, 40);
+    let line = line_with(&s, "JOB job 127.0.0.1:29500");
+    assert!(
+        line.contains(" r1") && line.contains(" r2 gone 34 s"),
+        "{line}"
+    );
+    assert!(
+        s.contains("2 ranks of job 127.0.0.1:29500; rank 2 gone 34 s ago"),
+        "{s}"
+    );
+    let s = screen(&left(&[30_000]), 120, 40);
+    assert!(
+        line_with(&s, "JOB job 127.0.0.1:29500").contains(" r2 gone 34 s"),
+        "{s}"
+    );
+    assert!(
+        s.contains("1 rank of job 127.0.0.1:29500; rank 2 gone 34 s ago"),
+        "{s}"
     );
 }

@@ -320,6 +320,19 @@ fn a_rank_killed_while_the_other_waits_for_it_is_named() {
         message.contains(&format!("rank 0 (pid {}) has not stepped for", rank0.pid())),
         "{message}"
     );
+    // The job, down to rank 0, is still listed, with the rank that left.
+    let jobs = last["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["ranks"].as_array().unwrap().len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["ranks"][0]["pid"], rank0.pid(), "{jobs:?}");
+    let gone = &jobs[0]["gone"];
+    assert_eq!(gone.as_array().map(Vec::len), Some(1), "{jobs:?}");
+    assert_eq!(gone[0]["pid"], rank1_pid);
+    assert_eq!(gone[0]["rank"], 1);
+    assert!(
+        gone[0]["gone_seconds"].as_f64().is_some_and(|s| s >= 2.0),
+        "{gone}"
+    );
 }
 
 /// Tried as a user: a rank whose agent runs before its first CUDA call (no GPU row, so the
