@@ -115,6 +115,16 @@ fn config_file(text: &str) -> NamedTempFile {
     file
 }
 
+/// The environment of rank `rank` of a two-rank job whose rendezvous is on `port`.
+fn two_rank_env(port: &'static str, rank: &'static str) -> [(&'static str, &'static str); 4] {
+    [
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", port),
+        ("RANK", rank),
+    ]
+}
+
 /// Streams `torchtop --json` until a snapshot carries the warning `id`, however slowly the
 /// samples come; returns the snapshots up to that one.
 fn warned(scenario: &ScenarioFile, agents: &Path, args: &[&str], id: &str) -> Vec<Value> {
@@ -250,8 +260,7 @@ fn a_rank_killed_while_the_other_waits_for_it_is_named() {
         return;
     }
     let (_scratch, agents) = agent_dir();
-    let job = [("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1")];
-    let job = |rank| [job[0], job[1], ("MASTER_PORT", "29561"), ("RANK", rank)];
+    let job = |rank| two_rank_env("29561", rank);
     let stepping = "import os, time, torch, torchtop_agent\ntorch.cuda._fake_init((0,))\n\
                     while True:\n    time.sleep(0.1)\n    torchtop_agent.step()\n";
     let rank1 = TrainingScript::run(&agents, stepping, &job("1"));
@@ -344,14 +353,7 @@ fn a_rank_without_a_gpu_yet_is_not_taken_for_one_that_left() {
         return;
     }
     let (scratch, agents) = agent_dir();
-    let job = |rank| {
-        [
-            ("WORLD_SIZE", "2"),
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", "29562"),
-            ("RANK", rank),
-        ]
-    };
+    let job = |rank| two_rank_env("29562", rank);
     let no_cuda = "import time, torchtop_agent\nwhile True:\n    time.sleep(0.1)\n    \
                    torchtop_agent.step()\n";
     let rank1 = TrainingScript::run(&agents, no_cuda, &job("1"));
