@@ -45,6 +45,8 @@ pub(crate) const ID: &str = "rank-gone";
 const MAX_JOBS: usize = 256;
 /// Ranks remembered per job at most (a host holds at most a few dozen of a job's ranks).
 const MAX_RANKS: usize = 1024;
+/// Ranks that left a job listed in the snapshot at most, those gone longest.
+const MAX_GONE_LISTED: usize = 16;
 
 const REMEDY: &str = "Find why the rank ended: its own output or log, dmesg for the kernel's \
 OOM killer, and torchtop's oom and oom-killed warnings. The ranks left do not recover: end them \
@@ -69,6 +71,9 @@ pub(crate) struct Memory {
     jobs: BTreeMap<String, Vec<Rank>>,
     /// (pid, start time) of the processes running without a GPU row this tick.
     without_gpu: Vec<(u32, Option<u64>)>,
+    /// This tick's rows as (pid, start time, visible), ordered by pid: the ranks are looked up
+    /// by binary search, so a thousand remembered ranks cost no scan of every row each.
+    rows: Vec<(u32, Option<u64>, bool)>,
 }
 
 impl Memory {
@@ -82,6 +87,20 @@ impl Memory {
     /// Records this snapshot's jobs and which remembered ranks still run.
     pub(crate) fn record(&mut self, snapshot: &Snapshot) {
         let t = snapshot.unix_seconds;
+        self.rows.clear();
+        (self.rows).extend(
+            snapshot
+                .processes
+                .iter()
+                .map(|p| (p.pid, p.start_ticks, p.visible)),
+        );
+        (self.rows).extend(
+            self.without_gpu
+                .iter()
+                .map(|&(pid, start)| (pid, start, true)),
+        );
+        self.rows.sort_unstable();
+        let rows = &self.rows;
         for job in &snapshot.jobs {
             if !self.jobs.contains_key(&job.id) {
                 if self.jobs.len() >= MAX_JOBS {
@@ -94,11 +113,7 @@ impl Memory {
                 continue;
             };
             for seen in &job.ranks {
-                let start_ticks = (snapshot.processes.iter())
-                    .map(|p| (p.pid, p.start_ticks))
-                    .chain(self.without_gpu.iter().copied())
-                    .find(|&(pid, _)| pid == seen.pid)
-                    .and_then(|(_, start)| start);
+                let start_ticks = rows_of(rows, seen.pid).find_map(|&(_, start, _)| start);
                 let known = |r: &Rank| r.pid == seen.pid && r.start_ticks == start_ticks;
                 if ranks.iter().any(known) || ranks.len() >= MAX_RANKS {
                     continue;
@@ -115,18 +130,17 @@ impl Memory {
             }
         }
         for ranks in self.jobs.values_mut() {
-            for rank in ranks.iter_mut() {
-                if !runs(snapshot, &self.without_gpu, rank) {
-                    rank.gone_at.get_or_insert(t);
+            // A rank gone stays gone: its (pid, start time) never runs again.
+            for rank in ranks.iter_mut().filter(|r| r.gone_at.is_none()) {
+                if !runs(rows, rank) {
+                    rank.gone_at = Some(t);
                 }
             }
         }
         self.jobs
             .retain(|_, ranks| ranks.iter().any(|r| r.gone_at.is_none()));
     }
-}
 
-impl Memory {
     /// Writes into the snapshot's jobs the ranks that left them (`Job::gone`), and puts back a
     /// job down to one process, which grouping drops (a job needs two), so that the jobs panel
     /// and the JSON say which rank went and when. Run after the rules, on the snapshot with
@@ -162,14 +176,23 @@ impl Memory {
             let job = &mut snapshot.jobs[at];
             job.gone.clear();
             job.gone.extend(gone);
+            // The ranks that went first, most likely the cause; a job a user restarts ranks
+            // of over and over lists no more than a line can say.
+            (job.gone).sort_by(|a, b| b.gone_seconds.total_cmp(&a.gone_seconds));
+            job.gone.truncate(MAX_GONE_LISTED);
         }
     }
 }
 
 /// The rows of a remembered job's ranks that still run, as grouping writes them.
 fn live_ranks(snapshot: &Snapshot, ranks: &[Rank]) -> Vec<JobRank> {
+    let mut pids: Vec<u32> = (ranks.iter())
+        .filter(|r| r.gone_at.is_none())
+        .map(|r| r.pid)
+        .collect();
+    pids.sort_unstable();
     let mut live: Vec<JobRank> = (snapshot.processes.iter())
-        .filter(|p| p.visible && ranks.iter().any(|r| r.gone_at.is_none() && r.pid == p.pid))
+        .filter(|p| p.visible && pids.binary_search(&p.pid).is_ok())
         .map(super::jobs::job_rank)
         .collect();
     live.sort_unstable_by_key(|r| (r.rank.unwrap_or(u32::MAX), r.pid, r.gpu));
@@ -177,15 +200,21 @@ fn live_ranks(snapshot: &Snapshot, ranks: &[Rank]) -> Vec<JobRank> {
     live
 }
 
+/// The rows of `pid` in `rows` (ordered by pid).
+fn rows_of(
+    rows: &[(u32, Option<u64>, bool)],
+    pid: u32,
+) -> impl Iterator<Item = &(u32, Option<u64>, bool)> {
+    let from = rows.partition_point(|&(p, ..)| p < pid);
+    rows[from..].iter().take_while(move |&&(p, ..)| p == pid)
+}
+
 /// Whether a visible row of the rank's process is in the snapshot, or its process runs
 /// without a GPU row.
-fn runs(snapshot: &Snapshot, without_gpu: &[(u32, Option<u64>)], rank: &Rank) -> bool {
-    let same = |pid: u32, start: Option<u64>| {
-        pid == rank.pid
-            && (start.is_none() || rank.start_ticks.is_none() || start == rank.start_ticks)
-    };
-    (snapshot.processes.iter()).any(|p| p.visible && same(p.pid, p.start_ticks))
-        || without_gpu.iter().any(|&(pid, start)| same(pid, start))
+fn runs(rows: &[(u32, Option<u64>, bool)], rank: &Rank) -> bool {
+    rows_of(rows, rank.pid).any(|&(_, start, visible)| {
+        visible && (start.is_none() || rank.start_ticks.is_none() || start == rank.start_ticks)
+    })
 }
 
 pub(crate) fn check(inputs: &Inputs, config: &RankGoneConfig) -> Vec<Warning> {
@@ -398,6 +427,46 @@ mod tests {
                 gone_seconds: 20.0,
             }]
         );
+    }
+
+    /// A job whose ranks left one a second, the last rank first, 40 of them: the snapshot
+    /// lists the 16 gone longest, the first to go first.
+    #[test]
+    fn a_job_lists_at_most_sixteen_ranks_gone_the_first_to_go_first() {
+        let ranks = 41;
+        let snapshot = |t: u32| {
+            let mut snap = at(t);
+            for r in (0..ranks).filter(|&r| r == 0 || ranks - r > t) {
+                let mut p = process(100 + r, 0, GIB);
+                p.env = Some(
+                    LaunchEnv {
+                        rank: Some(r),
+                        world_size: Some(ranks),
+                        torchelastic_run_id: Some("run8".into()),
+                        ..Default::default()
+                    }
+                    .into(),
+                );
+                snap.processes.push(p);
+            }
+            snap.jobs = crate::rules::group_jobs(&snap.processes);
+            snap
+        };
+        let mut memory = super::Memory::default();
+        let mut snap = Snapshot::default();
+        for t in 0..=50 {
+            snap = snapshot(t);
+            memory.record(&snap);
+        }
+        memory.gone_into(&mut snap);
+        let gone: Vec<_> = (snap.jobs[0].gone.iter())
+            .map(|g| (g.rank, g.gone_seconds))
+            .collect();
+        let expected: Vec<_> = (25..=40)
+            .rev()
+            .map(|r| (Some(r), f64::from(50 - (ranks - r))))
+            .collect();
+        assert_eq!(gone, expected);
     }
 
     /// A launcher that restarts the rank (a new process with its rank number) ends it: the
