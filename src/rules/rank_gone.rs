@@ -86,6 +86,11 @@ impl Memory {
 
     /// Records this snapshot's jobs and which remembered ranks still run.
     pub(crate) fn record(&mut self, snapshot: &Snapshot) {
+        // No job seen now or before: nothing to look up, and no index to build (a machine of a
+        // thousand unrelated GPU processes sorted them every tick for nothing).
+        if snapshot.jobs.is_empty() && self.jobs.is_empty() {
+            return;
+        }
         let t = snapshot.unix_seconds;
         self.rows.clear();
         (self.rows).extend(
